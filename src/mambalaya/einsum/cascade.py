@@ -1,0 +1,435 @@
+"""Cascades: a DAG of Einsums through named tensors, validated on construction.
+
+:func:`build_cascade` is the one way to make a :class:`Cascade`; it checks every rule of the
+IR and raises :class:`~mambalaya.errors.SpecError` naming the Einsum and the tensor or rank
+at fault. A recurrence (an Einsum reading its own output at ``v-c`` of one rank, ``c >= 1``) is
+legal and makes that rank *generational*; every other cycle is an error.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Iterable, Mapping
+
+from mambalaya.errors import SpecError
+from mambalaya.einsum.ir import (
+    Access,
+    Einsum,
+    Param,
+    Rank,
+    Role,
+    TensorSpec,
+    Unary,
+    rank_of_variable,
+    walk,
+)
+
+RANK_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+TENSOR_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*")
+PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+#: Einsum kinds, in the order they are tested (first match wins).
+EINSUM_KINDS: tuple[str, ...] = (
+    "recurrent",  # reads its own output at an earlier index of a generational rank
+    "window",  # an index combines an output variable with a reduced one (causal conv)
+    "gemm",  # a reduction with a weight operand
+    "reduction",  # a reduction over activations only
+    "unary",  # applies a nonlinear function
+    "broadcast",  # a map where some operand lacks some of the output's ranks
+    "elementwise",  # a map over identical ranks
+    "copy",  # a single access, possibly re-indexed
+)
+
+
+@dataclass(frozen=True)
+class Cascade:
+    """A validated cascade. Build with :func:`build_cascade`; Einsums are in topological order."""
+
+    name: str
+    params: Mapping[str, float]
+    ranks: Mapping[str, Rank]
+    tensors: Mapping[str, TensorSpec]
+    einsums: tuple[Einsum, ...]
+    description: str = field(default="", compare=False)
+
+    # -- lookups ---------------------------------------------------------------------------
+    @cached_property
+    def _by_name(self) -> dict[str, Einsum]:
+        return {e.name: e for e in self.einsums}
+
+    def einsum(self, name: str) -> Einsum:
+        try:
+            return self._by_name[name]
+        except KeyError:
+            raise SpecError(f"cascade {self.name!r} has no Einsum {name!r}") from None
+
+    def position(self, name: str) -> int:
+        """1-based number of an Einsum in topological order."""
+        return self.einsums.index(self.einsum(name)) + 1
+
+    def producer(self, tensor: str) -> Einsum | None:
+        return self._by_name.get(tensor)
+
+    @cached_property
+    def _consumers(self) -> dict[str, tuple[Einsum, ...]]:
+        table: dict[str, list[Einsum]] = {t: [] for t in self.tensors}
+        for e in self.einsums:
+            for t in e.input_tensors:
+                if t != e.name:
+                    table[t].append(e)
+            for t in self.initial_reads(e):
+                table[t].append(e)
+        return {t: tuple(v) for t, v in table.items()}
+
+    def consumers(self, tensor: str) -> tuple[Einsum, ...]:
+        """Einsums that read ``tensor`` (directly, or as the initial value of what they read)."""
+        return self._consumers[tensor]
+
+    def initial_reads(self, einsum: Einsum) -> tuple[str, ...]:
+        """Initial-value tensors an Einsum may read (``H0`` for the scan, the conv state)."""
+        out = []
+        for t in einsum.input_tensors:
+            init = self.tensors[t].initial
+            if init is not None and init not in out:
+                out.append(init)
+        return tuple(out)
+
+    def size(self, rank: str) -> int:
+        return self.ranks[rank].size
+
+    @cached_property
+    def variable_sizes(self) -> dict[str, int]:
+        return {r.lower(): rk.size for r, rk in self.ranks.items()}
+
+    def shape(self, tensor: str) -> tuple[int, ...]:
+        return tuple(self.size(r) for r in self.tensors[tensor].ranks)
+
+    def elements(self, tensor: str) -> int:
+        n = 1
+        for s in self.shape(tensor):
+            n *= s
+        return n
+
+    def nbytes(self, tensor: str) -> float:
+        return self.elements(tensor) * self.tensors[tensor].bits / 8
+
+    def param_value(self, name: str) -> float:
+        if name in self.params:
+            return float(self.params[name])
+        return float(self.ranks[name].size)
+
+    # -- derived facts ---------------------------------------------------------------------
+    def iteration_ranks(self, einsum: Einsum) -> tuple[str, ...]:
+        return tuple(rank_of_variable(v) for v in einsum.iteration_variables)
+
+    def output_ranks(self, einsum: Einsum) -> tuple[str, ...]:
+        return self.tensors[einsum.name].ranks
+
+    def recurrence(self, einsum: Einsum) -> tuple[str, int] | None:
+        """``(generational rank, distance)`` if the Einsum reads its own output, else ``None``."""
+        return self._recurrences.get(einsum.name)
+
+    def generational_rank(self, einsum: Einsum) -> str | None:
+        rec = self.recurrence(einsum)
+        return rec[0] if rec else None
+
+    @cached_property
+    def _recurrences(self) -> dict[str, tuple[str, int]]:
+        out = {}
+        for e in self.einsums:
+            rec = _recurrence_of(e, self.tensors[e.name])
+            if rec:
+                out[e.name] = rec
+        return out
+
+    @cached_property
+    def generational_ranks(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for rank, _ in self._recurrences.values():
+            seen.setdefault(rank)
+        return tuple(seen)
+
+    def kind(self, einsum: Einsum) -> str:
+        return _kind_of(self, einsum)
+
+    def external_tensors(self) -> tuple[str, ...]:
+        """Tensors no Einsum produces: inputs, weights and incoming state."""
+        return tuple(t for t in self.tensors if self.producer(t) is None)
+
+    def tensors_with_role(self, role: Role) -> tuple[str, ...]:
+        return tuple(t for t, spec in self.tensors.items() if spec.role == role)
+
+    def output_tensors(self) -> tuple[str, ...]:
+        """Tensors the cascade hands back: outputs and outgoing state."""
+        return tuple(
+            t
+            for t, spec in self.tensors.items()
+            if spec.role == Role.OUTPUT or (spec.role == Role.STATE and self.producer(t) is not None)
+        )
+
+    def parameters(self) -> int:
+        """Weight elements."""
+        return sum(self.elements(t) for t in self.tensors_with_role(Role.WEIGHT))
+
+
+# ----------------------------------------------------------------------------------------------
+# construction and validation
+# ----------------------------------------------------------------------------------------------
+
+
+def build_cascade(
+    *,
+    name: str,
+    params: Mapping[str, float],
+    ranks: Iterable[Rank],
+    tensors: Iterable[TensorSpec],
+    einsums: Iterable[Einsum],
+    description: str = "",
+    source: str | None = None,
+    einsum_lines: Mapping[str, int] | None = None,
+) -> Cascade:
+    """Check every rule of the IR and return the cascade with its Einsums in topological order.
+
+    ``source`` and ``einsum_lines`` (Einsum name -> line) only make error messages point at
+    the file being loaded.
+    """
+    lines = dict(einsum_lines or {})
+
+    def fail(message: str, einsum: str | None = None) -> SpecError:
+        return SpecError(message, source=source, line=lines.get(einsum) if einsum else None, einsum=einsum)
+
+    rank_table: dict[str, Rank] = {}
+    for r in ranks:
+        if not RANK_NAME.fullmatch(r.name):
+            raise fail(f"rank name {r.name!r} must be upper case letters, digits or '_', starting with a letter")
+        if r.name in rank_table:
+            raise fail(f"rank {r.name} is declared twice")
+        if not isinstance(r.size, int) or isinstance(r.size, bool) or r.size < 1:
+            raise fail(f"rank {r.name} has size {r.size!r}; a size is a positive integer")
+        rank_table[r.name] = r
+
+    for p, v in params.items():
+        if not PARAM_NAME.fullmatch(p):
+            raise fail(f"parameter name {p!r} is not an identifier")
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise fail(f"parameter {p} = {v!r} is not a number")
+
+    tensor_table: dict[str, TensorSpec] = {}
+    for t in tensors:
+        _check_tensor(t, rank_table, tensor_table, fail)
+        tensor_table[t.name] = t
+
+    einsum_list = list(einsums)
+    defined: dict[str, Einsum] = {}
+    for e in einsum_list:
+        if e.name in defined:
+            raise fail(f"output tensor {e.name} is defined twice (by '{defined[e.name]}' and '{e}')", e.name)
+        defined[e.name] = e
+        _check_einsum(e, rank_table, tensor_table, params, fail)
+
+    for t in tensor_table.values():
+        _check_initial_and_updates(t, tensor_table, rank_table, fail)
+
+    ordered = _topological_order(einsum_list, fail)
+    cascade = Cascade(
+        name=name,
+        params=dict(params),
+        ranks=rank_table,
+        tensors=tensor_table,
+        einsums=tuple(ordered),
+        description=description,
+    )
+    _check_roles(cascade, fail)
+    return cascade
+
+
+def _check_tensor(t: TensorSpec, ranks: dict[str, Rank], seen: dict[str, TensorSpec], fail) -> None:
+    if not TENSOR_NAME.fullmatch(t.name):
+        raise fail(f"tensor name {t.name!r} must start with an upper-case letter")
+    if t.name in seen:
+        raise fail(f"tensor {t.name} is declared twice")
+    for r in t.ranks:
+        if r not in ranks:
+            raise fail(f"tensor {t.name} uses rank {r!r}, which is not declared (ranks: {', '.join(ranks)})")
+    if len(set(t.ranks)) != len(t.ranks):
+        raise fail(f"tensor {t.name} lists a rank twice: {list(t.ranks)}")
+    if not isinstance(t.bits, int) or isinstance(t.bits, bool) or t.bits < 1:
+        raise fail(f"tensor {t.name} has bits={t.bits!r}; bits per element is a positive integer")
+    if not isinstance(t.role, Role):
+        raise fail(f"tensor {t.name} has role {t.role!r}; roles: {', '.join(r.value for r in Role)}")
+
+
+def _check_access(acc: Access, e: Einsum, ranks, tensors, fail) -> None:
+    if acc.tensor not in tensors:
+        raise fail(f"tensor {acc.tensor} is not declared (in '{e}')", e.name)
+    spec = tensors[acc.tensor]
+    if len(acc.indices) != len(spec.ranks):
+        raise fail(
+            f"access {acc} has {len(acc.indices)} indices but tensor {acc.tensor} has "
+            f"{len(spec.ranks)} ranks [{', '.join(spec.ranks)}]",
+            e.name,
+        )
+    for idx, rank in zip(acc.indices, spec.ranks):
+        for v in idx.variables:
+            if rank_of_variable(v) not in ranks:
+                raise fail(f"rank variable {v!r} in {acc} has no rank {rank_of_variable(v)} declared", e.name)
+        plain = idx.plain_variable
+        if plain is not None:
+            own = ranks[rank_of_variable(plain)]
+            if own.size != ranks[rank].size:
+                raise fail(
+                    f"rank used with two sizes: variable {plain} iterates {own.name} (size {own.size}) "
+                    f"but indexes rank {rank} (size {ranks[rank].size}) of {acc.tensor} in {acc}",
+                    e.name,
+                )
+
+
+def _check_einsum(e: Einsum, ranks, tensors, params, fail) -> None:
+    if e.name not in tensors:
+        raise fail(f"output tensor {e.name} is not declared", e.name)
+    _check_access(e.output, e, ranks, tensors, fail)
+    out_vars = []
+    for idx in e.output.indices:
+        v = idx.plain_variable
+        if v is None:
+            raise fail(f"output index {idx} of {e.output} must be a single rank variable", e.name)
+        if v in out_vars:
+            raise fail(f"output {e.output} uses variable {v} twice", e.name)
+        out_vars.append(v)
+    for node in walk(e.expr):
+        if isinstance(node, Access):
+            _check_access(node, e, ranks, tensors, fail)
+        elif isinstance(node, Param) and node.name not in params and node.name not in ranks:
+            raise fail(
+                f"name {node.name!r} is neither a parameter ({', '.join(params) or 'none'}) nor a rank",
+                e.name,
+            )
+    if _has_self_access(e):
+        _recurrence_of(e, tensors[e.name], fail)
+
+
+def _has_self_access(e: Einsum) -> bool:
+    return any(a.tensor == e.name for a in e.inputs)
+
+
+def _recurrence_of(e: Einsum, spec: TensorSpec, fail=None) -> tuple[str, int] | None:
+    """The generational rank and distance of a recurrence; ``None`` if ``e`` is not one."""
+    found: tuple[str, int] | None = None
+    for acc in e.inputs:
+        if acc.tensor != e.name:
+            continue
+        diffs = [p for p, (a, b) in enumerate(zip(acc.indices, e.output.indices)) if a != b]
+        ok = len(diffs) == 1
+        if ok:
+            p = diffs[0]
+            shifted = acc.indices[p].shifted_variable()
+            ok = shifted is not None and shifted[0] == e.output.indices[p].plain_variable and shifted[1] <= -1
+        if not ok:
+            if fail is None:
+                return None
+            raise fail(
+                f"{e.name} reads itself at {acc}: a recurrence must read its own output at an earlier "
+                f"index (v-1, v-2, ...) of exactly one rank and at the output's indices elsewhere; "
+                "any other self-reference is a cycle",
+                e.name,
+            )
+        candidate = (spec.ranks[p], -shifted[1])  # type: ignore[index]
+        if found is not None and found[0] != candidate[0]:
+            if fail is None:
+                return None
+            raise fail(f"{e.name} recurs over two ranks ({found[0]} and {candidate[0]}); one is allowed", e.name)
+        found = candidate if found is None else (found[0], max(found[1], candidate[1]))
+    return found
+
+
+def _check_initial_and_updates(t: TensorSpec, tensors, ranks, fail) -> None:
+    if t.initial is not None:
+        init = tensors.get(t.initial)
+        if init is None:
+            raise fail(f"tensor {t.name} has initial value {t.initial!r}, which is not declared")
+        dropped = len(t.ranks) - len(init.ranks)
+        same_len_diff = [p for p, (a, b) in enumerate(zip(t.ranks, init.ranks)) if a != b]
+        ok = (dropped == 1 and any(t.ranks[:p] + t.ranks[p + 1 :] == init.ranks for p in range(len(t.ranks)))) or (
+            dropped == 0 and len(same_len_diff) == 1
+        )
+        if not ok:
+            raise fail(
+                f"initial value {t.initial} [{', '.join(init.ranks)}] of {t.name} [{', '.join(t.ranks)}] must have "
+                f"{t.name}'s ranks with one rank removed or replaced by a history rank"
+            )
+    if t.updates is not None:
+        target = tensors.get(t.updates)
+        if target is None:
+            raise fail(f"tensor {t.name} updates {t.updates!r}, which is not declared")
+        if target.role != Role.STATE:
+            raise fail(f"tensor {t.name} updates {t.updates}, whose role is {target.role.value}, not state")
+        extra = [r for r in t.ranks if r not in target.ranks]
+        missing = [r for r in target.ranks if r not in t.ranks]
+        if missing or any(ranks[r].size != 1 for r in extra):
+            raise fail(
+                f"tensor {t.name} [{', '.join(t.ranks)}] cannot update state {t.updates} [{', '.join(target.ranks)}]: "
+                "it must have the state's ranks plus only ranks of size 1"
+            )
+
+
+def _topological_order(einsums: list[Einsum], fail) -> list[Einsum]:
+    produced = {e.name for e in einsums}
+    deps = {e.name: {t for t in e.input_tensors if t in produced and t != e.name} for e in einsums}
+    done: list[Einsum] = []
+    placed: set[str] = set()
+    pending = list(einsums)
+    while pending:
+        ready = [e for e in pending if deps[e.name] <= placed]
+        if not ready:
+            names = ", ".join(e.name for e in pending)
+            raise fail(
+                f"the Einsums {names} form a cycle that is not a recurrence (only an Einsum reading its own "
+                "output at an earlier index may close a loop)",
+                pending[0].name,
+            )
+        first = ready[0]
+        done.append(first)
+        placed.add(first.name)
+        pending.remove(first)
+    return done
+
+
+def _check_roles(c: Cascade, fail) -> None:
+    for t, spec in c.tensors.items():
+        produced = c.producer(t) is not None
+        if spec.role in (Role.INPUT, Role.WEIGHT) and produced:
+            raise fail(f"tensor {t} has role {spec.role.value} but Einsum {t} writes it", t)
+        if spec.role in (Role.INTERMEDIATE, Role.OUTPUT) and not produced:
+            raise fail(f"tensor {t} has role {spec.role.value} but no Einsum writes it")
+        if spec.role == Role.INTERMEDIATE and not c.consumers(t):
+            raise fail(f"intermediate tensor {t} is never read; declare it an output", t)
+
+
+# ----------------------------------------------------------------------------------------------
+# kinds
+# ----------------------------------------------------------------------------------------------
+
+
+def _kind_of(c: Cascade, e: Einsum) -> str:
+    if c.recurrence(e):
+        return "recurrent"
+    reduced = set(e.reduced_variables)
+    out_vars = set(e.output_variables)
+    for acc in e.inputs:
+        for idx in acc.indices:
+            vs = set(idx.variables)
+            if len(vs) > 1 and vs & reduced and vs & out_vars:
+                return "window"
+    if reduced:
+        if any(c.tensors[a.tensor].role == Role.WEIGHT for a in e.inputs):
+            return "gemm"
+        return "reduction"
+    if any(isinstance(n, Unary) and n.fn != "neg" for n in walk(e.expr)):
+        return "unary"
+    if len(e.inputs) == 1 and e.expr == e.inputs[0]:
+        return "copy"
+    if any(set(a.variables) != out_vars for a in e.inputs):
+        return "broadcast"
+    return "elementwise"

@@ -1,0 +1,225 @@
+"""Cascade files: YAML with parameters, ranks, tensors and one Einsum a line.
+
+.. code-block:: yaml
+
+    name: rmsnorm
+    params: {d_model: 768, eps: 1.0e-05}
+    ranks: {B: 1, I: 16, D: d_model}          # sizes: integers or expressions of params/ranks
+    tensors:
+      X:  {ranks: [B, I, D], role: input, bits: 16}
+      WN: {ranks: [D], role: weight}
+      SS: {ranks: [B, I], role: intermediate}
+      Y:  {ranks: [B, I, D], role: output}
+    einsums:
+      - SS[b,i] = X[b,i,d]*X[b,i,d]
+      - Y[b,i,d] = X[b,i,d]*rsqrt(SS[b,i]/D + eps)*WN[d]
+
+The file is read with PyYAML's safe composer, so every error can name the line and column of
+the node at fault. :func:`dump_cascade` writes text that :func:`load_cascade` reads back to an
+equal cascade.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mambalaya.errors import SpecError
+from mambalaya.einsum.cascade import Cascade, build_cascade
+from mambalaya.einsum.ir import Einsum, Rank, Role, TensorSpec
+from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
+
+_TOP_KEYS = {"name", "description", "params", "ranks", "tensors", "einsums"}
+_TENSOR_KEYS = {"ranks", "role", "bits", "initial", "updates", "description"}
+
+
+class _Reader:
+    """Turns composed YAML nodes into values, with errors that point into the file."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def error(self, node: yaml.Node | None, message: str) -> SpecError:
+        if node is None:
+            return SpecError(message, source=self.source)
+        return SpecError(
+            message, source=self.source, line=node.start_mark.line + 1, column=node.start_mark.column + 1
+        )
+
+    def mapping(self, node: yaml.Node, what: str) -> list[tuple[yaml.ScalarNode, yaml.Node]]:
+        if not isinstance(node, yaml.MappingNode):
+            raise self.error(node, f"{what} must be a mapping")
+        keys: set[str] = set()
+        for k, _ in node.value:
+            if not isinstance(k, yaml.ScalarNode):
+                raise self.error(k, f"keys of {what} must be plain names")
+            if k.value in keys:
+                raise self.error(k, f"{what} has key {k.value!r} twice")
+            keys.add(k.value)
+        return list(node.value)
+
+    def sequence(self, node: yaml.Node, what: str) -> list[yaml.Node]:
+        if not isinstance(node, yaml.SequenceNode):
+            raise self.error(node, f"{what} must be a list")
+        return list(node.value)
+
+    def scalar(self, node: yaml.Node, what: str) -> Any:
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(node, f"{what} must be a single value")
+        return yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" else node.value
+
+    def string(self, node: yaml.Node, what: str) -> str:
+        value = self.scalar(node, what)
+        if not isinstance(value, str):
+            raise self.error(node, f"{what} must be text, found {value!r}")
+        return value
+
+    def text_position(self, node: yaml.ScalarNode) -> Where:
+        quoted = 1 if node.style in ("'", '"') else 0
+        return Where(self.source, node.start_mark.line + 1, node.start_mark.column + 1 + quoted)
+
+
+def load_cascade(path: str | Path) -> Cascade:
+    """Read and validate a cascade file."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SpecError(f"cannot read cascade file: {err.strerror or err}", source=str(path)) from None
+    except UnicodeDecodeError:
+        raise SpecError("cascade file is not UTF-8 text", source=str(path)) from None
+    return loads_cascade(text, source=str(path))
+
+
+def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
+    r = _Reader(source)
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        raise SpecError(
+            f"not valid YAML: {err.problem}",
+            source=source,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ) from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"not valid YAML: {err}", source=source) from None
+    if root is None:
+        raise SpecError("the cascade file is empty", source=source)
+    top = {k.value: (k, v) for k, v in r.mapping(root, "the cascade file")}
+    for key, (knode, _) in top.items():
+        if key not in _TOP_KEYS:
+            raise r.error(knode, f"unknown field {key!r}; the fields are {', '.join(sorted(_TOP_KEYS))}")
+    for key in ("ranks", "tensors", "einsums"):
+        if key not in top:
+            raise r.error(root, f"the cascade file needs a field {key!r}")
+
+    name = r.string(top["name"][1], "name") if "name" in top else Path(source).stem
+    description = r.string(top["description"][1], "description") if "description" in top else ""
+
+    params: dict[str, float] = {}
+    if "params" in top:
+        for k, v in r.mapping(top["params"][1], "params"):
+            value = r.scalar(v, f"params.{k.value}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise r.error(v, f"params.{k.value} must be a number, found {value!r}")
+            params[k.value] = value
+
+    env: dict[str, float] = dict(params)
+    ranks: list[Rank] = []
+    for k, v in r.mapping(top["ranks"][1], "ranks"):
+        raw = r.scalar(v, f"ranks.{k.value}")
+        if isinstance(raw, bool):
+            raise r.error(v, f"ranks.{k.value} must be a positive integer or a size expression")
+        if isinstance(raw, int):
+            if raw < 1:
+                raise r.error(v, f"ranks.{k.value} = {raw}: a size is a positive integer")
+            ranks.append(Rank(k.value, raw))
+        else:
+            expr = str(raw)
+            size = evaluate_size(expr, env, where=r.text_position(v))
+            ranks.append(Rank(k.value, size, expr))
+        env[k.value] = ranks[-1].size
+    sizes = {rk.name: rk.size for rk in ranks}
+
+    tensors = [_read_tensor(r, k, v) for k, v in r.mapping(top["tensors"][1], "tensors")]
+
+    einsums: list[Einsum] = []
+    lines: dict[str, int] = {}
+    for item in r.sequence(top["einsums"][1], "einsums"):
+        line = r.string(item, "an Einsum")
+        e = parse_einsum(line, sizes=sizes, where=r.text_position(item))  # type: ignore[arg-type]
+        einsums.append(e)
+        lines.setdefault(e.name, item.start_mark.line + 1)
+
+    return build_cascade(
+        name=name,
+        params=params,
+        ranks=ranks,
+        tensors=tensors,
+        einsums=einsums,
+        description=description,
+        source=source,
+        einsum_lines=lines,
+    )
+
+
+def _read_tensor(r: _Reader, key: yaml.ScalarNode, node: yaml.Node) -> TensorSpec:
+    name = key.value
+    fields = {k.value: (k, v) for k, v in r.mapping(node, f"tensors.{name}")}
+    for f, (knode, _) in fields.items():
+        if f not in _TENSOR_KEYS:
+            raise r.error(knode, f"tensors.{name} has unknown field {f!r}; fields: {', '.join(sorted(_TENSOR_KEYS))}")
+    if "ranks" not in fields or "role" not in fields:
+        raise r.error(node, f"tensors.{name} needs 'ranks' and 'role'")
+    rank_nodes = r.sequence(fields["ranks"][1], f"tensors.{name}.ranks")
+    tensor_ranks = tuple(r.string(n, f"tensors.{name}.ranks") for n in rank_nodes)
+    role_node = fields["role"][1]
+    role_text = r.string(role_node, f"tensors.{name}.role")
+    try:
+        role = Role(role_text)
+    except ValueError:
+        raise r.error(role_node, f"tensors.{name}.role is {role_text!r}; roles: {', '.join(x.value for x in Role)}") from None
+    bits = 16
+    if "bits" in fields:
+        bits = r.scalar(fields["bits"][1], f"tensors.{name}.bits")
+        if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1:
+            raise r.error(fields["bits"][1], f"tensors.{name}.bits must be a positive integer, found {bits!r}")
+    initial = r.string(fields["initial"][1], f"tensors.{name}.initial") if "initial" in fields else None
+    updates = r.string(fields["updates"][1], f"tensors.{name}.updates") if "updates" in fields else None
+    description = r.string(fields["description"][1], f"tensors.{name}.description") if "description" in fields else ""
+    return TensorSpec(name, tensor_ranks, role, bits, initial, updates, description)
+
+
+def _scalar_text(value: Any) -> str:
+    return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
+
+
+def dump_cascade(c: Cascade) -> str:
+    """The cascade as a YAML cascade file that loads back to an equal cascade."""
+    out = [f"name: {_scalar_text(c.name)}"]
+    if c.description:
+        out.append(f"description: {json.dumps(c.description)}")
+    if c.params:
+        out.append("params:")
+        out += [f"  {k}: {_scalar_text(v)}" for k, v in c.params.items()]
+    out.append("ranks:")
+    for rk in c.ranks.values():
+        out.append(f"  {rk.name}: {_scalar_text(rk.size_expr) if rk.size_expr else rk.size}")
+    out.append("tensors:")
+    for t in c.tensors.values():
+        fields = [f"ranks: [{', '.join(t.ranks)}]", f"role: {t.role.value}", f"bits: {t.bits}"]
+        if t.initial:
+            fields.append(f"initial: {t.initial}")
+        if t.updates:
+            fields.append(f"updates: {t.updates}")
+        if t.description:
+            fields.append(f"description: {json.dumps(t.description)}")
+        out.append(f"  {t.name}: {{{', '.join(fields)}}}")
+    out.append("einsums:")
+    out += [f"  - {_scalar_text(str(e))}" for e in c.einsums]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,291 @@
+"""The extended-Einsum intermediate representation.
+
+An :class:`Einsum` assigns an expression over tensor accesses to one output access. Index
+expressions are affine in rank variables (``i-1``, ``i+k-3``, ``256*c+q``). Rank variables are
+the lower-case names of ranks (rank ``E`` has variable ``e``). Rank variables on the right that
+are absent on the left are reduced: each top-level additive term of the expression is reduced
+over the variables it has and the output lacks, with the Einsum's reduce operator (``sum``
+unless ``max=`` is written), so ``DT[b,i,e] = DL[b,i,r]*WDT[r,e] + BDT[e]`` adds the bias
+once, as a reader of Einstein notation expects.
+
+These are plain immutable values; :mod:`mambalaya.einsum.cascade` checks how they fit together.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Union
+
+UNARY_FUNCTIONS: tuple[str, ...] = (
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "silu",
+    "softplus",
+    "neg",
+    "square",
+    "sigmoid",
+    "tanh",
+    "abs",
+    "relu",
+)
+BINARY_OPERATORS: tuple[str, ...] = ("+", "-", "*", "/")
+REDUCE_OPERATORS: tuple[str, ...] = ("sum", "max")
+
+
+def rank_variable(rank: str) -> str:
+    """The variable that iterates ``rank`` (``E`` -> ``e``)."""
+    return rank.lower()
+
+
+def rank_of_variable(variable: str) -> str:
+    """The rank a variable iterates (``e`` -> ``E``)."""
+    return variable.upper()
+
+
+@dataclass(frozen=True)
+class AffineIndex:
+    """``sum(coeff * var) + const``; ``terms`` keeps the order the index was written in."""
+
+    terms: tuple[tuple[str, int], ...] = ()
+    const: int = 0
+
+    @staticmethod
+    def var(name: str, offset: int = 0) -> "AffineIndex":
+        return AffineIndex(((name, 1),), offset)
+
+    @staticmethod
+    def constant(value: int) -> "AffineIndex":
+        return AffineIndex((), value)
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        return tuple(v for v, _ in self.terms)
+
+    @property
+    def plain_variable(self) -> str | None:
+        """The variable if the index is exactly one variable (``e``), else ``None``."""
+        if len(self.terms) == 1 and self.terms[0][1] == 1 and self.const == 0:
+            return self.terms[0][0]
+        return None
+
+    def shifted_variable(self) -> tuple[str, int] | None:
+        """``(var, offset)`` if the index is ``var + offset``, else ``None``."""
+        if len(self.terms) == 1 and self.terms[0][1] == 1:
+            return self.terms[0][0], self.const
+        return None
+
+    def bounds(self, sizes: dict[str, int]) -> tuple[int, int]:
+        """Smallest and largest value over ``0 <= var < sizes[var]``."""
+        lo = hi = self.const
+        for v, c in self.terms:
+            top = c * (sizes[v] - 1)
+            lo += min(0, top)
+            hi += max(0, top)
+        return lo, hi
+
+    def __str__(self) -> str:
+        out = ""
+        for v, c in self.terms:
+            mag = abs(c)
+            piece = v if mag == 1 else f"{mag}*{v}"
+            if not out:
+                out = piece if c > 0 else f"-{piece}"
+            else:
+                out += f"+{piece}" if c > 0 else f"-{piece}"
+        if self.const or not out:
+            if not out:
+                out = str(self.const)
+            else:
+                out += f"+{self.const}" if self.const > 0 else f"-{-self.const}"
+        return out
+
+
+@dataclass(frozen=True)
+class Access:
+    tensor: str
+    indices: tuple[AffineIndex, ...]
+
+    def __str__(self) -> str:
+        return f"{self.tensor}[{','.join(str(i) for i in self.indices)}]"
+
+    @property
+    def variables(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for idx in self.indices:
+            for v in idx.variables:
+                seen.setdefault(v)
+        return tuple(seen)
+
+
+@dataclass(frozen=True)
+class Const:
+    value: float
+
+
+@dataclass(frozen=True)
+class Param:
+    """A named scalar: a cascade parameter (``eps``) or a rank's size (``D``)."""
+
+    name: str
+
+
+@dataclass(frozen=True)
+class Unary:
+    fn: str
+    arg: "Expr"
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str
+    lhs: "Expr"
+    rhs: "Expr"
+
+
+Expr = Union[Access, Const, Param, Unary, Binary]
+
+
+def walk(expr: Expr):
+    """Every node of ``expr``, parents before children."""
+    yield expr
+    if isinstance(expr, Unary):
+        yield from walk(expr.arg)
+    elif isinstance(expr, Binary):
+        yield from walk(expr.lhs)
+        yield from walk(expr.rhs)
+
+
+def accesses(expr: Expr) -> tuple[Access, ...]:
+    return tuple(n for n in walk(expr) if isinstance(n, Access))
+
+
+def expr_variables(expr: Expr) -> tuple[str, ...]:
+    """Rank variables of ``expr`` in order of first appearance."""
+    seen: dict[str, None] = {}
+    for acc in accesses(expr):
+        for v in acc.variables:
+            seen.setdefault(v)
+    return tuple(seen)
+
+
+def additive_terms(expr: Expr) -> tuple[tuple[int, Expr], ...]:
+    """Top-level terms of a sum with their signs: ``a - b + c`` -> ``((1,a), (-1,b), (1,c))``."""
+    if isinstance(expr, Binary) and expr.op in ("+", "-"):
+        left = additive_terms(expr.lhs)
+        right = additive_terms(expr.rhs)
+        if expr.op == "-":
+            right = tuple((-s, t) for s, t in right)
+        return left + right
+    return ((1, expr),)
+
+
+_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
+
+
+def _format_const(value: float) -> str:
+    text = str(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(float(value))
+    return f"(-{text.lstrip('-')})" if value < 0 else text
+
+
+def format_expr(expr: Expr) -> str:
+    """Text that parses back to exactly ``expr`` (same tree), with minimal parentheses."""
+    if isinstance(expr, Access):
+        return str(expr)
+    if isinstance(expr, Const):
+        return _format_const(expr.value)
+    if isinstance(expr, Param):
+        return expr.name
+    if isinstance(expr, Unary):
+        return f"{expr.fn}({format_expr(expr.arg)})"
+    level = _PRECEDENCE[expr.op]
+    lhs = format_expr(expr.lhs)
+    rhs = format_expr(expr.rhs)
+    if isinstance(expr.lhs, Binary) and _PRECEDENCE[expr.lhs.op] < level:
+        lhs = f"({lhs})"
+    if isinstance(expr.rhs, Binary) and _PRECEDENCE[expr.rhs.op] <= level:
+        rhs = f"({rhs})"
+    sep = f" {expr.op} " if level == 1 else expr.op
+    return f"{lhs}{sep}{rhs}"
+
+
+@dataclass(frozen=True)
+class Einsum:
+    """``output = expr``, reduced over the variables ``output`` lacks with ``reduce_op``.
+
+    The Einsum is named after the tensor it writes: a cascade defines each tensor once.
+    """
+
+    output: Access
+    expr: Expr
+    reduce_op: str = "sum"
+
+    @property
+    def name(self) -> str:
+        return self.output.tensor
+
+    @property
+    def output_variables(self) -> tuple[str, ...]:
+        return tuple(i.plain_variable or "" for i in self.output.indices)
+
+    @property
+    def reduced_variables(self) -> tuple[str, ...]:
+        out = set(self.output_variables)
+        return tuple(v for v in expr_variables(self.expr) if v not in out)
+
+    @property
+    def iteration_variables(self) -> tuple[str, ...]:
+        return self.output_variables + self.reduced_variables
+
+    @property
+    def inputs(self) -> tuple[Access, ...]:
+        return accesses(self.expr)
+
+    @property
+    def input_tensors(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for acc in self.inputs:
+            seen.setdefault(acc.tensor)
+        return tuple(seen)
+
+    def __str__(self) -> str:
+        assign = "=" if self.reduce_op == "sum" else f"{self.reduce_op}="
+        return f"{self.output} {assign} {format_expr(self.expr)}"
+
+
+class Role(str, Enum):
+    INPUT = "input"
+    WEIGHT = "weight"
+    INTERMEDIATE = "intermediate"
+    OUTPUT = "output"
+    STATE = "state"
+
+
+@dataclass(frozen=True)
+class Rank:
+    name: str
+    size: int
+    size_expr: str | None = None  # how the size was written, e.g. "expand*d_model"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A named tensor: its ranks (in storage order), role and element width.
+
+    ``initial`` names the tensor whose values an out-of-range read below index 0 of an ordered
+    rank returns (the SSM state ``H0`` for ``H[b,i-1,e,n]`` at ``i=0``, the conv state for the
+    causal window); without it such reads return zero. Its ranks are this tensor's with that
+    rank removed (history depth 1) or replaced in place by a history rank (depth = its size).
+    ``updates`` names the state tensor whose next value this tensor holds (the new SSM state
+    replaces ``H0`` in the next step).
+    """
+
+    name: str
+    ranks: tuple[str, ...]
+    role: Role
+    bits: int = 16
+    initial: str | None = None
+    updates: str | None = None
+    description: str = field(default="", compare=False)

@@ -1,0 +1,58 @@
+"""The error types mambalaya reports to users.
+
+Every error a user can cause (a malformed cascade, a bad spec field, a missing weight) is a
+:class:`MambalayaError`; the CLI prints its message as one paragraph and exits non-zero. Any
+other exception escaping the package is a bug.
+"""
+
+from __future__ import annotations
+
+
+class MambalayaError(Exception):
+    """Base class of every error mambalaya reports to users."""
+
+
+class SpecError(MambalayaError):
+    """A cascade, Einsum or spec is malformed or inconsistent.
+
+    ``source`` names the file (or ``<string>``), ``line``/``column`` locate the fault when the
+    text is at fault (1-based), ``einsum`` names the Einsum when a rule is broken.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        source: str | None = None,
+        line: int | None = None,
+        column: int | None = None,
+        einsum: str | None = None,
+    ) -> None:
+        self.message = message
+        self.source = source
+        self.line = line
+        self.column = column
+        self.einsum = einsum
+        super().__init__(self._render())
+
+    @property
+    def location(self) -> str:
+        parts = []
+        if self.source:
+            parts.append(self.source)
+        if self.line is not None:
+            parts.append(f"line {self.line}")
+        if self.column is not None:
+            parts.append(f"column {self.column}")
+        where = ", ".join(parts)
+        if self.einsum:
+            where = f"{where}: Einsum {self.einsum}" if where else f"Einsum {self.einsum}"
+        return where
+
+    def _render(self) -> str:
+        where = self.location
+        return f"{where}: {self.message}" if where else self.message
+
+
+class ExecutionError(MambalayaError):
+    """Arrays given to the executor do not fit the cascade (missing, wrong shape, bad dtype)."""

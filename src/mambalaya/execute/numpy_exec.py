@@ -1,0 +1,398 @@
+"""A numpy interpreter for any cascade.
+
+Each Einsum is evaluated over its whole iteration space at once, except a recurrence, which is
+evaluated one step of its generational rank at a time (vectorised over every other rank).
+Arrays inside an evaluation are laid out over the Einsum's iteration variables (output
+variables first, then reduced ones) with length-1 axes for variables a value does not depend
+on, so numpy broadcasting lines them up. A reduced additive term that is a product goes through
+``numpy.einsum`` (BLAS for GEMMs) so a GEMM never materialises its full iteration space.
+
+Out-of-range reads (``i-1`` at ``i=0``, the causal window's left edge) return the tensor's
+initial value (:attr:`TensorSpec.initial`) or zero: the source array is padded once per Einsum.
+"""
+
+from __future__ import annotations
+
+import string
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+
+from mambalaya.errors import ExecutionError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import (
+    Access,
+    Binary,
+    Const,
+    Einsum,
+    Expr,
+    Param,
+    Role,
+    Unary,
+    additive_terms,
+    expr_variables,
+)
+
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return np.exp(-np.logaddexp(0, -x))
+
+
+UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
+    "exp": np.exp,
+    "log": np.log,
+    "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x),
+    "silu": lambda x: x * _sigmoid(x),
+    "softplus": lambda x: np.logaddexp(0, x),
+    "neg": np.negative,
+    "square": np.square,
+    "sigmoid": _sigmoid,
+    "tanh": np.tanh,
+    "abs": np.abs,
+    "relu": lambda x: np.maximum(x, 0),
+}
+
+
+def resolve_dtype(dtype: str | np.dtype | type) -> np.dtype:
+    d = np.dtype(dtype)
+    if d not in (np.dtype(np.float32), np.dtype(np.float64)):
+        raise ExecutionError(f"dtype {d} is not supported; use float32 or float64")
+    return d
+
+
+@dataclass(frozen=True)
+class _Source:
+    """An array padded along some dimensions, so out-of-range reads become plain reads."""
+
+    array: np.ndarray
+    pad_lo: tuple[int, ...]
+
+
+def initial_axis(cascade: Cascade, tensor: str) -> tuple[int, int] | None:
+    """``(dimension, history depth)`` of the tensor's initial value, or ``None``."""
+    spec = cascade.tensors[tensor]
+    if spec.initial is None:
+        return None
+    init = cascade.tensors[spec.initial]
+    if len(init.ranks) == len(spec.ranks) - 1:
+        for p in range(len(spec.ranks)):
+            if spec.ranks[:p] + spec.ranks[p + 1 :] == init.ranks:
+                return p, 1
+    for p, (a, b) in enumerate(zip(spec.ranks, init.ranks)):
+        if a != b:
+            return p, cascade.size(b)
+    raise AssertionError("validated cascades have a well-formed initial value")  # pragma: no cover
+
+
+def _padded(
+    cascade: Cascade,
+    tensor: str,
+    array: np.ndarray,
+    pad_lo: tuple[int, ...],
+    pad_hi: tuple[int, ...],
+    values: Mapping[str, np.ndarray],
+) -> np.ndarray:
+    if not any(pad_lo) and not any(pad_hi):
+        return array
+    out = np.pad(array, list(zip(pad_lo, pad_hi)))
+    init = initial_axis(cascade, tensor)
+    if init is not None and pad_lo[init[0]]:
+        axis, depth = init
+        hist = values[cascade.tensors[tensor].initial]  # type: ignore[index]
+        if depth == 1 and hist.ndim == array.ndim - 1:
+            hist = np.expand_dims(hist, axis)
+        take = min(depth, pad_lo[axis])
+        # history index h (0..depth-1) holds position h - depth; it lands at pad_lo + h - depth
+        dst = [slice(p, p + s) for p, s in zip(pad_lo, array.shape)]
+        src = [slice(None)] * array.ndim
+        dst[axis] = slice(pad_lo[axis] - take, pad_lo[axis])
+        src[axis] = slice(depth - take, depth)
+        out[tuple(dst)] = hist[tuple(src)]
+    return out
+
+
+class _EinsumEvaluator:
+    """Evaluates one Einsum; ``ranges`` restrict variables to ``[start, stop)``."""
+
+    def __init__(self, cascade: Cascade, einsum: Einsum, sources: Mapping[str, _Source], dtype: np.dtype):
+        self.cascade = cascade
+        self.einsum = einsum
+        self.sources = sources
+        self.dtype = dtype
+        self.vars = einsum.iteration_variables
+        self.axis = {v: n for n, v in enumerate(self.vars)}
+        self.reduced = set(einsum.reduced_variables)
+        self.letters = dict(zip(self.vars, string.ascii_letters))
+        self.terms = additive_terms(einsum.expr)
+
+    # -- values -------------------------------------------------------------------------
+    def load(self, acc: Access, ranges: Mapping[str, tuple[int, int]]) -> np.ndarray:
+        src = self.sources[acc.tensor]
+        shifted = [idx.shifted_variable() for idx in acc.indices]
+        plain_vars = [s[0] for s in shifted if s is not None]
+        if all(s is not None or not idx.terms for s, idx in zip(shifted, acc.indices)) and len(set(plain_vars)) == len(
+            plain_vars
+        ):
+            return self._load_sliced(acc, src, ranges)
+        return self._load_gathered(acc, src, ranges)
+
+    def _load_sliced(self, acc: Access, src: _Source, ranges) -> np.ndarray:
+        key: list[slice | int] = []
+        kept: list[str] = []
+        for idx, pad in zip(acc.indices, src.pad_lo):
+            sv = idx.shifted_variable()
+            if sv is None:  # a constant index
+                key.append(idx.const + pad)
+                continue
+            v, off = sv
+            start, stop = ranges[v]
+            key.append(slice(start + off + pad, stop + off + pad))
+            kept.append(v)
+        view = src.array[tuple(key)]
+        order = sorted(range(len(kept)), key=lambda n: self.axis[kept[n]])
+        view = view.transpose(order)
+        shape = [1] * len(self.vars)
+        for n in order:
+            shape[self.axis[kept[n]]] = view.shape[order.index(n)]
+        return view.reshape(shape)
+
+    def _load_gathered(self, acc: Access, src: _Source, ranges) -> np.ndarray:
+        grids = {}
+        for v in acc.variables:
+            start, stop = ranges[v]
+            shape = [1] * len(self.vars)
+            shape[self.axis[v]] = stop - start
+            grids[v] = np.arange(start, stop).reshape(shape)
+        keys = []
+        for idx, pad in zip(acc.indices, src.pad_lo):
+            k = np.asarray(idx.const + pad).reshape([1] * len(self.vars))
+            for v, c in idx.terms:
+                k = k + c * grids[v]
+            keys.append(k)
+        return src.array[tuple(keys)]
+
+    def value(self, expr: Expr, ranges) -> np.ndarray:
+        if isinstance(expr, Access):
+            return self.load(expr, ranges)
+        if isinstance(expr, Const):
+            return np.asarray(expr.value, dtype=self.dtype)
+        if isinstance(expr, Param):
+            return np.asarray(self.cascade.param_value(expr.name), dtype=self.dtype)
+        if isinstance(expr, Unary):
+            return UNARY_NUMPY[expr.fn](self.value(expr.arg, ranges))
+        lhs = self.value(expr.lhs, ranges)
+        rhs = self.value(expr.rhs, ranges)
+        if expr.op == "+":
+            return lhs + rhs
+        if expr.op == "-":
+            return lhs - rhs
+        if expr.op == "*":
+            return lhs * rhs
+        return lhs / rhs
+
+    # -- reductions ---------------------------------------------------------------------
+    def _factors(self, expr: Expr) -> list[tuple[Expr, bool]]:
+        """A product tree as ``(factor, is_divisor)`` pairs."""
+        if isinstance(expr, Binary) and expr.op == "*":
+            return self._factors(expr.lhs) + self._factors(expr.rhs)
+        if isinstance(expr, Binary) and expr.op == "/":
+            return self._factors(expr.lhs) + [(expr.rhs, True)]
+        return [(expr, False)]
+
+    def _sum_reduced_term(self, expr: Expr, ranges) -> np.ndarray:
+        operands, subscripts = [], []
+        scalar = np.asarray(1.0, dtype=self.dtype)
+        for factor, divisor in self._factors(expr):
+            val = self.value(factor, ranges)
+            if divisor:
+                val = 1.0 / val
+            fvars = [v for v in self.vars if v in set(expr_variables(factor))]
+            if not fvars:
+                scalar = scalar * val
+                continue
+            squeeze = tuple(n for n, v in enumerate(self.vars) if v not in fvars)
+            operands.append(val.squeeze(axis=squeeze))
+            subscripts.append("".join(self.letters[v] for v in fvars))
+        term_vars = set(expr_variables(expr))
+        out_vars = [v for v in self.einsum.output_variables if v in term_vars]
+        spec = ",".join(subscripts) + "->" + "".join(self.letters[v] for v in out_vars)
+        result = np.einsum(spec, *operands, optimize=len(operands) > 1) * scalar
+        shape = [1] * len(self.einsum.output_variables)
+        for v, s in zip(out_vars, result.shape):
+            shape[self.einsum.output_variables.index(v)] = s
+        return result.reshape(shape)
+
+    def _max_reduced_term(self, expr: Expr, ranges) -> np.ndarray:
+        val = self.value(expr, ranges)
+        full = [ranges[v][1] - ranges[v][0] for v in self.vars]
+        val = np.broadcast_to(val, full)
+        n_out = len(self.einsum.output_variables)
+        return val.max(axis=tuple(range(n_out, len(self.vars))))
+
+    def evaluate(self, ranges) -> np.ndarray:
+        """The output over ``ranges``, axes in the output tensor's order."""
+        n_out = len(self.einsum.output_variables)
+        out_shape = [ranges[v][1] - ranges[v][0] for v in self.einsum.output_variables]
+        total: np.ndarray | None = None
+        for sign, term in self.terms:
+            if set(expr_variables(term)) & self.reduced:
+                if self.einsum.reduce_op == "sum":
+                    val = self._sum_reduced_term(term, ranges)
+                else:
+                    val = self._max_reduced_term(term, ranges)
+            else:
+                val = self.value(term, ranges)
+                if val.ndim:
+                    val = val.reshape(val.shape[:n_out]) if val.ndim == len(self.vars) else val
+            total = (val if sign > 0 else -val) if total is None else (total + val if sign > 0 else total - val)
+        assert total is not None
+        return np.broadcast_to(total, out_shape).astype(self.dtype, copy=False)
+
+
+def _source_for(
+    cascade: Cascade,
+    einsum: Einsum,
+    tensor: str,
+    values: Mapping[str, np.ndarray],
+    sizes: Mapping[str, int],
+) -> _Source:
+    array = values[tensor]
+    ndim = array.ndim
+    lo = [0] * ndim
+    hi = [0] * ndim
+    for acc in einsum.inputs:
+        if acc.tensor != tensor:
+            continue
+        for p, idx in enumerate(acc.indices):
+            a, b = idx.bounds(sizes)
+            lo[p] = max(lo[p], -a)
+            hi[p] = max(hi[p], b - (array.shape[p] - 1))
+    return _Source(_padded(cascade, tensor, array, tuple(lo), tuple(hi), values), tuple(lo))
+
+
+def run_einsum(cascade: Cascade, einsum: Einsum, values: Mapping[str, np.ndarray], dtype: np.dtype) -> np.ndarray:
+    """Evaluate one Einsum given the values of the tensors it reads."""
+    sizes = cascade.variable_sizes
+    sources = {
+        t: _source_for(cascade, einsum, t, values, sizes) for t in einsum.input_tensors if t != einsum.name
+    }
+    full = {v: (0, sizes[v]) for v in einsum.iteration_variables}
+    rec = cascade.recurrence(einsum)
+    if rec is None:
+        return np.ascontiguousarray(_EinsumEvaluator(cascade, einsum, sources, dtype).evaluate(full))
+
+    rank, distance = rec
+    shape = cascade.shape(einsum.name)
+    axis = cascade.tensors[einsum.name].ranks.index(rank)
+    pad_lo = tuple(distance if p == axis else 0 for p in range(len(shape)))
+    buffer = _padded(cascade, einsum.name, np.zeros(shape, dtype), pad_lo, (0,) * len(shape), values)
+    sources[einsum.name] = _Source(buffer, pad_lo)
+    evaluator = _EinsumEvaluator(cascade, einsum, sources, dtype)
+    var = rank.lower()
+    for t in range(shape[axis]):
+        step = dict(full)
+        step[var] = (t, t + 1)
+        dst = [slice(None)] * len(shape)
+        dst[axis] = slice(distance + t, distance + t + 1)
+        buffer[tuple(dst)] = evaluator.evaluate(step)
+    keep = [slice(None)] * len(shape)
+    keep[axis] = slice(distance, None)
+    return np.ascontiguousarray(buffer[tuple(keep)])
+
+
+def check_arrays(cascade: Cascade, arrays: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
+    """The external arrays as ``dtype``, or an :class:`ExecutionError` naming what is wrong."""
+    needed = cascade.external_tensors()
+    unknown = sorted(set(arrays) - set(cascade.tensors))
+    if unknown:
+        raise ExecutionError(
+            f"arrays {', '.join(unknown)} are not tensors of cascade {cascade.name!r}; "
+            f"it reads {', '.join(needed)}"
+        )
+    produced = sorted(t for t in arrays if cascade.producer(t) is not None)
+    if produced:
+        raise ExecutionError(f"arrays {', '.join(produced)} are computed by the cascade and cannot be given")
+    missing = [t for t in needed if t not in arrays]
+    if missing:
+        roles = ", ".join(f"{t} ({cascade.tensors[t].role.value}, shape {cascade.shape(t)})" for t in missing)
+        raise ExecutionError(f"cascade {cascade.name!r} needs arrays that were not given: {roles}")
+    out = {}
+    for t in needed:
+        a = np.asarray(arrays[t])
+        if a.shape != cascade.shape(t):
+            ranks = ", ".join(cascade.tensors[t].ranks)
+            raise ExecutionError(
+                f"array {t} has shape {a.shape} but tensor {t}[{ranks}] has shape {cascade.shape(t)}"
+            )
+        if not np.issubdtype(a.dtype, np.number):
+            raise ExecutionError(f"array {t} has dtype {a.dtype}, not a number type")
+        out[t] = np.ascontiguousarray(a, dtype=dtype)
+    return out
+
+
+def last_uses(cascade: Cascade) -> dict[str, int]:
+    """Index of the last Einsum reading each tensor (-1 if none)."""
+    last = {t: -1 for t in cascade.tensors}
+    for n, e in enumerate(cascade.einsums):
+        for t in e.input_tensors + cascade.initial_reads(e):
+            last[t] = n
+    return last
+
+
+def execute(
+    cascade: Cascade,
+    arrays: Mapping[str, np.ndarray],
+    *,
+    dtype: str | np.dtype = "float64",
+    keep: str = "outputs",
+) -> dict[str, np.ndarray]:
+    """Run ``cascade`` on the given input, weight and state arrays.
+
+    ``keep="outputs"`` returns the outputs and outgoing states and frees every intermediate
+    after its last reader; ``keep="all"`` returns every tensor, the given ones included.
+    """
+    if keep not in ("outputs", "all"):
+        raise ExecutionError(f"keep must be 'outputs' or 'all', not {keep!r}")
+    dt = resolve_dtype(dtype)
+    values: dict[str, np.ndarray] = check_arrays(cascade, arrays, dt)
+    wanted = set(cascade.output_tensors())
+    last = last_uses(cascade)
+    with np.errstate(over="ignore", under="ignore"):
+        for n, e in enumerate(cascade.einsums):
+            values[e.name] = run_einsum(cascade, e, values, dt)
+            if keep == "outputs":
+                for t in e.input_tensors + cascade.initial_reads(e):
+                    if last[t] == n and t not in wanted and cascade.producer(t) is not None:
+                        del values[t]
+    if keep == "outputs":
+        return {t: values[t] for t in cascade.output_tensors()}
+    return values
+
+
+def carry_states(cascade: Cascade, results: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The incoming-state arrays of the next step, from a run's outgoing states.
+
+    Each tensor with ``updates: S`` gives state ``S``; ranks of size 1 that ``S`` lacks are
+    dropped (the decode step's ``H[b,i,e,n]`` with ``I=1`` becomes ``H0[b,e,n]``).
+    """
+    out: dict[str, np.ndarray] = {}
+    for t, spec in cascade.tensors.items():
+        if spec.updates is None:
+            continue
+        if t not in results:
+            raise ExecutionError(f"the results have no {t}, which carries state {spec.updates}")
+        target = cascade.tensors[spec.updates]
+        arr = np.asarray(results[t])
+        extra = tuple(p for p, r in enumerate(spec.ranks) if r not in target.ranks)
+        arr = arr.squeeze(axis=extra) if extra else arr
+        kept = [r for r in spec.ranks if r in target.ranks]
+        out[spec.updates] = np.ascontiguousarray(arr.transpose([kept.index(r) for r in target.ranks]))
+    return out
+
+
+def input_roles(cascade: Cascade) -> dict[str, Role]:
+    return {t: cascade.tensors[t].role for t in cascade.external_tensors()}

@@ -1,0 +1,263 @@
+"""The ``mambalaya`` command line.
+
+Every command turns user errors (:class:`~mambalaya.errors.MambalayaError`) into one
+paragraph on stderr and exit status 1; anything else escaping is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Callable, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from mambalaya import __version__
+from mambalaya.errors import MambalayaError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
+from mambalaya.einsum.stats import cascade_stats
+from mambalaya.report.tables import cascade_json, cascade_rows
+from mambalaya.workloads import PRESETS, ModelConfig, build_layer, resolve_model
+
+app = typer.Typer(
+    help="Einsum-based fusion analysis of state-space models (Mamba) on accelerators.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+cascade_app = typer.Typer(help="Build, inspect, draw and check Einsum cascades.", no_args_is_help=True)
+app.add_typer(cascade_app, name="cascade")
+
+out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+class Format(str, Enum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+class PhaseOption(str, Enum):
+    prefill = "prefill"
+    decode = "decode"
+
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"Preset ({', '.join(PRESETS)}) or a YAML/JSON model config file.")]
+PhaseOpt = Annotated[PhaseOption, typer.Option(help="prefill: I = seq-len from a zero state; decode: one step, I = 1, state in and out.")]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", min=1, help="Sequence length L (prefill).")]
+BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.")]
+BitsOpt = Annotated[int, typer.Option(min=1, help="Bits per element of every tensor.")]
+StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Report MambalayaError as one paragraph on stderr and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MambalayaError as err:
+            err_console.print(f"[bold red]error:[/] {err}", markup=True, highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None) -> tuple[ModelConfig, Cascade]:
+    config = resolve_model(model)
+    name = f"{Path(model).stem if model not in PRESETS else model}-{phase.value}"
+    return config, build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io, name=name)
+
+
+def _provenance(model: str, config: ModelConfig, cascade: Cascade, **run: Any) -> dict[str, Any]:
+    return {"model": model, "config": config.model_dump(), **run, "mambalaya": __version__}
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise MambalayaError(f"cannot write {output}: {err.strerror or err}") from None
+        err_console.print(f"wrote {output}")
+
+
+def _rows_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.0f}" if value.is_integer() else f"{value:,.3f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _rows_table(rows: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for key in rows[0]:
+        numeric = isinstance(rows[0][key], (int, float))
+        table.add_column(key, justify="right" if numeric else "left", overflow="fold")
+    for row in rows:
+        cells = (Text(_cell(v)) for v in row.values())  # Text: '[b,i]' is not markup
+        table.add_row(*cells, style="bold" if row.get("einsum") == "total" else None)
+    return table
+
+
+def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | None, provenance: dict[str, Any], title: str) -> None:
+    stats = cascade_stats(cascade, n_layers=n_layers)
+    if fmt == Format.json:
+        _emit(json.dumps(cascade_json(stats, provenance=provenance), indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(cascade_rows(stats)), output)
+    else:
+        table = _rows_table(cascade_rows(stats), title)
+        if output is None:
+            out_console.print(table)
+            t = stats.totals
+            out_console.print(
+                f"layer: {t['macs']:,} MACs, {t['parameters']:,} parameters, "
+                f"{t['read_bytes'] + t['write_bytes']:,.0f} bytes moved unfused; "
+                f"model ({n_layers} layers): {t['model_macs']:,} MACs"
+            )
+        else:
+            console = Console(file=io.StringIO(), width=200)
+            console.print(table)
+            _emit(console.file.getvalue(), output)  # type: ignore[attr-defined]
+
+
+@app.callback(invoke_without_command=True)
+def main(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False) -> None:
+    if version:
+        out_console.print(f"mambalaya {__version__}")
+        raise typer.Exit()
+
+
+@app.command("models")
+@user_errors
+def models_cmd(fmt: FormatOpt = Format.table) -> None:
+    """List the model presets with their configurations and parameter counts."""
+    rows = [
+        {
+            "model": name,
+            "family": cfg.family,
+            "d_model": cfg.d_model,
+            "n_layers": cfg.n_layers,
+            "d_state": cfg.d_state,
+            "expand": cfg.expand,
+            "d_conv": cfg.d_conv,
+            "dt_rank": cfg.dt_rank_value,
+            "vocab_size": cfg.vocab_size,
+            "parameters": cfg.model_parameters(),
+        }
+        for name, cfg in PRESETS.items()
+    ]
+    if fmt == Format.json:
+        _emit(json.dumps(rows, indent=2), None)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), None)
+    else:
+        out_console.print(_rows_table(rows, "model presets (parameters: embedding + layers + final norm)"))
+
+
+@cascade_app.command("show")
+@user_errors
+def show_cmd(
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = 2048,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    state_io: StateIoOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits)
+    title = (
+        f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; "
+        f"d_model={config.d_model}, d_inner={config.d_inner}, d_state={config.d_state}, "
+        f"dt_rank={config.dt_rank_value}, d_conv={config.d_conv}; {config.n_layers} layers"
+    )
+    _print_stats(cascade, config.n_layers, fmt, output, prov, title)
+
+
+@cascade_app.command("dump")
+@user_errors
+def dump_cmd(
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = 2048,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    state_io: StateIoOpt = None,
+    output: OutOpt = None,
+) -> None:
+    """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    _emit(dump_cascade(cascade), output)
+
+
+@cascade_app.command("check")
+@user_errors
+def check_cmd(
+    path: Annotated[Path, typer.Argument(help="A cascade YAML file.")],
+    n_layers: Annotated[int, typer.Option(min=1, help="Layers, for whole-model totals.")] = 1,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Validate a cascade file; print its statistics, or the errors (exit 1)."""
+    cascade = load_cascade(path)
+    err_console.print(f"{path}: valid cascade {cascade.name!r} with {len(cascade.einsums)} Einsums")
+    _print_stats(cascade, n_layers, fmt, output, {"file": str(path)}, f"{path} ({cascade.name})")
+
+
+@cascade_app.command("diagram")
+@user_errors
+def diagram_cmd(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .svg, .png or .pdf.")] = Path("cascade.svg"),
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = 2048,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    state_io: StateIoOpt = None,
+    cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
+    weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
+) -> None:
+    """Draw the cascade as a dataflow graph (tensors as boxes, Einsums numbered by kind)."""
+    from mambalaya.report.diagram import draw_cascade
+
+    if cascade_file is not None:
+        cascade = load_cascade(cascade_file)
+        title = f"{cascade_file} ({cascade.name})"
+    else:
+        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+        title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
+    draw_cascade(cascade, output, title=title, show_weights=weights)
+    err_console.print(f"wrote {output}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

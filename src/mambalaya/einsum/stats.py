@@ -1,0 +1,198 @@
+"""Operation counts, bytes moved and operational intensity of each Einsum, run unfused.
+
+Counting rules (every number the tool prints comes from here):
+
+* An operator node counts once per point of the iteration space of the variables under it:
+  ``X[b,i,d]*RS[b,i]*WN[d]`` is two multiplies per ``(b,i,d)``.
+* A reduced term that is a product counts its top multiply as a multiply-accumulate (MAC) per
+  point of the term's iteration space: ``XN[b,i,d]*WX[d,e]`` is ``B*I*D*E`` MACs. A reduced
+  term that is not a product counts one ``add`` (sum) or ``max`` per point.
+* ``+``/``-`` between additive terms count over the output variables they combine, so a
+  GEMM's bias is ``B*I*E`` adds, not ``B*I*E*R``.
+* Unary functions are counted each under its own name (``exp``, ``silu``, ...). A copy counts
+  nothing. ``ops_total`` = 2 per MAC + 1 per other operation.
+* Unfused traffic is the algorithmic minimum: each tensor an Einsum reads is read once (the
+  elements its accesses reach, e.g. one position of ``H`` for ``HN[b,e,n] = H[b,I-1,e,n]``),
+  an initial value (incoming state) is read when an index reaches below 0, and the output is
+  written once. A recurrence's read of its own output stays on chip.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables
+
+OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
+
+
+def _points(cascade: Cascade, variables) -> int:
+    n = 1
+    for v in set(variables):
+        n *= cascade.variable_sizes[v]
+    return n
+
+
+def _count(cascade: Cascade, node: Expr, ops: Counter, top_is_mac: bool = False) -> None:
+    if isinstance(node, Unary):
+        ops[node.fn] += _points(cascade, expr_variables(node))
+        _count(cascade, node.arg, ops)
+    elif isinstance(node, Binary):
+        kind = {"+": "add", "-": "add", "*": "mul", "/": "div"}[node.op]
+        if top_is_mac and node.op == "*":
+            kind = "mac"
+        ops[kind] += _points(cascade, expr_variables(node))
+        _count(cascade, node.lhs, ops)
+        _count(cascade, node.rhs, ops)
+
+
+def einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
+    """Operation counts of one Einsum by kind (see the module doc for the rules)."""
+    ops: Counter = Counter()
+    reduced = set(einsum.reduced_variables)
+    # the additive spine: count +/- over what they combine (reduced variables are gone by then)
+    node = einsum.expr
+    spine = []
+    while isinstance(node, Binary) and node.op in ("+", "-"):
+        spine.append(node)
+        node = node.lhs
+    for n in spine:
+        ops["add"] += _points(cascade, set(expr_variables(n)) - reduced)
+    for _, term in additive_terms(einsum.expr):
+        term_vars = set(expr_variables(term))
+        if term_vars & reduced:
+            is_product = isinstance(term, Binary) and term.op == "*"
+            if einsum.reduce_op == "sum" and is_product:
+                _count(cascade, term, ops, top_is_mac=True)
+                continue
+            ops["add" if einsum.reduce_op == "sum" else "max"] += _points(cascade, term_vars)
+        _count(cascade, term, ops)
+    return {k: int(v) for k, v in ops.items() if v}
+
+
+def _index_values(idx: AffineIndex, cascade: Cascade, extent: int) -> int:
+    """How many in-range positions ``idx`` reaches along a dimension of size ``extent``."""
+    if not idx.terms:
+        return 1 if 0 <= idx.const < extent else 0
+    if len(idx.terms) == 1:
+        v, c = idx.terms[0]
+        n = cascade.variable_sizes[v]
+        return sum(1 for x in range(n) if 0 <= c * x + idx.const < extent) if n <= 1 << 16 else min(n, extent)
+    lo, hi = idx.bounds(cascade.variable_sizes)
+    return max(0, min(hi, extent - 1) - max(lo, 0) + 1)
+
+
+def access_elements(cascade: Cascade, acc: Access) -> int:
+    """Distinct in-range elements an access reaches (dimensions treated independently)."""
+    n = 1
+    for idx, extent in zip(acc.indices, cascade.shape(acc.tensor)):
+        n *= _index_values(idx, cascade, extent)
+    return n
+
+
+def _reaches_below_zero(cascade: Cascade, acc: Access) -> bool:
+    return any(idx.bounds(cascade.variable_sizes)[0] < 0 for idx in acc.indices)
+
+
+def einsum_reads(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
+    """Elements read from each tensor when the Einsum runs on its own."""
+    reads: dict[str, int] = {}
+    for acc in einsum.inputs:
+        if acc.tensor == einsum.name:
+            continue
+        reads[acc.tensor] = min(cascade.elements(acc.tensor), max(reads.get(acc.tensor, 0), access_elements(cascade, acc)))
+    for acc in einsum.inputs:
+        init = cascade.tensors[acc.tensor].initial
+        if init is not None and _reaches_below_zero(cascade, acc):
+            reads[init] = cascade.elements(init)
+    return reads
+
+
+@dataclass(frozen=True)
+class EinsumStats:
+    number: int
+    name: str
+    expression: str
+    kind: str
+    output_ranks: tuple[str, ...]
+    iteration_ranks: tuple[str, ...]
+    ops: dict[str, int]
+    read_elements: dict[str, int]
+    read_bytes_by_tensor: dict[str, float]
+    write_elements: int
+    write_bytes: float
+
+    @property
+    def macs(self) -> int:
+        return self.ops.get("mac", 0)
+
+    @property
+    def ops_total(self) -> int:
+        return sum(v * (2 if k == "mac" else 1) for k, v in self.ops.items())
+
+    @property
+    def read_bytes(self) -> float:
+        return sum(self.read_bytes_by_tensor.values())
+
+    @property
+    def intensity(self) -> float:
+        """Operations per byte moved when the Einsum runs unfused."""
+        moved = self.read_bytes + self.write_bytes
+        return self.ops_total / moved if moved else float("inf")
+
+
+@dataclass(frozen=True)
+class CascadeStats:
+    cascade: Cascade
+    einsums: tuple[EinsumStats, ...]
+    n_layers: int = 1
+    totals: dict[str, float] = field(default_factory=dict)
+
+
+def einsum_stats(cascade: Cascade, einsum: Einsum) -> EinsumStats:
+    reads = einsum_reads(cascade, einsum)
+    bits = {t: cascade.tensors[t].bits for t in reads}
+    out_elems = cascade.elements(einsum.name)
+    return EinsumStats(
+        number=cascade.position(einsum.name),
+        name=einsum.name,
+        expression=str(einsum),
+        kind=cascade.kind(einsum),
+        output_ranks=cascade.output_ranks(einsum),
+        iteration_ranks=cascade.iteration_ranks(einsum),
+        ops=einsum_ops(cascade, einsum),
+        read_elements=reads,
+        read_bytes_by_tensor={t: n * bits[t] / 8 for t, n in reads.items()},
+        write_elements=out_elems,
+        write_bytes=out_elems * cascade.tensors[einsum.name].bits / 8,
+    )
+
+
+def cascade_stats(cascade: Cascade, *, n_layers: int = 1) -> CascadeStats:
+    """Per-Einsum statistics, per-layer totals and whole-model totals (``n_layers`` x layer)."""
+    rows = tuple(einsum_stats(cascade, e) for e in cascade.einsums)
+    ops: Counter = Counter()
+    for r in rows:
+        ops.update(r.ops)
+    read_bytes = sum(r.read_bytes for r in rows)
+    write_bytes = sum(r.write_bytes for r in rows)
+    ops_total = sum(r.ops_total for r in rows)
+    totals: dict[str, float] = {
+        "einsums": len(rows),
+        "macs": ops.get("mac", 0),
+        "ops_total": ops_total,
+        "parameters": cascade.parameters(),
+        "parameter_bytes": sum(cascade.nbytes(t) for t in cascade.tensors_with_role(Role.WEIGHT)),
+        "read_bytes": read_bytes,
+        "write_bytes": write_bytes,
+        "intensity": ops_total / (read_bytes + write_bytes) if read_bytes + write_bytes else float("inf"),
+        "n_layers": n_layers,
+        "model_macs": n_layers * ops.get("mac", 0),
+        "model_ops_total": n_layers * ops_total,
+        "model_read_bytes": n_layers * read_bytes,
+        "model_write_bytes": n_layers * write_bytes,
+    }
+    totals.update({f"ops_{k}": v for k, v in sorted(ops.items())})
+    return CascadeStats(cascade, rows, n_layers, totals)

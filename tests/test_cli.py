@@ -1,0 +1,90 @@
+"""The command line: outputs, formats and one-paragraph errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from typer.testing import CliRunner
+
+from mambalaya.cli import app
+
+runner = CliRunner()
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def test_show_json_has_the_documented_fields() -> None:
+    r = invoke("cascade", "show", "--model", "mamba-2.8b", "--phase", "prefill", "--seq-len", "2048", "--batch", "64", "--format", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    e = doc["einsums"][3]
+    for key in ("name", "expression", "kind", "output", "output_ranks", "iteration_ranks", "inputs", "ops", "read_bytes", "write_bytes"):
+        assert key in e
+    assert e["name"] == "XI" and e["kind"] == "gemm" and e["inputs"][1] == {"tensor": "WX", "indices": ["d", "e"]}
+    B, L, D, E = 64, 2048, 2560, 5120
+    assert e["ops"] == {"mac": B * L * D * E}
+    assert e["write_bytes"] == B * L * E * 2
+    assert doc["totals"]["parameters"] == 41_244_160
+    assert doc["totals"]["macs"] == sum(x["ops"].get("mac", 0) for x in doc["einsums"])
+    assert doc["provenance"]["config"]["d_model"] == 2560
+
+
+def test_show_csv_and_table() -> None:
+    r = invoke("cascade", "show", "-m", "mamba-130m", "--phase", "decode", "--batch", "2", "-f", "csv")
+    assert r.exit_code == 0
+    rows = list(csv.DictReader(io.StringIO(r.stdout)))
+    assert rows[-1]["einsum"] == "total" and rows[0]["einsum"] == "SS"
+    assert {row["einsum"] for row in rows} >= {"H", "CSN", "XO"}
+    r = invoke("cascade", "show", "-m", "mamba-130m", "-L", "64")
+    assert r.exit_code == 0 and "XC[b,i,e] = XI[b,i+k-3,e]*WC[e,k] + BC[e]" in r.stdout
+    assert "d_model=768" in r.stdout
+
+
+def test_custom_model_file(tmp_path) -> None:
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text("d_model: 64\nn_layers: 3\nd_state: 8\n")
+    r = invoke("cascade", "show", "-m", str(cfg), "-L", "16", "-f", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["tensors"]["A"]["shape"] == [128, 8] and doc["totals"]["n_layers"] == 3
+    cfg.write_text("d_model: -4\n")
+    r = invoke("cascade", "show", "-m", str(cfg))
+    assert r.exit_code == 1 and "d_model" in r.stderr and "Traceback" not in r.output
+
+
+def test_dump_then_check_round_trips(tmp_path) -> None:
+    path = tmp_path / "c.yaml"
+    assert invoke("cascade", "dump", "-m", "mamba-130m", "-L", "8", "-o", str(path)).exit_code == 0
+    r = invoke("cascade", "check", str(path), "-f", "json")
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.stdout)["einsums"]) == 21
+
+
+def test_check_reports_errors_with_location(tmp_path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(
+        "ranks: {I: 4, D: 2}\ntensors:\n  X: {ranks: [I, D], role: input}\n  Y: {ranks: [I], role: output}\n"
+        "einsums:\n  - Y[i] = X[i*i,d]\n"
+    )
+    r = invoke("cascade", "check", str(path))
+    assert r.exit_code == 1
+    assert f"{path}, line 6, column 14: non-affine index" in r.stderr
+    assert "Traceback" not in r.output
+    r = invoke("cascade", "check", str(tmp_path / "missing.yaml"))
+    assert r.exit_code == 1 and "cannot read" in r.stderr
+
+
+def test_unknown_model_is_one_paragraph() -> None:
+    r = invoke("cascade", "show", "--model", "mamba-9b")
+    assert r.exit_code == 1
+    assert "unknown model 'mamba-9b'" in r.stderr and "mamba-130m" in r.stderr
+
+
+def test_models_lists_presets() -> None:
+    r = invoke("models", "-f", "json")
+    rows = {row["model"]: row for row in json.loads(r.stdout)}
+    assert rows["mamba-2.8b"]["parameters"] == 2_768_345_600

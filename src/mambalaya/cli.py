@@ -25,6 +25,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
 from mambalaya.einsum.stats import cascade_stats
+from mambalaya.fusion.mapping import parse_bytes
 from mambalaya.report.tables import cascade_json, cascade_rows
 from mambalaya.workloads import PRESETS, ModelConfig, build_layer, resolve_model
 
@@ -36,6 +37,8 @@ app = typer.Typer(
 )
 cascade_app = typer.Typer(help="Build, inspect, draw and check Einsum cascades.", no_args_is_help=True)
 app.add_typer(cascade_app, name="cascade")
+fusion_app = typer.Typer(help="Fusion classes of edges, mappings, their traffic and the optimal search.", no_args_is_help=True)
+app.add_typer(fusion_app, name="fusion")
 
 out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -59,6 +62,8 @@ BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.
 BitsOpt = Annotated[int, typer.Option(min=1, help="Bits per element of every tensor.")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
+BufferOpt = Annotated[str, typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576.")]
+MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, stitched, optimal, ideal, or a mapping YAML file.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 
 
@@ -144,6 +149,18 @@ def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | No
             console = Console(file=io.StringIO(), width=200)
             console.print(table)
             _emit(console.file.getvalue(), output)  # type: ignore[attr-defined]
+
+
+def _print_table(table: Table, output: Path | None, append: bool = False) -> None:
+    if output is None:
+        out_console.print(table)
+        return
+    console = Console(file=io.StringIO(), width=240)
+    console.print(table)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    if append and output.exists():
+        text = output.read_text(encoding="utf-8") + text
+    _emit(text, output)
 
 
 @app.callback(invoke_without_command=True)
@@ -245,8 +262,12 @@ def diagram_cmd(
     state_io: StateIoOpt = None,
     cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
     weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
+    classes: Annotated[bool, typer.Option("--classes/--no-classes", help="Label edges with their fusion class.")] = False,
+    mapping: Annotated[Optional[str], typer.Option("--mapping", help="Outline the fusion groups of this mapping (name or file).")] = None,
+    buffer: BufferOpt = "32MiB",
 ) -> None:
     """Draw the cascade as a dataflow graph (tensors as boxes, Einsums numbered by kind)."""
+    from mambalaya.fusion.edges import classify_edges
     from mambalaya.report.diagram import draw_cascade
 
     if cascade_file is not None:
@@ -255,8 +276,130 @@ def diagram_cmd(
     else:
         _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
         title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
-    draw_cascade(cascade, output, title=title, show_weights=weights)
+    labels = None
+    if classes:
+        labels = {e.key: e.fusion_class for e in classify_edges(cascade) if e.producer != e.consumer}
+    groups = None
+    if mapping is not None:
+        m = _resolve_mapping(mapping, cascade, parse_bytes(buffer))
+        groups = {e: n for n, g in enumerate(m.groups) for e in g.einsums}
+        title += f"; mapping {m.name}"
+    draw_cascade(cascade, output, title=title, show_weights=weights, edge_labels=labels, groups=groups)
     err_console.print(f"wrote {output}")
+
+
+def _resolve_mapping(name: str, cascade: Cascade, buffer_bytes: int, stats=None):
+    from mambalaya.fusion.mapping import check_mapping, load_mapping
+    from mambalaya.model.search import NAMED_MAPPINGS, named_mapping
+
+    if name in NAMED_MAPPINGS:
+        return named_mapping(name, cascade, buffer_bytes, stats)
+    mapping = load_mapping(name)
+    if mapping.buffer_bytes is None:
+        mapping = type(mapping)(mapping.name, mapping.groups, buffer_bytes, mapping.description)
+    return check_mapping(cascade, mapping)
+
+
+@fusion_app.command("classes")
+@user_errors
+def classes_cmd(
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = 2048,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    state_io: StateIoOpt = None,
+    inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state.")] = True,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
+    from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
+
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    edges = classify_edges(cascade, include_inputs=inputs)
+    if fmt == Format.json:
+        _emit(json.dumps(edges_json(edges), indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(edge_rows(edges)), output)
+    else:
+        title = f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}: edges (producer '-' = layer input or incoming state)"
+        _print_table(_rows_table(edge_rows(edges), title), output)
+
+
+@fusion_app.command("map")
+@user_errors
+def map_cmd(
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = 2048,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    state_io: StateIoOpt = None,
+    mapping: MappingOpt = "stitched",
+    buffer: BufferOpt = "32MiB",
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Write the mapping as YAML.")] = None,
+) -> None:
+    """Build or load a mapping; print its groups, traffic per tensor, off-chip bytes and footprints."""
+    from mambalaya.fusion.mapping import dump_mapping
+    from mambalaya.model.search import SearchStats
+    from mambalaya.model.traffic import mapping_traffic
+    from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
+
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    buffer_bytes = parse_bytes(buffer)
+    stats = SearchStats()
+    m = _resolve_mapping(mapping, cascade, buffer_bytes, stats)
+    traffic = mapping_traffic(cascade, m)
+    if save is not None:
+        _emit(dump_mapping(m), save)
+    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
+                       mapping=mapping, buffer_bytes=buffer_bytes)
+    if fmt == Format.json:
+        _emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
+        return
+    if fmt == Format.csv:
+        _emit(_rows_csv(group_rows(traffic)) + "\n" + _rows_csv(tensor_rows(cascade, traffic)), output)
+        return
+    head = (f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; mapping {m.name} "
+            f"({m.description}); buffer {buffer_bytes:,} bytes")
+    _print_table(_rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"), output)
+    _print_table(_rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor"), output, append=True)
+    if output is None:
+        out_console.print(f"total off-chip: {traffic.offchip_bytes:,.0f} bytes; peak group footprint "
+                          f"{traffic.peak_footprint_bytes:,.0f} bytes"
+                          + (f"; search costed {stats.evaluations:,} tilings" if stats.evaluations else ""))
+
+
+@fusion_app.command("pareto")
+@user_errors
+def pareto_cmd(
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = 2048,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
+    from mambalaya.model.search import pareto_frontier
+
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None)
+    rows = [
+        {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
+        for p in pareto_frontier(cascade)
+    ]
+    if not rows:
+        raise MambalayaError("no buffer size up to 4 GiB admits a mapping")
+    if fmt == Format.json:
+        _emit(json.dumps(rows, indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), output)
+    else:
+        _print_table(_rows_table(rows, f"{model} {phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)
 
 
 if __name__ == "__main__":  # pragma: no cover

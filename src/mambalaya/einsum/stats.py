@@ -13,7 +13,7 @@ Counting rules (every number the tool prints comes from here):
   nothing. ``ops_total`` = 2 per MAC + 1 per other operation.
 * Unfused traffic is the algorithmic minimum: each tensor an Einsum reads is read once (the
   elements its accesses reach, e.g. one position of ``H`` for ``HN[b,e,n] = H[b,I-1,e,n]``),
-  an initial value (incoming state) is read when an index reaches below 0, and the output is
+  the rows of an initial value (incoming state) an index reaches below 0 are read, and the output is
   written once. A recurrence's read of its own output stays on chip.
 """
 
@@ -92,10 +92,6 @@ def access_elements(cascade: Cascade, acc: Access) -> int:
     return n
 
 
-def _reaches_below_zero(cascade: Cascade, acc: Access) -> bool:
-    return any(idx.bounds(cascade.variable_sizes)[0] < 0 for idx in acc.indices)
-
-
 def einsum_reads(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
     """Elements read from each tensor when the Einsum runs on its own."""
     reads: dict[str, int] = {}
@@ -105,9 +101,34 @@ def einsum_reads(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
         reads[acc.tensor] = min(cascade.elements(acc.tensor), max(reads.get(acc.tensor, 0), access_elements(cascade, acc)))
     for acc in einsum.inputs:
         init = cascade.tensors[acc.tensor].initial
-        if init is not None and _reaches_below_zero(cascade, acc):
-            reads[init] = cascade.elements(init)
+        rows = _history_rows(cascade, acc)
+        if init is not None and rows:
+            elements = rows * cascade.elements(init) // _history_depth(cascade, acc.tensor)
+            reads[init] = max(reads.get(init, 0), elements)
     return reads
+
+
+def _history_depth(cascade: Cascade, tensor: str) -> int:
+    spec = cascade.tensors[tensor]
+    init = cascade.tensors[spec.initial]  # type: ignore[index]
+    if len(init.ranks) == len(spec.ranks) - 1:
+        return 1
+    return next(cascade.size(b) for a, b in zip(spec.ranks, init.ranks) if a != b)
+
+
+def _history_rows(cascade: Cascade, acc: Access) -> int:
+    """Rows of the incoming state an access reaches (positions below 0 of the ordered axis)."""
+    spec = cascade.tensors[acc.tensor]
+    if spec.initial is None:
+        return 0
+    depth = _history_depth(cascade, acc.tensor)
+    init = cascade.tensors[spec.initial]
+    axis = next(
+        (p for p in range(len(spec.ranks)) if p >= len(init.ranks) or spec.ranks[p] != init.ranks[p]),
+        len(spec.ranks) - 1,
+    )
+    lo, hi = acc.indices[axis].bounds(cascade.variable_sizes)
+    return max(0, min(hi, -1) - max(lo, -depth) + 1)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,1 @@
+"""Fusion: edge classes, mappings (groups + fused loops), legality and named mappings."""

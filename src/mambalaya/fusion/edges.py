@@ -1,0 +1,198 @@
+"""Fusion classes and dependency kinds of every producer -> consumer edge (DESIGN.md §4).
+
+For an edge U -> V through tensor T, with S = ranks(T):
+
+* ``P_U`` = ranks the producer iterates beyond S (it reduces them);
+* ``P_V`` = ranks the consumer iterates that none of its indices into T mention (it sweeps
+  them while T's element stays fixed). A window variable (``k`` in ``i+k-3``) indexes T and so
+  is not in ``P_V``: the window is a dependency along ``I``, not an extra rank.
+
+=====  ====================  ===========================================================
+class  condition             fusion needs
+=====  ====================  ===========================================================
+RI     P_U = P_V = {}        stream T tile by tile
+RSb    P_U != {}, P_V = {}   the producer completes its reduction over P_U inside a tile
+RSp    P_U = {}, P_V != {}   hold T's tile while the consumer sweeps P_V, or recompute it
+RD     both non-empty        both; a pass boundary on ranks in both (reduced, then reused)
+=====  ====================  ===========================================================
+
+Dependency kinds, per dimension of T: ``aligned`` (``i`` <-> ``i``), ``recurrent`` (an Einsum
+reading its own output at ``i-c``), ``window`` (``i+k-3``: a halo of 3 rows), ``shifted``
+(``i-1`` into another Einsum: a halo of 1), ``select`` (a constant or another rank's variable
+indexes the dimension), and ``reduce-then-reuse``: V reads T again after another reader of T
+fully reduced one of T's ranks on V's path (``X`` around RMSNorm, ``U`` around x_proj).
+An edge forces a **pass boundary** on a rank that is reduced and then reused along it: the
+ranks in both ``P_U`` and ``P_V``, and the reduce-then-reuse ranks.
+
+Edges from layer inputs and incoming state (``producer = None``) are listed too, since the
+reduce-then-reuse of the input ``X`` happens there; weights are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Access, Einsum, Role, rank_of_variable
+
+FUSION_CLASSES = ("RI", "RSb", "RSp", "RD")
+_PRIORITY = ("recurrent", "window", "shifted", "reduce-then-reuse", "select", "aligned")
+
+
+@dataclass(frozen=True)
+class Edge:
+    producer: str | None  # None: a layer input or incoming state
+    consumer: str
+    tensor: str
+    fusion_class: str
+    producer_only: tuple[str, ...]  # P_U
+    consumer_only: tuple[str, ...]  # P_V
+    dependencies: tuple[str, ...]  # e.g. ("aligned", "window(I, halo 3)")
+    pass_boundary: tuple[str, ...]  # ranks reduced then reused along this edge
+
+    @property
+    def dependency(self) -> str:
+        """The most constraining dependency kind (without its details)."""
+        kinds = {d.split("(")[0] for d in self.dependencies}
+        return next(k for k in _PRIORITY if k in kinds)
+
+    @property
+    def key(self) -> tuple[str | None, str, str]:
+        return (self.producer, self.consumer, self.tensor)
+
+
+def fusion_class(producer_only: set[str], consumer_only: set[str]) -> str:
+    if producer_only and consumer_only:
+        return "RD"
+    if producer_only:
+        return "RSb"
+    if consumer_only:
+        return "RSp"
+    return "RI"
+
+
+def _dimension_dependency(cascade: Cascade, acc: Access, dim: int, consumer: Einsum) -> str:
+    rank = cascade.tensors[acc.tensor].ranks[dim]
+    idx = acc.indices[dim]
+    own = rank.lower()
+    coeffs = dict(idx.terms)
+    if coeffs.get(own) != 1:
+        return f"select({rank})"
+    if idx.plain_variable == own:
+        return "aligned"
+    sizes = {v: (cascade.variable_sizes[v] if v != own else 1) for v in idx.variables}
+    lo, hi = idx.bounds(sizes)
+    if acc.tensor == consumer.name:
+        return f"recurrent({rank}, distance {-lo})"
+    if len(coeffs) > 1:
+        return f"window({rank}, halo {max(0, -lo)}{', reach +' + str(hi) if hi > 0 else ''})"
+    return f"shifted({rank}, {idx.const:+d})"
+
+
+def _ancestors(cascade: Cascade) -> dict[str, set[str]]:
+    anc: dict[str, set[str]] = {}
+    for e in cascade.einsums:
+        s: set[str] = set()
+        for t in e.input_tensors:
+            if t != e.name and cascade.producer(t) is not None:
+                s |= {t} | anc[t]
+        anc[e.name] = s
+    return anc
+
+
+def _reduce_then_reuse(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str, set[str]]) -> list[tuple[str, str]]:
+    """(rank, reducer) pairs: another reader of ``tensor`` upstream of ``consumer`` reduces that rank."""
+    found = []
+    for other in cascade.consumers(tensor):
+        if other.name == consumer.name or other.name not in anc[consumer.name]:
+            continue
+        reduced = set(other.reduced_variables)
+        for acc in other.inputs:
+            if acc.tensor != tensor:
+                continue
+            for dim, idx in enumerate(acc.indices):
+                v = idx.plain_variable
+                if v is not None and v in reduced:
+                    pair = (cascade.tensors[tensor].ranks[dim], other.name)
+                    if pair not in found:
+                        found.append(pair)
+    return found
+
+
+def classify_edge(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str, set[str]] | None = None) -> Edge:
+    anc = anc if anc is not None else _ancestors(cascade)
+    producer = cascade.producer(tensor)
+    accs = [a for a in consumer.inputs if a.tensor == tensor]
+    p_u = {rank_of_variable(v) for v in producer.reduced_variables} if producer is not None else set()
+    mentioned = {v for a in accs for idx in a.indices for v in idx.variables}
+    p_v = {rank_of_variable(v) for v in consumer.iteration_variables if v not in mentioned}
+    deps: list[str] = []
+    for a in accs:
+        for dim in range(len(a.indices)):
+            d = _dimension_dependency(cascade, a, dim, consumer)
+            if d not in deps and not (d == "aligned" and "aligned" in deps):
+                deps.append(d)
+    rtr = _reduce_then_reuse(cascade, tensor, consumer, anc)
+    deps += [f"reduce-then-reuse({rank} reduced by {who})" for rank, who in rtr]
+    if len(deps) > 1 and "aligned" in deps:
+        deps.remove("aligned")
+    boundary = sorted((p_u & p_v) | {rank for rank, _ in rtr})
+    rank_order = list(cascade.ranks)
+    return Edge(
+        producer=producer.name if producer is not None else None,
+        consumer=consumer.name,
+        tensor=tensor,
+        fusion_class=fusion_class(p_u, p_v),
+        producer_only=tuple(sorted(p_u, key=rank_order.index)),
+        consumer_only=tuple(sorted(p_v, key=rank_order.index)),
+        dependencies=tuple(deps),
+        pass_boundary=tuple(boundary),
+    )
+
+
+def classify_edges(cascade: Cascade, *, include_inputs: bool = True) -> list[Edge]:
+    """Every edge of the cascade, in consumer order (recurrences as self-edges)."""
+    anc = _ancestors(cascade)
+    edges = []
+    for e in cascade.einsums:
+        for t in e.input_tensors:
+            spec = cascade.tensors[t]
+            if cascade.producer(t) is None and (not include_inputs or spec.role == Role.WEIGHT):
+                continue
+            edges.append(classify_edge(cascade, t, e, anc))
+    return edges
+
+
+def edge_rows(edges: list[Edge]) -> list[dict]:
+    return [
+        {
+            "producer": e.producer or "-",
+            "consumer": e.consumer,
+            "tensor": e.tensor,
+            "fusion_class": e.fusion_class,
+            "dependency": e.dependency,
+            "details": "; ".join(e.dependencies),
+            "producer_only": ",".join(e.producer_only),
+            "consumer_only": ",".join(e.consumer_only),
+            "pass_boundary": ",".join(e.pass_boundary),
+        }
+        for e in edges
+    ]
+
+
+def edges_json(edges: list[Edge]) -> list[dict]:
+    return [
+        {
+            "producer": e.producer,
+            "consumer": e.consumer,
+            "tensor": e.tensor,
+            "fusion_class": e.fusion_class,
+            "dependency": e.dependency,
+            "dependencies": list(e.dependencies),
+            "producer_only_ranks": list(e.producer_only),
+            "consumer_only_ranks": list(e.consumer_only),
+            "pass_boundary": list(e.pass_boundary),
+            "forces_pass_boundary": bool(e.pass_boundary),
+        }
+        for e in edges
+    ]

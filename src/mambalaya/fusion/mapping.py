@@ -1,0 +1,453 @@
+"""Fusion mappings: a partition of a cascade into groups, each with fused loops.
+
+Semantics (the traffic model and the tiled executor both implement exactly this):
+
+* A **group** runs its fused loops ``loops = ((rank, tile), ...)``, outermost first. Loop
+  ``(R, t)`` visits the tiles ``[a, min(a+t, |R|))`` for ``a = 0, t, 2t, ...``; its trip count is
+  ``ceil(|R|/t)``. Each visit of the innermost loop body is a **step**.
+* In every step, every Einsum of the group runs once, in cascade order, over its iteration
+  space restricted to the step's tile of each fused rank (other ranks in full). An Einsum that
+  does not iterate a fused rank ``R`` runs in every step all the same: it is *recomputed* once
+  per tile of ``R`` (how an RSp producer serves a consumer whose extra rank is fused).
+* Tensors produced and consumed inside a group (its **intermediates**) never leave the chip.
+  A tensor produced in a group and needed elsewhere (by another group, or because it is a
+  cascade output or outgoing state) is written off-chip in every step that computes it.
+  A tensor a group reads but does not produce is read off-chip in every step: the bounding box
+  of the group's accesses to it over the step's ranges, clipped to the tensor (plus the
+  incoming-state rows an access reaches below 0). Along a window rank with ``halo: retain``
+  (the default) rows already read in the previous tile of that rank stay on chip and are not
+  read again; with ``halo: recompute`` they are read (or recomputed) again.
+* A recurrence's carried state (``H[b,i-1,e,n]``) and a retained window halo stay on chip
+  between tiles of the ordered rank.
+
+Legality (checked by :func:`check_mapping`, each rule named in the error):
+
+``cover``            every Einsum in exactly one group
+``order``            the groups can run one after another (no cycle between groups)
+``loops``            loop ranks exist, are not repeated, tiles are in ``1..|R|``
+``reduction``        no Einsum of a group reduces a fused rank: an RSb/RD reduction completes
+                     inside a tile (else the consumer would see partial sums)
+``alignment``        inside a group, a consumer indexes a fused-rank dimension of an
+                     intermediate by that rank's variable (plus window offsets), never by a
+                     constant or another rank: it can only see the current tile
+``future``           inside a group, no consumer reads ahead (``i+1``) along a fused rank
+``halo``             inside a group, a window over a fused rank needs ``halo: retain``
+                     (recomputing a halo inside a group is not supported)
+``buffer``           the group's on-chip footprint fits the buffer
+
+The **footprint** of a group is what must stay on chip at once: the tile of every intermediate
+(extent = tile for a fused rank, full size otherwise), the carried state of each recurrence
+(``distance`` positions of its output, over the tile extents of the other ranks, full extent
+for ranks whose loop is inside the recurrence's loop), and each retained halo (``halo`` rows of
+the windowed tensor, extents likewise). Tensors streaming in from or out to DRAM are not
+counted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Literal
+
+import yaml
+
+from mambalaya.errors import SpecError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Einsum, Role, rank_of_variable
+
+HaloPolicy = Literal["retain", "recompute"]
+
+
+class MappingError(SpecError):
+    """A mapping breaks a legality rule; ``rule``, ``group`` and ``edge`` say which and where."""
+
+    def __init__(self, message: str, *, rule: str, group: str | None = None, edge: str | None = None, source: str | None = None):
+        self.rule = rule
+        self.group = group
+        self.edge = edge
+        where = " ".join(p for p in (f"group {group}" if group else "", f"edge {edge}" if edge else "") if p)
+        super().__init__(f"{where + ': ' if where else ''}{message} [rule: {rule}]", source=source)
+
+
+@dataclass(frozen=True)
+class Loop:
+    rank: str
+    tile: int
+
+    def trips(self, size: int) -> int:
+        return math.ceil(size / self.tile)
+
+
+@dataclass(frozen=True)
+class FusionGroup:
+    name: str
+    einsums: tuple[str, ...]
+    loops: tuple[Loop, ...] = ()
+    halo: HaloPolicy = "retain"
+
+    def loop(self, rank: str) -> Loop | None:
+        for lp in self.loops:
+            if lp.rank == rank:
+                return lp
+        return None
+
+    @property
+    def fused_ranks(self) -> tuple[str, ...]:
+        return tuple(lp.rank for lp in self.loops)
+
+
+@dataclass(frozen=True)
+class Mapping:
+    name: str
+    groups: tuple[FusionGroup, ...]
+    buffer_bytes: int | None = None
+    description: str = field(default="", compare=False)
+
+    def group_of(self, einsum: str) -> FusionGroup:
+        for g in self.groups:
+            if einsum in g.einsums:
+                return g
+        raise KeyError(einsum)
+
+
+# ------------------------------------------------------------------------------------------
+# facts about a group inside a cascade
+# ------------------------------------------------------------------------------------------
+
+
+def group_einsums(cascade: Cascade, group: FusionGroup) -> list[Einsum]:
+    return [cascade.einsum(n) for n in group.einsums]
+
+
+def produced_in(group: FusionGroup) -> set[str]:
+    return set(group.einsums)
+
+
+def tensors_read(cascade: Cascade, group: FusionGroup) -> list[str]:
+    """Tensors the group reads from off-chip, in first-use order (initial values included)."""
+    inside = produced_in(group)
+    out: dict[str, None] = {}
+    for e in group_einsums(cascade, group):
+        for t in e.input_tensors:
+            if t not in inside:
+                out.setdefault(t)
+    return list(out)
+
+
+def tensors_written(cascade: Cascade, group: FusionGroup) -> list[str]:
+    """Tensors the group produces that leave the chip: read by another group, or handed back."""
+    inside = produced_in(group)
+    handed_back = set(cascade.output_tensors())
+    out = []
+    for e in group_einsums(cascade, group):
+        readers = {c.name for c in cascade.consumers(e.name)}
+        if e.name in handed_back or readers - inside:
+            out.append(e.name)
+    return out
+
+
+def intermediates(cascade: Cascade, group: FusionGroup) -> list[str]:
+    """Tensors produced in the group and read by another Einsum of the group."""
+    inside = produced_in(group)
+    return [
+        e.name
+        for e in group_einsums(cascade, group)
+        if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name))
+    ]
+
+
+def _extent(cascade: Cascade, group: FusionGroup, rank: str, *, full_inside_of: str | None = None) -> int:
+    """On-chip extent of ``rank``: its tile if fused, else full. With ``full_inside_of=R``,
+    ranks whose loop is inside ``R``'s loop count in full (their every tile needs its copy)."""
+    lp = group.loop(rank)
+    if lp is None:
+        return cascade.size(rank)
+    if full_inside_of is not None and full_inside_of in group.fused_ranks:
+        ranks = group.fused_ranks
+        if ranks.index(rank) > ranks.index(full_inside_of):
+            return cascade.size(rank)
+    return min(lp.tile, cascade.size(rank))
+
+
+def window_halos(cascade: Cascade, group: FusionGroup) -> dict[tuple[str, str], int]:
+    """``(tensor, rank) -> halo rows`` for windows (negative reach) over fused ranks of tensors
+    the group reads, whether produced inside or read from off-chip."""
+    halos: dict[tuple[str, str], int] = {}
+    sizes = cascade.variable_sizes
+    for e in group_einsums(cascade, group):
+        for acc in e.inputs:
+            if acc.tensor == e.name:
+                continue
+            ranks = cascade.tensors[acc.tensor].ranks
+            for idx, rank in zip(acc.indices, ranks):
+                if rank not in group.fused_ranks:
+                    continue
+                own = rank.lower()
+                coeff = dict(idx.terms).get(own)
+                if coeff != 1:
+                    continue
+                rest_lo, _ = idx.bounds({v: (sizes[v] if v != own else 1) for v in idx.variables})
+                if rest_lo < 0:
+                    key = (acc.tensor, rank)
+                    halos[key] = max(halos.get(key, 0), -rest_lo)
+    return halos
+
+
+def footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
+    """On-chip bytes the group keeps at once (see the module doc)."""
+    total = 0.0
+    for t in intermediates(cascade, group):
+        spec = cascade.tensors[t]
+        n = 1
+        for r in spec.ranks:
+            n *= _extent(cascade, group, r)
+        total += n * spec.bits / 8
+    for e in group_einsums(cascade, group):
+        rec = cascade.recurrence(e)
+        if rec is None:
+            continue
+        rank, distance = rec
+        spec = cascade.tensors[e.name]
+        n = distance
+        for r in spec.ranks:
+            if r != rank:
+                n *= _extent(cascade, group, r, full_inside_of=rank)
+        total += n * spec.bits / 8
+    if group.halo == "retain":
+        for (t, rank), rows in window_halos(cascade, group).items():
+            spec = cascade.tensors[t]
+            n = rows
+            for r in spec.ranks:
+                if r != rank:
+                    n *= _extent(cascade, group, r, full_inside_of=rank)
+            total += n * spec.bits / 8
+    return total
+
+
+# ------------------------------------------------------------------------------------------
+# legality
+# ------------------------------------------------------------------------------------------
+
+
+def group_order(cascade: Cascade, groups: Iterable[FusionGroup]) -> list[FusionGroup]:
+    """The groups in an order that respects every dependency, or a MappingError (rule order)."""
+    groups = list(groups)
+    owner = {e: g.name for g in groups for e in g.einsums}
+    deps: dict[str, set[str]] = {g.name: set() for g in groups}
+    for g in groups:
+        for e in g.einsums:
+            for t in cascade.einsum(e).input_tensors:
+                if t in owner and owner[t] != g.name:
+                    deps[g.name].add(owner[t])
+    done: list[FusionGroup] = []
+    placed: set[str] = set()
+    pending = list(groups)
+    while pending:
+        ready = [g for g in pending if deps[g.name] <= placed]
+        if not ready:
+            names = ", ".join(g.name for g in pending)
+            raise MappingError(f"groups {names} depend on each other in a cycle; no order can run them", rule="order", group=pending[0].name)
+        done.append(ready[0])
+        placed.add(ready[0].name)
+        pending.remove(ready[0])
+    return done
+
+
+def _check_loops(cascade: Cascade, g: FusionGroup) -> None:
+    seen = set()
+    for lp in g.loops:
+        if lp.rank not in cascade.ranks:
+            raise MappingError(f"loop over unknown rank {lp.rank!r} (ranks: {', '.join(cascade.ranks)})", rule="loops", group=g.name)
+        if lp.rank in seen:
+            raise MappingError(f"rank {lp.rank} is looped over twice", rule="loops", group=g.name)
+        seen.add(lp.rank)
+        if isinstance(lp.tile, bool) or not isinstance(lp.tile, int) or not 1 <= lp.tile <= cascade.size(lp.rank):
+            raise MappingError(f"tile {lp.tile!r} of rank {lp.rank} must be an integer in 1..{cascade.size(lp.rank)}", rule="loops", group=g.name)
+
+
+def check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = None) -> None:
+    """Raise MappingError if the group breaks a rule (other than cover/order)."""
+    _check_loops(cascade, g)
+    if g.halo not in ("retain", "recompute"):
+        raise MappingError(f"halo must be 'retain' or 'recompute', not {g.halo!r}", rule="halo", group=g.name)
+    inside = produced_in(g)
+    fused = set(g.fused_ranks)
+    for e in group_einsums(cascade, g):
+        reduced = {rank_of_variable(v) for v in e.reduced_variables} & fused
+        if reduced:
+            r = sorted(reduced)[0]
+            raise MappingError(
+                f"Einsum {e.name} reduces rank {r}, which the group tiles: the reduction would not complete inside a tile",
+                rule="reduction", group=g.name, edge=e.name,
+            )
+        for acc in e.inputs:
+            if acc.tensor not in inside or acc.tensor == e.name:
+                continue
+            edge = f"{acc.tensor}->{e.name}"
+            for idx, rank in zip(acc.indices, cascade.tensors[acc.tensor].ranks):
+                if rank not in fused:
+                    continue
+                own = rank.lower()
+                if dict(idx.terms).get(own) != 1:
+                    raise MappingError(
+                        f"{e.name} reads {acc} with index {idx} on rank {rank}, which the group tiles: "
+                        f"it must index it with {own} (plus window offsets) to read the current tile",
+                        rule="alignment", group=g.name, edge=edge,
+                    )
+                sizes = {v: (cascade.variable_sizes[v] if v != own else 1) for v in idx.variables}
+                lo, hi = idx.bounds(sizes)
+                if hi > 0:
+                    raise MappingError(f"{e.name} reads {acc}, ahead of the current tile of {rank}", rule="future", group=g.name, edge=edge)
+                if lo < 0 and g.halo != "retain":
+                    raise MappingError(
+                        f"{e.name} reads {acc}, a window over tiled rank {rank}; inside a group its halo must be retained (halo: retain)",
+                        rule="halo", group=g.name, edge=edge,
+                    )
+    if buffer_bytes is not None:
+        need = footprint_bytes(cascade, g)
+        if need > buffer_bytes:
+            raise MappingError(
+                f"on-chip footprint {need:,.0f} bytes exceeds the buffer of {buffer_bytes:,} bytes", rule="buffer", group=g.name
+            )
+
+
+def check_mapping(cascade: Cascade, mapping: Mapping, *, ignore_buffer: bool = False) -> Mapping:
+    """Check every rule; return the mapping with its groups in an executable order."""
+    names = [g.name for g in mapping.groups]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise MappingError(f"two groups are named {dup!r}", rule="cover", group=dup)
+    where: dict[str, str] = {}
+    for g in mapping.groups:
+        if not g.einsums:
+            raise MappingError("a group needs at least one Einsum", rule="cover", group=g.name)
+        for e in g.einsums:
+            if cascade.producer(e) is None:
+                raise MappingError(f"{e!r} is not an Einsum of cascade {cascade.name!r}", rule="cover", group=g.name)
+            if e in where:
+                raise MappingError(f"Einsum {e} is in groups {where[e]} and {g.name}", rule="cover", group=g.name)
+            where[e] = g.name
+    missing = [e.name for e in cascade.einsums if e.name not in where]
+    if missing:
+        raise MappingError(f"Einsums {', '.join(missing)} are in no group", rule="cover")
+    ordered = group_order(cascade, mapping.groups)
+    buffer = None if ignore_buffer else mapping.buffer_bytes
+    for g in ordered:
+        check_group(cascade, g, buffer)
+    canonical = tuple(
+        FusionGroup(g.name, tuple(e.name for e in cascade.einsums if e.name in set(g.einsums)), g.loops, g.halo) for g in ordered
+    )
+    return Mapping(mapping.name, canonical, mapping.buffer_bytes, mapping.description)
+
+
+# ------------------------------------------------------------------------------------------
+# YAML
+# ------------------------------------------------------------------------------------------
+
+_BYTE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_bytes(text: str | int, *, what: str = "buffer") -> int:
+    """``32MiB`` -> 33554432; plain integers are bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        s = str(text).strip().replace(" ", "")
+        num = s.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        unit = s[len(num):].upper()
+        if unit not in _BYTE_UNITS or not num:
+            raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576")
+        try:
+            value = float(num) * _BYTE_UNITS[unit]
+        except ValueError:
+            raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576") from None
+        if not float(value).is_integer():
+            raise SpecError(f"{what} {text!r} is not a whole number of bytes")
+        value = int(value)
+    if value < 1:
+        raise SpecError(f"{what} must be positive, not {text!r}")
+    return value
+
+
+def mapping_to_dict(mapping: Mapping) -> dict:
+    return {
+        "name": mapping.name,
+        **({"description": mapping.description} if mapping.description else {}),
+        **({"buffer_bytes": mapping.buffer_bytes} if mapping.buffer_bytes else {}),
+        "groups": [
+            {
+                "name": g.name,
+                "einsums": list(g.einsums),
+                "loops": [{"rank": lp.rank, "tile": lp.tile} for lp in g.loops],
+                "halo": g.halo,
+            }
+            for g in mapping.groups
+        ],
+    }
+
+
+def dump_mapping(mapping: Mapping) -> str:
+    return yaml.safe_dump(mapping_to_dict(mapping), sort_keys=False, default_flow_style=None, width=100)
+
+
+def _field(d: dict, key: str, kinds, where: str, source: str, default=...):
+    if key not in d:
+        if default is ...:
+            raise SpecError(f"{where} needs the field {key!r}", source=source)
+        return default
+    value = d[key]
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        raise SpecError(f"{where}.{key} has the wrong type ({type(value).__name__})", source=source)
+    return value
+
+
+def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
+    if not isinstance(data, dict):
+        raise SpecError("a mapping file is a YAML mapping with 'groups'", source=source)
+    unknown = set(data) - {"name", "description", "buffer_bytes", "buffer", "groups"}
+    if unknown:
+        raise SpecError(f"unknown mapping field(s) {', '.join(sorted(map(str, unknown)))}", source=source)
+    groups = []
+    for n, gd in enumerate(_field(data, "groups", list, "mapping", source)):
+        where = f"groups[{n}]"
+        if not isinstance(gd, dict):
+            raise SpecError(f"{where} must be a mapping with 'einsums' and 'loops'", source=source)
+        extra = set(gd) - {"name", "einsums", "loops", "halo"}
+        if extra:
+            raise SpecError(f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}", source=source)
+        einsums = _field(gd, "einsums", list, where, source)
+        if not all(isinstance(e, str) for e in einsums):
+            raise SpecError(f"{where}.einsums must be Einsum names", source=source)
+        loops = []
+        for m, ld in enumerate(_field(gd, "loops", list, where, source, default=[])):
+            lw = f"{where}.loops[{m}]"
+            if not isinstance(ld, dict):
+                raise SpecError(f"{lw} must be {{rank: R, tile: t}}", source=source)
+            loops.append(Loop(_field(ld, "rank", str, lw, source), _field(ld, "tile", int, lw, source)))
+        halo = _field(gd, "halo", str, where, source, default="retain")
+        groups.append(FusionGroup(str(gd.get("name", f"G{n + 1}")), tuple(einsums), tuple(loops), halo))  # type: ignore[arg-type]
+    buffer = data.get("buffer_bytes", data.get("buffer"))
+    return Mapping(
+        name=str(data.get("name", Path(source).stem)),
+        groups=tuple(groups),
+        buffer_bytes=None if buffer is None else parse_bytes(buffer),
+        description=str(data.get("description", "")),
+    )
+
+
+def load_mapping(path: str | Path) -> Mapping:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SpecError(f"cannot read mapping file: {err.strerror or err}", source=str(path)) from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"mapping file is not valid YAML: {err}", source=str(path)) from None
+    return mapping_from_dict(data, source=str(path))
+
+
+def unfused_mapping(cascade: Cascade) -> Mapping:
+    """Every Einsum alone: the algorithmic minimum of traffic (MARCA made ideal)."""
+    return Mapping("unfused", tuple(FusionGroup(e.name, (e.name,)) for e in cascade.einsums))
+

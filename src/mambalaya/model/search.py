@@ -1,0 +1,391 @@
+"""Building mappings: tile choice, the named mappings, greedy stitching and the optimal search.
+
+**Tile choice for one group.** The fused ranks a group may tile are the ranks every one of its
+Einsums writes and none reduces (tiling another rank breaks the ``reduction`` or
+``alignment`` rule). For those ranks the loop order only changes the footprint, never the
+traffic (reads are per step, with no reuse credit across steps), and putting the
+generational rank innermost gives the smallest carried state and halo; so the order is fixed
+(batch-like ranks outermost in cascade order, generational ranks last) and only tile sizes
+are searched: every power of two below each rank's size, and the size itself (= untiled). The
+traffic and footprint of all tile combinations are evaluated at once with numpy from their
+closed forms (a product of trip counts per tensor; a product of extents per on-chip term),
+and the combination with the least traffic that fits the buffer wins (ties: fewest steps).
+The chosen group is re-checked by :func:`~mambalaya.fusion.mapping.check_group` and its
+traffic recomputed by the general model, so a bug in the closed forms cannot produce an
+illegal or mis-costed mapping.
+
+**The optimal search** is dynamic programming over the cascade's topological order: a
+mapping is a sequence of *contiguous* segments, and a segment's cost (its reads from DRAM plus
+its writes of tensors needed outside) depends on the segment alone, so
+``best[b] = min_a best[a] + cost(a, b)`` is exact over that space. Groups that are not
+contiguous in the topological order are not considered; the space includes every mapping the
+greedy stitching, ``ssm-ri`` and ``unfused`` produce, so the optimum is never worse than they
+are. ``tests/test_search.py`` checks it against exhaustive enumeration of the same space.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from mambalaya.errors import SpecError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import rank_of_variable
+from mambalaya.fusion.mapping import (
+    FusionGroup,
+    Loop,
+    Mapping,
+    MappingError,
+    check_group,
+    check_mapping,
+    intermediates,
+    produced_in,
+    tensors_read,
+    tensors_written,
+    unfused_mapping,
+    window_halos,
+)
+from mambalaya.model.traffic import group_traffic
+
+NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
+
+#: Geens et al.'s fine-grained fusion ("Fuse-All") region of the Mamba-1 layer: discretisation,
+#: scan and readout, fused rank-isomorphically.
+SSM_REGION = ("AD", "BX", "H", "YS")
+
+
+@dataclass
+class SearchStats:
+    evaluations: int = 0  # (group, tile combination) pairs costed
+    groups_costed: int = 0
+    seconds: float = 0.0
+
+    @property
+    def evaluations_per_s(self) -> float:
+        return self.evaluations / self.seconds if self.seconds else float("inf")
+
+
+@dataclass(frozen=True)
+class GroupChoice:
+    group: FusionGroup
+    traffic_bytes: float
+    footprint_bytes: float
+
+
+def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
+    """Ranks every Einsum of the group writes and none reduces, in loop order."""
+    common: set[str] | None = None
+    reduced: set[str] = set()
+    for name in einsums:
+        e = cascade.einsum(name)
+        outs = {rank_of_variable(v) for v in e.output_variables}
+        common = outs if common is None else common & outs
+        reduced |= {rank_of_variable(v) for v in e.reduced_variables}
+    ranks = [r for r in cascade.ranks if r in (common or set()) - reduced and cascade.size(r) > 1]
+    gen = set(cascade.generational_ranks)
+    return [r for r in ranks if r not in gen] + [r for r in ranks if r in gen]
+
+
+def _tile_options(size: int) -> list[int]:
+    opts = [1 << k for k in range(size.bit_length()) if (1 << k) < size]
+    return opts + [size]
+
+
+class _GroupCostModel:
+    """Closed forms of one group's traffic and footprint as functions of its tile sizes."""
+
+    def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
+        self.cascade = cascade
+        self.ranks = ranks
+        full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
+        self.probe = full
+        # traffic: each read/written tensor costs its untiled bytes times the trips of the
+        # fused ranks its accesses do not mention (see model/traffic.py)
+        base = group_traffic(cascade, full)
+        self.terms: list[tuple[float, list[int]]] = []
+        inside = produced_in(full)
+        einsum_objs = [cascade.einsum(n) for n in einsums]
+        for t, b in base.read_bytes.items():
+            mentioned = self._mentioned_for_read(t, einsum_objs, inside)
+            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned]))
+        for t, b in base.write_bytes.items():
+            outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
+            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
+        # footprint: sum of products of extents
+        # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
+        self.fp_terms: list[tuple[float, list[int], int | None]] = []
+        for t in intermediates(cascade, full):
+            self._add_fp(t, None, 1)
+        for name in einsums:
+            rec = cascade.recurrence(cascade.einsum(name))
+            if rec:
+                self._add_fp(name, rec[0], rec[1])
+        if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
+            for (t, rank), rows in window_halos(cascade, full).items():
+                self._add_fp(t, rank, rows, only_if_tiled=rank)
+
+    def _mentioned_for_read(self, tensor, einsum_objs, inside) -> set[str]:
+        mentioned: set[str] = set()
+        spec = self.cascade.tensors
+        for e in einsum_objs:
+            for a in e.inputs:
+                src = a.tensor
+                hits = src == tensor and src not in inside
+                hits = hits or (spec[src].initial == tensor)
+                if hits:
+                    mentioned |= {rank_of_variable(v) for idx in a.indices for v in idx.variables}
+        return mentioned
+
+    def _add_fp(self, tensor: str, skip_rank: str | None, rows: int, only_if_tiled: str | None = None) -> None:
+        spec = self.cascade.tensors[tensor]
+        fixed = rows * spec.bits / 8
+        tiled = []
+        for r in spec.ranks:
+            if r == skip_rank:
+                continue
+            if r in self.ranks:
+                tiled.append(self.ranks.index(r))
+            else:
+                fixed *= self.cascade.size(r)
+        self.fp_terms.append((fixed, tiled, self.ranks.index(only_if_tiled) if only_if_tiled else None))
+
+    def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        opts = [np.array(_tile_options(self.cascade.size(r)), dtype=np.int64) for r in self.ranks]
+        mesh = np.meshgrid(*opts, indexing="ij") if opts else []
+        tiles = [m.ravel() for m in mesh]
+        trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
+        return tiles, trips
+
+    def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        n = len(tiles[0]) if tiles else 1
+        traffic = np.zeros(n)
+        for b, idxs in self.terms:
+            f = np.full(n, b)
+            for i in idxs:
+                f = f * trips[i]
+            traffic += f
+        fp = np.zeros(n)
+        for fixed, idxs, when in self.fp_terms:
+            f = np.full(n, fixed)
+            for i in idxs:
+                f = f * np.minimum(tiles[i], self.cascade.size(self.ranks[i]))
+            if when is not None:
+                f = f * (tiles[when] < self.cascade.size(self.ranks[when]))
+            fp += f
+        return traffic, fp
+
+
+def best_group(
+    cascade: Cascade,
+    einsums: list[str],
+    buffer_bytes: int | None,
+    *,
+    name: str = "G",
+    stats: SearchStats | None = None,
+    ranks: list[str] | None = None,
+    why: list[str] | None = None,
+) -> GroupChoice | None:
+    """The least-traffic tiling of ``einsums`` as one group that fits the buffer, or None.
+
+    When None, ``why`` receives ``"buffer"`` if no tiling fits (then no superset of the group
+    fits either: adding an Einsum adds intermediates and state and removes tileable ranks, so
+    the smallest footprint only grows) or ``"illegal"`` if the best tiling breaks a rule."""
+    ranks = tileable_ranks(cascade, einsums) if ranks is None else ranks
+    model = _GroupCostModel(cascade, einsums, ranks)
+    tiles, trips = model.grid()
+    traffic, fp = model.evaluate(tiles, trips)
+    if stats is not None:
+        stats.evaluations += len(traffic)
+        stats.groups_costed += 1
+    ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
+    if not ok.any():
+        if why is not None:
+            why.append("buffer")
+        return None
+    steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+    order = np.lexsort((steps, np.where(ok, traffic, np.inf)))
+    k = int(order[0])
+    loops = tuple(
+        Loop(r, int(t[k])) for r, t in zip(ranks, tiles) if int(t[k]) < cascade.size(r)
+    )
+    group = FusionGroup(name, tuple(einsums), loops)
+    try:
+        check_group(cascade, group, buffer_bytes)
+    except MappingError:
+        if why is not None:
+            why.append("illegal")
+        return None
+    exact = group_traffic(cascade, group)
+    return GroupChoice(group, exact.total_bytes, exact.footprint_bytes)
+
+
+def _finish(cascade: Cascade, name: str, groups: list[FusionGroup], buffer_bytes: int | None, description: str) -> Mapping:
+    named = [FusionGroup(f"G{n + 1}", g.einsums, g.loops, g.halo) for n, g in enumerate(groups)]
+    return check_mapping(cascade, Mapping(name, tuple(named), buffer_bytes, description))
+
+
+def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | None) -> GroupChoice:
+    if choice is None:
+        raise SpecError(
+            f"Einsums {', '.join(einsums)} do not fit a buffer of {buffer_bytes:,} bytes even alone "
+            "(a recurrence's carried state must stay on chip); use a larger --buffer"
+        )
+    return choice
+
+
+def unfused(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
+    m = unfused_mapping(cascade)
+    return check_mapping(cascade, Mapping("unfused", m.groups, buffer_bytes, "every Einsum alone (MARCA, ideal)"))
+
+
+def ideal(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
+    """Speed of light: one group, nothing but layer inputs, weights, outputs and state off chip."""
+    g = FusionGroup("G1", tuple(e.name for e in cascade.einsums))
+    return check_mapping(cascade, Mapping("ideal", (g,), None, "one group, buffer unbounded (a lower bound)"), ignore_buffer=True)
+
+
+def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
+    """Geens et al.: RI fusion of discretisation, scan and readout only; the rest unfused."""
+    region = [e.name for e in cascade.einsums if e.name in SSM_REGION]
+    if not region:
+        raise SpecError(f"cascade {cascade.name!r} has no SSM region ({', '.join(SSM_REGION)})")
+    groups: list[FusionGroup] = []
+    placed = False
+    for e in cascade.einsums:
+        if e.name in SSM_REGION:
+            if not placed:
+                groups.append(_need(best_group(cascade, region, buffer_bytes), region, buffer_bytes).group)
+                placed = True
+            continue
+        groups.append(_need(best_group(cascade, [e.name], buffer_bytes), [e.name], buffer_bytes).group)
+    return _finish(cascade, "ssm-ri", groups, buffer_bytes, "RI fusion of AD, BX, H, YS (Geens et al.); rest unfused")
+
+
+def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchStats | None = None) -> Mapping:
+    """The paper's greedy stitching: walk the Einsums in topological order and add each to the
+    current group while the grown group has a legal loop order whose footprint fits the buffer
+    and growing does not increase traffic (the grown group costs no more than the current
+    group and the Einsum alone); otherwise close the group and start a new one.
+
+    The last condition is ours: without it the greedy pass accepts any growth that fits, e.g.
+    fusing the whole layer into one group with tiles so small that every weight is re-read per
+    tile, which moves more bytes than running unfused.
+    """
+    groups: list[FusionGroup] = []
+    current: list[str] = []
+    current_choice: GroupChoice | None = None
+    for e in cascade.einsums:
+        alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats), [e.name], buffer_bytes)
+        if current_choice is not None:
+            grown = best_group(cascade, current + [e.name], buffer_bytes, stats=stats)
+            if grown is not None and grown.traffic_bytes <= current_choice.traffic_bytes + alone.traffic_bytes:
+                current, current_choice = current + [e.name], grown
+                continue
+            groups.append(current_choice.group)
+        current, current_choice = [e.name], alone
+    if current_choice is not None:
+        groups.append(current_choice.group)
+    return _finish(cascade, "stitched", groups, buffer_bytes, "greedy stitching in topological order")
+
+
+def optimal(
+    cascade: Cascade,
+    buffer_bytes: int | None = None,
+    stats: SearchStats | None = None,
+    *,
+    objective: Callable[[GroupChoice], float] | None = None,
+) -> Mapping:
+    """The least-traffic mapping over contiguous groupings and tile sizes (see the module doc).
+
+    ``objective`` (default: traffic bytes) lets a later cost model (latency) reuse the search.
+    """
+    stats = stats if stats is not None else SearchStats()
+    t0 = time.perf_counter()
+    names = [e.name for e in cascade.einsums]
+    n = len(names)
+    cost_of = objective or (lambda ch: ch.traffic_bytes)
+    best = [math.inf] * (n + 1)
+    back: list[tuple[int, GroupChoice] | None] = [None] * (n + 1)
+    best[0] = 0.0
+    for b in range(1, n + 1):
+        for a in range(b - 1, -1, -1):
+            if best[a] == math.inf:
+                continue
+            why: list[str] = []
+            choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why)
+            if choice is None:
+                if why == ["buffer"]:
+                    break  # growing the segment upwards only adds on-chip data (see best_group)
+                continue
+            total = best[a] + cost_of(choice)
+            if total < best[b]:
+                best[b], back[b] = total, (a, choice)
+    if back[n] is None:
+        raise SpecError(f"no mapping of cascade {cascade.name!r} fits a buffer of {buffer_bytes:,} bytes")
+    groups: list[FusionGroup] = []
+    b = n
+    while b > 0:
+        a, choice = back[b]  # type: ignore[misc]
+        groups.append(choice.group)
+        b = a
+    stats.seconds += time.perf_counter() - t0
+    return _finish(cascade, "optimal", groups[::-1], buffer_bytes, "least off-chip traffic over contiguous groups and tiles")
+
+
+def named_mapping(name: str, cascade: Cascade, buffer_bytes: int | None, stats: SearchStats | None = None) -> Mapping:
+    builders = {"unfused": unfused, "ideal": ideal, "ssm-ri": ssm_ri}
+    if name in builders:
+        return builders[name](cascade, buffer_bytes)
+    if name == "stitched":
+        return stitched(cascade, buffer_bytes, stats)
+    if name == "optimal":
+        return optimal(cascade, buffer_bytes, stats)
+    raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or a mapping YAML file")
+
+
+@dataclass(frozen=True)
+class ParetoPoint:
+    buffer_bytes: int
+    footprint_bytes: float
+    traffic_bytes: float
+    groups: int
+
+
+def pareto_frontier(cascade: Cascade, buffers: list[int] | None = None) -> list[ParetoPoint]:
+    """Optimal traffic at each buffer size (default 64 KiB .. 4 GiB in factors of 2), keeping
+    the points no smaller buffer matches."""
+    buffers = buffers or [1 << k for k in range(16, 33)]
+    points: list[ParetoPoint] = []
+    for cap in sorted(buffers):
+        try:
+            m = optimal(cascade, cap)
+        except SpecError:
+            continue
+        groups = [group_traffic(cascade, g) for g in m.groups]
+        traffic = sum(g.total_bytes for g in groups)
+        fp = max(g.footprint_bytes for g in groups)
+        if points and traffic >= points[-1].traffic_bytes:
+            continue
+        points.append(ParetoPoint(cap, fp, traffic, len(groups)))
+    return points
+
+
+__all__ = [
+    "NAMED_MAPPINGS",
+    "GroupChoice",
+    "ParetoPoint",
+    "SearchStats",
+    "best_group",
+    "ideal",
+    "named_mapping",
+    "optimal",
+    "pareto_frontier",
+    "ssm_ri",
+    "stitched",
+    "tileable_ranks",
+    "unfused",
+]

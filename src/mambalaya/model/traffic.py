@@ -1,0 +1,273 @@
+"""The analytic traffic and buffer model of a mapping (semantics: :mod:`mambalaya.fusion.mapping`).
+
+For a group with fused loops, a tensor ``T`` it reads from DRAM costs, summed over all steps,
+the elements of the bounding box of the group's accesses to ``T`` in that step. The box of a
+dimension depends only on the tiles of the fused ranks its index mentions, so the sum factors:
+
+    reads(T) = prod(trips of fused ranks T's indices do not mention)
+               x prod over independent dimension groups of sum over their tiles of box length
+
+With ``halo: retain`` a window dimension reads each row once over the tiles of its rank (the
+previous tile's rows are still on chip). Rows an access reaches below 0 along the axis of
+``T``'s initial value are read from that state tensor. A tensor the group produces and that
+leaves it is written once per step that computes it: its size times the trips of the fused
+ranks it lacks (a recomputed RSp producer writes again). Bytes are elements x bits / 8.
+
+This module never runs the cascade; :mod:`mambalaya.execute.tiled` moves real data and counts
+it, and the tests require the two to agree to the byte.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Access, AffineIndex, rank_of_variable
+from mambalaya.fusion.mapping import (
+    FusionGroup,
+    Mapping,
+    footprint_bytes,
+    group_einsums,
+    produced_in,
+    tensors_read,
+    tensors_written,
+)
+
+
+@dataclass(frozen=True)
+class GroupTraffic:
+    group: str
+    einsums: tuple[str, ...]
+    loops: tuple[tuple[str, int], ...]
+    steps: int
+    read_bytes: dict[str, float]
+    write_bytes: dict[str, float]
+    footprint_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return sum(self.read_bytes.values()) + sum(self.write_bytes.values())
+
+
+@dataclass(frozen=True)
+class MappingTraffic:
+    mapping: Mapping
+    groups: tuple[GroupTraffic, ...]
+    by_tensor: dict[str, tuple[float, float]] = field(default_factory=dict)  # tensor -> (read, write)
+
+    @property
+    def read_bytes(self) -> float:
+        return sum(g.read_bytes[t] for g in self.groups for t in g.read_bytes)
+
+    @property
+    def write_bytes(self) -> float:
+        return sum(g.write_bytes[t] for g in self.groups for t in g.write_bytes)
+
+    @property
+    def offchip_bytes(self) -> float:
+        return self.read_bytes + self.write_bytes
+
+    @property
+    def peak_footprint_bytes(self) -> float:
+        return max((g.footprint_bytes for g in self.groups), default=0.0)
+
+
+def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
+    return [(a, min(a + tile, size)) for a in range(0, size, tile)]
+
+
+def _range(idx: AffineIndex, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """Smallest and largest value of ``idx`` with each variable in ``[start, stop)``."""
+    lo = hi = idx.const
+    for v, c in idx.terms:
+        a, b = ranges[v]
+        lo += min(c * a, c * (b - 1))
+        hi += max(c * a, c * (b - 1))
+    return lo, hi
+
+
+def _box(cascade: Cascade, accesses: list[Access], dim: int, tile_of: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """Union of the accesses' index ranges along ``dim`` in one step (unclipped)."""
+    sizes = cascade.variable_sizes
+    lo, hi = None, None
+    for acc in accesses:
+        idx = acc.indices[dim]
+        ranges = {v: tile_of.get(rank_of_variable(v), (0, sizes[v])) for v in idx.variables}
+        a, b = _range(idx, ranges)
+        lo = a if lo is None else min(lo, a)
+        hi = b if hi is None else max(hi, b)
+    assert lo is not None and hi is not None
+    return lo, hi
+
+
+def _dimension_rows(
+    cascade: Cascade, accesses: list[Access], dim: int, tile_of: dict[str, tuple[int, int]], lower: int, upper: int
+) -> tuple[int, int]:
+    """Rows of ``dim`` read in one step, split into (rows >= 0, rows < 0) within [lower, upper]."""
+    lo, hi = _box(cascade, accesses, dim, tile_of)
+    lo, hi = max(lo, lower), min(hi, upper)
+    if hi < lo:
+        return 0, 0
+    return max(0, hi - max(lo, 0) + 1), max(0, min(hi, -1) - lo + 1)
+
+
+def _initial_axis(cascade: Cascade, tensor: str) -> tuple[int, int] | None:
+    spec = cascade.tensors[tensor]
+    if spec.initial is None:
+        return None
+    init = cascade.tensors[spec.initial]
+    if len(init.ranks) == len(spec.ranks) - 1:
+        for p in range(len(spec.ranks)):
+            if spec.ranks[:p] + spec.ranks[p + 1 :] == init.ranks:
+                return p, 1
+    for p, (a, b) in enumerate(zip(spec.ranks, init.ranks)):
+        if a != b:
+            return p, cascade.size(b)
+    return None
+
+
+def _read_elements(
+    cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], self_only: bool
+) -> tuple[int, int]:
+    """(elements of ``tensor``, elements of its initial value) the group reads over all steps.
+
+    ``self_only``: the accesses are a recurrence reading its own output; only the part below 0
+    (the incoming state) comes from DRAM.
+    """
+    shape = cascade.shape(tensor)
+    init = _initial_axis(cascade, tensor)
+    fused = {lp.rank: lp for lp in group.loops}
+    # which fused ranks each dimension's box depends on
+    deps: list[set[str]] = []
+    for p in range(len(shape)):
+        ranks = set()
+        for acc in accesses:
+            for v in acc.indices[p].variables:
+                r = rank_of_variable(v)
+                if r in fused:
+                    ranks.add(r)
+        deps.append(ranks)
+    mentioned = set().union(*deps) if deps else set()
+    repeat = 1
+    for r, lp in fused.items():
+        if r not in mentioned:
+            repeat *= lp.trips(cascade.size(r))
+    # bounds per dimension: below 0 only along the initial axis (depth rows), else clipped at 0
+    bounds = []
+    for p, n in enumerate(shape):
+        depth = init[1] if init is not None and init[0] == p else 0
+        bounds.append((-depth, n - 1))
+
+    # dimensions that share fused ranks are enumerated together (components)
+    comps: list[tuple[list[int], list[str]]] = []
+    for p in range(len(shape)):
+        merged = [c for c in comps if set(c[1]) & deps[p]]
+        dims = [p] + [d for c in merged for d in c[0]]
+        ranks = sorted(deps[p].union(*[set(c[1]) for c in merged]))
+        comps = [c for c in comps if c not in merged] + [(dims, ranks)]
+
+    own_factor: list[tuple[int, int]] = []  # per component: (sum own-rows product, sum init-rows product)
+    for dims, ranks in comps:
+        tile_lists = [_tiles(cascade.size(r), fused[r].tile) for r in ranks]
+        s_own = s_init = 0
+        prev_hi: dict[int, int] = {}
+        for combo in itertools.product(*tile_lists):
+            tile_of = dict(zip(ranks, combo))
+            n_own = n_all = 1
+            for p in dims:
+                lower, upper = bounds[p]
+                window_rank = ranks[0] if len(ranks) == 1 else None
+                if group.halo == "retain" and window_rank is not None and deps[p] == {window_rank}:
+                    rows_own, rows_neg = _retained(cascade, accesses, p, tile_of, bounds[p], prev_hi)
+                else:
+                    rows_own, rows_neg = _dimension_rows(cascade, accesses, p, tile_of, lower, upper)
+                n_all *= rows_own + rows_neg
+                n_own *= rows_own
+            s_own += n_own
+            s_init += n_all - n_own
+        own_factor.append((s_own, s_init))
+    # combine components: own elements = product of own sums; all = product of all sums
+    prod_all, prod_own = 1, 1
+    for s_own, s_init in own_factor:
+        prod_all *= s_own + s_init
+        prod_own *= s_own
+    total_own = prod_own * repeat
+    total_init = (prod_all - prod_own) * repeat
+    if self_only:
+        total_own = 0
+    return total_own, total_init
+
+
+def _retained(cascade, accesses, p, tile_of, bounds, prev_hi) -> tuple[int, int]:
+    """Along a retained window dimension, the rows of this tile that the previous tile of the
+    same rank did not already bring on chip, split into (rows >= 0, rows < 0)."""
+    lo, hi = _box(cascade, accesses, p, tile_of)
+    lower, upper = bounds
+    lo, hi = max(lo, lower), min(hi, upper)
+    start = lo if p not in prev_hi else max(lo, prev_hi[p] + 1)
+    if hi >= lo:
+        prev_hi[p] = max(hi, prev_hi.get(p, hi))
+    if hi < start:
+        return 0, 0
+    return max(0, hi - max(start, 0) + 1), max(0, min(hi, -1) - start + 1)
+
+
+def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
+    """Predicted off-chip bytes read and written by one group, and its on-chip footprint."""
+    inside = produced_in(group)
+    einsums = group_einsums(cascade, group)
+    reads: dict[str, float] = {}
+
+    def add_read(t: str, elements: int) -> None:
+        if elements:
+            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8
+
+    for t in tensors_read(cascade, group):
+        accs = [a for e in einsums for a in e.inputs if a.tensor == t and a.tensor != e.name]
+        own, init = _read_elements(cascade, group, t, accs, self_only=False)
+        add_read(t, own)
+        if init:
+            add_read(cascade.tensors[t].initial, init)  # type: ignore[arg-type]
+    for t in group.einsums:  # tensors made on chip whose incoming state is read below 0
+        initial = cascade.tensors[t].initial
+        accs = [a for e in einsums for a in e.inputs if a.tensor == t]
+        if initial and accs:
+            _, init = _read_elements(cascade, group, t, accs, self_only=True)
+            add_read(initial, init)
+
+    writes: dict[str, float] = {}
+    fused = {lp.rank: lp for lp in group.loops}
+    for t in tensors_written(cascade, group):
+        e = cascade.einsum(t)
+        out_ranks = {rank_of_variable(v) for v in e.output_variables}
+        repeat = 1
+        for r, lp in fused.items():
+            if r not in out_ranks:
+                repeat *= lp.trips(cascade.size(r))
+        writes[t] = cascade.elements(t) * repeat * cascade.tensors[t].bits / 8
+    steps = math.prod(lp.trips(cascade.size(lp.rank)) for lp in group.loops)
+    return GroupTraffic(
+        group=group.name,
+        einsums=group.einsums,
+        loops=tuple((lp.rank, lp.tile) for lp in group.loops),
+        steps=steps,
+        read_bytes=reads,
+        write_bytes=writes,
+        footprint_bytes=footprint_bytes(cascade, group),
+    )
+
+
+def mapping_traffic(cascade: Cascade, mapping: Mapping) -> MappingTraffic:
+    """Predicted traffic of every group of a (checked) mapping, and totals per tensor."""
+    groups = tuple(group_traffic(cascade, g) for g in mapping.groups)
+    by_tensor: dict[str, tuple[float, float]] = {}
+    for g in groups:
+        for t, b in g.read_bytes.items():
+            r, w = by_tensor.get(t, (0.0, 0.0))
+            by_tensor[t] = (r + b, w)
+        for t, b in g.write_bytes.items():
+            r, w = by_tensor.get(t, (0.0, 0.0))
+            by_tensor[t] = (r, w + b)
+    return MappingTraffic(mapping, groups, by_tensor)

@@ -1,0 +1,64 @@
+"""Fusion classes and dependency kinds of the Mamba-1 edges (DESIGN.md §4), checked by hand."""
+
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from mambalaya.cli import app
+from mambalaya.fusion.edges import classify_edges, fusion_class
+from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+
+
+def edges_by_key(phase="prefill"):
+    c = mamba1_layer(PRESETS["mamba-130m"], batch=2, seq_len=16 if phase == "prefill" else 1, phase=phase)
+    return {(e.producer, e.consumer, e.tensor): e for e in classify_edges(c)}
+
+
+def test_class_rule() -> None:
+    assert fusion_class(set(), set()) == "RI"
+    assert fusion_class({"D"}, set()) == "RSb"
+    assert fusion_class(set(), {"E"}) == "RSp"
+    assert fusion_class({"E"}, {"E"}) == "RD"
+
+
+def test_mamba1_edges_by_hand() -> None:
+    e = edges_by_key()
+    expect = {
+        ("SS", "RS", "SS"): ("RSb", "aligned", ()),
+        ("XN", "XI", "XN"): ("RSp", "aligned", ()),  # XI sweeps E for each XN element
+        ("XI", "XC", "XI"): ("RSb", "window", ()),  # XI reduces D; the conv has a K-1 halo on I
+        ("AD", "H", "AD"): ("RI", "aligned", ()),
+        ("H", "H", "H"): ("RI", "recurrent", ()),
+        ("H", "YS", "H"): ("RI", "aligned", ()),
+        ("CM", "YS", "CM"): ("RD", "aligned", ("E",)),  # reduced over E, then reused over E
+        ("BM", "BX", "BM"): ("RD", "aligned", ("E",)),
+        ("YG", "O", "YG"): ("RSp", "aligned", ()),
+        ("O", "XO", "O"): ("RSb", "aligned", ()),
+        (None, "XN", "X"): ("RI", "reduce-then-reuse", ("D",)),  # X around RMSNorm
+        ("U", "YD", "U"): ("RI", "reduce-then-reuse", ("E",)),  # U around x_proj
+    }
+    for key, (cls, dep, boundary) in expect.items():
+        assert e[key].fusion_class == cls, key
+        assert e[key].dependency == dep, key
+        assert e[key].pass_boundary == boundary, key
+    assert "window(I, halo 3)" in e[("XI", "XC", "XI")].dependencies
+    assert "recurrent(I, distance 1)" in e[("H", "H", "H")].dependencies
+
+
+def test_decode_conv_state_out_is_a_select() -> None:
+    e = edges_by_key("decode")
+    csn = e[("XI", "CSN", "XI")]
+    assert csn.dependency == "select" and csn.consumer_only == ()
+
+
+def test_fusion_classes_cli_json() -> None:
+    r = CliRunner().invoke(app, ["fusion", "classes", "--model", "mamba-1.4b", "--phase", "prefill", "--seq-len", "2048", "--batch", "64", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    edges = json.loads(r.stdout)
+    for edge in edges:
+        for key in ("producer", "consumer", "tensor", "fusion_class", "dependency"):
+            assert key in edge
+    classes = {edge["fusion_class"] for edge in edges}
+    assert classes == {"RI", "RSb", "RSp", "RD"}

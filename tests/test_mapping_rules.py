@@ -1,0 +1,131 @@
+"""Mapping legality: every rule rejects with the group, the edge and the rule named."""
+
+from __future__ import annotations
+
+import pytest
+
+from mambalaya.errors import SpecError
+from mambalaya.fusion.mapping import (
+    FusionGroup,
+    Loop,
+    Mapping,
+    MappingError,
+    check_mapping,
+    dump_mapping,
+    footprint_bytes,
+    load_mapping,
+    mapping_from_dict,
+    parse_bytes,
+    unfused_mapping,
+)
+from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
+
+CFG = Mamba1Config(d_model=16, d_state=4)
+
+
+def cascade(phase="prefill", **kw):
+    return mamba1_layer(CFG, batch=2, seq_len=8 if phase == "prefill" else 1, phase=phase, **kw)
+
+
+def with_group(c, group: FusionGroup, buffer=None) -> Mapping:
+    rest = tuple(FusionGroup(e.name, (e.name,)) for e in c.einsums if e.name not in group.einsums)
+    return Mapping("m", (group,) + rest, buffer)
+
+
+def rejected(c, m, rule, *, group=None, edge=None):
+    with pytest.raises(MappingError) as info:
+        check_mapping(c, m)
+    err = info.value
+    assert err.rule == rule, str(err)
+    if group:
+        assert err.group == group and f"group {group}" in str(err)
+    if edge:
+        assert err.edge == edge and edge in str(err)
+    assert f"[rule: {rule}]" in str(err)
+    return err
+
+
+def test_cover_rules() -> None:
+    c = cascade()
+    m = unfused_mapping(c)
+    rejected(c, Mapping("m", m.groups[:-1]), "cover")
+    dup = m.groups + (FusionGroup("again", ("SS",)),)
+    rejected(c, Mapping("m", dup), "cover", group="again")
+    rejected(c, Mapping("m", m.groups + (FusionGroup("x", ("NOPE",)),)), "cover", group="x")
+
+
+def test_order_rule_cycle_between_groups() -> None:
+    c = cascade()
+    a = FusionGroup("A", ("SS", "XN"))  # XN needs RS, which needs SS: A -> B -> A
+    b = FusionGroup("B", ("RS",))
+    rest = tuple(FusionGroup(e.name, (e.name,)) for e in c.einsums if e.name not in {"SS", "XN", "RS"})
+    rejected(c, Mapping("m", (a, b) + rest), "order")
+
+
+def test_groups_are_reordered_into_an_executable_order() -> None:
+    c = cascade()
+    groups = tuple(reversed(unfused_mapping(c).groups))
+    m = check_mapping(c, Mapping("m", groups))
+    done: set[str] = set()
+    for g in m.groups:  # every group runs after the producers of what it reads
+        for e in g.einsums:
+            assert all(c.producer(t) is None or t in done or t == e for t in c.einsum(e).input_tensors)
+        done |= set(g.einsums)
+    assert len(m.groups) == len(c.einsums)
+
+
+def test_reduction_rule() -> None:
+    c = cascade()
+    g = FusionGroup("F1", ("SS", "RS", "XN"), (Loop("D", 4),))
+    rejected(c, with_group(c, g), "reduction", group="F1", edge="SS")
+
+
+def test_alignment_rule_select_inside_group() -> None:
+    c = cascade(state_io=True)
+    g = FusionGroup("F1", ("H", "HN"), (Loop("E", 8),))  # fine: E is aligned
+    check_mapping(c, with_group(c, g))
+    g = FusionGroup("F1", ("XI", "XC", "CSN"), (Loop("B", 1),))
+    check_mapping(c, with_group(c, g))
+
+
+def test_future_and_halo_rules() -> None:
+    c = cascade()
+    g = FusionGroup("F1", ("XI", "XC"), (Loop("I", 4),), halo="recompute")
+    rejected(c, with_group(c, g), "halo", group="F1", edge="XI->XC")
+    check_mapping(c, with_group(c, FusionGroup("F1", ("XI", "XC"), (Loop("I", 4),))))
+
+
+def test_loops_rule() -> None:
+    c = cascade()
+    rejected(c, with_group(c, FusionGroup("F1", ("U",), (Loop("Q", 2),))), "loops", group="F1")
+    rejected(c, with_group(c, FusionGroup("F1", ("U",), (Loop("I", 99),))), "loops", group="F1")
+    rejected(c, with_group(c, FusionGroup("F1", ("U",), (Loop("I", 2), Loop("I", 4)))), "loops", group="F1")
+
+
+def test_buffer_rule_and_footprint_by_hand() -> None:
+    c = cascade()
+    g = FusionGroup("F1", ("AD", "BX", "H", "YS"), (Loop("B", 1), Loop("E", 8), Loop("I", 2)))
+    # intermediates AD, BX, H: 1x2x8x4 each; H's carried state 1 x (1x8x4); 16-bit
+    assert footprint_bytes(c, g) == (3 * 1 * 2 * 8 * 4 + 1 * 8 * 4) * 2
+    m = with_group(c, g, buffer=int(footprint_bytes(c, g)))
+    check_mapping(c, m)
+    rejected(c, with_group(c, g, buffer=int(footprint_bytes(c, g)) - 1), "buffer", group="F1")
+    # a loop inside the generational rank's loop makes the state cover that rank in full
+    g2 = FusionGroup("F1", ("AD", "BX", "H", "YS"), (Loop("B", 1), Loop("I", 2), Loop("E", 8)))
+    assert footprint_bytes(c, g2) == (3 * 1 * 2 * 8 * 4 + 1 * 32 * 4) * 2
+
+
+def test_yaml_round_trip_and_errors(tmp_path) -> None:
+    c = cascade()
+    g = FusionGroup("F1", ("AD", "BX", "H", "YS"), (Loop("B", 1), Loop("E", 8), Loop("I", 2)))
+    m = check_mapping(c, with_group(c, g, buffer=parse_bytes("1MiB")))
+    path = tmp_path / "m.yaml"
+    path.write_text(dump_mapping(m))
+    assert check_mapping(c, load_mapping(path)) == m
+    with pytest.raises(SpecError, match="tile"):
+        mapping_from_dict({"groups": [{"einsums": ["SS"], "loops": [{"rank": "I"}]}]})
+    with pytest.raises(SpecError, match="unknown mapping field"):
+        mapping_from_dict({"groups": [], "buffr": 3})
+    with pytest.raises(SpecError, match="not a size"):
+        parse_bytes("32 parsecs")
+    assert parse_bytes("32MiB") == 32 * 2**20 and parse_bytes("24MB") == 24_000_000 and parse_bytes(4096) == 4096

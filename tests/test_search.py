@@ -1,0 +1,149 @@
+"""The optimal search against exhaustive enumeration, and against the other mappings."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from mambalaya.einsum import loads_cascade
+from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group
+from mambalaya.model.search import (
+    SearchStats,
+    named_mapping,
+    optimal,
+    pareto_frontier,
+    stitched,
+    tileable_ranks,
+)
+from mambalaya.model.traffic import group_traffic, mapping_traffic
+from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+
+SMALL = """
+ranks: {B: 2, I: 8, D: 4, E: 8, N: 2, K: 2}
+tensors:
+  X:  {ranks: [B, I, D], role: input}
+  W1: {ranks: [D, E], role: weight}
+  WK: {ranks: [E, K], role: weight}
+  A:  {ranks: [E, N], role: weight}
+  W2: {ranks: [E, D], role: weight}
+  T1: {ranks: [B, I, E], role: intermediate}
+  C:  {ranks: [B, I, E], role: intermediate}
+  U:  {ranks: [B, I, E], role: intermediate}
+  AD: {ranks: [B, I, E, N], role: intermediate}
+  H:  {ranks: [B, I, E, N], role: intermediate}
+  Y:  {ranks: [B, I, E], role: intermediate}
+  O:  {ranks: [B, I, D], role: output}
+einsums:
+  - T1[b,i,e] = X[b,i,d]*W1[d,e]
+  - C[b,i,e] = T1[b,i+k-1,e]*WK[e,k]
+  - U[b,i,e] = silu(C[b,i,e])
+  - AD[b,i,e,n] = exp(U[b,i,e]*A[e,n])
+  - H[b,i,e,n] = AD[b,i,e,n]*H[b,i-1,e,n] + U[b,i,e]
+  - Y[b,i,e] = H[b,i,e,n]
+  - O[b,i,d] = Y[b,i,e]*W2[e,d] + X[b,i,d]
+"""
+
+
+def _tile_options(size):
+    return sorted({1 << k for k in range(size.bit_length()) if (1 << k) < size} | {size})
+
+
+_MEMO: dict = {}
+
+
+def brute_force_group(c, names, buffer):
+    """Least traffic of one group over every tiling and loop order, each costed by the general model."""
+    _, memo = _MEMO.setdefault(id(c), (c, {}))  # holding c keeps its id unique
+    key = (tuple(names), buffer)
+    if key not in memo:
+        memo[key] = _brute_force_group(c, names, buffer)
+    return memo[key]
+
+
+def _brute_force_group(c, names, buffer):
+    ranks = tileable_ranks(c, names)
+    best = None
+    for tiles in itertools.product(*[_tile_options(c.size(r)) for r in ranks]):
+        for order in itertools.permutations(range(len(ranks))):
+            loops = tuple(Loop(ranks[i], tiles[i]) for i in order if tiles[i] < c.size(ranks[i]))
+            g = FusionGroup("G", tuple(names), loops)
+            try:
+                check_group(c, g, buffer)
+            except MappingError:
+                continue
+            cost = group_traffic(c, g).total_bytes
+            best = cost if best is None else min(best, cost)
+    return best
+
+
+def brute_force(c, buffer):
+    names = [e.name for e in c.einsums]
+    n = len(names)
+    best = None
+    for cuts in itertools.product([False, True], repeat=n - 1):
+        bounds = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] + [n]
+        total = 0.0
+        for a, b in zip(bounds, bounds[1:]):
+            cost = brute_force_group(c, names[a:b], buffer)
+            if cost is None:
+                break
+            total += cost
+        else:
+            best = total if best is None else min(best, total)
+    return best
+
+
+@pytest.mark.parametrize("buffer", [48, 200, 1024, 8192, None])
+def test_optimal_equals_exhaustive_enumeration(buffer) -> None:
+    c = loads_cascade(SMALL)
+    expected = brute_force(c, buffer)
+    if expected is None:
+        with pytest.raises(Exception):
+            optimal(c, buffer)
+        return
+    m = optimal(c, buffer)
+    assert mapping_traffic(c, m).offchip_bytes == pytest.approx(expected, rel=0, abs=1e-9)
+
+
+def test_optimal_groups_of_a_small_mamba_decode_step_are_tiled_optimally() -> None:
+    from mambalaya.workloads.mamba1 import Mamba1Config
+
+    c = mamba1_layer(Mamba1Config(d_model=4, d_state=2, d_conv=2), batch=4, seq_len=1, phase="decode")
+    # 22 Einsums are too many groupings to enumerate: check that each group of the optimum
+    # has the least traffic any tiling and loop order of it achieves
+    buffer = 2048
+    m = optimal(c, buffer)
+    costs = [group_traffic(c, g).total_bytes for g in m.groups]
+    for g, cost in zip(m.groups, costs):
+        assert cost == pytest.approx(brute_force_group(c, list(g.einsums), buffer))
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_optimal_never_worse_than_other_mappings_on_presets(name, phase) -> None:
+    c = mamba1_layer(PRESETS[name], batch=64, seq_len=2048, phase=phase)
+    buffer = 32 * 2**20
+    traffic = {m: mapping_traffic(c, named_mapping(m, c, buffer)).offchip_bytes for m in ("unfused", "ssm-ri", "stitched", "optimal", "ideal")}
+    assert traffic["optimal"] <= min(traffic["stitched"], traffic["ssm-ri"], traffic["unfused"])
+    assert traffic["ideal"] <= traffic["optimal"]
+    assert traffic["stitched"] <= traffic["unfused"]
+
+
+def test_pareto_frontier_is_monotone() -> None:
+    c = mamba1_layer(PRESETS["mamba-130m"], batch=1, seq_len=128)
+    pts = pareto_frontier(c, [1 << k for k in range(16, 30, 2)])
+    assert len(pts) >= 3
+    for a, b in zip(pts, pts[1:]):
+        assert a.buffer_bytes < b.buffer_bytes and a.traffic_bytes > b.traffic_bytes
+        assert a.footprint_bytes <= a.buffer_bytes
+
+
+def test_search_counts_its_evaluations() -> None:
+    c = mamba1_layer(PRESETS["mamba-130m"], batch=1, seq_len=256)
+    stats = SearchStats()
+    optimal(c, 2**20, stats)
+    assert stats.evaluations > 1000 and stats.seconds > 0
+    s2 = SearchStats()
+    stitched(c, 2**20, s2)
+    assert 0 < s2.evaluations < stats.evaluations

@@ -189,32 +189,50 @@ def build_cascade(
     description: str = "",
     source: str | None = None,
     einsum_lines: Mapping[str, int] | None = None,
+    tensor_lines: Mapping[str, int] | None = None,
+    rank_lines: Mapping[str, int] | None = None,
+    param_lines: Mapping[str, int] | None = None,
 ) -> Cascade:
     """Check every rule of the IR and return the cascade with its Einsums in topological order.
 
-    ``source`` and ``einsum_lines`` (Einsum name -> line) only make error messages point at
-    the file being loaded.
+    ``source`` and the ``*_lines`` maps (Einsum, tensor, rank or parameter name -> line) only
+    make error messages point at the file being loaded.
     """
     lines = dict(einsum_lines or {})
+    where = {"tensor": dict(tensor_lines or {}), "rank": dict(rank_lines or {}), "param": dict(param_lines or {})}
 
-    def fail(message: str, einsum: str | None = None) -> SpecError:
-        return SpecError(message, source=source, line=lines.get(einsum) if einsum else None, einsum=einsum)
+    def fail(
+        message: str,
+        einsum: str | None = None,
+        *,
+        tensor: str | None = None,
+        rank: str | None = None,
+        param: str | None = None,
+    ) -> SpecError:
+        line = lines.get(einsum) if einsum else None
+        for kind, name in (("tensor", tensor), ("rank", rank), ("param", param)):
+            if line is None and name is not None:
+                line = where[kind].get(name)
+        return SpecError(message, source=source, line=line, einsum=einsum)
 
     rank_table: dict[str, Rank] = {}
     for r in ranks:
         if not RANK_NAME.fullmatch(r.name):
-            raise fail(f"rank name {r.name!r} must be upper case letters, digits or '_', starting with a letter")
+            raise fail(
+                f"rank name {r.name!r} must be upper case letters, digits or '_', starting with a letter",
+                rank=r.name,
+            )
         if r.name in rank_table:
-            raise fail(f"rank {r.name} is declared twice")
+            raise fail(f"rank {r.name} is declared twice", rank=r.name)
         if not isinstance(r.size, int) or isinstance(r.size, bool) or r.size < 1:
-            raise fail(f"rank {r.name} has size {r.size!r}; a size is a positive integer")
+            raise fail(f"rank {r.name} has size {r.size!r}; a size is a positive integer", rank=r.name)
         rank_table[r.name] = r
 
     for p, v in params.items():
         if not PARAM_NAME.fullmatch(p):
-            raise fail(f"parameter name {p!r} is not an identifier")
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise fail(f"parameter {p} = {v!r} is not a number")
+            raise fail(f"parameter name {p!r} is not an identifier", param=p)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
+            raise fail(f"parameter {p} = {v!r} is not a number", param=p)
 
     tensor_table: dict[str, TensorSpec] = {}
     for t in tensors:
@@ -247,18 +265,24 @@ def build_cascade(
 
 def _check_tensor(t: TensorSpec, ranks: dict[str, Rank], seen: dict[str, TensorSpec], fail) -> None:
     if not TENSOR_NAME.fullmatch(t.name):
-        raise fail(f"tensor name {t.name!r} must start with an upper-case letter")
+        raise fail(
+            f"tensor name {t.name!r} must be letters, digits or '_', starting with an upper-case letter",
+            tensor=t.name,
+        )
     if t.name in seen:
-        raise fail(f"tensor {t.name} is declared twice")
+        raise fail(f"tensor {t.name} is declared twice", tensor=t.name)
     for r in t.ranks:
         if r not in ranks:
-            raise fail(f"tensor {t.name} uses rank {r!r}, which is not declared (ranks: {', '.join(ranks)})")
+            raise fail(
+                f"tensor {t.name} uses rank {r!r}, which is not declared (ranks: {', '.join(ranks) or 'none'})",
+                tensor=t.name,
+            )
     if len(set(t.ranks)) != len(t.ranks):
-        raise fail(f"tensor {t.name} lists a rank twice: {list(t.ranks)}")
+        raise fail(f"tensor {t.name} lists a rank twice: {list(t.ranks)}", tensor=t.name)
     if not isinstance(t.bits, int) or isinstance(t.bits, bool) or t.bits < 1:
-        raise fail(f"tensor {t.name} has bits={t.bits!r}; bits per element is a positive integer")
+        raise fail(f"tensor {t.name} has bits={t.bits!r}; bits per element is a positive integer", tensor=t.name)
     if not isinstance(t.role, Role):
-        raise fail(f"tensor {t.name} has role {t.role!r}; roles: {', '.join(r.value for r in Role)}")
+        raise fail(f"tensor {t.name} has role {t.role!r}; roles: {', '.join(r.value for r in Role)}", tensor=t.name)
 
 
 def _check_access(acc: Access, e: Einsum, ranks, tensors, fail) -> None:
@@ -348,7 +372,7 @@ def _check_initial_and_updates(t: TensorSpec, tensors, ranks, fail) -> None:
     if t.initial is not None:
         init = tensors.get(t.initial)
         if init is None:
-            raise fail(f"tensor {t.name} has initial value {t.initial!r}, which is not declared")
+            raise fail(f"tensor {t.name} has initial value {t.initial!r}, which is not declared", tensor=t.name)
         dropped = len(t.ranks) - len(init.ranks)
         same_len_diff = [p for p, (a, b) in enumerate(zip(t.ranks, init.ranks)) if a != b]
         ok = (dropped == 1 and any(t.ranks[:p] + t.ranks[p + 1 :] == init.ranks for p in range(len(t.ranks)))) or (
@@ -357,20 +381,24 @@ def _check_initial_and_updates(t: TensorSpec, tensors, ranks, fail) -> None:
         if not ok:
             raise fail(
                 f"initial value {t.initial} [{', '.join(init.ranks)}] of {t.name} [{', '.join(t.ranks)}] must have "
-                f"{t.name}'s ranks with one rank removed or replaced by a history rank"
+                f"{t.name}'s ranks with one rank removed or replaced by a history rank",
+                tensor=t.name,
             )
     if t.updates is not None:
         target = tensors.get(t.updates)
         if target is None:
-            raise fail(f"tensor {t.name} updates {t.updates!r}, which is not declared")
+            raise fail(f"tensor {t.name} updates {t.updates!r}, which is not declared", tensor=t.name)
         if target.role != Role.STATE:
-            raise fail(f"tensor {t.name} updates {t.updates}, whose role is {target.role.value}, not state")
+            raise fail(
+                f"tensor {t.name} updates {t.updates}, whose role is {target.role.value}, not state", tensor=t.name
+            )
         extra = [r for r in t.ranks if r not in target.ranks]
         missing = [r for r in target.ranks if r not in t.ranks]
         if missing or any(ranks[r].size != 1 for r in extra):
             raise fail(
                 f"tensor {t.name} [{', '.join(t.ranks)}] cannot update state {t.updates} [{', '.join(target.ranks)}]: "
-                "it must have the state's ranks plus only ranks of size 1"
+                "it must have the state's ranks plus only ranks of size 1",
+                tensor=t.name,
             )
 
 
@@ -402,7 +430,7 @@ def _check_roles(c: Cascade, fail) -> None:
         if spec.role in (Role.INPUT, Role.WEIGHT) and produced:
             raise fail(f"tensor {t} has role {spec.role.value} but Einsum {t} writes it", t)
         if spec.role in (Role.INTERMEDIATE, Role.OUTPUT) and not produced:
-            raise fail(f"tensor {t} has role {spec.role.value} but no Einsum writes it")
+            raise fail(f"tensor {t} has role {spec.role.value} but no Einsum writes it", tensor=t)
         if spec.role == Role.INTERMEDIATE and not c.consumers(t):
             raise fail(f"intermediate tensor {t} is never read; declare it an output", t)
 

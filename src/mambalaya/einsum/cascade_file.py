@@ -21,7 +21,7 @@ equal cascade.
 
 from __future__ import annotations
 
-import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +69,24 @@ class _Reader:
     def scalar(self, node: yaml.Node, what: str) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise self.error(node, f"{what} must be a single value")
-        return yaml.safe_load(yaml.serialize(node)) if node.tag != "tag:yaml.org,2002:str" else node.value
+        if node.tag == "tag:yaml.org,2002:str":
+            return node.value
+        try:
+            return yaml.safe_load(yaml.serialize(node))
+        except Exception:  # PyYAML's constructors raise ConstructorError, ValueError, KeyError, ...
+            raise self.error(node, f"{what}: cannot read {node.value!r} as {node.tag}") from None
 
     def string(self, node: yaml.Node, what: str) -> str:
         value = self.scalar(node, what)
         if not isinstance(value, str):
             raise self.error(node, f"{what} must be text, found {value!r}")
         return value
+
+    def name(self, node: yaml.Node, what: str) -> str:
+        """A name, as written: ``NO`` and ``ON`` are names here, not YAML 1.1 booleans."""
+        if not isinstance(node, yaml.ScalarNode):
+            raise self.error(node, f"{what} must be a name")
+        return node.value
 
     def text_position(self, node: yaml.ScalarNode) -> Where:
         quoted = 1 if node.style in ("'", '"') else 0
@@ -99,17 +110,33 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark
+        mark = err.problem_mark or err.context_mark
         raise SpecError(
-            f"not valid YAML: {err.problem}",
+            f"not valid YAML: {', '.join(str(x) for x in (err.context, err.problem) if x)}",
             source=source,
-            line=mark.line + 1 if mark else None,
+            line=mark.line + 1 if mark else 1,
             column=mark.column + 1 if mark else None,
         ) from None
+    except yaml.reader.ReaderError as err:
+        line, column = _line_column(text, err.position)
+        raise SpecError(
+            f"not valid YAML: character {_char_name(err.character)} is not allowed",
+            source=source,
+            line=line,
+            column=column,
+        ) from None
     except yaml.YAMLError as err:
-        raise SpecError(f"not valid YAML: {err}", source=source) from None
+        raise SpecError(f"not valid YAML: {err}", source=source, line=1) from None
+    except RecursionError:
+        raise SpecError("not valid YAML: nested too deeply", source=source, line=1) from None
+    except ValueError:  # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked
+        escapes = _ESCAPE_U.finditer(text) if isinstance(text, str) else ()
+        bad = [m.start() for m in escapes if int(m.group(1), 16) > 0x10FFFF]
+        line, column = _line_column(text, bad[0]) if bad else (1, None)
+        raise SpecError("not valid YAML: an escape names no Unicode character", source=source, line=line,
+                        column=column) from None
     if root is None:
-        raise SpecError("the cascade file is empty", source=source)
+        raise SpecError("the cascade file is empty", source=source, line=1, column=1)
     top = {k.value: (k, v) for k, v in r.mapping(root, "the cascade file")}
     for key, (knode, _) in top.items():
         if key not in _TOP_KEYS:
@@ -122,16 +149,20 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
     description = r.string(top["description"][1], "description") if "description" in top else ""
 
     params: dict[str, float] = {}
+    param_lines: dict[str, int] = {}
     if "params" in top:
         for k, v in r.mapping(top["params"][1], "params"):
             value = r.scalar(v, f"params.{k.value}")
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:  # NaN
                 raise r.error(v, f"params.{k.value} must be a number, found {value!r}")
             params[k.value] = value
+            param_lines[k.value] = k.start_mark.line + 1
 
     env: dict[str, float] = dict(params)
     ranks: list[Rank] = []
+    rank_lines: dict[str, int] = {}
     for k, v in r.mapping(top["ranks"][1], "ranks"):
+        rank_lines[k.value] = k.start_mark.line + 1
         raw = r.scalar(v, f"ranks.{k.value}")
         if isinstance(raw, bool):
             raise r.error(v, f"ranks.{k.value} must be a positive integer or a size expression")
@@ -146,15 +177,28 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
         env[k.value] = ranks[-1].size
     sizes = {rk.name: rk.size for rk in ranks}
 
-    tensors = [_read_tensor(r, k, v) for k, v in r.mapping(top["tensors"][1], "tensors")]
+    tensor_items = r.mapping(top["tensors"][1], "tensors")
+    tensors = [_read_tensor(r, k, v) for k, v in tensor_items]
+    tensor_lines = {k.value: k.start_mark.line + 1 for k, _ in tensor_items}
 
     einsums: list[Einsum] = []
     lines: dict[str, int] = {}
+    by_name: dict[str, Einsum] = {}
     for item in r.sequence(top["einsums"][1], "einsums"):
         line = r.string(item, "an Einsum")
         e = parse_einsum(line, sizes=sizes, where=r.text_position(item))  # type: ignore[arg-type]
+        if e.name in lines:
+            raise SpecError(
+                f"output tensor {e.name} is defined twice (line {lines[e.name]}: '{by_name[e.name]}', "
+                f"and here: '{e}')",
+                source=source,
+                line=item.start_mark.line + 1,
+                column=item.start_mark.column + 1,
+                einsum=e.name,
+            )
         einsums.append(e)
-        lines.setdefault(e.name, item.start_mark.line + 1)
+        lines[e.name] = item.start_mark.line + 1
+        by_name[e.name] = e
 
     return build_cascade(
         name=name,
@@ -165,7 +209,28 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
         description=description,
         source=source,
         einsum_lines=lines,
+        tensor_lines=tensor_lines,
+        rank_lines=rank_lines,
+        param_lines=param_lines,
     )
+
+
+_ESCAPE_U = re.compile(r"\\U([0-9A-Fa-f]{8})")
+_YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
+
+
+def _line_column(text: Any, position: int) -> tuple[int, int | None]:
+    """1-based line and column of a character offset, counting line breaks as YAML does."""
+    if not isinstance(text, str):
+        return 1, None
+    breaks = list(_YAML_BREAK.finditer(text, 0, position))
+    start = breaks[-1].end() if breaks else 0
+    return len(breaks) + 1, position - start + 1
+
+
+def _char_name(character: Any) -> str:
+    code = character if isinstance(character, int) else ord(character) if len(character) == 1 else None
+    return repr(character) if code is None else f"#x{code:04x}"
 
 
 def _read_tensor(r: _Reader, key: yaml.ScalarNode, node: yaml.Node) -> TensorSpec:
@@ -177,7 +242,7 @@ def _read_tensor(r: _Reader, key: yaml.ScalarNode, node: yaml.Node) -> TensorSpe
     if "ranks" not in fields or "role" not in fields:
         raise r.error(node, f"tensors.{name} needs 'ranks' and 'role'")
     rank_nodes = r.sequence(fields["ranks"][1], f"tensors.{name}.ranks")
-    tensor_ranks = tuple(r.string(n, f"tensors.{name}.ranks") for n in rank_nodes)
+    tensor_ranks = tuple(r.name(n, f"tensors.{name}.ranks") for n in rank_nodes)
     role_node = fields["role"][1]
     role_text = r.string(role_node, f"tensors.{name}.role")
     try:
@@ -189,8 +254,8 @@ def _read_tensor(r: _Reader, key: yaml.ScalarNode, node: yaml.Node) -> TensorSpe
         bits = r.scalar(fields["bits"][1], f"tensors.{name}.bits")
         if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1:
             raise r.error(fields["bits"][1], f"tensors.{name}.bits must be a positive integer, found {bits!r}")
-    initial = r.string(fields["initial"][1], f"tensors.{name}.initial") if "initial" in fields else None
-    updates = r.string(fields["updates"][1], f"tensors.{name}.updates") if "updates" in fields else None
+    initial = r.name(fields["initial"][1], f"tensors.{name}.initial") if "initial" in fields else None
+    updates = r.name(fields["updates"][1], f"tensors.{name}.updates") if "updates" in fields else None
     description = r.string(fields["description"][1], f"tensors.{name}.description") if "description" in fields else ""
     return TensorSpec(name, tensor_ranks, role, bits, initial, updates, description)
 
@@ -199,11 +264,18 @@ def _scalar_text(value: Any) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
 
 
+def _quoted_text(value: str) -> str:
+    """``value`` as one double-quoted YAML line (``json.dumps`` would split characters outside
+    the BMP into surrogate pairs, which YAML reads back as two broken characters)."""
+    text = yaml.safe_dump(value, default_style='"', width=10**9, allow_unicode=True)
+    return text.strip().removesuffix("...").strip()
+
+
 def dump_cascade(c: Cascade) -> str:
     """The cascade as a YAML cascade file that loads back to an equal cascade."""
     out = [f"name: {_scalar_text(c.name)}"]
     if c.description:
-        out.append(f"description: {json.dumps(c.description)}")
+        out.append(f"description: {_quoted_text(c.description)}")
     if c.params:
         out.append("params:")
         out += [f"  {k}: {_scalar_text(v)}" for k, v in c.params.items()]
@@ -218,7 +290,7 @@ def dump_cascade(c: Cascade) -> str:
         if t.updates:
             fields.append(f"updates: {t.updates}")
         if t.description:
-            fields.append(f"description: {json.dumps(t.description)}")
+            fields.append(f"description: {_quoted_text(t.description)}")
         out.append(f"  {t.name}: {{{', '.join(fields)}}}")
     out.append("einsums:")
     out += [f"  - {_scalar_text(str(e))}" for e in c.einsums]

@@ -42,8 +42,14 @@ _TOKEN_RE = re.compile(
   | (?P<name>[A-Za-z_][A-Za-z0-9_]*)
   | (?P<op>//|[-+*/()\[\],=%])
     """,
-    re.VERBOSE,
+    re.VERBOSE | re.ASCII,
 )
+
+#: How deeply parentheses, functions and unary minus may nest, and how deep an expression tree
+#: may grow; deeper text is rejected with a located error instead of exhausting the stack.
+MAX_DEPTH = 100
+#: Digits an integer in an index may have.
+_MAX_INDEX_DIGITS = 18
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,26 @@ class _Parser:
         self.sizes = sizes
         self.tokens = tokenize(text, where)
         self.pos = 0
+        self.nesting = 0
+        self._depths: dict[int, int] = {}  # id(node) -> height of the tree under node
+
+    def enter(self) -> None:
+        """Count one level of nesting (call :meth:`leave` on the way out)."""
+        self.nesting += 1
+        if self.nesting > MAX_DEPTH:
+            raise self.error(f"expression nested more than {MAX_DEPTH} levels deep")
+
+    def leave(self) -> None:
+        self.nesting -= 1
+
+    def node(self, node: Expr, token: Token) -> Expr:
+        """Record the height of a new Unary/Binary node; reject trees deeper than MAX_DEPTH."""
+        children = (node.arg,) if isinstance(node, Unary) else (node.lhs, node.rhs)  # type: ignore[union-attr]
+        height = 1 + max(self._depths.get(id(c), 0) for c in children)
+        if height > MAX_DEPTH:
+            raise self.error(f"expression nested more than {MAX_DEPTH} levels deep", token)
+        self._depths[id(node)] = height
+        return node
 
     # -- token helpers -------------------------------------------------------------------
     @property
@@ -158,10 +184,13 @@ class _Parser:
 
     # -- affine index expressions --------------------------------------------------------
     def index(self) -> AffineIndex:
+        first = self.tok
         terms, const = self.affine_sum()
         merged: dict[str, int] = {}
         for v, c in terms:
             merged[v] = merged.get(v, 0) + c
+        if any(abs(x) >= 2**63 for x in (const, *merged.values())):
+            raise self.error("an integer in this index is too large", first)
         return AffineIndex(tuple((v, c) for v, c in merged.items() if c != 0), const)
 
     def affine_sum(self) -> tuple[list[tuple[str, int]], int]:
@@ -194,6 +223,13 @@ class _Parser:
         return terms, const
 
     def affine_atom(self) -> tuple[list[tuple[str, int]], int]:
+        self.enter()
+        try:
+            return self._affine_atom()
+        finally:
+            self.leave()
+
+    def _affine_atom(self) -> tuple[list[tuple[str, int]], int]:
         tok = self.tok
         if tok.kind == "op" and tok.text == "-":
             self.pos += 1
@@ -205,8 +241,10 @@ class _Parser:
             self.expect(")", "to close '(' in the index")
             return result
         if tok.kind == "number":
-            if not re.fullmatch(r"\d+", tok.text):
+            if not re.fullmatch(r"[0-9]+", tok.text):
                 raise self.error(f"non-affine index: {tok.text} is not an integer", tok)
+            if len(tok.text.lstrip("0")) > _MAX_INDEX_DIGITS:
+                raise self.error(f"an integer in an index has more than {_MAX_INDEX_DIGITS} digits", tok)
             self.pos += 1
             return [], int(tok.text)
         if tok.kind == "name":
@@ -228,27 +266,36 @@ class _Parser:
     def expr(self) -> Expr:
         node = self.term()
         while self.tok.kind == "op" and self.tok.text in ("+", "-"):
-            op = self.tok.text
+            op_tok = self.tok
+            op = op_tok.text
             self.pos += 1
-            node = Binary(op, node, self.term())
+            node = self.node(Binary(op, node, self.term()), op_tok)
         return node
 
     def term(self) -> Expr:
         node = self.factor()
         while self.tok.kind == "op" and self.tok.text in ("*", "/"):
-            op = self.tok.text
+            op_tok = self.tok
+            op = op_tok.text
             self.pos += 1
-            node = Binary(op, node, self.factor())
+            node = self.node(Binary(op, node, self.factor()), op_tok)
         return node
 
     def factor(self) -> Expr:
+        self.enter()
+        try:
+            return self._factor()
+        finally:
+            self.leave()
+
+    def _factor(self) -> Expr:
         tok = self.tok
         if tok.kind == "op" and tok.text == "-":
             self.pos += 1
             if self.tok.kind == "number":
                 value = self.number()
                 return Const(-value)
-            return Unary("neg", self.factor())
+            return self.node(Unary("neg", self.factor()), tok)
         if tok.kind == "number":
             return Const(self.number())
         if tok.kind == "op" and tok.text == "(":
@@ -268,7 +315,7 @@ class _Parser:
                 self.pos += 2
                 arg = self.expr()
                 self.expect(")", f"to close {tok.text}(")
-                return Unary(tok.text, arg)
+                return self.node(Unary(tok.text, arg), tok)
             self.pos += 1
             return Param(tok.text)
         raise self.error(f"expected a value (number, tensor access, function or name), found {self.describe(tok)}")
@@ -338,6 +385,13 @@ class _SizeParser(_Parser):
         return value
 
     def atom(self) -> float:
+        self.enter()
+        try:
+            return self._atom()
+        finally:
+            self.leave()
+
+    def _atom(self) -> float:
         tok = self.tok
         if tok.kind == "op" and tok.text == "-":
             self.pos += 1
@@ -365,10 +419,15 @@ class _SizeParser(_Parser):
                     return float(fn(*args))
                 except TypeError:
                     raise self.error(f"wrong number of arguments to {tok.text}()", tok) from None
+                except (ValueError, OverflowError):
+                    raise self.error(f"{tok.text}() of a value that is not finite", tok) from None
             if tok.text not in self.env:
                 known = ", ".join(sorted(self.env)) or "none"
                 raise self.error(f"unknown name {tok.text!r} in a size (known parameters and ranks: {known})", tok)
-            return float(self.env[tok.text])
+            try:
+                return float(self.env[tok.text])
+            except OverflowError:
+                raise self.error(f"{tok.text} is too large for a size", tok) from None
         raise self.error(f"expected a number, name or '(' in a size, found {self.describe(tok)}")
 
 

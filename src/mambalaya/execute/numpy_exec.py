@@ -304,6 +304,61 @@ def run_einsum(cascade: Cascade, einsum: Einsum, values: Mapping[str, np.ndarray
     return np.ascontiguousarray(buffer[tuple(keep)])
 
 
+#: Public name of an on-chip operand: ``array`` with ``pad_lo`` per dimension, so that index
+#: ``x`` of the tensor reads ``array[x + pad_lo]`` (used by :mod:`mambalaya.execute.tiled`).
+Source = _Source
+
+
+def evaluate_einsum(
+    cascade: Cascade,
+    einsum: Einsum,
+    sources: Mapping[str, _Source],
+    ranges: Mapping[str, tuple[int, int]],
+    dtype: np.dtype,
+    *,
+    carried: np.ndarray | None = None,
+) -> np.ndarray:
+    """Evaluate one Einsum over ``ranges`` (variable -> ``[start, stop)``) from given sources.
+
+    ``sources`` maps every tensor the Einsum reads (other than itself) to a :data:`Source`
+    covering what the accesses reach over ``ranges``. The result has the output tensor's axes
+    in order, each of the length of its variable's range. A recurrence runs one step of its
+    generational rank at a time; ``carried`` holds its output at the ``distance`` positions
+    just before the range of that rank (axes in output order, that rank of length
+    ``distance``, the others over ``ranges``); ``None`` means zeros.
+    """
+    rec = cascade.recurrence(einsum)
+    if rec is None:
+        return np.ascontiguousarray(_EinsumEvaluator(cascade, einsum, sources, dtype).evaluate(ranges))
+    rank, distance = rec
+    axis = cascade.tensors[einsum.name].ranks.index(rank)
+    out_vars = einsum.output_variables
+    shape = [ranges[v][1] - ranges[v][0] for v in out_vars]
+    steps = shape[axis]
+    buffer_shape = list(shape)
+    buffer_shape[axis] += distance
+    buffer = np.zeros(buffer_shape, dtype)
+    head = [slice(None)] * len(shape)
+    head[axis] = slice(0, distance)
+    if carried is not None:
+        buffer[tuple(head)] = carried
+    pad = tuple(distance - ranges[v][0] if p == axis else -ranges[v][0] for p, v in enumerate(out_vars))
+    own = dict(sources)
+    own[einsum.name] = _Source(buffer, pad)
+    evaluator = _EinsumEvaluator(cascade, einsum, own, dtype)
+    var = out_vars[axis]
+    start = ranges[var][0]
+    for t in range(steps):
+        step = dict(ranges)
+        step[var] = (start + t, start + t + 1)
+        dst = [slice(None)] * len(shape)
+        dst[axis] = slice(distance + t, distance + t + 1)
+        buffer[tuple(dst)] = evaluator.evaluate(step)
+    keep = [slice(None)] * len(shape)
+    keep[axis] = slice(distance, None)
+    return np.ascontiguousarray(buffer[tuple(keep)])
+
+
 def check_arrays(cascade: Cascade, arrays: Mapping[str, np.ndarray], dtype: np.dtype) -> dict[str, np.ndarray]:
     """The external arrays as ``dtype``, or an :class:`ExecutionError` naming what is wrong."""
     needed = cascade.external_tensors()

@@ -38,9 +38,10 @@ Legality (checked by :func:`check_mapping`, each rule named in the error):
 The **footprint** of a group is what must stay on chip at once: the tile of every intermediate
 (extent = tile for a fused rank, full size otherwise), the carried state of each recurrence
 (``distance`` positions of its output, over the tile extents of the other ranks, full extent
-for ranks whose loop is inside the recurrence's loop), and each retained halo (``halo`` rows of
-the windowed tensor, extents likewise). Tensors streaming in from or out to DRAM are not
-counted.
+for ranks whose loop is inside the recurrence's loop, and one copy per tile of a loop inside
+it over a rank the recurrence lacks, since each recomputation carries its own chain), and each
+retained halo (``halo`` rows of the windowed tensor, extents and copies likewise). Tensors
+streaming in from or out to DRAM are not counted.
 """
 
 from __future__ import annotations
@@ -208,21 +209,31 @@ def footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
         if rec is None:
             continue
         rank, distance = rec
-        spec = cascade.tensors[e.name]
-        n = distance
-        for r in spec.ranks:
-            if r != rank:
-                n *= _extent(cascade, group, r, full_inside_of=rank)
-        total += n * spec.bits / 8
+        total += _held_bytes(cascade, group, e.name, rank, distance)
     if group.halo == "retain":
         for (t, rank), rows in window_halos(cascade, group).items():
-            spec = cascade.tensors[t]
-            n = rows
-            for r in spec.ranks:
-                if r != rank:
-                    n *= _extent(cascade, group, r, full_inside_of=rank)
-            total += n * spec.bits / 8
+            total += _held_bytes(cascade, group, t, rank, rows)
     return total
+
+
+def _held_bytes(cascade: Cascade, group: FusionGroup, tensor: str, rank: str, rows: int) -> float:
+    """Bytes of ``rows`` positions of ``tensor`` kept on chip across tiles of ``rank``.
+
+    One copy is kept per tile of every loop inside ``rank``'s loop: a rank of the tensor then
+    counts in full, and a loop over a rank the tensor lacks (its producer is recomputed per
+    tile) multiplies the copies by its trips, since each recomputation continues its own chain.
+    """
+    spec = cascade.tensors[tensor]
+    n = rows
+    for r in spec.ranks:
+        if r != rank:
+            n *= _extent(cascade, group, r, full_inside_of=rank)
+    fused = group.fused_ranks
+    if rank in fused:
+        for lp in group.loops[fused.index(rank) + 1 :]:
+            if lp.rank not in spec.ranks:
+                n *= lp.trips(cascade.size(lp.rank))
+    return n * spec.bits / 8
 
 
 # ------------------------------------------------------------------------------------------

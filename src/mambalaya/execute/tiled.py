@@ -1,0 +1,569 @@
+"""A tiled executor: runs a cascade under a fusion mapping the way hardware would, counting bytes.
+
+The mapping's meaning is the module doc of :mod:`mambalaya.fusion.mapping`; this module is an
+independent, data-moving implementation of it (it never calls an analytic traffic formula), so
+its byte counts are the ground truth the analytic model (:mod:`mambalaya.model.traffic`) is
+tested against.
+
+* :class:`OffChipStore` is DRAM: the full arrays of the given inputs, weights and incoming
+  state, and of every tensor a group writes off-chip. Every transfer goes through
+  :meth:`OffChipStore.read` / :meth:`OffChipStore.write`, which count, per ``(group, tensor)``,
+  the elements moved times the tensor's declared ``bits / 8`` (not numpy's itemsize). Rows read
+  below index 0 along the axis of a tensor's ``initial`` value are read from (and counted
+  against) that state tensor. A store tensor is freed after the last group that reads it
+  unless it is a cascade output.
+* Groups run in mapping order (made executable by :func:`check_mapping`). A group iterates
+  its fused loops outer to inner over tiles ``[a, min(a+t, |R|))``; each innermost visit is a
+  step. In a step:
+
+  1. every tensor the group reads off-chip is fetched: the bounding box of the group's
+     accesses to it over the step's variable ranges (fused ranks: the tile; others: full),
+     clipped to the tensor (rows below 0 along its ``initial`` axis, down to the history
+     depth, come from the state tensor; anything else out of range reads zero). Along the
+     window rank of a tensor (a fused rank it is read with a negative reach, see
+     :func:`window_halos`), with ``halo: retain`` the rows the previous tile of that rank
+     brought on chip and this tile needs again are taken from an on-chip halo buffer, not
+     re-read;
+  2. every Einsum of the group runs in cascade order over the step's ranges (an Einsum lacking
+     a fused rank is so recomputed once per tile of it). Intermediates are read from on-chip
+     tiles only: the producer's current tile, its retained halo rows from previous tiles of a
+     window rank, and incoming-state rows (read off-chip) below 0; a recurrence runs position
+     by position from its carried state (its last ``distance`` positions), kept on chip across
+     the tiles of its generational rank, one state per tile of the other fused loops;
+  3. every tensor of :func:`tensors_written` is written off-chip for the region the step
+     computed (again in every step that recomputes it).
+
+  Halo buffers and carried states are keyed by the tile indices of the other fused loops, so
+  loops inside the window/generational rank's loop keep one per inner tile (the footprint's
+  "full extent for ranks whose loop is inside").
+
+**On-chip peak** (:attr:`TiledRun.onchip_peak_bytes`, declared bits): the largest, over the
+moments "all Einsums of a step have run" and "the step's halos and states were updated", of
+
+    intermediate tiles of the step (tensors of :func:`intermediates`, over the computed region)
+  + carried recurrence states held (all keys; the incoming state a first tile starts from too)
+  + retained halo rows held (all keys, only rows inside the tensor or its incoming state).
+
+Tiles streamed from or to DRAM (off-chip input boxes, output tiles that only leave) are not
+counted there, as in :func:`footprint_bytes`; their largest per-step sum (new elements read +
+elements written of tensors that are not intermediates) is :attr:`TiledRun.streamed_peak_bytes`.
+
+Python memory: a fused group never holds a full-size intermediate, only tiles (plus the
+zero-padded copies its windows read); tensors leaving a group are full arrays in the store.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Mapping as TMapping
+
+import numpy as np
+
+from mambalaya.errors import ExecutionError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Access, AffineIndex, Einsum
+from mambalaya.execute.numpy_exec import (
+    Source,
+    check_arrays,
+    evaluate_einsum,
+    initial_axis,
+    resolve_dtype,
+)
+from mambalaya.fusion.mapping import (
+    FusionGroup,
+    Mapping,
+    check_mapping,
+    group_einsums,
+    intermediates,
+    produced_in,
+    tensors_written,
+    window_halos,
+)
+
+__all__ = ["OffChipStore", "TiledRun", "run_tiled"]
+
+#: A box of tensor indices: ``(start, stop)`` per dimension, half open.
+Box = tuple[tuple[int, int], ...]
+
+
+# ----------------------------------------------------------------------------------------------
+# boxes
+# ----------------------------------------------------------------------------------------------
+
+
+def _volume(box: Box) -> int:
+    n = 1
+    for a, b in box:
+        n *= max(0, b - a)
+    return n
+
+
+def _empty(box: Box) -> bool:
+    return any(b <= a for a, b in box)
+
+
+def _intersect(x: Box, y: Box) -> Box:
+    return tuple((max(a, c), min(b, d)) for (a, b), (c, d) in zip(x, y))
+
+
+def _subtract(x: Box, y: Box) -> list[Box]:
+    """``x`` minus ``y`` as disjoint boxes."""
+    if _empty(x):
+        return []
+    inter = _intersect(x, y)
+    if _empty(inter):
+        return [x]
+    pieces: list[Box] = []
+    rest = list(x)
+    for d, ((lo, hi), (ilo, ihi)) in enumerate(zip(x, inter)):
+        if lo < ilo:
+            pieces.append(tuple(rest[:d]) + ((lo, ilo),) + tuple(rest[d + 1 :]))
+        if ihi < hi:
+            pieces.append(tuple(rest[:d]) + ((ihi, hi),) + tuple(rest[d + 1 :]))
+        rest[d] = (ilo, ihi)
+    return pieces
+
+
+def _subtract_all(x: Box, subs: list[Box]) -> list[Box]:
+    pieces = [] if _empty(x) else [x]
+    for s in subs:
+        pieces = [p for q in pieces for p in _subtract(q, s)]
+    return pieces
+
+
+def _slices(region: Box, origin: Box) -> tuple[slice, ...]:
+    """Slices of an array covering ``origin`` that select ``region``."""
+    return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(region, origin))
+
+
+def _put(dst: np.ndarray, dst_box: Box, src: np.ndarray, src_box: Box, region: Box) -> None:
+    if not _empty(region):
+        dst[_slices(region, dst_box)] = src[_slices(region, src_box)]
+
+
+def _index_range(idx: AffineIndex, ranges: TMapping[str, tuple[int, int]]) -> tuple[int, int]:
+    """Half-open range of values of ``idx`` with each variable in its ``[start, stop)``."""
+    lo = hi = idx.const
+    for v, c in idx.terms:
+        a, b = ranges[v]
+        lo += min(c * a, c * (b - 1))
+        hi += max(c * a, c * (b - 1))
+    return lo, hi + 1
+
+
+def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
+    return [(a, min(a + tile, size)) for a in range(0, size, tile)]
+
+
+# ----------------------------------------------------------------------------------------------
+# DRAM
+# ----------------------------------------------------------------------------------------------
+
+
+class OffChipStore:
+    """Off-chip memory: full arrays by tensor name, with per-``(group, tensor)`` byte counters."""
+
+    def __init__(self, cascade: Cascade, arrays: TMapping[str, np.ndarray]):
+        self.cascade = cascade
+        self.arrays: dict[str, np.ndarray] = dict(arrays)
+        self.read_bytes: dict[tuple[str, str], float] = {}
+        self.write_bytes: dict[tuple[str, str], float] = {}
+
+    def __contains__(self, tensor: str) -> bool:
+        return tensor in self.arrays
+
+    def _bytes(self, tensor: str, elements: int) -> float:
+        return elements * self.cascade.tensors[tensor].bits / 8
+
+    def _check(self, tensor: str, box: Box) -> None:
+        shape = self.cascade.shape(tensor)
+        if len(box) != len(shape) or any(a < 0 or b > n or b < a for (a, b), n in zip(box, shape)):
+            raise ExecutionError(f"off-chip access to {tensor}{list(box)} is outside its shape {shape}")
+
+    def read(self, group: str, tensor: str, box: Box) -> np.ndarray:
+        """The elements of ``box`` (a view of DRAM: do not modify), counted as read by ``group``."""
+        if tensor not in self.arrays:
+            raise ExecutionError(f"group {group} reads {tensor}, which is not in off-chip memory")
+        self._check(tensor, box)
+        n = _volume(box)
+        if n:
+            key = (group, tensor)
+            self.read_bytes[key] = self.read_bytes.get(key, 0.0) + self._bytes(tensor, n)
+        return self.arrays[tensor][tuple(slice(a, b) for a, b in box)]
+
+    def write(self, group: str, tensor: str, box: Box, data: np.ndarray) -> None:
+        """Store ``data`` at ``box`` of ``tensor`` (allocated on first write), counted as written."""
+        self._check(tensor, box)
+        if tensor not in self.arrays:
+            self.arrays[tensor] = np.zeros(self.cascade.shape(tensor), data.dtype)
+        self.arrays[tensor][tuple(slice(a, b) for a, b in box)] = data
+        n = _volume(box)
+        if n:
+            key = (group, tensor)
+            self.write_bytes[key] = self.write_bytes.get(key, 0.0) + self._bytes(tensor, n)
+
+    def free(self, tensor: str) -> None:
+        self.arrays.pop(tensor, None)
+
+
+# ----------------------------------------------------------------------------------------------
+# results
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TiledRun:
+    """What a tiled run computed and moved. Byte keys are ``(group name, tensor name)``."""
+
+    outputs: dict[str, np.ndarray]
+    read_bytes: dict[tuple[str, str], float]
+    write_bytes: dict[tuple[str, str], float]
+    onchip_peak_bytes: dict[str, float]
+    steps: dict[str, int]
+    streamed_peak_bytes: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_read_bytes(self) -> float:
+        return float(sum(self.read_bytes.values()))
+
+    @property
+    def total_write_bytes(self) -> float:
+        return float(sum(self.write_bytes.values()))
+
+    @property
+    def offchip_bytes(self) -> float:
+        return self.total_read_bytes + self.total_write_bytes
+
+    def group_read_bytes(self, group: str) -> dict[str, float]:
+        return {t: b for (g, t), b in self.read_bytes.items() if g == group}
+
+    def group_write_bytes(self, group: str) -> dict[str, float]:
+        return {t: b for (g, t), b in self.write_bytes.items() if g == group}
+
+
+# ----------------------------------------------------------------------------------------------
+# one group
+# ----------------------------------------------------------------------------------------------
+
+
+class _GroupRun:
+    def __init__(self, cascade: Cascade, group: FusionGroup, store: OffChipStore, dtype: np.dtype):
+        self.c = cascade
+        self.g = group
+        self.store = store
+        self.dtype = dtype
+        self.einsums: list[Einsum] = group_einsums(cascade, group)
+        self.inside = produced_in(group)
+        self.inter = set(intermediates(cascade, group))
+        self.written = set(tensors_written(cascade, group))
+        self.loops = group.loops
+        self.tiles = [_tiles(cascade.size(lp.rank), lp.tile) for lp in self.loops]
+        self.trips = {lp.rank: len(t) for lp, t in zip(self.loops, self.tiles)}
+        self.accs: dict[str, list[Access]] = {}
+        for e in self.einsums:
+            for a in e.inputs:
+                if a.tensor != e.name:
+                    self.accs.setdefault(a.tensor, []).append(a)
+        # the rank along which a tensor's halo is retained (innermost if several)
+        order = {lp.rank: n for n, lp in enumerate(self.loops)}
+        self.retain_rank: dict[str, str] = {}
+        for t, r in window_halos(cascade, group):
+            if t not in self.inside and group.halo != "retain":
+                continue
+            if t not in self.retain_rank or order[r] > order[self.retain_rank[t]]:
+                self.retain_rank[t] = r
+        self.halo: dict[tuple, tuple[Box, np.ndarray]] = {}
+        self.carry: dict[tuple, np.ndarray] = {}
+        self.peak = 0.0
+        self.streamed_peak = 0.0
+        self.steps = 0
+
+    # -- facts --------------------------------------------------------------------------
+    def _bits(self, tensor: str) -> float:
+        return self.c.tensors[tensor].bits / 8
+
+    def _valid(self, tensor: str) -> Box:
+        """Indices holding data: the tensor, plus its incoming-state rows below 0."""
+        init = initial_axis(self.c, tensor)
+        return tuple(
+            (-init[1] if init is not None and init[0] == p else 0, n) for p, n in enumerate(self.c.shape(tensor))
+        )
+
+    def _need(self, tensor: str, ranges: TMapping[str, tuple[int, int]]) -> Box:
+        """Bounding box (unclipped) of the group's accesses to ``tensor`` over ``ranges``."""
+        box = []
+        for p in range(len(self.c.shape(tensor))):
+            spans = [_index_range(a.indices[p], ranges) for a in self.accs[tensor]]
+            box.append((min(s[0] for s in spans), max(s[1] for s in spans)))
+        return tuple(box)
+
+    def _key(self, tensor: str, rank: str, tidx: dict[str, int]) -> tuple:
+        return (tensor,) + tuple((r, k) for r, k in tidx.items() if r != rank)
+
+    def _next_ranges(self, ranges: dict, rank: str, tidx: dict[str, int]) -> dict | None:
+        k = tidx[rank] + 1
+        if k >= self.trips[rank]:
+            return None
+        out = dict(ranges)
+        out[rank.lower()] = self.tiles[[lp.rank for lp in self.loops].index(rank)][k]
+        return out
+
+    # -- off-chip reads -----------------------------------------------------------------
+    def _read_pieces(self, tensor: str, box: Box) -> list[tuple[Box, np.ndarray]]:
+        """Read ``box`` (inside ``_valid``) from DRAM: rows >= 0 from the tensor, rows below 0
+        along its initial axis from the state tensor."""
+        init = initial_axis(self.c, tensor)
+        out = []
+        if init is None or box[init[0]][0] >= 0:
+            return [(box, self.store.read(self.g.name, tensor, box))]
+        axis, depth = init
+        lo, hi = box[axis]
+        below = box[:axis] + ((lo, min(hi, 0)),) + box[axis + 1 :]
+        state = self.c.tensors[tensor].initial
+        assert state is not None
+        if len(self.c.tensors[state].ranks) == len(box) - 1:  # depth 1: the axis is dropped
+            data = self.store.read(self.g.name, state, box[:axis] + box[axis + 1 :])
+            data = np.expand_dims(data, axis)
+        else:  # history rank: position p is history row p + depth
+            data = self.store.read(self.g.name, state, box[:axis] + ((lo + depth, min(hi, 0) + depth),) + box[axis + 1 :])
+        out.append((below, data))
+        if hi > 0:
+            above = box[:axis] + ((0, hi),) + box[axis + 1 :]
+            out.append((above, self.store.read(self.g.name, tensor, above)))
+        return out
+
+    def _fetch(self, tensor: str, ranges: dict, tidx: dict[str, int], pending: dict) -> tuple[Source, int]:
+        """The on-chip box of an off-chip tensor for this step and the new elements read."""
+        need = self._need(tensor, ranges)
+        valid = self._valid(tensor)
+        fetch = _intersect(need, valid)
+        rank = self.retain_rank.get(tensor)
+        retained = self.halo.get(self._key(tensor, rank, tidx)) if rank else None
+        covered = [retained[0]] if retained else []
+        pieces = _subtract_all(fetch, covered)
+        fresh = 0
+        init = initial_axis(self.c, tensor)
+        if not retained and need == fetch and (init is None or fetch[init[0]][0] >= 0):
+            array = self.store.read(self.g.name, tensor, fetch)  # a view of DRAM, read in full
+            fresh = _volume(fetch)
+        else:
+            array = np.zeros([b - a for a, b in need], self.dtype)
+            if retained:
+                _put(array, need, retained[1], retained[0], _intersect(fetch, retained[0]))
+            for piece in pieces:
+                for box, data in self._read_pieces(tensor, piece):
+                    _put(array, need, data, box, box)
+                    fresh += _volume(box)
+        if rank:
+            nxt = self._next_ranges(ranges, rank, tidx)
+            keep = _intersect(fetch, _intersect(self._need(tensor, nxt), valid)) if nxt else None
+            pending[self._key(tensor, rank, tidx)] = (
+                (keep, array[_slices(keep, need)].copy()) if keep and not _empty(keep) else None
+            )
+        return Source(array, tuple(-a for a, _ in need)), fresh
+
+    # -- intermediates ------------------------------------------------------------------
+    def _assemble(
+        self, tensor: str, tile_box: Box, tile: np.ndarray, ranges: dict, tidx: dict[str, int], pending: dict
+    ) -> tuple[Source, int]:
+        """What the group's consumers read of an intermediate: the current tile, retained halo
+        rows of earlier tiles and incoming-state rows below 0 (read off-chip); zero elsewhere."""
+        need = self._need(tensor, ranges)
+        valid = self._valid(tensor)
+        rank = self.retain_rank.get(tensor)
+        retained = self.halo.get(self._key(tensor, rank, tidx)) if rank else None
+        if need == tile_box and not retained:
+            array = tile
+            fresh = 0
+        else:
+            array = np.zeros([b - a for a, b in need], self.dtype)
+            _put(array, need, tile, tile_box, _intersect(need, tile_box))
+            covered = [tile_box]
+            if retained:
+                _put(array, need, retained[1], retained[0], _intersect(need, retained[0]))
+                covered.append(retained[0])
+            fresh = 0
+            init = initial_axis(self.c, tensor)
+            for piece in _subtract_all(_intersect(need, valid), covered):
+                if init is None or piece[init[0]][1] > 0:
+                    raise ExecutionError(
+                        f"group {self.g.name}: {tensor}{list(piece)} is needed but neither in the current tile "
+                        "nor retained on chip (the mapping reads an intermediate outside its tile)"
+                    )
+                for box, data in self._read_pieces(tensor, piece):
+                    _put(array, need, data, box, box)
+                    fresh += _volume(box)
+        if rank:
+            nxt = self._next_ranges(ranges, rank, tidx)
+            keep = _intersect(_intersect(need, valid), self._need(tensor, nxt)) if nxt else None
+            pending[self._key(tensor, rank, tidx)] = (
+                (keep, array[_slices(keep, need)].copy()) if keep and not _empty(keep) else None
+            )
+        return Source(array, tuple(-a for a, _ in need)), fresh
+
+    # -- recurrences --------------------------------------------------------------------
+    def _carried_in(self, e: Einsum, ranges: dict, tidx: dict[str, int]) -> tuple[np.ndarray, bool, int]:
+        """The state a recurrence starts the step from; whether it is the stored one; elements read."""
+        rank, distance = self.c.recurrence(e)  # type: ignore[misc]
+        spec = self.c.tensors[e.name]
+        axis = spec.ranks.index(rank)
+        if rank in self.trips and tidx[rank] > 0:
+            return self.carry[self._key(e.name, rank, tidx)], True, 0
+        out_box = tuple(ranges[v] for v in e.output_variables)
+        assert out_box[axis][0] == 0
+        state_box = out_box[:axis] + ((-distance, 0),) + out_box[axis + 1 :]
+        carried = np.zeros([b - a for a, b in state_box], self.dtype)
+        fresh = 0
+        init = initial_axis(self.c, e.name)
+        if init is not None and init[0] == axis:
+            box = _intersect(state_box, self._valid(e.name))
+            if not _empty(box):
+                for b, data in self._read_pieces(e.name, box):
+                    _put(carried, state_box, data, b, b)
+                    fresh += _volume(b)
+        return carried, False, fresh
+
+    # -- steps --------------------------------------------------------------------------
+    def run(self) -> None:
+        sizes = self.c.variable_sizes
+        for combo in itertools.product(*(range(len(t)) for t in self.tiles)):
+            ranges = {v: (0, s) for v, s in sizes.items()}
+            tidx: dict[str, int] = {}
+            for lp, k, tiles in zip(self.loops, combo, self.tiles):
+                ranges[lp.rank.lower()] = tiles[k]
+                tidx[lp.rank] = k
+            self._step(ranges, tidx)
+            self.steps += 1
+
+    def _step(self, ranges: dict, tidx: dict[str, int]) -> None:
+        pending_halo: dict[tuple, tuple[Box, np.ndarray] | None] = {}
+        pending_carry: dict[tuple, np.ndarray | None] = {}
+        onchip: dict[str, Source] = {}
+        streamed = 0.0
+        for t in self.accs:
+            if t not in self.inside:
+                onchip[t], fresh = self._fetch(t, ranges, tidx, pending_halo)
+                streamed += fresh * self._bits(t)
+        tiles: dict[str, tuple[Box, np.ndarray]] = {}
+        transient_carry = 0.0
+        for e in self.einsums:
+            for t in e.input_tensors:
+                if t != e.name and t not in onchip:
+                    box, tile = tiles[t]
+                    onchip[t], fresh = self._assemble(t, box, tile, ranges, tidx, pending_halo)
+                    streamed += fresh * self._bits(self.c.tensors[t].initial or t)
+            sources = {t: onchip[t] for t in e.input_tensors if t != e.name}
+            own = {v: ranges[v] for v in e.iteration_variables}
+            out_box = tuple(ranges[v] for v in e.output_variables)
+            rec = self.c.recurrence(e)
+            if rec is None:
+                out = evaluate_einsum(self.c, e, sources, own, self.dtype)
+            else:
+                rank, distance = rec
+                carried, stored, fresh = self._carried_in(e, ranges, tidx)
+                streamed += fresh * self._bits(self.c.tensors[e.name].initial or e.name)
+                if not stored:
+                    transient_carry += carried.size * self._bits(e.name)
+                out = evaluate_einsum(self.c, e, sources, own, self.dtype, carried=carried)
+                axis = self.c.tensors[e.name].ranks.index(rank)
+                key = self._key(e.name, rank, tidx)
+                if rank in self.trips and tidx[rank] + 1 < self.trips[rank]:
+                    both = np.concatenate([carried, out], axis=axis)
+                    take = [slice(None)] * both.ndim
+                    take[axis] = slice(both.shape[axis] - distance, None)
+                    pending_carry[key] = np.ascontiguousarray(both[tuple(take)])
+                elif rank in self.trips:
+                    pending_carry[key] = None
+            tiles[e.name] = (out_box, out)
+            if e.name in self.written:
+                self.store.write(self.g.name, e.name, out_box, out)
+                if e.name not in self.inter:
+                    streamed += out.size * self._bits(e.name)
+        # on-chip bytes with every Einsum of the step done
+        held_tiles = sum(tiles[t][1].size * self._bits(t) for t in self.inter)
+        self.peak = max(self.peak, held_tiles + transient_carry + self._held())
+        self.streamed_peak = max(self.streamed_peak, streamed)
+        for k, v in pending_halo.items():
+            if v is None:
+                self.halo.pop(k, None)
+            else:
+                self.halo[k] = v
+        for k, c in pending_carry.items():
+            if c is None:
+                self.carry.pop(k, None)
+            else:
+                self.carry[k] = c
+        self.peak = max(self.peak, self._held())
+
+    def _held(self) -> float:
+        """Carried states and retained halos held between steps."""
+        total = 0.0
+        for key, c in self.carry.items():
+            total += c.size * self._bits(key[0])
+        for key, (box, _) in self.halo.items():
+            total += _volume(box) * self._bits(key[0])
+        return total
+
+
+# ----------------------------------------------------------------------------------------------
+# the whole mapping
+# ----------------------------------------------------------------------------------------------
+
+
+def _group_reads(cascade: Cascade, group: FusionGroup) -> set[str]:
+    """Tensors a group reads off-chip, incoming states included."""
+    inside = produced_in(group)
+    out: set[str] = set()
+    for e in group_einsums(cascade, group):
+        for t in e.input_tensors:
+            if t not in inside:
+                out.add(t)
+            init = cascade.tensors[t].initial
+            if init is not None:
+                out.add(init)
+    return out
+
+
+def run_tiled(
+    cascade: Cascade,
+    mapping: Mapping,
+    arrays: TMapping[str, np.ndarray],
+    *,
+    dtype: str | np.dtype = "float64",
+) -> TiledRun:
+    """Execute ``cascade`` under ``mapping`` tile by tile, counting every off-chip transfer.
+
+    ``arrays`` are the external tensors (inputs, weights, incoming state). The mapping is
+    re-checked (buffer capacity ignored) to get an executable group order.
+    """
+    dt = resolve_dtype(dtype)
+    ordered = check_mapping(cascade, mapping, ignore_buffer=True)
+    store = OffChipStore(cascade, check_arrays(cascade, arrays, dt))
+    wanted = set(cascade.output_tensors())
+    reads = [_group_reads(cascade, g) for g in ordered.groups]
+    peaks: dict[str, float] = {}
+    streamed: dict[str, float] = {}
+    steps: dict[str, int] = {}
+    with np.errstate(over="ignore", under="ignore"):
+        for n, g in enumerate(ordered.groups):
+            run = _GroupRun(cascade, g, store, dt)
+            run.run()
+            peaks[g.name] = run.peak
+            streamed[g.name] = run.streamed_peak
+            steps[g.name] = run.steps
+            later = set().union(*reads[n + 1 :]) if n + 1 < len(reads) else set()
+            for t in list(store.arrays):
+                if t not in wanted and t not in later:
+                    store.free(t)
+    missing = [t for t in cascade.output_tensors() if t not in store]
+    if missing:
+        raise ExecutionError(f"no group wrote the outputs {', '.join(missing)}")  # pragma: no cover
+    return TiledRun(
+        outputs={t: store.arrays[t] for t in cascade.output_tensors()},
+        read_bytes=dict(store.read_bytes),
+        write_bytes=dict(store.write_bytes),
+        onchip_peak_bytes=peaks,
+        steps=steps,
+        streamed_peak_bytes=streamed,
+    )

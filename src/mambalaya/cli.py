@@ -17,6 +17,7 @@ from typing import Annotated, Any, Callable, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -62,7 +63,7 @@ BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.
 BitsOpt = Annotated[int, typer.Option(min=1, help="Bits per element of every tensor.")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-BufferOpt = Annotated[str, typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576.")]
+BufferOpt = Annotated[Optional[str], typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576 (default: 32MiB, or a mapping file's own).")]
 MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, stitched, optimal, ideal, or a mapping YAML file.")]
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 
@@ -75,7 +76,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return fn(*args, **kwargs)
         except MambalayaError as err:
-            err_console.print(f"[bold red]error:[/] {err}", markup=True, highlight=False)
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}", markup=True, highlight=False)
             raise typer.Exit(1) from None
 
     return wrapper
@@ -264,7 +265,7 @@ def diagram_cmd(
     weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
     classes: Annotated[bool, typer.Option("--classes/--no-classes", help="Label edges with their fusion class.")] = False,
     mapping: Annotated[Optional[str], typer.Option("--mapping", help="Outline the fusion groups of this mapping (name or file).")] = None,
-    buffer: BufferOpt = "32MiB",
+    buffer: BufferOpt = None,
 ) -> None:
     """Draw the cascade as a dataflow graph (tensors as boxes, Einsums numbered by kind)."""
     from mambalaya.fusion.edges import classify_edges
@@ -281,22 +282,31 @@ def diagram_cmd(
         labels = {e.key: e.fusion_class for e in classify_edges(cascade) if e.producer != e.consumer}
     groups = None
     if mapping is not None:
-        m = _resolve_mapping(mapping, cascade, parse_bytes(buffer))
+        m = _resolve_mapping(mapping, cascade, buffer)
         groups = {e: n for n, g in enumerate(m.groups) for e in g.einsums}
         title += f"; mapping {m.name}"
     draw_cascade(cascade, output, title=title, show_weights=weights, edge_labels=labels, groups=groups)
     err_console.print(f"wrote {output}")
 
 
-def _resolve_mapping(name: str, cascade: Cascade, buffer_bytes: int, stats=None):
+DEFAULT_BUFFER = "32MiB"
+
+
+def _resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None):
+    """A named mapping built for ``buffer`` (default 32 MiB), or a mapping file checked against
+    ``buffer`` if given, else against the file's own ``buffer_bytes``."""
+    from dataclasses import replace
+
     from mambalaya.fusion.mapping import check_mapping, load_mapping
     from mambalaya.model.search import NAMED_MAPPINGS, named_mapping
 
     if name in NAMED_MAPPINGS:
-        return named_mapping(name, cascade, buffer_bytes, stats)
+        return named_mapping(name, cascade, parse_bytes(buffer or DEFAULT_BUFFER), stats)
+    if not Path(name).exists():
+        raise MambalayaError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or the path of a mapping YAML file")
     mapping = load_mapping(name)
-    if mapping.buffer_bytes is None:
-        mapping = type(mapping)(mapping.name, mapping.groups, buffer_bytes, mapping.description)
+    if buffer is not None:
+        mapping = replace(mapping, buffer_bytes=parse_bytes(buffer))
     return check_mapping(cascade, mapping)
 
 
@@ -337,7 +347,7 @@ def map_cmd(
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
     mapping: MappingOpt = "stitched",
-    buffer: BufferOpt = "32MiB",
+    buffer: BufferOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
     save: Annotated[Optional[Path], typer.Option("--save", help="Write the mapping as YAML.")] = None,
@@ -349,9 +359,9 @@ def map_cmd(
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
     config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
-    buffer_bytes = parse_bytes(buffer)
     stats = SearchStats()
-    m = _resolve_mapping(mapping, cascade, buffer_bytes, stats)
+    m = _resolve_mapping(mapping, cascade, buffer, stats)
+    buffer_bytes = m.buffer_bytes
     traffic = mapping_traffic(cascade, m)
     if save is not None:
         _emit(dump_mapping(m), save)
@@ -364,7 +374,7 @@ def map_cmd(
         _emit(_rows_csv(group_rows(traffic)) + "\n" + _rows_csv(tensor_rows(cascade, traffic)), output)
         return
     head = (f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; mapping {m.name} "
-            f"({m.description}); buffer {buffer_bytes:,} bytes")
+            f"({m.description}); buffer {f'{buffer_bytes:,} bytes' if buffer_bytes else 'unbounded'}")
     _print_table(_rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"), output)
     _print_table(_rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor"), output, append=True)
     if output is None:

@@ -1,5 +1,6 @@
-"""Numerical execution of cascades (numpy)."""
+"""Numerical execution of cascades (numpy): whole tensors, or tile by tile under a mapping."""
 
 from mambalaya.execute.numpy_exec import carry_states, execute, run_einsum
+from mambalaya.execute.tiled import OffChipStore, TiledRun, run_tiled
 
-__all__ = ["carry_states", "execute", "run_einsum"]
+__all__ = ["OffChipStore", "TiledRun", "carry_states", "execute", "run_einsum", "run_tiled"]

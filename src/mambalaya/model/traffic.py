@@ -33,6 +33,7 @@ from mambalaya.fusion.mapping import (
     produced_in,
     tensors_read,
     tensors_written,
+    window_halos,
 )
 
 
@@ -160,6 +161,7 @@ def _read_elements(
         depth = init[1] if init is not None and init[0] == p else 0
         bounds.append((-depth, n - 1))
 
+    halos = window_halos(cascade, group)  # retained rows exist only along a window's rank
     # dimensions that share fused ranks are enumerated together (components)
     comps: list[tuple[list[int], list[str]]] = []
     for p in range(len(shape)):
@@ -179,7 +181,12 @@ def _read_elements(
             for p in dims:
                 lower, upper = bounds[p]
                 window_rank = ranks[0] if len(ranks) == 1 else None
-                if group.halo == "retain" and window_rank is not None and deps[p] == {window_rank}:
+                if (
+                    group.halo == "retain"
+                    and window_rank is not None
+                    and deps[p] == {window_rank}
+                    and (tensor, window_rank) in halos
+                ):
                     rows_own, rows_neg = _retained(cascade, accesses, p, tile_of, bounds[p], prev_hi)
                 else:
                     rows_own, rows_neg = _dimension_rows(cascade, accesses, p, tile_of, lower, upper)

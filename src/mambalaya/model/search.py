@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from mambalaya.fusion.mapping import (
     unfused_mapping,
     window_halos,
 )
+from mambalaya.model.latency import group_compute_s, group_latency
 from mambalaya.model.traffic import group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
@@ -74,6 +75,11 @@ class GroupChoice:
     group: FusionGroup
     traffic_bytes: float
     footprint_bytes: float
+    latency_s: float | None = None  # when chosen for an architecture
+
+    def cost(self) -> float:
+        """What the search minimises: latency when an architecture is given, else traffic."""
+        return self.traffic_bytes if self.latency_s is None else self.latency_s
 
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
@@ -188,6 +194,7 @@ def best_group(
     stats: SearchStats | None = None,
     ranks: list[str] | None = None,
     why: list[str] | None = None,
+    arch: Any = None,
 ) -> GroupChoice | None:
     """The least-traffic tiling of ``einsums`` as one group that fits the buffer, or None.
 
@@ -207,7 +214,11 @@ def best_group(
             why.append("buffer")
         return None
     steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
-    order = np.lexsort((steps, np.where(ok, traffic, np.inf)))
+    score = traffic if arch is None else _latency_of(arch, cascade, einsums, traffic, steps)
+    if arch is not None:  # latencies within 0.1% tie; then the least traffic wins
+        floor = np.min(np.where(ok, score, np.inf))
+        score = np.floor(score / (floor * 1e-3)) if floor > 0 else score
+    order = np.lexsort((steps, traffic, np.where(ok, score, np.inf)))
     k = int(order[0])
     loops = tuple(
         Loop(r, int(t[k])) for r, t in zip(ranks, tiles) if int(t[k]) < cascade.size(r)
@@ -220,7 +231,21 @@ def best_group(
             why.append("illegal")
         return None
     exact = group_traffic(cascade, group)
-    return GroupChoice(group, exact.total_bytes, exact.footprint_bytes)
+    latency = None if arch is None else group_latency(arch, cascade, group, exact)[0].latency
+    return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, latency)
+
+
+def _latency_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Group latency for every tiling at once: compute does not depend on the tiling (every
+    Einsum writes every tiled rank, so nothing is recomputed); memory and wind-up do."""
+    probe = FusionGroup("probe", tuple(einsums))
+    comp = group_compute_s(arch, cascade, probe)
+    mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
+    fixed = arch.compute.pipeline_wind_up_cycles * len(einsums) / arch.clock_hz if len(einsums) > 1 else 0.0
+    if not arch.memory.overlap_compute_and_memory:
+        return comp + mem + fixed
+    wind = np.where(steps > 1, np.minimum(comp, mem) / steps, 0.0)
+    return np.maximum(comp, mem) + wind + fixed
 
 
 def _finish(cascade: Cascade, name: str, groups: list[FusionGroup], buffer_bytes: int | None, description: str) -> Mapping:
@@ -248,7 +273,7 @@ def ideal(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
     return check_mapping(cascade, Mapping("ideal", (g,), None, "one group, buffer unbounded (a lower bound)"), ignore_buffer=True)
 
 
-def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
+def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None) -> Mapping:
     """Geens et al.: RI fusion of discretisation, scan and readout only; the rest unfused."""
     region = [e.name for e in cascade.einsums if e.name in SSM_REGION]
     if not region:
@@ -258,18 +283,19 @@ def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
     for e in cascade.einsums:
         if e.name in SSM_REGION:
             if not placed:
-                groups.append(_need(best_group(cascade, region, buffer_bytes), region, buffer_bytes).group)
+                groups.append(_need(best_group(cascade, region, buffer_bytes, arch=arch), region, buffer_bytes).group)
                 placed = True
             continue
-        groups.append(_need(best_group(cascade, [e.name], buffer_bytes), [e.name], buffer_bytes).group)
+        groups.append(_need(best_group(cascade, [e.name], buffer_bytes, arch=arch), [e.name], buffer_bytes).group)
     return _finish(cascade, "ssm-ri", groups, buffer_bytes, "RI fusion of AD, BX, H, YS (Geens et al.); rest unfused")
 
 
-def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchStats | None = None) -> Mapping:
+def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchStats | None = None, arch: Any = None) -> Mapping:
     """The paper's greedy stitching: walk the Einsums in topological order and add each to the
     current group while the grown group has a legal loop order whose footprint fits the buffer
-    and growing does not increase traffic (the grown group costs no more than the current
-    group and the Einsum alone); otherwise close the group and start a new one.
+    and growing does not increase the cost (traffic, or latency on ``arch``: the grown group
+    costs no more than the current group and the Einsum alone); otherwise close the group and
+    start a new one.
 
     The last condition is ours: without it the greedy pass accepts any growth that fits, e.g.
     fusing the whole layer into one group with tiles so small that every weight is re-read per
@@ -279,10 +305,10 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
     current: list[str] = []
     current_choice: GroupChoice | None = None
     for e in cascade.einsums:
-        alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats), [e.name], buffer_bytes)
+        alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats, arch=arch), [e.name], buffer_bytes)
         if current_choice is not None:
-            grown = best_group(cascade, current + [e.name], buffer_bytes, stats=stats)
-            if grown is not None and grown.traffic_bytes <= current_choice.traffic_bytes + alone.traffic_bytes:
+            grown = best_group(cascade, current + [e.name], buffer_bytes, stats=stats, arch=arch)
+            if grown is not None and grown.cost() <= current_choice.cost() + alone.cost():
                 current, current_choice = current + [e.name], grown
                 continue
             groups.append(current_choice.group)
@@ -297,17 +323,15 @@ def optimal(
     buffer_bytes: int | None = None,
     stats: SearchStats | None = None,
     *,
-    objective: Callable[[GroupChoice], float] | None = None,
+    arch: Any = None,
 ) -> Mapping:
-    """The least-traffic mapping over contiguous groupings and tile sizes (see the module doc).
-
-    ``objective`` (default: traffic bytes) lets a later cost model (latency) reuse the search.
+    """The least-traffic mapping over contiguous groupings and tile sizes (see the module doc);
+    with ``arch``, the least-latency one on that architecture (tile sizes chosen by latency too).
     """
     stats = stats if stats is not None else SearchStats()
     t0 = time.perf_counter()
     names = [e.name for e in cascade.einsums]
     n = len(names)
-    cost_of = objective or (lambda ch: ch.traffic_bytes)
     best = [math.inf] * (n + 1)
     back: list[tuple[int, GroupChoice] | None] = [None] * (n + 1)
     best[0] = 0.0
@@ -316,12 +340,12 @@ def optimal(
             if best[a] == math.inf:
                 continue
             why: list[str] = []
-            choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why)
+            choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch)
             if choice is None:
                 if why == ["buffer"]:
                     break  # growing the segment upwards only adds on-chip data (see best_group)
                 continue
-            total = best[a] + cost_of(choice)
+            total = best[a] + choice.cost()
             if total < best[b]:
                 best[b], back[b] = total, (a, choice)
     if back[n] is None:
@@ -333,17 +357,25 @@ def optimal(
         groups.append(choice.group)
         b = a
     stats.seconds += time.perf_counter() - t0
-    return _finish(cascade, "optimal", groups[::-1], buffer_bytes, "least off-chip traffic over contiguous groups and tiles")
+    what = "off-chip traffic" if arch is None else f"latency on {arch.name}"
+    return _finish(cascade, "optimal", groups[::-1], buffer_bytes, f"least {what} over contiguous groups and tiles")
 
 
-def named_mapping(name: str, cascade: Cascade, buffer_bytes: int | None, stats: SearchStats | None = None) -> Mapping:
-    builders = {"unfused": unfused, "ideal": ideal, "ssm-ri": ssm_ri}
-    if name in builders:
-        return builders[name](cascade, buffer_bytes)
+def named_mapping(
+    name: str, cascade: Cascade, buffer_bytes: int | None, stats: SearchStats | None = None, arch: Any = None
+) -> Mapping:
+    """Build a named mapping; with ``arch``, tiles (and for stitched/optimal, groups) are chosen
+    for latency on that architecture, else for traffic."""
+    if name == "unfused":
+        return unfused(cascade, buffer_bytes)
+    if name == "ideal":
+        return ideal(cascade, buffer_bytes)
+    if name == "ssm-ri":
+        return ssm_ri(cascade, buffer_bytes, arch=arch)
     if name == "stitched":
-        return stitched(cascade, buffer_bytes, stats)
+        return stitched(cascade, buffer_bytes, stats, arch=arch)
     if name == "optimal":
-        return optimal(cascade, buffer_bytes, stats)
+        return optimal(cascade, buffer_bytes, stats, arch=arch)
     raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or a mapping YAML file")
 
 

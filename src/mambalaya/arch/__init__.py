@@ -1,0 +1,349 @@
+"""Architecture specs for the latency model: loading, listing, tabulating.
+
+Shipped specs live in ``mambalaya/arch/specs/*.yaml``; :func:`load_arch` takes one of their
+names (``mambalaya``, ``marca-ideal``, ...) or a path to a YAML file. Every user-facing problem
+is a :class:`~mambalaya.errors.SpecError` whose message is one paragraph naming the field path
+(``compute.array_rows: must be > 0 (got -4)``) and, for broken YAML, the line and column.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from mambalaya.arch.spec import (
+    DEFAULT_UNARY_COST_CYCLES,
+    FUSION_CLASSES,
+    MAPPING_NAMES,
+    UNARY_FUNCTIONS,
+    ArchSpec,
+    ComputeSpec,
+    FieldProblem,
+    MappingPolicy,
+    MemorySpec,
+    field_paths,
+)
+from mambalaya.errors import SpecError
+
+__all__ = [
+    "ArchSpec",
+    "ComputeSpec",
+    "MemorySpec",
+    "MappingPolicy",
+    "UNARY_FUNCTIONS",
+    "DEFAULT_UNARY_COST_CYCLES",
+    "MAPPING_NAMES",
+    "FUSION_CLASSES",
+    "load_arch",
+    "loads_arch",
+    "arch_from_dict",
+    "arch_to_dict",
+    "arch_to_yaml",
+    "arch_rows",
+    "shipped_archs",
+    "field_paths",
+]
+
+_SPEC_DIR = "specs"
+_SECTIONS: dict[str, type[BaseModel]] = {"compute": ComputeSpec, "memory": MemorySpec, "mappings": MappingPolicy}
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+
+def shipped_archs() -> list[str]:
+    """Names of the architecture specs shipped with mambalaya, sorted."""
+    folder = resources.files(__name__).joinpath(_SPEC_DIR)
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_arch(name_or_path: str | os.PathLike[str]) -> ArchSpec:
+    """Load a shipped spec by name (see :func:`shipped_archs`) or a YAML file by path."""
+    if isinstance(name_or_path, str) and name_or_path in shipped_archs():
+        resource = resources.files(__name__).joinpath(_SPEC_DIR, f"{name_or_path}.yaml")
+        return loads_arch(resource.read_text(encoding="utf-8"), source=f"{name_or_path}.yaml (shipped)")
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise SpecError(f"an architecture is named by a string or a path, not {type(name_or_path).__name__}")
+    path = Path(name_or_path)
+    text = str(name_or_path)
+    looks_like_path = isinstance(name_or_path, os.PathLike) or text.endswith((".yaml", ".yml")) or os.sep in text or "/" in text
+    if not looks_like_path and not path.is_file():
+        raise SpecError(
+            f"unknown architecture {text!r}; shipped: {', '.join(shipped_archs())} (or give the path of a YAML file)"
+        )
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        hint = f" (shipped specs, loaded by name: {', '.join(shipped_archs())})" if isinstance(err, FileNotFoundError) else ""
+        raise SpecError(f"cannot read architecture file: {err.strerror or err}{hint}", source=str(path)) from None
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError("architecture file is not UTF-8 text", source=str(path)) from None
+    return loads_arch(content, source=str(path))
+
+
+def loads_arch(text: str, *, source: str = "<string>") -> ArchSpec:
+    """Parse and validate an architecture spec from YAML text."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        what = ", ".join(str(x) for x in (err.context, err.problem) if x)
+        raise SpecError(
+            _one_paragraph(f"not valid YAML: {what}"),
+            source=source,
+            line=mark.line + 1 if mark else None,
+            column=mark.column + 1 if mark else None,
+        ) from None
+    except yaml.reader.ReaderError as err:  # a character YAML does not allow
+        before = text[: err.position] if isinstance(text, str) else ""
+        raise SpecError(
+            f"not valid YAML: character {_char_name(err.character)} is not allowed",
+            source=source,
+            line=before.count("\n") + 1,
+            column=len(before) - (before.rfind("\n") + 1) + 1,
+        ) from None
+    except yaml.YAMLError as err:
+        raise SpecError(_one_paragraph(f"not valid YAML: {err}"), source=source) from None
+    except RecursionError:
+        raise SpecError("not valid YAML: nested too deeply", source=source) from None
+    if data is None:
+        raise SpecError("the architecture spec is empty", source=source)
+    return arch_from_dict(data, source=source)
+
+
+def arch_from_dict(data: Any, *, source: str = "<dict>") -> ArchSpec:
+    """Validate a plain dict (as read from YAML) into an :class:`ArchSpec`."""
+    if not isinstance(data, dict):
+        raise SpecError(
+            "an architecture spec must be a mapping of fields (name, clock_hz, compute, memory, mappings, ...), "
+            f"not {_kind(data)}",
+            source=source,
+        )
+    try:
+        return ArchSpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(_describe(err), source=source) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# pydantic errors -> one paragraph
+
+_TYPE_WORDS = {
+    "int_type": "must be an integer",
+    "int_parsing": "must be an integer",
+    "int_from_float": "must be an integer",
+    "float_type": "must be a number",
+    "float_parsing": "must be a number",
+    "finite_number": "must be a finite number",
+    "bool_type": "must be true or false",
+    "bool_parsing": "must be true or false",
+    "string_type": "must be a string",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping of fields",
+    "model_attributes_type": "must be a mapping of fields",
+    "list_type": "must be a list",
+}
+
+
+def _describe(err: ValidationError) -> str:
+    problems: list[str] = []
+    for e in err.errors(include_url=False):
+        loc = list(e["loc"])
+        kind = e["type"]
+        ctx = e.get("ctx") or {}
+        got = f" (got {_show(e.get('input'))})"
+        is_key = bool(loc) and loc[-1] == "[key]"
+        if is_key:
+            loc = loc[:-1]
+        if kind == "value_error" and isinstance(ctx.get("error"), FieldProblem):
+            problem = ctx["error"]
+            path = _path(loc)
+            path = f"{path}.{problem.field}" if path else problem.field
+            problems.append(f"{path}: {problem.message}")
+            continue
+        if kind == "missing":
+            text = "required field is missing"
+        elif kind == "extra_forbidden":
+            text = "unknown field" + _allowed_fields(loc)
+        elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+            op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
+            bound = next(iter(ctx.values()), "?")
+            text = f"must be {op} {bound}{got}"
+        elif kind == "invalid_key":
+            text = "field names must be strings"
+        elif kind == "string_too_short":
+            text = "must not be empty"
+        elif kind == "literal_error":
+            text = f"must be one of {ctx.get('expected', '?')}{got}"
+        elif kind == "value_error":
+            text = str(ctx.get("error") or e["msg"])
+        elif kind in _TYPE_WORDS:
+            text = _TYPE_WORDS[kind] + got
+        else:
+            text = f"{e['msg']}{got}"
+        if is_key:
+            text = f"key {_show(loc[-1]) if loc else ''} {text}".replace("  ", " ")
+            loc = loc[:-1]
+        path = _path(loc)
+        problems.append(f"{path}: {text}" if path else text)
+    unique = list(dict.fromkeys(problems))
+    head = "invalid architecture spec: " if len(unique) == 1 else f"invalid architecture spec ({len(unique)} problems): "
+    return _one_paragraph(head + "; ".join(unique))
+
+
+def _allowed_fields(loc: list[Any]) -> str:
+    model: type[BaseModel] | None = ArchSpec
+    for part in loc[:-1]:
+        model = _SECTIONS.get(part) if model is ArchSpec and isinstance(part, str) else None
+        if model is None:
+            return ""
+    names = list(model.model_fields)
+    hint = ""
+    if loc and isinstance(loc[-1], str):
+        close = difflib.get_close_matches(loc[-1], names, n=1)
+        if close:
+            hint = f"; did you mean {close[0]}?"
+    return f" (allowed: {', '.join(names)}){hint}"
+
+
+_PLAIN = re.compile(r"^[A-Za-z0-9_\-]+$")
+
+
+def _path(loc: list[Any]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int) and not isinstance(part, bool):
+            out += f"[{part}]"
+        elif isinstance(part, str) and _PLAIN.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{_show(part)}]"
+    return out
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a mapping"
+    return f"{_show(value)} ({type(value).__name__})"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _char_name(character: Any) -> str:
+    code = character if isinstance(character, int) else ord(character[0]) if character else 0
+    return f"U+{code:04X}"
+
+
+def _one_paragraph(text: str) -> str:
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------------------------------------
+# output
+
+
+def arch_to_dict(spec: ArchSpec) -> dict[str, Any]:
+    """The spec as plain data (numbers in base units); :func:`arch_from_dict` reads it back."""
+    return spec.model_dump(mode="python")
+
+
+def arch_to_yaml(spec: ArchSpec) -> str:
+    """The spec as YAML text that :func:`loads_arch` reads back to an equal spec."""
+    return yaml.safe_dump(arch_to_dict(spec), sort_keys=False, allow_unicode=True, width=100)
+
+
+_UNITS: dict[str, str] = {
+    "name": "",
+    "clock_hz": "Hz",
+    "bits_per_element": "bits",
+    "compute.array_rows": "PEs",
+    "compute.array_cols": "PEs",
+    "compute.one_d_mode": "",
+    "compute.one_d_lanes": "lanes",
+    "compute.one_d_ops_per_lane_per_cycle": "ops/lane/cycle",
+    "compute.vector_lanes": "ops/cycle",
+    "compute.mfu_units": "MFUs",
+    "compute.unary_cost_cycles": "cycles/result",
+    "compute.unary_cost_pe_ops": "ops/result",
+    "compute.gemm_in_1d_mode": "",
+    "compute.overlap_compute_units": "",
+    "compute.pipeline_wind_up_cycles": "cycles",
+    "memory.onchip_buffer_bytes": "bytes",
+    "memory.offchip_bandwidth_bytes_per_s": "B/s",
+    "memory.overlap_compute_and_memory": "",
+    "mappings.default": "",
+    "mappings.fusion_classes": "",
+}
+
+
+def _source(spec: ArchSpec, path: str, given: bool) -> str:
+    parts = path.split(".")
+    for n in range(len(parts), 0, -1):
+        key = ".".join(parts[:n])
+        if key in spec.sources:
+            return spec.sources[key]
+    return "" if given else "default"
+
+
+def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
+    """One row per value of the spec, then the derived peaks: ``field``, ``value``, ``unit``, ``source``.
+
+    ``source`` is the spec's ``sources`` entry for the field (or its nearest section), else
+    ``"default"`` for a value the file did not set, else ``""``.
+    """
+    rows: list[dict[str, Any]] = []
+
+    def add(path: str, value: Any, given: bool, unit: str | None = None) -> None:
+        if isinstance(value, list):
+            value = ", ".join(map(str, value)) or "(none)"
+        unit = _UNITS.get(path, "") if unit is None else unit
+        rows.append({"field": path, "value": value, "unit": unit, "source": _source(spec, path, given)})
+
+    add("name", spec.name, True)
+    add("clock_hz", spec.clock_hz, "clock_hz" in spec.model_fields_set)
+    add("bits_per_element", spec.bits_per_element, "bits_per_element" in spec.model_fields_set)
+    for section in ("compute", "memory", "mappings"):
+        model = getattr(spec, section)
+        for name in type(model).model_fields:
+            path = f"{section}.{name}"
+            value = getattr(model, name)
+            given = section in spec.model_fields_set and name in model.model_fields_set
+            if isinstance(value, dict):
+                for fn in UNARY_FUNCTIONS:
+                    if fn in value:
+                        add(f"{path}.{fn}", value[fn], given, _UNITS[path])
+            else:
+                add(path, value, given)
+    derived = [
+        ("derived.one_d_lanes", spec.compute.one_d_lanes_effective, "lanes", "1D-mode lanes (array_rows * array_cols unless one_d_lanes is set; 0 without 1D mode)"),
+        ("derived.peak_macs_per_s", spec.peak_macs_per_s, "MAC/s", "array_rows * array_cols * clock_hz"),
+        ("derived.peak_elementwise_ops_per_s", spec.peak_elementwise_ops_per_s, "ops/s", "(1D lanes * ops/lane/cycle + vector_lanes) * clock_hz"),
+        ("derived.peak_bandwidth", spec.peak_bandwidth, "B/s", "memory.offchip_bandwidth_bytes_per_s"),
+        ("derived.ridge_point_ops_per_byte", spec.ridge_point_ops_per_byte, "ops/byte", "2 * peak_macs_per_s / peak_bandwidth"),
+    ]
+    for path, value, unit, how in derived:
+        rows.append({"field": path, "value": value, "unit": unit, "source": f"derived: {how}"})
+    return rows

@@ -1,0 +1,389 @@
+"""Architecture specs: shipped specs, derived peaks, round trips and rejected inputs."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mambalaya.arch import (
+    ArchSpec,
+    UNARY_FUNCTIONS,
+    arch_from_dict,
+    arch_rows,
+    arch_to_dict,
+    arch_to_yaml,
+    load_arch,
+    loads_arch,
+    shipped_archs,
+)
+from mambalaya.errors import SpecError
+
+SHIPPED = ["geens-ideal", "gpu-h100", "mambalaya", "marca-ideal", "marca-original"]
+
+
+def valid() -> dict:
+    """A small valid spec as plain data."""
+    return {
+        "name": "toy",
+        "clock_hz": 1e9,
+        "compute": {"array_rows": 4, "array_cols": 8, "mfu_units": 2},
+        "memory": {"onchip_buffer_bytes": 1024, "offchip_bandwidth_bytes_per_s": 1e9},
+        "mappings": {"default": "stitched", "fusion_classes": ["RI", "RSb"]},
+    }
+
+
+def rejects(data, *words: str) -> str:
+    with pytest.raises(SpecError) as info:
+        arch_from_dict(data, source="toy.yaml")
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("toy.yaml: ")
+    for w in words:
+        assert w in message, message
+    return message
+
+
+# ---------------------------------------------------------------------------------------------
+# shipped specs
+
+
+def test_shipped_list():
+    assert shipped_archs() == SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_every_shipped_spec_loads_and_documents_its_values(name):
+    spec = load_arch(name)
+    assert spec.name == name
+    assert spec.description
+    for key in ("clock_hz", "bits_per_element", "memory.onchip_buffer_bytes", "memory.offchip_bandwidth_bytes_per_s", "mappings"):
+        assert key in spec.sources, key
+    rows = arch_rows(spec)
+    assert all(set(r) == {"field", "value", "unit", "source"} for r in rows)
+    # every value the spec sets is documented (name and description aside)
+    undocumented = [r["field"] for r in rows if not r["source"] and r["field"] not in ("name",)]
+    assert not undocumented, undocumented
+    assert "assumption" in " ".join(spec.sources.values()).lower()
+
+
+def test_mambalaya_numbers():
+    s = load_arch("mambalaya")
+    assert s.compute.array_rows * s.compute.array_cols == 65536
+    assert s.clock_hz == 1.75e9
+    assert s.peak_macs_per_s == 65536 * 1.75e9 == 114.688e12
+    assert s.peak_elementwise_ops_per_s == 65536 * 1.75e9
+    assert s.peak_bandwidth == 2039e9
+    assert s.ridge_point_ops_per_byte == pytest.approx(2 * 65536 * 1.75e9 / 2039e9)
+    assert s.memory.onchip_buffer_bytes == 50 * 2**20
+    assert s.bits_per_element == 16 and s.bytes_per_element == 2
+    assert s.compute.mfu_units == 1024
+    assert s.unary_ops_per_s("exp") == 1024 * 1.75e9
+    assert s.unary_ops_per_s("silu") == 512 * 1.75e9
+    assert s.unary_ops_per_s("neg") == s.peak_elementwise_ops_per_s
+    assert s.mappings.default == "stitched"
+    assert s.mappings.fusion_classes == ["RI", "RSb", "RSp", "RD"]
+
+
+def test_ideal_baselines_share_the_budget():
+    m, marca, geens = load_arch("mambalaya"), load_arch("marca-ideal"), load_arch("geens-ideal")
+    assert m.compute == marca.compute == geens.compute
+    assert m.memory == marca.memory == geens.memory
+    assert m.clock_hz == marca.clock_hz == geens.clock_hz
+    assert (marca.mappings.default, marca.mappings.fusion_classes) == ("unfused", [])
+    assert (geens.mappings.default, geens.mappings.fusion_classes) == ("ssm-ri", ["RI"])
+
+
+def test_marca_original_numbers():
+    s = load_arch("marca-original")
+    assert s.compute.array_rows * s.compute.array_cols == 8192
+    assert s.peak_macs_per_s == 8192e9
+    assert s.peak_bandwidth == 256e9
+    assert s.ridge_point_ops_per_byte == 64.0
+    assert s.memory.onchip_buffer_bytes == 24 * 2**20
+    assert s.bits_per_element == 32 and s.bytes_per_element == 4
+    assert s.compute.mfu_units == 0
+    assert s.unary_ops_per_s("exp") == 8192e9 / 4
+    assert s.mappings.default == "unfused"
+
+
+def test_gpu_h100_numbers():
+    s = load_arch("gpu-h100")
+    assert s.peak_macs_per_s == pytest.approx(494.5e12, rel=1e-3)
+    assert 2 * s.peak_macs_per_s == pytest.approx(989.4e12, rel=1e-4)
+    assert s.peak_elementwise_ops_per_s == pytest.approx(67e12, rel=1e-4)
+    assert s.peak_bandwidth == 3.35e12
+    assert s.memory.onchip_buffer_bytes == 52428800
+    assert not s.compute.one_d_mode and s.compute.one_d_lanes_effective == 0
+    assert s.ridge_point_ops_per_byte == pytest.approx(2 * 494.71488e12 / 3.35e12)
+    assert s.unary_ops_per_s("exp") == 2112 * 1.83e9
+
+
+def test_unknown_name_lists_shipped():
+    with pytest.raises(SpecError) as info:
+        load_arch("tpu-v9")
+    for name in SHIPPED:
+        assert name in str(info.value)
+
+
+def test_load_from_path_and_missing_file(tmp_path: Path):
+    p = tmp_path / "mine.yaml"
+    p.write_text(arch_to_yaml(load_arch("mambalaya")), encoding="utf-8")
+    assert load_arch(p) == load_arch("mambalaya")
+    assert load_arch(str(p)) == load_arch("mambalaya")
+    with pytest.raises(SpecError, match="cannot read"):
+        load_arch(tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_round_trip(name):
+    spec = load_arch(name)
+    data = arch_to_dict(spec)
+    text = yaml.safe_dump(data)
+    assert loads_arch(text) == spec
+    assert arch_from_dict(data) == spec
+    assert loads_arch(arch_to_yaml(spec)) == spec
+
+
+def test_defaults_and_units():
+    spec = arch_from_dict(valid())
+    assert spec.bits_per_element == 16
+    assert spec.compute.one_d_lanes_effective == 32
+    assert spec.compute.unary_cost_cycles["neg"] == 0 and spec.compute.unary_cost_cycles["exp"] > 0
+    assert spec.peak_elementwise_ops_per_s == 32e9
+    rows = {r["field"]: r for r in arch_rows(spec)}
+    assert rows["bits_per_element"]["source"] == "default"
+    assert rows["memory.offchip_bandwidth_bytes_per_s"]["unit"] == "B/s"
+    d = valid()
+    d["clock_hz"] = "1.5 GHz"
+    d["memory"] = {"onchip_buffer_bytes": "32MiB", "offchip_bandwidth_bytes_per_s": "256 GB/s"}
+    spec = arch_from_dict(d)
+    assert spec.clock_hz == 1.5e9
+    assert spec.memory.onchip_buffer_bytes == 32 * 2**20
+    assert spec.memory.offchip_bandwidth_bytes_per_s == 256e9
+    d["memory"] = {"onchip_buffer_bytes": "24MB", "offchip_bandwidth_bytes_per_s": "2039GB/s"}
+    assert arch_from_dict(d).memory.onchip_buffer_bytes == 24_000_000
+    d["compute"] = {"array_rows": 4, "array_cols": 8, "one_d_mode": False, "vector_lanes": 10, "mfu_units": 1}
+    spec = arch_from_dict(d)
+    assert spec.peak_elementwise_ops_per_s == 10 * 1.5e9
+    d["compute"] = {"array_rows": 4, "array_cols": 8, "one_d_lanes": 16, "one_d_ops_per_lane_per_cycle": 2, "vector_lanes": 3, "mfu_units": 1}
+    assert arch_from_dict(d).compute.elementwise_ops_per_cycle == 16 * 2 + 3
+
+
+def test_sources_name_fields():
+    d = valid()
+    d["sources"] = {"compute.array_rows": "a paper", "compute.unary_cost_cycles.exp": "a guess"}
+    rows = {r["field"]: r["source"] for r in arch_rows(arch_from_dict(d))}
+    assert rows["compute.array_rows"] == "a paper"
+    assert rows["compute.unary_cost_cycles.exp"] == "a guess"
+    d["sources"] = {"compute.array_row": "typo"}
+    rejects(d, "sources.compute.array_row", "names no field")
+
+
+# ---------------------------------------------------------------------------------------------
+# rejected inputs
+
+
+def with_(path: str, value):
+    d = valid()
+    *parents, last = path.split(".")
+    node = d
+    for p in parents:
+        node = node.setdefault(p, {})
+    node[last] = value
+    return d
+
+
+def test_negative_bandwidth():
+    rejects(with_("memory.offchip_bandwidth_bytes_per_s", -5), "memory.offchip_bandwidth_bytes_per_s", "must be > 0", "-5")
+    rejects(with_("memory.offchip_bandwidth_bytes_per_s", "-2 GB/s"), "memory.offchip_bandwidth_bytes_per_s", "must be > 0")
+
+
+def test_zero_rows():
+    msg = rejects(with_("compute.array_rows", 0), "compute.array_rows: must be > 0 (got 0)")
+    rejects(with_("compute.array_rows", -4), "compute.array_rows: must be > 0 (got -4)")
+    assert msg.startswith("toy.yaml: invalid architecture spec")
+
+
+def test_one_d_lanes_too_big():
+    rejects(with_("compute.one_d_lanes", 33), "compute.one_d_lanes", "must be <=", "32", "got 33")
+
+
+def test_one_d_lanes_without_one_d_mode_and_no_elementwise_unit():
+    d = with_("compute.one_d_mode", False)
+    rejects(d, "compute.vector_lanes", "one_d_mode is false")
+    d["compute"]["vector_lanes"] = 4
+    d["compute"]["one_d_lanes"] = 4
+    rejects(d, "compute.one_d_lanes", "one_d_mode is false")
+
+
+def test_unknown_unary():
+    rejects(with_("compute.unary_cost_cycles", {"expm1": 3}), "compute.unary_cost_cycles.expm1", "unknown unary function", "softplus")
+    rejects(with_("compute.unary_cost_cycles", {"exp": -1}), "compute.unary_cost_cycles.exp", "must be >= 0")
+
+
+def test_mfu_free_design_needs_pe_op_costs():
+    d = with_("compute.mfu_units", 0)
+    msg = rejects(d, "compute.unary_cost_pe_ops", "missing", "exp", "softplus")
+    assert "neg" not in msg.split("missing:")[1]
+    d["compute"]["unary_cost_pe_ops"] = {fn: 8 for fn in ("exp", "log", "sqrt", "rsqrt", "silu", "softplus", "sigmoid", "tanh")}
+    spec = arch_from_dict(d)
+    assert spec.unary_ops_per_s("exp") == spec.peak_elementwise_ops_per_s / 8
+
+
+def test_missing_field():
+    d = valid()
+    del d["compute"]["array_cols"]
+    rejects(d, "compute.array_cols: required field is missing")
+    d = valid()
+    del d["memory"]
+    rejects(d, "memory: required field is missing")
+
+
+def test_wrong_type():
+    rejects(with_("compute.array_rows", "many"), "compute.array_rows: must be an integer (got 'many')")
+    rejects(with_("compute.array_rows", 2.5), "compute.array_rows: must be an integer")
+    rejects(with_("compute.one_d_mode", "sometimes"), "compute.one_d_mode: must be true or false")
+    rejects(with_("compute", [1, 2]), "compute: must be a mapping")
+    rejects(with_("clock_hz", True), "clock_hz", "true")
+
+
+def test_unknown_extra_field():
+    rejects(with_("compute.array_colums", 8), "compute.array_colums: unknown field", "did you mean array_cols")
+    rejects(with_("turbo", True), "turbo: unknown field")
+
+
+def test_inconsistent_mapping_policy():
+    rejects(with_("mappings", {"default": "unfused", "fusion_classes": ["RI"]}), "mappings.fusion_classes", "unfused")
+    rejects(with_("mappings", {"default": "ssm-ri", "fusion_classes": ["RI", "RD"]}), "mappings.fusion_classes", "[RI]")
+    rejects(with_("mappings", {"default": "stitched", "fusion_classes": ["RSb"]}), "mappings.fusion_classes", "must include RI")
+    rejects(with_("mappings", {"default": "ideal", "fusion_classes": ["RI"]}), "mappings.fusion_classes", "every class")
+    rejects(with_("mappings", {"default": "fastest", "fusion_classes": []}), "mappings.default", "must be one of", "'stitched'")
+    rejects(with_("mappings", {"default": "stitched", "fusion_classes": ["RI", "XX"]}), "mappings.fusion_classes[1]")
+
+
+def test_bad_byte_strings():
+    rejects(with_("memory.onchip_buffer_bytes", "32 parsecs"), "memory.onchip_buffer_bytes", "unknown unit 'parsecs'", "MiB")
+    rejects(with_("memory.onchip_buffer_bytes", "lots"), "memory.onchip_buffer_bytes", "cannot read 'lots'")
+    rejects(with_("memory.onchip_buffer_bytes", "0.5B"), "memory.onchip_buffer_bytes", "whole number of bytes")
+    rejects(with_("memory.offchip_bandwidth_bytes_per_s", "3 GB"), "memory.offchip_bandwidth_bytes_per_s", "unknown unit")
+    rejects(with_("clock_hz", "1 GB/s"), "clock_hz", "unknown unit")
+
+
+def test_malformed_yaml_has_line_and_column():
+    text = "name: toy\nclock_hz: 1e9\ncompute: {array_rows: 4, array_cols: 8\nmemory:\n  x: 1\n"
+    with pytest.raises(SpecError) as info:
+        loads_arch(text, source="bad.yaml")
+    err = info.value
+    assert err.source == "bad.yaml" and err.line is not None and err.line >= 3
+    assert f"line {err.line}" in str(err) and "not valid YAML" in str(err)
+    assert "\n" not in str(err)
+    with pytest.raises(SpecError, match="line 2"):
+        loads_arch("name: toy\n  clock_hz: 1: 2\n")
+
+
+def test_non_mapping_and_empty_yaml():
+    with pytest.raises(SpecError, match="mapping of fields"):
+        loads_arch("- 1\n- 2\n")
+    with pytest.raises(SpecError, match="empty"):
+        loads_arch("")
+
+
+def test_several_problems_in_one_paragraph():
+    d = with_("compute.array_rows", -1)
+    d["memory"]["onchip_buffer_bytes"] = 0
+    msg = rejects(d, "2 problems", "compute.array_rows", "memory.onchip_buffer_bytes")
+    assert msg.count(";") >= 1
+
+
+# ---------------------------------------------------------------------------------------------
+# property: mutated specs load or raise SpecError, never anything else
+
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**20), max_value=10**20),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=12),
+    st.sampled_from(["32MiB", "24 MB", "2039GB/s", "1.75 GHz", "1e9", "-3 KiB", "0B", "1e400 GB", "RI", "unfused", "exp"]),
+    st.lists(st.sampled_from(["RI", "RSb", "RSp", "RD", "XX", 1]), max_size=5),
+    st.dictionaries(st.sampled_from(list(UNARY_FUNCTIONS) + ["foo", "compute.array_rows"]), st.one_of(st.integers(-3, 10), st.floats(), st.text(max_size=3)), max_size=4),
+)
+
+
+def _paths(node, prefix=()):
+    yield prefix
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _paths(v, prefix + (k,))
+
+
+@st.composite
+def mutated_specs(draw):
+    base = arch_to_dict(load_arch(draw(st.sampled_from(SHIPPED))))
+    data = copy.deepcopy(base)
+    for _ in range(draw(st.integers(1, 4))):
+        paths = [p for p in _paths(data) if p]
+        if not paths:
+            break
+        path = draw(st.sampled_from(paths))
+        parent = data
+        for k in path[:-1]:
+            parent = parent[k]
+        action = draw(st.sampled_from(["delete", "replace", "add"]))
+        if action == "delete":
+            del parent[path[-1]]
+        elif action == "replace":
+            parent[path[-1]] = draw(_values)
+        else:
+            parent[draw(st.sampled_from(["extra", "one_d_lanes", "vector_lanes", "exp", path[-1]]))] = draw(_values)
+    return data
+
+
+def _check(spec: ArchSpec) -> None:
+    for r in arch_rows(spec):
+        assert set(r) == {"field", "value", "unit", "source"}
+    for fn in UNARY_FUNCTIONS:
+        assert spec.unary_ops_per_s(fn) >= 0
+    assert not math.isnan(spec.ridge_point_ops_per_byte)
+    assert loads_arch(arch_to_yaml(spec)) == spec
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutated_specs())
+def test_mutated_specs_load_or_raise_spec_error(data):
+    try:
+        spec = arch_from_dict(data)
+    except SpecError as err:
+        assert "\n" not in str(err)
+        return
+    _check(spec)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_mutated_yaml_text_loads_or_raises_spec_error(data):
+    text = arch_to_yaml(load_arch(data.draw(st.sampled_from(SHIPPED))))
+    for _ in range(data.draw(st.integers(1, 3))):
+        i = data.draw(st.integers(0, len(text)))
+        j = data.draw(st.integers(i, min(len(text), i + 8)))
+        text = text[:i] + data.draw(st.text(max_size=6)) + text[j:]
+    try:
+        spec = loads_arch(text)
+    except SpecError as err:
+        assert "\n" not in str(err)
+        return
+    _check(spec)
+
+
+def test_mapping_names_match_the_search():
+    from mambalaya.arch import MAPPING_NAMES
+    from mambalaya.model.search import NAMED_MAPPINGS
+
+    assert tuple(MAPPING_NAMES) == tuple(NAMED_MAPPINGS)

@@ -40,6 +40,8 @@ cascade_app = typer.Typer(help="Build, inspect, draw and check Einsum cascades."
 app.add_typer(cascade_app, name="cascade")
 fusion_app = typer.Typer(help="Fusion classes of edges, mappings, their traffic and the optimal search.", no_args_is_help=True)
 app.add_typer(fusion_app, name="fusion")
+arch_app = typer.Typer(help="Architecture specs: the shipped designs or your YAML.", no_args_is_help=True)
+app.add_typer(arch_app, name="arch")
 
 out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
 err_console = Console(stderr=True, soft_wrap=True)
@@ -113,7 +115,9 @@ def _rows_csv(rows: list[dict[str, Any]]) -> str:
 
 def _cell(value: Any) -> str:
     if isinstance(value, float):
-        return f"{value:,.0f}" if value.is_integer() else f"{value:,.3f}"
+        if value.is_integer() or abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.4g}"
     if isinstance(value, int):
         return f"{value:,}"
     return str(value)
@@ -414,3 +418,137 @@ def pareto_cmd(
 
 if __name__ == "__main__":  # pragma: no cover
     app()
+
+
+ArchOpt = Annotated[str, typer.Option("--arch", "-a", help="Shipped design (mambalaya, marca-ideal, geens-ideal, marca-original, gpu-h100) or an arch YAML file.")]
+
+
+@arch_app.command("show")
+@user_errors
+def arch_show_cmd(
+    name: Annotated[str, typer.Argument(help="Shipped design name or arch YAML file.")],
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Print every value of an architecture spec, its unit and where it comes from."""
+    from mambalaya.arch import arch_rows, arch_to_dict, load_arch
+
+    spec = load_arch(name)
+    if fmt == Format.json:
+        _emit(json.dumps(arch_to_dict(spec), indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(arch_rows(spec)), output)
+    else:
+        _print_table(_rows_table(arch_rows(spec), f"architecture {spec.name}: {spec.description}"), output)
+
+
+@arch_app.command("list")
+@user_errors
+def arch_list_cmd() -> None:
+    """List the shipped architecture specs."""
+    from mambalaya.arch import load_arch, shipped_archs
+
+    for name in shipped_archs():
+        out_console.print(f"{name:16s} {load_arch(name).description}", highlight=False, markup=False)
+
+
+def _arch_provenance(spec) -> dict[str, Any]:
+    from mambalaya.arch import arch_to_dict
+
+    return arch_to_dict(spec)
+
+
+@app.command("evaluate")
+@user_errors
+def evaluate_cmd(
+    arch: ArchOpt = "mambalaya",
+    model: ModelOpt = "mamba-1.4b",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = 2048,
+    batch: BatchOpt = 64,
+    mapping: Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, ideal, or a mapping file.")] = None,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Latency, traffic and utilisation of one layer (and the whole model) on a design."""
+    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.model.latency import latency_rows
+
+    config = resolve_model(model)
+    ev = evaluate(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping)
+    rows = latency_rows(ev.result)
+    prov = _provenance(model, config, ev.cascade, phase=phase.value, seq_len=seq_len, batch=batch,
+                       mapping=ev.mapping.name, mapping_description=ev.mapping.description,
+                       bits=ev.arch.bits_per_element)
+    if fmt == Format.json:
+        doc = {
+            "provenance": prov,
+            "arch": _arch_provenance(ev.arch),
+            "mapping": __import__("mambalaya.fusion.mapping", fromlist=["mapping_to_dict"]).mapping_to_dict(ev.mapping),
+            "einsums": rows[:-1],
+            "groups": [
+                {"group": g.group, "einsums": list(g.einsums), "steps": g.steps, "comp_latency": g.comp_latency,
+                 "mem_latency": g.mem_latency, "wind_up": g.wind_up, "latency": g.latency,
+                 "traffic_bytes": g.traffic.total_bytes, "footprint_bytes": g.traffic.footprint_bytes}
+                for g in ev.result.groups
+            ],
+            "totals": ev.totals(),
+        }
+        _emit(json.dumps(doc, indent=2), output)
+        return
+    if fmt == Format.csv:
+        _emit(_rows_csv(rows), output)
+        return
+    t = ev.totals()
+    title = (f"{model} {phase.value} I={ev.cascade.size('I')} batch={batch} on {ev.arch.name} "
+             f"({ev.arch.bits_per_element}-bit, {ev.arch.clock_hz / 1e9:g} GHz, "
+             f"{ev.arch.memory.offchip_bandwidth_bytes_per_s / 1e9:g} GB/s, buffer {ev.arch.memory.onchip_buffer_bytes:,} B); "
+             f"mapping {ev.mapping.name}: {ev.mapping.description}. Latencies in s, traffic in bytes.")
+    _print_table(_rows_table(rows, title), output)
+    if output is None:
+        rate = (f"{t['tokens_per_s']:,.0f} tokens/s" if phase == PhaseOption.decode
+                else f"{t['tokens_per_s']:,.0f} tokens/s prefill throughput")
+        out_console.print(
+            f"layer {t['latency_s'] * 1e3:.4f} ms; model ({t['n_layers']} layers) {t['model_latency_s'] * 1e3:.3f} ms; "
+            f"{rate}; off-chip {t['offchip_bytes']:,.0f} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}",
+            highlight=False,
+        )
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MambalayaError(f"{what} must be a comma-separated list of integers, not {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise MambalayaError(f"{what} must list positive integers, not {text!r}")
+    return values
+
+
+@app.command("compare")
+@user_errors
+def compare_cmd(
+    archs: Annotated[str, typer.Option("--archs", help="Comma-separated designs.")] = "mambalaya,marca-ideal,geens-ideal",
+    model: ModelOpt = "mamba-1.4b",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_lens: Annotated[str, typer.Option("--seq-lens", help="Comma-separated sequence lengths.")] = "2048,16384,131072,1048576",
+    batch: BatchOpt = 64,
+    baseline: Annotated[str, typer.Option("--baseline", help="Design the speedups are relative to.")] = "marca-ideal",
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Latencies of several designs across sequence lengths, with speedups over a baseline."""
+    from mambalaya.experiments.evaluate import compare_rows
+
+    names = [a.strip() for a in archs.split(",") if a.strip()]
+    if not names:
+        raise MambalayaError("--archs names no design")
+    config = resolve_model(model)
+    rows = compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
+                        batch=batch, baseline=baseline)
+    if fmt == Format.json:
+        _emit(json.dumps(rows, indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), output)
+    else:
+        _print_table(_rows_table(rows, f"{model} {phase.value}, batch {batch}: each design with its own mapping; speedup over {baseline}"), output)

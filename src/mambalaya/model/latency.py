@@ -21,7 +21,9 @@ pipeline); its memory time is the group's traffic (:mod:`mambalaya.model.traffic
 bandwidth. With ``overlap_compute_and_memory`` the group takes ``max(compute, memory)`` plus a
 **wind-up**: one step's share of the smaller of the two, which the first step cannot hide (0 for
 a one-step group, so an unfused layer is exactly ``sum max(comp, mem)``), plus
-``pipeline_wind_up_cycles`` per Einsum of a multi-Einsum group. Without overlap it is the sum.
+``pipeline_wind_up_cycles`` per Einsum to fill the tile pipeline of a group that runs in more
+than one step. Without overlap it is the sum. A one-step group (an unfused Einsum, ``ideal``)
+pays no wind-up: ``ideal`` is the speed of light.
 
 Per-Einsum rows split a group's latency in proportion to each Einsum's ``max(comp, mem)``;
 traffic is attributed to the Einsum that reads (first reader in the group) or writes it. An
@@ -206,13 +208,12 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
         per.append((name, cascade.kind(e), ops, cyc))
     comp = total_cycles.total(overlap_units) / clock
     mem = traffic.total_bytes / bw
+    fill = compute.pipeline_wind_up_cycles * len(group.einsums) / clock if traffic.steps > 1 else 0.0
     if arch.memory.overlap_compute_and_memory:
-        wind = min(comp, mem) / traffic.steps if traffic.steps > 1 else 0.0
-        if len(group.einsums) > 1:
-            wind += compute.pipeline_wind_up_cycles * len(group.einsums) / clock
+        wind = (min(comp, mem) / traffic.steps if traffic.steps > 1 else 0.0) + fill
         latency = max(comp, mem) + wind
     else:
-        wind = compute.pipeline_wind_up_cycles * len(group.einsums) / clock if len(group.einsums) > 1 else 0.0
+        wind = fill
         latency = comp + mem + wind
     # attribute traffic: reads to the first reader in the group, writes to the producer
     attributed = {name: 0.0 for name in group.einsums}

@@ -241,11 +241,11 @@ def _latency_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.nda
     probe = FusionGroup("probe", tuple(einsums))
     comp = group_compute_s(arch, cascade, probe)
     mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
-    fixed = arch.compute.pipeline_wind_up_cycles * len(einsums) / arch.clock_hz if len(einsums) > 1 else 0.0
+    fill = np.where(steps > 1, arch.compute.pipeline_wind_up_cycles * len(einsums) / arch.clock_hz, 0.0)
     if not arch.memory.overlap_compute_and_memory:
-        return comp + mem + fixed
+        return comp + mem + fill
     wind = np.where(steps > 1, np.minimum(comp, mem) / steps, 0.0)
-    return np.maximum(comp, mem) + wind + fixed
+    return np.maximum(comp, mem) + wind + fill
 
 
 def _finish(cascade: Cascade, name: str, groups: list[FusionGroup], buffer_bytes: int | None, description: str) -> Mapping:

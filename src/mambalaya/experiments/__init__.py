@@ -1,0 +1,1 @@
+"""Experiments: single evaluations, design comparisons and the paper's reproduction."""

@@ -552,3 +552,40 @@ def compare_cmd(
         _emit(_rows_csv(rows), output)
     else:
         _print_table(_rows_table(rows, f"{model} {phase.value}, batch {batch}: each design with its own mapping; speedup over {baseline}"), output)
+
+
+@app.command("reproduce")
+@user_errors
+def reproduce_cmd(
+    out: Annotated[Path, typer.Option("--out", help="Output folder for tables, figures and report.md.")] = Path("results"),
+    models: Annotated[str, typer.Option("--models", help="Comma-separated model presets.")] = "mamba-1.4b",
+    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="Comma-separated prefill lengths (default 2^11..2^20).")] = None,
+    batch: BatchOpt = 64,
+    generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
+    figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the figures.")] = True,
+) -> None:
+    """Run the paper's evaluation and write tables, figures and report.md."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mambalaya.experiments.reproduce import DESIGNS, ReproduceConfig, run_reproduce
+
+    names = tuple(m.strip() for m in models.split(",") if m.strip())
+    for m in names:
+        if m not in PRESETS:
+            raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
+    lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else ReproduceConfig.seq_lens
+    detail = 2048 if 2048 in lens else lens[0]
+    config = ReproduceConfig(models=names, batch=batch, seq_lens=lens, generated_tokens=generated,
+                             detail_seq_len=detail, out=out, figures=figures)
+    steps = len(names) * (len(lens) * len(DESIGNS) + len(DESIGNS) + 2) + (1 if figures else 0) + 1
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=False) as bar:
+        task = bar.add_task("reproduce", total=steps)
+
+        def tick(message: str) -> None:
+            bar.update(task, advance=1, description=message)
+
+        result = run_reproduce(config, tick)
+        bar.update(task, completed=steps, description="done")
+    err_console.print(f"wrote {result.report} with {len(result.figures)} figure files and "
+                      f"{len(result.tables)} tables in {result.seconds:.1f} s")

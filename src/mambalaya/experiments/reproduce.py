@@ -1,0 +1,247 @@
+"""`mambalaya reproduce`: the paper's evaluation in one command (DESIGN.md §6).
+
+The defaults are the paper's setup as reported: the 48-layer Mamba-1 model (we take
+mamba-1.4b, the largest published Mamba-1 with 48 layers; the paper's text does not name the
+size), batch 64, prefill at L = 2^11 .. 2^20 and generation (I = 1), on three designs with the
+same H100-like budget: ``mambalaya`` (greedy stitching), ``marca-ideal`` (unfused, the
+algorithmic minimum of traffic) and ``geens-ideal`` (RI fusion of the SSM region). Every
+design's mapping is built for its own buffer and minimises latency on it.
+
+It writes CSV tables, PNG+SVG figures and ``report.md`` (which embeds them, names every input,
+and sets our ratios beside the published ones with the gap explained) to ``results/``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+
+from mambalaya import __version__
+from mambalaya.arch import arch_rows, load_arch
+from mambalaya.einsum.stats import cascade_stats
+from mambalaya.experiments.evaluate import Evaluation, evaluate
+from mambalaya.fusion.edges import classify_edges, edge_rows
+from mambalaya.fusion.mapping import mapping_to_dict
+from mambalaya.model.latency import latency_rows
+from mambalaya.model.traffic import mapping_traffic
+from mambalaya.workloads import PRESETS
+
+DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal")
+BASELINES = ("marca-ideal", "geens-ideal")
+
+#: The paper's headline numbers (DESIGN.md §6; secondary source, "the best available reading").
+PUBLISHED = {
+    "prefill vs marca-ideal": 4.9,
+    "generation vs marca-ideal": 1.9,
+    "prefill vs geens-ideal (max)": 1.5,
+    "end-to-end vs marca-ideal": 3.0,
+    "end-to-end vs geens-ideal": 1.3,
+    "geens: fused vs unfused (MARCA hardware)": 4.8,
+    "geens: vs MARCA at equal area": 1.78,
+}
+
+
+@dataclass
+class ReproduceConfig:
+    models: tuple[str, ...] = ("mamba-1.4b",)
+    batch: int = 64
+    seq_lens: tuple[int, ...] = tuple(2**k for k in range(11, 21))
+    generated_tokens: int = 1024  # end-to-end request: prefill L, then generate this many tokens
+    detail_seq_len: int = 2048  # per-Einsum tables, roofline and timelines at this L
+    out: Path = Path("results")
+    figures: bool = True
+
+
+@dataclass
+class ReproduceResult:
+    config: ReproduceConfig
+    tables: dict[str, pd.DataFrame] = field(default_factory=dict)
+    figures: list[Path] = field(default_factory=list)
+    report: Path | None = None
+    seconds: float = 0.0
+
+
+def _eval_row(ev: Evaluation, phase_label: str) -> dict[str, Any]:
+    t = ev.totals()
+    return {
+        "model": ev.model,
+        "phase": phase_label,
+        "seq_len": ev.seq_len if ev.phase == "prefill" else 1,
+        "batch": ev.batch,
+        "arch": ev.arch.name,
+        "mapping": ev.mapping.name,
+        "groups": t["groups"],
+        "layer_latency_s": t["latency_s"],
+        "model_latency_s": t["model_latency_s"],
+        "offchip_bytes": t["offchip_bytes"],
+        "compute_util": t["compute_util"],
+        "mem_util": t["mem_util"],
+        "tokens_per_s": t["tokens_per_s"],
+    }
+
+
+def _timeline(ev: Evaluation, label: str) -> list[dict[str, Any]]:
+    rows, start = [], 0.0
+    groups = {g.group: g for g in ev.result.groups}
+    for g in ev.mapping.groups:
+        gl = groups[g.name]
+        for r in ev.result.einsums:
+            if r.fusion_group == g.name:
+                rows.append({"design": label, "einsum": r.einsum, "kind": r.kind, "group": g.name,
+                             "start_s": start, "end_s": start + gl.latency,
+                             "compute_util": r.compute_util, "mem_util": r.mem_util})
+        start += gl.latency
+    return rows
+
+
+def _roofline_points(ev: Evaluation, series: str) -> list[dict[str, Any]]:
+    """Each Einsum's intensity (ops per off-chip byte) and achieved ops/s under ``ev``'s mapping.
+
+    An Einsum that moves no bytes of its own inside a fused group takes its group's intensity.
+    """
+    stats = {s.name: s for s in cascade_stats(ev.cascade).einsums}
+    group_ops: dict[str, float] = {}
+    for r in ev.result.einsums:
+        group_ops[r.fusion_group] = group_ops.get(r.fusion_group, 0.0) + stats[r.einsum].ops_total
+    group_bytes = {g.group: g.traffic.total_bytes for g in ev.result.groups}
+    points = []
+    for r in ev.result.einsums:
+        ops = stats[r.einsum].ops_total
+        if ops == 0 or r.final_latency == 0:
+            continue
+        own = r.total_traffic
+        intensity = ops / own if own else (group_ops[r.fusion_group] / group_bytes[r.fusion_group] if group_bytes[r.fusion_group] else math.inf)
+        if not math.isfinite(intensity):
+            continue
+        points.append({"einsum": r.einsum, "kind": r.kind, "series": series,
+                       "intensity_ops_per_byte": intensity, "performance_ops_per_s": ops / r.final_latency})
+    return points
+
+
+def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | None = None) -> ReproduceResult:
+    """Compute every table (and, if asked, every figure and the report)."""
+    t0 = time.perf_counter()
+    tick = progress or (lambda _msg: None)
+    result = ReproduceResult(config)
+    out = config.out
+    out.mkdir(parents=True, exist_ok=True)
+    specs = {d: load_arch(d) for d in DESIGNS}
+
+    latency_rows_all: list[dict[str, Any]] = []
+    details: dict[tuple[str, str, str], Evaluation] = {}
+    for model in config.models:
+        cfg = PRESETS[model]
+        for L in config.seq_lens:
+            for d in DESIGNS:
+                tick(f"{model} prefill L={L} on {d}")
+                ev = evaluate(specs[d], model, cfg, phase="prefill", seq_len=L, batch=config.batch)
+                latency_rows_all.append(_eval_row(ev, "prefill"))
+                if L == config.detail_seq_len:
+                    details[(model, "prefill", d)] = ev
+        for d in DESIGNS:
+            tick(f"{model} generation on {d}")
+            ev = evaluate(specs[d], model, cfg, phase="decode", seq_len=1, batch=config.batch)
+            latency_rows_all.append(_eval_row(ev, "generation"))
+            details[(model, "generation", d)] = ev
+        for phase in ("prefill", "generation"):
+            tick(f"{model} {phase}: ideal fusion and optimal search")
+            for mapping, label in (("ideal", "ideal"), ("optimal", "optimal")):
+                ev = evaluate(specs["mambalaya"], model, cfg, phase="prefill" if phase == "prefill" else "decode",
+                              seq_len=config.detail_seq_len if phase == "prefill" else 1, batch=config.batch,
+                              mapping=mapping)
+                details[(model, phase, f"mambalaya/{label}")] = ev
+    lat = pd.DataFrame(latency_rows_all)
+    result.tables["latency"] = lat
+
+    # speedups of mambalaya over each baseline, per phase and L
+    sp_rows = []
+    for (model, phase, L), grp in lat.groupby(["model", "phase", "seq_len"]):
+        by = grp.set_index("arch")["layer_latency_s"]
+        for b in BASELINES:
+            sp_rows.append({"model": model, "phase": phase, "seq_len": L, "baseline": b, "speedup": by[b] / by["mambalaya"]})
+    speed = pd.DataFrame(sp_rows)
+    result.tables["speedups"] = speed
+
+    # end to end: prefill L then generate N tokens, per L; averaged over L
+    e2e_rows = []
+    for model in config.models:
+        gen = lat[(lat.model == model) & (lat.phase == "generation")].set_index("arch")["model_latency_s"]
+        for L in config.seq_lens:
+            pre = lat[(lat.model == model) & (lat.phase == "prefill") & (lat.seq_len == L)].set_index("arch")["model_latency_s"]
+            total = {d: pre[d] + config.generated_tokens * gen[d] for d in DESIGNS}
+            for b in BASELINES:
+                e2e_rows.append({"model": model, "seq_len": L, "baseline": b, "speedup": total[b] / total["mambalaya"],
+                                 "mambalaya_s": total["mambalaya"], "baseline_s": total[b]})
+    e2e = pd.DataFrame(e2e_rows)
+    result.tables["end_to_end"] = e2e
+
+    # per-Einsum tables, traffic by tensor, timelines, roofline, fusion classes (detail L)
+    einsum_frames, traffic_rows, timeline_rows, roof_rows = [], [], [], []
+    for (model, phase, label), ev in details.items():
+        df = pd.DataFrame(latency_rows(ev.result))
+        df.insert(0, "design", label)
+        df.insert(0, "phase", phase)
+        df.insert(0, "model", model)
+        einsum_frames.append(df)
+        tr = mapping_traffic(ev.cascade, ev.mapping)
+        for t, (rb, wb) in tr.by_tensor.items():
+            traffic_rows.append({"model": model, "phase": phase, "design": label, "mapping": ev.mapping.name, "tensor": t,
+                                 "role": ev.cascade.tensors[t].role.value, "read_bytes": rb, "write_bytes": wb})
+        if label in ("marca-ideal", "mambalaya"):
+            timeline_rows += [dict(r, model=model, phase=phase) for r in _timeline(ev, label)]
+        if phase == "prefill" and label in ("marca-ideal", "mambalaya/ideal"):
+            series = "unfused" if label == "marca-ideal" else "ideal fusion"
+            roof_rows += [dict(p, model=model) for p in _roofline_points(ev, series)]
+    result.tables["einsums"] = pd.concat(einsum_frames, ignore_index=True)
+    result.tables["traffic_by_tensor"] = pd.DataFrame(traffic_rows)
+    result.tables["timeline"] = pd.DataFrame(timeline_rows)
+    result.tables["roofline"] = pd.DataFrame(roof_rows)
+    first = details[(config.models[0], "prefill", "mambalaya")]
+    result.tables["fusion_classes"] = pd.DataFrame(edge_rows(classify_edges(first.cascade)))
+    result.tables["architectures"] = pd.DataFrame(
+        [dict(r, design=d) for d in DESIGNS for r in arch_rows(specs[d])]
+    )
+    result.tables["geens_claims"] = _geens_rows(config)
+
+    for name, df in result.tables.items():
+        df.to_csv(out / f"{name}.csv", index=False)
+    mappings = {f"{m}/{p}/{d}": mapping_to_dict(ev.mapping) for (m, p, d), ev in details.items()}
+    (out / "mappings.json").write_text(json.dumps(mappings, indent=1), encoding="utf-8")
+
+    if config.figures:
+        tick("figures")
+        from mambalaya.experiments.report import write_figures
+
+        result.figures = write_figures(result, details, specs)
+    result.seconds = time.perf_counter() - t0
+    tick("report")
+    from mambalaya.experiments.report import write_report
+
+    result.report = write_report(result, details, specs)
+    return result
+
+
+def _geens_rows(config: ReproduceConfig) -> pd.DataFrame:
+    """Geens et al.'s own claim, on the original MARCA hardware: SSM-region fusion vs unfused."""
+    spec = load_arch("marca-original")
+    model = config.models[0]
+    rows = []
+    for phase, L in (("prefill", config.detail_seq_len), ("decode", 1)):
+        unf = evaluate(spec, model, PRESETS[model], phase=phase, seq_len=L, batch=config.batch, mapping="unfused")
+        ssm = evaluate(spec, model, PRESETS[model], phase=phase, seq_len=L, batch=config.batch, mapping="ssm-ri")
+        region = ("AD", "BX", "H", "YS")
+        unf_region = sum(r.final_latency for r in unf.result.einsums if r.einsum in region)
+        ssm_region = sum(g.latency for g in ssm.result.groups if set(g.einsums) <= set(region) and len(g.einsums) > 1)
+        rows.append({"model": model, "phase": phase, "seq_len": L, "hardware": "marca-original",
+                     "layer_speedup_ssm_ri_vs_unfused": unf.result.latency_s / ssm.result.latency_s,
+                     "ssm_region_speedup": unf_region / ssm_region if ssm_region else float("nan")})
+    return pd.DataFrame(rows)
+
+
+__all__ = ["PUBLISHED", "ReproduceConfig", "ReproduceResult", "run_reproduce", "__version__"]

@@ -87,15 +87,22 @@ def _eval_row(ev: Evaluation, phase_label: str) -> dict[str, Any]:
 
 
 def _timeline(ev: Evaluation, label: str) -> list[dict[str, Any]]:
+    """Each Einsum over its group's interval; a fused group's utilisation is split among its
+    Einsums in proportion to their own compute and memory demands (the shares add up to the
+    group's utilisation)."""
     rows, start = [], 0.0
     groups = {g.group: g for g in ev.result.groups}
     for g in ev.mapping.groups:
         gl = groups[g.name]
-        for r in ev.result.einsums:
-            if r.fusion_group == g.name:
-                rows.append({"design": label, "einsum": r.einsum, "kind": r.kind, "group": g.name,
-                             "start_s": start, "end_s": start + gl.latency,
-                             "compute_util": r.compute_util, "mem_util": r.mem_util})
+        members = [r for r in ev.result.einsums if r.fusion_group == g.name]
+        comp_total = sum(r.comp_latency for r in members)
+        mem_total = sum(r.mem_latency for r in members)
+        for r in members:
+            c_share = r.comp_latency / comp_total if comp_total else 1.0 / len(members)
+            m_share = r.mem_latency / mem_total if mem_total else 1.0 / len(members)
+            rows.append({"design": label, "einsum": r.einsum, "kind": r.kind, "group": g.name,
+                         "start_s": start, "end_s": start + gl.latency,
+                         "compute_util": r.compute_util * c_share, "mem_util": r.mem_util * m_share})
         start += gl.latency
     return rows
 

@@ -308,7 +308,7 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
         alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats, arch=arch), [e.name], buffer_bytes)
         if current_choice is not None:
             grown = best_group(cascade, current + [e.name], buffer_bytes, stats=stats, arch=arch)
-            if grown is not None and grown.cost() <= current_choice.cost() + alone.cost():
+            if grown is not None and _worth_growing(grown, current_choice, alone):
                 current, current_choice = current + [e.name], grown
                 continue
             groups.append(current_choice.group)
@@ -316,6 +316,18 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
     if current_choice is not None:
         groups.append(current_choice.group)
     return _finish(cascade, "stitched", groups, buffer_bytes, "greedy stitching in topological order")
+
+
+def _worth_growing(grown: GroupChoice, current: GroupChoice, alone: GroupChoice) -> bool:
+    """Grow when the grown group costs less; on an architecture, latencies within 0.1% count as
+    equal and then the grown group must not move more bytes (a compute-bound group would
+    otherwise absorb Einsums whose fusion only adds weight re-reads)."""
+    apart = current.cost() + alone.cost()
+    if grown.latency_s is None:
+        return grown.cost() <= apart
+    if grown.cost() < apart * (1 - 1e-3):
+        return True
+    return grown.cost() <= apart * (1 + 1e-3) and grown.traffic_bytes <= current.traffic_bytes + alone.traffic_bytes
 
 
 def optimal(

@@ -1,0 +1,95 @@
+"""`mambalaya reproduce` on a reduced grid writes every table, figure and the report; plus the
+evaluate and compare commands."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+from typer.testing import CliRunner
+
+from mambalaya.cli import app
+
+runner = CliRunner()
+
+FIGURES = [
+    "roofline",
+    "utilisation_prefill_marca-ideal",
+    "utilisation_prefill_mambalaya",
+    "utilisation_generation_marca-ideal",
+    "utilisation_generation_mambalaya",
+    "speedup_vs_seq_len",
+    "end_to_end",
+    "traffic_by_tensor",
+    "latency_breakdown",
+    "cascade",
+]
+
+
+def test_reproduce_reduced_grid(tmp_path) -> None:
+    out = tmp_path / "results"
+    r = runner.invoke(app, ["reproduce", "--out", str(out), "--models", "mamba-130m", "--seq-lens", "2048,8192", "--batch", "8"])
+    assert r.exit_code == 0, r.output
+    report = (out / "report.md").read_text()
+    for name in FIGURES:
+        for ext in ("png", "svg"):
+            path = out / "figures" / f"{name}.{ext}"
+            assert path.exists() and path.stat().st_size > 1000, path
+        assert f"figures/{name}.png" in report
+    for table in ("latency", "speedups", "end_to_end", "einsums", "traffic_by_tensor", "timeline", "roofline",
+                  "fusion_classes", "architectures", "geens_claims"):
+        assert (out / f"{table}.csv").exists(), table
+    lat = pd.read_csv(out / "latency.csv")
+    assert set(lat.arch) == {"mambalaya", "marca-ideal", "geens-ideal"}
+    assert set(lat[lat.phase == "prefill"].seq_len) == {2048, 8192}
+    sp = pd.read_csv(out / "speedups.csv")
+    assert (sp.speedup > 0).all()
+    # the report sets every published ratio beside ours, with a gap
+    for published in ("4.9×", "1.9×", "1.5×", "3×", "1.3×", "4.8×", "1.78×"):
+        assert published in report
+    assert "No parameter was tuned" in report and "mamba-130m" in report
+    mappings = json.loads((out / "mappings.json").read_text())
+    assert any(k.endswith("/prefill/mambalaya") for k in mappings)
+
+
+def test_evaluate_json_totals() -> None:
+    r = runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--model", "mamba-1.4b", "--phase", "prefill",
+                            "--seq-len", "2048", "--batch", "64", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    for key in ("latency_s", "offchip_bytes", "compute_util", "mem_util"):
+        assert key in doc["totals"]
+    assert doc["arch"]["name"] == "mambalaya" and doc["mapping"]["name"] == "stitched"
+    assert abs(sum(e["final_latency"] for e in doc["einsums"]) - doc["totals"]["latency_s"]) < 1e-9
+
+
+def test_compare_speedups_against_baseline() -> None:
+    r = runner.invoke(app, ["compare", "--archs", "mambalaya,marca-ideal,geens-ideal", "--model", "mamba-370m",
+                            "--phase", "prefill", "--seq-lens", "2048,16384", "--baseline", "marca-ideal", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert len(rows) == 6
+    for row in rows:
+        if row["arch"] == "marca-ideal":
+            assert row["speedup_vs_marca-ideal"] == 1.0
+        else:
+            assert row["speedup_vs_marca-ideal"] > 1.0
+
+
+def test_bad_arch_and_inputs_are_one_paragraph(tmp_path) -> None:
+    r = runner.invoke(app, ["evaluate", "--arch", "tpu-v9"])
+    assert r.exit_code == 1 and "tpu-v9" in r.stderr and "mambalaya" in r.stderr
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nclock_hz: -1\n")
+    r = runner.invoke(app, ["arch", "show", str(bad)])
+    assert r.exit_code == 1 and "clock_hz" in r.stderr and "Traceback" not in r.output
+    r = runner.invoke(app, ["compare", "--seq-lens", "2048,abc"])
+    assert r.exit_code == 1 and "--seq-lens" in r.stderr
+    r = runner.invoke(app, ["reproduce", "--models", "mamba-9b", "--out", str(tmp_path / "x")])
+    assert r.exit_code == 1 and "mamba-9b" in r.stderr
+
+
+def test_arch_show_table() -> None:
+    r = runner.invoke(app, ["arch", "show", "marca-original", "-f", "csv"])
+    assert r.exit_code == 0, r.output
+    assert "memory.offchip_bandwidth_bytes_per_s" in r.stdout and "256" in r.stdout

@@ -152,7 +152,11 @@ class Cascade:
         return tuple(seen)
 
     def kind(self, einsum: Einsum) -> str:
-        return _kind_of(self, einsum)
+        return self._kinds[einsum.name]
+
+    @cached_property
+    def _kinds(self) -> dict[str, str]:
+        return {e.name: _kind_of(self, e) for e in self.einsums}
 
     def external_tensors(self) -> tuple[str, ...]:
         """Tensors no Einsum produces: inputs, weights and incoming state."""

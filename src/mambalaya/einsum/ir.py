@@ -14,6 +14,7 @@ These are plain immutable values; :mod:`mambalaya.einsum.cascade` checks how the
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from typing import Union
 
@@ -60,7 +61,7 @@ class AffineIndex:
     def constant(value: int) -> "AffineIndex":
         return AffineIndex((), value)
 
-    @property
+    @cached_property
     def variables(self) -> tuple[str, ...]:
         return tuple(v for v, _ in self.terms)
 
@@ -111,7 +112,7 @@ class Access:
     def __str__(self) -> str:
         return f"{self.tensor}[{','.join(str(i) for i in self.indices)}]"
 
-    @property
+    @cached_property
     def variables(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for idx in self.indices:
@@ -226,24 +227,24 @@ class Einsum:
     def name(self) -> str:
         return self.output.tensor
 
-    @property
+    @cached_property
     def output_variables(self) -> tuple[str, ...]:
         return tuple(i.plain_variable or "" for i in self.output.indices)
 
-    @property
+    @cached_property
     def reduced_variables(self) -> tuple[str, ...]:
         out = set(self.output_variables)
         return tuple(v for v in expr_variables(self.expr) if v not in out)
 
-    @property
+    @cached_property
     def iteration_variables(self) -> tuple[str, ...]:
         return self.output_variables + self.reduced_variables
 
-    @property
+    @cached_property
     def inputs(self) -> tuple[Access, ...]:
         return accesses(self.expr)
 
-    @property
+    @cached_property
     def input_tensors(self) -> tuple[str, ...]:
         seen: dict[str, None] = {}
         for acc in self.inputs:

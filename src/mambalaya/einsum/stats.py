@@ -49,7 +49,17 @@ def _count(cascade: Cascade, node: Expr, ops: Counter, top_is_mac: bool = False)
 
 
 def einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
-    """Operation counts of one Einsum by kind (see the module doc for the rules)."""
+    """Operation counts of one Einsum by kind (see the module doc for the rules).
+
+    Memoised on the (immutable) cascade: the latency model asks for them on every evaluation.
+    """
+    memo = cascade.__dict__.setdefault("_einsum_ops_memo", {})
+    if einsum.name not in memo:
+        memo[einsum.name] = _einsum_ops(cascade, einsum)
+    return dict(memo[einsum.name])
+
+
+def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
     ops: Counter = Counter()
     reduced = set(einsum.reduced_variables)
     # the additive spine: count +/- over what they combine (reduced variables are gone by then)

@@ -278,7 +278,18 @@ def _check_loops(cascade: Cascade, g: FusionGroup) -> None:
 
 
 def check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = None) -> None:
-    """Raise MappingError if the group breaks a rule (other than cover/order)."""
+    """Raise MappingError if the group breaks a rule (other than cover/order).
+
+    A group found legal is remembered on the (immutable) cascade, with the buffer it fitted."""
+    memo = cascade.__dict__.setdefault("_legal_group_memo", set())
+    key = (g.name, g.einsums, g.loops, g.halo, buffer_bytes)
+    if key in memo:
+        return
+    _check_group(cascade, g, buffer_bytes)
+    memo.add(key)
+
+
+def _check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = None) -> None:
     _check_loops(cascade, g)
     if g.halo not in ("retain", "recompute"):
         raise MappingError(f"halo must be 'retain' or 'recompute', not {g.halo!r}", rule="halo", group=g.name)

@@ -185,6 +185,16 @@ class _GroupCostModel:
         return traffic, fp
 
 
+def _cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "_GroupCostModel":
+    """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
+    depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
+    memo = cascade.__dict__.setdefault("_group_cost_model_memo", {})
+    key = (tuple(einsums), tuple(ranks))
+    if key not in memo:
+        memo[key] = _GroupCostModel(cascade, einsums, ranks)
+    return memo[key]
+
+
 def best_group(
     cascade: Cascade,
     einsums: list[str],
@@ -202,7 +212,7 @@ def best_group(
     fits either: adding an Einsum adds intermediates and state and removes tileable ranks, so
     the smallest footprint only grows) or ``"illegal"`` if the best tiling breaks a rule."""
     ranks = tileable_ranks(cascade, einsums) if ranks is None else ranks
-    model = _GroupCostModel(cascade, einsums, ranks)
+    model = _cost_model(cascade, einsums, ranks)
     tiles, trips = model.grid()
     traffic, fp = model.evaluate(tiles, trips)
     if stats is not None:

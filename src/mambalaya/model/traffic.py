@@ -222,7 +222,22 @@ def _retained(cascade, accesses, p, tile_of, bounds, prev_hi) -> tuple[int, int]
 
 
 def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
-    """Predicted off-chip bytes read and written by one group, and its on-chip footprint."""
+    """Predicted off-chip bytes read and written by one group, and its on-chip footprint.
+
+    Memoised on the (immutable) cascade, keyed by the (immutable) group."""
+    memo = cascade.__dict__.setdefault("_group_traffic_memo", {})
+    key = (group.einsums, group.loops, group.halo)
+    if key not in memo:
+        memo[key] = _group_traffic(cascade, group)
+    found = memo[key]
+    if found.group != group.name:
+        from dataclasses import replace
+
+        found = replace(found, group=group.name)
+    return found
+
+
+def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
     inside = produced_in(group)
     einsums = group_einsums(cascade, group)
     reads: dict[str, float] = {}

@@ -272,9 +272,18 @@ def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | No
     return choice
 
 
-def unfused(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
-    m = unfused_mapping(cascade)
-    return check_mapping(cascade, Mapping("unfused", m.groups, buffer_bytes, "every Einsum alone (MARCA, ideal)"))
+def unfused(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None) -> Mapping:
+    """Every Einsum alone. Tiling a lone Einsum never changes its traffic (its operands are
+    partitioned, not re-read), but a recurrence's carried state must fit the buffer: a lone
+    scan is tiled over its independent ranks when its whole state does not fit."""
+    if buffer_bytes is None:
+        m = unfused_mapping(cascade)
+        return check_mapping(cascade, Mapping("unfused", m.groups, None, "every Einsum alone (MARCA, ideal)"))
+    groups = [
+        _need(best_group(cascade, [e.name], buffer_bytes, arch=arch), [e.name], buffer_bytes).group
+        for e in cascade.einsums
+    ]
+    return _finish(cascade, "unfused", groups, buffer_bytes, "every Einsum alone (MARCA, ideal)")
 
 
 def ideal(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
@@ -389,7 +398,7 @@ def named_mapping(
     """Build a named mapping; with ``arch``, tiles (and for stitched/optimal, groups) are chosen
     for latency on that architecture, else for traffic."""
     if name == "unfused":
-        return unfused(cascade, buffer_bytes)
+        return unfused(cascade, buffer_bytes, arch=arch)
     if name == "ideal":
         return ideal(cascade, buffer_bytes)
     if name == "ssm-ri":

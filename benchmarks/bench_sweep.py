@@ -1,0 +1,84 @@
+"""A 10,000-point design-space sweep on this machine: points per second, locally and on an
+external 2-worker Dask cluster.
+
+    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster]
+
+The grid: 3 designs x 7 bandwidths x 8 buffer sizes x 3 array shapes x 2 models x 2 batch
+sizes x (prefill at 4 lengths + decode, which does not depend on L) = 10,080 points. "Locally" is `mambalaya sweep`'s
+default (a LocalCluster of worker processes it starts itself); the cluster run starts
+`dask scheduler` and two `dask worker` processes and passes --scheduler, as a user would.
+Goal (issue 6): 10,000 points in under 60 s locally on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SPEC = """
+name: bench
+chunk_size: 48
+grid:
+  arch: [mambalaya, marca-ideal, geens-ideal]
+  memory.offchip_bandwidth_bytes_per_s: [0.5e12, 1e12, 1.5e12, 2.039e12, 3e12, 4e12, 6e12]
+  memory.onchip_buffer_bytes: [2MiB, 4MiB, 8MiB, 16MiB, 32MiB, 50MiB, 64MiB, 128MiB]
+  compute.array_rows: [128, 256, 512]
+  model: [mamba-130m, mamba-370m]
+  batch: [16, 64]
+  phase: [prefill, decode]
+  seq_len: [1024, 2048, 4096, 8192]
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def timed_sweep(spec_path: Path, store: Path, extra: list[str]) -> float:
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "mambalaya", "sweep", str(spec_path), "--store", str(store), *extra], check=True)
+    return time.perf_counter() - t0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--skip-cluster", action="store_true")
+    args = ap.parse_args()
+    from mambalaya.experiments.sweep import load_sweep_spec
+
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path = Path(tmp) / "bench.yaml"
+        spec_path.write_text(SPEC)
+        n = len(load_sweep_spec(spec_path).points())
+        local = timed_sweep(spec_path, Path(tmp) / "local.sqlite", ["--workers", str(args.workers)])
+        print(f"local ({args.workers} worker processes): {n} points in {local:.1f} s = {n / local:.0f} points/s")
+        if args.skip_cluster:
+            return
+        port = free_port()
+        env = dict(os.environ)
+        sched = subprocess.Popen(["dask", "scheduler", "--port", str(port), "--no-dashboard"], env=env,
+                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        workers = [subprocess.Popen(["dask", "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"],
+                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+        try:
+            time.sleep(4)
+            remote = timed_sweep(spec_path, Path(tmp) / "cluster.sqlite", ["--scheduler", f"tcp://127.0.0.1:{port}"])
+            print(f"external Dask cluster (dask scheduler + 2 dask workers): {n} points in {remote:.1f} s = {n / remote:.0f} points/s")
+        finally:
+            for p in workers + [sched]:
+                p.terminate()
+            for p in workers + [sched]:
+                p.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()

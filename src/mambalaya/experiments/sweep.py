@@ -1,0 +1,289 @@
+"""Design-space sweeps: a grid of points, evaluated in parallel, stored as they finish.
+
+A sweep spec (YAML)::
+
+    name: bandwidth-vs-buffer
+    store: sweep.sqlite             # relative to the spec file; --store overrides
+    chunk_size: 32                  # points per task (default 32)
+    grid:                           # the cartesian product of every list is the sweep
+      arch: [mambalaya, marca-ideal]                      # shipped design or arch YAML
+      memory.offchip_bandwidth_bytes_per_s: [1e12, 2039e9, 4e12]   # any arch field, dotted
+      memory.onchip_buffer_bytes: [8MiB, 32MiB, 128MiB]
+      model: [mamba-370m, mamba-1.4b]
+      phase: [prefill, decode]
+      seq_len: [2048, 16384]
+      batch: [64]
+      mapping: [default]            # default = the design's own; or unfused, ssm-ri, stitched, optimal, ideal
+    fixed:                          # optional: values every point shares
+      compute.mfu_units: 2048
+
+Every point runs on a Dask cluster: a ``LocalCluster`` of worker processes on this machine by
+default, or an existing cluster given by ``--scheduler tcp://HOST:PORT``; the code path is the
+same. Points go out in chunks sorted so a chunk shares its cascade; the coordinator writes each
+chunk's rows to the :class:`~mambalaya.experiments.store.ResultStore` in one transaction as it
+arrives. A rerun skips the points already stored (a spec that grows its grid adds only the new
+points); a point that fails (an impossible configuration) is stored with its error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import yaml
+
+from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.experiments.store import PointResult, ResultStore, model_fingerprint, point_id
+
+POINT_KEYS = ("arch", "model", "phase", "seq_len", "batch", "mapping")
+DEFAULTS = {"arch": "mambalaya", "phase": "prefill", "seq_len": 2048, "batch": 64, "mapping": "default"}
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    store: Path
+    grid: dict[str, list[Any]]
+    fixed: dict[str, Any] = field(default_factory=dict)
+    chunk_size: int = 32
+    source: str = "<spec>"
+
+    def points(self) -> list[dict[str, Any]]:
+        axes = list(self.grid)
+        points = []
+        for combo in itertools.product(*(self.grid[a] for a in axes)):
+            p = dict(DEFAULTS)
+            p.update(self.fixed)
+            p.update(zip(axes, combo))
+            if p.get("phase") == "decode":
+                p["seq_len"] = 1
+            points.append(p)
+        unique = {point_id(p): p for p in points}  # decode points at several L collapse
+        return list(unique.values())
+
+
+def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> SweepSpec:
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except OSError as err:
+        raise SpecError(f"cannot read sweep spec: {err.strerror or err}", source=str(path)) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        raise SpecError(f"sweep spec is not valid YAML: {getattr(err, 'problem', err)}", source=str(path),
+                        line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None) from None
+    if not isinstance(data, dict):
+        raise SpecError("a sweep spec is a mapping with a 'grid'", source=str(path))
+    unknown = set(data) - {"name", "store", "grid", "fixed", "chunk_size", "description"}
+    if unknown:
+        raise SpecError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}; fields: name, store, grid, fixed, chunk_size",
+                        source=str(path))
+    grid = data.get("grid")
+    if not isinstance(grid, dict) or not grid:
+        raise SpecError("'grid' must map each swept field to a list of values", source=str(path))
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise SpecError(f"grid.{k} must be a non-empty list, not {v!r}", source=str(path))
+        for x in v:
+            if not isinstance(x, (str, int, float)) or isinstance(x, bool) and k not in _BOOL_FIELDS:
+                raise SpecError(f"grid.{k} has value {x!r}; values are numbers or text", source=str(path))
+    fixed = data.get("fixed", {}) or {}
+    if not isinstance(fixed, dict):
+        raise SpecError("'fixed' must map fields to single values", source=str(path))
+    chunk = data.get("chunk_size", 32)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise SpecError(f"chunk_size must be a positive integer, not {chunk!r}", source=str(path))
+    store_path = Path(store) if store is not None else path.parent / str(data.get("store", f"{path.stem}.sqlite"))
+    for key in list(grid) + list(fixed):
+        if key not in POINT_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
+            raise SpecError(
+                f"{key!r} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
+                "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element)", source=str(path))
+    return SweepSpec(str(data.get("name", path.stem)), store_path, grid, fixed, chunk, str(path))
+
+
+_TOP_ARCH_FIELDS = ("clock_hz", "bits_per_element")
+_BOOL_FIELDS = ("compute.one_d_mode", "compute.overlap_compute_units", "memory.overlap_compute_and_memory")
+
+
+# ----------------------------------------------------------------------------------------------
+# the work of one point (runs on a worker)
+# ----------------------------------------------------------------------------------------------
+
+_CASCADES: dict[tuple, Any] = {}
+_ARCHS: dict[str, Any] = {}
+
+
+def _arch_for(point: dict[str, Any]):
+    from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
+
+    base = point["arch"]
+    if base not in _ARCHS:
+        _ARCHS[base] = arch_to_dict(load_arch(base))
+    data = json.loads(json.dumps(_ARCHS[base]))
+    for key, value in point.items():
+        if key in POINT_KEYS:
+            continue
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                raise SpecError(f"architecture field {key!r} does not exist")
+            node = node[p]
+        if leaf not in node and not parents and leaf not in _TOP_ARCH_FIELDS:
+            raise SpecError(f"architecture field {key!r} does not exist")
+        node[leaf] = value
+    return arch_from_dict(data, source=f"point {point_id(point)}")
+
+
+def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
+    """Every output figure of one point (raises on an impossible configuration)."""
+    from mambalaya.model.latency import layer_latency
+    from mambalaya.model.search import named_mapping
+    from mambalaya.workloads import build_layer, resolve_model
+
+    arch = _arch_for(point)
+    config = resolve_model(str(point["model"]))
+    key = (point["model"], point["phase"], int(point["seq_len"]), int(point["batch"]), arch.bits_per_element)
+    if key not in _CASCADES:
+        if len(_CASCADES) > 64:
+            _CASCADES.clear()
+        _CASCADES[key] = build_layer(config, phase=point["phase"], seq_len=int(point["seq_len"]),
+                                     batch=int(point["batch"]), bits=arch.bits_per_element)
+    cascade = _CASCADES[key]
+    name = arch.mappings.default if point["mapping"] == "default" else point["mapping"]
+    buffer = None if name == "ideal" else arch.memory.onchip_buffer_bytes
+    mapping = named_mapping(name, cascade, buffer, arch=arch)
+    r = layer_latency(arch, cascade, mapping, n_layers=config.n_layers)
+    return {
+        "latency_s": r.latency_s,
+        "model_latency_s": r.model_latency_s,
+        "offchip_bytes": r.offchip_bytes,
+        "compute_util": r.compute_util,
+        "mem_util": r.mem_util,
+        "tokens_per_s": r.tokens_per_s,
+        "groups": len(r.groups),
+        "peak_footprint_bytes": max(g.traffic.footprint_bytes for g in r.groups),
+        "buffer_bytes": arch.memory.onchip_buffer_bytes,
+        "pes": arch.compute.array_rows * arch.compute.array_cols,
+        "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s,
+        "mapping_used": mapping.name,
+    }
+
+
+def evaluate_chunk(points: list[dict[str, Any]]) -> list[PointResult]:
+    """Evaluate points one by one; a failing point is returned with its error, not raised."""
+    worker = f"{socket.gethostname()}:{os.getpid()}"
+    out = []
+    for p in points:
+        t0 = time.perf_counter()
+        try:
+            outputs, error = evaluate_point(p), None
+        except MambalayaError as err:
+            outputs, error = None, str(err)
+        except Exception as err:  # noqa: BLE001 - a sweep records every failure and goes on
+            outputs, error = None, f"{type(err).__name__}: {err}"
+        out.append(PointResult(point_id(p), p, outputs, error, time.perf_counter() - t0, worker))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# the coordinator
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SweepSummary:
+    store: Path
+    total: int
+    already_done: int
+    computed: int = 0
+    failed: int = 0
+    failures: list[tuple[str, str]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def points_per_s(self) -> float:
+        return self.computed / self.seconds if self.seconds else 0.0
+
+
+def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
+    key = lambda p: (str(p["model"]), str(p["phase"]), int(p["seq_len"]), int(p["batch"]), str(p["mapping"]), str(p["arch"]))  # noqa: E731
+    ordered = sorted(points, key=key)
+    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+
+
+def open_client(scheduler: str | None, workers: int | None):
+    """A Dask client: on an existing cluster, or on a new LocalCluster of worker processes."""
+    from distributed import Client, LocalCluster
+
+    if scheduler:
+        try:
+            return Client(scheduler, timeout="10s"), None
+        except (OSError, TimeoutError) as err:
+            raise MambalayaError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
+    n = workers or os.cpu_count() or 1
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+                           silence_logs=50)
+    return Client(cluster), cluster
+
+
+def run_sweep(
+    spec: SweepSpec,
+    *,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    on_progress: Callable[[int, int, SweepSummary], None] | None = None,
+    client=None,
+) -> SweepSummary:
+    """Evaluate every point of ``spec`` not yet in its store; return a summary.
+
+    ``on_progress(done, total, summary)`` is called after each chunk is stored; ``client`` lets a
+    caller (or a test) bring its own Dask client.
+    """
+    from distributed import as_completed
+
+    t0 = time.perf_counter()
+    points = spec.points()
+    with ResultStore(spec.store, fingerprint=model_fingerprint()) as store:
+        done = store.done_ids()
+        todo = [p for p in points if point_id(p) not in done]
+        summary = SweepSummary(spec.store, len(points), len(points) - len(todo))
+        if on_progress:
+            on_progress(summary.already_done, summary.total, summary)
+        if not todo:
+            summary.seconds = time.perf_counter() - t0
+            return summary
+        own_client = client is None
+        cluster = None
+        if own_client:
+            client, cluster = open_client(scheduler, workers)
+        try:
+            futures = client.map(evaluate_chunk, _chunks(todo, spec.chunk_size), pure=False)
+            for fut in as_completed(futures):
+                results = fut.result()
+                store.write(results)
+                for r in results:
+                    summary.computed += 1
+                    if r.error is not None:
+                        summary.failed += 1
+                        if len(summary.failures) < 50:
+                            summary.failures.append((r.id, r.error))
+                if on_progress:
+                    on_progress(summary.already_done + summary.computed, summary.total, summary)
+        finally:
+            if own_client:
+                client.close()
+                if cluster is not None:
+                    cluster.close()
+    summary.seconds = time.perf_counter() - t0
+    return summary
+
+
+__all__ = ["SweepSpec", "SweepSummary", "evaluate_chunk", "evaluate_point", "load_sweep_spec", "run_sweep"]

@@ -1,0 +1,131 @@
+"""Figures of a sweep store: Pareto frontiers of buffer against latency, and speedup heat maps."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, NullFormatter
+
+from mambalaya.errors import MambalayaError
+
+
+def _figure(w: float, h: float) -> Figure:
+    fig = Figure(figsize=(w, h), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def pareto_points(df: pd.DataFrame, x: str, y: str = "latency_s") -> pd.DataFrame:
+    """The points no other point beats on both ``x`` and ``y`` (smaller is better)."""
+    d = df[[x, y]].dropna().sort_values([x, y])
+    keep, best = [], math.inf
+    for idx, row in d.iterrows():
+        if row[y] < best:
+            keep.append(idx)
+            best = row[y]
+    return df.loc[keep].sort_values(x)
+
+
+WORKLOAD = ("model", "phase", "seq_len", "batch")
+
+
+def pareto_figure(df: pd.DataFrame, *, x: str = "buffer_bytes", y: str = "latency_s", by: str = "arch", title: str,
+                  max_panels: int = 4) -> Figure:
+    """One panel per workload (model, phase, L, batch): every point, and each design's frontier."""
+    ok = df[df.status == "ok"] if "status" in df else df
+    if ok.empty:
+        raise MambalayaError("the store has no successful points to plot")
+    for col in (x, y, by, *WORKLOAD):
+        if col not in ok:
+            raise MambalayaError(f"the store has no column {col!r} (columns: {', '.join(ok.columns)})")
+    workloads = list(ok.groupby(list(WORKLOAD)))
+    shown = workloads[:max_panels]
+    fig = _figure(4.2 * len(shown), 4.0)
+    axes = fig.subplots(1, len(shown), squeeze=False)[0]
+    colours = ["#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
+    designs = sorted(map(str, ok[by].unique()))
+    for ax, (wl, w) in zip(axes, shown):
+        for design, d in w.groupby(by):
+            c = colours[designs.index(str(design)) % len(colours)]
+            ax.scatter(d[x], d[y], s=10, color=c, alpha=0.3, linewidths=0)
+            front = pareto_points(d, x, y)
+            ax.step(front[x], front[y], where="post", color=c, lw=2, label=str(design))
+            ax.scatter(front[x], front[y], s=24, color=c, edgecolors="black", linewidths=0.5, zorder=3)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        if x.endswith("_bytes"):
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 2**20:g} MiB"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.set_xlabel(x.replace("_", " ") + (" (bytes)" if x.endswith("_bytes") else ""))
+        ax.set_ylabel(y.replace("_", " ") + (" (s)" if y.endswith("_s") else ""))
+        ax.set_title(f"{wl[0]} {wl[1]} L={wl[2]} B={wl[3]}", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="best", title="frontier per design", title_fontsize=7)
+    more = f" (first {len(shown)} of {len(workloads)} workloads)" if len(workloads) > len(shown) else ""
+    fig.suptitle(title + more, fontsize=10)
+    return fig
+
+
+def _order(values) -> list:
+    """Sort axis values numerically when they are numbers or byte sizes, else as text."""
+    from mambalaya.fusion.mapping import parse_bytes
+
+    def key(v):
+        try:
+            return (0, float(v))
+        except (TypeError, ValueError):
+            pass
+        try:
+            return (0, float(parse_bytes(v)))
+        except Exception:  # noqa: BLE001 - not a size: sort as text
+            return (1, str(v))
+
+    return sorted(values, key=key)
+
+
+def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: str, by: str = "arch") -> pd.DataFrame:
+    """Geometric-mean speedup of ``design`` over ``baseline`` per (x, y), over every other axis."""
+    ok = df[df.status == "ok"] if "status" in df else df
+    for col in (x, y):
+        if col not in ok:
+            raise MambalayaError(f"the store has no column {col!r} (columns: {', '.join(ok.columns)})")
+    designs = set(ok[by])
+    for d in (baseline, design):
+        if d not in designs:
+            raise MambalayaError(f"no successful points for {by}={d!r} (have: {', '.join(sorted(map(str, designs)))})")
+    inputs = [c for c in ok.columns if c not in _NON_INPUT and c != by]
+    base = ok[ok[by] == baseline].set_index(inputs)["latency_s"]
+    mine = ok[ok[by] == design].set_index(inputs)["latency_s"]
+    joined = pd.concat([base.rename("base"), mine.rename("mine")], axis=1, join="inner").dropna().reset_index()
+    if joined.empty:
+        raise MambalayaError(f"{design!r} and {baseline!r} share no points with equal other inputs")
+    joined["log_speedup"] = np.log(joined["base"] / joined["mine"])
+    table = joined.groupby([y, x])["log_speedup"].mean().map(np.exp).unstack(x)
+    return table.loc[_order(table.index), _order(table.columns)]
+
+
+_NON_INPUT = {"id", "status", "error", "latency_s", "model_latency_s", "offchip_bytes", "compute_util", "mem_util",
+              "tokens_per_s", "groups", "peak_footprint_bytes", "buffer_bytes", "pes", "bandwidth_bytes_per_s",
+              "seconds", "worker", "finished_at", "mapping_used"}
+
+
+def speedup_heatmap_figure(table: pd.DataFrame, *, x: str, y: str, title: str) -> Figure:
+    fig = _figure(1.6 + 0.9 * len(table.columns), 1.4 + 0.5 * len(table.index))
+    ax = fig.add_subplot()
+    data = table.to_numpy(dtype=float)
+    im = ax.imshow(data, cmap="viridis", aspect="auto", origin="lower")
+    ax.set_xticks(range(len(table.columns)), [str(c) for c in table.columns], rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(table.index)), [str(i) for i in table.index], fontsize=8)
+    ax.set_xlabel(x)
+    ax.set_ylabel(y)
+    for (i, j), v in np.ndenumerate(data):
+        if np.isfinite(v):
+            ax.text(j, i, f"{v:.2f}×", ha="center", va="center", fontsize=8,
+                    color="white" if v < np.nanmean(data) else "black")
+    fig.colorbar(im, ax=ax, label="speedup (×)")
+    ax.set_title(title, fontsize=9, wrap=True)
+    return fig

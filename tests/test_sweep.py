@@ -1,0 +1,188 @@
+"""Sweeps: every point exactly once, resumable after a real kill, robust to a lost Dask worker."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mambalaya.cli import app
+from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.experiments.store import ResultStore, point_id
+from mambalaya.experiments.sweep import evaluate_chunk, load_sweep_spec, run_sweep
+
+runner = CliRunner()
+
+SMALL = """
+name: small
+chunk_size: 3
+grid:
+  arch: [mambalaya, marca-ideal]
+  memory.offchip_bandwidth_bytes_per_s: [1e12, 4e12]
+  memory.onchip_buffer_bytes: [8MiB, -1]
+  model: [mamba-130m]
+  phase: [prefill, decode]
+  seq_len: [1024]
+  batch: [4]
+"""
+
+
+def write_spec(tmp_path: Path, text: str, name: str = "spec.yaml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def stored(path: Path) -> pd.DataFrame:
+    with ResultStore(path, create=False) as st:
+        return st.dataframe()
+
+
+def assert_exactly_once(store: Path, spec) -> None:
+    db = sqlite3.connect(store)
+    n, distinct = db.execute("SELECT COUNT(*), COUNT(DISTINCT id) FROM points").fetchone()
+    ids = {r[0] for r in db.execute("SELECT id FROM points")}
+    db.close()
+    assert n == distinct == len(spec.points())
+    assert ids == {point_id(p) for p in spec.points()}
+
+
+def test_spec_errors(tmp_path) -> None:
+    with pytest.raises(SpecError, match="grid"):
+        load_sweep_spec(write_spec(tmp_path, "name: x\n"))
+    with pytest.raises(SpecError, match="grid.seq_len must be a non-empty list"):
+        load_sweep_spec(write_spec(tmp_path, "grid: {seq_len: 5}\n"))
+    with pytest.raises(SpecError, match="neither a point field"):
+        load_sweep_spec(write_spec(tmp_path, "grid: {bandwidth: [1]}\n"))
+    with pytest.raises(SpecError, match="line"):
+        load_sweep_spec(write_spec(tmp_path, "grid: [1, 2\n"))
+
+
+def test_points_failures_and_a_growing_grid(tmp_path) -> None:
+    spec = load_sweep_spec(write_spec(tmp_path, SMALL))
+    points = spec.points()
+    assert len(points) == 2 * 2 * 2 * 2  # decode collapses L to 1: still 2 phases x 8
+    # the work of a chunk, in process: an impossible buffer is a recorded failure, not a crash
+    results = evaluate_chunk(points)
+    failed = [r for r in results if r.error]
+    assert len(failed) == 8 and all("memory.onchip_buffer_bytes" in r.error for r in failed)
+    assert all(r.outputs["latency_s"] > 0 for r in results if not r.error)
+
+    summary = run_sweep(spec, workers=1)
+    assert summary.computed == 16 and summary.failed == 8
+    assert_exactly_once(spec.store, spec)
+    again = run_sweep(spec, workers=1)
+    assert again.computed == 0 and again.already_done == 16
+    grown = load_sweep_spec(write_spec(tmp_path, SMALL.replace("seq_len: [1024]", "seq_len: [1024, 2048]")))
+    more = run_sweep(grown, workers=1)
+    assert more.computed == 8 and more.already_done == 16  # only the new prefill points
+    assert_exactly_once(grown.store, grown)
+    df = stored(grown.store)
+    assert {"memory.offchip_bandwidth_bytes_per_s", "latency_s", "error", "status"} <= set(df.columns)
+
+
+def test_store_from_another_model_is_refused(tmp_path) -> None:
+    spec = load_sweep_spec(write_spec(tmp_path, SMALL))
+    with ResultStore(spec.store, fingerprint="0.0.0+old") as st:
+        st.write([])
+    with pytest.raises(MambalayaError, match="not mixed"):
+        run_sweep(spec, workers=1)
+
+
+KILLABLE = """
+name: killable
+chunk_size: 4
+grid:
+  arch: [mambalaya, marca-ideal, geens-ideal]
+  memory.offchip_bandwidth_bytes_per_s: [1e12, 1.5e12, 2e12, 3e12, 4e12, 6e12]
+  memory.onchip_buffer_bytes: [4MiB, 8MiB, 16MiB, 32MiB, 64MiB]
+  compute.array_rows: [128, 256, 512]
+  model: [mamba-130m, mamba-370m]
+  seq_len: [2048]
+  batch: [8]
+"""
+
+
+def test_killed_sweep_resumes_to_the_uninterrupted_result(tmp_path) -> None:
+    spec_path = write_spec(tmp_path, KILLABLE)
+    spec = load_sweep_spec(spec_path)
+    cmd = [sys.executable, "-m", "mambalaya.cli", "sweep", str(spec_path), "--workers", "1"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 120
+    rows = 0
+    while time.time() < deadline:
+        time.sleep(0.2)
+        assert proc.poll() is None, "the sweep ended before it could be killed"
+        if spec.store.exists():
+            try:
+                rows = sqlite3.connect(spec.store).execute("SELECT COUNT(*) FROM points").fetchone()[0]
+            except sqlite3.OperationalError:
+                rows = 0
+            if rows >= 20:
+                break
+    os.killpg(proc.pid, signal.SIGKILL)  # the coordinator and its workers, mid-sweep
+    proc.wait()
+    partial = sqlite3.connect(spec.store).execute("SELECT COUNT(*) FROM points").fetchone()[0]
+    assert 0 < partial < len(spec.points()), partial
+
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert_exactly_once(spec.store, spec)
+
+    reference = load_sweep_spec(spec_path, store=tmp_path / "reference.sqlite")
+    run_sweep(reference, workers=1)
+    a = stored(spec.store).set_index("id")["latency_s"].sort_index()
+    b = stored(reference.store).set_index("id")["latency_s"].sort_index()
+    pd.testing.assert_series_equal(a, b)
+
+
+def test_lost_dask_worker_does_not_lose_or_duplicate_points(tmp_path) -> None:
+    from distributed import Client, LocalCluster
+
+    spec = load_sweep_spec(write_spec(tmp_path, KILLABLE.replace("chunk_size: 4", "chunk_size: 2")))
+    killed = []
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None, silence_logs=50) as cluster, \
+            Client(cluster) as client:
+        pids = client.run(os.getpid)
+
+        def progress(done, total, summary):
+            if not killed and summary.computed >= 10:
+                victim = next(iter(pids.values()))
+                os.kill(victim, signal.SIGKILL)
+                killed.append(victim)
+
+        summary = run_sweep(spec, client=client, on_progress=progress)
+    assert killed and summary.computed == len(spec.points())
+    assert_exactly_once(spec.store, spec)
+    reference = load_sweep_spec(write_spec(tmp_path, KILLABLE, "ref.yaml"), store=tmp_path / "ref.sqlite")
+    run_sweep(reference, workers=1)
+    a = stored(spec.store).set_index("id")["latency_s"].sort_index()
+    b = stored(reference.store).set_index("id")["latency_s"].sort_index()
+    pd.testing.assert_series_equal(a, b)
+
+
+def test_cli_run_plot_export(tmp_path) -> None:
+    spec_path = write_spec(tmp_path, SMALL.replace("[8MiB, -1]", "[8MiB, 32MiB]"))
+    r = runner.invoke(app, ["sweep", str(spec_path), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert "16 points" in r.stderr and "0 failed" in r.stderr
+    store = tmp_path / "spec.sqlite"
+    r = runner.invoke(app, ["sweep", "plot", str(store), "-o", str(tmp_path / "plots"),
+                            "--x", "memory.offchip_bandwidth_bytes_per_s", "--y", "memory.onchip_buffer_bytes"])
+    assert r.exit_code == 0, r.output
+    for name in ("pareto.png", "pareto.svg", "speedup_heatmap.png", "speedup_heatmap.csv"):
+        assert (tmp_path / "plots" / name).exists()
+    r = runner.invoke(app, ["sweep", "export", str(store), "--format", "parquet", "-o", str(tmp_path / "s.parquet")])
+    assert r.exit_code == 0, r.output
+    assert len(pd.read_parquet(tmp_path / "s.parquet")) == 16
+    r = runner.invoke(app, ["sweep", "export", str(tmp_path / "none.sqlite")])
+    assert r.exit_code == 1 and "no such sweep store" in r.stderr

@@ -179,21 +179,26 @@ def main(version: Annotated[bool, typer.Option("--version", help="Print the vers
 @user_errors
 def models_cmd(fmt: FormatOpt = Format.table) -> None:
     """List the model presets with their configurations and parameter counts."""
-    rows = [
-        {
-            "model": name,
-            "family": cfg.family,
-            "d_model": cfg.d_model,
-            "n_layers": cfg.n_layers,
-            "d_state": cfg.d_state,
-            "expand": cfg.expand,
-            "d_conv": cfg.d_conv,
-            "dt_rank": cfg.dt_rank_value,
-            "vocab_size": cfg.vocab_size,
-            "parameters": cfg.model_parameters(),
-        }
-        for name, cfg in PRESETS.items()
-    ]
+    rows = []
+    for name, cfg in PRESETS.items():
+        if cfg.family == "mamba1":
+            shape = f"dt_rank={cfg.dt_rank_value}"
+        else:
+            shape = f"headdim={cfg.headdim} nheads={cfg.nheads} ngroups={cfg.ngroups} chunk={cfg.chunk_size}"
+        rows.append(
+            {
+                "model": name,
+                "family": cfg.family,
+                "d_model": cfg.d_model,
+                "n_layers": cfg.n_layers,
+                "d_state": cfg.d_state,
+                "expand": cfg.expand,
+                "d_conv": cfg.d_conv,
+                "shape": shape,
+                "vocab_size": cfg.vocab_size,
+                "parameters": cfg.model_parameters(),
+            }
+        )
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), None)
     elif fmt == Format.csv:

@@ -53,6 +53,8 @@ class Cascade:
     tensors: Mapping[str, TensorSpec]
     einsums: tuple[Einsum, ...]
     description: str = field(default="", compare=False)
+    #: Named sets of Einsums (e.g. ``ssm``: the region a fine-grained-fusion baseline fuses).
+    regions: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     # -- lookups ---------------------------------------------------------------------------
     @cached_property
@@ -191,6 +193,7 @@ def build_cascade(
     tensors: Iterable[TensorSpec],
     einsums: Iterable[Einsum],
     description: str = "",
+    regions: Mapping[str, Iterable[str]] | None = None,
     source: str | None = None,
     einsum_lines: Mapping[str, int] | None = None,
     tensor_lines: Mapping[str, int] | None = None,
@@ -255,6 +258,15 @@ def build_cascade(
         _check_initial_and_updates(t, tensor_table, rank_table, fail)
 
     ordered = _topological_order(einsum_list, fail)
+    region_table: dict[str, tuple[str, ...]] = {}
+    for region, members in (regions or {}).items():
+        members = tuple(members)
+        if not PARAM_NAME.fullmatch(str(region)):
+            raise fail(f"region name {region!r} is not an identifier")
+        unknown = [m for m in members if m not in defined]
+        if unknown or not members:
+            raise fail(f"region {region} names {', '.join(map(repr, unknown)) or 'no Einsum'}, which is not an Einsum of the cascade")
+        region_table[str(region)] = members
     cascade = Cascade(
         name=name,
         params=dict(params),
@@ -262,6 +274,7 @@ def build_cascade(
         tensors=tensor_table,
         einsums=tuple(ordered),
         description=description,
+        regions=region_table,
     )
     _check_roles(cascade, fail)
     return cascade

@@ -32,7 +32,7 @@ from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Einsum, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
 
-_TOP_KEYS = {"name", "description", "params", "ranks", "tensors", "einsums"}
+_TOP_KEYS = {"name", "description", "params", "ranks", "tensors", "einsums", "regions"}
 _TENSOR_KEYS = {"ranks", "role", "bits", "initial", "updates", "description"}
 
 
@@ -200,6 +200,11 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
         lines[e.name] = item.start_mark.line + 1
         by_name[e.name] = e
 
+    regions: dict[str, list[str]] = {}
+    if "regions" in top:
+        for k, v in r.mapping(top["regions"][1], "regions"):
+            regions[k.value] = [r.string(n, f"regions.{k.value}") for n in r.sequence(v, f"regions.{k.value}")]
+
     return build_cascade(
         name=name,
         params=params,
@@ -207,6 +212,7 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
         tensors=tensors,
         einsums=einsums,
         description=description,
+        regions=regions,
         source=source,
         einsum_lines=lines,
         tensor_lines=tensor_lines,
@@ -294,4 +300,7 @@ def dump_cascade(c: Cascade) -> str:
         out.append(f"  {t.name}: {{{', '.join(fields)}}}")
     out.append("einsums:")
     out += [f"  - {_scalar_text(str(e))}" for e in c.einsums]
+    if c.regions:
+        out.append("regions:")
+        out += [f"  {name}: [{', '.join(members)}]" for name, members in c.regions.items()]
     return "\n".join(out) + "\n"

@@ -242,7 +242,7 @@ def _geens_rows(config: ReproduceConfig) -> pd.DataFrame:
     for phase, L in (("prefill", config.detail_seq_len), ("decode", 1)):
         unf = evaluate(spec, model, PRESETS[model], phase=phase, seq_len=L, batch=config.batch, mapping="unfused")
         ssm = evaluate(spec, model, PRESETS[model], phase=phase, seq_len=L, batch=config.batch, mapping="ssm-ri")
-        region = ("AD", "BX", "H", "YS")
+        region = set(unf.cascade.regions.get("ssm", ()))
         unf_region = sum(r.final_latency for r in unf.result.einsums if r.einsum in region)
         ssm_region = sum(g.latency for g in ssm.result.groups if set(g.einsums) <= set(region) and len(g.einsums) > 1)
         rows.append({"model": model, "phase": phase, "seq_len": L, "hardware": "marca-original",

@@ -54,9 +54,9 @@ from mambalaya.model.traffic import group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
 
-#: Geens et al.'s fine-grained fusion ("Fuse-All") region of the Mamba-1 layer: discretisation,
-#: scan and readout, fused rank-isomorphically.
-SSM_REGION = ("AD", "BX", "H", "YS")
+#: The cascade region (``Cascade.regions``) the fine-grained-fusion baseline fuses: Geens et
+#: al.'s "Fuse-All" group (discretisation, scan, readout) in the Mamba builders.
+SSM_REGION_NAME = "ssm"
 
 
 @dataclass
@@ -293,14 +293,19 @@ def ideal(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
 
 
 def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None) -> Mapping:
-    """Geens et al.: RI fusion of discretisation, scan and readout only; the rest unfused."""
-    region = [e.name for e in cascade.einsums if e.name in SSM_REGION]
+    """Geens et al.'s fine-grained fusion: the cascade's ``ssm`` region (discretisation, scan,
+    readout) fused over its tileable ranks (RI across batch, channels, heads); the rest unfused."""
+    members = set(cascade.regions.get(SSM_REGION_NAME, ()))
+    region = [e.name for e in cascade.einsums if e.name in members]
     if not region:
-        raise SpecError(f"cascade {cascade.name!r} has no SSM region ({', '.join(SSM_REGION)})")
+        raise SpecError(
+            f"cascade {cascade.name!r} declares no '{SSM_REGION_NAME}' region (regions: {', '.join(cascade.regions) or 'none'}); "
+            "ssm-ri fuses that region: add `regions: {ssm: [...]}` to the cascade file"
+        )
     groups: list[FusionGroup] = []
     placed = False
     for e in cascade.einsums:
-        if e.name in SSM_REGION:
+        if e.name in members:
             if not placed:
                 groups.append(_need(best_group(cascade, region, buffer_bytes, arch=arch), region, buffer_bytes).group)
                 placed = True

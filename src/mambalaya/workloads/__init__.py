@@ -9,13 +9,19 @@ import yaml
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
+from typing import Union
+
 from mambalaya.workloads.mamba1 import PRESETS as MAMBA1_PRESETS
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer, parse_config
+from mambalaya.workloads.mamba2 import PRESETS as MAMBA2_PRESETS
+from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer, parse_mamba2_config
 
-ModelConfig = Mamba1Config
+ModelConfig = Union[Mamba1Config, Mamba2Config]
 
 #: Every named model, by preset name.
-PRESETS: dict[str, ModelConfig] = dict(MAMBA1_PRESETS)
+PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS}
+
+SCANS = ("recurrent", "chunked")
 
 
 def load_model_config(path: str | Path) -> ModelConfig:
@@ -33,11 +39,27 @@ def load_model_config(path: str | Path) -> ModelConfig:
                         source=str(path)) from None
     if not isinstance(data, dict):
         raise SpecError("a model config is a mapping of fields to values", source=str(path))
+    if _is_mamba2(data):
+        if "d_model" not in data or "ssm_cfg" in data:
+            from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
+
+            data = load_mamba2_config(data)
+        return parse_mamba2_config(data, source=str(path))
     if "d_model" not in data and ("hidden_size" in data or "model_type" in data):
         from mambalaya.workloads.hf_weights import load_mamba1_config
 
         data = load_mamba1_config(data)
     return parse_config(data, source=str(path))
+
+
+def _is_mamba2(data: dict) -> bool:
+    ssm = data.get("ssm_cfg") if isinstance(data.get("ssm_cfg"), dict) else {}
+    return (
+        data.get("family") == "mamba2"
+        or data.get("model_type") == "mamba2"
+        or ssm.get("layer") == "Mamba2"
+        or any(k in data for k in ("headdim", "head_dim", "ngroups", "n_groups", "chunk_size"))
+    )
 
 
 def resolve_model(name_or_path: str) -> ModelConfig:
@@ -61,10 +83,22 @@ def build_layer(
     bits: int = 16,
     state_io: bool | None = None,
     name: str | None = None,
+    scan: str | None = None,
 ) -> Cascade:
-    """One layer of ``model`` as a cascade."""
+    """One layer of ``model`` as a cascade.
+
+    ``scan`` picks Mamba-2's scan form: ``chunked`` (the SSD algorithm, the default in prefill)
+    or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan.
+    """
+    if isinstance(model, Mamba2Config):
+        form = scan or ("chunked" if phase == "prefill" else "recurrent")
+        return mamba2_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
+                            state_io=state_io, scan=form, name=name)  # type: ignore[arg-type]
+    if scan not in (None, "recurrent"):
+        raise SpecError(f"Mamba-1 has only the recurrent scan, not scan={scan!r}")
     return mamba1_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                         state_io=state_io, name=name)
 
 
-__all__ = ["PRESETS", "ModelConfig", "build_layer", "load_model_config", "resolve_model"]
+__all__ = ["PRESETS", "SCANS", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer", "load_model_config",
+           "resolve_model"]

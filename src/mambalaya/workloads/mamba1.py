@@ -161,6 +161,9 @@ _TENSORS: dict[str, tuple[tuple[str, ...], Role, str]] = {
     "XO": (("B", "I", "D"), Role.OUTPUT, "layer output (residual stream)"),
 }
 
+#: The selective-scan region Geens et al. fuse ("Fuse-All"): discretisation, scan, readout.
+SSM_REGION: tuple[str, ...] = ("AD", "BX", "H", "YS")
+
 WEIGHTS: tuple[str, ...] = tuple(t for t, (_, role, _) in _TENSORS.items() if role == Role.WEIGHT)
 
 
@@ -250,4 +253,5 @@ def mamba1_layer(
         tensors=list(tensors.values()),
         einsums=einsums,
         description=f"Mamba-1 block, {phase}, d_model={c.d_model}, batch={batch}, I={positions}",
+        regions={"ssm": SSM_REGION},
     )

@@ -312,6 +312,14 @@ def parse_mamba2_config(data: dict, *, source: str = "model config") -> Mamba2Co
         raise SpecError(f"invalid Mamba-2 config: {problems}", source=source) from None
 
 
+#: The SSM region a fine-grained-fusion baseline fuses: the recurrent form's discretisation,
+#: scan and readout (as for Mamba-1), or the chunked form's SSD computation (discretised input,
+#: in-chunk decay and attention-like product, chunk states, the recurrence over chunks and the
+#: state readout).
+SSM_REGION: tuple[str, ...] = ("AD", "BX", "H", "YS")
+SSD_REGION: tuple[str, ...] = ("XDT", "ACS", "LD", "CB", "YDG", "DC", "ST", "CD", "HC", "DO", "YO")
+
+
 def mamba2_layer(
     config: Mamba2Config,
     *,
@@ -432,6 +440,7 @@ def mamba2_layer(
             f"ngroups={c.ngroups}, batch={batch}, I={positions}"
             + (f", chunks {math.ceil(positions / c.chunk_size)}x{c.chunk_size}" if chunked else "")
         ),
+        regions={"ssm": SSD_REGION if chunked else SSM_REGION},
     )
 
 

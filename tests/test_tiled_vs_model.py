@@ -18,13 +18,19 @@ from mambalaya.execute.tiled import run_tiled
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping
 from mambalaya.model.search import NAMED_MAPPINGS, named_mapping, tileable_ranks
 from mambalaya.model.traffic import mapping_traffic
-from mambalaya.workloads.mamba1 import WEIGHTS, Mamba1Config, mamba1_layer
+from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
+from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
 
 CFG = Mamba1Config(d_model=8, d_state=2, d_conv=3)
+CFG2 = Mamba2Config(d_model=8, headdim=4, d_state=2, ngroups=2, chunk_size=3, d_conv=3)
 CASCADES = {
     "prefill": mamba1_layer(CFG, batch=2, seq_len=7),
     "prefill-state": mamba1_layer(CFG, batch=2, seq_len=5, state_io=True),
     "decode": mamba1_layer(CFG, batch=3, seq_len=1, phase="decode"),
+    "mamba2-chunked": mamba2_layer(CFG2, batch=2, seq_len=8, scan="chunked"),
+    "mamba2-chunked-state": mamba2_layer(CFG2, batch=1, seq_len=6, scan="chunked", state_io=True),
+    "mamba2-recurrent": mamba2_layer(CFG2, batch=2, seq_len=5, scan="recurrent"),
+    "mamba2-decode": mamba2_layer(CFG2, batch=2, seq_len=1, phase="decode"),
 }
 
 
@@ -32,6 +38,7 @@ def arrays_for(c, seed=0):
     rng = np.random.default_rng(seed)
     arrays = {t: rng.standard_normal(c.shape(t)) * 0.4 for t in c.external_tensors()}
     arrays["A"] = -rng.uniform(1, 4, c.shape("A"))
+    arrays.update(mamba2_constants(c))  # the chunked form's causal mask (empty for others)
     return arrays
 
 

@@ -312,7 +312,14 @@ class _GroupRun:
     # -- off-chip reads -----------------------------------------------------------------
     def _read_pieces(self, tensor: str, box: Box) -> list[tuple[Box, np.ndarray]]:
         """Read ``box`` (inside ``_valid``) from DRAM: rows >= 0 from the tensor, rows below 0
-        along its initial axis from the state tensor."""
+        along its initial axis from the state tensor. The same box read twice in one step (a
+        recurrence's incoming state, also read below 0 by another Einsum) is read once."""
+        key = (tensor, box)
+        if key not in self._step_reads:
+            self._step_reads[key] = self._read_pieces_from_dram(tensor, box)
+        return self._step_reads[key]
+
+    def _read_pieces_from_dram(self, tensor: str, box: Box) -> list[tuple[Box, np.ndarray]]:
         init = initial_axis(self.c, tensor)
         out = []
         if init is None or box[init[0]][0] >= 0:
@@ -395,11 +402,21 @@ class _GroupRun:
                     _put(array, need, data, box, box)
                     fresh += _volume(box)
         if rank:
+            # what the next tile of ``rank`` will read again: rows of what was read now (a
+            # window's overlap) and rows of the tile just computed (a shifted read such as
+            # HC[c-1], whose next need is this very tile)
             nxt = self._next_ranges(ranges, rank, tidx)
-            keep = _intersect(_intersect(need, valid), self._need(tensor, nxt)) if nxt else None
-            pending[self._key(tensor, rank, tidx)] = (
-                (keep, array[_slices(keep, need)].copy()) if keep and not _empty(keep) else None
-            )
+            keep = None
+            if nxt:
+                hull = tuple((min(a0, b0), max(a1, b1)) for (a0, a1), (b0, b1) in zip(need, tile_box))
+                keep = _intersect(_intersect(hull, valid), self._need(tensor, nxt))
+            if keep and not _empty(keep):
+                data = np.zeros([b - a for a, b in keep], self.dtype)
+                _put(data, keep, array, need, _intersect(keep, need))
+                _put(data, keep, tile, tile_box, _intersect(keep, tile_box))
+                pending[self._key(tensor, rank, tidx)] = (keep, data)
+            else:
+                pending[self._key(tensor, rank, tidx)] = None
         return Source(array, tuple(-a for a, _ in need)), fresh
 
     # -- recurrences --------------------------------------------------------------------
@@ -437,6 +454,7 @@ class _GroupRun:
             self.steps += 1
 
     def _step(self, ranges: dict, tidx: dict[str, int]) -> None:
+        self._step_reads: dict[tuple[str, Box], list[tuple[Box, np.ndarray]]] = {}
         pending_halo: dict[tuple, tuple[Box, np.ndarray] | None] = {}
         pending_carry: dict[tuple, np.ndarray | None] = {}
         onchip: dict[str, Source] = {}

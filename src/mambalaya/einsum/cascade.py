@@ -463,9 +463,10 @@ def _kind_of(c: Cascade, e: Einsum) -> str:
     reduced = set(e.reduced_variables)
     out_vars = set(e.output_variables)
     for acc in e.inputs:
-        for idx in acc.indices:
+        for idx, rank in zip(acc.indices, c.tensors[acc.tensor].ranks):
             vs = set(idx.variables)
-            if len(vs) > 1 and vs & reduced and vs & out_vars:
+            # a window slides along the dimension's own rank (i+k-3); c*Q+s only re-indexes it
+            if len(vs) > 1 and rank.lower() in vs and vs & reduced and vs & out_vars:
                 return "window"
     if reduced:
         if any(c.tensors[a.tensor].role == Role.WEIGHT for a in e.inputs):

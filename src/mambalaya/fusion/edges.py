@@ -19,7 +19,8 @@ RD     both non-empty        both; a pass boundary on ranks in both (reduced, th
 Dependency kinds, per dimension of T: ``aligned`` (``i`` <-> ``i``), ``recurrent`` (an Einsum
 reading its own output at ``i-c``), ``window`` (``i+k-3``: a halo of 3 rows), ``shifted``
 (``i-1`` into another Einsum: a halo of 1), ``select`` (a constant or another rank's variable
-indexes the dimension), and ``reduce-then-reuse``: V reads T again after another reader of T
+indexes the dimension), ``reshape`` (mixed-radix digits re-index it, such as positions split
+into chunks ``4*c+q``), and ``reduce-then-reuse``: V reads T again after another reader of T
 fully reduced one of T's ranks on V's path (``X`` around RMSNorm, ``U`` around x_proj).
 An edge forces a **pass boundary** on a rank that is reduced and then reused along it: the
 ranks in both ``P_U`` and ``P_V``, and the reduce-then-reuse ranks.
@@ -36,7 +37,7 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, Einsum, Role, rank_of_variable
 
 FUSION_CLASSES = ("RI", "RSb", "RSp", "RD")
-_PRIORITY = ("recurrent", "window", "shifted", "reduce-then-reuse", "select", "aligned")
+_PRIORITY = ("recurrent", "window", "shifted", "reduce-then-reuse", "select", "reshape", "aligned")
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,9 @@ def _dimension_dependency(cascade: Cascade, acc: Access, dim: int, consumer: Ein
     own = rank.lower()
     coeffs = dict(idx.terms)
     if coeffs.get(own) != 1:
+        split = _reshape_ranks(cascade, idx)
+        if split:
+            return f"reshape({rank} as {','.join(split)})"
         return f"select({rank})"
     if idx.plain_variable == own:
         return "aligned"
@@ -87,6 +91,20 @@ def _dimension_dependency(cascade: Cascade, acc: Access, dim: int, consumer: Ein
     if len(coeffs) > 1:
         return f"window({rank}, halo {max(0, -lo)}{', reach +' + str(hi) if hi > 0 else ''})"
     return f"shifted({rank}, {idx.const:+d})"
+
+
+def _reshape_ranks(cascade: Cascade, idx) -> list[str] | None:
+    """Ranks (outer first) whose variables index a dimension as mixed-radix digits, such as
+    ``4*c+q`` with ``|Q| = 4`` (positions split into chunks): a bijective re-indexing."""
+    terms = sorted(idx.terms, key=lambda t: t[1])
+    if len(terms) < 2 or idx.const != 0 or terms[0][1] != 1:
+        return None
+    stride = 1
+    for v, c in terms:
+        if c != stride:
+            return None
+        stride *= cascade.variable_sizes[v]
+    return [rank_of_variable(v) for v, _ in reversed(terms)]
 
 
 def _ancestors(cascade: Cascade) -> dict[str, set[str]]:

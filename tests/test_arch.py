@@ -86,7 +86,7 @@ def test_mambalaya_numbers():
     assert s.unary_ops_per_s("exp") == 1024 * 1.75e9
     assert s.unary_ops_per_s("silu") == 512 * 1.75e9
     assert s.unary_ops_per_s("neg") == s.peak_elementwise_ops_per_s
-    assert s.mappings.default == "stitched"
+    assert s.mappings.default == "optimal"
     assert s.mappings.fusion_classes == ["RI", "RSb", "RSp", "RD"]
 
 

@@ -12,23 +12,24 @@ from mambalaya.cli import app
 
 runner = CliRunner()
 
-FIGURES = [
+PER_MODEL = [
     "roofline",
     "utilisation_prefill_marca-ideal",
     "utilisation_prefill_mambalaya",
     "utilisation_generation_marca-ideal",
     "utilisation_generation_mambalaya",
     "speedup_vs_seq_len",
-    "end_to_end",
     "traffic_by_tensor",
     "latency_breakdown",
     "cascade",
 ]
+MODELS = ("mamba-130m", "mamba2-130m")
+FIGURES = ["end_to_end"] + [f"{name}_{m}" for m in MODELS for name in PER_MODEL]
 
 
 def test_reproduce_reduced_grid(tmp_path) -> None:
     out = tmp_path / "results"
-    r = runner.invoke(app, ["reproduce", "--out", str(out), "--models", "mamba-130m", "--seq-lens", "2048,8192", "--batch", "8"])
+    r = runner.invoke(app, ["reproduce", "--out", str(out), "--models", ",".join(MODELS), "--seq-lens", "2048,8192", "--batch", "8"])
     assert r.exit_code == 0, r.output
     report = (out / "report.md").read_text()
     for name in FIGURES:
@@ -37,10 +38,12 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
             assert path.exists() and path.stat().st_size > 1000, path
         assert f"figures/{name}.png" in report
     for table in ("latency", "speedups", "end_to_end", "einsums", "traffic_by_tensor", "timeline", "roofline",
-                  "fusion_classes", "architectures", "geens_claims"):
+                  "fusion_classes", "architectures", "geens_claims", "scan_forms"):
         assert (out / f"{table}.csv").exists(), table
     lat = pd.read_csv(out / "latency.csv")
-    assert set(lat.arch) == {"mambalaya", "marca-ideal", "geens-ideal"}
+    assert set(lat.arch) == {"mambalaya", "marca-ideal", "geens-ideal", "mambalaya-greedy"}
+    assert set(lat.model) == set(MODELS)
+    assert set(lat[lat.model == "mamba2-130m"].scan) <= {"chunked", "recurrent"}
     assert set(lat[lat.phase == "prefill"].seq_len) == {2048, 8192}
     sp = pd.read_csv(out / "speedups.csv")
     assert (sp.speedup > 0).all()
@@ -48,6 +51,7 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     for published in ("4.9×", "1.9×", "1.5×", "3×", "1.3×", "4.8×", "1.78×"):
         assert published in report
     assert "No parameter was tuned" in report and "mamba-130m" in report
+    assert "How the chunked (SSD) form changes the fusion picture" in report
     mappings = json.loads((out / "mappings.json").read_text())
     assert any(k.endswith("/prefill/mambalaya") for k in mappings)
 
@@ -59,7 +63,7 @@ def test_evaluate_json_totals() -> None:
     doc = json.loads(r.stdout)
     for key in ("latency_s", "offchip_bytes", "compute_util", "mem_util"):
         assert key in doc["totals"]
-    assert doc["arch"]["name"] == "mambalaya" and doc["mapping"]["name"] == "stitched"
+    assert doc["arch"]["name"] == "mambalaya" and doc["mapping"]["name"] == "optimal"
     assert abs(sum(e["final_latency"] for e in doc["einsums"]) - doc["totals"]["latency_s"]) < 1e-9
 
 

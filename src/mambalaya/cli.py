@@ -28,7 +28,7 @@ from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.fusion.mapping import parse_bytes
 from mambalaya.report.tables import cascade_json, cascade_rows
-from mambalaya.workloads import PRESETS, ModelConfig, build_layer, resolve_model
+from mambalaya.workloads import PRESETS, SCANS, ModelConfig, build_layer, resolve_model
 
 app = typer.Typer(
     help="Einsum-based fusion analysis of state-space models (Mamba) on accelerators.",
@@ -64,6 +64,7 @@ SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", min=1, help="Sequence
 BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.")]
 BitsOpt = Annotated[int, typer.Option(min=1, help="Bits per element of every tensor.")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
+ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm; default in prefill) or recurrent (the only decode form).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 BufferOpt = Annotated[Optional[str], typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576 (default: 32MiB, or a mapping file's own).")]
 MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, stitched, optimal, ideal, or a mapping YAML file.")]
@@ -84,10 +85,14 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None) -> tuple[ModelConfig, Cascade]:
+def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
+                 scan: str | None = None) -> tuple[ModelConfig, Cascade]:
     config = resolve_model(model)
+    if scan is not None and scan not in SCANS:
+        raise MambalayaError(f"--scan must be one of {', '.join(SCANS)}, not {scan!r}")
     name = f"{Path(model).stem if model not in PRESETS else model}-{phase.value}"
-    return config, build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io, name=name)
+    return config, build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
+                               name=name, scan=scan)
 
 
 def _provenance(model: str, config: ModelConfig, cascade: Cascade, **run: Any) -> dict[str, Any]:
@@ -216,11 +221,12 @@ def show_cmd(
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
     prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits)
     title = (
         f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; "
@@ -239,10 +245,11 @@ def dump_cmd(
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
     output: OutOpt = None,
 ) -> None:
     """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
     _emit(dump_cascade(cascade), output)
 
 
@@ -270,6 +277,7 @@ def diagram_cmd(
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
     cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
     weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
     classes: Annotated[bool, typer.Option("--classes/--no-classes", help="Label edges with their fusion class.")] = False,
@@ -284,7 +292,7 @@ def diagram_cmd(
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"
     else:
-        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
         title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
     labels = None
     if classes:
@@ -328,6 +336,7 @@ def classes_cmd(
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
     inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state.")] = True,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
@@ -335,7 +344,7 @@ def classes_cmd(
     """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
         _emit(json.dumps(edges_json(edges), indent=2), output)
@@ -355,6 +364,7 @@ def map_cmd(
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
     mapping: MappingOpt = "stitched",
     buffer: BufferOpt = None,
     fmt: FormatOpt = Format.table,
@@ -367,7 +377,7 @@ def map_cmd(
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
     stats = SearchStats()
     m = _resolve_mapping(mapping, cascade, buffer, stats)
     buffer_bytes = m.buffer_bytes
@@ -400,13 +410,14 @@ def pareto_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    scan: ScanOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
     from mambalaya.model.search import pareto_frontier
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None, scan)
     rows = [
         {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
         for p in pareto_frontier(cascade)
@@ -468,6 +479,7 @@ def evaluate_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 64,
     mapping: Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, ideal, or a mapping file.")] = None,
+    scan: ScanOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -476,7 +488,7 @@ def evaluate_cmd(
     from mambalaya.model.latency import latency_rows
 
     config = resolve_model(model)
-    ev = evaluate(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping)
+    ev = evaluate(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan)
     rows = latency_rows(ev.result)
     prov = _provenance(model, config, ev.cascade, phase=phase.value, seq_len=seq_len, batch=batch,
                        mapping=ev.mapping.name, mapping_description=ev.mapping.description,
@@ -535,6 +547,7 @@ def compare_cmd(
     seq_lens: Annotated[str, typer.Option("--seq-lens", help="Comma-separated sequence lengths.")] = "2048,16384,131072,1048576",
     batch: BatchOpt = 64,
     baseline: Annotated[str, typer.Option("--baseline", help="Design the speedups are relative to.")] = "marca-ideal",
+    scan: ScanOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -546,7 +559,7 @@ def compare_cmd(
         raise MambalayaError("--archs names no design")
     config = resolve_model(model)
     rows = compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
-                        batch=batch, baseline=baseline)
+                        batch=batch, baseline=baseline, scan=scan)
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
@@ -559,7 +572,7 @@ def compare_cmd(
 @user_errors
 def reproduce_cmd(
     out: Annotated[Path, typer.Option("--out", help="Output folder for tables, figures and report.md.")] = Path("results"),
-    models: Annotated[str, typer.Option("--models", help="Comma-separated model presets.")] = "mamba-1.4b",
+    models: Annotated[str, typer.Option("--models", help="Comma-separated model presets.")] = "mamba-1.4b,mamba2-2.7b",
     seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="Comma-separated prefill lengths (default 2^11..2^20).")] = None,
     batch: BatchOpt = 64,
     generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
@@ -568,7 +581,7 @@ def reproduce_cmd(
     """Run the paper's evaluation and write tables, figures and report.md."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from mambalaya.experiments.reproduce import DESIGNS, ReproduceConfig, run_reproduce
+    from mambalaya.experiments.reproduce import DESIGNS, EXTRA_DESIGNS, ReproduceConfig, run_reproduce
 
     names = tuple(m.strip() for m in models.split(",") if m.strip())
     for m in names:
@@ -578,7 +591,8 @@ def reproduce_cmd(
     detail = 2048 if 2048 in lens else lens[0]
     config = ReproduceConfig(models=names, batch=batch, seq_lens=lens, generated_tokens=generated,
                              detail_seq_len=detail, out=out, figures=figures)
-    steps = len(names) * (len(lens) * len(DESIGNS) + len(DESIGNS) + 2) + (1 if figures else 0) + 1
+    runs = len(DESIGNS) + len(EXTRA_DESIGNS)
+    steps = len(names) * (len(lens) * runs + runs + 2) + (1 if figures else 0) + 1
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:
         task = bar.add_task("reproduce", total=steps)

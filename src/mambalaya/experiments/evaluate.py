@@ -64,11 +64,13 @@ def evaluate(
     seq_len: int,
     batch: int,
     mapping: str | None = None,
+    scan: str | None = None,
 ) -> Evaluation:
-    """One layer of ``config`` on ``arch`` under its mapping; element width from the arch."""
+    """One layer of ``config`` on ``arch`` under its mapping; element width from the arch.
+    ``scan`` picks Mamba-2's scan form (default: chunked in prefill, recurrent in decode)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     cascade = build_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
-                          name=f"{model_name}-{phase}")
+                          name=f"{model_name}-{phase}", scan=scan)
     stats = SearchStats()
     m = resolve_mapping(mapping, cascade, spec, stats)
     result = layer_latency(spec, cascade, m, n_layers=config.n_layers)
@@ -85,6 +87,7 @@ def compare_rows(
     batch: int,
     baseline: str,
     mapping_overrides: dict[str, str] | None = None,
+    scan: str | None = None,
 ) -> list[dict[str, Any]]:
     """Latency of each design at each sequence length, with the speedup over ``baseline``."""
     if baseline not in archs:
@@ -92,7 +95,7 @@ def compare_rows(
     rows = []
     for L in seq_lens:
         evals = {a: evaluate(a, model_name, config, phase=phase, seq_len=L, batch=batch,
-                             mapping=(mapping_overrides or {}).get(a)) for a in archs}
+                             mapping=(mapping_overrides or {}).get(a), scan=scan) for a in archs}
         base = evals[baseline].result.latency_s
         for a, ev in evals.items():
             r = ev.result

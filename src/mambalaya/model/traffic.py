@@ -20,6 +20,8 @@ it, and the tests require the two to agree to the byte.
 from __future__ import annotations
 
 import itertools
+
+import numpy as np
 import math
 from dataclasses import dataclass, field
 
@@ -172,6 +174,11 @@ def _read_elements(
 
     own_factor: list[tuple[int, int]] = []  # per component: (sum own-rows product, sum init-rows product)
     for dims, ranks in comps:
+        if len(ranks) == 1:  # the common case, summed over the rank's tiles with numpy
+            own_factor.append(
+                _single_rank_sums(cascade, group, tensor, accesses, dims, ranks[0], bounds, deps, halos)
+            )
+            continue
         tile_lists = [_tiles(cascade.size(r), fused[r].tile) for r in ranks]
         s_own = s_init = 0
         prev_hi: dict[int, int] = {}
@@ -205,6 +212,49 @@ def _read_elements(
     if self_only:
         total_own = 0
     return total_own, total_init
+
+
+def _single_rank_sums(cascade, group, tensor, accesses, dims, rank, bounds, deps, halos) -> tuple[int, int]:
+    """Sum over the tiles of one fused rank of the product over ``dims`` of the rows read per
+    tile, split into (rows >= 0 everywhere, the rest); the same rules as the per-tile loop
+    (``_dimension_rows`` / ``_retained``), evaluated for all tiles at once."""
+    size = cascade.size(rank)
+    tile = group.loop(rank).tile
+    a = np.arange(0, size, tile, dtype=np.int64)
+    b = np.minimum(a + tile, size)
+    sizes = cascade.variable_sizes
+    own_var = rank.lower()
+    n_own = np.ones(len(a), dtype=np.int64)
+    n_all = np.ones(len(a), dtype=np.int64)
+    for p in dims:
+        lo = np.full(len(a), np.iinfo(np.int64).max)
+        hi = np.full(len(a), np.iinfo(np.int64).min)
+        for acc in accesses:
+            idx = acc.indices[p]
+            acc_lo = np.full(len(a), idx.const, dtype=np.int64)
+            acc_hi = np.full(len(a), idx.const, dtype=np.int64)
+            for v, c in idx.terms:
+                if v == own_var:
+                    first, last = c * a, c * (b - 1)
+                else:  # a variable of an untiled rank spans its whole range
+                    first, last = np.full(len(a), 0), np.full(len(a), c * (sizes[v] - 1))
+                acc_lo += np.minimum(first, last)
+                acc_hi += np.maximum(first, last)
+            lo, hi = np.minimum(lo, acc_lo), np.maximum(hi, acc_hi)
+        lower, upper = bounds[p]
+        lo, hi = np.maximum(lo, lower), np.minimum(hi, upper)
+        start = lo
+        if group.halo == "retain" and deps[p] == {rank} and (tensor, rank) in halos:
+            seen = np.where(hi >= lo, hi, np.iinfo(np.int64).min)
+            prev = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(seen)[:-1]))
+            start = np.where(prev > np.iinfo(np.int64).min, np.maximum(lo, prev + 1), lo)
+        empty = hi < start
+        own = np.where(empty, 0, np.maximum(0, hi - np.maximum(start, 0) + 1))
+        neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - start + 1))
+        n_own *= own
+        n_all *= own + neg
+    s_own = int(n_own.sum())
+    return s_own, int(n_all.sum()) - s_own
 
 
 def _retained(cascade, accesses, p, tile_of, bounds, prev_hi) -> tuple[int, int]:

@@ -24,23 +24,12 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
 
-#: Unary functions the cost model knows, as counted by :mod:`mambalaya.einsum.stats`.
-UNARY_FUNCTIONS: tuple[str, ...] = (
-    "exp",
-    "log",
-    "sqrt",
-    "rsqrt",
-    "silu",
-    "softplus",
-    "sigmoid",
-    "tanh",
-    "neg",
-    "square",
-    "abs",
-    "relu",
-)
+#: Unary functions the cost model knows: those of the Einsum IR, as counted by
+#: :mod:`mambalaya.einsum.stats`.
+UNARY_FUNCTIONS: tuple[str, ...] = IR_UNARY_FUNCTIONS
 
 #: Documented default MFU costs (cycles of one MFU per result). Functions at 0 run as one
 #: elementwise operation on the 1D mode / vector unit instead of an MFU. The non-zero values

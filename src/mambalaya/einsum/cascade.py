@@ -98,6 +98,32 @@ class Cascade:
                 out.append(init)
         return tuple(out)
 
+    def initial_axis(self, tensor: str) -> tuple[int, int] | None:
+        """``(dimension, history depth)`` of the tensor's initial value, or ``None``: the
+        dimension whose reads below 0 return the initial value, and how many positions of
+        history it holds (1 when the initial value drops that rank, else the size of the
+        history rank that replaces it)."""
+        return self._initial_axes.get(tensor)
+
+    @cached_property
+    def _initial_axes(self) -> dict[str, tuple[int, int]]:
+        out = {}
+        for name, spec in self.tensors.items():
+            if spec.initial is None:
+                continue
+            init = self.tensors[spec.initial]
+            if len(init.ranks) == len(spec.ranks) - 1:
+                for p in range(len(spec.ranks)):
+                    if spec.ranks[:p] + spec.ranks[p + 1 :] == init.ranks:
+                        out[name] = (p, 1)
+                        break
+            else:
+                for p, (a, b) in enumerate(zip(spec.ranks, init.ranks)):
+                    if a != b:
+                        out[name] = (p, self.size(b))
+                        break
+        return out
+
     def size(self, rank: str) -> int:
         return self.ranks[rank].size
 

@@ -113,30 +113,17 @@ def einsum_reads(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
         init = cascade.tensors[acc.tensor].initial
         rows = _history_rows(cascade, acc)
         if init is not None and rows:
-            elements = rows * cascade.elements(init) // _history_depth(cascade, acc.tensor)
+            elements = rows * cascade.elements(init) // cascade.initial_axis(acc.tensor)[1]  # type: ignore[index]
             reads[init] = max(reads.get(init, 0), elements)
     return reads
 
 
-def _history_depth(cascade: Cascade, tensor: str) -> int:
-    spec = cascade.tensors[tensor]
-    init = cascade.tensors[spec.initial]  # type: ignore[index]
-    if len(init.ranks) == len(spec.ranks) - 1:
-        return 1
-    return next(cascade.size(b) for a, b in zip(spec.ranks, init.ranks) if a != b)
-
-
 def _history_rows(cascade: Cascade, acc: Access) -> int:
     """Rows of the incoming state an access reaches (positions below 0 of the ordered axis)."""
-    spec = cascade.tensors[acc.tensor]
-    if spec.initial is None:
+    found = cascade.initial_axis(acc.tensor)
+    if found is None:
         return 0
-    depth = _history_depth(cascade, acc.tensor)
-    init = cascade.tensors[spec.initial]
-    axis = next(
-        (p for p in range(len(spec.ranks)) if p >= len(init.ranks) or spec.ranks[p] != init.ranks[p]),
-        len(spec.ranks) - 1,
-    )
+    axis, depth = found
     lo, hi = acc.indices[axis].bounds(cascade.variable_sizes)
     return max(0, min(hi, -1) - max(lo, -depth) + 1)
 

@@ -72,22 +72,6 @@ class _Source:
     pad_lo: tuple[int, ...]
 
 
-def initial_axis(cascade: Cascade, tensor: str) -> tuple[int, int] | None:
-    """``(dimension, history depth)`` of the tensor's initial value, or ``None``."""
-    spec = cascade.tensors[tensor]
-    if spec.initial is None:
-        return None
-    init = cascade.tensors[spec.initial]
-    if len(init.ranks) == len(spec.ranks) - 1:
-        for p in range(len(spec.ranks)):
-            if spec.ranks[:p] + spec.ranks[p + 1 :] == init.ranks:
-                return p, 1
-    for p, (a, b) in enumerate(zip(spec.ranks, init.ranks)):
-        if a != b:
-            return p, cascade.size(b)
-    raise AssertionError("validated cascades have a well-formed initial value")  # pragma: no cover
-
-
 def _padded(
     cascade: Cascade,
     tensor: str,
@@ -99,7 +83,7 @@ def _padded(
     if not any(pad_lo) and not any(pad_hi):
         return array
     out = np.pad(array, list(zip(pad_lo, pad_hi)))
-    init = initial_axis(cascade, tensor)
+    init = cascade.initial_axis(tensor)
     if init is not None and pad_lo[init[0]]:
         axis, depth = init
         hist = values[cascade.tensors[tensor].initial]  # type: ignore[index]

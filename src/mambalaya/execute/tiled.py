@@ -67,7 +67,6 @@ from mambalaya.execute.numpy_exec import (
     Source,
     check_arrays,
     evaluate_einsum,
-    initial_axis,
     resolve_dtype,
 )
 from mambalaya.fusion.mapping import (
@@ -285,7 +284,7 @@ class _GroupRun:
 
     def _valid(self, tensor: str) -> Box:
         """Indices holding data: the tensor, plus its incoming-state rows below 0."""
-        init = initial_axis(self.c, tensor)
+        init = self.c.initial_axis(tensor)
         return tuple(
             (-init[1] if init is not None and init[0] == p else 0, n) for p, n in enumerate(self.c.shape(tensor))
         )
@@ -320,7 +319,7 @@ class _GroupRun:
         return self._step_reads[key]
 
     def _read_pieces_from_dram(self, tensor: str, box: Box) -> list[tuple[Box, np.ndarray]]:
-        init = initial_axis(self.c, tensor)
+        init = self.c.initial_axis(tensor)
         out = []
         if init is None or box[init[0]][0] >= 0:
             return [(box, self.store.read(self.g.name, tensor, box))]
@@ -350,7 +349,7 @@ class _GroupRun:
         covered = [retained[0]] if retained else []
         pieces = _subtract_all(fetch, covered)
         fresh = 0
-        init = initial_axis(self.c, tensor)
+        init = self.c.initial_axis(tensor)
         if not retained and need == fetch and (init is None or fetch[init[0]][0] >= 0):
             array = self.store.read(self.g.name, tensor, fetch)  # a view of DRAM, read in full
             fresh = _volume(fetch)
@@ -391,7 +390,7 @@ class _GroupRun:
                 _put(array, need, retained[1], retained[0], _intersect(need, retained[0]))
                 covered.append(retained[0])
             fresh = 0
-            init = initial_axis(self.c, tensor)
+            init = self.c.initial_axis(tensor)
             for piece in _subtract_all(_intersect(need, valid), covered):
                 if init is None or piece[init[0]][1] > 0:
                     raise ExecutionError(
@@ -432,7 +431,7 @@ class _GroupRun:
         state_box = out_box[:axis] + ((-distance, 0),) + out_box[axis + 1 :]
         carried = np.zeros([b - a for a, b in state_box], self.dtype)
         fresh = 0
-        init = initial_axis(self.c, e.name)
+        init = self.c.initial_axis(e.name)
         if init is not None and init[0] == axis:
             box = _intersect(state_box, self._valid(e.name))
             if not _empty(box):

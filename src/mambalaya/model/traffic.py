@@ -116,21 +116,6 @@ def _dimension_rows(
     return max(0, hi - max(lo, 0) + 1), max(0, min(hi, -1) - lo + 1)
 
 
-def _initial_axis(cascade: Cascade, tensor: str) -> tuple[int, int] | None:
-    spec = cascade.tensors[tensor]
-    if spec.initial is None:
-        return None
-    init = cascade.tensors[spec.initial]
-    if len(init.ranks) == len(spec.ranks) - 1:
-        for p in range(len(spec.ranks)):
-            if spec.ranks[:p] + spec.ranks[p + 1 :] == init.ranks:
-                return p, 1
-    for p, (a, b) in enumerate(zip(spec.ranks, init.ranks)):
-        if a != b:
-            return p, cascade.size(b)
-    return None
-
-
 def _read_elements(
     cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], self_only: bool
 ) -> tuple[int, int]:
@@ -140,7 +125,7 @@ def _read_elements(
     (the incoming state) comes from DRAM.
     """
     shape = cascade.shape(tensor)
-    init = _initial_axis(cascade, tensor)
+    init = cascade.initial_axis(tensor)
     fused = {lp.rank: lp for lp in group.loops}
     # which fused ranks each dimension's box depends on
     deps: list[set[str]] = []

@@ -464,12 +464,6 @@ def arch_list_cmd() -> None:
         out_console.print(f"{name:16s} {load_arch(name).description}", highlight=False, markup=False)
 
 
-def _arch_provenance(spec) -> dict[str, Any]:
-    from mambalaya.arch import arch_to_dict
-
-    return arch_to_dict(spec)
-
-
 @app.command("evaluate")
 @user_errors
 def evaluate_cmd(
@@ -485,6 +479,8 @@ def evaluate_cmd(
 ) -> None:
     """Latency, traffic and utilisation of one layer (and the whole model) on a design."""
     from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.arch import arch_to_dict
+    from mambalaya.fusion.mapping import mapping_to_dict
     from mambalaya.model.latency import latency_rows
 
     config = resolve_model(model)
@@ -496,8 +492,8 @@ def evaluate_cmd(
     if fmt == Format.json:
         doc = {
             "provenance": prov,
-            "arch": _arch_provenance(ev.arch),
-            "mapping": __import__("mambalaya.fusion.mapping", fromlist=["mapping_to_dict"]).mapping_to_dict(ev.mapping),
+            "arch": arch_to_dict(ev.arch),
+            "mapping": mapping_to_dict(ev.mapping),
             "einsums": rows[:-1],
             "groups": [
                 {"group": g.group, "einsums": list(g.einsums), "steps": g.steps, "comp_latency": g.comp_latency,

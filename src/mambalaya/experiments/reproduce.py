@@ -22,7 +22,6 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from mambalaya import __version__
 from mambalaya.errors import MambalayaError
 from mambalaya.arch import arch_rows, load_arch
 from mambalaya.einsum.stats import cascade_stats
@@ -308,4 +307,4 @@ def _geens_rows(config: ReproduceConfig) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-__all__ = ["PUBLISHED", "ReproduceConfig", "ReproduceResult", "run_reproduce", "__version__"]
+__all__ = ["PUBLISHED", "ReproduceConfig", "ReproduceResult", "run_reproduce"]

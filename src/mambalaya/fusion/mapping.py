@@ -55,7 +55,7 @@ import yaml
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Einsum, Role, rank_of_variable
+from mambalaya.einsum.ir import Einsum, rank_of_variable
 
 HaloPolicy = Literal["retain", "recompute"]
 

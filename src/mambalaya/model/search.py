@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,8 +44,6 @@ from mambalaya.fusion.mapping import (
     check_mapping,
     intermediates,
     produced_in,
-    tensors_read,
-    tensors_written,
     unfused_mapping,
     window_halos,
 )

@@ -32,7 +32,6 @@ from mambalaya.fusion.mapping import (
     Mapping,
     footprint_bytes,
     group_einsums,
-    produced_in,
     tensors_read,
     tensors_written,
     window_halos,
@@ -273,7 +272,6 @@ def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
 
 
 def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
-    inside = produced_in(group)
     einsums = group_einsums(cascade, group)
     reads: dict[str, float] = {}
 

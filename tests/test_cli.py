@@ -88,3 +88,23 @@ def test_models_lists_presets() -> None:
     r = invoke("models", "-f", "json")
     rows = {row["model"]: row for row in json.loads(r.stdout)}
     assert rows["mamba-2.8b"]["parameters"] == 2_768_345_600
+
+
+def test_every_model_command_takes_mamba2_presets(tmp_path) -> None:
+    for args in (
+        ["cascade", "show", "-m", "mamba2-130m", "-L", "512"],
+        ["cascade", "show", "-m", "mamba2-130m", "--phase", "decode", "-f", "json"],
+        ["cascade", "show", "-m", "mamba2-130m", "-L", "512", "--scan", "recurrent", "-f", "csv"],
+        ["cascade", "dump", "-m", "mamba2-130m", "-L", "512", "-o", str(tmp_path / "m2.yaml")],
+        ["cascade", "diagram", "-m", "mamba2-130m", "-L", "512", "--classes", "-o", str(tmp_path / "m2.svg")],
+        ["fusion", "classes", "-m", "mamba2-130m", "-L", "512", "-f", "json"],
+        ["fusion", "map", "-m", "mamba2-130m", "-L", "512", "--mapping", "ssm-ri", "-f", "json"],
+        ["evaluate", "-m", "mamba2-130m", "-L", "512", "-B", "4", "-f", "json"],
+        ["compare", "-m", "mamba2-130m", "--seq-lens", "512", "-B", "4", "-f", "json"],
+    ):
+        r = invoke(*args)
+        assert r.exit_code == 0, (args, r.output)
+    r = invoke("cascade", "check", str(tmp_path / "m2.yaml"))
+    assert r.exit_code == 0, r.output
+    r = invoke("cascade", "show", "-m", "mamba2-130m", "--phase", "decode", "--scan", "chunked")
+    assert r.exit_code == 1 and "recurrent" in r.stderr

@@ -180,16 +180,20 @@ def main(version: Annotated[bool, typer.Option("--version", help="Print the vers
         raise typer.Exit()
 
 
+def _family_shape(cfg: ModelConfig) -> str:
+    """The shape fields only one model family has."""
+    if cfg.family == "mamba1":
+        return f"dt_rank={cfg.dt_rank_value}"
+    return f"headdim={cfg.headdim} nheads={cfg.nheads} ngroups={cfg.ngroups} chunk={cfg.chunk_size}"
+
+
 @app.command("models")
 @user_errors
 def models_cmd(fmt: FormatOpt = Format.table) -> None:
     """List the model presets with their configurations and parameter counts."""
     rows = []
     for name, cfg in PRESETS.items():
-        if cfg.family == "mamba1":
-            shape = f"dt_rank={cfg.dt_rank_value}"
-        else:
-            shape = f"headdim={cfg.headdim} nheads={cfg.nheads} ngroups={cfg.ngroups} chunk={cfg.chunk_size}"
+        shape = _family_shape(cfg)
         rows.append(
             {
                 "model": name,
@@ -230,8 +234,8 @@ def show_cmd(
     prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits)
     title = (
         f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; "
-        f"d_model={config.d_model}, d_inner={config.d_inner}, d_state={config.d_state}, "
-        f"dt_rank={config.dt_rank_value}, d_conv={config.d_conv}; {config.n_layers} layers"
+        f"{config.family}, d_model={config.d_model}, d_inner={config.d_inner}, d_state={config.d_state}, "
+        f"{_family_shape(config)}, d_conv={config.d_conv}; {config.n_layers} layers"
     )
     _print_stats(cascade, config.n_layers, fmt, output, prov, title)
 

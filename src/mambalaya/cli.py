@@ -701,5 +701,74 @@ def _sweep_plot(store_path: Path, output: Path | None, x: str, y: str, baseline:
     err_console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
+
+export_app = typer.Typer(help="Export cascades to other tools.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+crosscheck_app = typer.Typer(help="Cross-check our numbers against other tools.", no_args_is_help=True)
+app.add_typer(crosscheck_app, name="crosscheck")
+UnrollOpt = Annotated[Optional[int], typer.Option("--unroll-scan", min=1, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]
+
+
+def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batch: int, bits: int) -> Cascade:
+    if phase == PhaseOption.prefill and unroll is None:
+        raise MambalayaError("AccelForge cannot express the scan's recurrence over I: export the decode step "
+                             "(--phase decode) or a prefill with the scan unrolled (--unroll-scan T)")
+    _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None, "recurrent" if resolve_model(model).family == "mamba2" else None)
+    return cascade
+
+
+@export_app.command("accelforge")
+@user_errors
+def export_accelforge_cmd(
+    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for workload.yaml, arch.yaml, mapping_unfused.yaml.")],
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.decode,
+    unroll_scan: UnrollOpt = None,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    arch: ArchOpt = "mambalaya",
+) -> None:
+    """Write an AccelForge workload (decode step, or prefill with the scan unrolled) and architecture."""
+    from mambalaya.arch import load_arch
+    from mambalaya.interop.accelforge import write_export
+
+    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits)
+    for path in write_export(cascade, load_arch(arch), output, unroll_scan=unroll_scan):
+        err_console.print(f"wrote {path}")
+
+
+@crosscheck_app.command("accelforge")
+@user_errors
+def crosscheck_accelforge_cmd(
+    model: ModelOpt = "mamba-130m",
+    phase: PhaseOpt = PhaseOption.decode,
+    unroll_scan: UnrollOpt = None,
+    batch: BatchOpt = 1,
+    bits: BitsOpt = 16,
+    mapping: Annotated[str, typer.Option("--mapping", help="unfused, or mapper (AccelForge's mapper picks a fused mapping).")] = "unfused",
+    python: Annotated[Optional[str], typer.Option("--python", help="A Python >= 3.12 with accelforge and mambalaya (default: found automatically).")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Per tensor: AccelForge's off-chip bits beside ours for the same mapping, and the difference."""
+    from mambalaya.interop.accelforge import cross_check_via, find_python312
+
+    if mapping not in ("unfused", "mapper"):
+        raise MambalayaError(f"--mapping must be unfused or mapper, not {mapping!r}")
+    py = python or find_python312()
+    if py is None:
+        raise MambalayaError("no Python >= 3.12 with accelforge and mambalaya was found: run scripts/accelforge-env.sh "
+                             "(it builds .venv-af) or pass --python")
+    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits)
+    result = cross_check_via(py, cascade, mapping, unroll_scan=unroll_scan)
+    rows = result["rows"]
+    if fmt == Format.json:
+        _emit(json.dumps(result, indent=2), None)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), None)
+    else:
+        _print_table(_rows_table(rows, f"{model} {phase.value}{f' unrolled x{unroll_scan}' if unroll_scan else ''}: "
+                                       f"off-chip bits, ours vs AccelForge ({mapping} mapping)"), None)
+
+
 if __name__ == "__main__":  # pragma: no cover
     app()

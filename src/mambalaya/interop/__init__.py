@@ -1,0 +1,1 @@
+"""Bridges from mambalaya to other accelerator-modelling tools (AccelForge)."""

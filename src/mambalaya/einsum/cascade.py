@@ -445,26 +445,34 @@ def _check_initial_and_updates(t: TensorSpec, tensors, ranks, fail) -> None:
             )
 
 
+def stable_topological_order(names: list[str], deps: Mapping[str, set[str]]) -> tuple[list[str], list[str]]:
+    """Kahn's algorithm, always taking the first ready name in the given order: the names in a
+    dependency-respecting order, and the names left over when a cycle blocks the rest."""
+    done: list[str] = []
+    placed: set[str] = set()
+    pending = list(names)
+    while pending:
+        ready = next((n for n in pending if deps[n] <= placed), None)
+        if ready is None:
+            break
+        done.append(ready)
+        placed.add(ready)
+        pending.remove(ready)
+    return done, pending
+
+
 def _topological_order(einsums: list[Einsum], fail) -> list[Einsum]:
     produced = {e.name for e in einsums}
     deps = {e.name: {t for t in e.input_tensors if t in produced and t != e.name} for e in einsums}
-    done: list[Einsum] = []
-    placed: set[str] = set()
-    pending = list(einsums)
-    while pending:
-        ready = [e for e in pending if deps[e.name] <= placed]
-        if not ready:
-            names = ", ".join(e.name for e in pending)
-            raise fail(
-                f"the Einsums {names} form a cycle that is not a recurrence (only an Einsum reading its own "
-                "output at an earlier index may close a loop)",
-                pending[0].name,
-            )
-        first = ready[0]
-        done.append(first)
-        placed.add(first.name)
-        pending.remove(first)
-    return done
+    order, stuck = stable_topological_order([e.name for e in einsums], deps)
+    if stuck:
+        raise fail(
+            f"the Einsums {', '.join(stuck)} form a cycle that is not a recurrence (only an Einsum reading its own "
+            "output at an earlier index may close a loop)",
+            stuck[0],
+        )
+    by_name = {e.name: e for e in einsums}
+    return [by_name[n] for n in order]
 
 
 def _check_roles(c: Cascade, fail) -> None:

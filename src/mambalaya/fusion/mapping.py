@@ -54,7 +54,7 @@ from typing import Iterable, Literal
 import yaml
 
 from mambalaya.errors import SpecError
-from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.cascade import Cascade, stable_topological_order
 from mambalaya.einsum.ir import Einsum, rank_of_variable
 
 HaloPolicy = Literal["retain", "recompute"]
@@ -251,18 +251,12 @@ def group_order(cascade: Cascade, groups: Iterable[FusionGroup]) -> list[FusionG
             for t in cascade.einsum(e).input_tensors:
                 if t in owner and owner[t] != g.name:
                     deps[g.name].add(owner[t])
-    done: list[FusionGroup] = []
-    placed: set[str] = set()
-    pending = list(groups)
-    while pending:
-        ready = [g for g in pending if deps[g.name] <= placed]
-        if not ready:
-            names = ", ".join(g.name for g in pending)
-            raise MappingError(f"groups {names} depend on each other in a cycle; no order can run them", rule="order", group=pending[0].name)
-        done.append(ready[0])
-        placed.add(ready[0].name)
-        pending.remove(ready[0])
-    return done
+    order, stuck = stable_topological_order([g.name for g in groups], deps)
+    if stuck:
+        raise MappingError(f"groups {', '.join(stuck)} depend on each other in a cycle; no order can run them",
+                           rule="order", group=stuck[0])
+    by_name = {g.name: g for g in groups}
+    return [by_name[n] for n in order]
 
 
 def _check_loops(cascade: Cascade, g: FusionGroup) -> None:

@@ -546,6 +546,30 @@ def load_mamba1_layer(source: Any, layer: int = 0, dtype: Any = "float32") -> di
     }
 
 
+
+def read_config_json(path_or_dict: Any, label: str) -> tuple[dict[str, Any], str]:
+    """A model config as a dict, from a dict or a local ``config.json`` (or its directory), and
+    where it came from (for error messages); ``label`` names the model family in errors."""
+    if isinstance(path_or_dict, Mapping):
+        return dict(path_or_dict), "the config dict"
+    if not isinstance(path_or_dict, (str, os.PathLike)):
+        raise WeightLoadError(
+            f"Cannot read a {label} config from a {type(path_or_dict).__name__}: give a dict or the "
+            "path of a config.json (or of its directory)."
+        )
+    path = Path(path_or_dict).expanduser()
+    if path.is_dir():
+        path = path / "config.json"
+    try:
+        cfg = json.loads(path.read_text())
+    except OSError as exc:
+        raise WeightLoadError(f"Cannot read the {label} config {path}: {exc.strerror}.") from None
+    except ValueError as exc:
+        raise WeightLoadError(f"The {label} config {path} is not valid JSON: {exc}.") from None
+    if not isinstance(cfg, dict):
+        raise WeightLoadError(f"The {label} config {path} is not a JSON object.")
+    return cfg, str(path)
+
 def load_mamba1_config(path_or_dict: Any) -> dict[str, Any]:
     """Read a Mamba-1 ``config.json`` (path, model directory, or dict) into mambalaya's names.
 
@@ -557,27 +581,7 @@ def load_mamba1_config(path_or_dict: Any) -> dict[str, Any]:
     ``vocab_size`` is padded up to ``pad_vocab_size_multiple`` (the embedding's row count), as
     mamba_ssm and the transformers conversion do.
     """
-    where = "the config dict"
-    if isinstance(path_or_dict, Mapping):
-        cfg = dict(path_or_dict)
-    elif isinstance(path_or_dict, (str, os.PathLike)):
-        path = Path(path_or_dict).expanduser()
-        if path.is_dir():
-            path = path / "config.json"
-        where = str(path)
-        try:
-            cfg = json.loads(path.read_text())
-        except OSError as exc:
-            raise WeightLoadError(f"Cannot read the Mamba config {path}: {exc.strerror}.") from None
-        except ValueError as exc:
-            raise WeightLoadError(f"The Mamba config {path} is not valid JSON: {exc}.") from None
-        if not isinstance(cfg, dict):
-            raise WeightLoadError(f"The Mamba config {path} is not a JSON object.")
-    else:
-        raise WeightLoadError(
-            f"Cannot read a Mamba config from a {type(path_or_dict).__name__}: give a dict or the "
-            "path of a config.json (or of its directory)."
-        )
+    cfg, where = read_config_json(path_or_dict, "Mamba")
 
     model_type = cfg.get("model_type")
     ssm_cfg = cfg.get("ssm_cfg") or {}

@@ -55,6 +55,7 @@ from mambalaya.workloads.hf_weights import (
     _layer_prefix,
     _open_source,
     _to_numpy,
+    read_config_json,
 )
 
 __all__ = [
@@ -278,27 +279,7 @@ def load_mamba2_config(path_or_dict: Any) -> dict[str, Any]:
     d_conv, chunk_size}, with mamba_ssm's defaults). A state-spaces ``vocab_size`` is padded up
     to ``pad_vocab_size_multiple`` (the embedding's rows).
     """
-    where = "the config dict"
-    if isinstance(path_or_dict, Mapping):
-        cfg = dict(path_or_dict)
-    elif isinstance(path_or_dict, (str, os.PathLike)):
-        path = Path(path_or_dict).expanduser()
-        if path.is_dir():
-            path = path / "config.json"
-        where = str(path)
-        try:
-            cfg = json.loads(path.read_text())
-        except OSError as exc:
-            raise WeightLoadError(f"Cannot read the Mamba-2 config {path}: {exc.strerror}.") from None
-        except ValueError as exc:
-            raise WeightLoadError(f"The Mamba-2 config {path} is not valid JSON: {exc}.") from None
-        if not isinstance(cfg, dict):
-            raise WeightLoadError(f"The Mamba-2 config {path} is not a JSON object.")
-    else:
-        raise WeightLoadError(
-            f"Cannot read a Mamba-2 config from a {type(path_or_dict).__name__}: give a dict or the path of a "
-            "config.json (or of its directory)."
-        )
+    cfg, where = read_config_json(path_or_dict, "Mamba-2")
     ssm = cfg.get("ssm_cfg") or {}
     if not isinstance(ssm, Mapping):
         raise WeightLoadError(f"In {where}, 'ssm_cfg' is not an object: {ssm!r}.")

@@ -43,13 +43,23 @@ def load_model_config(path: str | Path) -> ModelConfig:
         if "d_model" not in data or "ssm_cfg" in data:
             from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
 
-            data = load_mamba2_config(data)
+            data = _converted(load_mamba2_config, data, path)
         return parse_mamba2_config(data, source=str(path))
     if "d_model" not in data and ("hidden_size" in data or "model_type" in data):
         from mambalaya.workloads.hf_weights import load_mamba1_config
 
-        data = load_mamba1_config(data)
+        data = _converted(load_mamba1_config, data, path)
     return parse_config(data, source=str(path))
+
+
+def _converted(loader, data: dict, path: Path) -> dict:
+    """A transformers / state-spaces config in mambalaya's fields; errors name the file."""
+    from mambalaya.workloads.hf_weights import WeightLoadError
+
+    try:
+        return loader(data)
+    except WeightLoadError as err:
+        raise SpecError(str(err).replace("the config dict", "the config"), source=str(path)) from None
 
 
 def _is_mamba2(data: dict) -> bool:

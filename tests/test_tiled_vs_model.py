@@ -1,8 +1,8 @@
 """The tiled executor proves the traffic model: equal outputs, and bytes equal to the byte.
 
 For the named mappings and for hypothesis-generated random legal mappings, on small Mamba-1
-configs: ``run_tiled`` moves real data through a counting off-chip store; its outputs must
-equal the untiled executor's (float64, relative <= 1e-12) and the bytes it counts per group
+and Mamba-2 configs, some with their scans unrolled into one Einsum per step: ``run_tiled``
+moves real data through a counting off-chip store; its outputs must equal the untiled executor's (float64, relative <= 1e-12) and the bytes it counts per group
 and tensor must equal :func:`mapping_traffic`'s prediction exactly.
 """
 
@@ -13,6 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.execute import execute
 from mambalaya.execute.tiled import run_tiled
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping
@@ -31,6 +32,9 @@ CASCADES = {
     "mamba2-chunked-state": mamba2_layer(CFG2, batch=1, seq_len=6, scan="chunked", state_io=True),
     "mamba2-recurrent": mamba2_layer(CFG2, batch=2, seq_len=5, scan="recurrent"),
     "mamba2-decode": mamba2_layer(CFG2, batch=2, seq_len=1, phase="decode"),
+    # the scans unrolled into one Einsum per step (what AccelForge costs)
+    "prefill-state-unrolled": unroll_recurrences(mamba1_layer(CFG, batch=2, seq_len=4, state_io=True)),
+    "mamba2-chunked-unrolled": unroll_recurrences(mamba2_layer(CFG2, batch=2, seq_len=8, scan="chunked")),
 }
 
 

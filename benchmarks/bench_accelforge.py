@@ -2,7 +2,8 @@
 
 Run from the project's Python (3.11); AccelForge runs in a Python >= 3.12 found by
 :func:`mambalaya.interop.accelforge.find_python312` (``$MAMBALAYA_ACCELFORGE_PYTHON``, else
-``/tmp/af312/bin/python``, else ``python3.12``). AccelForge's mapper minimises energy; the
+the repository's ``.venv-af``, else ``python3.12``). With ``--unroll-scan T`` both tools search
+mambalaya's unrolled cascade (one Einsum per scan step). AccelForge's mapper minimises energy; the
 exported architecture charges 1 unit per DRAM bit and nothing else, so its objective is
 off-chip traffic, like ours. Its chosen mapping is re-evaluated with its model (the mapper's
 own latency estimate disagrees with the model for bandwidth-bound elementwise Einsums).
@@ -16,7 +17,7 @@ import argparse
 import sys
 import time
 
-from mambalaya.interop.accelforge import cross_check_via, find_python312
+from mambalaya.interop.accelforge import cross_check_via, find_python312, unrolled_for_export
 from mambalaya.model.search import optimal
 from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer
@@ -41,8 +42,9 @@ def main() -> int:
         cascade = build_layer(config, phase="decode", seq_len=1, batch=1)
     buf = int(args.buffer_mib * 2**20)
 
+    graph = unrolled_for_export(cascade, args.unroll_scan)  # the graph AccelForge is given
     t0 = time.perf_counter()
-    ours = mapping_traffic(cascade, optimal(cascade, buf))
+    ours = mapping_traffic(graph, optimal(graph, buf))
     ours_s = time.perf_counter() - t0
 
     t0 = time.perf_counter()

@@ -12,6 +12,7 @@ import sys
 import pytest
 import yaml
 
+from mambalaya.einsum import loads_cascade
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.interop.accelforge import (
     _translate,
@@ -25,6 +26,7 @@ from mambalaya.interop.accelforge import (
 )
 from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.mamba1 import Mamba1Config
+from mambalaya.workloads.mamba2 import Mamba2Config
 
 TINY = Mamba1Config(d_model=8, d_state=4)
 T = 4
@@ -78,7 +80,10 @@ def test_unrolled_scan_has_one_einsum_per_step():
     ys = steps["YS"]
     assert {ta["name"] for ta in ys["tensor_accesses"]} >= {f"H_{t}" for t in range(T)}
     header = export_workload(c, unroll_scan=T).split("workload:")[0]
-    assert f"scan unrolled into {T} Einsums" in header
+    assert f"scan unrolled into {T} steps" in header and "H_0, H_1, H_2, H_3" in header
+    # the step tensors AccelForge sees are those of mambalaya's own unrolled cascade
+    graph, _ = _translate(c, T)
+    assert graph.tensors.keys() == {ta["name"] for e in steps.values() for ta in e["tensor_accesses"]}
 
 
 def test_recurrence_without_unroll_is_refused():
@@ -86,6 +91,12 @@ def test_recurrence_without_unroll_is_refused():
         export_workload(prefill())
     with pytest.raises(SpecError, match="seq_len"):
         export_workload(prefill(), unroll_scan=T + 1)
+    plain = loads_cascade(
+        "name: plain\nranks: {I: 3}\ntensors:\n  X: {ranks: [I], role: input}\n  Y: {ranks: [I], role: output}\n"
+        "einsums:\n  - Y[i] = X[i]*X[i]\n"
+    )
+    with pytest.raises(SpecError, match="no recurrence"):
+        export_workload(plain, unroll_scan=3)
 
 
 def test_arch_and_write_export(tmp_path):
@@ -99,7 +110,7 @@ def test_arch_and_write_export(tmp_path):
     paths = write_export(decode(TINY), spec, tmp_path)
     assert sorted(p.name for p in paths) == ["arch.yaml", "mapping_unfused.yaml", "workload.yaml"]
     assert "!Compute {einsum: XO" in (tmp_path / "mapping_unfused.yaml").read_text()
-    assert unfused_mapping_yaml(_translate(decode(TINY), None)).count("!Nested") == len(decode(TINY).einsums)
+    assert unfused_mapping_yaml(_translate(decode(TINY))[1]).count("!Nested") == len(decode(TINY).einsums)
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="checks the error under 3.11")
@@ -131,21 +142,39 @@ def test_unfused_decode_matches_accelforge_to_the_bit(py312, config):
         assert r["accelforge_bits"] == r["ours_bits"], r
 
 
-@pytest.mark.parametrize("config", [TINY, PRESETS["mamba-130m"]], ids=["tiny", "mamba-130m"])
-def test_unfused_unrolled_scan_matches_except_the_carried_state(py312, config):
-    """Every tensor agrees to the bit except H. The exact discrepancy: under AccelForge's unfused
-    mapping each unrolled step H_t reads H_{t-1} back from DRAM, (T-1) x B*E*N elements, while
-    our unfused scan group carries the state on chip across positions. (Holding H_0..H_{T-2} in
-    the buffer above the steps in an explicit AccelForge mapping did not remove the DRAM read.)"""
-    c = prefill(config)
-    rows = {r["tensor"]: r for r in cross_check_via(py312, c, unroll_scan=T)["rows"]}
-    assert set(rows) == set(c.tensors)
-    for t, r in rows.items():
-        if t != "H":
-            assert r["accelforge_bits"] == r["ours_bits"], r
-    b, e, n = c.size("B"), c.size("E"), c.size("N")
-    carried = (T - 1) * b * e * n * c.tensors["H"].bits
-    assert rows["H"]["accelforge_bits"] - rows["H"]["ours_bits"] == carried
+@pytest.mark.parametrize("config,state_io", [(TINY, False), (TINY, True), (PRESETS["mamba-130m"], False)],
+                         ids=["tiny", "tiny-state", "mamba-130m"])
+def test_unfused_unrolled_scan_matches_accelforge_to_the_bit(py312, config, state_io):
+    """Both tools cost mambalaya's unrolled cascade (one Einsum per step): every tensor, each
+    step's state H_t included, agrees to the bit. Against the recurrent cascade our unfused
+    mapping moves exactly (T-1) x B*E*N states fewer: the recurrent scan Einsum carries the state
+    on chip from one position to the next, while each unrolled step writes H_t off chip and the
+    next step reads it back."""
+    c = build_layer(config, phase="prefill", seq_len=T, batch=1, state_io=state_io)
+    result = cross_check_via(py312, c, unroll_scan=T)
+    rows = {r["tensor"]: r for r in result["rows"]}
+    assert set(rows) == set(_translate(c, T)[0].tensors)
+    assert {f"H_{t}" for t in range(T)} <= set(rows)
+    for r in rows.values():
+        assert r["accelforge_bits"] == r["ours_bits"], r
+    carried = (T - 1) * c.size("B") * c.size("E") * c.size("N") * c.tensors["H"].bits
+    assert sum(r["ours_bits"] for r in rows.values()) - result["ours_recurrent_bits"] == carried
+
+
+MAMBA2_TINY = Mamba2Config(d_model=8, headdim=4, d_state=2, ngroups=2, chunk_size=4, d_conv=3)
+
+
+@pytest.mark.parametrize("phase,seq_len,scan,unroll", [
+    ("decode", 1, "recurrent", None),
+    ("prefill", T, "recurrent", T),
+    ("prefill", 2 * T, "chunked", 2 * T),  # two recurrences: the cumulative decay over Q, the state over chunks
+], ids=["decode", "recurrent-unrolled", "chunked-unrolled"])
+def test_unfused_mamba2_matches_accelforge_to_the_bit(py312, phase, seq_len, scan, unroll):
+    c = build_layer(MAMBA2_TINY, phase=phase, seq_len=seq_len, batch=1, scan=scan)
+    rows = cross_check_via(py312, c, unroll_scan=unroll)["rows"]
+    assert {r["tensor"] for r in rows} == set(_translate(c, unroll)[0].tensors)
+    for r in rows:
+        assert r["accelforge_bits"] == r["ours_bits"], r
 
 
 def test_fused_mapper_vs_our_optimal_tiny(py312):

@@ -64,6 +64,23 @@ def test_dump_then_check_round_trips(tmp_path) -> None:
     assert len(json.loads(r.stdout)["einsums"]) == 21
 
 
+def test_unrolled_dump_checks_and_draws(tmp_path) -> None:
+    path = tmp_path / "u.yaml"
+    r = invoke("cascade", "dump", "-m", "mamba-130m", "-L", "4", "--state-io", "--unroll", "-o", str(path))
+    assert r.exit_code == 0, r.output
+    r = invoke("cascade", "check", str(path), "-f", "json")
+    assert r.exit_code == 0, r.output
+    names = [e["name"] for e in json.loads(r.stdout)["einsums"]]
+    assert [n for n in names if n.startswith("H_")] == ["H_0", "H_1", "H_2", "H_3"] and "H" not in names
+    r = invoke("cascade", "show", "-m", "mamba2-130m", "-L", "512", "--unroll", "-f", "csv")
+    assert r.exit_code == 0, r.output
+    assert "HC_0" in r.stdout and "ACS_255" in r.stdout and "HC_1" not in r.stdout  # 2 chunks of 256
+    assert invoke("cascade", "diagram", "-L", "3", "--unroll", "-o", str(tmp_path / "u.svg")).exit_code == 0
+    # a form that cannot be unrolled is one clear error
+    r = invoke("cascade", "show", "-m", "mamba2-130m", "-L", "8", "--state-io", "--unroll")
+    assert r.exit_code == 1 and "initial value" in r.stderr and "Traceback" not in r.output
+
+
 def test_check_reports_errors_with_location(tmp_path) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(

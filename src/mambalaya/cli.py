@@ -25,6 +25,7 @@ from mambalaya import __version__
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
+from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.fusion.mapping import parse_bytes
 from mambalaya.report.tables import cascade_json, cascade_rows
@@ -65,6 +66,7 @@ BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.
 BitsOpt = Annotated[int, typer.Option(min=1, help="Bits per element of every tensor.")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
 ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm; default in prefill) or recurrent (the only decode form).")]
+UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
 BufferOpt = Annotated[Optional[str], typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576 (default: 32MiB, or a mapping file's own).")]
 MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, stitched, optimal, ideal, or a mapping YAML file.")]
@@ -86,13 +88,14 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
-                 scan: str | None = None) -> tuple[ModelConfig, Cascade]:
+                 scan: str | None = None, unroll: bool = False) -> tuple[ModelConfig, Cascade]:
     config = resolve_model(model)
     if scan is not None and scan not in SCANS:
         raise MambalayaError(f"--scan must be one of {', '.join(SCANS)}, not {scan!r}")
     name = f"{Path(model).stem if model not in PRESETS else model}-{phase.value}"
-    return config, build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
-                               name=name, scan=scan)
+    cascade = build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
+                          name=name, scan=scan)
+    return config, (unroll_recurrences(cascade) if unroll else cascade)
 
 
 def _provenance(model: str, config: ModelConfig, cascade: Cascade, **run: Any) -> dict[str, Any]:
@@ -226,11 +229,12 @@ def show_cmd(
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    unroll: UnrollFlag = False,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
     prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits)
     title = (
         f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; "
@@ -250,10 +254,11 @@ def dump_cmd(
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    unroll: UnrollFlag = False,
     output: OutOpt = None,
 ) -> None:
     """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
     _emit(dump_cascade(cascade), output)
 
 
@@ -282,6 +287,7 @@ def diagram_cmd(
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    unroll: UnrollFlag = False,
     cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
     weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
     classes: Annotated[bool, typer.Option("--classes/--no-classes", help="Label edges with their fusion class.")] = False,
@@ -296,7 +302,7 @@ def diagram_cmd(
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"
     else:
-        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
+        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
         title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
     labels = None
     if classes:
@@ -341,6 +347,7 @@ def classes_cmd(
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    unroll: UnrollFlag = False,
     inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state.")] = True,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
@@ -348,7 +355,7 @@ def classes_cmd(
     """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
         _emit(json.dumps(edges_json(edges), indent=2), output)
@@ -369,6 +376,7 @@ def map_cmd(
     bits: BitsOpt = 16,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    unroll: UnrollFlag = False,
     mapping: MappingOpt = "stitched",
     buffer: BufferOpt = None,
     fmt: FormatOpt = Format.table,
@@ -381,7 +389,7 @@ def map_cmd(
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
     stats = SearchStats()
     m = _resolve_mapping(mapping, cascade, buffer, stats)
     buffer_bytes = m.buffer_bytes
@@ -768,6 +776,14 @@ def crosscheck_accelforge_cmd(
     else:
         _print_table(_rows_table(rows, f"{model} {phase.value}{f' unrolled x{unroll_scan}' if unroll_scan else ''}: "
                                        f"off-chip bits, ours vs AccelForge ({mapping} mapping)"), None)
+        ours_bits = sum(r["ours_bits"] for r in rows)
+        theirs_bits = sum(r["accelforge_bits"] for r in rows)
+        out_console.print(f"total: ours {ours_bits:,.0f} bits, AccelForge {theirs_bits:,.0f} bits; AccelForge "
+                          f"{result['accelforge_seconds']:.2f} s, ours {result['ours_seconds']:.3f} s")
+        if unroll_scan:
+            extra = ours_bits - result["ours_recurrent_bits"]
+            out_console.print(f"the recurrent scan (state carried on chip) moves {result['ours_recurrent_bits']:,.0f} bits "
+                              f"in our model: unrolling costs {extra:+,.0f} bits")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,9 +26,12 @@ they carry no operator semantics and no recurrences):
   are exact) and an auxiliary variable multiplies that Einsum's compute count by its range.
 * The scan ``H = AD*H[i-1] + BX`` reads its own output. In a decode step (``I = 1``) it becomes a
   plain Einsum reading the incoming state ``H0``. With ``unroll_scan=T`` (a prefill of ``T``
-  positions) it becomes ``T`` Einsums ``H_t[b,e,n] = AD[b,t,e,n]*H_{t-1}[b,e,n] + BX[b,t,e,n]``
-  (``H_{-1}`` = ``H0`` with state I/O, else nothing); a reader of ``H[b,i,...]`` reads every
-  ``H_t`` (AccelForge cannot select a tensor by ``i``: footprints exact, compute count ``T``x).
+  positions) the cascade is first unrolled by :func:`mambalaya.einsum.unroll.unroll_recurrences`
+  into ``T`` step Einsums ``H_t[b,step,e,n] = AD[b,t,e,n]*H_{t-1}[b,step,e,n] + BX[b,t,e,n]``
+  whose readers select a step by an out-of-range read (``H_t[b,t-i,e,n]``). That unrolled
+  cascade is a mambalaya cascade like any other (it executes to the recurrent one's values), so
+  our model and AccelForge cost the same graph; the recurrent form's total is reported beside
+  it (``ours_recurrent_bits``): unfused, it keeps the carried state on chip.
 * Traffic is reported in bits (AccelForge's unit); ours is bytes x 8.
 """
 
@@ -51,6 +54,7 @@ import yaml
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, AffineIndex, Einsum, rank_variable
+from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.errors import MambalayaError, SpecError
 
 #: Names of the architecture nodes the exported YAML uses.
@@ -75,9 +79,8 @@ class _Export:
     einsums: list[dict] = field(default_factory=list)
     variables: dict[str, tuple[int, int]] = field(default_factory=dict)  # rank variable -> (first, last)
     aux_vars: dict[tuple[str, int, int], str] = field(default_factory=dict)
-    origin: dict[str, str] = field(default_factory=dict)  # AccelForge tensor -> our tensor
     notes: list[str] = field(default_factory=list)
-    scan_einsums: list[str] = field(default_factory=list)
+    step_einsums: list[str] = field(default_factory=list)  # Einsums the unrolling made
     bits: int = 16
 
     def aux(self, rank: str, lo: int, hi: int) -> str:
@@ -110,152 +113,116 @@ def _rows(ex: _Export, lo: int, hi: int, rank: str, size: int) -> str:
     return ex.aux(rank, lo, hi)
 
 
-def _translate(cascade: Cascade, unroll_scan: int | None) -> _Export:
+def unrolled_for_export(cascade: Cascade, unroll_scan: int | None) -> Cascade:
+    """The cascade AccelForge is given: as it is (every recurrence over one position, a decode
+    step), or with its recurrences unrolled into one Einsum per step
+    (:func:`~mambalaya.einsum.unroll.unroll_recurrences`) when ``unroll_scan`` is their length."""
+    recurrent = [(e, cascade.recurrence(e)) for e in cascade.einsums if cascade.recurrence(e)]
+    if unroll_scan is None:
+        for e, (rank, _) in recurrent:
+            if cascade.size(rank) != 1:
+                raise SpecError(
+                    f"AccelForge cannot express the recurrence of Einsum {e.name!r} over {cascade.size(rank)} positions "
+                    f"of rank {rank}: export a decode step (I = 1) or pass unroll_scan={cascade.size(rank)}"
+                )
+        return cascade
+    if not recurrent:
+        raise SpecError(f"unroll_scan given but cascade {cascade.name!r} has no recurrence to unroll")
+    # the sequence length when the cascade has one (the chunked SSD recurs over chunks and over
+    # positions within a chunk), else the length of every recurrence
+    lengths = {"I": cascade.size("I")} if "I" in cascade.ranks else {r: cascade.size(r) for _, (r, _) in recurrent}
+    for rank, size in lengths.items():
+        if size != unroll_scan:
+            raise SpecError(
+                f"unroll_scan={unroll_scan} but cascade {cascade.name!r} runs its recurrences over rank {rank} of "
+                f"size {size}; build the cascade with seq_len={unroll_scan}"
+            )
+    return unroll_recurrences(cascade)
+
+
+def _translate(cascade: Cascade, unroll_scan: int | None = None) -> tuple[Cascade, _Export]:
+    """The cascade AccelForge costs (see :func:`unrolled_for_export`) and its AccelForge Einsums."""
+    original, cascade = cascade, unrolled_for_export(cascade, unroll_scan)
     ex = _Export()
+    ex.step_einsums = [e.name for e in cascade.einsums if e.name not in original.tensors]
     sizes = cascade.variable_sizes
     bits = {t.bits for t in cascade.tensors.values()}
     ex.bits = max(bits) if bits else 16
-    recurrent = [e for e in cascade.einsums if e.name in e.input_tensors]
-    unrolled: dict[str, tuple[int, int]] = {}  # tensor -> (generational dim, steps)
-    for e in recurrent:
-        acc = next(a for a in e.inputs if a.tensor == e.name)
-        dim = next(p for p, idx in enumerate(acc.indices) if idx != e.output.indices[p])
-        rank = cascade.tensors[e.name].ranks[dim]
-        steps = cascade.size(rank)
-        if unroll_scan is not None:
-            if unroll_scan != steps:
-                raise SpecError(
-                    f"unroll_scan={unroll_scan} but Einsum {e.name!r} recurs over rank {rank} of size {steps}; "
-                    f"build the cascade with seq_len={unroll_scan}"
-                )
-            unrolled[e.name] = (dim, steps)
-        elif steps != 1:
-            raise SpecError(
-                f"AccelForge cannot express the recurrence of Einsum {e.name!r} over {steps} positions of rank "
-                f"{rank}: export a decode step (I = 1) or pass unroll_scan={steps}"
-            )
-    if unroll_scan is not None and not unrolled:
-        raise SpecError(f"unroll_scan given but cascade {cascade.name!r} has no recurrence to unroll")
-    for name, (dim, steps) in unrolled.items():
-        for t in range(steps):
-            if f"{name}_{t}" in cascade.tensors:
-                raise SpecError(f"cannot unroll {name!r}: tensor {name}_{t} already exists")
 
-    def tensor_rank_names(t: str) -> tuple[str, ...]:
-        return cascade.tensors[t].ranks
-
-    def add_tensor(t: str, ours: str) -> str:
-        ex.origin[t] = ours
-        return t
-
-    def accesses_for(e: Einsum, fixed: dict[str, int], self_step: int | None) -> list[dict]:
-        ranges = {v: ((fixed[v], fixed[v]) if v in fixed else (0, sizes[v] - 1)) for v in e.iteration_variables}
+    def accesses_for(e: Einsum) -> list[dict]:
+        ranges = {v: (0, sizes[v] - 1) for v in e.iteration_variables}
         out: list[dict] = []
         by_tensor: dict[str, list[Access]] = {}
         for a in e.inputs:
             by_tensor.setdefault(a.tensor, []).append(a)
         for t, accs in by_tensor.items():
-            ranks = tensor_rank_names(t)
+            ranks = cascade.tensors[t].ranks
             shape = cascade.shape(t)
             init_axis = cascade.initial_axis(t)
-            self_read = t == e.name
             if len(accs) > 1 and len({a.indices for a in accs}) == 1:
                 ex.notes.append(f"{e.name}: duplicate access {accs[0]} deduplicated")
-            dims: list[tuple[str, Any]] = []  # ("var", v) | ("box", (lo, hi))
+            # in-range part and below-0 part (the latter along the initial axis only)
+            own: list[tuple[str, Any]] = []  # ("var", v) | ("box", (lo, hi))
+            neg: tuple[int, tuple[int, int]] | None = None
+            empty = False
             for p in range(len(shape)):
                 idxs = {a.indices[p] for a in accs}
                 only = next(iter(idxs)) if len(idxs) == 1 else None
-                if only is not None and only.plain_variable and only.plain_variable not in fixed:
-                    dims.append(("var", only.plain_variable))
+                if only is not None and only.plain_variable:
+                    own.append(("var", only.plain_variable))
                     continue
                 lo = min(_box(a.indices[p], ranges)[0] for a in accs)
                 hi = max(_box(a.indices[p], ranges)[1] for a in accs)
-                dims.append(("box", (lo, hi)))
-            # in-range part and below-0 part (the latter along the initial axis only)
-            own: list[tuple[str, Any]] = []
-            neg: list[tuple[str, Any]] | None = None
-            empty = False
-            for p, (kind, val) in enumerate(dims):
-                if kind == "var":
-                    own.append((kind, val))
-                    continue
-                lo, hi = val
                 a, b = max(lo, 0), min(hi, shape[p] - 1)
-                if a > b:
-                    empty = True
+                empty = empty or a > b
                 own.append(("box", (a, b)))
                 if init_axis is not None and init_axis[0] == p and lo < 0:
                     depth = init_axis[1]
                     na, nb = max(lo, -depth), min(hi, -1)
                     if na <= nb:
-                        neg = (p, (na + depth, nb + depth))  # type: ignore[assignment]
-            if t in unrolled and not empty:
-                gdim, steps = unrolled[t]
-                assert own[gdim][0] == "box" or own[gdim][0] == "var"
-                g_lo, g_hi = (own[gdim][1] if own[gdim][0] == "box" else (0, steps - 1))
-                for s in range(g_lo, g_hi + 1):
-                    proj = _projection(ex, [r for q, r in enumerate(ranks) if q != gdim],
-                                       [d for q, d in enumerate(own) if q != gdim], ranges, shape_of=[
-                                           n for q, n in enumerate(shape) if q != gdim])
-                    out.append({"name": add_tensor(f"{t}_{s}", t), "projection": proj})
-            elif not empty and not self_read:
-                proj = _projection(ex, ranks, own, ranges, shape_of=list(shape))
-                out.append({"name": add_tensor(t, t), "projection": proj})
+                        neg = (p, (na + depth, nb + depth))
+            if not empty and t != e.name:
+                out.append({"name": t, "projection": _projection(ex, ranks, own, shape)})
             if neg is not None:
-                p, (ra, rb) = neg  # type: ignore[misc]
-                init = cascade.tensors[t].initial
-                assert init is not None
-                init_ranks = tensor_rank_names(init)
-                depth = init_axis[1]  # type: ignore[index]
-                others = [d for q, d in enumerate(own) if q != p]
-                other_ranks = [r for q, r in enumerate(ranks) if q != p]
-                other_shape = [n for q, n in enumerate(shape) if q != p]
-                if len(init_ranks) == len(ranks):  # history rank replaces the rank in place
-                    hist = init_ranks[p]
-                    proj_dims = others[:p] + [("box", (ra, rb))] + others[p:]
-                    r_names = other_ranks[:p] + [hist] + other_ranks[p:]
-                    r_shape = other_shape[:p] + [depth] + other_shape[p:]
-                else:
-                    proj_dims, r_names, r_shape = others, other_ranks, other_shape
-                proj = _projection(ex, r_names, proj_dims, ranges, shape_of=r_shape)
-                out.append({"name": add_tensor(init, init), "projection": proj})
+                out.append(_initial_access(ex, cascade, t, own, neg))
         return out
 
     for e in cascade.einsums:
-        if e.name in unrolled:
-            gdim, steps = unrolled[e.name]
-            gvar = e.output.indices[gdim].plain_variable
-            assert gvar is not None
-            ranks = tensor_rank_names(e.name)
-            for s in range(steps):
-                fixed = {gvar: s}
-                ins = accesses_for(e, fixed, s)
-                outp = {
-                    "name": add_tensor(f"{e.name}_{s}", e.name),
-                    "projection": {r: idx.plain_variable for q, (r, idx) in enumerate(zip(ranks, e.output.indices)) if q != gdim},
-                    "output": True,
-                }
-                ex.einsums.append({"name": f"{e.name}_{s}", "tensor_accesses": ins + [outp]})
-                ex.scan_einsums.append(f"{e.name}_{s}")
-            continue
-        ins = accesses_for(e, {}, None)
         outp = {
-            "name": add_tensor(e.name, e.name),
-            "projection": {r: idx.plain_variable for r, idx in zip(tensor_rank_names(e.name), e.output.indices)},
+            "name": e.name,
+            "projection": {r: idx.plain_variable for r, idx in zip(cascade.tensors[e.name].ranks, e.output.indices)},
             "output": True,
         }
-        if e.name in [x.name for x in recurrent]:
-            ex.scan_einsums.append(e.name)
-        ex.einsums.append({"name": e.name, "tensor_accesses": ins + [outp]})
+        ex.einsums.append({"name": e.name, "tensor_accesses": accesses_for(e) + [outp]})
     for e in ex.einsums:
         for ta in e["tensor_accesses"]:
             for v in ta["projection"].values():
                 if v not in ex.variables:
                     ex.variables[v] = (0, sizes[v] - 1)
-    return ex
+    return cascade, ex
 
 
-def _projection(ex: _Export, ranks, dims, ranges, *, shape_of) -> dict[str, str]:
+def _initial_access(ex: _Export, cascade: Cascade, t: str, own: list, neg: tuple[int, tuple[int, int]]) -> dict:
+    """The access to ``t``'s initial-value tensor for the rows a read reaches below 0."""
+    p, (ra, rb) = neg
+    init = cascade.tensors[t].initial
+    assert init is not None
+    ranks, shape = cascade.tensors[t].ranks, cascade.shape(t)
+    init_ranks = cascade.tensors[init].ranks
+    depth = cascade.initial_axis(t)[1]  # type: ignore[index]
+    others = [d for q, d in enumerate(own) if q != p]
+    other_ranks = [r for q, r in enumerate(ranks) if q != p]
+    other_shape = [n for q, n in enumerate(shape) if q != p]
+    if len(init_ranks) == len(ranks):  # a history rank replaces the rank in place
+        dims = others[:p] + [("box", (ra, rb))] + others[p:]
+        names = other_ranks[:p] + [init_ranks[p]] + other_ranks[p:]
+        sizes = other_shape[:p] + [depth] + other_shape[p:]
+    else:
+        dims, names, sizes = others, other_ranks, other_shape
+    return {"name": init, "projection": _projection(ex, names, dims, sizes)}
+
+
+def _projection(ex: _Export, ranks, dims, shape_of) -> dict[str, str]:
     proj: dict[str, str] = {}
     for r, (kind, val), size in zip(ranks, dims, shape_of):
         if kind == "var":
@@ -274,7 +241,8 @@ def _header(cascade: Cascade, ex: _Export, unroll_scan: int | None) -> str:
     lines = [
         f"AccelForge workload exported by mambalaya from cascade {cascade.name!r}",
         f"({cascade.description})" if cascade.description else "",
-        (f"scan unrolled into {unroll_scan} Einsums: {', '.join(ex.scan_einsums)}" if unroll_scan else
+        (f"scan unrolled into {unroll_scan} steps (mambalaya's unroll_recurrences, the graph both tools cost): "
+         f"{', '.join(ex.step_einsums)}" if unroll_scan else
          "decode step: the recurrence reads the incoming state as an input tensor"),
         "Approximations:",
         *[f"  - {a}" for a in STATIC_APPROXIMATIONS],
@@ -283,9 +251,6 @@ def _header(cascade: Cascade, ex: _Export, unroll_scan: int | None) -> str:
     if ex.aux_vars:
         lines.append("  - auxiliary variables: " + ", ".join(
             f"{v} (rows {lo}..{hi} of {r})" for (r, lo, hi), v in ex.aux_vars.items()))
-    renamed = sorted({k for k, v in ex.origin.items() if k != v})
-    if renamed:
-        lines.append(f"  - tensors standing for parts of ours: {', '.join(f'{k}->{ex.origin[k]}' for k in renamed)}")
     return "".join(f"# {ln}\n" if ln else "" for ln in lines)
 
 
@@ -301,8 +266,8 @@ def _workload_dict(ex: _Export) -> dict:
 
 def export_workload(cascade: Cascade, *, unroll_scan: int | None = None) -> str:
     """AccelForge workload YAML for ``cascade`` (a decode step, or a prefill with the scan unrolled)."""
-    ex = _translate(cascade, unroll_scan)
-    return _header(cascade, ex, unroll_scan) + yaml.safe_dump(_workload_dict(ex), sort_keys=False, width=120)
+    graph, ex = _translate(cascade, unroll_scan)
+    return _header(graph, ex, unroll_scan) + yaml.safe_dump(_workload_dict(ex), sort_keys=False, width=120)
 
 
 def export_arch(spec: Any, *, buffer_bits: float | None = None, dram_energy_per_bit: float = 1.0) -> str:
@@ -355,9 +320,9 @@ def write_export(cascade: Cascade, arch_spec: Any, out_dir: str | Path, unroll_s
     """Write ``workload.yaml``, ``arch.yaml`` and ``mapping_unfused.yaml`` into ``out_dir``."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    ex = _translate(cascade, unroll_scan)
+    graph, ex = _translate(cascade, unroll_scan)
     files = {
-        "workload.yaml": _header(cascade, ex, unroll_scan) + yaml.safe_dump(_workload_dict(ex), sort_keys=False, width=120),
+        "workload.yaml": _header(graph, ex, unroll_scan) + yaml.safe_dump(_workload_dict(ex), sort_keys=False, width=120),
         "arch.yaml": export_arch(arch_spec),
         "mapping_unfused.yaml": unfused_mapping_yaml(ex),
     }
@@ -391,8 +356,7 @@ def _dram_bits(result, ex: _Export) -> dict[str, float]:
     for (einsum, component, tensor, action), value in result.actions(per_einsum=True, per_tensor=True).items():
         if component != DRAM or tensor == "None":
             continue
-        ours = ex.origin.get(tensor, tensor)
-        bits[ours] = bits.get(ours, 0.0) + float(value)
+        bits[tensor] = bits.get(tensor, 0.0) + float(value)
     return bits
 
 
@@ -444,7 +408,7 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
     from mambalaya.model.search import named_mapping, optimal
     from mambalaya.model.traffic import mapping_traffic
 
-    ex = _translate(cascade, unroll_scan)
+    recurrent, (cascade, ex) = cascade, _translate(cascade, unroll_scan)
     spec = arch_spec if arch_spec is not None else _default_arch()
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-") as tmp:
         wl = Path(tmp, "workload.yaml")
@@ -463,6 +427,7 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
             t1 = time.perf_counter()
             ours = mapping_traffic(cascade, named_mapping("unfused", cascade, None))
             ours_seconds = time.perf_counter() - t1
+            ours_recurrent = mapping_traffic(recurrent, named_mapping("unfused", recurrent, None))
         elif mapping == "mapper":
             import copy
 
@@ -486,6 +451,7 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
             t1 = time.perf_counter()
             ours = mapping_traffic(cascade, optimal(cascade, buf))
             ours_seconds = time.perf_counter() - t1
+            ours_recurrent = mapping_traffic(recurrent, optimal(recurrent, buf))
         else:
             raise MambalayaError(f"cross-check mapping must be 'unfused' or 'mapper', not {mapping!r}")
         theirs = _dram_bits(result, ex)
@@ -499,6 +465,9 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
         "ours_seconds": ours_seconds,
         "accelforge_latency_s": latency,
         "ours_groups": [list(g.einsums) for g in ours.mapping.groups],
+        # what our model gives the same mapping on the cascade before unrolling (the scan's
+        # carried state on chip); equal to the above when nothing was unrolled
+        "ours_recurrent_bits": 8 * ours_recurrent.offchip_bytes,
     }
 
 

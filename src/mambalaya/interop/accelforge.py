@@ -427,7 +427,7 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
             t1 = time.perf_counter()
             ours = mapping_traffic(cascade, named_mapping("unfused", cascade, None))
             ours_seconds = time.perf_counter() - t1
-            ours_recurrent = mapping_traffic(recurrent, named_mapping("unfused", recurrent, None))
+            ours_recurrent = ours if recurrent is cascade else mapping_traffic(recurrent, named_mapping("unfused", recurrent, None))
         elif mapping == "mapper":
             import copy
 
@@ -451,7 +451,7 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
             t1 = time.perf_counter()
             ours = mapping_traffic(cascade, optimal(cascade, buf))
             ours_seconds = time.perf_counter() - t1
-            ours_recurrent = mapping_traffic(recurrent, optimal(recurrent, buf))
+            ours_recurrent = ours if recurrent is cascade else mapping_traffic(recurrent, optimal(recurrent, buf))
         else:
             raise MambalayaError(f"cross-check mapping must be 'unfused' or 'mapper', not {mapping!r}")
         theirs = _dram_bits(result, ex)

@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Iterable, Literal
 
@@ -93,7 +94,7 @@ class FusionGroup:
                 return lp
         return None
 
-    @property
+    @cached_property
     def fused_ranks(self) -> tuple[str, ...]:
         return tuple(lp.rank for lp in self.loops)
 
@@ -173,16 +174,26 @@ def _extent(cascade: Cascade, group: FusionGroup, rank: str, *, full_inside_of: 
 
 def window_halos(cascade: Cascade, group: FusionGroup) -> dict[tuple[str, str], int]:
     """``(tensor, rank) -> halo rows`` for windows (negative reach) over fused ranks of tensors
-    the group reads, whether produced inside or read from off-chip."""
+    the group reads, whether produced inside or read from off-chip. Depends only on the group's
+    Einsums and fused ranks (not on tile sizes), so it is memoised on the immutable cascade."""
+    memo = cascade.__dict__.setdefault("_window_halos_memo", {})
+    key = (group.einsums, frozenset(group.fused_ranks))
+    if key not in memo:
+        memo[key] = _window_halos(cascade, group)
+    return dict(memo[key])
+
+
+def _window_halos(cascade: Cascade, group: FusionGroup) -> dict[tuple[str, str], int]:
     halos: dict[tuple[str, str], int] = {}
     sizes = cascade.variable_sizes
+    fused = set(group.fused_ranks)
     for e in group_einsums(cascade, group):
         for acc in e.inputs:
             if acc.tensor == e.name:
                 continue
             ranks = cascade.tensors[acc.tensor].ranks
             for idx, rank in zip(acc.indices, ranks):
-                if rank not in group.fused_ranks:
+                if rank not in fused:
                     continue
                 own = rank.lower()
                 coeff = dict(idx.terms).get(own)

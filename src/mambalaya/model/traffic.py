@@ -198,47 +198,106 @@ def _read_elements(
     return total_own, total_init
 
 
+#: Count regular tiles once (see :func:`_single_rank_sums`); the tests compare against False.
+COMPRESS_REGULAR_TILES = True
+
+
 def _single_rank_sums(cascade, group, tensor, accesses, dims, rank, bounds, deps, halos) -> tuple[int, int]:
     """Sum over the tiles of one fused rank of the product over ``dims`` of the rows read per
     tile, split into (rows >= 0 everywhere, the rest); the same rules as the per-tile loop
-    (``_dimension_rows`` / ``_retained``), evaluated for all tiles at once."""
+    (``_dimension_rows`` / ``_retained``), evaluated for all tiles at once.
+
+    When every access's index grows with the rank's variable, a tile away from both ends
+    (its box and its predecessor's inside the bounds, at or above 0) reads the same rows as
+    every other such tile: those *regular* tiles are counted once and multiplied, so the cost
+    does not grow with the number of tiles. Otherwise every tile is evaluated."""
     size = cascade.size(rank)
     tile = group.loop(rank).tile
-    a = np.arange(0, size, tile, dtype=np.int64)
+    n = -(-size // tile)
+    edge = 8
+    retain = group.halo == "retain"
+    args = (cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, halos, retain)
+    increasing = all(c > 0 for acc in accesses for p in dims for v, c in acc.indices[p].terms if v == rank.lower())
+    if COMPRESS_REGULAR_TILES and n > 2 * edge + 2 and increasing:
+        probe = np.array([edge - 1, edge, n - edge - 1], dtype=np.int64)
+        if _regular(*args, probe).all():
+            head = np.arange(0, edge + 1, dtype=np.int64)
+            tail = np.arange(n - edge, n, dtype=np.int64)
+            own_h, all_h = _tile_rows(*args, head)
+            own_t, all_t = _tile_rows(*args, tail)
+            middle = n - edge - 1 - edge  # tiles edge+1 .. n-edge-1, each equal to tile `edge`
+            s_own = int(own_h.sum()) + int(own_h[-1]) * middle + int(own_t.sum())
+            s_all = int(all_h.sum()) + int(all_h[-1]) * middle + int(all_t.sum())
+            return s_own, s_all - s_own
+    own, every = _tile_rows(*args, np.arange(n, dtype=np.int64), sequential=True)
+    s_own = int(own.sum())
+    return s_own, int(every.sum()) - s_own
+
+
+def _boxes(cascade, accesses, p, rank, tile, size, t) -> tuple[np.ndarray, np.ndarray]:
+    """Unclipped (lo, hi) of dimension ``p`` read by tiles ``t`` of ``rank``."""
+    a = t * tile
     b = np.minimum(a + tile, size)
     sizes = cascade.variable_sizes
     own_var = rank.lower()
-    n_own = np.ones(len(a), dtype=np.int64)
-    n_all = np.ones(len(a), dtype=np.int64)
+    lo = np.full(len(t), np.iinfo(np.int64).max)
+    hi = np.full(len(t), np.iinfo(np.int64).min)
+    for acc in accesses:
+        idx = acc.indices[p]
+        acc_lo = np.full(len(t), idx.const, dtype=np.int64)
+        acc_hi = np.full(len(t), idx.const, dtype=np.int64)
+        for v, c in idx.terms:
+            if v == own_var:
+                first, last = c * a, c * (b - 1)
+            else:  # a variable of an untiled rank spans its whole range
+                first, last = np.full(len(t), 0), np.full(len(t), c * (sizes[v] - 1))
+            acc_lo += np.minimum(first, last)
+            acc_hi += np.maximum(first, last)
+        lo, hi = np.minimum(lo, acc_lo), np.maximum(hi, acc_hi)
+    return lo, hi
+
+
+def _regular(cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, halos, retain, t) -> np.ndarray:
+    """Tiles ``t`` whose box, and their predecessor's, lies within the bounds and at or above 0
+    in every dimension (and is a full tile): they all read the same number of rows."""
+    ok = (t >= 1) & ((t + 1) * tile <= size)
     for p in dims:
-        lo = np.full(len(a), np.iinfo(np.int64).max)
-        hi = np.full(len(a), np.iinfo(np.int64).min)
-        for acc in accesses:
-            idx = acc.indices[p]
-            acc_lo = np.full(len(a), idx.const, dtype=np.int64)
-            acc_hi = np.full(len(a), idx.const, dtype=np.int64)
-            for v, c in idx.terms:
-                if v == own_var:
-                    first, last = c * a, c * (b - 1)
-                else:  # a variable of an untiled rank spans its whole range
-                    first, last = np.full(len(a), 0), np.full(len(a), c * (sizes[v] - 1))
-                acc_lo += np.minimum(first, last)
-                acc_hi += np.maximum(first, last)
-            lo, hi = np.minimum(lo, acc_lo), np.maximum(hi, acc_hi)
         lower, upper = bounds[p]
+        for tt in (t, t - 1):
+            lo, hi = _boxes(cascade, accesses, p, rank, tile, size, np.maximum(tt, 0))
+            ok &= (lo >= max(lower, 0)) & (hi <= upper)
+    return ok
+
+
+def _tile_rows(cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, halos, retain, t,
+               sequential: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per tile in ``t``: (product over dims of rows >= 0, product of all rows). A retained
+    window reads only rows the previous tile did not bring: with ``sequential`` (``t`` is every
+    tile in order) the running maximum of earlier tiles, else the predecessor's box, which is
+    the same when indices grow with the tile (see :func:`_single_rank_sums`)."""
+    n_own = np.ones(len(t), dtype=np.int64)
+    n_all = np.ones(len(t), dtype=np.int64)
+    floor = np.iinfo(np.int64).min
+    for p in dims:
+        lower, upper = bounds[p]
+        lo, hi = _boxes(cascade, accesses, p, rank, tile, size, t)
         lo, hi = np.maximum(lo, lower), np.minimum(hi, upper)
         start = lo
-        if group.halo == "retain" and deps[p] == {rank} and (tensor, rank) in halos:
-            seen = np.where(hi >= lo, hi, np.iinfo(np.int64).min)
-            prev = np.concatenate(([np.iinfo(np.int64).min], np.maximum.accumulate(seen)[:-1]))
-            start = np.where(prev > np.iinfo(np.int64).min, np.maximum(lo, prev + 1), lo)
+        if retain and deps[p] == {rank} and (tensor, rank) in halos:
+            if sequential:
+                seen = np.where(hi >= lo, hi, floor)
+                prev = np.concatenate(([floor], np.maximum.accumulate(seen)[:-1]))
+            else:
+                plo, phi = _boxes(cascade, accesses, p, rank, tile, size, np.maximum(t - 1, 0))
+                plo, phi = np.maximum(plo, lower), np.minimum(phi, upper)
+                prev = np.where((t > 0) & (phi >= plo), phi, floor)
+            start = np.where(prev > floor, np.maximum(lo, prev + 1), lo)
         empty = hi < start
         own = np.where(empty, 0, np.maximum(0, hi - np.maximum(start, 0) + 1))
         neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - start + 1))
         n_own *= own
         n_all *= own + neg
-    s_own = int(n_own.sum())
-    return s_own, int(n_all.sum()) - s_own
+    return n_own, n_all
 
 
 def _retained(cascade, accesses, p, tile_of, bounds, prev_hi) -> tuple[int, int]:

@@ -109,7 +109,11 @@ def test_latency_never_increases_with_more_bandwidth_or_pes(phase) -> None:
 
 
 def test_latency_never_increases_with_a_bigger_buffer() -> None:
-    """The latency-optimal mapping can only improve when the buffer grows (its search space grows)."""
+    """The best latency can only improve when the buffer grows (the search space grows). The
+    search returns the least-traffic mapping within LATENCY_TIE_TOLERANCE of that best, so the
+    returned latency never rises by more than the tolerance."""
+    from mambalaya.model.search import LATENCY_TIE_TOLERANCE
+
     c = mamba1_layer(PRESETS["mamba-370m"], batch=16, seq_len=4096)
     previous = None
     for mib in (1, 4, 16, 64):
@@ -117,7 +121,7 @@ def test_latency_never_increases_with_a_bigger_buffer() -> None:
         m = named_mapping("optimal", c, spec.memory.onchip_buffer_bytes, arch=spec)
         lat = layer_latency(spec, c, m).latency_s
         if previous is not None:
-            assert lat <= previous * (1 + 1e-12)
+            assert lat <= previous * (1 + LATENCY_TIE_TOLERANCE)
         previous = lat
 
 

@@ -147,3 +147,70 @@ def test_search_counts_its_evaluations() -> None:
     s2 = SearchStats()
     stitched(c, 2**20, s2)
     assert 0 < s2.evaluations < stats.evaluations
+
+
+# --------------------------------------------------------------------------------------------
+# latency ties are broken by traffic
+
+
+def test_latency_ties_take_the_least_traffic_and_traffic_grows_smoothly_with_L() -> None:
+    """On a compute-bound prefill many mappings tie on latency; among those within the
+    tolerance the search takes the least traffic, so traffic per layer grows with L without
+    jumps (it used to jump to 1.56 TB at L = 65536 while 0.43 TB did as well)."""
+    from mambalaya.arch import load_arch
+    from mambalaya.model.latency import layer_latency
+    from mambalaya.model.search import LATENCY_TIE_TOLERANCE
+
+    arch = load_arch("mambalaya")
+    traffic = []
+    for L in (4096, 8192, 16384, 32768, 65536):
+        c = mamba1_layer(PRESETS["mamba-1.4b"], batch=64, seq_len=L)
+        m = optimal(c, arch.memory.onchip_buffer_bytes, arch=arch)
+        traffic.append(layer_latency(arch, c, m).offchip_bytes)
+        greedy = stitched(c, arch.memory.onchip_buffer_bytes, arch=arch)
+        g = layer_latency(arch, c, greedy)
+        ours = layer_latency(arch, c, m)
+        # never slower than the greedy stitching beyond the tolerance, and then no more traffic
+        assert ours.latency_s <= g.latency_s * (1 + LATENCY_TIE_TOLERANCE)
+        if ours.latency_s >= g.latency_s * (1 - LATENCY_TIE_TOLERANCE):
+            assert ours.offchip_bytes <= g.offchip_bytes * (1 + 1e-12)
+    for small, large in zip(traffic, traffic[1:]):
+        assert small < large <= 2.2 * small, traffic
+
+
+def test_least_traffic_within_bound_equals_brute_force() -> None:
+    """The Pareto programme over segments picks the least-traffic grouping whose latency is
+    within the bound, as enumerating every grouping does."""
+    import random
+
+    from mambalaya.model.search import GroupChoice, _least_traffic_within
+
+    rng = random.Random(5)
+    for trial in range(30):
+        n = rng.randint(2, 7)
+        segs = {}
+        for a in range(n):
+            for b in range(a + 1, n + 1):
+                if rng.random() < 0.8 or b == a + 1:
+                    g = FusionGroup(f"s{a}_{b}", tuple(f"e{i}" for i in range(a, b)))
+                    segs[(a, b)] = GroupChoice(g, traffic_bytes=rng.uniform(1, 10), footprint_bytes=0,
+                                               latency_s=rng.uniform(1, 10))
+
+        def groupings(a):
+            if a == n:
+                yield []
+                return
+            for (x, b), c in segs.items():
+                if x == a:
+                    for rest in groupings(b):
+                        yield [c] + rest
+
+        all_g = list(groupings(0))
+        best_lat = min(sum(c.latency_s for c in g) for g in all_g)
+        bound = best_lat * 1.05
+        ok = [g for g in all_g if sum(c.latency_s for c in g) <= bound]
+        want = min(sum(c.traffic_bytes for c in g) for g in ok)
+        got = _least_traffic_within(segs, n, bound)
+        got_traffic = sum(segs_c.traffic_bytes for segs_c in segs.values() if segs_c.group in got)
+        assert got_traffic == pytest.approx(want), trial
+        assert sum(c.latency_s for c in segs.values() if c.group in got) <= bound * (1 + 1e-12)

@@ -52,6 +52,14 @@ from mambalaya.model.traffic import group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
 
+#: When the search minimises latency, candidates (tilings of a group, or whole mappings) whose
+#: latency is within this fraction of the best are taken as tied, and the one moving the least
+#: off-chip traffic wins. A modelling rule, not a measured value: latency differences of this
+#: size are below what the model resolves (its wind-up and fill terms are estimates), while
+#: traffic differences among tied candidates are often several-fold (a compute-bound prefill
+#: layer at L = 65536 ties within 0.5% between mappings moving 0.43 TB and 1.56 TB).
+LATENCY_TIE_TOLERANCE = 0.005
+
 #: The cascade region (``Cascade.regions``) the fine-grained-fusion baseline fuses: Geens et
 #: al.'s "Fuse-All" group (discretisation, scan, readout) in the Mamba builders.
 SSM_REGION_NAME = "ssm"
@@ -222,11 +230,13 @@ def best_group(
             why.append("buffer")
         return None
     steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
-    score = traffic if arch is None else _latency_of(arch, cascade, einsums, traffic, steps)
-    if arch is not None:  # latencies within 0.1% tie; then the least traffic wins
-        floor = np.min(np.where(ok, score, np.inf))
-        score = np.floor(score / (floor * 1e-3)) if floor > 0 else score
-    order = np.lexsort((steps, traffic, np.where(ok, score, np.inf)))
+    if arch is None:
+        order = np.lexsort((steps, np.where(ok, traffic, np.inf)))
+    else:  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
+        latency = _latency_of(arch, cascade, einsums, traffic, steps)
+        best = np.min(np.where(ok, latency, np.inf))
+        tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
+        order = np.lexsort((latency, steps, np.where(tied, traffic, np.inf)))
     k = int(order[0])
     loops = tuple(
         Loop(r, int(t[k])) for r, t in zip(ranks, tiles) if int(t[k]) < cascade.size(r)
@@ -341,15 +351,16 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
 
 
 def _worth_growing(grown: GroupChoice, current: GroupChoice, alone: GroupChoice) -> bool:
-    """Grow when the grown group costs less; on an architecture, latencies within 0.1% count as
-    equal and then the grown group must not move more bytes (a compute-bound group would
+    """Grow when the grown group costs less; on an architecture, latencies within
+    :data:`LATENCY_TIE_TOLERANCE` count as equal and then the grown group must not move more bytes (a compute-bound group would
     otherwise absorb Einsums whose fusion only adds weight re-reads)."""
     apart = current.cost() + alone.cost()
     if grown.latency_s is None:
         return grown.cost() <= apart
-    if grown.cost() < apart * (1 - 1e-3):
+    if grown.cost() < apart * (1 - LATENCY_TIE_TOLERANCE):
         return True
-    return grown.cost() <= apart * (1 + 1e-3) and grown.traffic_bytes <= current.traffic_bytes + alone.traffic_bytes
+    return (grown.cost() <= apart * (1 + LATENCY_TIE_TOLERANCE)
+            and grown.traffic_bytes <= current.traffic_bytes + alone.traffic_bytes)
 
 
 def optimal(
@@ -366,6 +377,7 @@ def optimal(
     t0 = time.perf_counter()
     names = [e.name for e in cascade.einsums]
     n = len(names)
+    segments: dict[tuple[int, int], GroupChoice] = {}
     best = [math.inf] * (n + 1)
     back: list[tuple[int, GroupChoice] | None] = [None] * (n + 1)
     best[0] = 0.0
@@ -379,20 +391,59 @@ def optimal(
                 if why == ["buffer"]:
                     break  # growing the segment upwards only adds on-chip data (see best_group)
                 continue
+            segments[(a, b)] = choice
             total = best[a] + choice.cost()
             if total < best[b]:
                 best[b], back[b] = total, (a, choice)
     if back[n] is None:
         raise SpecError(f"no mapping of cascade {cascade.name!r} fits a buffer of {buffer_bytes:,} bytes")
     groups: list[FusionGroup] = []
-    b = n
-    while b > 0:
-        a, choice = back[b]  # type: ignore[misc]
-        groups.append(choice.group)
-        b = a
+    if arch is not None:
+        groups = _least_traffic_within(segments, n, best[n] * (1 + LATENCY_TIE_TOLERANCE))
+    else:
+        b = n
+        while b > 0:
+            a, choice = back[b]  # type: ignore[misc]
+            groups.append(choice.group)
+            b = a
     stats.seconds += time.perf_counter() - t0
     what = "off-chip traffic" if arch is None else f"latency on {arch.name}"
     return _finish(cascade, "optimal", groups[::-1], buffer_bytes, f"least {what} over contiguous groups and tiles")
+
+
+def _least_traffic_within(segments: dict[tuple[int, int], GroupChoice], n: int, latency_bound: float) -> list[FusionGroup]:
+    """The grouping of least off-chip traffic among those whose latency is at most
+    ``latency_bound`` (the best latency plus the tie tolerance), over the same segments.
+
+    A Pareto dynamic programme: for each prefix it keeps the (latency, traffic) points no other
+    partial grouping beats in both, dropping any that cannot finish within the bound (their
+    latency plus the least latency of the remaining suffix exceeds it). Returned in order."""
+    suffix = [math.inf] * (n + 1)  # least latency of Einsums b..n
+    suffix[n] = 0.0
+    for a in range(n - 1, -1, -1):
+        suffix[a] = min((c.cost() + suffix[b] for (x, b), c in segments.items() if x == a), default=math.inf)
+    # front[b]: list of (latency, traffic, groups) non-dominated partial groupings of 0..b
+    front: list[list[tuple[float, float, tuple[FusionGroup, ...]]]] = [[] for _ in range(n + 1)]
+    front[0] = [(0.0, 0.0, ())]
+    ends: dict[int, list[tuple[int, GroupChoice]]] = {}
+    for (a, b), c in segments.items():
+        ends.setdefault(b, []).append((a, c))
+    for b in range(1, n + 1):
+        points = []
+        for a, c in ends.get(b, []):
+            for lat, traffic, groups in front[a]:
+                total = lat + c.cost()
+                if total + suffix[b] <= latency_bound:
+                    points.append((total, traffic + c.traffic_bytes, groups + (c.group,)))
+        points.sort(key=lambda p: (p[0], p[1]))
+        kept: list[tuple[float, float, tuple[FusionGroup, ...]]] = []
+        for p in points:
+            if not kept or p[1] < kept[-1][1]:
+                kept.append(p)
+        front[b] = kept
+    if not front[n]:  # pragma: no cover - the latency-optimal grouping always qualifies
+        raise SpecError("internal error: no grouping within the latency bound")
+    return list(min(front[n], key=lambda p: (p[1], p[0]))[2])
 
 
 def named_mapping(

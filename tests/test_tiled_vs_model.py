@@ -1,7 +1,8 @@
 """The tiled executor proves the traffic model: equal outputs, and bytes equal to the byte.
 
 For the named mappings and for hypothesis-generated random legal mappings, on small Mamba-1
-and Mamba-2 configs, some with their scans unrolled into one Einsum per step: ``run_tiled``
+and Mamba-2 configs, some with their scans unrolled into one Einsum per step and some with
+mixed per-tensor widths (a precision policy): ``run_tiled``
 moves real data through a counting off-chip store; its outputs must equal the untiled executor's (float64, relative <= 1e-12) and the bytes it counts per group
 and tensor must equal :func:`mapping_traffic`'s prediction exactly.
 """
@@ -21,9 +22,17 @@ from mambalaya.model.search import NAMED_MAPPINGS, named_mapping, tileable_ranks
 from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
+from mambalaya.workloads.precision import apply_policy, policy_from_dict
 
 CFG = Mamba1Config(d_model=8, d_state=2, d_conv=3)
 CFG2 = Mamba2Config(d_model=8, headdim=4, d_state=2, ngroups=2, chunk_size=3, d_conv=3)
+#: A deliberately odd mixed-precision policy: widths of 8, 24 and 32 bits on tensors of every
+#: role, so that every byte count of the model and the executor meets several widths.
+ODD = policy_from_dict({
+    "name": "odd", "default": 16, "roles": {"weight": 8},
+    "families": {"mamba1": {"X": 24, "H0": 32, "H": 32, "XI": 8, "CS0": 24, "BM": 32, "YS": 24, "XO": 32},
+                 "mamba2": {"ACS": 32, "HC": 24, "H0": 32, "XDT": 8, "CB": 24, "LM": 8, "CM": 32, "XO": 24}},
+})
 CASCADES = {
     "prefill": mamba1_layer(CFG, batch=2, seq_len=7),
     "prefill-state": mamba1_layer(CFG, batch=2, seq_len=5, state_io=True),
@@ -35,6 +44,12 @@ CASCADES = {
     # the scans unrolled into one Einsum per step (what AccelForge costs)
     "prefill-state-unrolled": unroll_recurrences(mamba1_layer(CFG, batch=2, seq_len=4, state_io=True)),
     "mamba2-chunked-unrolled": unroll_recurrences(mamba2_layer(CFG2, batch=2, seq_len=8, scan="chunked")),
+    # per-tensor widths: the shipped reference-kernels policy and the odd one above
+    "prefill-state-reference": apply_policy(mamba1_layer(CFG, batch=2, seq_len=5, state_io=True), "reference-kernels", 16),
+    "mamba2-recurrent-reference": apply_policy(mamba2_layer(CFG2, batch=2, seq_len=5, scan="recurrent"), "reference-kernels", 16),
+    "prefill-state-odd": apply_policy(mamba1_layer(CFG, batch=2, seq_len=5, state_io=True), ODD, 16),
+    "mamba2-chunked-state-odd": apply_policy(mamba2_layer(CFG2, batch=1, seq_len=6, scan="chunked", state_io=True), ODD, 16),
+    "decode-odd": apply_policy(mamba1_layer(CFG, batch=3, seq_len=1, phase="decode"), ODD, 16),
 }
 
 

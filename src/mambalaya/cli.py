@@ -63,7 +63,9 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"Preset ({', '.joi
 PhaseOpt = Annotated[PhaseOption, typer.Option(help="prefill: I = seq-len from a zero state; decode: one step, I = 1, state in and out.")]
 SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", min=1, help="Sequence length L (prefill).")]
 BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.")]
-BitsOpt = Annotated[int, typer.Option(min=1, help="Bits per element of every tensor.")]
+BitsOpt = Annotated[int, typer.Option(min=1, help="The design's bits per element (every tensor's width under the uniform precision policy).")]
+ArchPrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="Precision policy: uniform, reference-kernels or a policy YAML file (default: each design's own, its spec's precision field).")]
+PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="Precision policy: uniform (default; every tensor at --bits), reference-kernels (what the reference Mamba code computes in), or a policy YAML file.")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
 ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm; default in prefill) or recurrent (the only decode form).")]
 UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]
@@ -88,14 +90,25 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
-                 scan: str | None = None, unroll: bool = False) -> tuple[ModelConfig, Cascade]:
+                 scan: str | None = None, unroll: bool = False, precision: str | None = None) -> tuple[ModelConfig, Cascade]:
     config = resolve_model(model)
     if scan is not None and scan not in SCANS:
         raise MambalayaError(f"--scan must be one of {', '.join(SCANS)}, not {scan!r}")
     name = f"{Path(model).stem if model not in PRESETS else model}-{phase.value}"
     cascade = build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
-                          name=name, scan=scan)
+                          name=name, scan=scan, precision=precision)
     return config, (unroll_recurrences(cascade) if unroll else cascade)
+
+
+def _policy_name(precision: str | None) -> str:
+    return precision or "uniform"
+
+
+def _width_text(bits: int, precision: str | None) -> str:
+    """``16-bit`` under the uniform policy, else the policy's name beside the design width."""
+    if precision in (None, "uniform"):
+        return f"{bits}-bit"
+    return f"precision {precision} (design width {bits} bits)"
 
 
 def _provenance(model: str, config: ModelConfig, cascade: Cascade, **run: Any) -> dict[str, Any]:
@@ -227,6 +240,7 @@ def show_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
     unroll: UnrollFlag = False,
@@ -234,10 +248,11 @@ def show_cmd(
     output: OutOpt = None,
 ) -> None:
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
-    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
+    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
+                       precision=_policy_name(precision))
     title = (
-        f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; "
+        f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {_width_text(bits, precision)}; "
         f"{config.family}, d_model={config.d_model}, d_inner={config.d_inner}, d_state={config.d_state}, "
         f"{_family_shape(config)}, d_conv={config.d_conv}; {config.n_layers} layers"
     )
@@ -252,13 +267,14 @@ def dump_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
     unroll: UnrollFlag = False,
     output: OutOpt = None,
 ) -> None:
     """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
     _emit(dump_cascade(cascade), output)
 
 
@@ -285,6 +301,7 @@ def diagram_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
     unroll: UnrollFlag = False,
@@ -302,7 +319,7 @@ def diagram_cmd(
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"
     else:
-        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
+        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
         title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
     labels = None
     if classes:
@@ -345,6 +362,7 @@ def classes_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
     unroll: UnrollFlag = False,
@@ -355,7 +373,7 @@ def classes_cmd(
     """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
         _emit(json.dumps(edges_json(edges), indent=2), output)
@@ -374,6 +392,7 @@ def map_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
     unroll: UnrollFlag = False,
@@ -389,7 +408,7 @@ def map_cmd(
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
     stats = SearchStats()
     m = _resolve_mapping(mapping, cascade, buffer, stats)
     buffer_bytes = m.buffer_bytes
@@ -397,14 +416,14 @@ def map_cmd(
     if save is not None:
         _emit(dump_mapping(m), save)
     prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
-                       mapping=mapping, buffer_bytes=buffer_bytes)
+                       precision=_policy_name(precision), mapping=mapping, buffer_bytes=buffer_bytes)
     if fmt == Format.json:
         _emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
         return
     if fmt == Format.csv:
         _emit(_rows_csv(group_rows(traffic)) + "\n" + _rows_csv(tensor_rows(cascade, traffic)), output)
         return
-    head = (f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {bits}-bit; mapping {m.name} "
+    head = (f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {_width_text(bits, precision)}; mapping {m.name} "
             f"({m.description}); buffer {f'{buffer_bytes:,} bytes' if buffer_bytes else 'unbounded'}")
     _print_table(_rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"), output)
     _print_table(_rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor"), output, append=True)
@@ -422,6 +441,7 @@ def pareto_cmd(
     seq_len: SeqLenOpt = 2048,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     scan: ScanOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
@@ -429,7 +449,7 @@ def pareto_cmd(
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
     from mambalaya.model.search import pareto_frontier
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None, scan)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None, scan, precision=precision)
     rows = [
         {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
         for p in pareto_frontier(cascade)
@@ -486,6 +506,7 @@ def evaluate_cmd(
     batch: BatchOpt = 64,
     mapping: Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, ideal, or a mapping file.")] = None,
     scan: ScanOpt = None,
+    precision: ArchPrecisionOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -496,11 +517,12 @@ def evaluate_cmd(
     from mambalaya.model.latency import latency_rows
 
     config = resolve_model(model)
-    ev = evaluate(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan)
+    ev = evaluate(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+                  precision=precision)
     rows = latency_rows(ev.result)
     prov = _provenance(model, config, ev.cascade, phase=phase.value, seq_len=seq_len, batch=batch,
                        mapping=ev.mapping.name, mapping_description=ev.mapping.description,
-                       bits=ev.arch.bits_per_element)
+                       bits=ev.arch.bits_per_element, precision=ev.precision.name)
     if fmt == Format.json:
         doc = {
             "provenance": prov,
@@ -522,7 +544,7 @@ def evaluate_cmd(
         return
     t = ev.totals()
     title = (f"{model} {phase.value} I={ev.cascade.size('I')} batch={batch} on {ev.arch.name} "
-             f"({ev.arch.bits_per_element}-bit, {ev.arch.clock_hz / 1e9:g} GHz, "
+             f"({_width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
              f"{ev.arch.memory.offchip_bandwidth_bytes_per_s / 1e9:g} GB/s, buffer {ev.arch.memory.onchip_buffer_bytes:,} B); "
              f"mapping {ev.mapping.name}: {ev.mapping.description}. Latencies in s, traffic in bytes.")
     _print_table(_rows_table(rows, title), output)
@@ -556,6 +578,7 @@ def compare_cmd(
     batch: BatchOpt = 64,
     baseline: Annotated[str, typer.Option("--baseline", help="Design the speedups are relative to.")] = "marca-ideal",
     scan: ScanOpt = None,
+    precision: ArchPrecisionOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -567,7 +590,7 @@ def compare_cmd(
         raise MambalayaError("--archs names no design")
     config = resolve_model(model)
     rows = compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
-                        batch=batch, baseline=baseline, scan=scan)
+                        batch=batch, baseline=baseline, scan=scan, precision=precision)
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
@@ -585,6 +608,9 @@ def reproduce_cmd(
     batch: BatchOpt = 64,
     generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
     figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the figures.")] = True,
+    compare_precision: Annotated[str, typer.Option("--compare-precision", help="Also compute the headline ratios under this precision policy ('none' to skip); the main result uses each design's own.")] = "uniform",
+    sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
+    sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
 ) -> None:
     """Run the paper's evaluation and write tables, figures and report.md."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -597,10 +623,21 @@ def reproduce_cmd(
             raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else ReproduceConfig.seq_lens
     detail = 2048 if 2048 in lens else lens[0]
+    sens_lens = tuple(_int_list(sensitivity_seq_lens, "--sensitivity-seq-lens")) if sensitivity_seq_lens \
+        else tuple(L for L in ReproduceConfig.sensitivity_seq_lens if L in lens) or lens[:1]
     config = ReproduceConfig(models=names, batch=batch, seq_lens=lens, generated_tokens=generated,
-                             detail_seq_len=detail, out=out, figures=figures)
+                             detail_seq_len=detail, out=out, figures=figures,
+                             compare_precision=None if compare_precision == "none" else compare_precision,
+                             sensitivity=None if sensitivity == "none" else sensitivity,
+                             sensitivity_seq_lens=sens_lens)
     runs = len(DESIGNS) + len(EXTRA_DESIGNS)
-    steps = len(names) * (len(lens) * runs + runs + 2) + (1 if figures else 0) + 1
+    steps = len(names) * (len(lens) * runs + runs + 2) + (1 if figures else 0) + 2
+    if config.compare_precision:
+        steps += len(names) * len(lens)
+    if config.sensitivity:
+        from mambalaya.experiments.sensitivity import load_sensitivity_spec
+
+        steps += 1 + 2 * len(load_sensitivity_spec(config.sensitivity).assumptions)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:
         task = bar.add_task("reproduce", total=steps)
@@ -612,6 +649,65 @@ def reproduce_cmd(
         bar.update(task, completed=steps, description="done")
     err_console.print(f"wrote {result.report} with {len(result.figures)} figure files and "
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")
+
+
+@app.command("sensitivity")
+@user_errors
+def sensitivity_cmd(
+    design: Annotated[str, typer.Option("--design", help="The design whose speedup is studied.")] = "mambalaya",
+    baseline: Annotated[str, typer.Option("--baseline", help="The design it is compared with.")] = "marca-ideal",
+    model: ModelOpt = "mamba-1.4b",
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_lens: Annotated[str, typer.Option("--seq-lens", help="Comma-separated prefill lengths (the ratio is their mean).")] = "2048,32768",
+    batch: BatchOpt = 64,
+    precision: ArchPrecisionOpt = None,
+    spec: Annotated[str, typer.Option("--spec", help="Sensitivity spec: the assumptions and their ranges (shipped: h100-like) or a YAML file.")] = "h100-like",
+    published: Annotated[Optional[float], typer.Option("--published", help="A published value of the ratio: also say what single assumption in range would reach it.")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for sensitivity.csv and the tornado chart (PNG and SVG).")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """How far each documented assumption moves one design's speedup over another (a tornado)."""
+    import pandas as pd
+
+    from mambalaya.experiments.sensitivity import RunSetup, load_sensitivity_spec, pair_label, pair_ratio, run_sensitivity
+
+    study = load_sensitivity_spec(spec)
+    study = study.model_copy(update={"designs": [design, baseline] if design != baseline else [design]})
+    if design == baseline:
+        raise MambalayaError("--design and --baseline name the same design; a ratio needs two")
+    config = resolve_model(model)
+    lens = tuple(_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)
+    run = RunSetup(models=(model,), configs={model: config}, seq_lens=lens, batch=batch, precision=precision,
+                   phases=("prefill",) if phase == PhaseOption.prefill else ("generation",))
+    label = pair_label(model, run.phases[0], design, baseline)
+    result = run_sensitivity(study, run, pair_ratio(design, baseline),
+                             published=None if published is None else {label: published}, far=0.0,
+                             progress=lambda m: err_console.print(m, highlight=False))
+    def shown(v: Any) -> Any:
+        return str(v).lower() if isinstance(v, bool) else v
+
+    rows = [{k: shown(r[k]) for k in ("assumption", "end", "value", "base_value", "ours", "base")} for r in result.rows]
+    title = (f"{label}: the ratio at each assumption's low and high value (base {result.base[label]:.3f}x; "
+             f"spec {study.name}, {model} {phase.value}, L = {', '.join(map(str, lens))}, batch {batch})")
+    if out is not None:
+        from mambalaya.report.figures import save_figure
+        from mambalaya.report.sensitivity_figures import tornado_figure
+
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(result.rows).to_csv(out / "sensitivity.csv", index=False)
+        if result.take:
+            pd.DataFrame(result.take).to_csv(out / "what_would_it_take.csv", index=False)
+        paths = save_figure(tornado_figure(pd.DataFrame(result.rows), label, published=published, title=label), out / "tornado")
+        err_console.print(f"wrote {out / 'sensitivity.csv'}, {', '.join(str(p) for p in paths)}")
+    if fmt == Format.json:
+        _emit(json.dumps({"ratio": label, "base": result.base[label], "rows": result.rows, "what_would_it_take": result.take},
+                         indent=2, default=str), None)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), None)
+    else:
+        _print_table(_rows_table(rows, title), None)
+        for t in result.take:
+            out_console.print(f"what would it take to reach {t['published']:g}x: {t['verdict']}", highlight=False)
 
 
 @app.command("sweep", context_settings={"help_option_names": ["-h", "--help"]})
@@ -717,11 +813,13 @@ app.add_typer(crosscheck_app, name="crosscheck")
 UnrollOpt = Annotated[Optional[int], typer.Option("--unroll-scan", min=1, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]
 
 
-def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batch: int, bits: int) -> Cascade:
+def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batch: int, bits: int,
+                        precision: str | None = None) -> Cascade:
     if phase == PhaseOption.prefill and unroll is None:
         raise MambalayaError("AccelForge cannot express the scan's recurrence over I: export the decode step "
                              "(--phase decode) or a prefill with the scan unrolled (--unroll-scan T)")
-    _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None, "recurrent" if resolve_model(model).family == "mamba2" else None)
+    _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None,
+                              "recurrent" if resolve_model(model).family == "mamba2" else None, precision=precision)
     return cascade
 
 
@@ -734,13 +832,14 @@ def export_accelforge_cmd(
     unroll_scan: UnrollOpt = None,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     arch: ArchOpt = "mambalaya",
 ) -> None:
     """Write an AccelForge workload (decode step, or prefill with the scan unrolled) and architecture."""
     from mambalaya.arch import load_arch
     from mambalaya.interop.accelforge import write_export
 
-    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits)
+    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
     for path in write_export(cascade, load_arch(arch), output, unroll_scan=unroll_scan):
         err_console.print(f"wrote {path}")
 
@@ -753,6 +852,7 @@ def crosscheck_accelforge_cmd(
     unroll_scan: UnrollOpt = None,
     batch: BatchOpt = 1,
     bits: BitsOpt = 16,
+    precision: PrecisionOpt = None,
     mapping: Annotated[str, typer.Option("--mapping", help="unfused, or mapper (AccelForge's mapper picks a fused mapping).")] = "unfused",
     python: Annotated[Optional[str], typer.Option("--python", help="A Python >= 3.12 with accelforge and mambalaya (default: found automatically).")] = None,
     fmt: FormatOpt = Format.table,
@@ -766,7 +866,7 @@ def crosscheck_accelforge_cmd(
     if py is None:
         raise MambalayaError("no Python >= 3.12 with accelforge and mambalaya was found: run scripts/accelforge-env.sh "
                              "(it builds .venv-af) or pass --python")
-    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits)
+    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
     result = cross_check_via(py, cascade, mapping, unroll_scan=unroll_scan)
     rows = result["rows"]
     if fmt == Format.json:

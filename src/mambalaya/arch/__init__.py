@@ -8,9 +8,7 @@ is a :class:`~mambalaya.errors.SpecError` whose message is one paragraph naming 
 
 from __future__ import annotations
 
-import difflib
 import os
-import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -25,12 +23,12 @@ from mambalaya.arch.spec import (
     UNARY_FUNCTIONS,
     ArchSpec,
     ComputeSpec,
-    FieldProblem,
     MappingPolicy,
     MemorySpec,
     field_paths,
 )
 from mambalaya.errors import SpecError
+from mambalaya.specio import allowed_field_names, describe_validation_error, kind_of as _kind, parse_yaml_text
 
 __all__ = [
     "ArchSpec",
@@ -93,29 +91,7 @@ def load_arch(name_or_path: str | os.PathLike[str]) -> ArchSpec:
 
 def loads_arch(text: str, *, source: str = "<string>") -> ArchSpec:
     """Parse and validate an architecture spec from YAML text."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        what = ", ".join(str(x) for x in (err.context, err.problem) if x)
-        raise SpecError(
-            _one_paragraph(f"not valid YAML: {what}"),
-            source=source,
-            line=mark.line + 1 if mark else None,
-            column=mark.column + 1 if mark else None,
-        ) from None
-    except yaml.reader.ReaderError as err:  # a character YAML does not allow
-        before = text[: err.position] if isinstance(text, str) else ""
-        raise SpecError(
-            f"not valid YAML: character {_char_name(err.character)} is not allowed",
-            source=source,
-            line=before.count("\n") + 1,
-            column=len(before) - (before.rfind("\n") + 1) + 1,
-        ) from None
-    except yaml.YAMLError as err:
-        raise SpecError(_one_paragraph(f"not valid YAML: {err}"), source=source) from None
-    except RecursionError:
-        raise SpecError("not valid YAML: nested too deeply", source=source) from None
+    data = parse_yaml_text(text, source=source)
     if data is None:
         raise SpecError("the architecture spec is empty", source=source)
     return arch_from_dict(data, source=source)
@@ -135,70 +111,8 @@ def arch_from_dict(data: Any, *, source: str = "<dict>") -> ArchSpec:
         raise SpecError(_describe(err), source=source) from None
 
 
-# ---------------------------------------------------------------------------------------------
-# pydantic errors -> one paragraph
-
-_TYPE_WORDS = {
-    "int_type": "must be an integer",
-    "int_parsing": "must be an integer",
-    "int_from_float": "must be an integer",
-    "float_type": "must be a number",
-    "float_parsing": "must be a number",
-    "finite_number": "must be a finite number",
-    "bool_type": "must be true or false",
-    "bool_parsing": "must be true or false",
-    "string_type": "must be a string",
-    "dict_type": "must be a mapping",
-    "model_type": "must be a mapping of fields",
-    "model_attributes_type": "must be a mapping of fields",
-    "list_type": "must be a list",
-}
-
-
 def _describe(err: ValidationError) -> str:
-    problems: list[str] = []
-    for e in err.errors(include_url=False):
-        loc = list(e["loc"])
-        kind = e["type"]
-        ctx = e.get("ctx") or {}
-        got = f" (got {_show(e.get('input'))})"
-        is_key = bool(loc) and loc[-1] == "[key]"
-        if is_key:
-            loc = loc[:-1]
-        if kind == "value_error" and isinstance(ctx.get("error"), FieldProblem):
-            problem = ctx["error"]
-            path = _path(loc)
-            path = f"{path}.{problem.field}" if path else problem.field
-            problems.append(f"{path}: {problem.message}")
-            continue
-        if kind == "missing":
-            text = "required field is missing"
-        elif kind == "extra_forbidden":
-            text = "unknown field" + _allowed_fields(loc)
-        elif kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-            op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<", "less_than_equal": "<="}[kind]
-            bound = next(iter(ctx.values()), "?")
-            text = f"must be {op} {bound}{got}"
-        elif kind == "invalid_key":
-            text = "field names must be strings"
-        elif kind == "string_too_short":
-            text = "must not be empty"
-        elif kind == "literal_error":
-            text = f"must be one of {ctx.get('expected', '?')}{got}"
-        elif kind == "value_error":
-            text = str(ctx.get("error") or e["msg"])
-        elif kind in _TYPE_WORDS:
-            text = _TYPE_WORDS[kind] + got
-        else:
-            text = f"{e['msg']}{got}"
-        if is_key:
-            text = f"key {_show(loc[-1]) if loc else ''} {text}".replace("  ", " ")
-            loc = loc[:-1]
-        path = _path(loc)
-        problems.append(f"{path}: {text}" if path else text)
-    unique = list(dict.fromkeys(problems))
-    head = "invalid architecture spec: " if len(unique) == 1 else f"invalid architecture spec ({len(unique)} problems): "
-    return _one_paragraph(head + "; ".join(unique))
+    return describe_validation_error(err, "invalid architecture spec", _allowed_fields)
 
 
 def _allowed_fields(loc: list[Any]) -> str:
@@ -207,58 +121,7 @@ def _allowed_fields(loc: list[Any]) -> str:
         model = _SECTIONS.get(part) if model is ArchSpec and isinstance(part, str) else None
         if model is None:
             return ""
-    names = list(model.model_fields)
-    hint = ""
-    if loc and isinstance(loc[-1], str):
-        close = difflib.get_close_matches(loc[-1], names, n=1)
-        if close:
-            hint = f"; did you mean {close[0]}?"
-    return f" (allowed: {', '.join(names)}){hint}"
-
-
-_PLAIN = re.compile(r"^[A-Za-z0-9_\-]+$")
-
-
-def _path(loc: list[Any]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int) and not isinstance(part, bool):
-            out += f"[{part}]"
-        elif isinstance(part, str) and _PLAIN.match(part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{_show(part)}]"
-    return out
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return f"{_show(value)} ({type(value).__name__})"
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _char_name(character: Any) -> str:
-    code = character if isinstance(character, int) else ord(character[0]) if character else 0
-    return f"U+{code:04X}"
-
-
-def _one_paragraph(text: str) -> str:
-    return " ".join(text.split())
+    return allowed_field_names(list(model.model_fields), loc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -279,6 +142,7 @@ _UNITS: dict[str, str] = {
     "name": "",
     "clock_hz": "Hz",
     "bits_per_element": "bits",
+    "precision": "",
     "compute.array_rows": "PEs",
     "compute.array_cols": "PEs",
     "compute.one_d_mode": "",
@@ -325,6 +189,7 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
     add("name", spec.name, True)
     add("clock_hz", spec.clock_hz, "clock_hz" in spec.model_fields_set)
     add("bits_per_element", spec.bits_per_element, "bits_per_element" in spec.model_fields_set)
+    add("precision", spec.precision, "precision" in spec.model_fields_set)
     for section in ("compute", "memory", "mappings"):
         model = getattr(spec, section)
         for name in type(model).model_fields:

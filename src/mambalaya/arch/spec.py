@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
+from mambalaya.specio import FieldProblem
 
 #: Unary functions the cost model knows: those of the Einsum IR, as counted by
 #: :mod:`mambalaya.einsum.stats`.
@@ -58,19 +59,6 @@ MAX_INT = 2**53
 
 MappingName = Literal["unfused", "ssm-ri", "stitched", "optimal", "ideal"]
 FusionClass = Literal["RI", "RSb", "RSp", "RD"]
-
-
-class FieldProblem(ValueError):
-    """A validator's complaint about a sub-field (``field`` is a dotted path below the model).
-
-    Model-level validators raise it so the loader can name the offending field
-    (``compute.one_d_lanes``) rather than the model holding it (``compute``).
-    """
-
-    def __init__(self, field: str, message: str) -> None:
-        self.field = field
-        self.message = message
-        super().__init__(message)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -390,6 +378,14 @@ class ArchSpec(BaseModel):
     memory: MemorySpec = Field(description="The on-chip buffer and off-chip bandwidth.")
     bits_per_element: PositiveInt = Field(
         16, description="Datatype width of activations and weights (bits per element)."
+    )
+    precision: str = Field(
+        "uniform",
+        min_length=1,
+        description=(
+            "The precision policy that sets each tensor's width (a shipped policy such as 'uniform' or "
+            "'reference-kernels', or a policy YAML file); its 'design' widths are bits_per_element."
+        ),
     )
     mappings: MappingPolicy = Field(description="The mapping the design runs and the edge classes it can fuse.")
     sources: dict[str, str] = Field(

@@ -57,6 +57,39 @@ UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 }
 
 
+#: Formats a 16-bit tensor can be stored in by :func:`execute` with ``storage=...``.
+STORAGE_FORMATS: tuple[str, ...] = ("bfloat16", "float16")
+
+Rounder = Callable[[np.ndarray], np.ndarray]
+
+
+def round_to_bfloat16(x: np.ndarray) -> np.ndarray:
+    """``x`` rounded to the nearest bfloat16 (ties to even), returned as float32.
+
+    bfloat16 is the upper half of a float32: round the lower 16 bits away with the usual
+    bias trick on the integer view. NaN stays NaN (its payload is forced non-zero)."""
+    f = np.ascontiguousarray(x, dtype=np.float32)
+    u = f.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000).astype(np.uint32).view(np.float32)
+    return np.where(np.isnan(f), np.float32(np.nan), rounded)
+
+
+def storage_rounder(bits: int, storage: str) -> Rounder | None:
+    """How a tensor of ``bits`` is rounded when stored: 16 bits in ``storage`` (bfloat16 or
+    float16), 32 bits as float32, 64 bits exactly (None)."""
+    if storage not in STORAGE_FORMATS:
+        raise ExecutionError(f"storage must be one of {', '.join(STORAGE_FORMATS)}, not {storage!r}")
+    if bits == 64:
+        return None
+    if bits == 32:
+        return lambda a: a.astype(np.float32)
+    if bits == 16:
+        if storage == "bfloat16":
+            return round_to_bfloat16
+        return lambda a: a.astype(np.float16).astype(np.float32)
+    raise ExecutionError(f"cannot emulate a {bits}-bit storage format (16, 32 and 64 bits are supported)")
+
+
 def resolve_dtype(dtype: str | np.dtype | type) -> np.dtype:
     d = np.dtype(dtype)
     if d not in (np.dtype(np.float32), np.dtype(np.float64)):
@@ -258,8 +291,11 @@ def _source_for(
     return _Source(_padded(cascade, tensor, array, tuple(lo), tuple(hi), values), tuple(lo))
 
 
-def run_einsum(cascade: Cascade, einsum: Einsum, values: Mapping[str, np.ndarray], dtype: np.dtype) -> np.ndarray:
-    """Evaluate one Einsum given the values of the tensors it reads."""
+def run_einsum(
+    cascade: Cascade, einsum: Einsum, values: Mapping[str, np.ndarray], dtype: np.dtype, rounder: Rounder | None = None
+) -> np.ndarray:
+    """Evaluate one Einsum given the values of the tensors it reads; ``rounder`` (if any) rounds
+    the result as it is stored, each step of a recurrence before the next step reads it."""
     sizes = cascade.variable_sizes
     sources = {
         t: _source_for(cascade, einsum, t, values, sizes) for t in einsum.input_tensors if t != einsum.name
@@ -267,7 +303,8 @@ def run_einsum(cascade: Cascade, einsum: Einsum, values: Mapping[str, np.ndarray
     full = {v: (0, sizes[v]) for v in einsum.iteration_variables}
     rec = cascade.recurrence(einsum)
     if rec is None:
-        return np.ascontiguousarray(_EinsumEvaluator(cascade, einsum, sources, dtype).evaluate(full))
+        out = _EinsumEvaluator(cascade, einsum, sources, dtype).evaluate(full)
+        return np.ascontiguousarray(out if rounder is None else rounder(out), dtype=dtype)
 
     rank, distance = rec
     shape = cascade.shape(einsum.name)
@@ -282,7 +319,8 @@ def run_einsum(cascade: Cascade, einsum: Einsum, values: Mapping[str, np.ndarray
         step[var] = (t, t + 1)
         dst = [slice(None)] * len(shape)
         dst[axis] = slice(distance + t, distance + t + 1)
-        buffer[tuple(dst)] = evaluator.evaluate(step)
+        value = evaluator.evaluate(step)
+        buffer[tuple(dst)] = value if rounder is None else rounder(value)
     keep = [slice(None)] * len(shape)
     keep[axis] = slice(distance, None)
     return np.ascontiguousarray(buffer[tuple(keep)])
@@ -388,21 +426,33 @@ def execute(
     *,
     dtype: str | np.dtype = "float64",
     keep: str = "outputs",
+    storage: str | None = None,
 ) -> dict[str, np.ndarray]:
     """Run ``cascade`` on the given input, weight and state arrays.
 
     ``keep="outputs"`` returns the outputs and outgoing states and frees every intermediate
     after its last reader; ``keep="all"`` returns every tensor, the given ones included.
+
+    ``storage`` emulates the tensors' declared widths (:attr:`TensorSpec.bits`, set by a
+    precision policy): every given array and every computed tensor is rounded as it is stored,
+    16-bit tensors to ``storage`` (``bfloat16`` or ``float16``), 32-bit ones to float32, while
+    arithmetic runs in ``dtype``. ``None`` (the default) stores everything in ``dtype``.
     """
     if keep not in ("outputs", "all"):
         raise ExecutionError(f"keep must be 'outputs' or 'all', not {keep!r}")
     dt = resolve_dtype(dtype)
     values: dict[str, np.ndarray] = check_arrays(cascade, arrays, dt)
+    rounders = {}
+    if storage is not None:
+        rounders = {t: storage_rounder(spec.bits, storage) for t, spec in cascade.tensors.items()}
+        for t, a in values.items():
+            if rounders[t] is not None:
+                values[t] = np.ascontiguousarray(rounders[t](a), dtype=dt)
     wanted = set(cascade.output_tensors())
     last = last_uses(cascade)
     with np.errstate(over="ignore", under="ignore"):
         for n, e in enumerate(cascade.einsums):
-            values[e.name] = run_einsum(cascade, e, values, dt)
+            values[e.name] = run_einsum(cascade, e, values, dt, rounders.get(e.name))
             if keep == "outputs":
                 for t in e.input_tensors + cascade.initial_reads(e):
                     if last[t] == n and t not in wanted and cascade.producer(t) is not None:

@@ -10,7 +10,9 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping, check_mapping, load_mapping
 from mambalaya.model.latency import LayerLatency, layer_latency
 from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, named_mapping
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import ModelConfig, build_layer
+from mambalaya.workloads.precision import PrecisionPolicy, load_policy
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,7 @@ class Evaluation:
     mapping: Mapping
     result: LayerLatency
     search: SearchStats
+    precision: PrecisionPolicy
 
     def totals(self) -> dict[str, Any]:
         r = self.result
@@ -65,16 +68,69 @@ def evaluate(
     batch: int,
     mapping: str | None = None,
     scan: str | None = None,
+    precision: str | PrecisionPolicy | None = None,
 ) -> Evaluation:
-    """One layer of ``config`` on ``arch`` under its mapping; element width from the arch.
-    ``scan`` picks Mamba-2's scan form (default: chunked in prefill, recurrent in decode)."""
+    """One layer of ``config`` on ``arch`` under its mapping. Tensor widths follow ``precision``
+    (default: the arch's own policy, ``arch.precision``), whose ``design`` width is the arch's
+    ``bits_per_element``. ``scan`` picks Mamba-2's scan form (default: chunked in prefill,
+    recurrent in decode)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
-    cascade = build_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
-                          name=f"{model_name}-{phase}", scan=scan)
+    policy = resolve_policy(spec, precision)
+    cascade = _layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
+                     name=f"{model_name}-{phase}", scan=scan, precision=policy)
     stats = SearchStats()
     m = resolve_mapping(mapping, cascade, spec, stats)
     result = layer_latency(spec, cascade, m, n_layers=config.n_layers)
-    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats)
+    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy)
+
+
+_LAYERS: dict[tuple, Cascade] = {}
+_LAYER_CACHE_SIZE = 64
+
+
+def _layer(config: ModelConfig, *, precision: PrecisionPolicy, **kwargs: Any) -> Cascade:
+    """``build_layer``, shared between evaluations of the same layer. A cascade is immutable and
+    memoises its per-group closed forms, so designs and parameter variations costed on one
+    layer (reproduce, sensitivity, compare) pay for those once."""
+    key = (config, precision.model_dump_json(), tuple(sorted(kwargs.items())))
+    if key not in _LAYERS:
+        if len(_LAYERS) >= _LAYER_CACHE_SIZE:
+            _LAYERS.pop(next(iter(_LAYERS)))
+        _LAYERS[key] = build_layer(config, precision=precision, **kwargs)
+    return _LAYERS[key]
+
+
+def resolve_policy(spec: ArchSpec, precision: str | PrecisionPolicy | None) -> PrecisionPolicy:
+    """The policy asked for, else the arch's own (an error names the arch's field)."""
+    if precision is not None:
+        return load_policy(precision)
+    try:
+        return load_policy(spec.precision)
+    except SpecError as err:
+        raise SpecError(f"architecture {spec.name!r}, field precision: {err}") from None
+
+
+def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfig, *, phase: str, seq_len: int,
+                       batch: int, mapping: str | None = None, precision: str | PrecisionPolicy | None = None) -> Evaluation:
+    """:func:`evaluate`; a Mamba-2 prefill runs whichever scan form (chunked SSD or the recurrent
+    scan) is faster on the design, so no design is judged on a form that suits it badly."""
+    if getattr(config, "family", "mamba1") != "mamba2" or phase != "prefill":
+        return evaluate(arch, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
+                        precision=precision)
+    spec = load_arch(arch) if isinstance(arch, str) else arch
+    best, errors = None, []
+    for scan in ("chunked", "recurrent"):
+        try:
+            ev = evaluate(spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
+                          scan=scan, precision=precision)
+        except MambalayaError as err:
+            errors.append(f"{scan}: {err}")
+            continue
+        if best is None or ev.result.latency_s < best.result.latency_s:
+            best = ev
+    if best is None:
+        raise MambalayaError(f"{model_name} prefill L={seq_len} on {spec.name}: no scan form maps ({'; '.join(errors)})")
+    return best
 
 
 def compare_rows(
@@ -88,6 +144,7 @@ def compare_rows(
     baseline: str,
     mapping_overrides: dict[str, str] | None = None,
     scan: str | None = None,
+    precision: str | None = None,
 ) -> list[dict[str, Any]]:
     """Latency of each design at each sequence length, with the speedup over ``baseline``."""
     if baseline not in archs:
@@ -95,7 +152,7 @@ def compare_rows(
     rows = []
     for L in seq_lens:
         evals = {a: evaluate(a, model_name, config, phase=phase, seq_len=L, batch=batch,
-                             mapping=(mapping_overrides or {}).get(a), scan=scan) for a in archs}
+                             mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision) for a in archs}
         base = evals[baseline].result.latency_s
         for a, ev in evals.items():
             r = ev.result
@@ -104,6 +161,7 @@ def compare_rows(
                     "seq_len": L if phase == "prefill" else 1,
                     "arch": a,
                     "mapping": ev.mapping.name,
+                    "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
                     "model_latency_s": r.model_latency_s,
                     "offchip_bytes": r.offchip_bytes,

@@ -16,6 +16,7 @@ A sweep spec (YAML)::
       mapping: [default]            # default = the design's own; or unfused, ssm-ri, stitched, optimal, ideal
     fixed:                          # optional: values every point shares
       compute.mfu_units: 2048
+      precision: reference-kernels  # or swept: precision: [uniform, reference-kernels]
 
 Every point runs on a Dask cluster: a ``LocalCluster`` of worker processes on this machine by
 default, or an existing cluster given by ``--scheduler tcp://HOST:PORT``; the code path is the
@@ -104,11 +105,11 @@ def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> Swe
         if key not in POINT_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
             raise SpecError(
                 f"{key!r} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
-                "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element)", source=str(path))
+                "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision)", source=str(path))
     return SweepSpec(str(data.get("name", path.stem)), store_path, grid, fixed, chunk, str(path))
 
 
-_TOP_ARCH_FIELDS = ("clock_hz", "bits_per_element")
+_TOP_ARCH_FIELDS = ("clock_hz", "bits_per_element", "precision")
 _BOOL_FIELDS = ("compute.one_d_mode", "compute.overlap_compute_units", "memory.overlap_compute_and_memory")
 
 
@@ -144,18 +145,21 @@ def _arch_for(point: dict[str, Any]):
 
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Every output figure of one point (raises on an impossible configuration)."""
+    from mambalaya.experiments.evaluate import resolve_policy
     from mambalaya.model.latency import layer_latency
     from mambalaya.model.search import named_mapping
     from mambalaya.workloads import build_layer, resolve_model
 
     arch = _arch_for(point)
     config = resolve_model(str(point["model"]))
-    key = (point["model"], point["phase"], int(point["seq_len"]), int(point["batch"]), arch.bits_per_element)
+    key = (point["model"], point["phase"], int(point["seq_len"]), int(point["batch"]), arch.bits_per_element,
+           arch.precision)
     if key not in _CASCADES:
         if len(_CASCADES) > 64:
             _CASCADES.clear()
         _CASCADES[key] = build_layer(config, phase=point["phase"], seq_len=int(point["seq_len"]),
-                                     batch=int(point["batch"]), bits=arch.bits_per_element)
+                                     batch=int(point["batch"]), bits=arch.bits_per_element,
+                                     precision=resolve_policy(arch, None))
     cascade = _CASCADES[key]
     name = arch.mappings.default if point["mapping"] == "default" else point["mapping"]
     buffer = None if name == "ideal" else arch.memory.onchip_buffer_bytes

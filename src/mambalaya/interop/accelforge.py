@@ -46,6 +46,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -146,8 +147,10 @@ def _translate(cascade: Cascade, unroll_scan: int | None = None) -> tuple[Cascad
     ex = _Export()
     ex.step_einsums = [e.name for e in cascade.einsums if e.name not in original.tensors]
     sizes = cascade.variable_sizes
-    bits = {t.bits for t in cascade.tensors.values()}
-    ex.bits = max(bits) if bits else 16
+    # the most common width goes to the workload's "All"; a tensor of another width (a mixed
+    # precision policy) carries its own bits_per_value on every access
+    widths = Counter(t.bits for t in cascade.tensors.values())
+    ex.bits = max(widths, key=lambda b: (widths[b], b)) if widths else 16
 
     def accesses_for(e: Einsum) -> list[dict]:
         ranges = {v: (0, sizes[v] - 1) for v in e.iteration_variables}
@@ -193,7 +196,11 @@ def _translate(cascade: Cascade, unroll_scan: int | None = None) -> tuple[Cascad
             "projection": {r: idx.plain_variable for r, idx in zip(cascade.tensors[e.name].ranks, e.output.indices)},
             "output": True,
         }
-        ex.einsums.append({"name": e.name, "tensor_accesses": accesses_for(e) + [outp]})
+        accesses = accesses_for(e) + [outp]
+        for ta in accesses:
+            if cascade.tensors[ta["name"]].bits != ex.bits:
+                ta["bits_per_value"] = cascade.tensors[ta["name"]].bits
+        ex.einsums.append({"name": e.name, "tensor_accesses": accesses})
     for e in ex.einsums:
         for ta in e["tensor_accesses"]:
             for v in ta["projection"].values():

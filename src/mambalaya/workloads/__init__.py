@@ -15,6 +15,7 @@ from mambalaya.workloads.mamba1 import PRESETS as MAMBA1_PRESETS
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer, parse_config
 from mambalaya.workloads.mamba2 import PRESETS as MAMBA2_PRESETS
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer, parse_mamba2_config
+from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 
 ModelConfig = Union[Mamba1Config, Mamba2Config]
 
@@ -94,20 +95,27 @@ def build_layer(
     state_io: bool | None = None,
     name: str | None = None,
     scan: str | None = None,
+    precision: "str | PrecisionPolicy | None" = None,
 ) -> Cascade:
     """One layer of ``model`` as a cascade.
 
     ``scan`` picks Mamba-2's scan form: ``chunked`` (the SSD algorithm, the default in prefill)
     or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan.
+    ``precision`` (a policy name, file or :class:`PrecisionPolicy`) sets each tensor's width,
+    ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
     """
     if isinstance(model, Mamba2Config):
         form = scan or ("chunked" if phase == "prefill" else "recurrent")
-        return mamba2_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
-                            state_io=state_io, scan=form, name=name)  # type: ignore[arg-type]
-    if scan not in (None, "recurrent"):
-        raise SpecError(f"Mamba-1 has only the recurrent scan, not scan={scan!r}")
-    return mamba1_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
-                        state_io=state_io, name=name)
+        cascade = mamba2_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
+                               state_io=state_io, scan=form, name=name)  # type: ignore[arg-type]
+    else:
+        if scan not in (None, "recurrent"):
+            raise SpecError(f"Mamba-1 has only the recurrent scan, not scan={scan!r}")
+        cascade = mamba1_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
+                               state_io=state_io, name=name)
+    if precision is None:
+        return cascade
+    return apply_policy(cascade, precision, bits, family=model.family)
 
 
 __all__ = ["PRESETS", "SCANS", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer", "load_model_config",

@@ -1,0 +1,251 @@
+"""Precision policies: the width of every tensor of a Mamba layer, as data with sources.
+
+A real Mamba implementation does not keep every tensor at one width: the reference code paths
+keep the step size after softplus, ``A``, the discretised tensors and the scan state in
+float32 while activations and weights are 16-bit. A :class:`PrecisionPolicy` says which, per
+model family, and where each decision comes from. It is a YAML file::
+
+    name: reference-kernels
+    description: what the reference implementations compute in
+    default: design          # every tensor not named: the design's width (bits_per_element)
+    roles: {weight: design}  # optional: a width per tensor role
+    families:                # optional: a width per tensor name, per model family
+      mamba1: {DELTA: 32, AD: 32, BX: 32, H: 32}
+      mamba2: {DELTA: 32, ...}
+    sources:                 # where each decision comes from, keyed like the entries above
+      default: ...
+      mamba1.DELTA: "transformers models/mamba/modeling_mamba.py, MambaMixer.slow_forward: ..."
+
+A width is a positive integer (bits) or ``design``. A tensor's width is its family entry if
+the policy names it, else its role's entry, else ``default``. Names are checked against every
+tensor of the family's cascades (prefill with and without state, decode, both Mamba-2 scan
+forms): a policy naming a tensor no cascade of that family has is an error, so a typo cannot
+silently leave a tensor at the default width. The unrolled form of a recurrence
+(:mod:`mambalaya.einsum.unroll`) inherits the recurrent tensor's width, because policies are
+applied before unrolling.
+
+Shipped policies (``mambalaya/data/precision/*.yaml``): ``uniform`` (every tensor at the
+design's width; mambalaya's behaviour before policies existed) and ``reference-kernels``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import replace
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from typing_extensions import Annotated
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Role
+from mambalaya.errors import SpecError
+from mambalaya.specio import FieldProblem, describe_validation_error, kind_of, parse_yaml_text
+
+FAMILIES: tuple[str, ...] = ("mamba1", "mamba2")
+DESIGN = "design"
+#: Widths above this are refused (no datatype of interest is wider than float64).
+MAX_BITS = 64
+
+def _width(value: Any) -> Any:
+    """A positive integer number of bits (at most MAX_BITS) or ``design``: one clear message."""
+    if value == DESIGN:
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_BITS:
+        raise ValueError(f"must be a whole number of bits from 1 to {MAX_BITS} or 'design' (got {value!r})")
+    return value
+
+
+Width = Annotated[Union[int, str], BeforeValidator(_width)]
+Family = Literal["mamba1", "mamba2"]
+
+
+class PrecisionPolicy(BaseModel):
+    """Tensor widths by name (per family), by role, and a default; with sources."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    default: Width = DESIGN
+    roles: dict[Role, Width] = Field(default_factory=dict)
+    families: dict[Family, dict[str, Width]] = Field(default_factory=dict)
+    sources: dict[str, str] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _names_are_tensors(self) -> "PrecisionPolicy":
+        for family, entries in self.families.items():
+            known = family_tensor_names(family)
+            for tensor in entries:
+                if tensor not in known:
+                    raise FieldProblem(
+                        f"families.{family}.{tensor}",
+                        f"names no tensor of a {family} layer (its tensors: {', '.join(sorted(known))})",
+                    )
+        keys = {"default"} | {f"roles.{r.value}" for r in self.roles}
+        keys |= {f"{f}.{t}" for f, entries in self.families.items() for t in entries}
+        for key in self.sources:
+            if key not in keys:
+                raise FieldProblem(f"sources.{key}", f"names no entry of the policy (entries: {', '.join(sorted(keys))})")
+        return self
+
+    # -- queries ------------------------------------------------------------------------------
+    def rule(self, family: str, tensor: str, role: Role) -> tuple[str, Width]:
+        """The entry that sets ``tensor``'s width: ``(key, width)`` with key ``family.tensor``,
+        ``roles.role`` or ``default``."""
+        entries = self.families.get(family, {})  # type: ignore[call-overload]
+        if tensor in entries:
+            return f"{family}.{tensor}", entries[tensor]
+        if role in self.roles:
+            return f"roles.{role.value}", self.roles[role]
+        return "default", self.default
+
+    def bits(self, family: str, tensor: str, role: Role, design_bits: int) -> int:
+        width = self.rule(family, tensor, role)[1]
+        return design_bits if width == DESIGN else int(width)
+
+    def is_uniform(self) -> bool:
+        """True when every tensor takes the same width (the design's or one number)."""
+        widths = {self.default, *self.roles.values(), *(w for e in self.families.values() for w in e.values())}
+        return len(widths) == 1
+
+
+@lru_cache(maxsize=None)
+def family_tensor_names(family: str) -> frozenset[str]:
+    """Every tensor name of the family's layer cascades: prefill with and without state, decode,
+    and (Mamba-2) both scan forms."""
+    from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
+    from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
+
+    names: set[str] = set()
+    if family == "mamba1":
+        cfg = Mamba1Config(d_model=16)
+        for phase, state_io in (("prefill", False), ("prefill", True), ("decode", None)):
+            names |= set(mamba1_layer(cfg, batch=1, seq_len=4, phase=phase, state_io=state_io).tensors)
+    elif family == "mamba2":
+        cfg2 = Mamba2Config(d_model=64, headdim=16, d_state=8, chunk_size=4)
+        for scan in ("recurrent", "chunked"):
+            for phase, state_io in (("prefill", False), ("prefill", True), ("decode", None)):
+                if phase == "decode" and scan == "chunked":
+                    continue
+                names |= set(mamba2_layer(cfg2, batch=1, seq_len=8, phase=phase, state_io=state_io, scan=scan).tensors)
+    else:
+        raise SpecError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
+    return frozenset(names)
+
+
+# ---------------------------------------------------------------------------------------------
+# loading
+
+_DATA = "data/precision"
+
+
+def shipped_policies() -> list[str]:
+    folder = resources.files("mambalaya").joinpath(_DATA)
+    return sorted(p.name[: -len(".yaml")] for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+@lru_cache(maxsize=32)
+def _load_shipped(name: str) -> PrecisionPolicy:
+    text = resources.files("mambalaya").joinpath(_DATA, f"{name}.yaml").read_text(encoding="utf-8")
+    return loads_policy(text, source=f"{name}.yaml (shipped precision policy)")
+
+
+def load_policy(name_or_path: str | os.PathLike[str] | PrecisionPolicy) -> PrecisionPolicy:
+    """A shipped policy by name (``uniform``, ``reference-kernels``) or a YAML file by path."""
+    if isinstance(name_or_path, PrecisionPolicy):
+        return name_or_path
+    text = str(name_or_path)
+    if not isinstance(name_or_path, os.PathLike) and text in shipped_policies():
+        return _load_shipped(text)
+    path = Path(name_or_path)
+    if not path.is_file():
+        raise SpecError(
+            f"unknown precision policy {text!r}: use a shipped one ({', '.join(shipped_policies())}) "
+            "or the path of a policy YAML file"
+        )
+    try:
+        content = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"cannot read precision policy: {getattr(err, 'strerror', None) or err}", source=str(path)) from None
+    return loads_policy(content, source=str(path))
+
+
+def loads_policy(text: str, *, source: str = "<string>") -> PrecisionPolicy:
+    data = parse_yaml_text(text, source=source)
+    if data is None:
+        raise SpecError("the precision policy is empty", source=source)
+    return policy_from_dict(data, source=source)
+
+
+def policy_from_dict(data: Any, *, source: str = "<dict>") -> PrecisionPolicy:
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"a precision policy is a mapping (name, default, roles, families, sources), not {kind_of(data)}",
+            source=source,
+        )
+    try:
+        return PrecisionPolicy.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(_describe(err), source=source) from None
+
+
+def _describe(err: ValidationError) -> str:
+    return describe_validation_error(err, "invalid precision policy")
+
+
+# ---------------------------------------------------------------------------------------------
+# applying
+
+
+def cascade_family(cascade: Cascade) -> str:
+    """``mamba1`` or ``mamba2``, from the cascade's tensors (Mamba-2 has heads: rank ``G``)."""
+    return "mamba2" if "G" in cascade.ranks and "P" in cascade.ranks else "mamba1"
+
+
+def apply_policy(cascade: Cascade, policy: PrecisionPolicy | str, design_bits: int, family: str | None = None) -> Cascade:
+    """``cascade`` with every tensor's width set by ``policy`` (``design`` = ``design_bits``)."""
+    policy = load_policy(policy)
+    family = family or cascade_family(cascade)
+    tensors = {
+        name: replace(spec, bits=policy.bits(family, name, spec.role, design_bits))
+        for name, spec in cascade.tensors.items()
+    }
+    if all(tensors[n].bits == s.bits for n, s in cascade.tensors.items()):
+        return cascade
+    return replace(cascade, tensors=tensors)
+
+
+def policy_rows(policy: PrecisionPolicy | str, cascade: Cascade, design_bits: int) -> list[dict[str, Any]]:
+    """Per tensor of ``cascade``: its width under ``policy``, the rule that set it and its source."""
+    policy = load_policy(policy)
+    family = cascade_family(cascade)
+    rows = []
+    for name, spec in cascade.tensors.items():
+        key, width = policy.rule(family, name, spec.role)
+        rows.append({
+            "tensor": name,
+            "role": spec.role.value,
+            "bits": design_bits if width == DESIGN else int(width),
+            "rule": key,
+            "source": policy.sources.get(key, ""),
+        })
+    return rows
+
+
+__all__ = [
+    "DESIGN",
+    "FAMILIES",
+    "PrecisionPolicy",
+    "apply_policy",
+    "cascade_family",
+    "family_tensor_names",
+    "load_policy",
+    "loads_policy",
+    "policy_from_dict",
+    "policy_rows",
+    "shipped_policies",
+]

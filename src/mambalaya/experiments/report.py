@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import datetime as _dt
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from mambalaya import __version__
 from mambalaya.experiments.evaluate import Evaluation
-from mambalaya.experiments.reproduce import PUBLISHED as P
+from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_FUSION_SETUP, PUBLISHED as P
 from mambalaya.fusion.edges import classify_edges
 from mambalaya.workloads import PRESETS
 
@@ -43,6 +44,26 @@ def write_figures(result, details: dict[tuple[str, str, str], Evaluation], specs
         title=f"end to end (prefill L + {result.config.generated_tokens} generated tokens), mean over L",
     )
     paths += F.save_figure(fig, out / "end_to_end")
+    return paths
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
+
+
+def tornado_figures(result, out: Path) -> list[Path]:
+    """One tornado chart per ratio of the sensitivity study (PNG and SVG)."""
+    from mambalaya.report import figures as F
+    from mambalaya.report.sensitivity_figures import tornado_figure
+
+    sens = result.tables.get("sensitivity")
+    if sens is None or sens.empty:
+        return []
+    paths: list[Path] = []
+    for ratio in dict.fromkeys(sens.ratio):
+        key = ratio.split(": ", 1)[-1]
+        fig = tornado_figure(sens, ratio, published=P.get(key), title=ratio)
+        paths += F.save_figure(fig, out / f"tornado_{_slug(ratio)}")
     return paths
 
 
@@ -166,29 +187,18 @@ def _gap_text(cfg, model: str, details) -> str:
 
 
 def _claims(cfg, t, model: str) -> pd.DataFrame:
-    sp = t["speedups"][t["speedups"].model == model]
-    pre = sp[sp.phase == "prefill"]
-    gen = sp[sp.phase == "generation"]
-    e2e = t["end_to_end"][t["end_to_end"].model == model]
-
-    def mean(df, b):
-        return float(df[df.baseline == b].speedup.mean())
-
-    def rng(df, b):
-        x = df[df.baseline == b].speedup
-        return f"{x.min():.2f}–{x.max():.2f}"
-
-    claims = [
-        ("prefill layer speedup over MARCA", P["prefill vs marca-ideal"], mean(pre, "marca-ideal"), f"mean over L (range {rng(pre, 'marca-ideal')})"),
-        ("generation layer speedup over MARCA", P["generation vs marca-ideal"], mean(gen, "marca-ideal"), "I = 1"),
-        ("prefill speedup over Geens et al. (up to)", P["prefill vs geens-ideal (max)"], float(pre[pre.baseline == "geens-ideal"].speedup.max()),
-         f"max over L (range {rng(pre, 'geens-ideal')})"),
-        ("end-to-end speedup over MARCA (about)", P["end-to-end vs marca-ideal"], mean(e2e, "marca-ideal"),
-         f"mean over L; prefill L + {cfg.generated_tokens} generated tokens"),
-        ("end-to-end speedup over Geens et al. (about)", P["end-to-end vs geens-ideal"], mean(e2e, "geens-ideal"), "as above"),
-    ]
-    return pd.DataFrame([{"claim": c, "published": f"{p:g}×", "ours": f"{o:.2f}×", "gap": _gap(o, p), "how ours is measured": how}
-                         for c, p, o, how in claims])
+    """The headline ratios under the main policy and the comparison policy, beside the published."""
+    h = t["headlines"][t["headlines"].model == model]
+    rows = []
+    for r in h.itertuples():
+        row = {"claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{r.ours:.2f}×",
+               "gap": _gap(r.ours, r.published)}
+        if "alt_ours" in h.columns and pd.notna(getattr(r, "alt_ours", None)):
+            row[f"ours ({r.alt_precision})"] = f"{r.alt_ours:.2f}×"
+            row[f"gap ({r.alt_precision})"] = _gap(r.alt_ours, r.published)
+        row["how ours is measured"] = r.how
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def _groups_md(details, model: str) -> str:
@@ -300,27 +310,114 @@ product inside each chunk.
 """
 
 
+def _precision_section(result) -> str:
+    t = result.tables
+    h = t["headlines"]
+    main = h.precision.iloc[0]
+    alt = h.alt_precision.iloc[0] if "alt_precision" in h.columns else None
+    prec = t["precision"]
+    wide = prec[prec.bits != prec.groupby(["model", "form"]).bits.transform(lambda b: b.mode().iloc[0])]
+    table = (_md_table(wide[["model", "form", "tensor", "role", "bits", "source"]].drop_duplicates(["model", "tensor", "bits"]))
+             if not wide.empty else "Every tensor at the design's width.")
+    return f"""## Precision
+
+The main result uses the **{main}** precision policy, each design's own (the arch specs' `precision`
+field): it is the one with a source, the widths the reference Mamba implementations compute in.
+{f"The headline ratios are also given under **{alt}** (every tensor at the design's 16 bits), which has no source and is a sensitivity point." if alt else ""}
+The choice is not made by closeness to the published numbers. Tensors whose width differs from
+the rest of their cascade under {main} (`precision.csv` lists every tensor, its rule and source):
+
+{table}
+"""
+
+
+def _setups_section() -> str:
+    rows = [{"claim": s.key, "paper": s.paper, "measures": s.measures, "model": s.model, "phase": s.phase,
+             "L": ", ".join(str(x) for x in s.seq_lens) if len(s.seq_lens) <= 6 else f"{s.seq_lens[0]}..{s.seq_lens[-1]}",
+             "batch": s.batch, "hardware": s.hardware, "mapping": f"{s.mapping} vs {s.baseline_mapping}",
+             "precision": s.precision, "source": s.source, "left open (our choice)": s.open_values,
+             "modelled": "yes" if s.modelled else "no"} for s in CLAIM_SETUPS]
+    return f"""## Each published claim and the setup that produced it
+
+A ratio is comparable only on its own setup. Each claim below is evaluated on the setup its paper
+records; where the paper leaves a value open, the last columns say what we chose.
+
+{_md_table(pd.DataFrame(rows))}
+"""
+
+
+def _geens_section(geens: pd.DataFrame) -> str:
+    s = GEENS_FUSION_SETUP
+    best = geens.loc[geens.speedup_fused_vs_unfused.idxmax()]
+    pre = geens[geens.seq_len > 1]
+    lines = []
+    for costs, g in pre.groupby("costs", sort=False):
+        lines.append(f"- with {costs}: {g.speedup_fused_vs_unfused.min():.2f}–{g.speedup_fused_vs_unfused.max():.2f}× "
+                     f"over L = {', '.join(str(x) for x in g.seq_len)} (gap of the best to the published "
+                     f"{P[s.key]:g}×: {_gap(float(g.speedup_fused_vs_unfused.max()), P[s.key])})")
+    return f"""## Geens et al.'s claims on their own workload
+
+**Fusion over unfused, published {P[s.key]:g}× ("up to").** Evaluated on {s.model}, batch {s.batch}, {s.phase},
+on {s.hardware}, {s.precision}; {s.mapping} against {s.baseline_mapping}. Our largest value is
+{best.speedup_fused_vs_unfused:.2f}× ({best.costs}, L = {best.seq_len}). Their paper leaves open which L gives 4.8× and
+how MARCA's PEs cost nonlinear functions, so both are shown across their range:
+
+{chr(10).join(lines)}
+
+{_md_table(geens)}
+
+**Over MARCA at equal area, published {P['geens: vs MARCA at equal area']:g}×: not modelled.** It compares two splits of
+222 mm² between PEs and SRAM, both running their fused memory-aware schedule (their artifact,
+scripts/sweep_contour.py); mambalaya has no area model, so it cannot be reproduced.
+"""
+
+
+def _sensitivity_section(result) -> str:
+    t = result.tables
+    if "sensitivity" not in t:
+        return ""
+    cfg = result.config
+    sens = t["sensitivity"]
+    take = t["what_would_it_take"]
+    swing = sens.assign(delta=(sens.ours - sens.base).abs()).sort_values("delta", ascending=False)
+    top = swing.drop_duplicates("ratio").head(20)[["ratio", "assumption", "end", "value", "ours", "base"]]
+    figs = "\n".join(_fig(cfg, p.stem, f"sensitivity of {p.stem.removeprefix('tornado_')}")
+                     for p in result.figures if p.name.startswith("tornado_") and p.suffix == ".png")
+    take_md = _md_table(take[["ratio", "published", "ours", "gap", "verdict"]]) if not take.empty else \
+        "No headline ratio is more than 25% from the published one."
+    return f"""## Sensitivity: what each assumption does to each headline ratio
+
+Every documented assumption of the H100-like designs is moved to a low and a high value (the
+spec `{cfg.sensitivity}`, printed in `sensitivity.csv` with the reason for each range), one at a time
+and on all three designs at once, and the headline ratios recomputed at L = {', '.join(str(x) for x in cfg.sensitivity_seq_lens)}
+(a subset of the main grid, so the base values differ slightly from the tables above).
+The largest swing of each ratio:
+
+{_md_table(top)}
+
+### What would it take
+
+For each published ratio more than 25% away from ours: the single assumption, within its stated
+range, that comes closest, and the value it would need (found by bisection where the ratio
+crosses the published value). This says what the paper must have assumed; our defaults are not
+changed.
+
+{take_md}
+
+{figs}
+"""
+
+
 def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs: dict) -> Path:
     cfg = result.config
     t = result.tables
     geens = t["geens_claims"]
     arch_keys = ["clock_hz", "compute.array_rows", "compute.array_cols", "compute.one_d_mode", "compute.mfu_units",
                  "compute.pipeline_wind_up_cycles", "memory.onchip_buffer_bytes", "memory.offchip_bandwidth_bytes_per_s",
-                 "bits_per_element", "mappings.default"]
+                 "bits_per_element", "precision", "mappings.default"]
     ar = t["architectures"]
     arch_table = ar[ar.field.isin(arch_keys)].pivot_table(index="field", columns="design", values="value", aggfunc="first").reset_index()
     src = ar[(ar.design == "mambalaya") & ar.field.isin(arch_keys)][["field", "unit", "source"]]
-    g = geens[geens.phase == "prefill"].iloc[0]
-    geens_df = pd.DataFrame([
-        {"claim": "Geens et al.: fusion over unfused", "published": f"{P['geens: fused vs unfused (MARCA hardware)']:g}×",
-         "ours": f"{g.layer_speedup_ssm_ri_vs_unfused:.2f}×",
-         "gap": _gap(float(g.layer_speedup_ssm_ri_vs_unfused), P["geens: fused vs unfused (MARCA hardware)"]),
-         "how ours is measured": f"{g.model}, whole layer, ssm-ri vs unfused on marca-original, prefill L={cfg.detail_seq_len}; "
-                                 f"the SSM region alone: {g.ssm_region_speedup:.1f}×"},
-        {"claim": "Geens et al.: over MARCA at equal area", "published": f"{P['geens: vs MARCA at equal area']:g}×",
-         "ours": "not modelled", "gap": "n/a",
-         "how ours is measured": "mambalaya has no area model; their accelerator's area budget cannot be reproduced"},
-    ])
     sections = "\n".join(_model_section(result, details, m) for m in cfg.models)
     e2e_fig = _fig(cfg, "end_to_end", "end-to-end speedup per model, mean over L")
     md = f"""# Mambalaya reproduction report
@@ -350,9 +447,13 @@ Where the mambalaya values come from:
 
 {_md_table(src)}
 
-Geens et al.'s own claims, on the original MARCA hardware:
+{_precision_section(result)}
 
-{_md_table(geens_df)}
+{_setups_section()}
+
+{_geens_section(geens)}
+
+{_sensitivity_section(result)}
 
 {e2e_fig}
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,10 +24,10 @@ from typing import Any, Callable
 
 import pandas as pd
 
-from mambalaya.errors import MambalayaError
 from mambalaya.arch import arch_rows, load_arch
 from mambalaya.einsum.stats import cascade_stats
-from mambalaya.experiments.evaluate import Evaluation, evaluate
+from mambalaya.experiments.claims import FAR_GAP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
+from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
 from mambalaya.fusion.edges import classify_edges, edge_rows
 from mambalaya.fusion.mapping import mapping_to_dict
 from mambalaya.model.latency import latency_rows
@@ -38,18 +40,6 @@ BASELINES = ("marca-ideal", "geens-ideal")
 #: the mambalaya budget, next to the stitching the search finds (mambalaya's own mapping).
 EXTRA_DESIGNS = (("mambalaya-greedy", "mambalaya", "stitched"),)
 
-#: The paper's headline numbers (DESIGN.md §6; secondary source, "the best available reading").
-PUBLISHED = {
-    "prefill vs marca-ideal": 4.9,
-    "generation vs marca-ideal": 1.9,
-    "prefill vs geens-ideal (max)": 1.5,
-    "end-to-end vs marca-ideal": 3.0,
-    "end-to-end vs geens-ideal": 1.3,
-    "geens: fused vs unfused (MARCA hardware)": 4.8,
-    "geens: vs MARCA at equal area": 1.78,
-}
-
-
 @dataclass
 class ReproduceConfig:
     models: tuple[str, ...] = ("mamba-1.4b", "mamba2-2.7b")
@@ -59,6 +49,19 @@ class ReproduceConfig:
     detail_seq_len: int = 2048  # per-Einsum tables, roofline and timelines at this L
     out: Path = Path("results")
     figures: bool = True
+    #: The headline ratios are also computed with every design under this precision policy
+    #: (None: not), beside the main result under each design's own policy (its spec's
+    #: ``precision``; reference-kernels for the shipped H100-like designs).
+    compare_precision: str | None = "uniform"
+    #: The sensitivity study (None: skipped): a shipped spec name or a YAML file.
+    sensitivity: str | None = "h100-like"
+    #: Prefill lengths of the sensitivity study's headline ratios: a subset of ``seq_lens``
+    #: spanning them, so that each of its settings costs a fraction of the full grid.
+    sensitivity_seq_lens: tuple[int, ...] = (2048, 32768, 1048576)
+    #: Background processes that evaluate the sensitivity study's settings while this process
+    #: runs the main grid and draws the figures (0: everything in this process). One keeps the
+    #: two cores of the reference machine busy without contention.
+    workers: int = 1
 
 
 @dataclass
@@ -68,25 +71,13 @@ class ReproduceResult:
     figures: list[Path] = field(default_factory=list)
     report: Path | None = None
     seconds: float = 0.0
+    details: dict = field(default_factory=dict)
 
 
-def _evaluate(spec, model: str, cfg, *, phase: str, seq_len: int, batch: int, mapping: str | None = None) -> Evaluation:
-    """The design's evaluation; a Mamba-2 prefill runs whichever scan form (chunked SSD or the
-    recurrent scan) is faster on the design, so no design is judged on a form that suits it badly."""
-    if getattr(cfg, "family", "mamba1") != "mamba2" or phase != "prefill":
-        return evaluate(spec, model, cfg, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping)
-    best, errors = None, []
-    for scan in ("chunked", "recurrent"):
-        try:
-            ev = evaluate(spec, model, cfg, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan)
-        except MambalayaError as err:
-            errors.append(f"{scan}: {err}")
-            continue
-        if best is None or ev.result.latency_s < best.result.latency_s:
-            best = ev
-    if best is None:
-        raise MambalayaError(f"{model} prefill L={seq_len} on {spec.name}: no scan form maps ({'; '.join(errors)})")
-    return best
+def _evaluate(spec, model: str, cfg, *, phase: str, seq_len: int, batch: int, mapping: str | None = None,
+              precision: str | None = None) -> Evaluation:
+    return evaluate_best_scan(spec, model, cfg, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
+                              precision=precision)
 
 
 def _scan_of(ev: Evaluation) -> str:
@@ -96,6 +87,7 @@ def _scan_of(ev: Evaluation) -> str:
 def _eval_row(ev: Evaluation, phase_label: str, label: str) -> dict[str, Any]:
     t = ev.totals()
     return {
+        "precision": ev.precision.name,
         "model": ev.model,
         "phase": phase_label,
         "seq_len": ev.seq_len if ev.phase == "prefill" else 1,
@@ -167,6 +159,27 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
     out.mkdir(parents=True, exist_ok=True)
     specs = {d: load_arch(d) for d in DESIGNS}
 
+    pool, prefetched = None, {}
+    if config.sensitivity and config.workers > 0:
+        from mambalaya.experiments.sensitivity import load_sensitivity_spec, prefetch_settings
+
+        pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=multiprocessing.get_context("spawn"))
+        prefetched = prefetch_settings(load_sensitivity_spec(config.sensitivity), _sensitivity_run(config), pool)
+    try:
+        _run(config, result, specs, tick, prefetched)
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+    result.seconds = time.perf_counter() - t0
+    tick("report")
+    from mambalaya.experiments.report import write_report
+
+    result.report = write_report(result, result.details, specs)
+    return result
+
+
+def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, prefetched: dict) -> None:
+    out = config.out
     latency_rows_all: list[dict[str, Any]] = []
     details: dict[tuple[str, str, str], Evaluation] = {}
     runs = [(d, d, None) for d in DESIGNS] + list(EXTRA_DESIGNS)
@@ -192,28 +205,32 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
             details[(model, phase, "mambalaya/ideal")] = ev
     lat = pd.DataFrame(latency_rows_all)
     result.tables["latency"] = lat
+    main_policy = _main_policy(specs)
 
     # speedups of mambalaya over each baseline, per phase and L
-    sp_rows = []
-    for (model, phase, L), grp in lat.groupby(["model", "phase", "seq_len"]):
-        by = grp.set_index("arch")["layer_latency_s"]
-        for b in BASELINES:
-            sp_rows.append({"model": model, "phase": phase, "seq_len": L, "baseline": b, "speedup": by[b] / by["mambalaya"]})
-    speed = pd.DataFrame(sp_rows)
-    result.tables["speedups"] = speed
+    result.tables["speedups"] = _speedups(lat)
+    result.tables["end_to_end"] = _end_to_end(lat, config)
 
-    # end to end: prefill L then generate N tokens, per L; averaged over L
-    e2e_rows = []
-    for model in config.models:
-        gen = lat[(lat.model == model) & (lat.phase == "generation")].set_index("arch")["model_latency_s"]
-        for L in config.seq_lens:
-            pre = lat[(lat.model == model) & (lat.phase == "prefill") & (lat.seq_len == L)].set_index("arch")["model_latency_s"]
-            total = {d: pre[d] + config.generated_tokens * gen[d] for d in DESIGNS}
-            for b in BASELINES:
-                e2e_rows.append({"model": model, "seq_len": L, "baseline": b, "speedup": total[b] / total["mambalaya"],
-                                 "mambalaya_s": total["mambalaya"], "baseline_s": total[b]})
-    e2e = pd.DataFrame(e2e_rows)
-    result.tables["end_to_end"] = e2e
+    # the headline ratios under the main policy, and under the comparison policy
+    alt = None
+    if config.compare_precision and config.compare_precision != main_policy:
+        alt_rows = []
+        for model in config.models:
+            cfg = PRESETS[model]
+            for L in config.seq_lens:
+                tick(f"{model} prefill L={L}, precision {config.compare_precision}")
+                for d in DESIGNS:
+                    ev = _evaluate(specs[d], model, cfg, phase="prefill", seq_len=L, batch=config.batch,
+                                   precision=config.compare_precision)
+                    alt_rows.append(_eval_row(ev, "prefill", d))
+            for d in DESIGNS:
+                ev = _evaluate(specs[d], model, cfg, phase="decode", seq_len=1, batch=config.batch,
+                               precision=config.compare_precision)
+                alt_rows.append(_eval_row(ev, "generation", d))
+        alt = pd.DataFrame(alt_rows)
+        result.tables[f"latency_{config.compare_precision}"] = alt
+    result.tables["headlines"] = _headline_table(config, lat, alt, main_policy)
+    result.tables["precision"] = _precision_rows(details, specs)
 
     # per-Einsum tables, traffic by tensor, timelines, roofline, fusion classes (detail L)
     einsum_frames, traffic_rows, timeline_rows, roof_rows = [], [], [], []
@@ -244,25 +261,28 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
     result.tables["architectures"] = pd.DataFrame(
         [dict(r, design=d) for d in DESIGNS for r in arch_rows(specs[d])]
     )
-    result.tables["geens_claims"] = _geens_rows(config)
+    tick("Geens et al.'s claim on its own workload")
+    result.tables["geens_claims"] = _geens_rows()
     result.tables["scan_forms"] = _scan_form_rows(config)
-
-    for name, df in result.tables.items():
-        df.to_csv(out / f"{name}.csv", index=False)
-    mappings = {f"{m}/{p}/{d}": mapping_to_dict(ev.mapping) for (m, p, d), ev in details.items()}
-    (out / "mappings.json").write_text(json.dumps(mappings, indent=1), encoding="utf-8")
-
+    result.details = details
     if config.figures:
         tick("figures")
         from mambalaya.experiments.report import write_figures
 
         result.figures = write_figures(result, details, specs)
-    result.seconds = time.perf_counter() - t0
-    tick("report")
-    from mambalaya.experiments.report import write_report
+    if config.sensitivity:  # its settings ran in the background meanwhile (config.workers)
+        sens = _sensitivity(config, tick, prefetched)
+        result.tables["sensitivity"] = pd.DataFrame(sens.rows)
+        result.tables["what_would_it_take"] = pd.DataFrame(sens.take, columns=TAKE_COLUMNS)
+        if config.figures:
+            from mambalaya.experiments.report import tornado_figures
 
-    result.report = write_report(result, details, specs)
-    return result
+            result.figures += tornado_figures(result, config.out / "figures")
+
+    for name, df in result.tables.items():
+        df.to_csv(out / f"{name}.csv", index=False)
+    mappings = {f"{m}/{p}/{d}": mapping_to_dict(ev.mapping) for (m, p, d), ev in details.items()}
+    (out / "mappings.json").write_text(json.dumps(mappings, indent=1), encoding="utf-8")
 
 
 def _scan_form_rows(config: ReproduceConfig) -> pd.DataFrame:
@@ -289,22 +309,136 @@ def _scan_form_rows(config: ReproduceConfig) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def _geens_rows(config: ReproduceConfig) -> pd.DataFrame:
-    """Geens et al.'s own claim, on the original MARCA hardware: SSM-region fusion vs unfused."""
+#: Geens et al.'s model of MARCA costs exp, sigmoid, sqrt, div and reciprocal one elementwise
+#: operation each and softplus nothing (their artifact: Stream ae6a7788, OP_TYPE_TO_PARSER).
+#: SiLU is sigmoid and a multiply (2), rsqrt a sqrt and a reciprocal (2), and softplus 1, the
+#: least ``unary_cost_pe_ops`` admits (theirs: 0).
+GEENS_UNARY_PE_OPS = {"exp": 1.0, "log": 1.0, "sqrt": 1.0, "rsqrt": 2.0, "silu": 2.0, "softplus": 1.0,
+                      "sigmoid": 1.0, "tanh": 1.0}
+
+
+def _geens_rows() -> pd.DataFrame:
+    """Geens et al.'s "4.8x over unfused" on its own setup (GEENS_FUSION_SETUP): their
+    Mamba1-2.7B (d_state 64, 64 layers), batch 1, prefill at each of their lengths, on
+    marca-original at 32 bits; Fuse-All (ssm-ri) against unfused, whole layer and SSM region,
+    under our marca-original costs and under their model's costs of nonlinear functions."""
+    from mambalaya.arch import arch_from_dict, arch_to_dict
+    from mambalaya.workloads.mamba1 import parse_config
+
+    setup = GEENS_FUSION_SETUP
+    cfg = parse_config(dict(setup.model_config), source="Geens et al.'s Mamba1-2.7B")
     spec = load_arch("marca-original")
-    model = next(m for m in config.models if getattr(PRESETS[m], "family", "mamba1") == "mamba1") \
-        if any(getattr(PRESETS[m], "family", "mamba1") == "mamba1" for m in config.models) else config.models[0]
+    theirs = arch_to_dict(spec)
+    theirs["compute"]["unary_cost_pe_ops"] = dict(GEENS_UNARY_PE_OPS)
+    variants = {"marca-original spec costs": spec,
+                "Geens et al.'s costs": arch_from_dict(theirs, source="marca-original with Geens et al.'s unary costs")}
     rows = []
-    for phase, L in (("prefill", config.detail_seq_len), ("decode", 1)):
-        unf = evaluate(spec, model, PRESETS[model], phase=phase, seq_len=L, batch=config.batch, mapping="unfused")
-        ssm = evaluate(spec, model, PRESETS[model], phase=phase, seq_len=L, batch=config.batch, mapping="ssm-ri")
-        region = set(unf.cascade.regions.get("ssm", ()))
-        unf_region = sum(r.final_latency for r in unf.result.einsums if r.einsum in region)
-        ssm_region = sum(g.latency for g in ssm.result.groups if set(g.einsums) <= set(region) and len(g.einsums) > 1)
-        rows.append({"model": model, "phase": phase, "seq_len": L, "hardware": "marca-original",
-                     "layer_speedup_ssm_ri_vs_unfused": unf.result.latency_s / ssm.result.latency_s,
-                     "ssm_region_speedup": unf_region / ssm_region if ssm_region else float("nan")})
+    for variant, arch in variants.items():
+        for L in (1,) + tuple(setup.seq_lens):
+            unf = evaluate(arch, "geens-mamba1-2.7b", cfg, phase="prefill", seq_len=L, batch=setup.batch, mapping="unfused")
+            ssm = evaluate(arch, "geens-mamba1-2.7b", cfg, phase="prefill", seq_len=L, batch=setup.batch, mapping="ssm-ri")
+            region = set(unf.cascade.regions.get("ssm", ()))
+            unf_region = sum(r.final_latency for r in unf.result.einsums if r.einsum in region)
+            ssm_region = sum(g.latency for g in ssm.result.groups if set(g.einsums) <= region and len(g.einsums) > 1)
+            rows.append({"costs": variant, "seq_len": L, "point": "decode (L = 1 run as a prefill)" if L == 1 else "prefill",
+                         "batch": setup.batch, "precision": unf.precision.name, "bits": arch.bits_per_element,
+                         "unfused_ms_per_token": unf.result.model_latency_s / L * 1e3,
+                         "fused_ms_per_token": ssm.result.model_latency_s / L * 1e3,
+                         "speedup_fused_vs_unfused": unf.result.latency_s / ssm.result.latency_s,
+                         "ssm_region_speedup": unf_region / ssm_region if ssm_region else float("nan")})
     return pd.DataFrame(rows)
+
+
+def _main_policy(specs: dict) -> str:
+    names = {specs[d].precision for d in DESIGNS}
+    return names.pop() if len(names) == 1 else "each design's own"
+
+
+def _speedups(lat: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for (model, phase, L), grp in lat.groupby(["model", "phase", "seq_len"]):
+        by = grp.set_index("arch")["layer_latency_s"]
+        for b in BASELINES:
+            rows.append({"model": model, "phase": phase, "seq_len": L, "baseline": b, "speedup": by[b] / by["mambalaya"]})
+    return pd.DataFrame(rows)
+
+
+def _end_to_end(lat: pd.DataFrame, config: ReproduceConfig) -> pd.DataFrame:
+    """Prefill L then generate N tokens, per L (the report averages over L)."""
+    rows = []
+    for model in config.models:
+        gen = lat[(lat.model == model) & (lat.phase == "generation")].set_index("arch")["model_latency_s"]
+        for L in config.seq_lens:
+            pre = lat[(lat.model == model) & (lat.phase == "prefill") & (lat.seq_len == L)].set_index("arch")["model_latency_s"]
+            total = {d: pre[d] + config.generated_tokens * gen[d] for d in DESIGNS}
+            for b in BASELINES:
+                rows.append({"model": model, "seq_len": L, "baseline": b, "speedup": total[b] / total["mambalaya"],
+                             "mambalaya_s": total["mambalaya"], "baseline_s": total[b]})
+    return pd.DataFrame(rows)
+
+
+def _headline_table(config: ReproduceConfig, lat: pd.DataFrame, alt: pd.DataFrame | None, main_policy: str) -> pd.DataFrame:
+    rows = []
+    for model in config.models:
+        ours = headline_ratios(lat, model, config.generated_tokens)
+        other = headline_ratios(alt, model, config.generated_tokens) if alt is not None else {}
+        for key, label in HEADLINES:
+            value, how = ours[key]
+            row = {"model": model, "claim": label, "key": key, "published": PUBLISHED[key],
+                   "precision": main_policy, "ours": value, "gap": gap(value, PUBLISHED[key]), "how": how}
+            if key in other:
+                row.update({"alt_precision": config.compare_precision, "alt_ours": other[key][0],
+                            "alt_gap": gap(other[key][0], PUBLISHED[key])})
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _precision_rows(details: dict, specs: dict) -> pd.DataFrame:
+    """Each tensor's width under the policy mambalaya ran, per model and cascade form."""
+    from mambalaya.workloads.precision import policy_rows
+
+    rows = []
+    seen = set()
+    for (model, phase, label), ev in details.items():
+        if label != "mambalaya":
+            continue
+        form = f"{phase}, {_scan_of(ev)} scan"
+        if (model, form) in seen:
+            continue
+        seen.add((model, form))
+        for r in policy_rows(ev.precision, ev.cascade, ev.arch.bits_per_element):
+            rows.append({"model": model, "form": form, "policy": ev.precision.name, **r})
+    return pd.DataFrame(rows)
+
+
+TAKE_COLUMNS = ["ratio", "published", "ours", "gap", "closest_assumption", "key", "value_needed",
+                "closest_value_in_range", "ratio_at_value", "base_value", "verdict", "all"]
+
+
+def _sensitivity_run(config: ReproduceConfig):
+    from mambalaya.experiments.sensitivity import RunSetup
+
+    lens = tuple(L for L in config.sensitivity_seq_lens if L in config.seq_lens) or config.seq_lens[:1]
+    return RunSetup(models=config.models, configs={m: PRESETS[m] for m in config.models}, seq_lens=lens,
+                    batch=config.batch, generated_tokens=config.generated_tokens)
+
+
+def _sensitivity(config: ReproduceConfig, tick: Callable[[str], None], prefetched: dict | None = None):
+    """The sensitivity study of the headline ratios (main policy, ``sensitivity_seq_lens``)."""
+    from mambalaya.experiments.sensitivity import load_sensitivity_spec, run_sensitivity
+
+    spec = load_sensitivity_spec(config.sensitivity)
+    run = _sensitivity_run(config)
+
+    def ratios(df: pd.DataFrame) -> dict[str, float]:
+        out = {}
+        for model in config.models:
+            for key, (value, _) in headline_ratios(df, model, config.generated_tokens).items():
+                out[f"{model}: {key}"] = value
+        return out
+
+    published = {f"{m}: {k}": PUBLISHED[k] for m in config.models for k, _ in HEADLINES}
+    return run_sensitivity(spec, run, ratios, published=published, far=FAR_GAP, progress=tick, prefetched=prefetched)
 
 
 __all__ = ["PUBLISHED", "ReproduceConfig", "ReproduceResult", "run_reproduce"]

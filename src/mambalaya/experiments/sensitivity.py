@@ -1,0 +1,415 @@
+"""Sensitivity of ratios between designs to every documented assumption.
+
+A sensitivity spec (YAML, ``mambalaya/data/sensitivity/h100-like.yaml`` ships) lists the
+assumptions of a group of designs: an architecture field (``compute.mfu_units``), a multiplier
+on a cost table (``factor: true``), or a run field (``precision``, ``batch``, ``scan``), each
+with a ``low`` and a ``high`` value and the ``reason`` for that range. A *setting* moves one
+assumption to one value, on every design at once, and everything else stays at its base.
+
+For each setting the designs are evaluated (each with its own mapping, built for the changed
+design) and the ratios of interest recomputed from the latency rows: the paper's headline
+ratios (:func:`mambalaya.experiments.claims.headline_ratios`) for ``reproduce``, or one design
+over a baseline for ``mambalaya sensitivity``.
+
+**What would it take.** For a published ratio far from ours, each numeric assumption is
+searched over its range (on a logarithmic scale where both ends are positive): if the ratio
+crosses the published value between two evaluated values, bisection finds the value at which
+it is reached (to a relative tolerance of 2%); otherwise the value in range that comes closest
+is reported. The single assumption that comes closest wins; "none within range" is said when
+none reaches the published value. The search assumes the ratio varies monotonically between
+the evaluated points, which it checks only at those points.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable, Union
+
+import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
+from mambalaya.arch.spec import _parse_float_quantity, _BYTE_UNITS  # noqa: F401 - byte quantities in specs
+from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
+from mambalaya.specio import FieldProblem, describe_validation_error, kind_of, parse_yaml_text
+from mambalaya.workloads import ModelConfig
+from mambalaya.workloads.precision import load_policy
+
+RUN_FIELDS = ("precision", "batch", "scan")
+Value = Union[bool, int, float, str]
+
+
+class Assumption(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    key: str = Field(min_length=1)
+    label: str = ""
+    low: Value
+    high: Value
+    reason: str = Field(min_length=1)
+    factor: bool = False  # low/high multiply every non-zero entry of a cost table
+
+    @model_validator(mode="after")
+    def _known_field(self) -> "Assumption":
+        if self.key not in RUN_FIELDS and self.key not in field_paths():
+            raise FieldProblem("key", f"{self.key!r} is neither a run field ({', '.join(RUN_FIELDS)}) nor an architecture field")
+        if self.factor and not (_is_number(self.low) and _is_number(self.high) and self.low > 0 and self.high > 0):
+            raise FieldProblem("low", "a factor's low and high must be positive numbers")
+        if self.key == "scan" and {self.low, self.high} - {"chunked", "recurrent"}:
+            raise FieldProblem("low", "scan takes chunked or recurrent")
+        return self
+
+    @property
+    def name(self) -> str:
+        return self.label or self.key
+
+    @property
+    def numeric(self) -> bool:
+        return _is_number(self.low) and _is_number(self.high) or self.key == "memory.onchip_buffer_bytes"
+
+
+class SensitivitySpec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = Field(min_length=1)
+    description: str = ""
+    designs: list[str] = Field(min_length=1)
+    assumptions: list[Assumption] = Field(min_length=1)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def load_sensitivity_spec(name_or_path: str | Path = "h100-like") -> SensitivitySpec:
+    """A shipped sensitivity spec by name, or a YAML file."""
+    shipped = resources.files("mambalaya").joinpath("data/sensitivity", f"{name_or_path}.yaml")
+    if isinstance(name_or_path, str) and shipped.is_file():
+        text, source = shipped.read_text(encoding="utf-8"), f"{name_or_path}.yaml (shipped sensitivity spec)"
+    else:
+        path = Path(name_or_path)
+        try:
+            text, source = path.read_text(encoding="utf-8"), str(path)
+        except (OSError, UnicodeDecodeError) as err:
+            raise SpecError(f"cannot read sensitivity spec: {getattr(err, 'strerror', None) or err} "
+                            "(shipped: h100-like)", source=str(path)) from None
+    data = parse_yaml_text(text, source=source)
+    if not isinstance(data, dict):
+        raise SpecError(f"a sensitivity spec is a mapping (name, designs, assumptions), not {kind_of(data)}", source=source)
+    try:
+        spec = SensitivitySpec.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(describe_validation_error(err, "invalid sensitivity spec"), source=source) from None
+    for n, a in enumerate(spec.assumptions):  # the values must make valid designs
+        for end in ("low", "high"):
+            try:
+                for d in spec.designs:
+                    with_setting(load_arch(d), a, getattr(a, end))
+                if a.key == "precision":
+                    load_policy(str(getattr(a, end)))
+            except SpecError as err:
+                raise SpecError(f"assumptions[{n}].{end} ({a.key} = {getattr(a, end)!r}): {err}", source=source) from None
+    return spec
+
+
+# ---------------------------------------------------------------------------------------------
+# settings
+
+
+def with_setting(spec: ArchSpec, assumption: Assumption, value: Value) -> ArchSpec:
+    """``spec`` with the assumption's architecture field at ``value`` (run fields: unchanged)."""
+    if assumption.key in RUN_FIELDS:
+        return spec
+    data = arch_to_dict(spec)
+    node = data
+    *parents, leaf = assumption.key.split(".")
+    for p in parents:
+        node = node[p]
+    if assumption.factor:
+        node[leaf] = {k: v * float(value) for k, v in node[leaf].items()}
+    else:
+        node[leaf] = value
+    return arch_from_dict(data, source=f"{spec.name} with {assumption.key} = {value!r}")
+
+
+def base_value(assumption: Assumption, spec: ArchSpec, run: "RunSetup") -> Value:
+    """The value the assumption takes unmoved: the design's own, or the run's."""
+    if assumption.factor:
+        return 1.0
+    if assumption.key == "precision":
+        return run.precision or spec.precision
+    if assumption.key == "batch":
+        return run.batch
+    if assumption.key == "scan":
+        return "best"
+    node: Any = arch_to_dict(spec)
+    for part in assumption.key.split("."):
+        node = node[part]
+    if node is None and assumption.key == "compute.one_d_lanes":
+        return spec.compute.one_d_lanes_effective
+    return node
+
+
+def numeric_value(assumption: Assumption, value: Value) -> float:
+    """A numeric assumption's value as a number (byte sizes such as ``24MiB`` included)."""
+    if _is_number(value):
+        return float(value)
+    return float(_parse_float_quantity(value, _BYTE_UNITS, "a byte size"))
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """What every setting shares: models, lengths, batch, tokens generated, precision."""
+
+    models: tuple[str, ...]
+    configs: dict[str, ModelConfig]
+    seq_lens: tuple[int, ...]
+    batch: int = 64
+    generated_tokens: int = 1024
+    precision: str | None = None  # None: each design's own policy
+    phases: tuple[str, ...] = ("prefill", "generation")
+
+
+def evaluate_setting(specs: dict[str, ArchSpec], run: RunSetup, assumption: Assumption | None,
+                     value: Value | None, phases: tuple[str, ...] | None = None) -> list[dict[str, Any]]:
+    """Latency rows (model, phase, seq_len, arch, layer_latency_s, model_latency_s, ...) of every
+    design under one setting (``assumption`` None: the base)."""
+    designs = {d: (with_setting(s, assumption, value) if assumption is not None else s) for d, s in specs.items()}
+    precision, batch, scan = run.precision, run.batch, None
+    if assumption is not None and assumption.key == "precision":
+        precision = str(value)
+    if assumption is not None and assumption.key == "batch":
+        batch = int(value)  # type: ignore[arg-type]
+    if assumption is not None and assumption.key == "scan":
+        scan = str(value)
+    rows = []
+    for model in run.models:
+        cfg = run.configs[model]
+        for phase in phases or run.phases:
+            if phase == "prefill":
+                points = run.seq_lens
+            else:
+                points = (1,)
+            for L in points:
+                for d, spec in designs.items():
+                    row = {"model": model, "phase": phase, "seq_len": L if phase == "prefill" else 1, "arch": d}
+                    try:
+                        ev = _evaluate(spec, model, cfg, "prefill" if phase == "prefill" else "decode", L, batch,
+                                       precision, scan)
+                    except MambalayaError as err:  # e.g. a forced scan form that does not fit the buffer
+                        rows.append({**row, "layer_latency_s": math.nan, "model_latency_s": math.nan,
+                                     "offchip_bytes": math.nan, "mapping": "", "error": str(err)})
+                        continue
+                    r = ev.result
+                    rows.append({**row, "layer_latency_s": r.latency_s, "model_latency_s": r.model_latency_s,
+                                 "offchip_bytes": r.offchip_bytes, "mapping": ev.mapping.name, "error": ""})
+    return rows
+
+
+def _evaluate(spec: ArchSpec, model: str, cfg: ModelConfig, phase: str, L: int, batch: int,
+              precision: str | None, scan: str | None) -> Evaluation:
+    if scan is not None and getattr(cfg, "family", "mamba1") == "mamba2" and phase == "prefill":
+        return evaluate(spec, model, cfg, phase=phase, seq_len=L, batch=batch, scan=scan, precision=precision)
+    return evaluate_best_scan(spec, model, cfg, phase=phase, seq_len=L, batch=batch, precision=precision)
+
+
+RatioFn = Callable[[pd.DataFrame], dict[str, float]]
+
+
+@dataclass
+class SensitivityResult:
+    """``rows``: one per (assumption, end, ratio): the value and the ratio at it, beside the base.
+    ``take``: the what-would-it-take rows."""
+
+    base: dict[str, float]
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    take: list[dict[str, Any]] = field(default_factory=list)
+
+
+def run_sensitivity(
+    spec: SensitivitySpec,
+    run: RunSetup,
+    ratios: RatioFn,
+    *,
+    published: dict[str, float] | None = None,
+    far: float = 0.25,
+    progress: Callable[[str], None] | None = None,
+    prefetched: dict[tuple[str, Any], Any] | None = None,
+) -> SensitivityResult:
+    """Every assumption at its low and high value; then, for each ratio in ``published`` more
+    than ``far`` away from ours, what single assumption in range would take it there.
+
+    ``prefetched`` maps ``(assumption key, value)`` to a future of :func:`evaluate_setting`'s
+    rows, computed elsewhere (see :func:`prefetch_settings`)."""
+    tick = progress or (lambda _m: None)
+    specs = {d: load_arch(d) for d in spec.designs}
+    probe = specs[spec.designs[0]]
+    prefetched = dict(prefetched or {})
+    tick("sensitivity: base")
+    base = ratios(pd.DataFrame(evaluate_setting(specs, run, None, None)))
+    result = SensitivityResult(base)
+    cache: dict[tuple[str, Any], dict[str, float]] = {}
+
+    def at(a: Assumption, value: Value) -> dict[str, float]:
+        if _key(value) == _key(base_value(a, probe, run)):
+            return base
+        key = (a.key, _key(value))
+        if key not in cache:
+            tick(f"sensitivity: {a.name} = {value}")
+            found = prefetched.pop(key, None)
+            rows = found.result() if found is not None else evaluate_setting(specs, run, a, value)
+            cache[key] = ratios(pd.DataFrame(rows))
+        return cache[key]
+
+    for a in applicable(spec, run):
+        for end in ("low", "high"):
+            value = getattr(a, end)
+            b = base_value(a, probe, run)
+            got = at(a, value)
+            for ratio, v in got.items():
+                result.rows.append({"assumption": a.name, "key": a.key, "end": end, "value": value, "base_value": b,
+                                    "ratio": ratio, "ours": v, "base": base.get(ratio), "reason": " ".join(a.reason.split())})
+    if published:
+        result.take = _what_would_it_take(spec, run, probe, base, published, far, at)
+    return result
+
+
+def applicable(spec: SensitivitySpec, run: RunSetup) -> list[Assumption]:
+    """The spec's assumptions that apply to the run (the scan form only to Mamba-2 models)."""
+    mamba2 = any(getattr(run.configs[m], "family", "") == "mamba2" for m in run.models)
+    return [a for a in spec.assumptions if a.key != "scan" or mamba2]
+
+
+def _setting_task(designs: list[str], run: RunSetup, assumption: Assumption, value: Value) -> list[dict[str, Any]]:
+    return evaluate_setting({d: load_arch(d) for d in designs}, run, assumption, value)
+
+
+def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor) -> dict[tuple[str, Any], Any]:
+    """Submit every low and high setting that differs from the base to ``executor`` (a
+    ``concurrent.futures`` executor); pass the result to :func:`run_sensitivity`."""
+    probe = load_arch(spec.designs[0])
+    out = {}
+    for a in applicable(spec, run):
+        for end in ("low", "high"):
+            value = getattr(a, end)
+            key = (a.key, _key(value))
+            if _key(value) != _key(base_value(a, probe, run)) and key not in out:
+                out[key] = executor.submit(_setting_task, list(spec.designs), run, a, value)
+    return out
+
+
+def _key(value: Any) -> Any:
+    return round(value, 12) if isinstance(value, float) else value
+
+
+def _what_would_it_take(spec, run, probe, base, published, far, at) -> list[dict[str, Any]]:
+    rows = []
+    for ratio, target in published.items():
+        ours = base.get(ratio)
+        if ours is None or not math.isfinite(ours) or abs(ours - target) / target <= far:
+            continue
+        candidates = []
+        for a in applicable(spec, run):
+            candidates.append(_closest(a, base_value(a, probe, run), ratio, target, base[ratio], at))
+        reached = [c for c in candidates if c["reaches"]]
+        pool = reached or candidates
+        best = min(pool, key=lambda c: (abs(c["ratio_at"] - target) / target, c["assumption"]))
+        rows.append({
+            "ratio": ratio, "published": target, "ours": ours, "gap": (ours - target) / target,
+            "closest_assumption": best["assumption"], "key": best["key"],
+            "value_needed": best["value"] if best["reaches"] else None,
+            "closest_value_in_range": best["value"], "ratio_at_value": best["ratio_at"],
+            "base_value": best["base_value"],
+            "verdict": (f"reaches {target:g}x at {best['key']} = {_fmt(best['value'])} (base {_fmt(best['base_value'])})"
+                        if best["reaches"] else
+                        f"none within range: the closest is {best['key']} = {_fmt(best['value'])}, giving {best['ratio_at']:.2f}x"),
+            "all": "; ".join(f"{c['assumption']}: {c['ratio_at']:.2f}x at {_fmt(c['value'])}" for c in candidates),
+        })
+    return rows
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _closest(a: Assumption, b: Value, ratio: str, target: float, at_base: float, at) -> dict[str, Any]:
+    """The value of ``a`` in its range that brings ``ratio`` closest to ``target``, bisecting
+    where the ratio crosses it."""
+    points: list[tuple[Any, float]] = [(b, at_base)]
+    for end in ("low", "high"):
+        v = getattr(a, end)
+        points.append((v, at(a, v).get(ratio, math.nan)))
+    info = {"assumption": a.name, "key": a.key, "base_value": b}
+    if a.numeric:
+        points.sort(key=lambda p: numeric_value(a, p[0]) if p[0] != "best" else 0.0)
+        for (v0, r0), (v1, r1) in zip(points, points[1:]):
+            if (r0 - target) * (r1 - target) <= 0 and r0 != r1:
+                value, got = _bisect(a, v0, r0, v1, r1, ratio, target, at)
+                return {**info, "value": value, "ratio_at": got, "reaches": True}
+    finite = [p for p in points if math.isfinite(p[1])]
+    v, r = min(finite, key=lambda p: abs(p[1] - target)) if finite else (b, math.nan)
+    return {**info, "value": v, "ratio_at": r, "reaches": bool(finite) and abs(r - target) / target <= 0.02}
+
+
+def _bisect(a: Assumption, v0, r0, v1, r1, ratio, target, at, steps: int = 6) -> tuple[Any, float]:
+    x0, x1 = numeric_value(a, v0), numeric_value(a, v1)
+    integral = a.key in ("compute.mfu_units", "compute.one_d_lanes", "memory.onchip_buffer_bytes", "batch")
+    log = x0 > 0 and x1 > 0
+    best = (v0, r0) if abs(r0 - target) < abs(r1 - target) else (v1, r1)
+    for _ in range(steps):
+        if abs(best[1] - target) / target <= 0.02:
+            break
+        mid = math.sqrt(x0 * x1) if log else (x0 + x1) / 2
+        value: Value = int(round(mid)) if integral else mid
+        if integral and value in (int(round(x0)), int(round(x1))):
+            break
+        r = at(a, value).get(ratio, math.nan)
+        if not math.isfinite(r):
+            break
+        if abs(r - target) < abs(best[1] - target):
+            best = (value, r)
+        if (r0 - target) * (r - target) <= 0:
+            x1, r1 = mid, r
+        else:
+            x0, r0 = mid, r
+    return best
+
+
+def pair_label(model: str, phase: str, design: str, baseline: str) -> str:
+    return f"{model} {phase}: {design} over {baseline}"
+
+
+def pair_ratio(design: str, baseline: str) -> RatioFn:
+    """The speedup of ``design`` over ``baseline``: per model and phase, the mean over L."""
+    def ratios(df: pd.DataFrame) -> dict[str, float]:
+        out = {}
+        for (model, phase), g in df.groupby(["model", "phase"]):
+            t = g.pivot_table(index="seq_len", columns="arch", values="layer_latency_s", dropna=False)
+            out[pair_label(model, phase, design, baseline)] = float((t[baseline] / t[design]).mean())
+        return out
+    return ratios
+
+
+def sensitivity_frame(result: SensitivityResult) -> pd.DataFrame:
+    return pd.DataFrame(result.rows)
+
+
+__all__ = [
+    "Assumption",
+    "RunSetup",
+    "SensitivityResult",
+    "SensitivitySpec",
+    "evaluate_setting",
+    "load_sensitivity_spec",
+    "pair_label",
+    "pair_ratio",
+    "prefetch_settings",
+    "run_sensitivity",
+    "with_setting",
+]

@@ -1,0 +1,133 @@
+"""The sensitivity study: spec validation, settings, the tornado rows, what-would-it-take, and
+the headline ratios computed from a latency table."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mambalaya.arch import load_arch
+from mambalaya.cli import app
+from mambalaya.errors import SpecError
+from mambalaya.experiments import sensitivity as S
+from mambalaya.experiments.claims import headline_ratios
+from mambalaya.experiments.evaluate import evaluate
+from mambalaya.workloads import PRESETS
+
+runner = CliRunner()
+
+
+def test_shipped_spec_names_every_documented_assumption() -> None:
+    spec = S.load_sensitivity_spec("h100-like")
+    keys = {a.key for a in spec.assumptions}
+    for key in ("precision", "compute.mfu_units", "compute.unary_cost_cycles", "compute.one_d_lanes",
+                "compute.one_d_ops_per_lane_per_cycle", "memory.onchip_buffer_bytes",
+                "compute.pipeline_wind_up_cycles", "compute.overlap_compute_units",
+                "memory.overlap_compute_and_memory", "batch", "scan"):
+        assert key in keys, key
+    for a in spec.assumptions:
+        assert len(a.reason.split()) >= 5, a.key  # every range has a reason
+    # the designs' own values lie within the stated ranges
+    mb = load_arch("mambalaya")
+    run = S.RunSetup(models=("mamba-130m",), configs={"mamba-130m": PRESETS["mamba-130m"]}, seq_lens=(2048,))
+    for a in spec.assumptions:
+        if a.numeric and not a.factor:
+            lo, hi, b = (S.numeric_value(a, v) for v in (a.low, a.high, S.base_value(a, mb, run)))
+            assert lo <= b <= hi, a.key
+
+
+def test_with_setting_changes_one_field_on_a_copy() -> None:
+    spec = S.load_sensitivity_spec("h100-like")
+    mfu = next(a for a in spec.assumptions if a.key == "compute.mfu_units")
+    cost = next(a for a in spec.assumptions if a.key == "compute.unary_cost_cycles")
+    mb = load_arch("mambalaya")
+    assert S.with_setting(mb, mfu, 256).compute.mfu_units == 256 and mb.compute.mfu_units == 1024
+    scaled = S.with_setting(mb, cost, 4)
+    assert scaled.compute.unary_cost_cycles["exp"] == 4 * mb.compute.unary_cost_cycles["exp"]
+    assert scaled.compute.unary_cost_cycles["neg"] == 0  # a plain elementwise op stays one
+
+
+@pytest.mark.parametrize("text, field", [
+    ("name: x\ndesigns: [mambalaya]\nassumptions:\n - {key: compute.nope, low: 1, high: 2, reason: because}\n", "key"),
+    ("name: x\ndesigns: [mambalaya]\nassumptions:\n - {key: compute.mfu_units, low: -1, high: 2, reason: because}\n",
+     "compute.mfu_units"),
+    ("name: x\ndesigns: [mambalaya]\nassumptions:\n - {key: compute.mfu_units, low: 1, high: 2}\n", "reason"),
+    ("name: x\ndesigns: [mambalaya]\nassumptions: [\n", "YAML"),
+])
+def test_bad_specs_name_the_field(tmp_path, text: str, field: str) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError) as err:
+        S.load_sensitivity_spec(path)
+    assert str(path) in str(err.value) and field in str(err.value)
+
+
+def test_closest_bisects_to_the_needed_value() -> None:
+    """A ratio that grows like sqrt(MFUs): the value that reaches a target is found by bisection."""
+    a = S.Assumption(key="compute.mfu_units", low=256, high=4096, reason="a test range of MFU counts")
+
+    def at(_a, value):
+        return {"r": math.sqrt(float(value)) / 10}
+
+    got = S._closest(a, 1024, "r", 5.0, at(a, 1024)["r"], at)  # needs 2500 MFUs
+    assert got["reaches"] and abs(float(got["value"]) - 2500) / 2500 < 0.05
+    out = S._closest(a, 1024, "r", 9.0, at(a, 1024)["r"], at)  # 8100 is out of range
+    assert not out["reaches"] and out["value"] == 4096
+
+
+def _latency(rows):
+    return pd.DataFrame(rows, columns=["model", "phase", "seq_len", "arch", "layer_latency_s", "model_latency_s"])
+
+
+def test_headline_ratios_by_hand() -> None:
+    rows = []
+    for L, (m, g, c) in {2048: (1.0, 2.0, 3.0), 4096: (2.0, 3.0, 8.0)}.items():
+        for arch, t in (("mambalaya", m), ("geens-ideal", g), ("marca-ideal", c)):
+            rows.append(("m", "prefill", L, arch, t, 10 * t))
+    for arch, t in (("mambalaya", 0.1), ("geens-ideal", 0.15), ("marca-ideal", 0.2)):
+        rows.append(("m", "generation", 1, arch, t, 10 * t))
+    r = headline_ratios(_latency(rows), "m", generated_tokens=10)
+    assert r["prefill vs marca-ideal"][0] == pytest.approx((3 / 1 + 8 / 2) / 2)
+    assert r["prefill vs geens-ideal (max)"][0] == pytest.approx(2.0)
+    assert r["generation vs marca-ideal"][0] == pytest.approx(2.0)
+    # end to end at L=2048: (30 + 10*2) / (10 + 10*1) = 2.5; at 4096: (80 + 20) / (20 + 10) = 10/3
+    assert r["end-to-end vs marca-ideal"][0] == pytest.approx((2.5 + 10 / 3) / 2)
+
+
+def test_run_sensitivity_rows_match_direct_evaluations() -> None:
+    """Each row's ratio is the ratio of two direct evaluations with the setting applied."""
+    spec = S.SensitivitySpec(name="t", designs=["mambalaya", "marca-ideal"], assumptions=[
+        S.Assumption(key="compute.mfu_units", low=256, high=4096, reason="a test range of MFU counts"),
+        S.Assumption(key="batch", low=2, high=16, reason="a test range of batch sizes"),
+    ])
+    model = "mamba-130m"
+    run = S.RunSetup(models=(model,), configs={model: PRESETS[model]}, seq_lens=(512,), batch=4,
+                     phases=("prefill",))
+    result = S.run_sensitivity(spec, run, S.pair_ratio("mambalaya", "marca-ideal"))
+    label = S.pair_label(model, "prefill", "mambalaya", "marca-ideal")
+    row = next(r for r in result.rows if r["key"] == "compute.mfu_units" and r["end"] == "low")
+    arch = {d: S.with_setting(load_arch(d), spec.assumptions[0], 256) for d in spec.designs}
+    direct = [evaluate(arch[d], model, PRESETS[model], phase="prefill", seq_len=512, batch=4).result.latency_s
+              for d in ("marca-ideal", "mambalaya")]
+    assert row["ours"] == pytest.approx(direct[0] / direct[1], rel=1e-12)
+    row = next(r for r in result.rows if r["key"] == "batch" and r["end"] == "high")
+    direct = [evaluate(d, model, PRESETS[model], phase="prefill", seq_len=512, batch=16).result.latency_s
+              for d in ("marca-ideal", "mambalaya")]
+    assert row["ours"] == pytest.approx(direct[0] / direct[1], rel=1e-12)
+    assert result.base[label] == pytest.approx(next(r["base"] for r in result.rows))
+
+
+def test_sensitivity_cli_writes_tornado_and_csv(tmp_path) -> None:
+    r = runner.invoke(app, ["sensitivity", "--model", "mamba-130m", "--seq-lens", "512", "--batch", "4",
+                            "--published", "4.9", "--out", str(tmp_path), "--format", "csv"])
+    assert r.exit_code == 0, r.output
+    rows = pd.read_csv(tmp_path / "sensitivity.csv")
+    assert {"assumption", "end", "value", "ours", "base", "reason"} <= set(rows.columns)
+    for ext in ("png", "svg"):
+        assert (tmp_path / f"tornado.{ext}").stat().st_size > 1000
+    assert (tmp_path / "what_would_it_take.csv").exists()
+    bad = runner.invoke(app, ["sensitivity", "--design", "mambalaya", "--baseline", "mambalaya"])
+    assert bad.exit_code == 1 and "same design" in bad.stderr

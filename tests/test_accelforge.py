@@ -177,6 +177,34 @@ def test_unfused_mamba2_matches_accelforge_to_the_bit(py312, phase, seq_len, sca
         assert r["accelforge_bits"] == r["ours_bits"], r
 
 
+def test_export_carries_per_tensor_widths():
+    """Under a mixed policy the workload's 'All' width is the most common one and every access
+    to a tensor of another width carries its own bits_per_value."""
+    c = build_layer(TINY, phase="prefill", seq_len=T, batch=1, state_io=True, precision="reference-kernels")
+    data = yaml.safe_load(export_workload(c, unroll_scan=T))
+    assert data["workload"]["bits_per_value"] == {"All": 16}
+    graph = _translate(c, T)[0]
+    for e in data["workload"]["einsums"]:
+        for ta in e["tensor_accesses"]:
+            bits = graph.tensors[ta["name"]].bits
+            assert ta.get("bits_per_value", 16) == bits, (e["name"], ta["name"])
+    assert any(ta.get("bits_per_value") == 32 for e in data["workload"]["einsums"] for ta in e["tensor_accesses"])
+
+
+@pytest.mark.parametrize("config,phase,seq_len,unroll,state_io", [
+    (TINY, "prefill", T, T, True),
+    (MAMBA2_TINY, "prefill", 2 * T, 2 * T, False),  # the chunked form with incoming state cannot unroll
+], ids=["mamba1-unrolled-state", "mamba2-chunked-unrolled"])
+def test_mixed_precision_matches_accelforge_to_the_bit(py312, config, phase, seq_len, unroll, state_io):
+    """Under reference-kernels (float32 scan tensors, 16-bit elsewhere) both tools still agree
+    on every tensor to the bit."""
+    c = build_layer(config, phase=phase, seq_len=seq_len, batch=1, state_io=state_io, precision="reference-kernels")
+    rows = cross_check_via(py312, c, unroll_scan=unroll)["rows"]
+    assert any(_translate(c, unroll)[0].tensors[r["tensor"]].bits == 32 and r["ours_bits"] for r in rows)
+    for r in rows:
+        assert r["accelforge_bits"] == r["ours_bits"], r
+
+
 def test_fused_mapper_vs_our_optimal_tiny(py312):
     """AccelForge's mapper (objective: DRAM bits, 50 MiB buffer) vs our optimal search on a tiny
     decode step (~3 min of AccelForge mapping). Our optimal fuses the whole layer into one group.

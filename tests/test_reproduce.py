@@ -38,8 +38,30 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
             assert path.exists() and path.stat().st_size > 1000, path
         assert f"figures/{name}.png" in report
     for table in ("latency", "speedups", "end_to_end", "einsums", "traffic_by_tensor", "timeline", "roofline",
-                  "fusion_classes", "architectures", "geens_claims", "scan_forms"):
+                  "fusion_classes", "architectures", "geens_claims", "scan_forms", "headlines", "precision",
+                  "latency_uniform", "sensitivity", "what_would_it_take"):
         assert (out / f"{table}.csv").exists(), table
+    # both precision policies, the main one with a source
+    heads = pd.read_csv(out / "headlines.csv")
+    assert set(heads.precision) == {"reference-kernels"} and set(heads.alt_precision) == {"uniform"}
+    assert len(heads) == 5 * len(MODELS)
+    prec = pd.read_csv(out / "precision.csv")
+    h = prec[(prec.model == "mamba-130m") & (prec.tensor == "H")].iloc[0]
+    assert h.bits == 32 and "selective_scan" in h.source
+    assert "## Precision" in report and "reference-kernels" in report
+    # the sensitivity study: a tornado per headline ratio, a row per assumption end
+    sens = pd.read_csv(out / "sensitivity.csv")
+    assert {"precision", "compute.mfu_units", "memory.onchip_buffer_bytes", "batch", "scan"} <= set(sens.key)
+    for ratio in set(sens.ratio):
+        stem = "tornado_" + "".join(ch if ch.isalnum() or ch == "." else "_" for ch in ratio)
+        stem = "_".join(part for part in stem.split("_") if part)
+        assert (out / "figures" / f"{stem}.png").exists(), stem
+        assert f"figures/{stem}.png" in report
+    assert "What would it take" in report
+    # Geens et al.'s claim on its own workload: d_state 64, batch 1, 32-bit, at each of their L
+    geens = pd.read_csv(out / "geens_claims.csv")
+    assert set(geens.seq_len) == {1, 64, 512, 1024, 2048} and set(geens.bits) == {32}
+    assert "Mamba1-2.7B" in report and "RobinGeens/PACT-AE" in report
     lat = pd.read_csv(out / "latency.csv")
     assert set(lat.arch) == {"mambalaya", "marca-ideal", "geens-ideal", "mambalaya-greedy"}
     assert set(lat.model) == set(MODELS)

@@ -383,8 +383,13 @@ def _sensitivity_section(result) -> str:
     top = swing.drop_duplicates("ratio").head(20)[["ratio", "assumption", "end", "value", "ours", "base"]]
     figs = "\n".join(_fig(cfg, p.stem, f"sensitivity of {p.stem.removeprefix('tornado_')}")
                      for p in result.figures if p.name.startswith("tornado_") and p.suffix == ".png")
-    take_md = _md_table(take[["ratio", "published", "ours", "gap", "verdict"]]) if not take.empty else \
-        "No headline ratio is more than 25% from the published one."
+    if not take.empty:
+        heads = t["headlines"].assign(ratio=lambda d: d.model + ": " + d.key)[["ratio", "ours"]]
+        shown = take.rename(columns={"ours": "ours (study L)"}).merge(
+            heads.rename(columns={"ours": "ours (main grid)"}), on="ratio", how="left")
+        take_md = _md_table(shown[["ratio", "published", "ours (main grid)", "ours (study L)", "verdict"]])
+    else:
+        take_md = "No headline ratio is more than 25% from the published one."
     return f"""## Sensitivity: what each assumption does to each headline ratio
 
 Every documented assumption of the H100-like designs is moved to a low and a high value (the

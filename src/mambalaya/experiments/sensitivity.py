@@ -23,7 +23,7 @@ the evaluated points, which it checks only at those points.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Union
@@ -239,12 +239,15 @@ def run_sensitivity(
     far: float = 0.25,
     progress: Callable[[str], None] | None = None,
     prefetched: dict[tuple[str, Any], Any] | None = None,
+    models_of: Callable[[str], tuple[str, ...]] | None = None,
 ) -> SensitivityResult:
     """Every assumption at its low and high value; then, for each ratio in ``published`` more
     than ``far`` away from ours, what single assumption in range would take it there.
 
     ``prefetched`` maps ``(assumption key, value)`` to a future of :func:`evaluate_setting`'s
-    rows, computed elsewhere (see :func:`prefetch_settings`)."""
+    rows, computed elsewhere (see :func:`prefetch_settings`). ``models_of(ratio)`` names the
+    models a ratio depends on, so that the what-would-it-take search evaluates only those (the
+    ratio function must then accept tables of a subset of the models)."""
     tick = progress or (lambda _m: None)
     specs = {d: load_arch(d) for d in spec.designs}
     probe = specs[spec.designs[0]]
@@ -254,16 +257,26 @@ def run_sensitivity(
     result = SensitivityResult(base)
     cache: dict[tuple[str, Any], dict[str, float]] = {}
 
-    def at(a: Assumption, value: Value) -> dict[str, float]:
+    def at(a: Assumption, value: Value, models: tuple[str, ...] | None = None) -> dict[str, float]:
+        """The ratios with ``a`` at ``value``; ``models`` restricts the evaluation to the models
+        a ratio needs (the bisection's points), whose ratios alone are then returned."""
         if _key(value) == _key(base_value(a, probe, run)):
             return base
         key = (a.key, _key(value))
-        if key not in cache:
-            tick(f"sensitivity: {a.name} = {value}")
-            found = prefetched.pop(key, None)
-            rows = found.result() if found is not None else evaluate_setting(specs, run, a, value)
-            cache[key] = ratios(pd.DataFrame(rows))
-        return cache[key]
+        if key in cache:
+            return cache[key]
+        sub = (a.key, _key(value), models)
+        if models is not None and sub in cache:
+            return cache[sub]
+        tick(f"sensitivity: {a.name} = {value}")
+        found = prefetched.pop(key, None)
+        if found is not None:
+            cache[key] = ratios(pd.DataFrame(found.result()))
+            return cache[key]
+        setup = run if models is None else replace(run, models=models)
+        got = ratios(pd.DataFrame(evaluate_setting(specs, setup, a, value)))
+        cache[key if models is None else sub] = got
+        return got
 
     for a in applicable(spec, run):
         for end in ("low", "high"):
@@ -274,7 +287,7 @@ def run_sensitivity(
                 result.rows.append({"assumption": a.name, "key": a.key, "end": end, "value": value, "base_value": b,
                                     "ratio": ratio, "ours": v, "base": base.get(ratio), "reason": " ".join(a.reason.split())})
     if published:
-        result.take = _what_would_it_take(spec, run, probe, base, published, far, at)
+        result.take = _what_would_it_take(spec, run, probe, base, published, far, at, models_of)
     return result
 
 
@@ -306,7 +319,7 @@ def _key(value: Any) -> Any:
     return round(value, 12) if isinstance(value, float) else value
 
 
-def _what_would_it_take(spec, run, probe, base, published, far, at) -> list[dict[str, Any]]:
+def _what_would_it_take(spec, run, probe, base, published, far, at, models_of) -> list[dict[str, Any]]:
     rows = []
     for ratio, target in published.items():
         ours = base.get(ratio)
@@ -314,19 +327,30 @@ def _what_would_it_take(spec, run, probe, base, published, far, at) -> list[dict
             continue
         candidates = []
         for a in applicable(spec, run):
-            candidates.append(_closest(a, base_value(a, probe, run), ratio, target, base[ratio], at))
+            models = models_of(ratio) if models_of else None
+            candidates.append(_closest(a, base_value(a, probe, run), ratio, target, base[ratio],
+                                       lambda x, v: at(x, v, models)))
         reached = [c for c in candidates if c["reaches"]]
+        straddle = [c for c in candidates if c.get("between")]
         pool = reached or candidates
         best = min(pool, key=lambda c: (abs(c["ratio_at"] - target) / target, c["assumption"]))
+        if reached:
+            verdict = (f"reaches {target:g}x at {best['key']} = {_fmt(best['value'])} (base {_fmt(best['base_value'])}; "
+                       f"{best['ratio_at']:.2f}x there)")
+        elif straddle:
+            best = straddle[0]
+            (v0, r0), (v1, r1) = best["between"]
+            verdict = (f"no numeric assumption in range reaches it; the categorical {best['key']} straddles it: "
+                       f"{r0:.2f}x at {_fmt(v0)}, {r1:.2f}x at {_fmt(v1)}")
+        else:
+            verdict = (f"none within range: the closest is {best['key']} = {_fmt(best['value'])}, "
+                       f"giving {best['ratio_at']:.2f}x")
         rows.append({
             "ratio": ratio, "published": target, "ours": ours, "gap": (ours - target) / target,
             "closest_assumption": best["assumption"], "key": best["key"],
             "value_needed": best["value"] if best["reaches"] else None,
             "closest_value_in_range": best["value"], "ratio_at_value": best["ratio_at"],
-            "base_value": best["base_value"],
-            "verdict": (f"reaches {target:g}x at {best['key']} = {_fmt(best['value'])} (base {_fmt(best['base_value'])})"
-                        if best["reaches"] else
-                        f"none within range: the closest is {best['key']} = {_fmt(best['value'])}, giving {best['ratio_at']:.2f}x"),
+            "base_value": best["base_value"], "verdict": verdict,
             "all": "; ".join(f"{c['assumption']}: {c['ratio_at']:.2f}x at {_fmt(c['value'])}" for c in candidates),
         })
     return rows
@@ -354,7 +378,11 @@ def _closest(a: Assumption, b: Value, ratio: str, target: float, at_base: float,
                 return {**info, "value": value, "ratio_at": got, "reaches": True}
     finite = [p for p in points if math.isfinite(p[1])]
     v, r = min(finite, key=lambda p: abs(p[1] - target)) if finite else (b, math.nan)
-    return {**info, "value": v, "ratio_at": r, "reaches": bool(finite) and abs(r - target) / target <= 0.02}
+    below = [p for p in finite if p[1] < target]
+    above = [p for p in finite if p[1] > target]
+    between = (max(below, key=lambda p: p[1]), min(above, key=lambda p: p[1])) if below and above else None
+    return {**info, "value": v, "ratio_at": r, "reaches": bool(finite) and abs(r - target) / target <= 0.02,
+            "between": None if a.numeric else between}
 
 
 def _bisect(a: Assumption, v0, r0, v1, r1, ratio, target, at, steps: int = 6) -> tuple[Any, float]:

@@ -296,7 +296,8 @@ def _scan_form_rows(config: ReproduceConfig) -> pd.DataFrame:
         if getattr(cfg, "family", "") != "mamba2":
             continue
         for scan in ("recurrent", "chunked"):
-            c = build_layer(cfg, phase="prefill", seq_len=config.detail_seq_len, batch=config.batch, scan=scan)
+            c = build_layer(cfg, phase="prefill", seq_len=config.detail_seq_len, batch=config.batch, scan=scan,
+                            precision=load_arch("mambalaya").precision)
             classes = pd.Series([e.fusion_class for e in classify_edges(c) if e.producer]).value_counts()
             inter = sorted(((c.nbytes(t), t) for t, sp in c.tensors.items() if sp.role == Role.INTERMEDIATE), reverse=True)
             rows.append({

@@ -219,3 +219,38 @@ def test_mixed_precision_executor_tracks_transformers(storage: str, tol: float) 
         states = carry_states(decode, out)
         errors += [rel(out["XO"], y), rel(states["H0"], s["H"])]
     assert 1e-5 < max(errors) <= tol, errors
+
+
+@pytest.mark.parametrize("scan", ["recurrent", "chunked"])
+def test_mixed_precision_mamba2_tracks_transformers(scan: str) -> None:
+    """The same for Mamba-2, both scan forms of the prefill and a decode step (bfloat16 storage
+    of the 16-bit tensors; tolerance as above)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    import hf_reference_mamba2 as hf
+
+    from mambalaya.execute import carry_states
+    from mambalaya.workloads.mamba2 import chunked_output_to_positions, mamba2_constants
+
+    ref = hf.run_hf_mamba2_block(d_model=32, ngroups=2, batch=2, seq_len=24, n_decode=2, dtype="float32", seed=7)
+    config = Mamba2Config(**ref["config"])
+    weights = ref["weights"]
+    prefill = apply_policy(mamba2_layer(config, batch=2, seq_len=24, state_io=True, scan=scan), "reference-kernels", 16)
+    zero = {t: np.zeros(prefill.shape(t)) for t in prefill.external_tensors() if prefill.tensors[t].role.value == "state"}
+    out = execute(prefill, {"X": ref["x_prefill"], **weights, **zero, **mamba2_constants(prefill)},
+                  dtype="float32", storage="bfloat16")
+    xo = out["XO"] if scan == "recurrent" else chunked_output_to_positions(out["XO"], 24)
+
+    def rel(a, b):
+        return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+    errors = [rel(xo, ref["y_prefill"])]
+    states = carry_states(prefill, out)
+    decode = apply_policy(mamba2_layer(config, batch=2, seq_len=1, phase="decode"), "reference-kernels", 16)
+    for x, y, s in zip(ref["x_decode"], ref["y_decode"], ref["states_decode"]):
+        out = execute(decode, {"X": x, **weights, **states}, dtype="float32", storage="bfloat16")
+        states = carry_states(decode, out)
+        errors += [rel(out["XO"], y), rel(states["H0"], s["H0"])]
+    assert 1e-5 < max(errors) <= 3e-2, errors

@@ -608,6 +608,7 @@ def reproduce_cmd(
     batch: BatchOpt = 64,
     generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
     figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the figures.")] = True,
+    precision: Annotated[Optional[str], typer.Option("--precision", help="Precision policy of the main result (default: each design's own, reference-kernels for the shipped designs).")] = None,
     compare_precision: Annotated[str, typer.Option("--compare-precision", help="Also compute the headline ratios under this precision policy ('none' to skip); the main result uses each design's own.")] = "uniform",
     sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
     sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
@@ -627,6 +628,7 @@ def reproduce_cmd(
         else tuple(L for L in ReproduceConfig.sensitivity_seq_lens if L in lens) or lens[:1]
     config = ReproduceConfig(models=names, batch=batch, seq_lens=lens, generated_tokens=generated,
                              detail_seq_len=detail, out=out, figures=figures,
+                             precision=precision,
                              compare_precision=None if compare_precision == "none" else compare_precision,
                              sensitivity=None if sensitivity == "none" else sensitivity,
                              sensitivity_seq_lens=sens_lens)

@@ -321,9 +321,9 @@ def _precision_section(result) -> str:
              if not wide.empty else "Every tensor at the design's width.")
     return f"""## Precision
 
-The main result uses the **{main}** precision policy, each design's own (the arch specs' `precision`
-field): it is the one with a source, the widths the reference Mamba implementations compute in.
-{f"The headline ratios are also given under **{alt}** (every tensor at the design's 16 bits), which has no source and is a sensitivity point." if alt else ""}
+The main result uses the **{main}** precision policy, {"given with --precision" if result.config.precision else "each design's own (the arch specs' `precision` field)"}.
+{"" if result.config.precision else "It is the one with a source: the widths the reference Mamba implementations compute in."}
+{f"The headline ratios are also given under **{alt}**" + (" (every tensor at the design's width), which has no source and is a sensitivity point." if alt == "uniform" else ".") if alt else ""}
 The choice is not made by closeness to the published numbers. Tensors whose width differs from
 the rest of their cascade under {main} (`precision.csv` lists every tensor, its rule and source):
 

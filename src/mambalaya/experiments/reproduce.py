@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import multiprocessing
 from concurrent.futures import ProcessPoolExecutor
 import time
@@ -49,9 +50,11 @@ class ReproduceConfig:
     detail_seq_len: int = 2048  # per-Einsum tables, roofline and timelines at this L
     out: Path = Path("results")
     figures: bool = True
-    #: The headline ratios are also computed with every design under this precision policy
-    #: (None: not), beside the main result under each design's own policy (its spec's
+    #: The precision policy of the main result (None: each design's own, its spec's
     #: ``precision``; reference-kernels for the shipped H100-like designs).
+    precision: str | None = None
+    #: The headline ratios are also computed with every design under this precision policy
+    #: (None: not), beside the main result.
     compare_precision: str | None = "uniform"
     #: The sensitivity study (None: skipped): a shipped spec name or a YAML file.
     sensitivity: str | None = "h100-like"
@@ -188,24 +191,26 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
         for L in config.seq_lens:
             for label, d, mapping in runs:
                 tick(f"{model} prefill L={L} on {label}")
-                ev = _evaluate(specs[d], model, cfg, phase="prefill", seq_len=L, batch=config.batch, mapping=mapping)
+                ev = _evaluate(specs[d], model, cfg, phase="prefill", seq_len=L, batch=config.batch, mapping=mapping,
+                               precision=config.precision)
                 latency_rows_all.append(_eval_row(ev, "prefill", label))
                 if L == config.detail_seq_len:
                     details[(model, "prefill", label)] = ev
         for label, d, mapping in runs:
             tick(f"{model} generation on {label}")
-            ev = _evaluate(specs[d], model, cfg, phase="decode", seq_len=1, batch=config.batch, mapping=mapping)
+            ev = _evaluate(specs[d], model, cfg, phase="decode", seq_len=1, batch=config.batch, mapping=mapping,
+                           precision=config.precision)
             latency_rows_all.append(_eval_row(ev, "generation", label))
             details[(model, "generation", label)] = ev
         for phase in ("prefill", "generation"):
             tick(f"{model} {phase}: ideal fusion")
             ev = _evaluate(specs["mambalaya"], model, cfg, phase="prefill" if phase == "prefill" else "decode",
                            seq_len=config.detail_seq_len if phase == "prefill" else 1, batch=config.batch,
-                           mapping="ideal")
+                           mapping="ideal", precision=config.precision)
             details[(model, phase, "mambalaya/ideal")] = ev
     lat = pd.DataFrame(latency_rows_all)
     result.tables["latency"] = lat
-    main_policy = _main_policy(specs)
+    main_policy = config.precision or _main_policy(specs)
 
     # speedups of mambalaya over each baseline, per phase and L
     result.tables["speedups"] = _speedups(lat)
@@ -228,7 +233,7 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
                                precision=config.compare_precision)
                 alt_rows.append(_eval_row(ev, "generation", d))
         alt = pd.DataFrame(alt_rows)
-        result.tables[f"latency_{config.compare_precision}"] = alt
+        result.tables[f"latency_{_policy_label(config.compare_precision)}"] = alt
     result.tables["headlines"] = _headline_table(config, lat, alt, main_policy)
     result.tables["precision"] = _precision_rows(details, specs)
 
@@ -297,7 +302,7 @@ def _scan_form_rows(config: ReproduceConfig) -> pd.DataFrame:
             continue
         for scan in ("recurrent", "chunked"):
             c = build_layer(cfg, phase="prefill", seq_len=config.detail_seq_len, batch=config.batch, scan=scan,
-                            precision=load_arch("mambalaya").precision)
+                            precision=config.precision or load_arch("mambalaya").precision)
             classes = pd.Series([e.fusion_class for e in classify_edges(c) if e.producer]).value_counts()
             inter = sorted(((c.nbytes(t), t) for t, sp in c.tensors.items() if sp.role == Role.INTERMEDIATE), reverse=True)
             rows.append({
@@ -348,6 +353,13 @@ def _geens_rows() -> pd.DataFrame:
                          "speedup_fused_vs_unfused": unf.result.latency_s / ssm.result.latency_s,
                          "ssm_region_speedup": unf_region / ssm_region if ssm_region else float("nan")})
     return pd.DataFrame(rows)
+
+
+def _policy_label(policy: str) -> str:
+    """A policy's own name (a file's ``name:`` field), for table names."""
+    from mambalaya.workloads.precision import load_policy
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", load_policy(policy).name)
 
 
 def _main_policy(specs: dict) -> str:
@@ -421,6 +433,7 @@ def _sensitivity_run(config: ReproduceConfig):
 
     lens = tuple(L for L in config.sensitivity_seq_lens if L in config.seq_lens) or config.seq_lens[:1]
     return RunSetup(models=config.models, configs={m: PRESETS[m] for m in config.models}, seq_lens=lens,
+                    precision=config.precision,
                     batch=config.batch, generated_tokens=config.generated_tokens)
 
 

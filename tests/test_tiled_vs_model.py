@@ -22,13 +22,13 @@ from mambalaya.model.search import NAMED_MAPPINGS, named_mapping, tileable_ranks
 from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
-from mambalaya.workloads.precision import apply_policy, policy_from_dict
+from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 
 CFG = Mamba1Config(d_model=8, d_state=2, d_conv=3)
 CFG2 = Mamba2Config(d_model=8, headdim=4, d_state=2, ngroups=2, chunk_size=3, d_conv=3)
 #: A deliberately odd mixed-precision policy: widths of 8, 24 and 32 bits on tensors of every
 #: role, so that every byte count of the model and the executor meets several widths.
-ODD = policy_from_dict({
+ODD = PrecisionPolicy.model_validate({
     "name": "odd", "default": 16, "roles": {"weight": 8},
     "families": {"mamba1": {"X": 24, "H0": 32, "H": 32, "XI": 8, "CS0": 24, "BM": 32, "YS": 24, "XO": 32},
                  "mamba2": {"ACS": 32, "HC": 24, "H0": 32, "XDT": 8, "CB": 24, "LM": 8, "CM": 32, "XO": 24}},

@@ -58,6 +58,30 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
         raise SpecError("not valid YAML: nested too deeply", source=source) from None
 
 
+def load_spec_text(text: str, model: type, *, what: str, fields: str, source: str) -> Any:
+    """Parse YAML ``text`` and validate it into the pydantic ``model``: every problem is one
+    :class:`SpecError` naming ``source`` and the field (``what`` names the kind of spec, e.g.
+    "precision policy"; ``fields`` lists its top-level fields for the not-a-mapping message)."""
+    data = parse_yaml_text(text, source=source)
+    if data is None:
+        raise SpecError(f"the {what} is empty", source=source)
+    if not isinstance(data, dict):
+        raise SpecError(f"a {what} is a mapping ({fields}), not {kind_of(data)}", source=source)
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise SpecError(describe_validation_error(err, f"invalid {what}"), source=source) from None
+
+
+def read_spec_file(path: str, what: str) -> str:
+    """The text of a spec file, or a :class:`SpecError` naming it."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except (OSError, UnicodeDecodeError) as err:
+        raise SpecError(f"cannot read {what}: {getattr(err, 'strerror', None) or err}", source=str(path)) from None
+
+
 _TYPE_WORDS = {
     "int_type": "must be an integer",
     "int_parsing": "must be an integer",

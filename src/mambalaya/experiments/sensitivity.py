@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any, Callable, Union
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
-from mambalaya.arch.spec import _parse_float_quantity, _BYTE_UNITS  # noqa: F401 - byte quantities in specs
+from mambalaya.arch.spec import _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
-from mambalaya.specio import FieldProblem, describe_validation_error, kind_of, parse_yaml_text
+from mambalaya.specio import FieldProblem, load_spec_text, read_spec_file
 from mambalaya.workloads import ModelConfig
 from mambalaya.workloads.precision import load_policy
 
@@ -91,19 +91,10 @@ def load_sensitivity_spec(name_or_path: str | Path = "h100-like") -> Sensitivity
     if isinstance(name_or_path, str) and shipped.is_file():
         text, source = shipped.read_text(encoding="utf-8"), f"{name_or_path}.yaml (shipped sensitivity spec)"
     else:
-        path = Path(name_or_path)
-        try:
-            text, source = path.read_text(encoding="utf-8"), str(path)
-        except (OSError, UnicodeDecodeError) as err:
-            raise SpecError(f"cannot read sensitivity spec: {getattr(err, 'strerror', None) or err} "
-                            "(shipped: h100-like)", source=str(path)) from None
-    data = parse_yaml_text(text, source=source)
-    if not isinstance(data, dict):
-        raise SpecError(f"a sensitivity spec is a mapping (name, designs, assumptions), not {kind_of(data)}", source=source)
-    try:
-        spec = SensitivitySpec.model_validate(data)
-    except ValidationError as err:
-        raise SpecError(describe_validation_error(err, "invalid sensitivity spec"), source=source) from None
+        source = str(name_or_path)
+        text = read_spec_file(source, "sensitivity spec (shipped: h100-like)")
+    spec = load_spec_text(text, SensitivitySpec, what="sensitivity spec", fields="name, designs, assumptions",
+                          source=source)
     for n, a in enumerate(spec.assumptions):  # the values must make valid designs
         for end in ("low", "high"):
             try:

@@ -37,13 +37,13 @@ from importlib import resources
 from pathlib import Path
 from typing import Any, Literal, Union
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 from typing_extensions import Annotated
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
-from mambalaya.specio import FieldProblem, describe_validation_error, kind_of, parse_yaml_text
+from mambalaya.specio import FieldProblem, load_spec_text, read_spec_file
 
 FAMILIES: tuple[str, ...] = ("mamba1", "mamba2")
 DESIGN = "design"
@@ -167,34 +167,12 @@ def load_policy(name_or_path: str | os.PathLike[str] | PrecisionPolicy) -> Preci
             f"unknown precision policy {text!r}: use a shipped one ({', '.join(shipped_policies())}) "
             "or the path of a policy YAML file"
         )
-    try:
-        content = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(f"cannot read precision policy: {getattr(err, 'strerror', None) or err}", source=str(path)) from None
-    return loads_policy(content, source=str(path))
+    return loads_policy(read_spec_file(str(path), "precision policy"), source=str(path))
 
 
 def loads_policy(text: str, *, source: str = "<string>") -> PrecisionPolicy:
-    data = parse_yaml_text(text, source=source)
-    if data is None:
-        raise SpecError("the precision policy is empty", source=source)
-    return policy_from_dict(data, source=source)
-
-
-def policy_from_dict(data: Any, *, source: str = "<dict>") -> PrecisionPolicy:
-    if not isinstance(data, dict):
-        raise SpecError(
-            f"a precision policy is a mapping (name, default, roles, families, sources), not {kind_of(data)}",
-            source=source,
-        )
-    try:
-        return PrecisionPolicy.model_validate(data)
-    except ValidationError as err:
-        raise SpecError(_describe(err), source=source) from None
-
-
-def _describe(err: ValidationError) -> str:
-    return describe_validation_error(err, "invalid precision policy")
+    return load_spec_text(text, PrecisionPolicy, what="precision policy",
+                          fields="name, default, roles, families, sources", source=source)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -245,7 +223,6 @@ __all__ = [
     "family_tensor_names",
     "load_policy",
     "loads_policy",
-    "policy_from_dict",
     "policy_rows",
     "shipped_policies",
 ]

@@ -185,3 +185,15 @@ def test_cli_run_plot_export(tmp_path) -> None:
     assert len(pd.read_parquet(tmp_path / "s.parquet")) == 16
     r = runner.invoke(app, ["sweep", "export", str(tmp_path / "none.sqlite")])
     assert r.exit_code == 1 and "no such sweep store" in r.stderr
+
+
+def test_precision_is_a_sweep_axis() -> None:
+    """A point's precision policy reaches its cascade: reference-kernels moves more bytes
+    unfused than uniform (the float32 scan tensors), and a bad policy is that point's error."""
+    base = {"arch": "marca-ideal", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
+            "mapping": "default"}
+    uniform, reference, bad = evaluate_chunk([dict(base, precision="uniform"), dict(base, precision="reference-kernels"),
+                                              dict(base, precision="fp3")])
+    assert not uniform.error and not reference.error
+    assert reference.outputs["offchip_bytes"] > uniform.outputs["offchip_bytes"]
+    assert bad.error and "fp3" in bad.error and "precision" in bad.error

@@ -387,3 +387,12 @@ def test_mapping_names_match_the_search():
     from mambalaya.model.search import NAMED_MAPPINGS
 
     assert tuple(MAPPING_NAMES) == tuple(NAMED_MAPPINGS)
+
+
+def test_yaml_round_trip_keeps_line_break_characters() -> None:
+    """PyYAML writes a NEL (U+0085) inside single quotes and reads it back as a space; the
+    dump falls back to escapes then (hypothesis found name = '\\x85')."""
+    data = arch_to_dict(load_arch("geens-ideal"))
+    data["name"] = "\x85"
+    spec = arch_from_dict(data)
+    assert loads_arch(arch_to_yaml(spec)) == spec

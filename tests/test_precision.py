@@ -29,9 +29,9 @@ runner = CliRunner()
 #: The float32 tensors of reference-kernels, as the README's table documents them (its sources
 #: are in the policy file): everything else is at the design's width.
 FLOAT32 = {
-    "mamba1": {"SS", "RS", "DELTA", "A", "AD", "BX", "H", "H0", "HN", "YS", "DS", "G"},
-    "mamba2": {"SS", "RS", "DELTA", "A", "DS", "AD", "BX", "H", "YS", "XDT", "ACS", "LD", "CB", "YDG", "DC", "ST",
-               "CD", "DO", "YO", "H0", "HN", "GZ", "YG", "SG", "RG"},
+    "mamba1": {"X", "XO", "XC", "SS", "RS", "DELTA", "A", "AD", "BX", "H", "H0", "HN", "YS", "DS", "G"},
+    "mamba2": {"X", "XO", "XC", "BC", "CC", "SS", "RS", "DELTA", "A", "DS", "AD", "BX", "H", "YS", "ACS", "LD", "CB",
+               "YDG", "DC", "ST", "CD", "DO", "YO", "H0", "HN", "GZ", "YG", "SG", "RG"},
 }
 
 CFG1 = Mamba1Config(d_model=16)
@@ -73,7 +73,8 @@ def test_every_named_width_has_a_source() -> None:
     for family, entries in policy.families.items():
         for tensor in entries:
             source = policy.sources.get(f"{family}.{tensor}", "")
-            assert ("ss " in source or "hf " in source) and any(x in source for x in (".py", ".cuh", ".cpp")), tensor
+            assert ("ss " in source or "hf " in source or "causal-conv1d" in source), tensor
+            assert any(x in source for x in (".py", ".cuh", ".cpp", ".cu")), tensor
     assert policy.sources["default"]
     rows = policy_rows(policy, FORMS["mamba1 prefill"], 16)
     delta = next(r for r in rows if r["tensor"] == "DELTA")

@@ -135,7 +135,11 @@ def arch_to_dict(spec: ArchSpec) -> dict[str, Any]:
 
 def arch_to_yaml(spec: ArchSpec) -> str:
     """The spec as YAML text that :func:`loads_arch` reads back to an equal spec."""
-    return yaml.safe_dump(arch_to_dict(spec), sort_keys=False, allow_unicode=True, width=100)
+    data = arch_to_dict(spec)
+    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    if yaml.safe_load(text) != data:  # PyYAML folds a NEL (U+0085) in single quotes: escape instead
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False, width=100)
+    return text
 
 
 _UNITS: dict[str, str] = {

@@ -16,8 +16,10 @@ searched over its range (on a logarithmic scale where both ends are positive): i
 crosses the published value between two evaluated values, bisection finds the value at which
 it is reached (to a relative tolerance of 2%); otherwise the value in range that comes closest
 is reported. The single assumption that comes closest wins; "none within range" is said when
-none reaches the published value. The search assumes the ratio varies monotonically between
-the evaluated points, which it checks only at those points.
+none reaches the published value. A categorical assumption (the scan form, the precision
+policy, an overlap switch) has no values in between: when its values fall on both sides of the
+published ratio, the table says it straddles it. The search assumes the ratio varies
+monotonically between the evaluated points, which it checks only at those points.
 """
 
 from __future__ import annotations

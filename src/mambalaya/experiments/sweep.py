@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-import yaml
 
 from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.experiments.store import PointResult, ResultStore, model_fingerprint, point_id
 
 POINT_KEYS = ("arch", "model", "phase", "seq_len", "batch", "mapping")
@@ -71,14 +71,7 @@ class SweepSpec:
 
 def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> SweepSpec:
     path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise SpecError(f"cannot read sweep spec: {err.strerror or err}", source=str(path)) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        raise SpecError(f"sweep spec is not valid YAML: {getattr(err, 'problem', err)}", source=str(path),
-                        line=mark.line + 1 if mark else None, column=mark.column + 1 if mark else None) from None
+    data = parse_yaml_text(read_spec_file(str(path), "sweep spec"), source=str(path))
     if not isinstance(data, dict):
         raise SpecError("a sweep spec is a mapping with a 'grid'", source=str(path))
     unknown = set(data) - {"name", "store", "grid", "fixed", "chunk_size", "description"}

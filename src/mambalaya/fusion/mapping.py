@@ -55,6 +55,7 @@ from typing import Iterable, Literal
 import yaml
 
 from mambalaya.errors import SpecError
+from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.einsum.cascade import Cascade, stable_topological_order
 from mambalaya.einsum.ir import Einsum, rank_of_variable
 
@@ -464,14 +465,9 @@ def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
 
 
 def load_mapping(path: str | Path) -> Mapping:
-    path = Path(path)
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise SpecError(f"cannot read mapping file: {err.strerror or err}", source=str(path)) from None
-    except yaml.YAMLError as err:
-        raise SpecError(f"mapping file is not valid YAML: {err}", source=str(path)) from None
-    return mapping_from_dict(data, source=str(path))
+    source = str(path)
+    data = parse_yaml_text(read_spec_file(source, "mapping file"), source=source)
+    return mapping_from_dict(data, source=source)
 
 
 def unfused_mapping(cascade: Cascade) -> Mapping:

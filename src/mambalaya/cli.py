@@ -635,7 +635,7 @@ def reproduce_cmd(
     runs = len(DESIGNS) + len(EXTRA_DESIGNS)
     steps = len(names) * (len(lens) * runs + runs + 2) + (1 if figures else 0) + 2
     if config.compare_precision:
-        steps += len(names) * len(lens)
+        steps += 1
     if config.sensitivity:
         from mambalaya.experiments.sensitivity import load_sensitivity_spec
 

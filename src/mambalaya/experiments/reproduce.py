@@ -27,6 +27,7 @@ import pandas as pd
 
 from mambalaya.arch import arch_rows, load_arch
 from mambalaya.einsum.stats import cascade_stats
+from mambalaya.errors import MambalayaError
 from mambalaya.experiments.claims import FAR_GAP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
 from mambalaya.fusion.edges import classify_edges, edge_rows
@@ -219,20 +220,15 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
     # the headline ratios under the main policy, and under the comparison policy
     alt = None
     if config.compare_precision and config.compare_precision != main_policy:
-        alt_rows = []
-        for model in config.models:
-            cfg = PRESETS[model]
-            for L in config.seq_lens:
-                tick(f"{model} prefill L={L}, precision {config.compare_precision}")
-                for d in DESIGNS:
-                    ev = _evaluate(specs[d], model, cfg, phase="prefill", seq_len=L, batch=config.batch,
-                                   precision=config.compare_precision)
-                    alt_rows.append(_eval_row(ev, "prefill", d))
-            for d in DESIGNS:
-                ev = _evaluate(specs[d], model, cfg, phase="decode", seq_len=1, batch=config.batch,
-                               precision=config.compare_precision)
-                alt_rows.append(_eval_row(ev, "generation", d))
-        alt = pd.DataFrame(alt_rows)
+        from mambalaya.experiments.sensitivity import RunSetup, evaluate_setting
+
+        tick(f"every design at every L, precision {config.compare_precision}")
+        run = RunSetup(models=config.models, configs={m: PRESETS[m] for m in config.models}, seq_lens=config.seq_lens,
+                       batch=config.batch, generated_tokens=config.generated_tokens, precision=config.compare_precision)
+        alt = pd.DataFrame(evaluate_setting({d: specs[d] for d in DESIGNS}, run, None, None))
+        failed = alt[alt.error != ""]
+        if not failed.empty:
+            raise MambalayaError(f"under precision {config.compare_precision}: {failed.error.iloc[0]}")
         result.tables[f"latency_{_policy_label(config.compare_precision)}"] = alt
     result.tables["headlines"] = _headline_table(config, lat, alt, main_policy)
     result.tables["precision"] = _precision_rows(details, specs)

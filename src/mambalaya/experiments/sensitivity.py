@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable, Union
@@ -91,10 +92,18 @@ def load_sensitivity_spec(name_or_path: str | Path = "h100-like") -> Sensitivity
     """A shipped sensitivity spec by name, or a YAML file."""
     shipped = resources.files("mambalaya").joinpath("data/sensitivity", f"{name_or_path}.yaml")
     if isinstance(name_or_path, str) and shipped.is_file():
-        text, source = shipped.read_text(encoding="utf-8"), f"{name_or_path}.yaml (shipped sensitivity spec)"
-    else:
-        source = str(name_or_path)
-        text = read_spec_file(source, "sensitivity spec (shipped: h100-like)")
+        return _load_shipped(name_or_path)
+    source = str(name_or_path)
+    return _validated(read_spec_file(source, "sensitivity spec (shipped: h100-like)"), source)
+
+
+@lru_cache(maxsize=8)
+def _load_shipped(name: str) -> SensitivitySpec:
+    text = resources.files("mambalaya").joinpath("data/sensitivity", f"{name}.yaml").read_text(encoding="utf-8")
+    return _validated(text, f"{name}.yaml (shipped sensitivity spec)")
+
+
+def _validated(text: str, source: str) -> SensitivitySpec:
     spec = load_spec_text(text, SensitivitySpec, what="sensitivity spec", fields="name, designs, assumptions",
                           source=source)
     for n, a in enumerate(spec.assumptions):  # the values must make valid designs
@@ -189,7 +198,8 @@ def evaluate_setting(specs: dict[str, ArchSpec], run: RunSetup, assumption: Assu
                 points = (1,)
             for L in points:
                 for d, spec in designs.items():
-                    row = {"model": model, "phase": phase, "seq_len": L if phase == "prefill" else 1, "arch": d}
+                    row = {"model": model, "phase": phase, "seq_len": L if phase == "prefill" else 1, "arch": d,
+                           "precision": precision or spec.precision}
                     try:
                         ev = _evaluate(spec, model, cfg, "prefill" if phase == "prefill" else "decode", L, batch,
                                        precision, scan)

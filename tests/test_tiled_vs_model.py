@@ -4,7 +4,8 @@ For the named mappings and for hypothesis-generated random legal mappings, on sm
 and Mamba-2 configs, some with their scans unrolled into one Einsum per step and some with
 mixed per-tensor widths (a precision policy): ``run_tiled``
 moves real data through a counting off-chip store; its outputs must equal the untiled executor's (float64, relative <= 1e-12) and the bytes it counts per group
-and tensor must equal :func:`mapping_traffic`'s prediction exactly.
+and tensor must equal :func:`mapping_traffic`'s prediction exactly, and so must the on-chip
+buffer bytes it counts per Einsum (:func:`group_buffer_accesses`).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from mambalaya.execute import execute
 from mambalaya.execute.tiled import run_tiled
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping
 from mambalaya.model.search import NAMED_MAPPINGS, named_mapping, tileable_ranks
-from mambalaya.model.traffic import mapping_traffic
+from mambalaya.model.traffic import group_buffer_accesses, mapping_traffic
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
@@ -74,6 +75,12 @@ def check_run(c, key, mapping):
         assert run.group_read_bytes(g.group) == g.read_bytes, g.group
         assert run.group_write_bytes(g.group) == g.write_bytes, g.group
         assert run.onchip_peak_bytes[g.group] <= g.footprint_bytes
+    for group in mapping.groups:  # on-chip buffer reads and writes, per Einsum, to the byte
+        buf = group_buffer_accesses(c, group)
+        for e in group.einsums:
+            assert run.buffer_read_bytes[(group.name, e)] == buf.einsum_read_bytes[e], (group.name, e)
+            assert run.buffer_write_bytes[(group.name, e)] == buf.einsum_write_bytes[e], (group.name, e)
+        assert run.group_buffer_bytes(group.name) == (buf.read_bytes, buf.write_bytes), group.name
     assert run.offchip_bytes == model.offchip_bytes
     return run, model
 

@@ -196,6 +196,26 @@ class ComputeSpec(BaseModel):
             "for every function whose unary_cost_cycles entry is non-zero."
         ),
     )
+    dataflow: Literal["weight-stationary", "output-stationary", "input-stationary", "roofline"] = Field(
+        "weight-stationary",
+        description=(
+            "How GEMMs map onto the 2D array (mambalaya.model.spatial): the operand held in the PEs "
+            "during a fold (weight-, output- or input-stationary), whose ranks span the rows and "
+            "columns while the others stream; or 'roofline': an ideal macs / (rows * cols) with "
+            "no spatial quantisation (a GPU's tensor cores). Default weight-stationary, the "
+            "dataflow of TPU v1 (Jouppi et al., ISCA 2017)."
+        ),
+    )
+    stationary_double_buffered: bool = Field(
+        True,
+        description=(
+            "Whether the array loads the next fold's stationary tile while the current fold computes "
+            "(TPU v1's double-buffered weights, Jouppi et al., ISCA 2017): a fold takes T cycles (the "
+            "vectors it streams) and the load is on-chip traffic. False: every fold loads, fills and "
+            "drains alone, 2r + c + T - 2 cycles for the r rows and c columns it uses (SCALE-Sim, "
+            "Samajdar et al., ISPASS 2020)."
+        ),
+    )
     gemm_in_1d_mode: bool = Field(
         False,
         description=(
@@ -307,6 +327,14 @@ class MemorySpec(BaseModel):
         gt=0,
         description="Off-chip (DRAM/HBM) bandwidth in bytes per second. YAML may say '2039 GB/s', '3.35TB/s', ...",
     )
+    onchip_bandwidth_bytes_per_cycle: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description=(
+            "Bytes per cycle the on-chip buffer delivers (reads and writes together, "
+            "mambalaya.model.onchip): a group takes at least its buffer accesses over this "
+            "bandwidth. None: unbounded (the buffer never limits)."
+        ),
+    )
     overlap_compute_and_memory: bool = Field(
         True,
         description=(
@@ -366,6 +394,57 @@ class MappingPolicy(BaseModel):
         return self
 
 
+PicoJoules = Annotated[float, Field(ge=0)]
+
+
+class EnergySpec(BaseModel):
+    """Energy per action (mambalaya.model.energy), each value with its source in ``sources``.
+
+    Arithmetic energies are per operation at a width in bits (the widest of the Einsum's
+    operands and result); an Einsum at a width the tables lack is an error naming the table.
+    The buffer's energies are per bit at ``buffer_reference_bytes`` and scale with the buffer's
+    size as ``(size / reference) ** buffer_size_exponent``."""
+
+    model_config = _CONFIG
+
+    dram_pj_per_bit: PicoJoules = Field(description="Energy of moving one bit to or from off-chip memory (pJ/bit).")
+    buffer_read_pj_per_bit: PicoJoules = Field(description="On-chip buffer read energy per bit at buffer_reference_bytes (pJ/bit).")
+    buffer_write_pj_per_bit: PicoJoules = Field(description="On-chip buffer write energy per bit at buffer_reference_bytes (pJ/bit).")
+    buffer_reference_bytes: Annotated[int, Field(gt=0, le=MAX_INT)] = Field(
+        description="The buffer size the buffer energies are given at (bytes; YAML may say '1MiB')."
+    )
+    buffer_size_exponent: Annotated[float, Field(ge=0, le=2)] = Field(
+        0.5, description="Exponent of the buffer energy's growth with size (0.5: energy per bit grows as the square root of the size)."
+    )
+    register_pj_per_bit: PicoJoules = Field(
+        description="PE-local register access per bit; each MAC or elementwise operation reads two operands and writes one result at its width (pJ/bit)."
+    )
+    mac_pj: dict[int, PicoJoules] = Field(description="Energy of one multiply-accumulate by width in bits (pJ).")
+    elementwise_pj: dict[int, PicoJoules] = Field(description="Energy of one add, multiply, divide or max by width in bits (pJ).")
+    mfu_pj: dict[str, PicoJoules] = Field(
+        default_factory=dict,
+        description="Energy of one result of each nonlinear function on an MFU (pJ); needed for every function the cascade evaluates on an MFU.",
+    )
+
+    @field_validator("buffer_reference_bytes", mode="before")
+    @classmethod
+    def _reference_bytes(cls, value: Any) -> Any:
+        return _parse_byte_count(value)
+
+    @field_validator("mfu_pj")
+    @classmethod
+    def _known_functions(cls, value: dict[str, float]) -> dict[str, float]:
+        for name in value:
+            if name not in UNARY_FUNCTIONS:
+                raise FieldProblem(name, f"unknown unary function (known: {', '.join(UNARY_FUNCTIONS)})")
+        return value
+
+    def buffer_pj_per_bit(self, size_bytes: float, write: bool) -> float:
+        """Buffer energy per bit for a buffer of ``size_bytes``."""
+        base = self.buffer_write_pj_per_bit if write else self.buffer_read_pj_per_bit
+        return base * (size_bytes / self.buffer_reference_bytes) ** self.buffer_size_exponent
+
+
 class ArchSpec(BaseModel):
     """One accelerator (or GPU roofline) for the latency model."""
 
@@ -388,6 +467,9 @@ class ArchSpec(BaseModel):
         ),
     )
     mappings: MappingPolicy = Field(description="The mapping the design runs and the edge classes it can fuse.")
+    energy: EnergySpec | None = Field(
+        None, description="Energy per action (DRAM, buffer, registers, arithmetic, MFU functions); None: no energy model."
+    )
     sources: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -455,7 +537,8 @@ class ArchSpec(BaseModel):
         return self.peak_elementwise_ops_per_s / c.unary_cost_pe_ops[fn]
 
 
-_SECTIONS: dict[str, type[BaseModel]] = {"compute": ComputeSpec, "memory": MemorySpec, "mappings": MappingPolicy}
+_SECTIONS: dict[str, type[BaseModel]] = {"compute": ComputeSpec, "memory": MemorySpec, "mappings": MappingPolicy,
+                                         "energy": EnergySpec}
 
 
 def field_paths() -> list[str]:

@@ -33,6 +33,12 @@ tested against.
   3. every tensor of :func:`tensors_written` is written off-chip for the region the step
      computed (again in every step that recomputes it).
 
+  Each Einsum's on-chip buffer accesses are counted as it runs: per input tensor, the
+  bounding box of its accesses over the step (clipped to the tensor and its incoming-state
+  rows), and its output tile (:attr:`TiledRun.buffer_read_bytes` / ``buffer_write_bytes``);
+  with the fills (DRAM reads) and drains (DRAM writes), :meth:`TiledRun.group_buffer_bytes`
+  is what :func:`mambalaya.model.traffic.group_buffer_accesses` predicts.
+
   Halo buffers and carried states are keyed by the tile indices of the other fused loops, so
   loops inside the window/generational rank's loop keep one per inner tile (the footprint's
   "full extent for ranks whose loop is inside").
@@ -221,6 +227,16 @@ class TiledRun:
     onchip_peak_bytes: dict[str, float]
     steps: dict[str, int]
     streamed_peak_bytes: dict[str, float] = field(default_factory=dict)
+    #: on-chip buffer bytes per ``(group, einsum)``: operands read, results written
+    buffer_read_bytes: dict[tuple[str, str], float] = field(default_factory=dict)
+    buffer_write_bytes: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def group_buffer_bytes(self, group: str) -> tuple[float, float]:
+        """(reads, writes) of the group's buffer: its Einsums' accesses plus the drain of what
+        it writes off-chip (a read) and the fill of what it reads (a write)."""
+        reads = sum(b for (g, _), b in self.buffer_read_bytes.items() if g == group)
+        writes = sum(b for (g, _), b in self.buffer_write_bytes.items() if g == group)
+        return reads + sum(self.group_write_bytes(group).values()), writes + sum(self.group_read_bytes(group).values())
 
     @property
     def total_read_bytes(self) -> float:
@@ -276,6 +292,8 @@ class _GroupRun:
         self.carry: dict[tuple, np.ndarray] = {}
         self.peak = 0.0
         self.streamed_peak = 0.0
+        self.buffer_reads: dict[str, float] = {}  # per Einsum: operand bytes read from the buffer
+        self.buffer_writes: dict[str, float] = {}  # per Einsum: result bytes written to it
         self.steps = 0
 
     # -- facts --------------------------------------------------------------------------
@@ -493,6 +511,7 @@ class _GroupRun:
                 elif rank in self.trips:
                     pending_carry[key] = None
             tiles[e.name] = (out_box, out)
+            self._count_buffer(e, ranges, out.size)
             if e.name in self.written:
                 self.store.write(self.g.name, e.name, out_box, out)
                 if e.name not in self.inter:
@@ -512,6 +531,31 @@ class _GroupRun:
             else:
                 self.carry[k] = c
         self.peak = max(self.peak, self._held())
+
+    def _count_buffer(self, e: Einsum, ranges: dict, out_elements: int) -> None:
+        """On-chip buffer accesses of one Einsum in one step: per input tensor (its own earlier
+        positions excepted) the bounding box of its accesses, clipped to the tensor and its
+        incoming-state rows (those at the state's width); its output tile written once."""
+        read = 0.0
+        for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
+            accs = [a for a in e.inputs if a.tensor == t]
+            box = []
+            for p in range(len(self.c.shape(t))):
+                spans = [_index_range(a.indices[p], ranges) for a in accs]
+                box.append((min(sp[0] for sp in spans), max(sp[1] for sp in spans)))
+            region = _intersect(tuple(box), self._valid(t))
+            if _empty(region):
+                continue
+            init = self.c.initial_axis(t)
+            below = 0
+            if init is not None and region[init[0]][0] < 0:
+                axis = init[0]
+                below = _volume(region[:axis] + ((region[axis][0], min(region[axis][1], 0)),) + region[axis + 1 :])
+            read += (_volume(region) - below) * self._bits(t)
+            if below:
+                read += below * self._bits(self.c.tensors[t].initial)  # type: ignore[arg-type]
+        self.buffer_reads[e.name] = self.buffer_reads.get(e.name, 0.0) + read
+        self.buffer_writes[e.name] = self.buffer_writes.get(e.name, 0.0) + out_elements * self._bits(e.name)
 
     def _held(self) -> float:
         """Carried states and retained halos held between steps."""
@@ -561,6 +605,8 @@ def run_tiled(
     reads = [_group_reads(cascade, g) for g in ordered.groups]
     peaks: dict[str, float] = {}
     streamed: dict[str, float] = {}
+    buffer_reads: dict[tuple[str, str], float] = {}
+    buffer_writes: dict[tuple[str, str], float] = {}
     steps: dict[str, int] = {}
     with np.errstate(over="ignore", under="ignore"):
         for n, g in enumerate(ordered.groups):
@@ -569,6 +615,8 @@ def run_tiled(
             peaks[g.name] = run.peak
             streamed[g.name] = run.streamed_peak
             steps[g.name] = run.steps
+            buffer_reads.update({(g.name, e): b for e, b in run.buffer_reads.items()})
+            buffer_writes.update({(g.name, e): b for e, b in run.buffer_writes.items()})
             later = set().union(*reads[n + 1 :]) if n + 1 < len(reads) else set()
             for t in list(store.arrays):
                 if t not in wanted and t not in later:
@@ -583,4 +631,6 @@ def run_tiled(
         onchip_peak_bytes=peaks,
         steps=steps,
         streamed_peak_bytes=streamed,
+        buffer_read_bytes=buffer_reads,
+        buffer_write_bytes=buffer_writes,
     )

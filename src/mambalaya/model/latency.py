@@ -38,17 +38,20 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import numpy as np
+
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, Mapping
-from mambalaya.model.traffic import GroupTraffic, group_traffic
-
-ELEMENTWISE_OPS = ("add", "mul", "div", "max")
-
+from mambalaya.model.spatial import SpatialMapping, StepShape, einsum_unit_cycles, step_shapes
+from mambalaya.model.traffic import BufferAccesses, GroupTraffic, group_buffer_accesses, group_traffic
 
 class ComputeLike(Protocol):  # the fields of mambalaya.arch.spec.ComputeSpec used here
     array_rows: int
     array_cols: int
+    dataflow: str
+    stationary_double_buffered: bool
     one_d_mode: bool
     one_d_lanes: int | None
     one_d_ops_per_lane_per_cycle: float
@@ -77,39 +80,13 @@ class UnitCycles:
         return max(array, self.vector, self.mfu) if overlap else array + self.vector + self.mfu
 
 
-def _elementwise_rate(compute: Any) -> tuple[str, float]:
-    """Where elementwise work runs and at how many operations per cycle."""
-    if compute.one_d_mode:
-        lanes = compute.one_d_lanes or compute.array_rows * compute.array_cols
-        return "array_1d", lanes * compute.one_d_ops_per_lane_per_cycle
-    if compute.vector_lanes:
-        return "vector", float(compute.vector_lanes)
-    return "array_1d", float(compute.array_rows * compute.array_cols)
-
-
-def einsum_cycles(compute: Any, ops: dict[str, int], kind: str) -> UnitCycles:
-    """Cycles each unit spends on one Einsum's operations."""
-    where, rate = _elementwise_rate(compute)
-    pes = compute.array_rows * compute.array_cols
-    cycles = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
-    elementwise = sum(ops.get(k, 0) for k in ELEMENTWISE_OPS)
-    macs = ops.get("mac", 0)
-    if kind == "gemm":
-        cycles["array_2d"] += macs / pes
-    else:
-        elementwise += macs
-    for fn, n in ops.items():
-        if fn == "mac" or fn in ELEMENTWISE_OPS:
-            continue
-        mfu_cost = compute.unary_cost_cycles.get(fn, 0.0)
-        if mfu_cost and compute.mfu_units:
-            cycles["mfu"] += n * mfu_cost / compute.mfu_units
-        elif not mfu_cost:  # neg, square, abs, relu: one elementwise operation
-            elementwise += n
-        else:  # no MFU: the function costs this many elementwise operations
-            elementwise += n * compute.unary_cost_pe_ops.get(fn, 1.0)
-    cycles[where] += elementwise / rate
-    return UnitCycles(**cycles)
+def einsum_cycles(compute: Any, cascade: Cascade, einsum: Einsum, shapes: list[StepShape] | None = None) -> tuple[UnitCycles, SpatialMapping]:
+    """Cycles each unit spends on one Einsum over the given step shapes (default: one step
+    over the whole iteration space, i.e. unfused), and its spatial mapping."""
+    shapes = shapes if shapes is not None else [StepShape(1, {})]
+    cyc, mapping = einsum_unit_cycles(compute, cascade, einsum, einsum_ops(cascade, einsum), shapes)
+    assert mapping is not None
+    return UnitCycles(**{k: float(v) for k, v in cyc.items()}), mapping
 
 
 @dataclass(frozen=True)
@@ -119,12 +96,27 @@ class EinsumLatency:
     kind: str
     ops: dict[str, int]
     cycles: UnitCycles
-    total_traffic: float  # bytes attributed to this Einsum
+    total_traffic: float  # off-chip bytes attributed to this Einsum
     comp_latency: float  # s
     mem_latency: float  # s
     final_latency: float  # s: its share of the group's latency
     compute_util: float
     mem_util: float
+    spatial: SpatialMapping = SpatialMapping("none", "roofline")
+    buffer_bytes: float = 0.0  # on-chip buffer bytes read and written by this Einsum (with its fills/drains)
+    onchip_latency: float = 0.0  # s: buffer_bytes over the on-chip bandwidth
+    bound: str = "compute"  # what limits its group: compute, offchip or onchip
+
+    @property
+    def spatial_mapping(self) -> str:
+        return self.spatial.label
+
+    @property
+    def spatial_util(self) -> float:
+        return self.spatial.spatial_util
+
+
+BOUNDS = ("compute", "offchip", "onchip")
 
 
 @dataclass(frozen=True)
@@ -137,6 +129,13 @@ class GroupLatency:
     mem_latency: float
     wind_up: float
     latency: float
+    buffer: BufferAccesses | None = None
+    onchip_latency: float = 0.0
+
+    @property
+    def bound(self) -> str:
+        """Which of compute, off-chip or on-chip bandwidth takes longest in this group."""
+        return BOUNDS[max(range(3), key=lambda k: (self.comp_latency, self.mem_latency, self.onchip_latency)[k])]
 
 
 @dataclass(frozen=True)
@@ -169,6 +168,30 @@ class LayerLatency:
         return self.comp_s / self.latency_s if self.latency_s else 0.0
 
     @property
+    def onchip_s(self) -> float:
+        """On-chip buffer time of the layer: each group's buffer bytes over its bandwidth."""
+        return sum(g.onchip_latency for g in self.groups)
+
+    @property
+    def buffer_bytes(self) -> float:
+        return sum(g.buffer.total_bytes for g in self.groups if g.buffer is not None)
+
+    @property
+    def spatial_util(self) -> float:
+        """MAC-weighted spatial utilisation of the 2D array over the layer's GEMMs (1.0 without any)."""
+        macs = [(r.ops.get("mac", 0), r.spatial_util) for r in self.einsums if r.spatial.unit == "array_2d"]
+        total = sum(m for m, _ in macs)
+        return sum(m * u for m, u in macs) / total if total else 1.0
+
+    @property
+    def bound(self) -> str:
+        """What limits the layer: the bound of the groups holding most of its latency."""
+        share = {b: 0.0 for b in BOUNDS}
+        for g in self.groups:
+            share[g.bound] += g.latency
+        return max(BOUNDS, key=lambda b: share[b])
+
+    @property
     def mem_util(self) -> float:
         return self.offchip_bytes / self.bandwidth / self.latency_s if self.latency_s else 0.0
 
@@ -182,39 +205,75 @@ class LayerLatency:
         return self.batch * self.positions / self.model_latency_s if self.latency_s else 0.0
 
 
-def group_compute_s(arch: Any, cascade: Cascade, group: FusionGroup) -> float:
-    """Seconds the group's units need for its operations (no memory)."""
+def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitCycles, list[tuple[Einsum, UnitCycles, SpatialMapping]]]:
+    """The units' cycles of every Einsum of the group over its steps (spatial mappings
+    included), and their sum."""
+    shapes = step_shapes({r: cascade.size(r) for r in cascade.ranks}, [(lp.rank, lp.tile) for lp in group.loops])
     total = UnitCycles()
+    per = []
     for name in group.einsums:
         e = cascade.einsum(name)
-        total = total + einsum_cycles(arch.compute, einsum_ops(cascade, e), cascade.kind(e))
-    return total.total(arch.compute.overlap_compute_units) / arch.clock_hz
+        cyc, spatial = einsum_cycles(arch.compute, cascade, e, shapes)
+        total = total + cyc
+        per.append((e, cyc, spatial))
+    return total, per
 
 
-def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> tuple[GroupLatency, list[EinsumLatency]]:
-    """Latency of one group and the per-Einsum split."""
-    compute = arch.compute
+def onchip_seconds(arch: Any, buffer_bytes: Any) -> Any:
+    """Seconds the on-chip buffer needs for ``buffer_bytes`` (0 when its bandwidth is unbounded)."""
+    bw = arch.memory.onchip_bandwidth_bytes_per_cycle
+    return 0.0 * buffer_bytes if bw is None else buffer_bytes / (bw * arch.clock_hz)
+
+
+def combine(arch: Any, comp: Any, mem: Any, onchip: Any, steps: Any, n_einsums: int) -> tuple[Any, Any]:
+    """(latency, wind-up) of a group from its compute, off-chip and on-chip seconds (scalars or
+    arrays over tilings): the largest of the three plus the wind-up with overlap, else the sum
+    of compute and memory (the buffer still bounds it from below)."""
+    multi = steps > 1
+    fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
+    if arch.memory.overlap_compute_and_memory:
+        slowest = _max3(comp, mem, onchip)
+        smaller = _min(comp, mem)
+        wind = smaller / _max1(steps) * multi + fill
+        return slowest + wind, wind
+    return _max(comp + mem, onchip) + fill, fill
+
+
+def _max3(a: Any, b: Any, c: Any) -> Any:
+    return _max(_max(a, b), c)
+
+
+def _max(a: Any, b: Any) -> Any:
+    return max(a, b) if isinstance(a, float) and isinstance(b, float) else np.maximum(a, b)
+
+
+def _min(a: Any, b: Any) -> Any:
+    return min(a, b) if isinstance(a, float) and isinstance(b, float) else np.minimum(a, b)
+
+
+def _max1(steps: Any) -> Any:
+    return max(steps, 1) if isinstance(steps, (int, float)) else np.maximum(steps, 1)
+
+
+def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None,
+                  *, count_buffer: bool = True) -> tuple[GroupLatency, list[EinsumLatency]]:
+    """Latency of one group and the per-Einsum split. ``count_buffer=False`` skips counting
+    the on-chip buffer's accesses where they cannot change the latency (no on-chip bandwidth
+    given): the search's inner loop."""
     clock = arch.clock_hz
     bw = arch.memory.offchip_bandwidth_bytes_per_s
-    overlap_units = compute.overlap_compute_units
+    overlap_units = arch.compute.overlap_compute_units
     traffic = traffic or group_traffic(cascade, group)
-    per = []
-    total_cycles = UnitCycles()
-    for name in group.einsums:
-        e = cascade.einsum(name)
-        ops = einsum_ops(cascade, e)
-        cyc = einsum_cycles(compute, ops, cascade.kind(e))
-        total_cycles = total_cycles + cyc
-        per.append((name, cascade.kind(e), ops, cyc))
+    if count_buffer or arch.memory.onchip_bandwidth_bytes_per_cycle is not None:
+        buffer = group_buffer_accesses(cascade, group, traffic)
+    else:
+        buffer = BufferAccesses({n: 0.0 for n in group.einsums}, {n: 0.0 for n in group.einsums}, 0.0, 0.0)
+    total_cycles, per = group_cycles(arch, cascade, group)
     comp = total_cycles.total(overlap_units) / clock
     mem = traffic.total_bytes / bw
-    fill = compute.pipeline_wind_up_cycles * len(group.einsums) / clock if traffic.steps > 1 else 0.0
-    if arch.memory.overlap_compute_and_memory:
-        wind = (min(comp, mem) / traffic.steps if traffic.steps > 1 else 0.0) + fill
-        latency = max(comp, mem) + wind
-    else:
-        wind = fill
-        latency = comp + mem + wind
+    onchip = float(onchip_seconds(arch, buffer.total_bytes))
+    latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
+    latency, wind = float(latency), float(wind)
     # attribute traffic: reads to the first reader in the group, writes to the producer
     attributed = {name: 0.0 for name in group.einsums}
     for t, b in traffic.read_bytes.items():
@@ -225,29 +284,41 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
         attributed[reader] += b
     for t, b in traffic.write_bytes.items():
         attributed[t] += b
-    weights = [max(cyc.total(overlap_units) / clock, attributed[name] / bw) for name, _, _, cyc in per]
+    # buffer bytes: the Einsum's own reads and writes, plus the fills/drains of its off-chip bytes
+    on_bytes = {
+        name: buffer.einsum_read_bytes[name] + buffer.einsum_write_bytes[name] + attributed[name] for name in group.einsums
+    }
+    weights = [
+        max(cyc.total(overlap_units) / clock, attributed[e.name] / bw, float(onchip_seconds(arch, on_bytes[e.name])))
+        for e, cyc, _ in per
+    ]
     total_weight = sum(weights)
     group_comp_util = comp / latency if latency else 0.0
     group_mem_util = mem / latency if latency else 0.0
+    gl = GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip)
     rows = []
-    for (name, kind, ops, cyc), w in zip(per, weights):
+    for (e, cyc, spatial), w in zip(per, weights):
         share = latency * (w / total_weight) if total_weight else latency / len(per)
         rows.append(
             EinsumLatency(
-                einsum=name,
+                einsum=e.name,
                 fusion_group=group.name,
-                kind=kind,
-                ops=ops,
+                kind=cascade.kind(e),
+                ops=einsum_ops(cascade, e),
                 cycles=cyc,
-                total_traffic=attributed[name],
+                total_traffic=attributed[e.name],
                 comp_latency=cyc.total(overlap_units) / clock,
-                mem_latency=attributed[name] / bw,
+                mem_latency=attributed[e.name] / bw,
                 final_latency=share,
                 compute_util=group_comp_util,
                 mem_util=group_mem_util,
+                spatial=spatial,
+                buffer_bytes=on_bytes[e.name],
+                onchip_latency=float(onchip_seconds(arch, on_bytes[e.name])),
+                bound=gl.bound,
             )
         )
-    return GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency), rows
+    return gl, rows
 
 
 def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: int = 1) -> LayerLatency:
@@ -276,7 +347,8 @@ def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: in
 
 def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
     """The per-Einsum table: einsum, fusion_group, total_traffic, final_latency, mem_latency,
-    comp_latency, compute_util, mem_util, plus a ``total`` row."""
+    comp_latency, compute_util, mem_util, spatial_mapping, spatial_util, buffer_bytes,
+    onchip_latency, bound, plus a ``total`` row."""
     rows = [
         {
             "einsum": r.einsum,
@@ -287,6 +359,11 @@ def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
             "comp_latency": r.comp_latency,
             "compute_util": r.compute_util,
             "mem_util": r.mem_util,
+            "spatial_mapping": r.spatial_mapping,
+            "spatial_util": r.spatial_util,
+            "buffer_bytes": r.buffer_bytes,
+            "onchip_latency": r.onchip_latency,
+            "bound": r.bound,
         }
         for r in result.einsums
     ]
@@ -300,6 +377,11 @@ def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
             "comp_latency": result.comp_s,
             "compute_util": result.compute_util,
             "mem_util": result.mem_util,
+            "spatial_mapping": "",
+            "spatial_util": result.spatial_util,
+            "buffer_bytes": result.buffer_bytes,
+            "onchip_latency": result.onchip_s,
+            "bound": result.bound,
         }
     )
     return rows

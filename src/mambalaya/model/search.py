@@ -35,6 +35,7 @@ import numpy as np
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable
+from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Loop,
@@ -47,8 +48,9 @@ from mambalaya.fusion.mapping import (
     unfused_mapping,
     window_halos,
 )
-from mambalaya.model.latency import group_compute_s, group_latency
-from mambalaya.model.traffic import group_traffic
+from mambalaya.model.latency import combine, group_latency, onchip_seconds
+from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
+from mambalaya.model.traffic import buffer_read_elements, group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
 
@@ -127,6 +129,7 @@ class _GroupCostModel:
         for t, b in base.write_bytes.items():
             outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
+        self._buffer_terms: list[tuple[float, list[int]]] | None = None
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
         self.fp_terms: list[tuple[float, list[int], int | None]] = []
@@ -171,6 +174,36 @@ class _GroupCostModel:
         tiles = [m.ravel() for m in mesh]
         trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
         return tiles, trips
+
+    def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
+        """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
+        every step (model/traffic.py:group_buffer_accesses), so the same kind of closed form as
+        the traffic; window halos re-read per tile are left out here (exact once a tiling is
+        chosen). Built on first use: only architectures with an on-chip bandwidth need it."""
+        if self._buffer_terms is None:
+            cascade, ranks = self.cascade, self.ranks
+            terms = []
+            for e in (cascade.einsum(n) for n in self.probe.einsums):
+                for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
+                    accs = [a for a in e.inputs if a.tensor == t]
+                    b = buffer_read_elements(cascade, self.probe, t, accs)
+                    seen = {rank_of_variable(v) for a in accs for idx in a.indices for v in idx.variables}
+                    terms.append((b, [i for i, r in enumerate(ranks) if r not in seen]))
+                outs = {rank_of_variable(v) for v in e.output_variables}
+                b = cascade.elements(e.name) * cascade.tensors[e.name].bits / 8
+                terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
+            self._buffer_terms = terms
+        return self._buffer_terms
+
+    def buffer(self, trips: list[np.ndarray], traffic: np.ndarray) -> np.ndarray:
+        """On-chip buffer bytes of every tiling (Einsum reads and writes, plus fills and drains)."""
+        total = traffic.copy()
+        for b, idxs in self._buffer_closed_form():
+            f = np.full(len(traffic), b)
+            for i in idxs:
+                f = f * trips[i]
+            total += f
+        return total
 
     def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         n = len(tiles[0]) if tiles else 1
@@ -233,7 +266,8 @@ def best_group(
     if arch is None:
         order = np.lexsort((steps, np.where(ok, traffic, np.inf)))
     else:  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
-        latency = _latency_of(arch, cascade, einsums, traffic, steps)
+        onchip = model.buffer(trips, traffic) if arch.memory.onchip_bandwidth_bytes_per_cycle else np.zeros_like(traffic)
+        latency = _latency_of(arch, cascade, einsums, ranks, tiles, traffic, onchip, steps)
         best = np.min(np.where(ok, latency, np.inf))
         tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
         order = np.lexsort((latency, steps, np.where(tied, traffic, np.inf)))
@@ -249,21 +283,45 @@ def best_group(
             why.append("illegal")
         return None
     exact = group_traffic(cascade, group)
-    latency = None if arch is None else group_latency(arch, cascade, group, exact)[0].latency
+    latency = None if arch is None else group_latency(arch, cascade, group, exact, count_buffer=False)[0].latency
     return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, latency)
 
 
-def _latency_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Group latency for every tiling at once: compute does not depend on the tiling (every
-    Einsum writes every tiled rank, so nothing is recomputed); memory and wind-up do."""
-    probe = FusionGroup("probe", tuple(einsums))
-    comp = group_compute_s(arch, cascade, probe)
+def _latency_of(arch: Any, cascade: Cascade, einsums: list[str], ranks: list[str], tiles: list[np.ndarray],
+                traffic: np.ndarray, buffer_bytes: np.ndarray, steps: np.ndarray) -> np.ndarray:
+    """Group latency for every tiling at once: each Einsum's cycles under its best spatial
+    mapping summed over the tiling's step shapes (:func:`~mambalaya.model.spatial.step_shapes`),
+    memory from the traffic closed form, the buffer from its closed form."""
+    total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
+    for name in einsums:
+        cyc = _einsum_grid_cycles(arch.compute, cascade, name, ranks, tiles)
+        total = {k: total[k] + cyc[k] for k in total}
+    array = total["array_2d"] + total["array_1d"]
+    if arch.compute.overlap_compute_units:
+        cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
+    else:
+        cycles = array + total["vector"] + total["mfu"]
+    comp = np.broadcast_to(np.asarray(cycles, dtype=float), traffic.shape) / arch.clock_hz
     mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
-    fill = np.where(steps > 1, arch.compute.pipeline_wind_up_cycles * len(einsums) / arch.clock_hz, 0.0)
-    if not arch.memory.overlap_compute_and_memory:
-        return comp + mem + fill
-    wind = np.where(steps > 1, np.minimum(comp, mem) / steps, 0.0)
-    return np.maximum(comp, mem) + wind + fill
+    onchip = onchip_seconds(arch, buffer_bytes)
+    latency, _ = combine(arch, comp, mem, onchip, steps, len(einsums))
+    return latency
+
+
+def _einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray]) -> dict[str, Any]:
+    """One Einsum's unit cycles for every tiling of ``ranks`` (the grid of
+    :meth:`_GroupCostModel.grid`), memoised on the cascade: the grid depends only on the ranks,
+    so every candidate group of a search that tiles the same ranks shares it."""
+    memo = cascade.__dict__.setdefault("_grid_cycles_memo", {})
+    key = (id(compute), name, tuple(ranks))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not compute:
+        sizes = {r: cascade.size(r) for r in cascade.ranks}
+        e = cascade.einsum(name)
+        cyc, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))))
+        hit = (compute, cyc)
+        memo[key] = hit
+    return hit[1]
 
 
 def _finish(cascade: Cascade, name: str, groups: list[FusionGroup], buffer_bytes: int | None, description: str) -> Mapping:

@@ -373,6 +373,72 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
     )
 
 
+@dataclass(frozen=True)
+class BufferAccesses:
+    """On-chip buffer bytes of one group (see :func:`group_buffer_accesses`)."""
+
+    einsum_read_bytes: dict[str, float]  # operands each Einsum reads, over all steps
+    einsum_write_bytes: dict[str, float]  # results each Einsum writes, over all steps
+    fill_bytes: float  # written into the buffer from DRAM
+    drain_bytes: float  # read from the buffer to DRAM
+
+    @property
+    def read_bytes(self) -> float:
+        return sum(self.einsum_read_bytes.values()) + self.drain_bytes
+
+    @property
+    def write_bytes(self) -> float:
+        return sum(self.einsum_write_bytes.values()) + self.fill_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.read_bytes + self.write_bytes
+
+
+def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access]) -> float:
+    """Bytes one Einsum reads of ``tensor`` from the buffer over the group's steps: the box of
+    its ``accesses`` in every step (retained halo rows read again), incoming-state rows at the
+    state tensor's width."""
+    rereading = FusionGroup(group.name, group.einsums, group.loops, "recompute")
+    own, init = _read_elements(cascade, rereading, tensor, accesses, self_only=False)
+    total = own * cascade.tensors[tensor].bits / 8
+    if init:
+        total += init * cascade.tensors[cascade.tensors[tensor].initial].bits / 8  # type: ignore[index]
+    return total
+
+
+def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> BufferAccesses:
+    """Bytes the group moves through its on-chip buffer, at tile granularity.
+
+    In every step each Einsum reads, per input tensor, the bounding box of its accesses over
+    the step's ranges (clipped to the tensor and its incoming-state rows: an operand element
+    is read once per step and Einsum, its reuse inside the tile happening in the PEs) and
+    writes its output tile; every byte read from DRAM is written into the buffer (fill) and
+    every byte written to DRAM is read from it (drain). A recurrence's reads of its own
+    earlier positions are not counted: its carried state lives in the lanes computing it.
+    :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
+    """
+    memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
+    key = (group.einsums, group.loops, group.halo)
+    if key in memo:
+        return memo[key]
+    traffic = traffic or group_traffic(cascade, group)
+    fused = {lp.rank: lp for lp in group.loops}
+    reads: dict[str, float] = {}
+    writes: dict[str, float] = {}
+    for e in group_einsums(cascade, group):
+        reads[e.name] = sum(
+            buffer_read_elements(cascade, group, t, [a for a in e.inputs if a.tensor == t])
+            for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name)
+        )
+        out_ranks = {rank_of_variable(v) for v in e.output_variables}
+        repeat = math.prod(lp.trips(cascade.size(r)) for r, lp in fused.items() if r not in out_ranks)
+        writes[e.name] = cascade.elements(e.name) * repeat * cascade.tensors[e.name].bits / 8
+    found = BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
+    memo[key] = found
+    return found
+
+
 def mapping_traffic(cascade: Cascade, mapping: Mapping) -> MappingTraffic:
     """Predicted traffic of every group of a (checked) mapping, and totals per tensor."""
     groups = tuple(group_traffic(cascade, g) for g in mapping.groups)

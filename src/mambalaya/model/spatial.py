@@ -1,0 +1,352 @@
+"""Spatial mapping of each Einsum onto the compute units (the Timeloop-class part of the model).
+
+An Einsum's operations (:mod:`mambalaya.einsum.stats`) run on a unit; how many cycles they take
+depends on how its ranks map onto the unit's spatial dimensions, not only on how many there are.
+A group runs its Einsums once per step over the step's tile of each fused rank (the rest in
+full), so the cycles of an Einsum are summed over the group's steps. Steps come in at most
+``2^k`` shapes for ``k`` fused loops (each loop's tile is full or the remainder), so the sum is
+a short closed form whatever the number of steps (:func:`step_shapes`).
+
+**The 2D array** (GEMMs: an Einsum reducing against a weight) runs one of three dataflows
+(``compute.dataflow``), named by the operand held in the PEs during a *fold*:
+
+================== ======================= ================================ =================
+dataflow           stationary operand       spatial dimensions (rows, cols)  streamed in time
+================== ======================= ================================ =================
+weight-stationary  weight                   reduced (K) x weight-only (N)    output-only (M)
+output-stationary  output                   output-only (M) x weight-only (N) reduced (K)
+input-stationary   activation               reduced (K) x output-only (M)    weight-only (N)
+================== ======================= ================================ =================
+
+K are the reduced ranks, N the ranks of the output and the weight the activation lacks, M the
+ranks of the output and the activation the weight lacks. A spatial mapping puts a product of
+some ranks of one role on the rows and of the other role on the columns (or the transpose):
+``X_r`` and ``X_c`` are those extents. Every value of the stationary operand's other ranks is a
+separate fold, and so is every ``R x C`` piece of ``X_r x X_c``:
+
+    folds = ceil(X_r / R) * ceil(X_c / C) * prod(extents of stationary ranks not on the array)
+    T     = prod(extents of the streamed ranks)              (vectors streamed through one fold)
+
+With ``stationary_double_buffered`` (TPU v1, Jouppi et al. ISCA 2017, section 2: the next
+weight tile shifts in while the current one computes, and one matrix multiply's wavefront
+follows the previous one's) a fold takes ``T`` cycles; loading the stationary tiles is on-chip
+traffic (:mod:`mambalaya.model.traffic`, ``group_buffer_accesses``), and the fill of a fused
+group's pipeline is ``compute.pipeline_wind_up_cycles`` per Einsum and step. Without double
+buffering each fold loads, fills and drains on its own: ``2r + c + T - 2`` cycles for the ``r``
+rows and ``c`` columns it uses (SCALE-Sim's runtime of one fold, Samajdar et al., ISPASS 2020;
+the folds split ``X_r`` and ``X_c`` evenly). Either way more PEs never cost cycles. The best
+spatial mapping is found by exhaustive search over the rank subsets and the two orientations
+(a few dozen candidates). ``spatial_util`` is the fraction of the PEs doing useful MACs while
+the folds stream, ``macs / (R * C * folds * T)``.
+
+With ``dataflow: roofline`` the array is an ideal ``macs / (R * C)`` (a GPU's tensor cores,
+whose tiling is not an array's).
+
+**The 1D mode** (and a vector unit) spreads the iteration points of an elementwise or
+reduction Einsum over its lanes: a product of some ranks spans the lanes, the rest (always the
+generational rank of a recurrence, whose positions depend on each other) are visited in time:
+
+    cycles = ceil(X_lanes / lanes) * prod(other extents) * ops per point / ops per lane per cycle
+
+A reduction over a rank on the lanes is assumed to combine on the array's reduction network at
+no extra cycle (MARCA's reduction tree, arXiv 2409.11440 section 4). With ``roofline`` the 1D
+mode is ideal (``ops / rate``).
+
+**The MFUs** are a pool that takes one function result every ``cost`` cycles per unit:
+``ops * cost / units`` (ideal, a queue in front of the pool).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable
+
+import numpy as np
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Einsum, Role, rank_of_variable
+
+DATAFLOWS = ("weight-stationary", "output-stationary", "input-stationary", "roofline")
+ELEMENTWISE_OPS = ("add", "mul", "div", "max")
+
+_SHORT = {"weight-stationary": "WS", "output-stationary": "OS", "input-stationary": "IS", "roofline": "roofline"}
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """``count`` steps whose fused ranks have these extents (a rank absent: untiled)."""
+
+    count: Any  # int, or an array over tilings
+    extents: dict[str, Any]
+
+
+def step_shapes(sizes: dict[str, int], loops: Iterable[tuple[str, Any]]) -> list[StepShape]:
+    """The shapes of a group's steps: per fused loop ``(rank, tile)``, the full tiles
+    (``size // tile`` of them) and the remainder (one, when ``size % tile``). ``tile`` may be
+    an array (every tiling of a search at once)."""
+    options: list[list[tuple[Any, str, Any]]] = []
+    for rank, tile in loops:
+        size = sizes[rank]
+        full, rem = size // tile, size % tile
+        options.append([(full, rank, tile), (np.where(rem > 0, 1, 0) if isinstance(rem, np.ndarray) else int(rem > 0), rank, rem)])
+    shapes = []
+    for combo in itertools.product(*options) if options else [()]:
+        count: Any = 1
+        extents: dict[str, Any] = {}
+        for n, rank, ext in combo:
+            count = count * n
+            extents[rank] = ext
+        if isinstance(count, int) and count == 0:
+            continue
+        shapes.append(StepShape(count, extents))
+    return shapes
+
+
+@dataclass(frozen=True)
+class SpatialMapping:
+    """How one Einsum's ranks sit on its unit (the best candidate of the search)."""
+
+    unit: str  # "array_2d", "array_1d", "vector", "none"
+    dataflow: str
+    rows: tuple[str, ...] = ()  # ranks across the array's rows (the lanes in 1D)
+    cols: tuple[str, ...] = ()
+    streamed: tuple[str, ...] = ()  # ranks visited in time within a fold
+    reduce_on: str = ""  # "rows", "cols", "time", "lanes" or ""
+    spatial_util: float = 1.0
+
+    @property
+    def label(self) -> str:
+        def prod(ranks: tuple[str, ...]) -> str:
+            return "·".join(ranks) if ranks else "1"
+
+        if self.unit == "array_2d":
+            if self.dataflow == "roofline":
+                return "2D roofline"
+            red = f", reduce on {self.reduce_on}" if self.reduce_on else ""
+            return f"2D {_SHORT[self.dataflow]} rows={prod(self.rows)} cols={prod(self.cols)} stream={prod(self.streamed)}{red}"
+        if self.unit in ("array_1d", "vector"):
+            name = "1D" if self.unit == "array_1d" else "vector"
+            if self.dataflow == "roofline":
+                return f"{name} roofline"
+            return f"{name} lanes={prod(self.rows)} time={prod(self.streamed)}"
+        if self.unit == "mfu":
+            return "MFU pool"
+        return "-"
+
+
+def _subsets(ranks: list[str]) -> list[tuple[str, ...]]:
+    return [c for n in range(len(ranks) + 1) for c in itertools.combinations(ranks, n)]
+
+
+def _extent(shape: StepShape, sizes: dict[str, int], rank: str) -> Any:
+    return shape.extents.get(rank, sizes[rank])
+
+
+def _prod(shape: StepShape, sizes: dict[str, int], ranks: Iterable[str]) -> Any:
+    out: Any = 1
+    for r in ranks:
+        out = out * _extent(shape, sizes, r)
+    return out
+
+
+def gemm_roles(cascade: Cascade, einsum: Einsum) -> dict[str, list[str]]:
+    """The ranks of a GEMM by role: K (reduced), N (output and weight), M (output and
+    activation), S (output, weight and activation: a batch of independent GEMMs)."""
+    weight_ranks: set[str] = set()
+    act_ranks: set[str] = set()
+    for acc in einsum.inputs:
+        ranks = {rank_of_variable(v) for v in acc.variables}
+        if cascade.tensors[acc.tensor].role == Role.WEIGHT and set(einsum.reduced_variables) & set(acc.variables):
+            weight_ranks |= ranks
+        elif set(einsum.reduced_variables) & set(acc.variables):
+            act_ranks |= ranks
+    out = [rank_of_variable(v) for v in einsum.output_variables]
+    order = list(cascade.ranks)
+    k = [r for r in order if r in {rank_of_variable(v) for v in einsum.reduced_variables}]
+    n = [r for r in out if r in weight_ranks and r not in act_ranks]
+    m = [r for r in out if r in act_ranks and r not in weight_ranks]
+    s = [r for r in out if r in weight_ranks and r in act_ranks]
+    m += [r for r in out if r not in weight_ranks and r not in act_ranks]  # broadcast ranks stream
+    return {"K": k, "N": n, "M": m, "S": s}
+
+
+#: (role on one array dimension, role on the other, roles of the stationary operand, streamed roles)
+_DATAFLOW_ROLES = {
+    "weight-stationary": ("K", "N", ("K", "N", "S"), ("M",)),
+    "output-stationary": ("M", "N", ("M", "N", "S"), ("K",)),
+    "input-stationary": ("K", "M", ("K", "M", "S"), ("N",)),
+}
+
+
+def _array_candidates(compute: Any, roles: dict[str, list[str]]) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], str]]:
+    """(rows, cols, other stationary ranks, streamed ranks, reduce_on) for every spatial mapping."""
+    a, b, stationary, streamed_roles = _DATAFLOW_ROLES[compute.dataflow]
+    stationary_ranks = [r for role in stationary for r in roles[role]]
+    streamed = tuple(r for role in streamed_roles for r in roles[role])
+    out = []
+    for sa in _subsets(roles[a]):
+        for sb in _subsets(roles[b]):
+            rest = tuple(r for r in stationary_ranks if r not in sa and r not in sb)
+            for rows, cols, rows_role in ((sa, sb, a), (sb, sa, b)):
+                reduce_on = "time" if compute.dataflow == "output-stationary" else ("rows" if rows_role == "K" else "cols")
+                out.append((rows, cols, rest, streamed, reduce_on))
+    return out
+
+
+def _array_cycles(compute: Any, sizes: dict[str, int], shapes: list[StepShape], cand) -> tuple[Any, Any]:
+    """(cycles, folds x T) of one candidate summed over the step shapes."""
+    rows, cols, rest, streamed, _ = cand
+    r_, c_ = compute.array_rows, compute.array_cols
+    cycles: Any = 0
+    busy: Any = 0
+    for sh in shapes:
+        xr, xc = _prod(sh, sizes, rows), _prod(sh, sizes, cols)
+        n_r, n_c, other = -(-xr // r_), -(-xc // c_), _prod(sh, sizes, rest)
+        folds = n_r * n_c * other
+        t = _prod(sh, sizes, streamed)
+        per_step = folds * t
+        if not compute.stationary_double_buffered:
+            # each fold loads, fills and drains on its own: 2 r + c - 2 over the rows r and
+            # columns c it uses, the folds splitting X_r and X_c evenly (sum of r = X_r)
+            per_step = per_step + other * (2 * n_c * xr + n_r * xc - 2 * n_r * n_c)
+        cycles = cycles + sh.count * per_step
+        busy = busy + sh.count * folds * t
+    return cycles, busy
+
+
+def _lane_candidates(cascade: Cascade, einsum: Einsum) -> tuple[list[str], list[tuple[str, ...]]]:
+    ranks = [rank_of_variable(v) for v in einsum.iteration_variables]
+    gen = cascade.generational_rank(einsum)
+    spreadable = [r for r in ranks if r != gen]
+    return ranks, _subsets(spreadable)
+
+
+def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ranks: list[str], on_lanes: tuple[str, ...]) -> Any:
+    """Lane-cycles of one point per iteration (multiply by ops per point / ops per lane)."""
+    total: Any = 0
+    for sh in shapes:
+        x = _prod(sh, sizes, on_lanes)
+        rest = _prod(sh, sizes, [r for r in ranks if r not in on_lanes])
+        total = total + sh.count * (-(-x // lanes)) * rest
+    return total
+
+
+def _split_ops(compute: Any, ops: dict[str, int], kind: str) -> tuple[float, float, float]:
+    """(MACs for the 2D array, elementwise operations, MFU cycles)."""
+    elementwise = float(sum(ops.get(k, 0) for k in ELEMENTWISE_OPS))
+    macs = float(ops.get("mac", 0))
+    if kind != "gemm":
+        elementwise += macs
+        macs = 0.0
+    mfu = 0.0
+    for fn, n in ops.items():
+        if fn == "mac" or fn in ELEMENTWISE_OPS:
+            continue
+        cost = compute.unary_cost_cycles.get(fn, 0.0)
+        if cost and compute.mfu_units:
+            mfu += n * cost / compute.mfu_units
+        elif not cost:  # neg, square, abs, relu: one elementwise operation
+            elementwise += n
+        else:  # no MFU: the function costs this many elementwise operations
+            elementwise += n * compute.unary_cost_pe_ops.get(fn, 1.0)
+    return macs, elementwise, mfu
+
+
+def elementwise_unit(compute: Any) -> tuple[str, int, float]:
+    """Where elementwise work runs: (unit, lanes, operations per lane per cycle)."""
+    if compute.one_d_mode:
+        lanes = compute.one_d_lanes or compute.array_rows * compute.array_cols
+        return "array_1d", lanes, compute.one_d_ops_per_lane_per_cycle
+    if compute.vector_lanes:
+        return "vector", compute.vector_lanes, 1.0
+    return "array_1d", compute.array_rows * compute.array_cols, 1.0
+
+
+def _points(sizes: dict[str, int], ranks: Iterable[str]) -> int:
+    return math.prod(sizes[r] for r in ranks)
+
+
+def einsum_unit_cycles(
+    compute: Any, cascade: Cascade, einsum: Einsum, ops: dict[str, int], shapes: list[StepShape]
+) -> tuple[dict[str, Any], SpatialMapping | None]:
+    """Cycles per unit (``array_2d``, ``array_1d``, ``vector``, ``mfu``) of one Einsum over the
+    step shapes, and its best spatial mapping (None when the shapes are arrays of tilings)."""
+    sizes = {r: cascade.size(r) for r in cascade.ranks}
+    kind = cascade.kind(einsum)
+    macs, elementwise, mfu = _split_ops(compute, ops, kind)
+    scalar = not any(isinstance(sh.count, np.ndarray) or any(isinstance(v, np.ndarray) for v in sh.extents.values())
+                     for sh in shapes)
+    # ops are counted over the full iteration space; a step runs its share of them
+    ranks = [rank_of_variable(v) for v in einsum.iteration_variables]
+    full_points = _points(sizes, ranks)
+    run_points: Any = 0
+    for sh in shapes:
+        run_points = run_points + sh.count * _prod(sh, sizes, ranks)
+    scale = run_points / full_points if full_points else 1
+    cycles: dict[str, Any] = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": mfu * scale}
+    where, lanes, per_lane = elementwise_unit(compute)
+    mapping: SpatialMapping | None = None
+    if compute.dataflow == "roofline":
+        cycles["array_2d"] = macs * scale / (compute.array_rows * compute.array_cols)
+        cycles[where] = cycles[where] + elementwise * scale / (lanes * per_lane)
+        if scalar:
+            unit = "array_2d" if macs else (where if elementwise else ("mfu" if mfu else "none"))
+            mapping = SpatialMapping(unit, "roofline")
+        return cycles, mapping
+    best_2d = None
+    if macs:
+        roles = gemm_roles(cascade, einsum)
+        pes = compute.array_rows * compute.array_cols
+        for cand in _array_candidates(compute, roles):
+            cyc, busy = _array_cycles(compute, sizes, shapes, cand)
+            if best_2d is None:
+                best_2d = (cyc, busy, cand)
+                continue
+            better = cyc < best_2d[0]
+            if scalar:
+                if better:
+                    best_2d = (cyc, busy, cand)
+            else:
+                best_2d = (np.minimum(cyc, best_2d[0]), np.where(better, busy, best_2d[1]), cand)
+        cycles["array_2d"] = best_2d[0]
+    if elementwise:
+        all_ranks, candidates = _lane_candidates(cascade, einsum)
+        per_point = elementwise / full_points / per_lane
+        best_1d = None
+        for on_lanes in candidates:
+            lc = _lane_cycles(lanes, sizes, shapes, all_ranks, on_lanes)
+            if best_1d is None or (scalar and lc < best_1d[0]):
+                best_1d = (lc, on_lanes)
+            elif not scalar:
+                best_1d = (np.minimum(lc, best_1d[0]), on_lanes)
+        assert best_1d is not None
+        cycles[where] = cycles[where] + best_1d[0] * per_point
+    if scalar:
+        if macs and best_2d is not None:
+            cyc, busy, (rows, cols, _, streamed, reduce_on) = best_2d
+            util = macs * scale / (compute.array_rows * compute.array_cols * busy) if busy else 0.0
+            mapping = SpatialMapping("array_2d", compute.dataflow, rows, cols, streamed, reduce_on, float(util))
+        elif elementwise:
+            lc, on_lanes = best_1d  # type: ignore[misc]
+            util = run_points / (lanes * lc) if lc else 0.0
+            streamed = tuple(r for r in all_ranks if r not in on_lanes)
+            reduce = "lanes" if any(r in on_lanes for r in (rank_of_variable(v) for v in einsum.reduced_variables)) else ""
+            mapping = SpatialMapping(where, compute.dataflow, on_lanes, (), streamed, reduce, float(util))
+        elif mfu:
+            mapping = SpatialMapping("mfu", compute.dataflow)
+        else:
+            mapping = SpatialMapping("none", compute.dataflow)
+    return cycles, mapping
+
+
+__all__ = [
+    "DATAFLOWS",
+    "SpatialMapping",
+    "StepShape",
+    "einsum_unit_cycles",
+    "elementwise_unit",
+    "gemm_roles",
+    "step_shapes",
+]

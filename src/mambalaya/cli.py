@@ -54,6 +54,12 @@ class Format(str, Enum):
     json = "json"
 
 
+class Objective(str, Enum):
+    latency = "latency"
+    energy = "energy"
+    edp = "edp"
+
+
 class PhaseOption(str, Enum):
     prefill = "prefill"
     decode = "decode"
@@ -507,19 +513,27 @@ def evaluate_cmd(
     mapping: Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, ideal, or a mapping file.")] = None,
     scan: ScanOpt = None,
     precision: ArchPrecisionOpt = None,
+    objective: Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")] = Objective.latency,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
-    """Latency, traffic and utilisation of one layer (and the whole model) on a design."""
+    """Latency, traffic, utilisation and (where the arch has an energy section) energy of one
+    layer and the whole model on a design."""
     from mambalaya.experiments.evaluate import evaluate
     from mambalaya.arch import arch_to_dict
     from mambalaya.fusion.mapping import mapping_to_dict
+    from mambalaya.model.energy import energy_rows
     from mambalaya.model.latency import latency_rows
 
     config = resolve_model(model)
     ev = evaluate(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-                  precision=precision)
+                  precision=precision, objective=objective.value)
     rows = latency_rows(ev.result)
+    energy = ev.energy
+    if energy is not None:
+        by_einsum = {r["einsum"]: r["total_pj"] for r in energy_rows(energy)}
+        for r in rows:
+            r["energy_pj"] = by_einsum[r["einsum"]]
     prov = _provenance(model, config, ev.cascade, phase=phase.value, seq_len=seq_len, batch=batch,
                        mapping=ev.mapping.name, mapping_description=ev.mapping.description,
                        bits=ev.arch.bits_per_element, precision=ev.precision.name)
@@ -553,9 +567,17 @@ def evaluate_cmd(
                 else f"{t['tokens_per_s']:,.0f} tokens/s prefill throughput")
         out_console.print(
             f"layer {t['latency_s'] * 1e3:.4f} ms; model ({t['n_layers']} layers) {t['model_latency_s'] * 1e3:.3f} ms; "
-            f"{rate}; off-chip {t['offchip_bytes']:,.0f} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}",
+            f"{rate}; off-chip {t['offchip_bytes']:,.0f} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}; "
+            f"2D spatial util {t['spatial_util']:.1%}; bound: {t['bound']}",
             highlight=False,
         )
+        if energy is not None:
+            parts = ", ".join(f"{k} {v * 1e3:.4g} mJ" for k, v in energy.by_component_j().items())
+            out_console.print(
+                f"energy: layer {t['layer_energy_j'] * 1e3:.4g} mJ ({parts}); model {t['model_energy_j']:.4g} J; "
+                f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s (mapping searched for {ev.objective})",
+                highlight=False,
+            )
 
 
 def _int_list(text: str, what: str) -> list[int]:

@@ -9,6 +9,7 @@ from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping, check_mapping, load_mapping
 from mambalaya.model.latency import LayerLatency, layer_latency
+from mambalaya.model.energy import LayerEnergy, layer_energy
 from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, named_mapping
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import ModelConfig, build_layer
@@ -28,9 +29,22 @@ class Evaluation:
     result: LayerLatency
     search: SearchStats
     precision: PrecisionPolicy
+    objective: str = "latency"
+
+    @property
+    def energy(self) -> LayerEnergy | None:
+        """The energy of this evaluation's actions (None when the arch has no energy section)."""
+        if self.arch.energy is None:
+            return None
+        return layer_energy(self.arch, self.cascade, self.result)
 
     def totals(self) -> dict[str, Any]:
         r = self.result
+        energy = self.energy
+        extra = {} if energy is None else {
+            "layer_energy_j": energy.layer_j, "model_energy_j": energy.model_j,
+            "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
+        }
         return {
             "latency_s": r.latency_s,
             "model_latency_s": r.model_latency_s,
@@ -41,15 +55,22 @@ class Evaluation:
             "groups": len(r.groups),
             "n_layers": r.n_layers,
             "tokens_per_s": r.tokens_per_s,
+            "onchip_s": r.onchip_s,
+            "buffer_bytes": r.buffer_bytes,
+            "spatial_util": r.spatial_util,
+            "bound": r.bound,
+            **extra,
         }
 
 
-def resolve_mapping(name: str | None, cascade: Cascade, arch: ArchSpec, stats: SearchStats | None = None) -> Mapping:
-    """The design's own mapping (``None``), a named mapping built for ``arch``, or a mapping file."""
+def resolve_mapping(name: str | None, cascade: Cascade, arch: ArchSpec, stats: SearchStats | None = None,
+                    objective: str = "latency") -> Mapping:
+    """The design's own mapping (``None``), a named mapping built for ``arch`` (minimising
+    ``objective``), or a mapping file."""
     name = name or arch.mappings.default
     buffer = arch.memory.onchip_buffer_bytes
     if name in NAMED_MAPPINGS:
-        return named_mapping(name, cascade, None if name == "ideal" else buffer, stats, arch=arch)
+        return named_mapping(name, cascade, None if name == "ideal" else buffer, stats, arch=arch, objective=objective)
     mapping = load_mapping(name)
     if mapping.buffer_bytes is None:
         from dataclasses import replace
@@ -69,8 +90,10 @@ def evaluate(
     mapping: str | None = None,
     scan: str | None = None,
     precision: str | PrecisionPolicy | None = None,
+    objective: str = "latency",
 ) -> Evaluation:
-    """One layer of ``config`` on ``arch`` under its mapping. Tensor widths follow ``precision``
+    """One layer of ``config`` on ``arch`` under its mapping (searched for ``objective``:
+    latency, energy or edp). Tensor widths follow ``precision``
     (default: the arch's own policy, ``arch.precision``), whose ``design`` width is the arch's
     ``bits_per_element``. ``scan`` picks Mamba-2's scan form (default: chunked in prefill,
     recurrent in decode)."""
@@ -79,9 +102,9 @@ def evaluate(
     cascade = _layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
     stats = SearchStats()
-    m = resolve_mapping(mapping, cascade, spec, stats)
+    m = resolve_mapping(mapping, cascade, spec, stats, objective)
     result = layer_latency(spec, cascade, m, n_layers=config.n_layers)
-    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy)
+    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective)
 
 
 _LAYERS: dict[tuple, Cascade] = {}

@@ -44,7 +44,7 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, Mapping
-from mambalaya.model.spatial import SpatialMapping, StepShape, einsum_unit_cycles, step_shapes
+from mambalaya.model.spatial import SpatialMapping, StepShape, einsum_runs, einsum_unit_cycles, step_shapes
 from mambalaya.model.traffic import BufferAccesses, GroupTraffic, group_buffer_accesses, group_traffic
 
 class ComputeLike(Protocol):  # the fields of mambalaya.arch.spec.ComputeSpec used here
@@ -103,9 +103,16 @@ class EinsumLatency:
     compute_util: float
     mem_util: float
     spatial: SpatialMapping = SpatialMapping("none", "roofline")
-    buffer_bytes: float = 0.0  # on-chip buffer bytes read and written by this Einsum (with its fills/drains)
+    buffer_read_bytes: float = 0.0  # on-chip buffer bytes this Einsum reads (its operands, the drain of what it writes off-chip)
+    buffer_write_bytes: float = 0.0  # on-chip buffer bytes it writes (its results, the fill of what it reads off-chip)
+    runs: float = 1.0  # times its iteration space runs (more than 1 when a fused loop recomputes it)
     onchip_latency: float = 0.0  # s: buffer_bytes over the on-chip bandwidth
     bound: str = "compute"  # what limits its group: compute, offchip or onchip
+
+    @property
+    def buffer_bytes(self) -> float:
+        """On-chip buffer bytes read and written by this Einsum (with its fills and drains)."""
+        return self.buffer_read_bytes + self.buffer_write_bytes
 
     @property
     def spatial_mapping(self) -> str:
@@ -205,10 +212,14 @@ class LayerLatency:
         return self.batch * self.positions / self.model_latency_s if self.latency_s else 0.0
 
 
+def group_shapes(cascade: Cascade, group: FusionGroup) -> list[StepShape]:
+    return step_shapes({r: cascade.size(r) for r in cascade.ranks}, [(lp.rank, lp.tile) for lp in group.loops])
+
+
 def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitCycles, list[tuple[Einsum, UnitCycles, SpatialMapping]]]:
     """The units' cycles of every Einsum of the group over its steps (spatial mappings
     included), and their sum."""
-    shapes = step_shapes({r: cascade.size(r) for r in cascade.ranks}, [(lp.rank, lp.tile) for lp in group.loops])
+    shapes = group_shapes(cascade, group)
     total = UnitCycles()
     per = []
     for name in group.einsums:
@@ -269,25 +280,26 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
     else:
         buffer = BufferAccesses({n: 0.0 for n in group.einsums}, {n: 0.0 for n in group.einsums}, 0.0, 0.0)
     total_cycles, per = group_cycles(arch, cascade, group)
+    shapes = group_shapes(cascade, group)
     comp = total_cycles.total(overlap_units) / clock
     mem = traffic.total_bytes / bw
     onchip = float(onchip_seconds(arch, buffer.total_bytes))
     latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
     latency, wind = float(latency), float(wind)
     # attribute traffic: reads to the first reader in the group, writes to the producer
-    attributed = {name: 0.0 for name in group.einsums}
+    dram_reads = {name: 0.0 for name in group.einsums}
     for t, b in traffic.read_bytes.items():
         reader = next(
             (n for n in group.einsums if t in cascade.einsum(n).input_tensors or t in cascade.initial_reads(cascade.einsum(n))),
             group.einsums[0],
         )
-        attributed[reader] += b
-    for t, b in traffic.write_bytes.items():
-        attributed[t] += b
-    # buffer bytes: the Einsum's own reads and writes, plus the fills/drains of its off-chip bytes
-    on_bytes = {
-        name: buffer.einsum_read_bytes[name] + buffer.einsum_write_bytes[name] + attributed[name] for name in group.einsums
-    }
+        dram_reads[reader] += b
+    attributed = {name: dram_reads[name] + traffic.write_bytes.get(name, 0.0) for name in group.einsums}
+    # buffer bytes: the Einsum's own reads and writes, plus the fills (writes) of what it reads
+    # off-chip and the drains (reads) of what it writes off-chip
+    buf_reads = {name: buffer.einsum_read_bytes[name] + traffic.write_bytes.get(name, 0.0) for name in group.einsums}
+    buf_writes = {name: buffer.einsum_write_bytes[name] + dram_reads[name] for name in group.einsums}
+    on_bytes = {name: buf_reads[name] + buf_writes[name] for name in group.einsums}
     weights = [
         max(cyc.total(overlap_units) / clock, attributed[e.name] / bw, float(onchip_seconds(arch, on_bytes[e.name])))
         for e, cyc, _ in per
@@ -298,6 +310,7 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
     gl = GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip)
     rows = []
     for (e, cyc, spatial), w in zip(per, weights):
+        runs = einsum_runs(cascade, e, shapes)
         share = latency * (w / total_weight) if total_weight else latency / len(per)
         rows.append(
             EinsumLatency(
@@ -313,7 +326,9 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
                 compute_util=group_comp_util,
                 mem_util=group_mem_util,
                 spatial=spatial,
-                buffer_bytes=on_bytes[e.name],
+                buffer_read_bytes=buf_reads[e.name],
+                buffer_write_bytes=buf_writes[e.name],
+                runs=runs,
                 onchip_latency=float(onchip_seconds(arch, on_bytes[e.name])),
                 bound=gl.bound,
             )

@@ -48,11 +48,15 @@ from mambalaya.fusion.mapping import (
     unfused_mapping,
     window_halos,
 )
+from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
 from mambalaya.model.latency import combine, group_latency, onchip_seconds
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.model.traffic import buffer_read_elements, group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
+
+#: What a search on an architecture minimises (``--objective``).
+OBJECTIVES = ("latency", "energy", "edp")
 
 #: When the search minimises latency, candidates (tilings of a group, or whole mappings) whose
 #: latency is within this fraction of the best are taken as tied, and the one moving the least
@@ -84,10 +88,19 @@ class GroupChoice:
     traffic_bytes: float
     footprint_bytes: float
     latency_s: float | None = None  # when chosen for an architecture
+    energy_pj: float | None = None  # when chosen for energy or EDP
+    objective: str = "latency"
 
     def cost(self) -> float:
-        """What the search minimises: latency when an architecture is given, else traffic."""
-        return self.traffic_bytes if self.latency_s is None else self.latency_s
+        """What the search minimises: traffic without an architecture; with one, the
+        objective's latency, energy or (for one group) energy x latency."""
+        if self.latency_s is None:
+            return self.traffic_bytes
+        if self.objective == "energy":
+            return self.energy_pj  # type: ignore[return-value]
+        if self.objective == "edp":
+            return self.latency_s * self.energy_pj  # type: ignore[operator]
+        return self.latency_s
 
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
@@ -244,6 +257,7 @@ def best_group(
     ranks: list[str] | None = None,
     why: list[str] | None = None,
     arch: Any = None,
+    objective: str = "latency",
 ) -> GroupChoice | None:
     """The least-traffic tiling of ``einsums`` as one group that fits the buffer, or None.
 
@@ -265,12 +279,19 @@ def best_group(
     steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
     if arch is None:
         order = np.lexsort((steps, np.where(ok, traffic, np.inf)))
-    else:  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
-        onchip = model.buffer(trips, traffic) if arch.memory.onchip_bandwidth_bytes_per_cycle else np.zeros_like(traffic)
-        latency = _latency_of(arch, cascade, einsums, ranks, tiles, traffic, onchip, steps)
-        best = np.min(np.where(ok, latency, np.inf))
-        tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
-        order = np.lexsort((latency, steps, np.where(tied, traffic, np.inf)))
+    else:
+        need_buffer = objective != "latency" or arch.memory.onchip_bandwidth_bytes_per_cycle is not None
+        onchip = model.buffer(trips, traffic) if need_buffer else np.zeros_like(traffic)
+        latency = _latency_of(arch, cascade, einsums, ranks, tiles, traffic,
+                              onchip if arch.memory.onchip_bandwidth_bytes_per_cycle else np.zeros_like(traffic), steps)
+        if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
+            best = np.min(np.where(ok, latency, np.inf))
+            tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
+            order = np.lexsort((latency, steps, np.where(tied, traffic, np.inf)))
+        else:
+            energy = _energy_of(arch, cascade, einsums, traffic, onchip)
+            value = energy if objective == "energy" else energy * latency
+            order = np.lexsort((steps, traffic, np.where(ok, value, np.inf)))
     k = int(order[0])
     loops = tuple(
         Loop(r, int(t[k])) for r, t in zip(ranks, tiles) if int(t[k]) < cascade.size(r)
@@ -283,8 +304,20 @@ def best_group(
             why.append("illegal")
         return None
     exact = group_traffic(cascade, group)
-    latency = None if arch is None else group_latency(arch, cascade, group, exact, count_buffer=False)[0].latency
-    return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, latency)
+    if arch is None:
+        return GroupChoice(group, exact.total_bytes, exact.footprint_bytes)
+    gl, rows = group_latency(arch, cascade, group, exact, count_buffer=objective != "latency")
+    energy = None if objective == "latency" else sum(einsum_energy(arch, cascade, r).total_pj for r in rows)
+    return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, gl.latency, energy, objective)
+
+
+def _energy_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndarray, buffer: np.ndarray) -> np.ndarray:
+    """Group energy for every tiling: arithmetic (which the tiling does not change) plus DRAM
+    and buffer bytes; the buffer's reads and writes at their mean energy (a ranking; the chosen
+    tiling's energy is recomputed exactly)."""
+    fixed = sum(compute_energy_pj(arch, cascade, n, einsum_ops(cascade, cascade.einsum(n))) for n in einsums)
+    dram, buf_read, buf_write = movement_pj_per_byte(arch)
+    return fixed + traffic * dram + buffer * (buf_read + buf_write) / 2
 
 
 def _latency_of(arch: Any, cascade: Cascade, einsums: list[str], ranks: list[str], tiles: list[np.ndarray],
@@ -338,7 +371,7 @@ def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | No
     return choice
 
 
-def unfused(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None) -> Mapping:
+def unfused(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None, objective: str = "latency") -> Mapping:
     """Every Einsum alone. Tiling a lone Einsum never changes its traffic (its operands are
     partitioned, not re-read), but a recurrence's carried state must fit the buffer: a lone
     scan is tiled over its independent ranks when its whole state does not fit."""
@@ -346,7 +379,7 @@ def unfused(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = No
         m = unfused_mapping(cascade)
         return check_mapping(cascade, Mapping("unfused", m.groups, None, "every Einsum alone (MARCA, ideal)"))
     groups = [
-        _need(best_group(cascade, [e.name], buffer_bytes, arch=arch), [e.name], buffer_bytes).group
+        _need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes).group
         for e in cascade.einsums
     ]
     return _finish(cascade, "unfused", groups, buffer_bytes, "every Einsum alone (MARCA, ideal)")
@@ -358,7 +391,7 @@ def ideal(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
     return check_mapping(cascade, Mapping("ideal", (g,), None, "one group, buffer unbounded (a lower bound)"), ignore_buffer=True)
 
 
-def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None) -> Mapping:
+def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None, objective: str = "latency") -> Mapping:
     """Geens et al.'s fine-grained fusion: the cascade's ``ssm`` region (discretisation, scan,
     readout) fused over its tileable ranks (RI across batch, channels, heads); the rest unfused."""
     members = set(cascade.regions.get(SSM_REGION_NAME, ()))
@@ -373,14 +406,15 @@ def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = Non
     for e in cascade.einsums:
         if e.name in members:
             if not placed:
-                groups.append(_need(best_group(cascade, region, buffer_bytes, arch=arch), region, buffer_bytes).group)
+                groups.append(_need(best_group(cascade, region, buffer_bytes, arch=arch, objective=objective), region, buffer_bytes).group)
                 placed = True
             continue
-        groups.append(_need(best_group(cascade, [e.name], buffer_bytes, arch=arch), [e.name], buffer_bytes).group)
+        groups.append(_need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes).group)
     return _finish(cascade, "ssm-ri", groups, buffer_bytes, "RI fusion of AD, BX, H, YS (Geens et al.); rest unfused")
 
 
-def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchStats | None = None, arch: Any = None) -> Mapping:
+def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchStats | None = None, arch: Any = None,
+             objective: str = "latency") -> Mapping:
     """The paper's greedy stitching: walk the Einsums in topological order and add each to the
     current group while the grown group has a legal loop order whose footprint fits the buffer
     and growing does not increase the cost (traffic, or latency on ``arch``: the grown group
@@ -395,9 +429,9 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
     current: list[str] = []
     current_choice: GroupChoice | None = None
     for e in cascade.einsums:
-        alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats, arch=arch), [e.name], buffer_bytes)
+        alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats, arch=arch, objective=objective), [e.name], buffer_bytes)
         if current_choice is not None:
-            grown = best_group(cascade, current + [e.name], buffer_bytes, stats=stats, arch=arch)
+            grown = best_group(cascade, current + [e.name], buffer_bytes, stats=stats, arch=arch, objective=objective)
             if grown is not None and _worth_growing(grown, current_choice, alone):
                 current, current_choice = current + [e.name], grown
                 continue
@@ -413,8 +447,10 @@ def _worth_growing(grown: GroupChoice, current: GroupChoice, alone: GroupChoice)
     :data:`LATENCY_TIE_TOLERANCE` count as equal and then the grown group must not move more bytes (a compute-bound group would
     otherwise absorb Einsums whose fusion only adds weight re-reads)."""
     apart = current.cost() + alone.cost()
-    if grown.latency_s is None:
+    if grown.latency_s is None or grown.objective == "energy":
         return grown.cost() <= apart
+    if grown.objective == "edp":  # the product of the summed latencies and energies
+        return grown.cost() <= (current.latency_s + alone.latency_s) * (current.energy_pj + alone.energy_pj)  # type: ignore[operator]
     if grown.cost() < apart * (1 - LATENCY_TIE_TOLERANCE):
         return True
     return (grown.cost() <= apart * (1 + LATENCY_TIE_TOLERANCE)
@@ -427,10 +463,14 @@ def optimal(
     stats: SearchStats | None = None,
     *,
     arch: Any = None,
+    objective: str = "latency",
 ) -> Mapping:
     """The least-traffic mapping over contiguous groupings and tile sizes (see the module doc);
-    with ``arch``, the least-latency one on that architecture (tile sizes chosen by latency too).
-    """
+    with ``arch``, the least-latency (or least-energy, or least energy-delay product) one on
+    that architecture (tile sizes chosen by the same objective). Latency and energy add over
+    groups, so the dynamic programme is exact for them; the EDP of a layer is the product of
+    the sums, so for ``edp`` a Pareto pass keeps the (latency, energy) points no other
+    partial grouping beats and takes the least product at the end."""
     stats = stats if stats is not None else SearchStats()
     t0 = time.perf_counter()
     names = [e.name for e in cascade.einsums]
@@ -444,7 +484,7 @@ def optimal(
             if best[a] == math.inf:
                 continue
             why: list[str] = []
-            choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch)
+            choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective)
             if choice is None:
                 if why == ["buffer"]:
                     break  # growing the segment upwards only adds on-chip data (see best_group)
@@ -456,7 +496,9 @@ def optimal(
     if back[n] is None:
         raise SpecError(f"no mapping of cascade {cascade.name!r} fits a buffer of {buffer_bytes:,} bytes")
     groups: list[FusionGroup] = []
-    if arch is not None:
+    if arch is not None and objective == "edp":
+        groups = _least_edp(segments, n)
+    elif arch is not None and objective == "latency":
         groups = _least_traffic_within(segments, n, best[n] * (1 + LATENCY_TIE_TOLERANCE))
     else:
         b = n
@@ -465,8 +507,31 @@ def optimal(
             groups.append(choice.group)
             b = a
     stats.seconds += time.perf_counter() - t0
-    what = "off-chip traffic" if arch is None else f"latency on {arch.name}"
+    what = "off-chip traffic" if arch is None else f"{_OBJECTIVE_WORDS[objective]} on {arch.name}"
     return _finish(cascade, "optimal", groups[::-1], buffer_bytes, f"least {what} over contiguous groups and tiles")
+
+
+_OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-delay product"}
+
+
+def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[FusionGroup]:
+    """The grouping of least (sum of latencies) x (sum of energies) over the segments: a
+    Pareto dynamic programme over (latency, energy), exact since the product grows with both."""
+    front: list[list[tuple[float, float, tuple[FusionGroup, ...]]]] = [[] for _ in range(n + 1)]
+    front[0] = [(0.0, 0.0, ())]
+    ends: dict[int, list[tuple[int, GroupChoice]]] = {}
+    for (a, b), c in segments.items():
+        ends.setdefault(b, []).append((a, c))
+    for b in range(1, n + 1):
+        points = [(lat + c.latency_s, en + c.energy_pj, groups + (c.group,))  # type: ignore[operator]
+                  for a, c in ends.get(b, []) for lat, en, groups in front[a]]
+        points.sort(key=lambda p: (p[0], p[1]))
+        kept: list[tuple[float, float, tuple[FusionGroup, ...]]] = []
+        for p in points:
+            if not kept or p[1] < kept[-1][1]:
+                kept.append(p)
+        front[b] = kept
+    return list(min(front[n], key=lambda p: p[0] * p[1])[2])
 
 
 def _least_traffic_within(segments: dict[tuple[int, int], GroupChoice], n: int, latency_bound: float) -> list[FusionGroup]:
@@ -505,20 +570,25 @@ def _least_traffic_within(segments: dict[tuple[int, int], GroupChoice], n: int, 
 
 
 def named_mapping(
-    name: str, cascade: Cascade, buffer_bytes: int | None, stats: SearchStats | None = None, arch: Any = None
+    name: str, cascade: Cascade, buffer_bytes: int | None, stats: SearchStats | None = None, arch: Any = None,
+    objective: str = "latency",
 ) -> Mapping:
     """Build a named mapping; with ``arch``, tiles (and for stitched/optimal, groups) are chosen
-    for latency on that architecture, else for traffic."""
+    for ``objective`` (latency, energy or edp) on that architecture, else for traffic."""
+    if objective not in OBJECTIVES:
+        raise SpecError(f"unknown objective {objective!r}: use one of {', '.join(OBJECTIVES)}")
+    if objective != "latency" and arch is not None:
+        require_energy(arch)
     if name == "unfused":
-        return unfused(cascade, buffer_bytes, arch=arch)
+        return unfused(cascade, buffer_bytes, arch=arch, objective=objective)
     if name == "ideal":
         return ideal(cascade, buffer_bytes)
     if name == "ssm-ri":
-        return ssm_ri(cascade, buffer_bytes, arch=arch)
+        return ssm_ri(cascade, buffer_bytes, arch=arch, objective=objective)
     if name == "stitched":
-        return stitched(cascade, buffer_bytes, stats, arch=arch)
+        return stitched(cascade, buffer_bytes, stats, arch=arch, objective=objective)
     if name == "optimal":
-        return optimal(cascade, buffer_bytes, stats, arch=arch)
+        return optimal(cascade, buffer_bytes, stats, arch=arch, objective=objective)
     raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or a mapping YAML file")
 
 
@@ -551,6 +621,7 @@ def pareto_frontier(cascade: Cascade, buffers: list[int] | None = None) -> list[
 
 __all__ = [
     "NAMED_MAPPINGS",
+    "OBJECTIVES",
     "GroupChoice",
     "ParetoPoint",
     "SearchStats",

@@ -268,6 +268,18 @@ def _points(sizes: dict[str, int], ranks: Iterable[str]) -> int:
     return math.prod(sizes[r] for r in ranks)
 
 
+def einsum_runs(cascade: Cascade, einsum: Einsum, shapes: list[StepShape]) -> Any:
+    """How many times the Einsum's iteration space runs over the steps: 1, or more when a
+    fused loop over a rank it lacks recomputes it in every tile."""
+    sizes = {r: cascade.size(r) for r in cascade.ranks}
+    ranks = [rank_of_variable(v) for v in einsum.iteration_variables]
+    full = _points(sizes, ranks)
+    run: Any = 0
+    for sh in shapes:
+        run = run + sh.count * _prod(sh, sizes, ranks)
+    return run / full if full else 1
+
+
 def einsum_unit_cycles(
     compute: Any, cascade: Cascade, einsum: Einsum, ops: dict[str, int], shapes: list[StepShape]
 ) -> tuple[dict[str, Any], SpatialMapping | None]:
@@ -281,10 +293,8 @@ def einsum_unit_cycles(
     # ops are counted over the full iteration space; a step runs its share of them
     ranks = [rank_of_variable(v) for v in einsum.iteration_variables]
     full_points = _points(sizes, ranks)
-    run_points: Any = 0
-    for sh in shapes:
-        run_points = run_points + sh.count * _prod(sh, sizes, ranks)
-    scale = run_points / full_points if full_points else 1
+    scale = einsum_runs(cascade, einsum, shapes)
+    run_points = scale * full_points
     cycles: dict[str, Any] = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": mfu * scale}
     where, lanes, per_lane = elementwise_unit(compute)
     mapping: SpatialMapping | None = None
@@ -298,7 +308,6 @@ def einsum_unit_cycles(
     best_2d = None
     if macs:
         roles = gemm_roles(cascade, einsum)
-        pes = compute.array_rows * compute.array_cols
         for cand in _array_candidates(compute, roles):
             cyc, busy = _array_cycles(compute, sizes, shapes, cand)
             if best_2d is None:
@@ -345,6 +354,7 @@ __all__ = [
     "DATAFLOWS",
     "SpatialMapping",
     "StepShape",
+    "einsum_runs",
     "einsum_unit_cycles",
     "elementwise_unit",
     "gemm_roles",

@@ -1,0 +1,241 @@
+"""The energy model: actions a mapping implies, times the energy of each action.
+
+Per Einsum (the rows of :func:`mambalaya.model.latency.layer_latency`), the actions are
+
+* **DRAM** bits: the off-chip bytes attributed to it (its first reads in its group, its writes);
+* **buffer** reads and writes in bits (:func:`mambalaya.model.traffic.group_buffer_accesses`):
+  its operands and results at tile granularity, and the fills and drains of its DRAM bytes;
+  energy per bit at the arch's buffer size, scaled from the reference size given in the spec
+  (``(size / reference) ** buffer_size_exponent``);
+* **arithmetic**: its MACs (on whichever unit runs them) and elementwise operations (adds,
+  multiplies, divides, maxima, the cheap unary functions, and the functions a design without
+  MFUs evaluates as ``unary_cost_pe_ops`` elementwise operations), at the Einsum's width: the
+  widest of its operands and result (a float32 state makes the arithmetic float32);
+* **MFU** results of each nonlinear function it evaluates on the multi-function units;
+* **registers**: each MAC or elementwise operation reads two operands and writes one result
+  in its PE's registers, ``3 x width`` bits.
+
+Operations count every run of the Einsum (a loop over a rank it lacks recomputes it).
+Static (leakage) energy is not modelled: the spec's values are dynamic energies per action.
+The energy-delay product is the model's energy per pass times its latency per pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.errors import SpecError
+from mambalaya.model.latency import EinsumLatency, LayerLatency
+from mambalaya.model.spatial import ELEMENTWISE_OPS
+
+ACTIONS = ("dram_bits", "buffer_read_bits", "buffer_write_bits", "register_bits", "macs", "elementwise_ops")
+
+
+@dataclass(frozen=True)
+class EinsumActions:
+    einsum: str
+    width_bits: int
+    dram_bits: float
+    buffer_read_bits: float
+    buffer_write_bits: float
+    register_bits: float
+    macs: float
+    elementwise_ops: float
+    mfu_results: dict[str, float]
+
+
+@dataclass(frozen=True)
+class EinsumEnergy:
+    einsum: str
+    fusion_group: str
+    actions: EinsumActions
+    dram_pj: float
+    buffer_pj: float
+    register_pj: float
+    mac_pj: float
+    elementwise_pj: float
+    mfu_pj: float
+
+    @property
+    def total_pj(self) -> float:
+        return self.dram_pj + self.buffer_pj + self.register_pj + self.mac_pj + self.elementwise_pj + self.mfu_pj
+
+
+@dataclass(frozen=True)
+class LayerEnergy:
+    arch: str
+    mapping: str
+    einsums: tuple[EinsumEnergy, ...]
+    n_layers: int
+    batch: int
+    positions: int
+    latency_s: float  # of one layer
+
+    @property
+    def layer_j(self) -> float:
+        return sum(e.total_pj for e in self.einsums) * 1e-12
+
+    @property
+    def model_j(self) -> float:
+        return self.n_layers * self.layer_j
+
+    @property
+    def per_token_j(self) -> float:
+        """Energy of the whole model per token processed (batch x positions per pass)."""
+        return self.model_j / (self.batch * self.positions)
+
+    @property
+    def edp_js(self) -> float:
+        """Energy-delay product of one pass of the model (J x s)."""
+        return self.model_j * self.n_layers * self.latency_s
+
+    def by_component_j(self) -> dict[str, float]:
+        keys = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj")
+        return {k.removesuffix("_pj"): sum(getattr(e, k) for e in self.einsums) * 1e-12 for k in keys}
+
+
+def einsum_width_bits(cascade: Cascade, name: str) -> int:
+    """The width the Einsum computes at: the widest of its operands and result."""
+    e = cascade.einsum(name)
+    return max([cascade.tensors[name].bits] + [cascade.tensors[t].bits for t in e.input_tensors])
+
+
+def _arithmetic(arch: Any, ops: dict[str, int], runs: float) -> tuple[float, float, dict[str, float]]:
+    """(MACs, elementwise operations, MFU results per function) of ``runs`` runs of an Einsum."""
+    compute = arch.compute
+    macs = float(ops.get("mac", 0)) * runs
+    elementwise = float(sum(ops.get(k, 0) for k in ELEMENTWISE_OPS))
+    mfu: dict[str, float] = {}
+    for fn, n in ops.items():
+        if fn == "mac" or fn in ELEMENTWISE_OPS:
+            continue
+        cost = compute.unary_cost_cycles.get(fn, 0.0)
+        if cost and compute.mfu_units:
+            mfu[fn] = n * runs
+        elif not cost:
+            elementwise += n
+        else:
+            elementwise += n * compute.unary_cost_pe_ops.get(fn, 1.0)
+    return macs, elementwise * runs, mfu
+
+
+def einsum_actions(arch: Any, cascade: Cascade, row: EinsumLatency) -> EinsumActions:
+    """The actions one Einsum of a layer's latency result performs (see the module doc)."""
+    width = einsum_width_bits(cascade, row.einsum)
+    macs, elementwise, mfu = _arithmetic(arch, row.ops, row.runs)
+    return EinsumActions(
+        einsum=row.einsum,
+        width_bits=width,
+        dram_bits=8 * row.total_traffic,
+        buffer_read_bits=8 * row.buffer_read_bytes,
+        buffer_write_bits=8 * row.buffer_write_bytes,
+        register_bits=3 * width * (macs + elementwise),
+        macs=macs,
+        elementwise_ops=elementwise,
+        mfu_results=mfu,
+    )
+
+
+def compute_energy_pj(arch: Any, cascade: Cascade, name: str, ops: dict[str, int], runs: float = 1.0) -> float:
+    """Arithmetic, MFU and register energy of ``runs`` runs of one Einsum (no data movement)."""
+    spec = require_energy(arch)
+    width = einsum_width_bits(cascade, name)
+    macs, elementwise, mfu = _arithmetic(arch, ops, runs)
+    return (_mac_pj(arch, spec, macs, width, name) + _elementwise_pj(arch, spec, elementwise, width, name)
+            + _mfu_pj(arch, spec, mfu, name) + 3 * width * (macs + elementwise) * spec.register_pj_per_bit)
+
+
+def _mac_pj(arch: Any, spec: Any, macs: float, width: int, einsum: str) -> float:
+    return macs * _per_op(spec.mac_pj, width, "mac_pj", arch, einsum) if macs else 0.0
+
+
+def _elementwise_pj(arch: Any, spec: Any, ops: float, width: int, einsum: str) -> float:
+    return ops * _per_op(spec.elementwise_pj, width, "elementwise_pj", arch, einsum) if ops else 0.0
+
+
+def _mfu_pj(arch: Any, spec: Any, results: dict[str, float], einsum: str) -> float:
+    total = 0.0
+    for fn, n in results.items():
+        if fn not in spec.mfu_pj:
+            raise SpecError(
+                f"arch {arch.name!r}: energy.mfu_pj.{fn} is missing, and Einsum {einsum} evaluates {fn} on the MFUs "
+                f"(entries: {', '.join(sorted(spec.mfu_pj)) or 'none'}); add it with its source"
+            )
+        total += n * spec.mfu_pj[fn]
+    return total
+
+
+def movement_pj_per_byte(arch: Any) -> tuple[float, float, float]:
+    """(DRAM, buffer read, buffer write) energy per byte on ``arch``."""
+    spec = require_energy(arch)
+    size = arch.memory.onchip_buffer_bytes
+    return 8 * spec.dram_pj_per_bit, 8 * spec.buffer_pj_per_bit(size, write=False), 8 * spec.buffer_pj_per_bit(size, write=True)
+
+
+def _per_op(table: dict[int, float], width: int, field: str, arch: Any, einsum: str) -> float:
+    if width not in table:
+        raise SpecError(
+            f"arch {arch.name!r}: energy.{field} has no entry for {width}-bit operations, which Einsum {einsum} "
+            f"performs (entries: {', '.join(str(w) for w in sorted(table)) or 'none'}); add energy.{field}.{width} with its source"
+        )
+    return table[width]
+
+
+def einsum_energy(arch: Any, cascade: Cascade, row: EinsumLatency) -> EinsumEnergy:
+    """Energy of one Einsum's actions on ``arch`` (which must have an ``energy`` section)."""
+    spec = require_energy(arch)
+    a = einsum_actions(arch, cascade, row)
+    dram, buf_read, buf_write = movement_pj_per_byte(arch)
+    return EinsumEnergy(
+        einsum=row.einsum,
+        fusion_group=row.fusion_group,
+        actions=a,
+        dram_pj=a.dram_bits / 8 * dram,
+        buffer_pj=a.buffer_read_bits / 8 * buf_read + a.buffer_write_bits / 8 * buf_write,
+        register_pj=a.register_bits * spec.register_pj_per_bit,
+        mac_pj=_mac_pj(arch, spec, a.macs, a.width_bits, a.einsum),
+        elementwise_pj=_elementwise_pj(arch, spec, a.elementwise_ops, a.width_bits, a.einsum),
+        mfu_pj=_mfu_pj(arch, spec, a.mfu_results, a.einsum),
+    )
+
+
+def require_energy(arch: Any) -> Any:
+    if getattr(arch, "energy", None) is None:
+        raise SpecError(f"arch {arch.name!r} has no energy section: energy needs per-action energies (see the README's energy model)")
+    return arch.energy
+
+
+def layer_energy(arch: Any, cascade: Cascade, result: LayerLatency) -> LayerEnergy:
+    """Energy of a layer's latency result (same mapping, same actions)."""
+    rows = tuple(einsum_energy(arch, cascade, r) for r in result.einsums)
+    return LayerEnergy(arch.name, result.mapping, rows, result.n_layers, result.batch, result.positions, result.latency_s)
+
+
+def energy_rows(energy: LayerEnergy) -> list[dict[str, Any]]:
+    """The per-Einsum energy table (pJ), plus a ``total`` row."""
+    cols = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj")
+    rows = [
+        {"einsum": e.einsum, "fusion_group": e.fusion_group, "width_bits": e.actions.width_bits,
+         **{c: getattr(e, c) for c in cols}, "total_pj": e.total_pj}
+        for e in energy.einsums
+    ]
+    total = {c: sum(r[c] for r in rows) for c in (*cols, "total_pj")}
+    rows.append({"einsum": "total", "fusion_group": "", "width_bits": "", **total})
+    return rows
+
+
+__all__ = [
+    "EinsumActions",
+    "EinsumEnergy",
+    "LayerEnergy",
+    "compute_energy_pj",
+    "einsum_actions",
+    "einsum_energy",
+    "einsum_width_bits",
+    "energy_rows",
+    "layer_energy",
+    "movement_pj_per_byte",
+    "require_energy",
+]

@@ -53,7 +53,7 @@ _MEMO: dict = {}
 
 
 def brute_force_group(c, names, buffer):
-    """Least traffic of one group over every tiling and loop order, each costed by the general model."""
+    """Least traffic of one group over every tiling, loop order and residency, each costed by the general model."""
     _, memo = _MEMO.setdefault(id(c), (c, {}))  # holding c keeps its id unique
     key = (tuple(names), buffer)
     if key not in memo:
@@ -61,19 +61,37 @@ def brute_force_group(c, names, buffer):
     return memo[key]
 
 
+def _keepable(c, names, ranks):
+    """The search's residency candidates, found independently: tensors the group reads
+    off-chip whose accesses no tileable rank indexes, largest first."""
+    inside = set(names)
+    found = {}
+    for n in names:
+        for a in c.einsum(n).inputs:
+            if a.tensor in inside:
+                continue
+            seen = {v.upper() for idx in a.indices for v in idx.variables}
+            found.setdefault(a.tensor, set()).update(seen)
+    kept = [t for t, seen in found.items() if not seen & set(ranks)]
+    return sorted(kept, key=lambda t: (-c.nbytes(t), t))
+
+
 def _brute_force_group(c, names, buffer):
+    """Every tiling, loop order and residency (the j largest tensors no tiled rank indexes)."""
     ranks = tileable_ranks(c, names)
+    kept = _keepable(c, names, ranks)
     best = None
     for tiles in itertools.product(*[_tile_options(c.size(r)) for r in ranks]):
         for order in itertools.permutations(range(len(ranks))):
             loops = tuple(Loop(ranks[i], tiles[i]) for i in order if tiles[i] < c.size(ranks[i]))
-            g = FusionGroup("G", tuple(names), loops)
-            try:
-                check_group(c, g, buffer)
-            except MappingError:
-                continue
-            cost = group_traffic(c, g).total_bytes
-            best = cost if best is None else min(best, cost)
+            for j in range(len(kept) + 1 if loops else 1):
+                g = FusionGroup("G", tuple(names), loops, resident=tuple(kept[:j]))
+                try:
+                    check_group(c, g, buffer)
+                except MappingError:
+                    continue
+                cost = group_traffic(c, g).total_bytes
+                best = cost if best is None else min(best, cost)
     return best
 
 

@@ -140,3 +140,55 @@ def test_random_legal_mappings(case) -> None:
 
         assume(False)
     check_run(c, key, mapping)
+
+
+def test_resident_tensors_are_read_once_per_change_of_their_box() -> None:
+    """A group tiled over I re-reads its weights in every step unless they are resident; a
+    resident weight is read once, a resident tensor indexed by I once per I tile, and the
+    tiled executor moves exactly those bytes."""
+    key = "prefill"
+    c = CASCADES[key]
+    members = ("XI", "Z")
+    loops = (Loop("B", 1), Loop("I", 2))  # 2 x 4 steps
+    plain = FusionGroup("F", members, loops)
+    kept = FusionGroup("F", members, loops, resident=("WX", "WZ", "XN"))
+    rest = [FusionGroup(e.name, (e.name,)) for e in c.einsums if e.name not in members]
+    for group in (plain, kept):
+        run, model = check_run(c, key, check_mapping(c, Mapping("m", (group, *rest))))
+    base = mapping_traffic(c, Mapping("m", (plain, *rest))).groups
+    kept_traffic = mapping_traffic(c, Mapping("m", (kept, *rest))).groups
+    steps = 2 * 4
+    by_name = {g.group: g for g in base}
+    assert by_name["F"].read_bytes["WX"] == steps * c.nbytes("WX")
+    kept_f = {g.group: g for g in kept_traffic}["F"]
+    assert kept_f.read_bytes["WX"] == c.nbytes("WX") and kept_f.read_bytes["WZ"] == c.nbytes("WZ")
+    assert kept_f.read_bytes["XN"] == by_name["F"].read_bytes["XN"] == c.nbytes("XN")  # its box moves every step
+    # the resident weights are held on chip: the footprint grows by their size
+    assert kept_f.footprint_bytes == by_name["F"].footprint_bytes + c.nbytes("WX") + c.nbytes("WZ") + 1 * 2 * c.size("D") * c.tensors["XN"].bits / 8
+
+
+def test_loop_order_decides_what_residency_saves() -> None:
+    """The conv weight WC[e,k] is indexed by E, not I. With E outside I it stays on chip
+    through the I tiles of each E tile (read once); with I outside E its box changes with
+    every E tile, so it moves once per I tile. The executor agrees in both orders."""
+    key = "prefill"
+    c = CASCADES[key]
+    members = ("XC",)
+    rest = [FusionGroup(e.name, (e.name,)) for e in c.einsums if e.name not in members]
+    e_outer = FusionGroup("F", members, (Loop("E", 4), Loop("I", 2)), resident=("WC",))
+    i_outer = FusionGroup("F", members, (Loop("I", 2), Loop("E", 4)), resident=("WC",))
+    for group in (e_outer, i_outer):
+        check_run(c, key, check_mapping(c, Mapping("m", (group, *rest))))
+    a = {g.group: g for g in mapping_traffic(c, Mapping("m", (e_outer, *rest))).groups}["F"]
+    b = {g.group: g for g in mapping_traffic(c, Mapping("m", (i_outer, *rest))).groups}["F"]
+    i_trips = -(-c.size("I") // 2)
+    assert a.read_bytes["WC"] == c.nbytes("WC")
+    assert b.read_bytes["WC"] == i_trips * c.nbytes("WC")
+
+
+def test_a_resident_tensor_must_be_read_off_chip() -> None:
+    c = CASCADES["prefill"]
+    bad = FusionGroup("F", ("XI", "Z"), (Loop("I", 2),), resident=("XC",))
+    rest = [FusionGroup(e.name, (e.name,)) for e in c.einsums if e.name not in ("XI", "Z")]
+    with pytest.raises(MappingError, match=r"group F: resident tensor 'XC' is not a tensor the group reads off-chip.*\[rule: resident\]"):
+        check_mapping(c, Mapping("m", (bad, *rest)))

@@ -289,6 +289,7 @@ class _GroupRun:
             if t not in self.retain_rank or order[r] > order[self.retain_rank[t]]:
                 self.retain_rank[t] = r
         self.halo: dict[tuple, tuple[Box, np.ndarray]] = {}
+        self.resident: dict[str, tuple[Box, Source, int]] = {}  # tensor -> (box, data, elements held)
         self.carry: dict[tuple, np.ndarray] = {}
         self.peak = 0.0
         self.streamed_peak = 0.0
@@ -358,8 +359,18 @@ class _GroupRun:
         return out
 
     def _fetch(self, tensor: str, ranges: dict, tidx: dict[str, int], pending: dict) -> tuple[Source, int]:
-        """The on-chip box of an off-chip tensor for this step and the new elements read."""
+        """The on-chip box of an off-chip tensor for this step and the new elements read. A
+        resident tensor whose box is the one it holds from the previous step is not read."""
         need = self._need(tensor, ranges)
+        held = self.resident.get(tensor)
+        if held is not None and held[0] == need:
+            return held[1], 0
+        source, fresh = self._fetch_box(tensor, need, ranges, tidx, pending)
+        if tensor in self.g.resident:
+            self.resident[tensor] = (need, source, _volume(_intersect(need, self._valid(tensor))))
+        return source, fresh
+
+    def _fetch_box(self, tensor: str, need: Box, ranges: dict, tidx: dict[str, int], pending: dict) -> tuple[Source, int]:
         valid = self._valid(tensor)
         fetch = _intersect(need, valid)
         rank = self.retain_rank.get(tensor)
@@ -558,8 +569,8 @@ class _GroupRun:
         self.buffer_writes[e.name] = self.buffer_writes.get(e.name, 0.0) + out_elements * self._bits(e.name)
 
     def _held(self) -> float:
-        """Carried states and retained halos held between steps."""
-        total = 0.0
+        """Carried states, retained halos and resident tensors held between steps."""
+        total = sum(n * self._bits(t) for t, (_, _, n) in self.resident.items())
         for key, c in self.carry.items():
             total += c.size * self._bits(key[0])
         for key, (box, _) in self.halo.items():

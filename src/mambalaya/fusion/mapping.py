@@ -19,6 +19,11 @@ Semantics (the traffic model and the tiled executor both implement exactly this)
   read again; with ``halo: recompute`` they are read (or recomputed) again.
 * A recurrence's carried state (``H[b,i-1,e,n]``) and a retained window halo stay on chip
   between tiles of the ordered rank.
+* A tensor the group reads off-chip and lists in ``resident`` stays on chip from one step to
+  the next while its box does not change: it is read again only when a loop whose rank it is
+  indexed by moves to another tile. Loops over ranks it is not indexed by that run inside the
+  innermost loop it is indexed by (of more than one trip) so re-read nothing; a tensor indexed
+  by no fused rank (a weight) is read once. Loop order therefore matters for residency.
 
 Legality (checked by :func:`check_mapping`, each rule named in the error):
 
@@ -33,6 +38,7 @@ Legality (checked by :func:`check_mapping`, each rule named in the error):
 ``future``           inside a group, no consumer reads ahead (``i+1``) along a fused rank
 ``halo``             inside a group, a window over a fused rank needs ``halo: retain``
                      (recomputing a halo inside a group is not supported)
+``resident``         a resident tensor is one the group reads off-chip, listed once
 ``buffer``           the group's on-chip footprint fits the buffer
 
 The **footprint** of a group is what must stay on chip at once: the tile of every intermediate
@@ -40,8 +46,9 @@ The **footprint** of a group is what must stay on chip at once: the tile of ever
 (``distance`` positions of its output, over the tile extents of the other ranks, full extent
 for ranks whose loop is inside the recurrence's loop, and one copy per tile of a loop inside
 it over a rank the recurrence lacks, since each recomputation carries its own chain), and each
-retained halo (``halo`` rows of the windowed tensor, extents and copies likewise). Tensors
-streaming in from or out to DRAM are not counted.
+retained halo (``halo`` rows of the windowed tensor, extents and copies likewise), and each
+resident tensor's largest one-step box (:func:`resident_bytes`). Tensors streaming in from or
+out to DRAM are not counted.
 """
 
 from __future__ import annotations
@@ -88,6 +95,7 @@ class FusionGroup:
     einsums: tuple[str, ...]
     loops: tuple[Loop, ...] = ()
     halo: HaloPolicy = "retain"
+    resident: tuple[str, ...] = ()  # off-chip tensors kept on chip across loops that do not index them
 
     def loop(self, rank: str) -> Loop | None:
         for lp in self.loops:
@@ -225,7 +233,58 @@ def footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
     if group.halo == "retain":
         for (t, rank), rows in window_halos(cascade, group).items():
             total += _held_bytes(cascade, group, t, rank, rows)
+    for t in group.resident:
+        total += resident_bytes(cascade, group, t)
     return total
+
+
+def resident_bytes(cascade: Cascade, group: FusionGroup, tensor: str) -> float:
+    """On-chip bytes of a resident tensor: the largest box one step reads of it. Per
+    dimension, the box length of a full tile of the fused rank its index moves with (the
+    index's spread over the tile plus the spread between the accesses' offsets), the whole
+    dimension for an index moving with no fused rank or with several; clipped to the
+    dimension and its incoming-state rows."""
+    accs = [a for e in group_einsums(cascade, group) for a in e.inputs if a.tensor == tensor and a.tensor != e.name]
+    fused = {lp.rank: lp for lp in group.loops}
+    sizes = cascade.variable_sizes
+    init = cascade.initial_axis(tensor)
+    n = 1
+    for p, size in enumerate(cascade.shape(tensor)):
+        valid = size + (init[1] if init is not None and init[0] == p else 0)
+        ranks = {rank_of_variable(v) for a in accs for v in a.indices[p].variables} & set(fused)
+        if len(ranks) != 1:
+            n *= valid if ranks or not accs else min(valid, _fixed_length(accs, p, sizes))
+            continue
+        (r,) = ranks
+        tile = min(fused[r].tile, cascade.size(r))
+        lo = hi = None
+        for a in accs:
+            idx = a.indices[p]
+            ranges = {v: ((0, tile) if rank_of_variable(v) == r else (0, sizes[v])) for v in idx.variables}
+            a_lo, a_hi = _span(idx, ranges)
+            lo = a_lo if lo is None else min(lo, a_lo)
+            hi = a_hi if hi is None else max(hi, a_hi)
+        n *= min(valid, hi - lo + 1)  # type: ignore[operator]
+    return n * cascade.tensors[tensor].bits / 8
+
+
+def _span(idx, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    lo = hi = idx.const
+    for v, c in idx.terms:
+        a, b = ranges[v]
+        lo += min(c * a, c * (b - 1))
+        hi += max(c * a, c * (b - 1))
+    return lo, hi
+
+
+def _fixed_length(accs, p: int, sizes: dict[str, int]) -> int:
+    lo = hi = None
+    for a in accs:
+        idx = a.indices[p]
+        a_lo, a_hi = _span(idx, {v: (0, sizes[v]) for v in idx.variables})
+        lo = a_lo if lo is None else min(lo, a_lo)
+        hi = a_hi if hi is None else max(hi, a_hi)
+    return hi - lo + 1  # type: ignore[operator]
 
 
 def _held_bytes(cascade: Cascade, group: FusionGroup, tensor: str, rank: str, rows: int) -> float:
@@ -288,7 +347,7 @@ def check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = Non
 
     A group found legal is remembered on the (immutable) cascade, with the buffer it fitted."""
     memo = cascade.__dict__.setdefault("_legal_group_memo", set())
-    key = (g.name, g.einsums, g.loops, g.halo, buffer_bytes)
+    key = (g.name, g.einsums, g.loops, g.halo, g.resident, buffer_bytes)
     if key in memo:
         return
     _check_group(cascade, g, buffer_bytes)
@@ -301,6 +360,16 @@ def _check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = No
         raise MappingError(f"halo must be 'retain' or 'recompute', not {g.halo!r}", rule="halo", group=g.name)
     inside = produced_in(g)
     fused = set(g.fused_ranks)
+    if g.resident:
+        readable = set(tensors_read(cascade, g))
+        for t in g.resident:
+            if t not in readable:
+                raise MappingError(
+                    f"resident tensor {t!r} is not a tensor the group reads off-chip "
+                    f"(it reads: {', '.join(sorted(readable)) or 'none'})", rule="resident", group=g.name,
+                )
+        if len(set(g.resident)) != len(g.resident):
+            raise MappingError("a resident tensor is listed twice", rule="resident", group=g.name)
     for e in group_einsums(cascade, g):
         reduced = {rank_of_variable(v) for v in e.reduced_variables} & fused
         if reduced:
@@ -364,7 +433,8 @@ def check_mapping(cascade: Cascade, mapping: Mapping, *, ignore_buffer: bool = F
     for g in ordered:
         check_group(cascade, g, buffer)
     canonical = tuple(
-        FusionGroup(g.name, tuple(e.name for e in cascade.einsums if e.name in set(g.einsums)), g.loops, g.halo) for g in ordered
+        FusionGroup(g.name, tuple(e.name for e in cascade.einsums if e.name in set(g.einsums)), g.loops, g.halo, g.resident)
+        for g in ordered
     )
     return Mapping(mapping.name, canonical, mapping.buffer_bytes, mapping.description)
 
@@ -409,6 +479,7 @@ def mapping_to_dict(mapping: Mapping) -> dict:
                 "einsums": list(g.einsums),
                 "loops": [{"rank": lp.rank, "tile": lp.tile} for lp in g.loops],
                 "halo": g.halo,
+                **({"resident": list(g.resident)} if g.resident else {}),
             }
             for g in mapping.groups
         ],
@@ -441,7 +512,7 @@ def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
         where = f"groups[{n}]"
         if not isinstance(gd, dict):
             raise SpecError(f"{where} must be a mapping with 'einsums' and 'loops'", source=source)
-        extra = set(gd) - {"name", "einsums", "loops", "halo"}
+        extra = set(gd) - {"name", "einsums", "loops", "halo", "resident"}
         if extra:
             raise SpecError(f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}", source=source)
         einsums = _field(gd, "einsums", list, where, source)
@@ -454,7 +525,11 @@ def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
                 raise SpecError(f"{lw} must be {{rank: R, tile: t}}", source=source)
             loops.append(Loop(_field(ld, "rank", str, lw, source), _field(ld, "tile", int, lw, source)))
         halo = _field(gd, "halo", str, where, source, default="retain")
-        groups.append(FusionGroup(str(gd.get("name", f"G{n + 1}")), tuple(einsums), tuple(loops), halo))  # type: ignore[arg-type]
+        resident = _field(gd, "resident", list, where, source, default=[])
+        if not all(isinstance(t, str) for t in resident):
+            raise SpecError(f"{where}.resident must list tensor names", source=source)
+        groups.append(FusionGroup(str(gd.get("name", f"G{n + 1}")), tuple(einsums), tuple(loops), halo,  # type: ignore[arg-type]
+                                  tuple(resident)))
     buffer = data.get("buffer_bytes", data.get("buffer"))
     return Mapping(
         name=str(data.get("name", Path(source).stem)),

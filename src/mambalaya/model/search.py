@@ -2,12 +2,17 @@
 
 **Tile choice for one group.** The fused ranks a group may tile are the ranks every one of its
 Einsums writes and none reduces (tiling another rank breaks the ``reduction`` or
-``alignment`` rule). For those ranks the loop order only changes the footprint, never the
-traffic (reads are per step, with no reuse credit across steps), and putting the
-generational rank innermost gives the smallest carried state and halo; so the order is fixed
-(batch-like ranks outermost in cascade order, generational ranks last) and only tile sizes
-are searched: every power of two below each rank's size, and the size itself (= untiled). The
-traffic and footprint of all tile combinations are evaluated at once with numpy from their
+``alignment`` rule). The loop order is fixed (batch-like ranks outermost in cascade order,
+generational ranks last: the smallest carried state and halo), and searched are the tile
+sizes (every power of two below each rank's size, and the size itself, = untiled) and the
+**residency** of the tensors the group reads that no tiled rank indexes (weights and
+per-channel parameters): streamed, such a tensor is read in every step; resident, once, and
+it is held on chip in full. All such tensors save the same bytes per byte held (steps - 1),
+so for each tiling the options are to keep the ``j`` largest of them, ``j = 0..k``. (A tensor
+indexed by some tiled ranks gains from residency only when loops it does not index run inside
+the innermost one it does; the fixed order gives it none, so the search does not consider it;
+a mapping file may ask for it with ``resident:`` and any loop order.) The traffic and
+footprint of all tile and residency combinations are evaluated at once with numpy from their
 closed forms (a product of trip counts per tensor; a product of extents per on-chip term),
 and the combination with the least traffic that fits the buffer wins (ties: fewest steps).
 The chosen group is re-checked by :func:`~mambalaya.fusion.mapping.check_group` and its
@@ -20,7 +25,8 @@ its writes of tensors needed outside) depends on the segment alone, so
 ``best[b] = min_a best[a] + cost(a, b)`` is exact over that space. Groups that are not
 contiguous in the topological order are not considered; the space includes every mapping the
 greedy stitching, ``ssm-ri`` and ``unfused`` produce, so the optimum is never worse than they
-are. ``tests/test_search.py`` checks it against exhaustive enumeration of the same space.
+are. ``tests/test_search.py`` checks it against exhaustive enumeration of the same space
+(every tiling, loop order and residency prefix, costed by the general model).
 """
 
 from __future__ import annotations
@@ -45,6 +51,7 @@ from mambalaya.fusion.mapping import (
     check_mapping,
     intermediates,
     produced_in,
+    tensors_read,
     unfused_mapping,
     window_halos,
 )
@@ -143,6 +150,14 @@ class _GroupCostModel:
             outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
+        # tensors read off-chip that no tiled rank indexes (weights, per-channel parameters):
+        # kept resident they are read once; largest first
+        readable = set(tensors_read(cascade, full))
+        self.keepable: list[tuple[str, float]] = sorted(
+            ((t, b) for t, b in base.read_bytes.items()
+             if t in readable and not self._mentioned_for_read(t, einsum_objs, inside) & set(ranks)),
+            key=lambda tb: (-tb[1], tb[0]),
+        )
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
         self.fp_terms: list[tuple[float, list[int], int | None]] = []
@@ -210,13 +225,14 @@ class _GroupCostModel:
 
     def buffer(self, trips: list[np.ndarray], traffic: np.ndarray) -> np.ndarray:
         """On-chip buffer bytes of every tiling (Einsum reads and writes, plus fills and drains)."""
-        total = traffic.copy()
+        n = len(trips[0]) if trips else 1
+        own = np.zeros(n)
         for b, idxs in self._buffer_closed_form():
-            f = np.full(len(traffic), b)
+            f = np.full(n, b)
             for i in idxs:
                 f = f * trips[i]
-            total += f
-        return total
+            own += f
+        return traffic + np.tile(own, len(traffic) // n)
 
     def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         n = len(tiles[0]) if tiles else 1
@@ -268,6 +284,16 @@ def best_group(
     model = _cost_model(cascade, einsums, ranks)
     tiles, trips = model.grid()
     traffic, fp = model.evaluate(tiles, trips)
+    base_steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+    n_tilings = len(traffic)
+    # residency: the option j keeps the j largest of the tensors that no tiled rank indexes on
+    # chip; each is then read once instead of once per step, and held in full
+    kept = model.keepable if ranks else []
+    if kept:
+        held = np.concatenate(([0.0], np.cumsum([b for _, b in kept])))
+        traffic = np.concatenate([traffic - h * (base_steps - 1) for h in held])
+        fp = np.concatenate([fp + h for h in held])
+    steps = np.tile(base_steps, len(traffic) // n_tilings)
     if stats is not None:
         stats.evaluations += len(traffic)
         stats.groups_costed += 1
@@ -276,7 +302,6 @@ def best_group(
         if why is not None:
             why.append("buffer")
         return None
-    steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
     if arch is None:
         order = np.lexsort((steps, np.where(ok, traffic, np.inf)))
     else:
@@ -292,11 +317,12 @@ def best_group(
             energy = _energy_of(arch, cascade, einsums, traffic, onchip)
             value = energy if objective == "energy" else energy * latency
             order = np.lexsort((steps, traffic, np.where(ok, value, np.inf)))
-    k = int(order[0])
+    option, k = divmod(int(order[0]), n_tilings)
     loops = tuple(
         Loop(r, int(t[k])) for r, t in zip(ranks, tiles) if int(t[k]) < cascade.size(r)
     )
-    group = FusionGroup(name, tuple(einsums), loops)
+    resident = tuple(t for t, _ in kept[:option]) if loops else ()
+    group = FusionGroup(name, tuple(einsums), loops, resident=resident)
     try:
         check_group(cascade, group, buffer_bytes)
     except MappingError:
@@ -334,7 +360,8 @@ def _latency_of(arch: Any, cascade: Cascade, einsums: list[str], ranks: list[str
         cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
     else:
         cycles = array + total["vector"] + total["mfu"]
-    comp = np.broadcast_to(np.asarray(cycles, dtype=float), traffic.shape) / arch.clock_hz
+    cycles = np.asarray(cycles, dtype=float)
+    comp = (np.tile(cycles, len(traffic) // len(cycles)) if cycles.ndim else np.full(traffic.shape, float(cycles))) / arch.clock_hz
     mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
     onchip = onchip_seconds(arch, buffer_bytes)
     latency, _ = combine(arch, comp, mem, onchip, steps, len(einsums))
@@ -358,7 +385,7 @@ def _einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[s
 
 
 def _finish(cascade: Cascade, name: str, groups: list[FusionGroup], buffer_bytes: int | None, description: str) -> Mapping:
-    named = [FusionGroup(f"G{n + 1}", g.einsums, g.loops, g.halo) for n, g in enumerate(groups)]
+    named = [FusionGroup(f"G{n + 1}", g.einsums, g.loops, g.halo, g.resident) for n, g in enumerate(groups)]
     return check_mapping(cascade, Mapping(name, tuple(named), buffer_bytes, description))
 
 

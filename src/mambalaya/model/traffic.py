@@ -116,12 +116,15 @@ def _dimension_rows(
 
 
 def _read_elements(
-    cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], self_only: bool
+    cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], self_only: bool,
+    resident: bool = False,
 ) -> tuple[int, int]:
     """(elements of ``tensor``, elements of its initial value) the group reads over all steps.
 
     ``self_only``: the accesses are a recurrence reading its own output; only the part below 0
-    (the incoming state) comes from DRAM.
+    (the incoming state) comes from DRAM. ``resident``: the tensor stays on chip while its box
+    does not change, so loops it does not mention that run inside the innermost loop it does
+    mention (counting only loops of more than one trip) cost no re-read.
     """
     shape = cascade.shape(tensor)
     init = cascade.initial_axis(tensor)
@@ -138,9 +141,16 @@ def _read_elements(
         deps.append(ranks)
     mentioned = set().union(*deps) if deps else set()
     repeat = 1
-    for r, lp in fused.items():
-        if r not in mentioned:
-            repeat *= lp.trips(cascade.size(r))
+    if resident:
+        moving = [lp.rank for lp in group.loops if lp.rank in mentioned and lp.trips(cascade.size(lp.rank)) > 1]
+        outer = group.fused_ranks[: group.fused_ranks.index(moving[-1])] if moving else ()
+        for r in outer:
+            if r not in mentioned:
+                repeat *= fused[r].trips(cascade.size(r))
+    else:
+        for r, lp in fused.items():
+            if r not in mentioned:
+                repeat *= lp.trips(cascade.size(r))
     # bounds per dimension: below 0 only along the initial axis (depth rows), else clipped at 0
     bounds = []
     for p, n in enumerate(shape):
@@ -319,7 +329,7 @@ def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
 
     Memoised on the (immutable) cascade, keyed by the (immutable) group."""
     memo = cascade.__dict__.setdefault("_group_traffic_memo", {})
-    key = (group.einsums, group.loops, group.halo)
+    key = (group.einsums, group.loops, group.halo, group.resident)
     if key not in memo:
         memo[key] = _group_traffic(cascade, group)
     found = memo[key]
@@ -340,7 +350,7 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
 
     for t in tensors_read(cascade, group):
         accs = [a for e in einsums for a in e.inputs if a.tensor == t and a.tensor != e.name]
-        own, init = _read_elements(cascade, group, t, accs, self_only=False)
+        own, init = _read_elements(cascade, group, t, accs, self_only=False, resident=t in group.resident)
         add_read(t, own)
         if init:
             add_read(cascade.tensors[t].initial, init)  # type: ignore[arg-type]
@@ -399,7 +409,7 @@ def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, acce
     """Bytes one Einsum reads of ``tensor`` from the buffer over the group's steps: the box of
     its ``accesses`` in every step (retained halo rows read again), incoming-state rows at the
     state tensor's width."""
-    rereading = FusionGroup(group.name, group.einsums, group.loops, "recompute")
+    rereading = FusionGroup(group.name, group.einsums, group.loops, "recompute")  # every step reads its whole box
     own, init = _read_elements(cascade, rereading, tensor, accesses, self_only=False)
     total = own * cascade.tensors[tensor].bits / 8
     if init:
@@ -419,7 +429,7 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
     """
     memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
-    key = (group.einsums, group.loops, group.halo)
+    key = (group.einsums, group.loops, group.halo, group.resident)
     if key in memo:
         return memo[key]
     traffic = traffic or group_traffic(cascade, group)

@@ -413,6 +413,40 @@ changed.
 """
 
 
+def _energy_section(result) -> str:
+    en = result.tables.get("energy")
+    if en is None or en.empty:
+        return "## Energy\n\nNo design of this run has an `energy` section, so no energy is reported.\n"
+    shown = en[["model", "phase", "design", "layer_energy_j", "energy_per_token_j", "edp_js", "dram_j", "buffer_j",
+                "mac_j", "elementwise_j", "mfu_j", "register_j", "energy_gain_vs_marca"]]
+    return f"""## Energy of the designs
+
+Per layer at L = {result.config.detail_seq_len} (prefill) and per generation step, each design under the mapping
+it runs (searched for latency), from the per-action energies in each arch spec's `energy` section (every value
+with its source in `architectures.csv`). Dynamic energy only; `energy_gain_vs_marca` is MARCA (ideal)'s energy
+over the design's. The paper reports no energy figure, so there is no published value to set beside these.
+(`energy.csv`)
+
+{_md_table(shown)}
+"""
+
+
+def _residency_section(result) -> str:
+    rs = result.tables.get("residency")
+    if rs is None or rs.empty:
+        return ""
+    shown = rs[["model", "phase", "design", "resident_tensors", "weight_read_bytes_streamed", "weight_read_bytes",
+                "weight_bytes_removed"]]
+    return f"""## Reuse across tiles: weight traffic that residency removes
+
+Each design's mapping as searched keeps the tensors that no tiled rank indexes (weights, per-channel
+parameters) on chip when the buffer holds them; streamed, they would be read in every step. Below, the
+weight bytes the same groups and tiles read with every tensor streamed, and as searched. (`residency.csv`)
+
+{_md_table(shown)}
+"""
+
+
 def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs: dict) -> Path:
     cfg = result.config
     t = result.tables
@@ -459,6 +493,10 @@ Where the mambalaya values come from:
 {_geens_section(geens)}
 
 {_sensitivity_section(result)}
+
+{_energy_section(result)}
+
+{_residency_section(result)}
 
 {e2e_fig}
 

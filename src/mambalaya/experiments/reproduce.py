@@ -106,6 +106,9 @@ def _eval_row(ev: Evaluation, phase_label: str, label: str) -> dict[str, Any]:
         "compute_util": t["compute_util"],
         "mem_util": t["mem_util"],
         "tokens_per_s": t["tokens_per_s"],
+        "spatial_util": t["spatial_util"],
+        "bound": t["bound"],
+        "layer_energy_j": t.get("layer_energy_j", float("nan")),
     }
 
 
@@ -120,12 +123,16 @@ def _timeline(ev: Evaluation, label: str) -> list[dict[str, Any]]:
         members = [r for r in ev.result.einsums if r.fusion_group == g.name]
         comp_total = sum(r.comp_latency for r in members)
         mem_total = sum(r.mem_latency for r in members)
+        # the group's spatial utilisation: its Einsums' own, weighted by their compute time
+        spatial = (sum(r.spatial_util * r.comp_latency for r in members) / comp_total if comp_total
+                   else sum(r.spatial_util for r in members) / len(members))
         for r in members:
             c_share = r.comp_latency / comp_total if comp_total else 1.0 / len(members)
             m_share = r.mem_latency / mem_total if mem_total else 1.0 / len(members)
             rows.append({"design": label, "einsum": r.einsum, "kind": r.kind, "group": g.name,
                          "start_s": start, "end_s": start + gl.latency,
-                         "compute_util": r.compute_util * c_share, "mem_util": r.mem_util * m_share})
+                         "compute_util": r.compute_util * c_share, "mem_util": r.mem_util * m_share,
+                         "spatial_util": spatial})
         start += gl.latency
     return rows
 
@@ -250,6 +257,8 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
         if phase == "prefill" and label in ("marca-ideal", "mambalaya/ideal"):
             series = "unfused" if label == "marca-ideal" else "ideal fusion"
             roof_rows += [dict(p, model=model) for p in _roofline_points(ev, series)]
+    result.tables["energy"] = _energy_rows(details)
+    result.tables["residency"] = _residency_rows(details)
     result.tables["einsums"] = pd.concat(einsum_frames, ignore_index=True)
     result.tables["traffic_by_tensor"] = pd.DataFrame(traffic_rows)
     result.tables["timeline"] = pd.DataFrame(timeline_rows)
@@ -284,6 +293,54 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
         df.to_csv(out / f"{name}.csv", index=False)
     mappings = {f"{m}/{p}/{d}": mapping_to_dict(ev.mapping) for (m, p, d), ev in details.items()}
     (out / "mappings.json").write_text(json.dumps(mappings, indent=1), encoding="utf-8")
+
+
+ENERGY_COLUMNS = ["model", "phase", "design", "mapping", "layer_latency_s", "layer_energy_j", "energy_per_token_j",
+                  "edp_js", "dram_j", "buffer_j", "register_j", "mac_j", "elementwise_j", "mfu_j", "energy_gain_vs_marca"]
+
+
+def _energy_rows(details: dict) -> pd.DataFrame:
+    """Energy of each design's layer at the detail length (prefill) and in generation, broken
+    down by action, with the energy ratio of MARCA (ideal) over the design."""
+    rows = []
+    for (model, phase, label), ev in details.items():
+        energy = ev.energy
+        if energy is None or label == "mambalaya/ideal":
+            continue
+        parts = energy.by_component_j()
+        rows.append({"model": model, "phase": phase, "design": label, "mapping": ev.mapping.name,
+                     "layer_latency_s": ev.result.latency_s, "layer_energy_j": energy.layer_j,
+                     "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
+                     **{f"{k}_j": v for k, v in parts.items()}})
+    df = pd.DataFrame(rows, columns=ENERGY_COLUMNS[:-1])
+    base = df[df.design == "marca-ideal"].set_index(["model", "phase"]).layer_energy_j
+    df["energy_gain_vs_marca"] = [base.get((m, p), float("nan")) / e for m, p, e in zip(df.model, df.phase, df.layer_energy_j)]
+    return df
+
+
+def _residency_rows(details: dict) -> pd.DataFrame:
+    """How many weight bytes residency removes from each design's mapping: the same groups and
+    tiles with every tensor streamed (read in every step) against the mapping as searched."""
+    from dataclasses import replace
+
+    from mambalaya.einsum.ir import Role
+
+    rows = []
+    for (model, phase, label), ev in details.items():
+        if label == "mambalaya/ideal":
+            continue
+        c = ev.cascade
+        streamed = replace(ev.mapping, groups=tuple(replace(g, resident=()) for g in ev.mapping.groups))
+        kept, plain = mapping_traffic(c, ev.mapping), mapping_traffic(c, streamed)
+        weights = [t for t in c.tensors if c.tensors[t].role == Role.WEIGHT]
+        w_kept = sum(kept.by_tensor.get(t, (0.0, 0.0))[0] for t in weights)
+        w_plain = sum(plain.by_tensor.get(t, (0.0, 0.0))[0] for t in weights)
+        rows.append({"model": model, "phase": phase, "design": label, "mapping": ev.mapping.name,
+                     "resident_tensors": ", ".join(sorted({t for g in ev.mapping.groups for t in g.resident})) or "-",
+                     "weight_read_bytes_streamed": w_plain, "weight_read_bytes": w_kept,
+                     "weight_bytes_removed": w_plain - w_kept,
+                     "offchip_bytes_streamed": plain.offchip_bytes, "offchip_bytes": kept.offchip_bytes})
+    return pd.DataFrame(rows)
 
 
 def _scan_form_rows(config: ReproduceConfig) -> pd.DataFrame:

@@ -84,9 +84,15 @@ def einsum_cycles(compute: Any, cascade: Cascade, einsum: Einsum, shapes: list[S
     """Cycles each unit spends on one Einsum over the given step shapes (default: one step
     over the whole iteration space, i.e. unfused), and its spatial mapping."""
     shapes = shapes if shapes is not None else [StepShape(1, {})]
-    cyc, mapping = einsum_unit_cycles(compute, cascade, einsum, einsum_ops(cascade, einsum), shapes)
-    assert mapping is not None
-    return UnitCycles(**{k: float(v) for k, v in cyc.items()}), mapping
+    memo = cascade.__dict__.setdefault("_einsum_cycles_memo", {})
+    key = (id(compute), einsum.name, tuple((sh.count, tuple(sorted(sh.extents.items()))) for sh in shapes))
+    hit = memo.get(key)
+    if hit is None or hit[0] is not compute:
+        cyc, mapping = einsum_unit_cycles(compute, cascade, einsum, einsum_ops(cascade, einsum), shapes)
+        assert mapping is not None
+        hit = (compute, UnitCycles(**{k: float(v) for k, v in cyc.items()}), mapping)
+        memo[key] = hit
+    return hit[1], hit[2]
 
 
 @dataclass(frozen=True)

@@ -217,20 +217,42 @@ def _array_cycles(compute: Any, sizes: dict[str, int], shapes: list[StepShape], 
 
 
 def _lane_candidates(cascade: Cascade, einsum: Einsum) -> tuple[list[str], list[tuple[str, ...]]]:
-    ranks = [rank_of_variable(v) for v in einsum.iteration_variables]
-    gen = cascade.generational_rank(einsum)
-    spreadable = [r for r in ranks if r != gen]
-    return ranks, _subsets(spreadable)
+    """The iteration ranks, and the candidate sets of ranks on the lanes: every rank that may
+    span them (all but a recurrence's generational rank), or all of those but one. Spreading
+    every rank fills the lanes best unless a ceil-division wastes a pass; leaving one rank in
+    time is the move that can fix that (leaving more out leaves fewer points for the lanes)."""
+    memo = cascade.__dict__.setdefault("_lane_candidates_memo", {})
+    if einsum.name not in memo:
+        ranks = [rank_of_variable(v) for v in einsum.iteration_variables]
+        gen = cascade.generational_rank(einsum)
+        spreadable = tuple(r for r in ranks if r != gen)
+        candidates = [spreadable] + [tuple(r for r in spreadable if r != out) for out in spreadable if len(spreadable) > 1]
+        memo[einsum.name] = (ranks, candidates)
+    return memo[einsum.name]
 
 
-def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ranks: list[str], on_lanes: tuple[str, ...]) -> Any:
-    """Lane-cycles of one point per iteration (multiply by ops per point / ops per lane)."""
+def _fits_one_pass(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ranks: tuple[str, ...]) -> bool:
+    return all(bool(np.all(np.asarray(_prod(sh, sizes, ranks)) <= lanes)) for sh in shapes)
+
+
+def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ranks: list[str],
+                 candidates: list[tuple[str, ...]]) -> np.ndarray:
+    """Lane-cycles of one point per iteration (multiply by ops per point / ops per lane) for
+    every candidate set of ranks on the lanes at once: shape (candidates,) or (candidates,
+    tilings)."""
+    mask = np.array([[r in c for r in ranks] for c in candidates], dtype=bool)  # (candidates, ranks)
     total: Any = 0
     for sh in shapes:
-        x = _prod(sh, sizes, on_lanes)
-        rest = _prod(sh, sizes, [r for r in ranks if r not in on_lanes])
-        total = total + sh.count * (-(-x // lanes)) * rest
-    return total
+        exts = [np.asarray(_extent(sh, sizes, r), dtype=np.int64) for r in ranks]
+        nd = max((e.ndim for e in exts), default=0)
+        on = np.ones((len(candidates),) + (1,) * nd, dtype=np.int64)
+        off = np.ones_like(on)
+        for k, ext in enumerate(exts):
+            col = mask[:, k].reshape((-1,) + (1,) * nd)
+            on = on * np.where(col, ext, 1)
+            off = off * np.where(col, 1, ext)
+        total = total + np.asarray(sh.count) * (-(-on // lanes)) * off
+    return np.asarray(total).reshape(len(candidates), -1).squeeze(-1) if np.ndim(total) == 2 and np.shape(total)[1] == 1 else np.asarray(total)
 
 
 def _split_ops(compute: Any, ops: dict[str, int], kind: str) -> tuple[float, float, float]:
@@ -323,14 +345,11 @@ def einsum_unit_cycles(
     if elementwise:
         all_ranks, candidates = _lane_candidates(cascade, einsum)
         per_point = elementwise / full_points / per_lane
-        best_1d = None
-        for on_lanes in candidates:
-            lc = _lane_cycles(lanes, sizes, shapes, all_ranks, on_lanes)
-            if best_1d is None or (scalar and lc < best_1d[0]):
-                best_1d = (lc, on_lanes)
-            elif not scalar:
-                best_1d = (np.minimum(lc, best_1d[0]), on_lanes)
-        assert best_1d is not None
+        if _fits_one_pass(lanes, sizes, shapes, candidates[0]):
+            candidates = candidates[:1]  # every point on a lane at once: nothing beats it
+        every = _lane_cycles(lanes, sizes, shapes, all_ranks, candidates)
+        k = int(np.argmin(every)) if scalar else 0
+        best_1d = (float(every[k]) if scalar else every.min(axis=0), candidates[k])
         cycles[where] = cycles[where] + best_1d[0] * per_point
     if scalar:
         if macs and best_2d is not None:

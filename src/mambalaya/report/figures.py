@@ -659,7 +659,9 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
     one fusion ``group`` run together: they must share start and end, and their utilisations
     are stacked, so each row gives that Einsum's share of the unit's utilisation over the
     interval (the shares of a group add up to at most 1). A missing ``group`` (NaN/None) means
-    the Einsum runs alone. Groups of several Einsums are outlined.
+    the Einsum runs alone. Groups of several Einsums are outlined. An optional column
+    ``spatial_util`` (the group's compute-weighted spatial utilisation of its PEs, the same for
+    every Einsum of a group) adds a third panel: how much of the array its spatial mappings fill.
     """
     what = "utilisation timeline figure"
     cols = ("einsum", "kind", "group", "start_s", "end_s", "compute_util", "mem_util")
@@ -702,9 +704,21 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
                     f"to {total:.3g} > 1; give each Einsum its share of the group's utilisation"
                 )
 
-    fig = _new_figure(COLUMN_IN, 2.9)
-    axes = fig.subplots(2, 1, sharex=True)
+    spatial = "spatial_util" in rows.columns
+    if spatial:
+        su = _numbers(df.assign(spatial_util=rows["spatial_util"].to_numpy()), "spatial_util", what, keys,
+                      nonnegative=True, hint=hint)
+        if (su > 1 + 1e-6).any():
+            raise MambalayaError(f"{what}: column 'spatial_util' must hold fractions{hint}")
+        for g, members in groups.items():
+            if np.ptp(su[members]) > 1e-9:
+                raise MambalayaError(f"{what}: the Einsums of group {g!r} must share spatial_util (the group's value)")
+        util["spatial_util"] = su
+    fig = _new_figure(COLUMN_IN, 3.9 if spatial else 2.9)
+    axes = fig.subplots(3 if spatial else 2, 1, sharex=True)
     panels = (("compute_util", "compute\nutilisation (%)"), ("mem_util", "memory BW\nutilisation (%)"))
+    if spatial:
+        panels += (("spatial_util", "PEs filled by\nspatial map (%)"),)
     tops: dict[str, dict[str, float]] = {}
     for ax, (col, ylabel) in zip(axes, panels):
         _style_axes(ax)
@@ -716,11 +730,12 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
         for g, members in groups.items():
             x0, width = start[members[0]] / scale, (end[members[0]] - start[members[0]]) / scale
             bottom = 0.0
-            for i in members:
+            for i in (members[:1] if col == "spatial_util" else members):
                 height = 100 * util[col][i]
                 ax.add_patch(
                     Rectangle(
-                        (x0, bottom), width, height, facecolor=kind_colour(kinds[i]),
+                        (x0, bottom), width, height,
+                        facecolor="#9e9e9e" if col == "spatial_util" else kind_colour(kinds[i]),
                         edgecolor=EDGE_COLOUR, linewidth=0.4, zorder=2,
                     )
                 )  # fmt: skip
@@ -735,8 +750,9 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
                 )  # fmt: skip
     lo, hi = start.min() / scale, end.max() / scale
     axes[0].set_xlim(lo, hi + (hi - lo) * 0.005)
-    axes[1].set_xlabel(f"time ({unit})")
-    axes[0].tick_params(labelbottom=False)
+    axes[-1].set_xlabel(f"time ({unit})")
+    for ax in axes[:-1]:
+        ax.tick_params(labelbottom=False)
     fig.align_ylabels(axes)
 
     handles = _kind_handles(kinds)

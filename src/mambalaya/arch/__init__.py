@@ -165,6 +165,12 @@ _UNITS: dict[str, str] = {
     "memory.offchip_bandwidth_bytes_per_s": "B/s",
     "memory.onchip_bandwidth_bytes_per_cycle": "B/cycle",
     "memory.overlap_compute_and_memory": "",
+    "energy.dram_pj_per_bit": "pJ/bit",
+    "energy.buffer_read_pj_per_bit": "pJ/bit",
+    "energy.buffer_write_pj_per_bit": "pJ/bit",
+    "energy.buffer_reference_bytes": "bytes",
+    "energy.buffer_size_exponent": "",
+    "energy.register_pj_per_bit": "pJ/bit",
     "mappings.default": "",
     "mappings.fusion_classes": "",
 }
@@ -209,6 +215,15 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
                         add(f"{path}.{fn}", value[fn], given, _UNITS[path])
             else:
                 add(path, value, given)
+    if spec.energy is not None:
+        for name in type(spec.energy).model_fields:
+            path = f"energy.{name}"
+            value = getattr(spec.energy, name)
+            if isinstance(value, dict):
+                for key, v in value.items():
+                    add(f"{path}.{key}", v, True, "pJ" if name != "mfu_pj" else "pJ/result")
+            else:
+                add(path, value, True)
     derived = [
         ("derived.one_d_lanes", spec.compute.one_d_lanes_effective, "lanes", "1D-mode lanes (array_rows * array_cols unless one_d_lanes is set; 0 without 1D mode)"),
         ("derived.peak_macs_per_s", spec.peak_macs_per_s, "MAC/s", "array_rows * array_cols * clock_hz"),

@@ -100,6 +100,8 @@ def step_shapes(sizes: dict[str, int], loops: Iterable[tuple[str, Any]]) -> list
             extents[rank] = ext
         if isinstance(count, int) and count == 0:
             continue
+        if isinstance(count, np.ndarray) and not count.any():
+            continue  # a remainder no tiling has (the size is a multiple of every tile)
         shapes.append(StepShape(count, extents))
     return shapes
 

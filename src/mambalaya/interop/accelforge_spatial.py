@@ -1,0 +1,191 @@
+"""Per-Einsum latency of unfused GEMMs in AccelForge, an independent check of our spatial model.
+
+For one GEMM of a cascade (an Einsum reducing against a weight) this module writes a one-Einsum
+AccelForge workload and an architecture with the arch spec's PE array as a weight-stationary
+fanout, the layout of AccelForge's own TPU example (``examples/arches/tpu_v4i.yaml``): DRAM and a
+global buffer of unbounded size and bandwidth (so that only compute counts), a
+``ProcessingElement`` container with two spatial dimensions (``array_rows`` PEs that must
+*reuse the output*, i.e. take reduced ranks, and ``array_cols`` PEs that must *reuse the
+input*, i.e. take the weight's output ranks), a one-weight register per PE and a MAC doing one
+multiply-accumulate per cycle at ``clock_hz``. AccelForge's mapper then searches the spatial
+and temporal mapping for least latency, and its model gives the latency.
+
+Needs Python >= 3.12 with ``accelforge`` (see :func:`mambalaya.interop.accelforge.find_python312`);
+:func:`accelforge_gemm_cycles_via` runs it from another interpreter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pickle
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Role, rank_of_variable
+from mambalaya.errors import MambalayaError
+
+
+def array_arch_yaml(spec: Any) -> str:
+    """AccelForge architecture: the spec's PE array, weight-stationary, at its clock."""
+    c = spec.compute
+    return f"""# AccelForge architecture exported by mambalaya from arch spec {spec.name!r}: a
+# {c.array_rows}x{c.array_cols} weight-stationary PE array at {spec.clock_hz:g} Hz; memories unbounded
+arch:
+  nodes:
+  - !Memory
+    name: MainMemory
+    size: inf
+    leak_power: 0
+    area: 0
+    actions:
+    - {{name: read, energy: 0, throughput: inf}}
+    - {{name: write, energy: 0, throughput: inf}}
+    tensors: {{keep: ~Intermediates, may_keep: All}}
+  - !Memory
+    name: GlobalBuffer
+    size: inf
+    leak_power: 0
+    area: 0
+    actions:
+    - {{name: read, energy: 0, throughput: inf}}
+    - {{name: write, energy: 0, throughput: inf}}
+    tensors: {{keep: ~MainMemory.tensors, may_keep: All}}
+  - !Container
+    name: ProcessingElement
+    spatial:
+    - {{name: rows, fanout: {c.array_rows}, reuse: output}}
+    - {{name: cols, fanout: {c.array_cols}, reuse: input}}
+  - !Memory
+    name: Register
+    size: weight.bits_per_value if weight else 0
+    area: 0
+    leak_power: 0
+    actions:
+    - {{name: read, energy: 0, throughput: inf}}
+    - {{name: write, energy: 0, throughput: inf}}
+    tensors: {{keep: weight}}
+  - !Compute
+    name: MAC
+    leak_power: 0
+    area: 0
+    actions:
+    - {{name: compute, energy: 1, throughput: {spec.clock_hz:g}}}
+"""
+
+
+def gemm_workload_dict(cascade: Cascade, name: str) -> dict:
+    """A one-Einsum AccelForge workload for GEMM ``name`` (the product only: a bias add is
+    elementwise work our model puts on the 1D mode)."""
+    e = cascade.einsum(name)
+    if cascade.kind(e) != "gemm":
+        raise MambalayaError(f"Einsum {name} is a {cascade.kind(e)}, not a GEMM (a reduction against a weight)")
+    weight = activation = None
+    reduced = set(e.reduced_variables)
+    for a in e.inputs:
+        if not reduced & set(a.variables):
+            continue
+        if cascade.tensors[a.tensor].role == Role.WEIGHT:
+            weight = a
+        else:
+            activation = a
+    if weight is None or activation is None:
+        raise MambalayaError(f"Einsum {name}: no weight-activation product found")
+    for a in (weight, activation):
+        if any(len(idx.terms) != 1 or idx.const or idx.terms[0][1] != 1 for idx in a.indices):
+            raise MambalayaError(f"Einsum {name}: {a} is not indexed by plain variables; AccelForge export needs them")
+    variables = list(dict.fromkeys([*e.output_variables, *e.reduced_variables]))
+    sizes = cascade.variable_sizes
+    return {
+        "workload": {
+            "iteration_space_shape": {v: f"0 <= {v} < {sizes[v]}" for v in variables},
+            "bits_per_value": {"All": max(cascade.tensors[t].bits for t in (weight.tensor, activation.tensor, name))},
+            "einsums": [{
+                "name": name,
+                "tensor_accesses": [
+                    {"name": activation.tensor, "projection": [str(idx) for idx in activation.indices]},
+                    {"name": weight.tensor, "projection": [str(idx) for idx in weight.indices]},
+                    {"name": name, "projection": list(e.output_variables), "output": True},
+                ],
+                "renames": {"weight": weight.tensor, "input": activation.tensor, "output": name},
+            }],
+        }
+    }
+
+
+def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any) -> dict[str, dict[str, Any]]:
+    """AccelForge's latency (in cycles of ``spec``'s clock) of each GEMM alone, with the mapping
+    its mapper chose: ``{name: {"cycles", "seconds", "spatial", "mapper_s"}}``."""
+    try:
+        import accelforge as af
+        from accelforge.mapper.FFM.main import map_workload_to_arch
+    except ImportError as err:  # pragma: no cover - environment
+        raise MambalayaError(f"AccelForge is not importable here ({err}); use accelforge_gemm_cycles_via") from None
+    out: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="mambalaya-af-lat-") as tmp:
+        arch = Path(tmp, "arch.yaml")
+        arch.write_text(array_arch_yaml(spec), encoding="utf-8")
+        for name in names:
+            wl = Path(tmp, f"{name}.yaml")
+            wl.write_text(yaml.safe_dump(gemm_workload_dict(cascade, name), sort_keys=False), encoding="utf-8")
+            s = af.Spec.from_yaml(str(arch), str(wl))
+            s.mapper.metrics = af.Metrics.LATENCY  # the mapper minimises latency
+            t0 = time.perf_counter()
+            found = map_workload_to_arch(s, print_progress=False, eval_in_detail=False)
+            mapper_s = time.perf_counter() - t0
+            row = found.data.iloc[0]
+            seconds = float(row["Total<SEP>latency"])
+            mapping = row["Total<SEP>mapping"]()
+            spatial = [_spatial_text(n) for n in mapping.nodes if type(n).__name__ == "Spatial"]
+            out[name] = {"cycles": seconds * spec.clock_hz, "seconds": seconds, "spatial": spatial, "mapper_s": mapper_s}
+    return out
+
+
+def _spatial_text(node: Any) -> str:
+    text = str(node)  # e.g. "Spatial(k, in [0..256) shape=1, rows, ProcessingElement)"
+    inner = text[text.find("(") + 1 : text.rfind(")")]
+    parts = [p.strip() for p in inner.split(",")]
+    return f"{parts[0]} over {parts[-2]}" if len(parts) >= 3 else text
+
+
+def accelforge_gemm_cycles_via(python312: str, cascade: Cascade, names: list[str], arch: str = "mambalaya",
+                               timeout: float = 1800) -> dict[str, dict[str, Any]]:
+    """:func:`accelforge_gemm_cycles` in another interpreter (Python >= 3.12 with accelforge and
+    this mambalaya): the cascade goes over as a pickle, the result comes back as JSON."""
+    with tempfile.TemporaryDirectory(prefix="mambalaya-af-lat-") as tmp:
+        pk = Path(tmp, "cascade.pkl")
+        pk.write_bytes(pickle.dumps(cascade))
+        cmd = [python312, "-m", "mambalaya.interop.accelforge_spatial", "--cascade-pickle", str(pk), "--arch", arch,
+               "--einsums", ",".join(names)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode != 0:
+        raise MambalayaError(f"AccelForge latency check in {python312} failed:\n{proc.stderr.strip()[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> int:
+    from mambalaya.arch import load_arch
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--cascade-pickle", required=True)
+    p.add_argument("--arch", default="mambalaya")
+    p.add_argument("--einsums", required=True, help="comma-separated GEMM names")
+    args = p.parse_args(argv)
+    cascade = pickle.loads(Path(args.cascade_pickle).read_bytes())
+    result = accelforge_gemm_cycles(cascade, [n for n in args.einsums.split(",") if n], load_arch(args.arch))
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
+
+
+__all__ = ["accelforge_gemm_cycles", "accelforge_gemm_cycles_via", "array_arch_yaml", "gemm_workload_dict"]

@@ -275,3 +275,11 @@ def test_energy_objective_without_an_energy_section_is_a_clear_error() -> None:
     bare = arch_from_dict(data)
     with pytest.raises(SpecError, match="has no energy section"):
         named_mapping("optimal", c, 1 << 20, arch=bare, objective="energy")
+
+
+def test_energy_widths_survive_a_json_round_trip() -> None:
+    import json
+
+    spec = load_arch("mambalaya")
+    again = arch_from_dict(json.loads(json.dumps(arch_to_dict(spec))))  # JSON turns the width keys into text
+    assert again.energy == spec.energy and set(again.energy.mac_pj) == {16, 32}

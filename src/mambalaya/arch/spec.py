@@ -431,6 +431,14 @@ class EnergySpec(BaseModel):
     def _reference_bytes(cls, value: Any) -> Any:
         return _parse_byte_count(value)
 
+    @field_validator("mac_pj", "elementwise_pj", mode="before")
+    @classmethod
+    def _width_keys(cls, value: Any) -> Any:
+        """Widths written as text (a JSON round trip turns 16 into "16") are read as integers."""
+        if isinstance(value, dict):
+            return {int(k) if isinstance(k, str) and k.strip().isdigit() else k: v for k, v in value.items()}
+        return value
+
     @field_validator("mfu_pj")
     @classmethod
     def _known_functions(cls, value: dict[str, float]) -> dict[str, float]:

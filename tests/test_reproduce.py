@@ -39,8 +39,22 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
         assert f"figures/{name}.png" in report
     for table in ("latency", "speedups", "end_to_end", "einsums", "traffic_by_tensor", "timeline", "roofline",
                   "fusion_classes", "architectures", "geens_claims", "scan_forms", "headlines", "precision",
-                  "latency_uniform", "sensitivity", "what_would_it_take"):
+                  "latency_uniform", "sensitivity", "what_would_it_take", "energy", "residency"):
         assert (out / f"{table}.csv").exists(), table
+    # energy of the three designs, prefill and generation, by action; MARCA's gain over itself is 1
+    en = pd.read_csv(out / "energy.csv")
+    assert {"mambalaya", "marca-ideal", "geens-ideal"} <= set(en.design) and set(en.phase) == {"prefill", "generation"}
+    parts = en[["dram_j", "buffer_j", "register_j", "mac_j", "elementwise_j", "mfu_j"]].sum(axis=1)
+    assert ((parts - en.layer_energy_j).abs() <= 1e-9 * en.layer_energy_j).all()
+    assert (en[en.design == "marca-ideal"].energy_gain_vs_marca == 1.0).all()
+    assert "## Energy of the designs" in report
+    # residency never adds weight bytes; the spatial utilisation of the timelines is a fraction
+    res = pd.read_csv(out / "residency.csv")
+    assert (res.weight_read_bytes <= res.weight_read_bytes_streamed).all()
+    tl = pd.read_csv(out / "timeline.csv")
+    assert tl.spatial_util.between(0, 1).all()
+    ein = pd.read_csv(out / "einsums.csv")
+    assert {"spatial_mapping", "spatial_util", "bound", "buffer_bytes"} <= set(ein.columns)
     # both precision policies, the main one with a source
     heads = pd.read_csv(out / "headlines.csv")
     assert set(heads.precision) == {"reference-kernels"} and set(heads.alt_precision) == {"uniform"}

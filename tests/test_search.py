@@ -63,35 +63,52 @@ def brute_force_group(c, names, buffer):
 
 def _keepable(c, names, ranks):
     """The search's residency candidates, found independently: tensors the group reads
-    off-chip whose accesses no tileable rank indexes, largest first."""
+    off-chip such that some tileable rank that does not index them comes after (inside) the
+    first one that does, in the search's fixed order; largest first (by the bytes an untiled
+    group reads of them)."""
     inside = set(names)
-    found = {}
+    seen: dict[str, set] = {}
     for n in names:
         for a in c.einsum(n).inputs:
-            if a.tensor in inside:
-                continue
-            seen = {v.upper() for idx in a.indices for v in idx.variables}
-            found.setdefault(a.tensor, set()).update(seen)
-    kept = [t for t, seen in found.items() if not seen & set(ranks)]
-    return sorted(kept, key=lambda t: (-c.nbytes(t), t))
+            ranks_of = {v.upper() for idx in a.indices for v in idx.variables}
+            if a.tensor not in inside:
+                seen.setdefault(a.tensor, set()).update(ranks_of)
+            init = c.tensors[a.tensor].initial
+            if init is not None:
+                seen.setdefault(init, set()).update(ranks_of)
+    untiled = group_traffic(c, FusionGroup("probe", tuple(names))).read_bytes
+    readable = {a.tensor for n in names for a in c.einsum(n).inputs if a.tensor not in inside}
+    kept = []
+    for t in sorted(untiled, key=lambda t: (-untiled[t], t)):
+        if t not in readable:
+            continue
+        idx = [i for i, r in enumerate(ranks) if r in seen.get(t, set())]
+        if any(i not in idx and (not idx or i > idx[0]) for i in range(len(ranks))):
+            kept.append(t)
+    return kept
 
 
 def _brute_force_group(c, names, buffer):
-    """Every tiling, loop order and residency (the j largest tensors no tiled rank indexes)."""
+    """Every tiling and loop order with every tensor streamed, and every residency prefix
+    under the search's fixed loop order, each costed by the general model."""
     ranks = tileable_ranks(c, names)
     kept = _keepable(c, names, ranks)
     best = None
     for tiles in itertools.product(*[_tile_options(c.size(r)) for r in ranks]):
+        candidates = []
         for order in itertools.permutations(range(len(ranks))):
             loops = tuple(Loop(ranks[i], tiles[i]) for i in order if tiles[i] < c.size(ranks[i]))
-            for j in range(len(kept) + 1 if loops else 1):
-                g = FusionGroup("G", tuple(names), loops, resident=tuple(kept[:j]))
-                try:
-                    check_group(c, g, buffer)
-                except MappingError:
-                    continue
-                cost = group_traffic(c, g).total_bytes
-                best = cost if best is None else min(best, cost)
+            candidates.append(FusionGroup("G", tuple(names), loops))
+        fixed = tuple(Loop(r, t) for r, t in zip(ranks, tiles) if t < c.size(r))
+        if fixed:
+            candidates += [FusionGroup("G", tuple(names), fixed, resident=tuple(kept[:j])) for j in range(1, len(kept) + 1)]
+        for g in candidates:
+            try:
+                check_group(c, g, buffer)
+            except MappingError:
+                continue
+            cost = group_traffic(c, g).total_bytes
+            best = cost if best is None else min(best, cost)
     return best
 
 

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Role, rank_of_variable
+from mambalaya.einsum.ir import Role
 from mambalaya.errors import MambalayaError
 
 

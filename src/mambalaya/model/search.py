@@ -5,13 +5,13 @@ Einsums writes and none reduces (tiling another rank breaks the ``reduction`` or
 ``alignment`` rule). The loop order is fixed (batch-like ranks outermost in cascade order,
 generational ranks last: the smallest carried state and halo), and searched are the tile
 sizes (every power of two below each rank's size, and the size itself, = untiled) and the
-**residency** of the tensors the group reads that no tiled rank indexes (weights and
-per-channel parameters): streamed, such a tensor is read in every step; resident, once, and
-it is held on chip in full. All such tensors save the same bytes per byte held (steps - 1),
-so for each tiling the options are to keep the ``j`` largest of them, ``j = 0..k``. (A tensor
-indexed by some tiled ranks gains from residency only when loops it does not index run inside
-the innermost one it does; the fixed order gives it none, so the search does not consider it;
-a mapping file may ask for it with ``resident:`` and any loop order.) The traffic and
+**residency** of the tensors the group reads that some loop does not index and that runs
+inside every loop that does (weights and per-channel parameters, e.g. ``WX[d,e]`` under an
+outer ``E`` loop): streamed, such a tensor is read in every step; resident, once per tile of
+the loops that index it, and its box is held on chip. For each tiling the options are to keep
+the ``j`` largest of them, ``j = 0..k`` (largest by bytes: a heuristic order). Other loop
+orders are not searched with residency; a mapping file may ask for any order and residency
+with ``resident:``. The traffic and
 footprint of all tile and residency combinations are evaluated at once with numpy from their
 closed forms (a product of trip counts per tensor; a product of extents per on-chip term),
 and the combination with the least traffic that fits the buffer wins (ties: fewest steps).
@@ -150,14 +150,17 @@ class _GroupCostModel:
             outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
-        # tensors read off-chip that no tiled rank indexes (weights, per-channel parameters):
-        # kept resident they are read once; largest first
+        # residency candidates: tensors read off-chip that some loop of the fixed order does
+        # not index and that runs inside every loop that does (weights, per-channel parameters
+        # under an outer channel loop); largest first
         readable = set(tensors_read(cascade, full))
-        self.keepable: list[tuple[str, float]] = sorted(
-            ((t, b) for t, b in base.read_bytes.items()
-             if t in readable and not self._mentioned_for_read(t, einsum_objs, inside) & set(ranks)),
-            key=lambda tb: (-tb[1], tb[0]),
-        )
+        self.keepable: list[tuple[str, float, list[int]]] = []
+        for t, b in sorted(base.read_bytes.items(), key=lambda tb: (-tb[1], tb[0])):
+            if t not in readable:
+                continue
+            seen = [i for i, r in enumerate(ranks) if r in self._mentioned_for_read(t, einsum_objs, inside)]
+            if any(i not in seen and (not seen or i > seen[0]) for i in range(len(ranks))):
+                self.keepable.append((t, b, seen))
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
         self.fp_terms: list[tuple[float, list[int], int | None]] = []
@@ -222,6 +225,61 @@ class _GroupCostModel:
                 terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
             self._buffer_terms = terms
         return self._buffer_terms
+
+    def residency(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """Per residency candidate and tiling: (bytes saved, bytes held). Streamed, a tensor is
+        read once per trip of every loop that does not index it; resident, only per trip of
+        those outside the innermost loop (of more than one trip) that does index it
+        (model/traffic.py). It holds its largest one-step box (fusion/mapping.py:resident_bytes),
+        here bounded from above: a dimension indexed by several tiled ranks counts in full."""
+        n = len(tiles[0])
+        saved, held = [], []
+        for t, b, seen in self.keepable:
+            streamed = np.ones(n)
+            for i in range(len(self.ranks)):
+                if i not in seen:
+                    streamed = streamed * trips[i]
+            inner = np.full(n, -1)
+            for i in seen:
+                inner = np.where(trips[i] > 1, i, inner)
+            resident = np.ones(n)
+            for i in range(len(self.ranks)):
+                if i not in seen:
+                    resident = resident * np.where(i < inner, trips[i], 1.0)
+            saved.append(b * (streamed - resident))
+            held.append(self._held_box(t, tiles))
+        return np.array(saved), np.array(held)
+
+    def _held_box(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
+        cascade = self.cascade
+        accs = [a for e in (cascade.einsum(x) for x in self.probe.einsums) for a in e.inputs
+                if a.tensor == tensor and a.tensor != e.name]
+        sizes = cascade.variable_sizes
+        init = cascade.initial_axis(tensor)
+        total = np.full(len(tiles[0]), cascade.tensors[tensor].bits / 8)
+        for p, size in enumerate(cascade.shape(tensor)):
+            valid = size + (init[1] if init is not None and init[0] == p else 0)
+            dim_ranks = {rank_of_variable(v) for a in accs for v in a.indices[p].variables} & set(self.ranks)
+            if len(dim_ranks) > 1:
+                total = total * valid
+                continue
+            (r,) = dim_ranks or (None,)
+            tile = tiles[self.ranks.index(r)] if r is not None else None
+            lo = hi = None
+            for a in accs:
+                idx = a.indices[p]
+                a_lo = a_hi = idx.const
+                for v, c in idx.terms:
+                    if rank_of_variable(v) == r:
+                        span = c * (tile - 1)
+                    else:
+                        span = c * (sizes[v] - 1)
+                    a_lo = a_lo + np.minimum(span, 0)
+                    a_hi = a_hi + np.maximum(span, 0)
+                lo = a_lo if lo is None else np.minimum(lo, a_lo)
+                hi = a_hi if hi is None else np.maximum(hi, a_hi)
+            total = total * np.minimum(valid, hi - lo + 1)
+        return total
 
     def buffer(self, trips: list[np.ndarray], traffic: np.ndarray) -> np.ndarray:
         """On-chip buffer bytes of every tiling (Einsum reads and writes, plus fills and drains)."""
@@ -290,8 +348,10 @@ def best_group(
     # chip; each is then read once instead of once per step, and held in full
     kept = model.keepable if ranks else []
     if kept:
-        held = np.concatenate(([0.0], np.cumsum([b for _, b in kept])))
-        traffic = np.concatenate([traffic - h * (base_steps - 1) for h in held])
+        saved, held = model.residency(tiles, trips)
+        saved = np.concatenate([np.zeros((1, n_tilings)), np.cumsum(saved, axis=0)])
+        held = np.concatenate([np.zeros((1, n_tilings)), np.cumsum(held, axis=0)])
+        traffic = np.concatenate([traffic - sv for sv in saved])
         fp = np.concatenate([fp + h for h in held])
     steps = np.tile(base_steps, len(traffic) // n_tilings)
     if stats is not None:
@@ -321,7 +381,7 @@ def best_group(
     loops = tuple(
         Loop(r, int(t[k])) for r, t in zip(ranks, tiles) if int(t[k]) < cascade.size(r)
     )
-    resident = tuple(t for t, _ in kept[:option]) if loops else ()
+    resident = tuple(t for t, _, _ in kept[:option]) if loops else ()
     group = FusionGroup(name, tuple(einsums), loops, resident=resident)
     try:
         check_group(cascade, group, buffer_bytes)

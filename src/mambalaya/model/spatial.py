@@ -254,7 +254,7 @@ def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ran
             on = on * np.where(col, ext, 1)
             off = off * np.where(col, 1, ext)
         total = total + np.asarray(sh.count) * (-(-on // lanes)) * off
-    return np.asarray(total).reshape(len(candidates), -1).squeeze(-1) if np.ndim(total) == 2 and np.shape(total)[1] == 1 else np.asarray(total)
+    return np.asarray(total)
 
 
 def _split_ops(compute: Any, ops: dict[str, int], kind: str) -> tuple[float, float, float]:

@@ -655,7 +655,8 @@ def reproduce_cmd(
                              sensitivity=None if sensitivity == "none" else sensitivity,
                              sensitivity_seq_lens=sens_lens)
     runs = len(DESIGNS) + len(EXTRA_DESIGNS)
-    steps = len(names) * (len(lens) * runs + runs + 2) + (1 if figures else 0) + 2
+    # per model: every L and generation on every design, ideal fusion (2), energy-objective mambalaya (2)
+    steps = len(names) * (len(lens) * runs + runs + 2 + 2) + (1 if figures else 0) + 2
     if config.compare_precision:
         steps += 1
     if config.sensitivity:

@@ -61,11 +61,10 @@ def brute_force_group(c, names, buffer):
     return memo[key]
 
 
-def _keepable(c, names, ranks):
-    """The search's residency candidates, found independently: tensors the group reads
-    off-chip such that some tileable rank that does not index them comes after (inside) the
-    first one that does, in the search's fixed order; largest first (by the bytes an untiled
-    group reads of them)."""
+def _keepable(c, names, ranks, order):
+    """The search's residency candidates under a loop order (rank indices, outermost first),
+    found independently: tensors the group reads off-chip with a loop that does not index them
+    inside the outermost loop that does; largest first (by the bytes an untiled group reads)."""
     inside = set(names)
     seen: dict[str, set] = {}
     for n in names:
@@ -78,30 +77,33 @@ def _keepable(c, names, ranks):
                 seen.setdefault(init, set()).update(ranks_of)
     untiled = group_traffic(c, FusionGroup("probe", tuple(names))).read_bytes
     readable = {a.tensor for n in names for a in c.einsum(n).inputs if a.tensor not in inside}
+    pos = {i: k for k, i in enumerate(order)}
     kept = []
     for t in sorted(untiled, key=lambda t: (-untiled[t], t)):
         if t not in readable:
             continue
         idx = [i for i, r in enumerate(ranks) if r in seen.get(t, set())]
-        if any(i not in idx and (not idx or i > idx[0]) for i in range(len(ranks))):
+        first = min((pos[i] for i in idx), default=-1)
+        if any(i not in idx and pos[i] > first for i in order):
             kept.append(t)
     return kept
 
 
 def _brute_force_group(c, names, buffer):
-    """Every tiling and loop order with every tensor streamed, and every residency prefix
-    under the search's fixed loop order, each costed by the general model."""
+    """Every tiling and loop order with every tensor streamed, and every residency prefix under
+    every loop order that keeps the generational ranks innermost, each costed by the general model."""
     ranks = tileable_ranks(c, names)
-    kept = _keepable(c, names, ranks)
+    gen = set(c.generational_ranks)
     best = None
     for tiles in itertools.product(*[_tile_options(c.size(r)) for r in ranks]):
         candidates = []
         for order in itertools.permutations(range(len(ranks))):
             loops = tuple(Loop(ranks[i], tiles[i]) for i in order if tiles[i] < c.size(ranks[i]))
             candidates.append(FusionGroup("G", tuple(names), loops))
-        fixed = tuple(Loop(r, t) for r, t in zip(ranks, tiles) if t < c.size(r))
-        if fixed:
-            candidates += [FusionGroup("G", tuple(names), fixed, resident=tuple(kept[:j])) for j in range(1, len(kept) + 1)]
+            gen_last = all(ranks[i] in gen for i in order[len(order) - sum(r in gen for r in ranks):])
+            if loops and gen_last:
+                kept = _keepable(c, names, ranks, order)
+                candidates += [FusionGroup("G", tuple(names), loops, resident=tuple(kept[:j])) for j in range(1, len(kept) + 1)]
         for g in candidates:
             try:
                 check_group(c, g, buffer)

@@ -2,16 +2,17 @@
 
 **Tile choice for one group.** The fused ranks a group may tile are the ranks every one of its
 Einsums writes and none reduces (tiling another rank breaks the ``reduction`` or
-``alignment`` rule). The loop order is fixed (batch-like ranks outermost in cascade order,
-generational ranks last: the smallest carried state and halo), and searched are the tile
-sizes (every power of two below each rank's size, and the size itself, = untiled) and the
-**residency** of the tensors the group reads that some loop does not index and that runs
-inside every loop that does (weights and per-channel parameters, e.g. ``WX[d,e]`` under an
-outer ``E`` loop): streamed, such a tensor is read in every step; resident, once per tile of
-the loops that index it, and its box is held on chip. For each tiling the options are to keep
-the ``j`` largest of them, ``j = 0..k`` (largest by bytes: a heuristic order). Other loop
-orders are not searched with residency; a mapping file may ask for any order and residency
-with ``resident:``. The traffic and
+``alignment`` rule). Searched are the tile sizes (every power of two below each rank's size,
+and the size itself, = untiled), the **loop order** and the **residency** of the tensors the
+group reads. Generational ranks stay innermost (the smallest carried state and halo, so the
+order changes no footprint); the other ranks take every order (up to three of them; beyond
+that, batch-like ranks outermost in cascade order). With every tensor streamed, order changes
+nothing; what it changes is which tensors residency can help: one that some loop does not
+index, running inside the outermost loop that does (weights, per-channel parameters under an
+outer channel loop). Streamed, such a tensor is read in every step; resident, once per tile of
+the loops that index it (inside which the others run), and its box is held on chip. For each
+order and tiling the options are to keep the ``j`` largest of them, ``j = 0..k`` (largest by
+bytes: a heuristic order). The traffic and
 footprint of all tile and residency combinations are evaluated at once with numpy from their
 closed forms (a product of trip counts per tensor; a product of extents per on-chip term),
 and the combination with the least traffic that fits the buffer wins (ties: fewest steps).
@@ -31,6 +32,7 @@ are. ``tests/test_search.py`` checks it against exhaustive enumeration of the sa
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass
@@ -154,13 +156,16 @@ class _GroupCostModel:
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
         readable = set(tensors_read(cascade, full))
-        self.keepable: list[tuple[str, float, list[int]]] = []
-        for t, b in sorted(base.read_bytes.items(), key=lambda tb: (-tb[1], tb[0])):
-            if t not in readable:
-                continue
-            seen = [i for i, r in enumerate(ranks) if r in self._mentioned_for_read(t, einsum_objs, inside)]
-            if any(i not in seen and (not seen or i > seen[0]) for i in range(len(ranks))):
-                self.keepable.append((t, b, seen))
+        self._reads = [(t, b, {i for i, r in enumerate(ranks) if r in self._mentioned_for_read(t, einsum_objs, inside)})
+                       for t, b in sorted(base.read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in readable]
+        # loop orders: the fixed one first, then every other order of the ranks that are not
+        # generational, the generational ones still innermost (so footprints do not change)
+        gen = set(cascade.generational_ranks)
+        free = [i for i, r in enumerate(ranks) if r not in gen]
+        tail = [i for i, r in enumerate(ranks) if r in gen]
+        self.orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
+        self._keepable: dict[tuple[int, ...], list[tuple[str, float, set[int]]]] = {}
+        self.keepable = self.keepable_for(self.orders[0])
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
         self.fp_terms: list[tuple[float, list[int], int | None]] = []
@@ -226,26 +231,42 @@ class _GroupCostModel:
             self._buffer_terms = terms
         return self._buffer_terms
 
-    def residency(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, set[int]]]:
+        """Residency candidates under a loop order (rank indices, outermost first): tensors
+        with a loop that does not index them inside the outermost loop that does."""
+        if order not in self._keepable:
+            pos = {i: n for n, i in enumerate(order)}
+            kept = []
+            for t, b, seen in self._reads:
+                first = min((pos[i] for i in seen), default=-1)
+                if any(i not in seen and pos[i] > first for i in order):
+                    kept.append((t, b, seen))
+            self._keepable[order] = kept
+        return self._keepable[order]
+
+    def residency(self, tiles: list[np.ndarray], trips: list[np.ndarray],
+                  order: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Per residency candidate and tiling: (bytes saved, bytes held). Streamed, a tensor is
         read once per trip of every loop that does not index it; resident, only per trip of
         those outside the innermost loop (of more than one trip) that does index it
         (model/traffic.py). It holds its largest one-step box (fusion/mapping.py:resident_bytes),
         here bounded from above: a dimension indexed by several tiled ranks counts in full."""
         n = len(tiles[0])
+        order = self.orders[0] if order is None else order
+        pos = {i: k for k, i in enumerate(order)}
         saved, held = [], []
-        for t, b, seen in self.keepable:
+        for t, b, seen in self.keepable_for(order):
             streamed = np.ones(n)
             for i in range(len(self.ranks)):
                 if i not in seen:
                     streamed = streamed * trips[i]
-            inner = np.full(n, -1)
-            for i in seen:
-                inner = np.where(trips[i] > 1, i, inner)
+            inner = np.full(n, -1)  # position of the innermost loop indexing it that moves
+            for i in sorted(seen, key=pos.get):
+                inner = np.where(trips[i] > 1, pos[i], inner)
             resident = np.ones(n)
             for i in range(len(self.ranks)):
                 if i not in seen:
-                    resident = resident * np.where(i < inner, trips[i], 1.0)
+                    resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
             saved.append(b * (streamed - resident))
             held.append(self._held_box(t, tiles))
         return np.array(saved), np.array(held)
@@ -344,15 +365,20 @@ def best_group(
     traffic, fp = model.evaluate(tiles, trips)
     base_steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
     n_tilings = len(traffic)
-    # residency: the option j keeps the j largest of the tensors that no tiled rank indexes on
-    # chip; each is then read once instead of once per step, and held in full
-    kept = model.keepable if ranks else []
-    if kept:
-        saved, held = model.residency(tiles, trips)
-        saved = np.concatenate([np.zeros((1, n_tilings)), np.cumsum(saved, axis=0)])
-        held = np.concatenate([np.zeros((1, n_tilings)), np.cumsum(held, axis=0)])
-        traffic = np.concatenate([traffic - sv for sv in saved])
-        fp = np.concatenate([fp + h for h in held])
+    # loop order and residency: option (o, j) runs loop order o and keeps the j largest of its
+    # residency candidates on chip (j = 0, everything streamed, is the same for every order)
+    options: list[tuple[tuple[int, ...], int]] = [(model.orders[0], 0)]
+    blocks_t, blocks_f = [traffic], [fp]
+    for o in model.orders if ranks else []:
+        if not model.keepable_for(o):
+            continue
+        saved, held = model.residency(tiles, trips, o)
+        saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
+        for j in range(len(saved)):
+            options.append((o, j + 1))
+            blocks_t.append(traffic - saved[j])
+            blocks_f.append(fp + held[j])
+    traffic, fp = np.concatenate(blocks_t), np.concatenate(blocks_f)
     steps = np.tile(base_steps, len(traffic) // n_tilings)
     if stats is not None:
         stats.evaluations += len(traffic)
@@ -377,15 +403,22 @@ def best_group(
             energy = _energy_of(arch, cascade, einsums, traffic, onchip)
             value = energy if objective == "energy" else energy * latency
             order = np.lexsort((steps, traffic, np.where(ok, value, np.inf)))
-    option, k = divmod(int(order[0]), n_tilings)
-    loops = tuple(
-        Loop(r, int(t[k])) for r, t in zip(ranks, tiles) if int(t[k]) < cascade.size(r)
-    )
-    resident = tuple(t for t, _, _ in kept[:option]) if loops else ()
-    group = FusionGroup(name, tuple(einsums), loops, resident=resident)
-    try:
-        check_group(cascade, group, buffer_bytes)
-    except MappingError:
+    group = None
+    for pick in order[:_RECHECKS]:  # the closed forms bound the footprint from above: the first legal pick
+        option, k = divmod(int(pick), n_tilings)
+        if not ok[pick]:
+            break
+        loop_order, j = options[option]
+        loops = tuple(Loop(ranks[i], int(tiles[i][k])) for i in loop_order if int(tiles[i][k]) < cascade.size(ranks[i]))
+        resident = tuple(t for t, _, _ in model.keepable_for(loop_order)[:j]) if loops else ()
+        candidate = FusionGroup(name, tuple(einsums), loops, resident=resident)
+        try:
+            check_group(cascade, candidate, buffer_bytes)
+        except MappingError:
+            continue
+        group = candidate
+        break
+    if group is None:
         if why is not None:
             why.append("illegal")
         return None
@@ -395,6 +428,11 @@ def best_group(
     gl, rows = group_latency(arch, cascade, group, exact, count_buffer=objective != "latency")
     energy = None if objective == "latency" else sum(einsum_energy(arch, cascade, r).total_pj for r in rows)
     return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, gl.latency, energy, objective)
+
+
+#: How many of the best candidates of a group's search are re-checked before it gives up: the
+#: first legal one is taken (a candidate fails only on a rule the closed forms do not see).
+_RECHECKS = 8
 
 
 def _energy_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndarray, buffer: np.ndarray) -> np.ndarray:

@@ -1,36 +1,44 @@
 """The latency model of a mapping on an architecture (DESIGN.md §5).
 
-Per Einsum, the operations of :mod:`mambalaya.einsum.stats` go to the unit that runs them:
+Per Einsum, the operations of :mod:`mambalaya.einsum.stats` go to the unit that runs them, and
+:mod:`mambalaya.model.spatial` maps its ranks onto that unit's spatial dimensions:
 
-* the MACs of a GEMM (an Einsum reducing against a weight) go to the **2D array**:
-  ``macs / (rows x cols)`` cycles;
+* the MACs of a GEMM (an Einsum reducing against a weight) go to the **2D array** under its
+  dataflow: folds of the stationary operand, each streaming ``T`` vectors, the utilisation
+  following from ceil-division of the mapped extents by the array's rows and columns (or the
+  ideal ``macs / (rows x cols)`` with ``dataflow: roofline``);
 * every other arithmetic operation (adds, multiplies, divides, max, and the MACs of
   reductions over activations: RMSNorm's sum of squares, the conv, the C readout) goes to the
-  **1D mode** of the array, one operation per lane per cycle, or to the vector unit when the
-  array has no 1D mode;
+  **1D mode** of the array, or to the vector unit when the array has no 1D mode, its points
+  spread over the lanes (a recurrence's positions in time);
 * each unary function goes to the **multi-function units**: ``ops x cost_cycles / mfu_units``;
   with no MFU, it costs ``unary_cost_pe_ops`` elementwise operations instead.
 
-The array runs one mode at a time, so its 2D and 1D cycles add up; the MFUs (and a separate
-vector unit) run beside it when ``overlap_compute_units``. An Einsum's compute time is
-``max(array, mfu, vector)`` cycles (their sum without overlap) over the clock; its memory time
-is its off-chip bytes over the bandwidth.
+A group runs every Einsum once per step over the step's tiles, so an Einsum's cycles are summed
+over the group's step shapes. The array runs one mode at a time, so its 2D and 1D cycles add
+up; the MFUs (and a separate vector unit) run beside it when ``overlap_compute_units``. An
+Einsum's compute time is ``max(array, mfu, vector)`` cycles (their sum without overlap) over
+the clock; its memory time is its off-chip bytes over the bandwidth; its on-chip time is its
+buffer bytes (:func:`mambalaya.model.traffic.group_buffer_accesses`) over the on-chip
+bandwidth, when the arch gives one.
 
 A group's compute is the same sum over all its Einsums (every unit is shared by the group's
 pipeline); its memory time is the group's traffic (:mod:`mambalaya.model.traffic`) over the
-bandwidth. With ``overlap_compute_and_memory`` the group takes ``max(compute, memory)`` plus a
-**wind-up**: one step's share of the smaller of the two, which the first step cannot hide (0 for
-a one-step group, so an unfused layer is exactly ``sum max(comp, mem)``), plus
-``pipeline_wind_up_cycles`` per Einsum to fill the tile pipeline of a group that runs in more
-than one step. Without overlap it is the sum. A one-step group (an unfused Einsum, ``ideal``)
-pays no wind-up: ``ideal`` is the speed of light.
+bandwidth. With ``overlap_compute_and_memory`` the group takes the largest of compute, memory
+and on-chip time (its ``bound``) plus a **wind-up**: one step's share of the smaller of compute
+and memory, which the first step cannot hide (0 for a one-step group, so an unfused layer is
+exactly ``sum max(comp, mem, onchip)``), plus ``pipeline_wind_up_cycles`` per Einsum to fill
+the tile pipeline of a group that runs in more than one step. Without overlap it is compute
+plus memory (at least the on-chip time). A one-step group (an unfused Einsum, ``ideal``) pays
+no wind-up: ``ideal`` is the speed of light.
 
-Per-Einsum rows split a group's latency in proportion to each Einsum's ``max(comp, mem)``;
+Per-Einsum rows split a group's latency in proportion to each Einsum's largest demand;
 traffic is attributed to the Einsum that reads (first reader in the group) or writes it. An
-Einsum's ``comp_latency`` and ``mem_latency`` are its own demands. Compute utilisation is the
-busy fraction of the units at their peak rate (``comp / latency``), memory utilisation
-``traffic / bandwidth / latency``; the Einsums of one fused group run as one pipeline, so their
-rows carry the group's utilisations (a single Einsum's group is its own).
+Einsum's ``comp_latency``, ``mem_latency`` and ``onchip_latency`` are its own demands. Compute
+utilisation is the busy fraction of the units (``comp / latency``), memory utilisation
+``traffic / bandwidth / latency``, spatial utilisation the share of the PEs its mapping fills;
+the Einsums of one fused group run as one pipeline, so their rows carry the group's
+utilisations and bound (a single Einsum's group is its own).
 """
 
 from __future__ import annotations

@@ -11,7 +11,14 @@ With ``halo: retain`` a window dimension reads each row once over the tiles of i
 previous tile's rows are still on chip). Rows an access reaches below 0 along the axis of
 ``T``'s initial value are read from that state tensor. A tensor the group produces and that
 leaves it is written once per step that computes it: its size times the trips of the fused
-ranks it lacks (a recomputed RSp producer writes again). Bytes are elements x bits / 8.
+ranks it lacks (a recomputed RSp producer writes again). A **resident** tensor is read again
+only when a loop that indexes it (of more than one trip) moves: the trips of the loops it does
+not mention count only when they run outside the innermost loop it does. Bytes are
+elements x bits / 8.
+
+The on-chip buffer's reads and writes (:func:`group_buffer_accesses`) use the same box sums
+with every step reading its whole box: each Einsum reads its operands' boxes and writes its
+output tile in every step, plus the fills and drains of the group's DRAM bytes.
 
 This module never runs the cascade; :mod:`mambalaya.execute.tiled` moves real data and counts
 it, and the tests require the two to agree to the byte.

@@ -261,14 +261,15 @@ def resident_bytes(cascade: Cascade, group: FusionGroup, tensor: str) -> float:
         for a in accs:
             idx = a.indices[p]
             ranges = {v: ((0, tile) if rank_of_variable(v) == r else (0, sizes[v])) for v in idx.variables}
-            a_lo, a_hi = _span(idx, ranges)
+            a_lo, a_hi = index_span(idx, ranges)
             lo = a_lo if lo is None else min(lo, a_lo)
             hi = a_hi if hi is None else max(hi, a_hi)
         n *= min(valid, hi - lo + 1)  # type: ignore[operator]
     return n * cascade.tensors[tensor].bits / 8
 
 
-def _span(idx, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
+def index_span(idx, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
+    """Smallest and largest value of ``idx`` with each variable in ``[start, stop)``."""
     lo = hi = idx.const
     for v, c in idx.terms:
         a, b = ranges[v]
@@ -281,7 +282,7 @@ def _fixed_length(accs, p: int, sizes: dict[str, int]) -> int:
     lo = hi = None
     for a in accs:
         idx = a.indices[p]
-        a_lo, a_hi = _span(idx, {v: (0, sizes[v]) for v in idx.variables})
+        a_lo, a_hi = index_span(idx, {v: (0, sizes[v]) for v in idx.variables})
         lo = a_lo if lo is None else min(lo, a_lo)
         hi = a_hi if hi is None else max(hi, a_hi)
     return hi - lo + 1  # type: ignore[operator]

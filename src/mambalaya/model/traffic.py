@@ -33,11 +33,12 @@ import math
 from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Access, AffineIndex, rank_of_variable
+from mambalaya.einsum.ir import Access, rank_of_variable
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
     footprint_bytes,
+    index_span,
     group_einsums,
     tensors_read,
     tensors_written,
@@ -87,14 +88,7 @@ def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
     return [(a, min(a + tile, size)) for a in range(0, size, tile)]
 
 
-def _range(idx: AffineIndex, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
-    """Smallest and largest value of ``idx`` with each variable in ``[start, stop)``."""
-    lo = hi = idx.const
-    for v, c in idx.terms:
-        a, b = ranges[v]
-        lo += min(c * a, c * (b - 1))
-        hi += max(c * a, c * (b - 1))
-    return lo, hi
+_range = index_span  # one definition, in fusion.mapping
 
 
 def _box(cascade: Cascade, accesses: list[Access], dim: int, tile_of: dict[str, tuple[int, int]]) -> tuple[int, int]:

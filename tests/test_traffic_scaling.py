@@ -30,3 +30,19 @@ def test_compressed_tile_sums_equal_every_tile(model: str, state_io: bool, monke
         slow = traffic._group_traffic(cascade, group)
         assert fast.read_bytes == slow.read_bytes, (group, fast.read_bytes, slow.read_bytes)
         assert fast.write_bytes == slow.write_bytes
+
+
+def test_chunked_two_rank_sums_equal_every_tile(monkeypatch) -> None:
+    """Mamba-2's chunked scan reads the I-indexed tensors at c*Q+q: dimensions that depend on
+    two fused ranks (C and Q), whose regular tiles are counted once per rank. L is not a
+    multiple of Q, so the last chunk's boxes are clipped."""
+    cascade = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=9000, batch=1, scan="chunked")
+    names = [e.name for e in cascade.einsums]
+    for lo, hi in ((0, len(names)), (names.index("CB"), names.index("YD") + 1)):
+        for c_tile, q_tile in ((1, 1), (3, 7), (8, 64), (1, 256)):
+            group = FusionGroup("g", tuple(names[lo:hi]), (Loop("B", 1), Loop("C", c_tile), Loop("Q", q_tile)))
+            monkeypatch.setattr(traffic, "COMPRESS_REGULAR_TILES", True)
+            fast = traffic._group_traffic(cascade, group)
+            monkeypatch.setattr(traffic, "COMPRESS_REGULAR_TILES", False)
+            slow = traffic._group_traffic(cascade, group)
+            assert fast.read_bytes == slow.read_bytes, (group, fast.read_bytes, slow.read_bytes)

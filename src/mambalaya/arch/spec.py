@@ -562,3 +562,20 @@ def field_paths() -> list[str]:
     for table in ("unary_cost_cycles", "unary_cost_pe_ops"):
         paths.extend(f"compute.{table}.{fn}" for fn in UNARY_FUNCTIONS)
     return paths
+
+
+_SPEC_KEYS: dict[int, tuple[BaseModel, str]] = {}
+_SPEC_KEYS_KEPT = 4096
+
+
+def spec_key(spec: BaseModel) -> str:
+    """A value key of a (frozen) spec section, for memos shared by equal specs: two designs, or
+    two sweep points, with equal ``compute`` sections share every compute-only result. Computed
+    once per object (held, so its ``id`` is not reused while it is kept; at most 4096 kept)."""
+    hit = _SPEC_KEYS.get(id(spec))
+    if hit is None or hit[0] is not spec:
+        if len(_SPEC_KEYS) >= _SPEC_KEYS_KEPT:
+            _SPEC_KEYS.clear()
+        hit = (spec, f"{type(spec).__name__}:{spec.model_dump_json()}")
+        _SPEC_KEYS[id(spec)] = hit
+    return hit[1]

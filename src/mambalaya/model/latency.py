@@ -48,6 +48,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mambalaya.arch.spec import spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
@@ -93,14 +94,14 @@ def einsum_cycles(compute: Any, cascade: Cascade, einsum: Einsum, shapes: list[S
     over the whole iteration space, i.e. unfused), and its spatial mapping."""
     shapes = shapes if shapes is not None else [StepShape(1, {})]
     memo = cascade.__dict__.setdefault("_einsum_cycles_memo", {})
-    key = (id(compute), einsum.name, tuple((sh.count, tuple(sorted(sh.extents.items()))) for sh in shapes))
+    key = (spec_key(compute), einsum.name, tuple((sh.count, tuple(sorted(sh.extents.items()))) for sh in shapes))
     hit = memo.get(key)
-    if hit is None or hit[0] is not compute:
+    if hit is None:
         cyc, mapping = einsum_unit_cycles(compute, cascade, einsum, einsum_ops(cascade, einsum), shapes)
         assert mapping is not None
-        hit = (compute, UnitCycles(**{k: float(v) for k, v in cyc.items()}), mapping)
+        hit = (UnitCycles(**{k: float(v) for k, v in cyc.items()}), mapping)
         memo[key] = hit
-    return hit[1], hit[2]
+    return hit
 
 
 @dataclass(frozen=True)
@@ -232,16 +233,20 @@ def group_shapes(cascade: Cascade, group: FusionGroup) -> list[StepShape]:
 
 def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitCycles, list[tuple[Einsum, UnitCycles, SpatialMapping]]]:
     """The units' cycles of every Einsum of the group over its steps (spatial mappings
-    included), and their sum."""
-    shapes = group_shapes(cascade, group)
-    total = UnitCycles()
-    per = []
-    for name in group.einsums:
-        e = cascade.einsum(name)
-        cyc, spatial = einsum_cycles(arch.compute, cascade, e, shapes)
-        total = total + cyc
-        per.append((e, cyc, spatial))
-    return total, per
+    included), and their sum. Memoised on the cascade per compute section (by value)."""
+    memo = cascade.__dict__.setdefault("_group_cycles_memo", {})
+    key = (spec_key(arch.compute), group.einsums, group.loops)
+    if key not in memo:
+        shapes = group_shapes(cascade, group)
+        total = UnitCycles()
+        per = []
+        for name in group.einsums:
+            e = cascade.einsum(name)
+            cyc, spatial = einsum_cycles(arch.compute, cascade, e, shapes)
+            total = total + cyc
+            per.append((e, cyc, spatial))
+        memo[key] = (total, per)
+    return memo[key]
 
 
 def onchip_seconds(arch: Any, buffer_bytes: Any) -> Any:
@@ -280,26 +285,39 @@ def _max1(steps: Any) -> Any:
     return max(steps, 1) if isinstance(steps, (int, float)) else np.maximum(steps, 1)
 
 
-def group_latency(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None,
-                  *, count_buffer: bool = True) -> tuple[GroupLatency, list[EinsumLatency]]:
-    """Latency of one group and the per-Einsum split. ``count_buffer=False`` skips counting
-    the on-chip buffer's accesses where they cannot change the latency (no on-chip bandwidth
-    given): the search's inner loop."""
+def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic,
+                 buffer_bytes: float) -> tuple[float, float, float, float, float]:
+    """(compute, off-chip, on-chip, latency, wind-up) seconds of one group."""
+    total_cycles, _ = group_cycles(arch, cascade, group)
+    comp = total_cycles.total(arch.compute.overlap_compute_units) / arch.clock_hz
+    mem = traffic.total_bytes / arch.memory.offchip_bandwidth_bytes_per_s
+    onchip = float(onchip_seconds(arch, buffer_bytes))
+    latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
+    return comp, mem, onchip, float(latency), float(wind)
+
+
+def group_seconds(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> float:
+    """The latency of one group, as :func:`group_latency` reports it, without building its
+    per-Einsum rows (the search's inner loop). The buffer's accesses are counted only where
+    an on-chip bandwidth makes them matter."""
+    traffic = traffic or group_traffic(cascade, group)
+    buffer = 0.0
+    if arch.memory.onchip_bandwidth_bytes_per_cycle is not None:
+        buffer = group_buffer_accesses(cascade, group, traffic).total_bytes
+    return _group_times(arch, cascade, group, traffic, buffer)[3]
+
+
+def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
+                  traffic: GroupTraffic | None = None) -> tuple[GroupLatency, list[EinsumLatency]]:
+    """Latency of one group and the per-Einsum split."""
     clock = arch.clock_hz
     bw = arch.memory.offchip_bandwidth_bytes_per_s
     overlap_units = arch.compute.overlap_compute_units
     traffic = traffic or group_traffic(cascade, group)
-    if count_buffer or arch.memory.onchip_bandwidth_bytes_per_cycle is not None:
-        buffer = group_buffer_accesses(cascade, group, traffic)
-    else:
-        buffer = BufferAccesses({n: 0.0 for n in group.einsums}, {n: 0.0 for n in group.einsums}, 0.0, 0.0)
-    total_cycles, per = group_cycles(arch, cascade, group)
+    buffer = group_buffer_accesses(cascade, group, traffic)
+    _, per = group_cycles(arch, cascade, group)
     shapes = group_shapes(cascade, group)
-    comp = total_cycles.total(overlap_units) / clock
-    mem = traffic.total_bytes / bw
-    onchip = float(onchip_seconds(arch, buffer.total_bytes))
-    latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
-    latency, wind = float(latency), float(wind)
+    comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic, buffer.total_bytes)
     # attribute traffic: reads to the first reader in the group, writes to the producer
     dram_reads = {name: 0.0 for name in group.einsums}
     for t, b in traffic.read_bytes.items():

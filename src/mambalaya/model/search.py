@@ -35,7 +35,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -58,7 +58,8 @@ from mambalaya.fusion.mapping import (
     window_halos,
 )
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
-from mambalaya.model.latency import combine, group_latency, onchip_seconds
+from mambalaya.arch.spec import spec_key
+from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.model.traffic import buffer_read_elements, group_traffic
 
@@ -131,6 +132,33 @@ def _tile_options(size: int) -> list[int]:
     return opts + [size]
 
 
+@dataclass(frozen=True)
+class _Candidates:
+    """The candidate table of one group (see :meth:`_GroupCostModel.candidates`)."""
+
+    tiles: list[np.ndarray]  # per tileable rank, its tile in each tiling
+    trips: list[np.ndarray]
+    options: list[tuple[tuple[int, ...], int]]  # (loop order, residency prefix) of each block of tilings
+    n_tilings: int
+    traffic: np.ndarray  # off-chip bytes of every (option, tiling): shape (options, tilings)
+    fp: np.ndarray  # footprint bound (bytes), the same shape
+    steps: np.ndarray  # per tiling (every option of a tiling runs the same steps)
+
+    def kept(self) -> np.ndarray:
+        """Flat indices (ascending) of the candidates no option of the same tiling beats or
+        equals in traffic and footprint, an equal one of lower index excepted. Within a
+        tiling the steps and compute cycles are the same and the on-chip bytes, energy and
+        latency grow with the traffic, so a dropped candidate never comes first in
+        :func:`_pick`'s order, for any buffer, bandwidth or objective."""
+        if "_kept" not in self.__dict__:
+            order = np.lexsort((self.fp, self.traffic), axis=0)  # per tiling: by traffic, then footprint
+            fp = np.take_along_axis(self.fp, order, axis=0)
+            before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp, axis=0)[:-1]])
+            rows, cols = np.nonzero(fp < before)
+            object.__setattr__(self, "_kept", np.sort(order[rows, cols] * self.n_tilings + cols))
+        return self.__dict__["_kept"]
+
+
 class _GroupCostModel:
     """Closed forms of one group's traffic and footprint as functions of its tile sizes."""
 
@@ -152,6 +180,9 @@ class _GroupCostModel:
             outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
+        self._candidates: _Candidates | None = None
+        self._onchip: np.ndarray | None = None
+        self._cycles: dict[str, np.ndarray] = {}
         # residency candidates: tensors read off-chip that some loop of the fixed order does
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
@@ -210,6 +241,58 @@ class _GroupCostModel:
         tiles = [m.ravel() for m in mesh]
         trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
         return tiles, trips
+
+    def candidates(self) -> "_Candidates":
+        """Every (loop order, residency prefix, tiling) of the group with its closed-form
+        traffic, footprint and steps. Option ``(o, j)`` runs loop order ``o`` and keeps the
+        ``j`` largest of its residency candidates on chip (``j = 0``, everything streamed, is
+        the same for every order). Independent of the architecture: built once."""
+        if self._candidates is None:
+            tiles, trips = self.grid()
+            traffic, fp = self.evaluate(tiles, trips)
+            base_steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+            n_tilings = len(traffic)
+            options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
+            blocks_t, blocks_f = [traffic], [fp]
+            for o in self.orders if self.ranks else []:
+                if not self.keepable_for(o):
+                    continue
+                saved, held = self.residency(tiles, trips, o)
+                saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
+                for j in range(len(saved)):
+                    options.append((o, j + 1))
+                    blocks_t.append(traffic - saved[j])
+                    blocks_f.append(fp + held[j])
+            self._candidates = _Candidates(tiles, trips, options, n_tilings, np.stack(blocks_t), np.stack(blocks_f),
+                                           base_steps)
+        return self._candidates
+
+    def onchip_bytes(self) -> np.ndarray:
+        """On-chip buffer bytes of every candidate (built on first use)."""
+        if self._onchip is None:
+            cand = self.candidates()
+            self._onchip = self.buffer(cand.trips, cand.traffic.ravel())
+        return self._onchip
+
+    def cycles(self, compute: Any) -> np.ndarray:
+        """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best
+        spatial mapping summed over the tiling's step shapes
+        (:func:`~mambalaya.model.spatial.step_shapes`), the units combined as the latency model
+        does. Memoised per compute section (by value)."""
+        key = spec_key(compute)
+        if key not in self._cycles:
+            cand = self.candidates()
+            total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
+            for name in self.probe.einsums:
+                cyc = _einsum_grid_cycles(compute, self.cascade, name, self.ranks, cand.tiles)
+                total = {k: total[k] + cyc[k] for k in total}
+            array = total["array_2d"] + total["array_1d"]
+            if compute.overlap_compute_units:
+                cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
+            else:
+                cycles = array + total["vector"] + total["mfu"]
+            self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (cand.n_tilings,))
+        return self._cycles[key]
 
     def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
         """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
@@ -358,76 +441,119 @@ def best_group(
 
     When None, ``why`` receives ``"buffer"`` if no tiling fits (then no superset of the group
     fits either: adding an Einsum adds intermediates and state and removes tileable ranks, so
-    the smallest footprint only grows) or ``"illegal"`` if the best tiling breaks a rule."""
+    the smallest footprint only grows) or ``"illegal"`` if the best tiling breaks a rule.
+
+    Memoised on the cascade per (group, buffer, architecture value, objective); the candidate
+    table (:meth:`_GroupCostModel.candidates`) and the compute cycles behind it are shared by
+    every architecture, so a sweep point that changes only the bandwidth, buffer or clock pays
+    only for the final choice."""
     ranks = tileable_ranks(cascade, einsums) if ranks is None else ranks
+    memo = cascade.__dict__.setdefault("_best_group_memo", {})
+    key = (tuple(einsums), tuple(ranks), buffer_bytes, None if arch is None else spec_key(arch), objective)
     model = _cost_model(cascade, einsums, ranks)
-    tiles, trips = model.grid()
-    traffic, fp = model.evaluate(tiles, trips)
-    base_steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
-    n_tilings = len(traffic)
-    # loop order and residency: option (o, j) runs loop order o and keeps the j largest of its
-    # residency candidates on chip (j = 0, everything streamed, is the same for every order)
-    options: list[tuple[tuple[int, ...], int]] = [(model.orders[0], 0)]
-    blocks_t, blocks_f = [traffic], [fp]
-    for o in model.orders if ranks else []:
-        if not model.keepable_for(o):
-            continue
-        saved, held = model.residency(tiles, trips, o)
-        saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
-        for j in range(len(saved)):
-            options.append((o, j + 1))
-            blocks_t.append(traffic - saved[j])
-            blocks_f.append(fp + held[j])
-    traffic, fp = np.concatenate(blocks_t), np.concatenate(blocks_f)
-    steps = np.tile(base_steps, len(traffic) // n_tilings)
     if stats is not None:
-        stats.evaluations += len(traffic)
+        stats.evaluations += model.candidates().traffic.size
         stats.groups_costed += 1
+    if key not in memo or not MEMOISE_GROUPS:
+        reason: list[str] = []
+        memo[key] = (_best_group(cascade, model, einsums, ranks, buffer_bytes, reason, arch, objective), reason)
+    choice, reason = memo[key]
+    if why is not None:
+        why.extend(reason)
+    return choice if choice is None or choice.group.name == name else replace(choice, group=replace(choice.group, name=name))
+
+
+def _best_group(cascade: Cascade, model: "_GroupCostModel", einsums: list[str], ranks: list[str], buffer_bytes: int | None,
+                why: list[str], arch: Any, objective: str) -> GroupChoice | None:
+    cand = model.candidates()
+    if PRUNE_DOMINATED:
+        found = _pick(cascade, model, cand, cand.kept(), einsums, ranks, buffer_bytes, arch, objective)
+        if found is not _FELL_THROUGH:  # else the best kept candidate broke a rule: search them all
+            return _choice(cascade, found, why, arch, objective)
+    found = _pick(cascade, model, cand, None, einsums, ranks, buffer_bytes, arch, objective)
+    return _choice(cascade, found, why, arch, objective)
+
+
+_FELL_THROUGH = "fell through"
+
+
+def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", subset: np.ndarray | None, einsums: list[str],
+          ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str) -> Any:
+    """The first legal candidate in the objective's order (a group), ``"buffer"`` if none fits,
+    ``"illegal"`` if none of the best few is legal; over ``subset`` (flat candidate indices,
+    ascending) only, :data:`_FELL_THROUGH` if its first fitting candidate is not legal.
+
+    Order: the objective (latency within the tie tolerance, energy, EDP, or traffic without
+    an architecture), then traffic, steps, latency, and the footprint last, so a candidate
+    that another beats or equals in traffic and footprint with the same tiling never comes
+    first: :meth:`_Candidates.kept` drops those."""
+    n_tilings = cand.n_tilings
+    flat = np.arange(cand.traffic.size) if subset is None else subset
+    tiling = flat % n_tilings
+    traffic, fp = cand.traffic.ravel()[flat], cand.fp.ravel()[flat]
+    steps = cand.steps[tiling]
     ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     if not ok.any():
-        if why is not None:
-            why.append("buffer")
-        return None
+        return "buffer"
     if arch is None:
-        order = np.lexsort((steps, np.where(ok, traffic, np.inf)))
+        order = np.lexsort((fp, steps, np.where(ok, traffic, np.inf)))
     else:
-        need_buffer = objective != "latency" or arch.memory.onchip_bandwidth_bytes_per_cycle is not None
-        onchip = model.buffer(trips, traffic) if need_buffer else np.zeros_like(traffic)
-        latency = _latency_of(arch, cascade, einsums, ranks, tiles, traffic,
-                              onchip if arch.memory.onchip_bandwidth_bytes_per_cycle else np.zeros_like(traffic), steps)
+        onchip_bw = arch.memory.onchip_bandwidth_bytes_per_cycle
+        need_buffer = objective != "latency" or onchip_bw is not None
+        onchip = model.onchip_bytes()[flat] if need_buffer else None
+        comp = model.cycles(arch.compute)[tiling] / arch.clock_hz
+        mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
+        latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip) if onchip_bw else 0.0 * traffic,
+                             steps, len(einsums))
         if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
             best = np.min(np.where(ok, latency, np.inf))
             tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
-            order = np.lexsort((latency, steps, np.where(tied, traffic, np.inf)))
+            order = np.lexsort((fp, latency, steps, np.where(tied, traffic, np.inf)))
         else:
             energy = _energy_of(arch, cascade, einsums, traffic, onchip)
             value = energy if objective == "energy" else energy * latency
-            order = np.lexsort((steps, traffic, np.where(ok, value, np.inf)))
-    group = None
-    for pick in order[:_RECHECKS]:  # the closed forms bound the footprint from above: the first legal pick
-        option, k = divmod(int(pick), n_tilings)
+            order = np.lexsort((fp, steps, traffic, np.where(ok, value, np.inf)))
+    for n, pick in enumerate(order[:_RECHECKS]):  # the closed forms bound the footprint from above: the first legal pick
         if not ok[pick]:
             break
-        loop_order, j = options[option]
-        loops = tuple(Loop(ranks[i], int(tiles[i][k])) for i in loop_order if int(tiles[i][k]) < cascade.size(ranks[i]))
+        option, k = divmod(int(flat[pick]), n_tilings)
+        loop_order, j = cand.options[option]
+        loops = tuple(Loop(ranks[i], int(cand.tiles[i][k])) for i in loop_order if int(cand.tiles[i][k]) < cascade.size(ranks[i]))
         resident = tuple(t for t, _, _ in model.keepable_for(loop_order)[:j]) if loops else ()
-        candidate = FusionGroup(name, tuple(einsums), loops, resident=resident)
+        candidate = FusionGroup("G", tuple(einsums), loops, resident=resident)
         try:
             check_group(cascade, candidate, buffer_bytes)
         except MappingError:
+            if subset is not None:
+                return _FELL_THROUGH
             continue
-        group = candidate
-        break
-    if group is None:
-        if why is not None:
-            why.append("illegal")
+        return candidate
+    return "illegal"
+
+
+def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: str) -> GroupChoice | None:
+    """The exact costs of the picked group (or None, with the reason in ``why``)."""
+    if isinstance(found, str):
+        why.append(found)
         return None
+    group = found
     exact = group_traffic(cascade, group)
     if arch is None:
         return GroupChoice(group, exact.total_bytes, exact.footprint_bytes)
-    gl, rows = group_latency(arch, cascade, group, exact, count_buffer=objective != "latency")
-    energy = None if objective == "latency" else sum(einsum_energy(arch, cascade, r).total_pj for r in rows)
+    if objective == "latency":
+        return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, group_seconds(arch, cascade, group, exact))
+    gl, rows = group_latency(arch, cascade, group, exact)
+    energy = sum(einsum_energy(arch, cascade, r).total_pj for r in rows)
     return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, gl.latency, energy, objective)
+
+
+#: Search only the candidates no other of the same tiling beats or equals in both traffic and
+#: footprint (:meth:`_Candidates.kept`); the tests compare against False (every candidate).
+PRUNE_DOMINATED = True
+
+#: Memoise :func:`best_group` per (group, buffer, architecture, objective); the tests compare
+#: against False.
+MEMOISE_GROUPS = True
 
 
 #: How many of the best candidates of a group's search are re-checked before it gives up: the
@@ -444,42 +570,19 @@ def _energy_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndar
     return fixed + traffic * dram + buffer * (buf_read + buf_write) / 2
 
 
-def _latency_of(arch: Any, cascade: Cascade, einsums: list[str], ranks: list[str], tiles: list[np.ndarray],
-                traffic: np.ndarray, buffer_bytes: np.ndarray, steps: np.ndarray) -> np.ndarray:
-    """Group latency for every tiling at once: each Einsum's cycles under its best spatial
-    mapping summed over the tiling's step shapes (:func:`~mambalaya.model.spatial.step_shapes`),
-    memory from the traffic closed form, the buffer from its closed form."""
-    total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
-    for name in einsums:
-        cyc = _einsum_grid_cycles(arch.compute, cascade, name, ranks, tiles)
-        total = {k: total[k] + cyc[k] for k in total}
-    array = total["array_2d"] + total["array_1d"]
-    if arch.compute.overlap_compute_units:
-        cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
-    else:
-        cycles = array + total["vector"] + total["mfu"]
-    cycles = np.asarray(cycles, dtype=float)
-    comp = (np.tile(cycles, len(traffic) // len(cycles)) if cycles.ndim else np.full(traffic.shape, float(cycles))) / arch.clock_hz
-    mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
-    onchip = onchip_seconds(arch, buffer_bytes)
-    latency, _ = combine(arch, comp, mem, onchip, steps, len(einsums))
-    return latency
-
-
 def _einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray]) -> dict[str, Any]:
     """One Einsum's unit cycles for every tiling of ``ranks`` (the grid of
     :meth:`_GroupCostModel.grid`), memoised on the cascade: the grid depends only on the ranks,
     so every candidate group of a search that tiles the same ranks shares it."""
     memo = cascade.__dict__.setdefault("_grid_cycles_memo", {})
-    key = (id(compute), name, tuple(ranks))
+    key = (spec_key(compute), name, tuple(ranks))
     hit = memo.get(key)
-    if hit is None or hit[0] is not compute:
+    if hit is None:
         sizes = {r: cascade.size(r) for r in cascade.ranks}
         e = cascade.einsum(name)
-        cyc, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))))
-        hit = (compute, cyc)
+        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))))
         memo[key] = hit
-    return hit[1]
+    return hit
 
 
 def _finish(cascade: Cascade, name: str, groups: list[FusionGroup], buffer_bytes: int | None, description: str) -> Mapping:

@@ -26,19 +26,20 @@ it, and the tests require the two to agree to the byte.
 
 from __future__ import annotations
 
-import itertools
 
 import numpy as np
 import math
 from dataclasses import dataclass, field
 
+from typing import Any
+
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.errors import MambalayaError
 from mambalaya.einsum.ir import Access, rank_of_variable
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
     footprint_bytes,
-    index_span,
     group_einsums,
     tensors_read,
     tensors_written,
@@ -82,38 +83,6 @@ class MappingTraffic:
     @property
     def peak_footprint_bytes(self) -> float:
         return max((g.footprint_bytes for g in self.groups), default=0.0)
-
-
-def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
-    return [(a, min(a + tile, size)) for a in range(0, size, tile)]
-
-
-_range = index_span  # one definition, in fusion.mapping
-
-
-def _box(cascade: Cascade, accesses: list[Access], dim: int, tile_of: dict[str, tuple[int, int]]) -> tuple[int, int]:
-    """Union of the accesses' index ranges along ``dim`` in one step (unclipped)."""
-    sizes = cascade.variable_sizes
-    lo, hi = None, None
-    for acc in accesses:
-        idx = acc.indices[dim]
-        ranges = {v: tile_of.get(rank_of_variable(v), (0, sizes[v])) for v in idx.variables}
-        a, b = _range(idx, ranges)
-        lo = a if lo is None else min(lo, a)
-        hi = b if hi is None else max(hi, b)
-    assert lo is not None and hi is not None
-    return lo, hi
-
-
-def _dimension_rows(
-    cascade: Cascade, accesses: list[Access], dim: int, tile_of: dict[str, tuple[int, int]], lower: int, upper: int
-) -> tuple[int, int]:
-    """Rows of ``dim`` read in one step, split into (rows >= 0, rows < 0) within [lower, upper]."""
-    lo, hi = _box(cascade, accesses, dim, tile_of)
-    lo, hi = max(lo, lower), min(hi, upper)
-    if hi < lo:
-        return 0, 0
-    return max(0, hi - max(lo, 0) + 1), max(0, min(hi, -1) - lo + 1)
 
 
 def _read_elements(
@@ -167,36 +136,13 @@ def _read_elements(
         ranks = sorted(deps[p].union(*[set(c[1]) for c in merged]))
         comps = [c for c in comps if c not in merged] + [(dims, ranks)]
 
-    own_factor: list[tuple[int, int]] = []  # per component: (sum own-rows product, sum init-rows product)
-    for dims, ranks in comps:
-        if len(ranks) == 1:  # the common case, summed over the rank's tiles with numpy
-            own_factor.append(
-                _single_rank_sums(cascade, group, tensor, accesses, dims, ranks[0], bounds, deps, halos)
-            )
-            continue
-        tile_lists = [_tiles(cascade.size(r), fused[r].tile) for r in ranks]
-        s_own = s_init = 0
-        prev_hi: dict[int, int] = {}
-        for combo in itertools.product(*tile_lists):
-            tile_of = dict(zip(ranks, combo))
-            n_own = n_all = 1
-            for p in dims:
-                lower, upper = bounds[p]
-                window_rank = ranks[0] if len(ranks) == 1 else None
-                if (
-                    group.halo == "retain"
-                    and window_rank is not None
-                    and deps[p] == {window_rank}
-                    and (tensor, window_rank) in halos
-                ):
-                    rows_own, rows_neg = _retained(cascade, accesses, p, tile_of, bounds[p], prev_hi)
-                else:
-                    rows_own, rows_neg = _dimension_rows(cascade, accesses, p, tile_of, lower, upper)
-                n_all *= rows_own + rows_neg
-                n_own *= rows_own
-            s_own += n_own
-            s_init += n_all - n_own
-        own_factor.append((s_own, s_init))
+    retain = group.halo == "retain"
+    own_factor = [  # per component: (sum of own-rows products, sum of init-rows products) over its tiles
+        _component_sums(cascade, tensor, tuple(accesses), tuple(dims),
+                        tuple((r, fused[r].tile) for r in ranks), tuple(bounds[p] for p in dims),
+                        retain and len(ranks) == 1 and (tensor, ranks[0]) in halos)
+        for dims, ranks in comps
+    ]
     # combine components: own elements = product of own sums; all = product of all sums
     prod_all, prod_own = 1, 1
     for s_own, s_init in own_factor:
@@ -209,27 +155,172 @@ def _read_elements(
     return total_own, total_init
 
 
+#: Most tile combinations a component of a tensor may enumerate (after counting regular tiles
+#: once): beyond it the traffic is refused with an error rather than computed in time that grows
+#: with the rank sizes.
+MAX_ENUMERATED_TILES = 1 << 20
+
+#: Below this bound on a component's sums numpy's int64 is exact; above it Python integers are used.
+_INT64_SAFE = 1 << 62
+
+
+class TrafficSizeError(MambalayaError):
+    """A traffic count the closed forms cannot give without enumerating too many tiles."""
+
+
+def _component_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...], dims: tuple[int, ...],
+                    tiles: tuple[tuple[str, int], ...], bounds: tuple[tuple[int, int], ...],
+                    retained: bool) -> tuple[int, int]:
+    """(sum over the component's tiles of the product over ``dims`` of rows >= 0, the same for
+    rows < 0): the box sums of one group of dimensions that share fused ranks. Memoised on the
+    cascade: candidate groups of a search, and mappings of a sweep, share most of them."""
+    memo = cascade.__dict__.setdefault("_component_sums_memo", {})
+    key = (tensor, accesses, dims, tiles, bounds, retained, COMPRESS_REGULAR_TILES)
+    hit = memo.get(key)
+    if hit is None:
+        all_bounds = dict(zip(dims, bounds))
+        if len(tiles) == 1:
+            (rank, tile), = tiles
+            hit = _single_rank_sums(cascade, tensor, list(accesses), list(dims), rank, tile, all_bounds, retained)
+        else:
+            hit = _multi_rank_sums(cascade, tensor, accesses, dims, tiles, all_bounds)
+        memo[key] = hit
+    return hit
+
+
+def _exact_dtype(bound: int) -> Any:
+    """int64 when every value and sum stays below :data:`_INT64_SAFE`, else Python integers."""
+    return np.int64 if bound < _INT64_SAFE else object
+
+
+def _rank_terms(idx: Any, rank: str) -> list[int]:
+    """Coefficients of the variables of ``rank`` in one index."""
+    return [c for v, c in idx.terms if rank_of_variable(v) == rank]
+
+
+def _every_tile(tensor: str, rank: str, tile: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    if n > MAX_ENUMERATED_TILES:
+        raise TrafficSizeError(
+            f"the traffic of tensor {tensor!r} needs all {n:,} tiles of rank {rank} (tile {tile}): its accesses do "
+            "not move by one common step from tile to tile, so regular tiles cannot be counted once; use a larger tile")
+    return np.arange(n, dtype=np.int64), np.ones(n, dtype=np.int64)
+
+
+def _representatives(cascade: Cascade, tensor: str, accesses: tuple[Access, ...], dims: tuple[int, ...], rank: str, tile: int,
+                     bounds: dict[int, tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Tile indices of ``rank`` to enumerate and how many tiles each stands for. The tiles away
+    from both ends (the *middle*: full tiles whose boxes, for any tile of the other ranks, lie
+    inside the bounds and at or above 0) read the same rows, since every access moves its box by
+    the same step from one tile to the next: one stands for all of them."""
+    size = cascade.size(rank)
+    n = -(-size // tile)
+    edge = 8
+    if not COMPRESS_REGULAR_TILES or n <= 2 * edge + 2:
+        return _every_tile(tensor, rank, tile, n)
+    first, last = (edge + 1) * tile, (n - edge - 1) * tile - 1  # rows of the middle tiles edge+1 .. n-edge-2
+    sizes = cascade.variable_sizes
+    for p in dims:
+        coeffs = {tuple(_rank_terms(acc.indices[p], rank)) for acc in accesses}
+        if coeffs == {()}:
+            continue
+        if len(coeffs) != 1 or len(next(iter(coeffs))) != 1:
+            return _every_tile(tensor, rank, tile, n)  # accesses moving at different rates (or twice): no common step
+        lo_all, hi_all = None, None
+        for acc in accesses:
+            idx = acc.indices[p]
+            lo = hi = idx.const
+            for v, c in idx.terms:
+                span = (first, last) if rank_of_variable(v) == rank else (0, sizes[v] - 1)
+                lo, hi = lo + min(c * span[0], c * span[1]), hi + max(c * span[0], c * span[1])
+            lo_all = lo if lo_all is None else min(lo_all, lo)
+            hi_all = hi if hi_all is None else max(hi_all, hi)
+        lower, upper = bounds[p]
+        if lo_all < max(lower, 0) or hi_all > upper:
+            return _every_tile(tensor, rank, tile, n)
+    middle = n - 2 * edge - 2
+    reps = np.concatenate([np.arange(edge + 1), np.arange(n - edge - 1, n)]).astype(np.int64)
+    weights = np.ones(len(reps), dtype=np.int64)
+    reps = np.insert(reps, edge + 1, edge + 1)
+    weights = np.insert(weights, edge + 1, middle)
+    return reps, weights
+
+
+def _multi_rank_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...], dims: tuple[int, ...],
+                     tiles: tuple[tuple[str, int], ...], bounds: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """Box sums of a component whose dimensions depend on several fused ranks (or none), over
+    the product of their tiles: each rank's middle tiles counted once (:func:`_representatives`),
+    so the work does not grow with the ranks' sizes."""
+    reps = [_representatives(cascade, tensor, accesses, dims, r, t, bounds) for r, t in tiles]
+    combos = math.prod(len(idx) for idx, _ in reps)
+    if combos > MAX_ENUMERATED_TILES:
+        raise TrafficSizeError(
+            f"the traffic of tensor {tensor!r} needs {combos:,} tile combinations of ranks "
+            f"{', '.join(r for r, _ in tiles)} (tiles {', '.join(f'{r}={t}' for r, t in tiles)}): its accesses do not "
+            f"move by a common step from tile to tile, so regular tiles cannot be counted once; use larger tiles")
+    mesh = np.meshgrid(*[idx for idx, _ in reps], indexing="ij") if reps else []
+    t_of = {r: m.ravel() for (r, _), m in zip(tiles, mesh)}
+    weight = np.ones(combos, dtype=object if math.prod(-(-cascade.size(r) // t) for r, t in tiles) >= _INT64_SAFE else np.int64)
+    for m in (np.meshgrid(*[w for _, w in reps], indexing="ij") if reps else []):
+        weight = weight * m.ravel()
+    tile_of = dict(tiles)
+    sizes = cascade.variable_sizes
+    bound = math.prod(bounds[p][1] - bounds[p][0] + 1 for p in dims) * math.prod(
+        -(-cascade.size(r) // t) for r, t in tiles)
+    dtype = _exact_dtype(bound)
+    n_own = np.ones(combos, dtype=dtype)
+    n_all = np.ones(combos, dtype=dtype)
+    for p in dims:
+        lo = hi = None
+        for acc in accesses:
+            idx = acc.indices[p]
+            a_lo = np.full(combos, idx.const, dtype=np.int64)
+            a_hi = a_lo.copy()
+            for v, c in idx.terms:
+                r = rank_of_variable(v)
+                if r in t_of:
+                    start = t_of[r] * tile_of[r]
+                    first, last = c * start, c * (np.minimum(start + tile_of[r], cascade.size(r)) - 1)
+                else:  # an untiled variable spans its whole range
+                    first, last = 0, c * (sizes[v] - 1)
+                a_lo = a_lo + np.minimum(first, last)
+                a_hi = a_hi + np.maximum(first, last)
+            lo = a_lo if lo is None else np.minimum(lo, a_lo)
+            hi = a_hi if hi is None else np.maximum(hi, a_hi)
+        lower, upper = bounds[p]
+        lo, hi = np.maximum(lo, lower), np.minimum(hi, upper)
+        empty = hi < lo
+        own = np.where(empty, 0, np.maximum(0, hi - np.maximum(lo, 0) + 1)).astype(dtype)
+        neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - lo + 1)).astype(dtype)
+        n_own = n_own * own
+        n_all = n_all * (own + neg)
+    s_own = int((n_own * weight).sum())
+    return s_own, int((n_all * weight).sum()) - s_own
+
+
 #: Count regular tiles once (see :func:`_single_rank_sums`); the tests compare against False.
 COMPRESS_REGULAR_TILES = True
 
 
-def _single_rank_sums(cascade, group, tensor, accesses, dims, rank, bounds, deps, halos) -> tuple[int, int]:
+def _single_rank_sums(cascade, tensor, accesses, dims, rank, tile, bounds, retained) -> tuple[int, int]:
     """Sum over the tiles of one fused rank of the product over ``dims`` of the rows read per
-    tile, split into (rows >= 0 everywhere, the rest); the same rules as the per-tile loop
-    (``_dimension_rows`` / ``_retained``), evaluated for all tiles at once.
+    tile, split into (rows >= 0 everywhere, the rest), evaluated for all tiles at once: each
+    tile's box clipped to the bounds (``retained``: a window whose earlier rows stay on chip
+    reads only the rows its predecessors did not bring), as :mod:`mambalaya.execute.tiled`
+    reads them.
 
-    When every access's index grows with the rank's variable, a tile away from both ends
-    (its box and its predecessor's inside the bounds, at or above 0) reads the same rows as
-    every other such tile: those *regular* tiles are counted once and multiplied, so the cost
-    does not grow with the number of tiles. Otherwise every tile is evaluated."""
+    When every access's index grows with the rank's variable at one common rate, a tile away
+    from both ends (its box and its predecessor's inside the bounds, at or above 0) reads the
+    same rows as every other such tile: those *regular* tiles are counted once and multiplied,
+    so the cost does not grow with the number of tiles. Otherwise every tile is evaluated (at
+    most :data:`MAX_ENUMERATED_TILES`)."""
     size = cascade.size(rank)
-    tile = group.loop(rank).tile
     n = -(-size // tile)
     edge = 8
-    retain = group.halo == "retain"
-    args = (cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, halos, retain)
-    increasing = all(c > 0 for acc in accesses for p in dims for v, c in acc.indices[p].terms if v == rank.lower())
-    if COMPRESS_REGULAR_TILES and n > 2 * edge + 2 and increasing:
+    dtype = _exact_dtype(math.prod(bounds[p][1] - bounds[p][0] + 1 for p in dims) * n)
+    args = (cascade, accesses, dims, rank, tile, size, bounds, retained, dtype)
+    rates = {tuple(_rank_terms(acc.indices[p], rank)) for acc in accesses for p in dims}
+    common = len(rates) == 1 and len(next(iter(rates))) == 1 and next(iter(rates))[0] > 0
+    if COMPRESS_REGULAR_TILES and n > 2 * edge + 2 and common:
         probe = np.array([edge - 1, edge, n - edge - 1], dtype=np.int64)
         if _regular(*args, probe).all():
             head = np.arange(0, edge + 1, dtype=np.int64)
@@ -240,6 +331,7 @@ def _single_rank_sums(cascade, group, tensor, accesses, dims, rank, bounds, deps
             s_own = int(own_h.sum()) + int(own_h[-1]) * middle + int(own_t.sum())
             s_all = int(all_h.sum()) + int(all_h[-1]) * middle + int(all_t.sum())
             return s_own, s_all - s_own
+    _every_tile(tensor, rank, tile, n)  # refuses too many tiles
     own, every = _tile_rows(*args, np.arange(n, dtype=np.int64), sequential=True)
     s_own = int(own.sum())
     return s_own, int(every.sum()) - s_own
@@ -250,7 +342,6 @@ def _boxes(cascade, accesses, p, rank, tile, size, t) -> tuple[np.ndarray, np.nd
     a = t * tile
     b = np.minimum(a + tile, size)
     sizes = cascade.variable_sizes
-    own_var = rank.lower()
     lo = np.full(len(t), np.iinfo(np.int64).max)
     hi = np.full(len(t), np.iinfo(np.int64).min)
     for acc in accesses:
@@ -258,7 +349,7 @@ def _boxes(cascade, accesses, p, rank, tile, size, t) -> tuple[np.ndarray, np.nd
         acc_lo = np.full(len(t), idx.const, dtype=np.int64)
         acc_hi = np.full(len(t), idx.const, dtype=np.int64)
         for v, c in idx.terms:
-            if v == own_var:
+            if rank_of_variable(v) == rank:
                 first, last = c * a, c * (b - 1)
             else:  # a variable of an untiled rank spans its whole range
                 first, last = np.full(len(t), 0), np.full(len(t), c * (sizes[v] - 1))
@@ -268,7 +359,7 @@ def _boxes(cascade, accesses, p, rank, tile, size, t) -> tuple[np.ndarray, np.nd
     return lo, hi
 
 
-def _regular(cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, halos, retain, t) -> np.ndarray:
+def _regular(cascade, accesses, dims, rank, tile, size, bounds, retained, dtype, t) -> np.ndarray:
     """Tiles ``t`` whose box, and their predecessor's, lies within the bounds and at or above 0
     in every dimension (and is a full tile): they all read the same number of rows."""
     ok = (t >= 1) & ((t + 1) * tile <= size)
@@ -280,21 +371,21 @@ def _regular(cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, ha
     return ok
 
 
-def _tile_rows(cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, halos, retain, t,
+def _tile_rows(cascade, accesses, dims, rank, tile, size, bounds, retained, dtype, t,
                sequential: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Per tile in ``t``: (product over dims of rows >= 0, product of all rows). A retained
     window reads only rows the previous tile did not bring: with ``sequential`` (``t`` is every
     tile in order) the running maximum of earlier tiles, else the predecessor's box, which is
     the same when indices grow with the tile (see :func:`_single_rank_sums`)."""
-    n_own = np.ones(len(t), dtype=np.int64)
-    n_all = np.ones(len(t), dtype=np.int64)
+    n_own = np.ones(len(t), dtype=dtype)
+    n_all = np.ones(len(t), dtype=dtype)
     floor = np.iinfo(np.int64).min
     for p in dims:
         lower, upper = bounds[p]
         lo, hi = _boxes(cascade, accesses, p, rank, tile, size, t)
         lo, hi = np.maximum(lo, lower), np.minimum(hi, upper)
         start = lo
-        if retain and deps[p] == {rank} and (tensor, rank) in halos:
+        if retained:
             if sequential:
                 seen = np.where(hi >= lo, hi, floor)
                 prev = np.concatenate(([floor], np.maximum.accumulate(seen)[:-1]))
@@ -304,25 +395,11 @@ def _tile_rows(cascade, tensor, accesses, dims, rank, tile, size, bounds, deps, 
                 prev = np.where((t > 0) & (phi >= plo), phi, floor)
             start = np.where(prev > floor, np.maximum(lo, prev + 1), lo)
         empty = hi < start
-        own = np.where(empty, 0, np.maximum(0, hi - np.maximum(start, 0) + 1))
-        neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - start + 1))
-        n_own *= own
-        n_all *= own + neg
+        own = np.where(empty, 0, np.maximum(0, hi - np.maximum(start, 0) + 1)).astype(dtype)
+        neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - start + 1)).astype(dtype)
+        n_own = n_own * own
+        n_all = n_all * (own + neg)
     return n_own, n_all
-
-
-def _retained(cascade, accesses, p, tile_of, bounds, prev_hi) -> tuple[int, int]:
-    """Along a retained window dimension, the rows of this tile that the previous tile of the
-    same rank did not already bring on chip, split into (rows >= 0, rows < 0)."""
-    lo, hi = _box(cascade, accesses, p, tile_of)
-    lower, upper = bounds
-    lo, hi = max(lo, lower), min(hi, upper)
-    start = lo if p not in prev_hi else max(lo, prev_hi[p] + 1)
-    if hi >= lo:
-        prev_hi[p] = max(hi, prev_hi.get(p, hi))
-    if hi < start:
-        return 0, 0
-    return max(0, hi - max(start, 0) + 1), max(0, min(hi, -1) - start + 1)
 
 
 def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:

@@ -43,6 +43,11 @@ EINSUM_KINDS: tuple[str, ...] = (
 )
 
 
+#: The largest rank size the cost model represents exactly: trip counts and tile grids are
+#: float64 in the search, exact up to 2^53.
+MAX_RANK_SIZE = 2**53
+
+
 @dataclass(frozen=True)
 class Cascade:
     """A validated cascade. Build with :func:`build_cascade`; Einsums are in topological order."""
@@ -259,6 +264,11 @@ def build_cascade(
             raise fail(f"rank {r.name} is declared twice", rank=r.name)
         if not isinstance(r.size, int) or isinstance(r.size, bool) or r.size < 1:
             raise fail(f"rank {r.name} has size {r.size!r}; a size is a positive integer", rank=r.name)
+        if r.size > MAX_RANK_SIZE:
+            raise fail(
+                f"rank {r.name} has size {r.size:,}, above 2^53 = {MAX_RANK_SIZE:,}: the cost model counts trips and "
+                "index ranges exactly only up to that size (element and byte counts stay exact Python integers)",
+                rank=r.name)
         rank_table[r.name] = r
 
     for p, v in params.items():

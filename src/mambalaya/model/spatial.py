@@ -90,7 +90,11 @@ def step_shapes(sizes: dict[str, int], loops: Iterable[tuple[str, Any]]) -> list
     for rank, tile in loops:
         size = sizes[rank]
         full, rem = size // tile, size % tile
-        options.append([(full, rank, tile), (np.where(rem > 0, 1, 0) if isinstance(rem, np.ndarray) else int(rem > 0), rank, rem)])
+        if isinstance(full, np.ndarray):  # counts over many tilings: float64, so products of trips cannot wrap
+            full, rem_steps = full.astype(float), np.where(rem > 0, 1.0, 0.0)
+        else:
+            rem_steps = int(rem > 0)
+        options.append([(full, rank, tile), (rem_steps, rank, rem)])
     shapes = []
     for combo in itertools.product(*options) if options else [()]:
         count: Any = 1
@@ -143,7 +147,10 @@ def _subsets(ranks: list[str]) -> list[tuple[str, ...]]:
 
 
 def _extent(shape: StepShape, sizes: dict[str, int], rank: str) -> Any:
-    return shape.extents.get(rank, sizes[rank])
+    """A rank's extent in a step: a Python int (exact at any size), or over many tilings a
+    float64 array (no wrap-around: products of extents can pass int64's range)."""
+    ext = shape.extents.get(rank, sizes[rank])
+    return ext.astype(float) if isinstance(ext, np.ndarray) else ext
 
 
 def _prod(shape: StepShape, sizes: dict[str, int], ranks: Iterable[str]) -> Any:
@@ -245,9 +252,11 @@ def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ran
     mask = np.array([[r in c for r in ranks] for c in candidates], dtype=bool)  # (candidates, ranks)
     total: Any = 0
     for sh in shapes:
-        exts = [np.asarray(_extent(sh, sizes, r), dtype=np.int64) for r in ranks]
+        exts = [_extent(sh, sizes, r) for r in ranks]
+        dtype = float if any(isinstance(e, np.ndarray) for e in exts) else object  # object: exact Python ints
+        exts = [np.asarray(e, dtype=dtype) for e in exts]
         nd = max((e.ndim for e in exts), default=0)
-        on = np.ones((len(candidates),) + (1,) * nd, dtype=np.int64)
+        on = np.ones((len(candidates),) + (1,) * nd, dtype=dtype)
         off = np.ones_like(on)
         for k, ext in enumerate(exts):
             col = mask[:, k].reshape((-1,) + (1,) * nd)

@@ -253,7 +253,10 @@ def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ran
     total: Any = 0
     for sh in shapes:
         exts = [_extent(sh, sizes, r) for r in ranks]
-        dtype = float if any(isinstance(e, np.ndarray) for e in exts) else object  # object: exact Python ints
+        if any(isinstance(e, np.ndarray) for e in exts):
+            dtype: Any = float
+        else:  # one shape: int64 while exact, else Python ints
+            dtype = np.int64 if math.prod(exts) * max(1, sh.count) < 2**62 else object
         exts = [np.asarray(e, dtype=dtype) for e in exts]
         nd = max((e.ndim for e in exts), default=0)
         on = np.ones((len(candidates),) + (1,) * nd, dtype=dtype)

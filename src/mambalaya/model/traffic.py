@@ -87,29 +87,19 @@ class MappingTraffic:
 
 def _read_elements(
     cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], self_only: bool,
-    resident: bool = False,
+    resident: bool = False, access_key: Any = None,
 ) -> tuple[int, int]:
     """(elements of ``tensor``, elements of its initial value) the group reads over all steps.
 
     ``self_only``: the accesses are a recurrence reading its own output; only the part below 0
     (the incoming state) comes from DRAM. ``resident``: the tensor stays on chip while its box
     does not change, so loops it does not mention that run inside the innermost loop it does
-    mention (counting only loops of more than one trip) cost no re-read.
+    mention (counting only loops of more than one trip) cost no re-read. ``access_key``: a
+    cheap hashable that identifies ``accesses`` (default: the accesses themselves).
     """
-    shape = cascade.shape(tensor)
-    init = cascade.initial_axis(tensor)
     fused = {lp.rank: lp for lp in group.loops}
-    # which fused ranks each dimension's box depends on
-    deps: list[set[str]] = []
-    for p in range(len(shape)):
-        ranks = set()
-        for acc in accesses:
-            for v in acc.indices[p].variables:
-                r = rank_of_variable(v)
-                if r in fused:
-                    ranks.add(r)
-        deps.append(ranks)
-    mentioned = set().union(*deps) if deps else set()
+    plan = _read_plan(cascade, group, tensor, accesses, access_key)
+    mentioned, comps = plan.mentioned, plan.comps
     repeat = 1
     if resident:
         moving = [lp.rank for lp in group.loops if lp.rank in mentioned and lp.trips(cascade.size(lp.rank)) > 1]
@@ -121,31 +111,11 @@ def _read_elements(
         for r, lp in fused.items():
             if r not in mentioned:
                 repeat *= lp.trips(cascade.size(r))
-    # bounds per dimension: below 0 only along the initial axis (depth rows), else clipped at 0
-    bounds = []
-    for p, n in enumerate(shape):
-        depth = init[1] if init is not None and init[0] == p else 0
-        bounds.append((-depth, n - 1))
-
-    halos = window_halos(cascade, group)  # retained rows exist only along a window's rank
-    # dimensions that share fused ranks are enumerated together (components)
-    comps: list[tuple[list[int], list[str]]] = []
-    for p in range(len(shape)):
-        merged = [c for c in comps if set(c[1]) & deps[p]]
-        dims = [p] + [d for c in merged for d in c[0]]
-        ranks = sorted(deps[p].union(*[set(c[1]) for c in merged]))
-        comps = [c for c in comps if c not in merged] + [(dims, ranks)]
-
     retain = group.halo == "retain"
-    own_factor = [  # per component: (sum of own-rows products, sum of init-rows products) over its tiles
-        _component_sums(cascade, tensor, tuple(accesses), tuple(dims),
-                        tuple((r, fused[r].tile) for r in ranks), tuple(bounds[p] for p in dims),
-                        retain and len(ranks) == 1 and (tensor, ranks[0]) in halos)
-        for dims, ranks in comps
-    ]
-    # combine components: own elements = product of own sums; all = product of all sums
-    prod_all, prod_own = 1, 1
-    for s_own, s_init in own_factor:
+    prod_all, prod_own = 1, 1  # own elements = product of the components' own sums; all = of all sums
+    for dims, ranks, bounds, windowed in comps:
+        s_own, s_init = _component_sums(cascade, tensor, plan.access_key, accesses, dims,
+                                        tuple((r, fused[r].tile) for r in ranks), bounds, retain and windowed)
         prod_all *= s_own + s_init
         prod_own *= s_own
     total_own = prod_own * repeat
@@ -153,6 +123,49 @@ def _read_elements(
     if self_only:
         total_own = 0
     return total_own, total_init
+
+
+@dataclass(frozen=True)
+class _ReadPlan:
+    """What a tensor's reads depend on, for one set of accesses and fused ranks."""
+
+    access_key: Any
+    mentioned: frozenset[str]  # fused ranks some access's index mentions
+    # components: dimensions that share fused ranks, with those ranks, their bounds (below 0
+    # only along the initial axis, by the history depth) and whether a retained window halo
+    # runs along their one rank
+    comps: tuple[tuple[tuple[int, ...], tuple[str, ...], tuple[tuple[int, int], ...], bool], ...]
+
+
+def _read_plan(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], access_key: Any) -> _ReadPlan:
+    key = (tensor, tuple(accesses) if access_key is None else access_key, frozenset(group.fused_ranks), group.einsums)
+    memo = cascade.__dict__.setdefault("_read_plan_memo", {})
+    hit = memo.get(key)
+    if hit is not None:
+        return hit
+    shape = cascade.shape(tensor)
+    init = cascade.initial_axis(tensor)
+    fused = set(group.fused_ranks)
+    deps: list[set[str]] = []  # which fused ranks each dimension's box depends on
+    for p in range(len(shape)):
+        deps.append({r for acc in accesses for v in acc.indices[p].variables if (r := rank_of_variable(v)) in fused})
+    bounds = []
+    for p, n in enumerate(shape):
+        depth = init[1] if init is not None and init[0] == p else 0
+        bounds.append((-depth, n - 1))
+    halos = window_halos(cascade, group)  # retained rows exist only along a window's rank
+    comps: list[tuple[list[int], list[str]]] = []
+    for p in range(len(shape)):
+        merged = [c for c in comps if set(c[1]) & deps[p]]
+        dims = [p] + [d for c in merged for d in c[0]]
+        ranks = sorted(deps[p].union(*[set(c[1]) for c in merged]))
+        comps = [c for c in comps if c not in merged] + [(dims, ranks)]
+    hit = _ReadPlan(
+        key[1], frozenset().union(*deps) if deps else frozenset(),
+        tuple((tuple(dims), tuple(ranks), tuple(bounds[p] for p in dims),
+               len(ranks) == 1 and (tensor, ranks[0]) in halos) for dims, ranks in comps))
+    memo[key] = hit
+    return hit
 
 
 #: Most tile combinations a component of a tensor may enumerate (after counting regular tiles
@@ -168,24 +181,50 @@ class TrafficSizeError(MambalayaError):
     """A traffic count the closed forms cannot give without enumerating too many tiles."""
 
 
-def _component_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...], dims: tuple[int, ...],
+def _component_sums(cascade: Cascade, tensor: str, access_key: Any, accesses: list[Access], dims: tuple[int, ...],
                     tiles: tuple[tuple[str, int], ...], bounds: tuple[tuple[int, int], ...],
                     retained: bool) -> tuple[int, int]:
     """(sum over the component's tiles of the product over ``dims`` of rows >= 0, the same for
     rows < 0): the box sums of one group of dimensions that share fused ranks. Memoised on the
     cascade: candidate groups of a search, and mappings of a sweep, share most of them."""
     memo = cascade.__dict__.setdefault("_component_sums_memo", {})
-    key = (tensor, accesses, dims, tiles, bounds, retained, COMPRESS_REGULAR_TILES)
+    key = (tensor, access_key, dims, tiles, retained, COMPRESS_REGULAR_TILES)
     hit = memo.get(key)
     if hit is None:
         all_bounds = dict(zip(dims, bounds))
-        if len(tiles) == 1:
+        if not tiles:  # no fused rank: one box, every step
+            hit = _untiled_sums(cascade, accesses, dims, all_bounds)
+        elif len(tiles) == 1:
             (rank, tile), = tiles
             hit = _single_rank_sums(cascade, tensor, list(accesses), list(dims), rank, tile, all_bounds, retained)
         else:
-            hit = _multi_rank_sums(cascade, tensor, accesses, dims, tiles, all_bounds)
+            hit = _multi_rank_sums(cascade, tensor, tuple(accesses), dims, tiles, all_bounds)
         memo[key] = hit
     return hit
+
+
+def _untiled_sums(cascade: Cascade, accesses: list[Access], dims: tuple[int, ...],
+                  bounds: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """Box sums of dimensions that depend on no fused rank (exact Python integers)."""
+    sizes = cascade.variable_sizes
+    n_own = n_all = 1
+    for p in dims:
+        lo = hi = None
+        for acc in accesses:
+            idx = acc.indices[p]
+            a_lo = a_hi = idx.const
+            for v, c in idx.terms:
+                a_lo, a_hi = a_lo + min(0, c * (sizes[v] - 1)), a_hi + max(0, c * (sizes[v] - 1))
+            lo = a_lo if lo is None else min(lo, a_lo)
+            hi = a_hi if hi is None else max(hi, a_hi)
+        lower, upper = bounds[p]
+        lo, hi = max(lo, lower), min(hi, upper)
+        own = neg = 0
+        if hi >= lo:
+            own, neg = max(0, hi - max(lo, 0) + 1), max(0, min(hi, -1) - lo + 1)
+        n_own *= own
+        n_all *= own + neg
+    return n_own, n_all - n_own
 
 
 def _exact_dtype(bound: int) -> Any:
@@ -428,7 +467,8 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
 
     for t in tensors_read(cascade, group):
         accs = [a for e in einsums for a in e.inputs if a.tensor == t and a.tensor != e.name]
-        own, init = _read_elements(cascade, group, t, accs, self_only=False, resident=t in group.resident)
+        own, init = _read_elements(cascade, group, t, accs, self_only=False, resident=t in group.resident,
+                                   access_key=("reads", group.einsums))
         add_read(t, own)
         if init:
             add_read(cascade.tensors[t].initial, init)  # type: ignore[arg-type]
@@ -436,7 +476,7 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
         initial = cascade.tensors[t].initial
         accs = [a for e in einsums for a in e.inputs if a.tensor == t]
         if initial and accs:
-            _, init = _read_elements(cascade, group, t, accs, self_only=True)
+            _, init = _read_elements(cascade, group, t, accs, self_only=True, access_key=("self", group.einsums))
             add_read(initial, init)
 
     writes: dict[str, float] = {}

@@ -20,7 +20,6 @@ from mambalaya.interop.accelforge import (
     cross_check_via,
     export_arch,
     export_workload,
-    find_python312,
     unfused_mapping_yaml,
     write_export,
 )
@@ -122,15 +121,10 @@ def test_cross_check_in_311_says_why():
 # ----------------------------------------------------------------------------- cross-check (3.12)
 
 
-@pytest.fixture(scope="module")
-def py312():
-    found = find_python312()
-    if found is None:
-        reason = ("no Python >= 3.12 with accelforge and mambalaya importable "
-                  "($MAMBALAYA_ACCELFORGE_PYTHON, /tmp/af312/bin/python, python3.12 on PATH)")
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
-    return found
+@pytest.fixture
+def py312(accelforge_worker):
+    """The shared AccelForge worker (tests/conftest.py); skipped, saying why, without Python >= 3.12."""
+    return accelforge_worker
 
 
 @pytest.mark.parametrize("config", [TINY, PRESETS["mamba-130m"]], ids=["tiny", "mamba-130m"])

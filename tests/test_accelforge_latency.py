@@ -12,7 +12,6 @@ import yaml
 
 from mambalaya.arch import load_arch
 from mambalaya.errors import MambalayaError
-from mambalaya.interop.accelforge import find_python312
 from mambalaya.interop.accelforge_spatial import accelforge_gemm_cycles_via, array_arch_yaml, gemm_workload_dict
 from mambalaya.model.latency import einsum_cycles
 from mambalaya.workloads import PRESETS, build_layer
@@ -26,14 +25,10 @@ CASES = {
 }
 
 
-@pytest.fixture(scope="module")
-def py312():
-    found = find_python312()
-    if found is None:
-        reason = "no Python >= 3.12 with accelforge and mambalaya importable ($MAMBALAYA_ACCELFORGE_PYTHON, .venv-af, python3.12)"
-        print(f"SKIP: {reason}")
-        pytest.skip(reason)
-    return found
+@pytest.fixture
+def py312(accelforge_worker):
+    """The shared AccelForge worker (tests/conftest.py); skipped, saying why, without Python >= 3.12."""
+    return accelforge_worker
 
 
 def test_export_is_a_weight_stationary_array_and_a_one_gemm_workload() -> None:

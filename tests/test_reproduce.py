@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pandas as pd
+import pytest
 from typer.testing import CliRunner
 
 from mambalaya.cli import app
@@ -27,9 +28,11 @@ MODELS = ("mamba-130m", "mamba2-130m")
 FIGURES = ["end_to_end"] + [f"{name}_{m}" for m in MODELS for name in PER_MODEL]
 
 
+@pytest.mark.slow
 def test_reproduce_reduced_grid(tmp_path) -> None:
     out = tmp_path / "results"
-    r = runner.invoke(app, ["reproduce", "--out", str(out), "--models", ",".join(MODELS), "--seq-lens", "2048,8192", "--batch", "8"])
+    r = runner.invoke(app, ["reproduce", "--out", str(out), "--models", ",".join(MODELS), "--seq-lens", "2048,8192", "--batch", "8",
+                            "--sensitivity-seq-lens", "2048"])
     assert r.exit_code == 0, r.output
     report = (out / "report.md").read_text()
     for name in FIGURES:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from mambalaya.execute import execute
 from mambalaya.execute.tiled import run_tiled
@@ -25,6 +26,7 @@ def peak_mib(fn):
     return result, peak / 2**20
 
 
+@pytest.mark.slow
 def test_stitched_tiled_execution_peaks_10x_lower() -> None:
     c = mamba1_layer(PRESETS["mamba-130m"], batch=1, seq_len=4096)
     rng = np.random.default_rng(0)

@@ -128,6 +128,7 @@ def random_mappings(draw):
     return key, Mapping("random", tuple(groups))
 
 
+@pytest.mark.slow
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(random_mappings())
 def test_random_legal_mappings(case) -> None:

@@ -217,7 +217,9 @@ def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]
 
 
 def open_client(scheduler: str | None, workers: int | None):
-    """A Dask client: on an existing cluster, or on a new LocalCluster of worker processes."""
+    """A Dask client: on an existing cluster, or on a new LocalCluster of worker processes (one
+    worker runs as a thread of this process: with nothing to run beside it, a process would only
+    add its start-up)."""
     from distributed import Client, LocalCluster
 
     if scheduler:
@@ -226,7 +228,7 @@ def open_client(scheduler: str | None, workers: int | None):
         except (OSError, TimeoutError) as err:
             raise MambalayaError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
     n = workers or os.cpu_count() or 1
-    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=True, dashboard_address=None,
+    cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=n > 1, dashboard_address=None,
                            silence_logs=50)
     return Client(cluster), cluster
 

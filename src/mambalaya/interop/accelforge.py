@@ -499,11 +499,95 @@ def find_python312() -> str | None:
     return None
 
 
-def cross_check_via(python312: str, cascade: Cascade, mapping: str = "unfused", *, unroll_scan: int | None = None,
-                    buffer_bytes: int | None = None, timeout: float = 1800) -> dict:
+_RESULT = "MAMBALAYA-RESULT "
+
+
+class AccelForgeWorker:
+    """One long-lived Python >= 3.12 process with accelforge imported, serving cross-checks one
+    at a time (``python -m mambalaya.interop.accelforge --serve``): its start-up (about 3 s of
+    imports) is paid once for many checks. Requests go over as pickles in a temporary folder,
+    results come back as JSON lines; AccelForge's own output goes to a log file."""
+
+    def __init__(self, python312: str):
+        self.python312 = python312
+        self._tmp = tempfile.TemporaryDirectory(prefix="mambalaya-af-worker-")
+        self._log = open(Path(self._tmp.name, "accelforge.log"), "w+", encoding="utf-8")  # noqa: SIM115
+        self._proc = subprocess.Popen([python312, "-m", "mambalaya.interop.accelforge", "--serve"],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
+        self._n = 0
+
+    def call(self, kind: str, cascade: Cascade, **kwargs: Any) -> dict:
+        """``kind``: ``traffic`` (:func:`cross_check`) or ``gemm_cycles``
+        (:func:`~mambalaya.interop.accelforge_spatial.accelforge_gemm_cycles`)."""
+        self._n += 1
+        request = Path(self._tmp.name, f"request-{self._n}.pkl")
+        request.write_bytes(pickle.dumps({"kind": kind, "cascade": cascade, "kwargs": kwargs}))
+        assert self._proc.stdin is not None and self._proc.stdout is not None
+        try:
+            self._proc.stdin.write(f"{request}\n")
+            self._proc.stdin.flush()
+            for line in self._proc.stdout:
+                if line.startswith(_RESULT):
+                    out = json.loads(line[len(_RESULT):])
+                    break
+            else:
+                raise BrokenPipeError("the worker exited")
+        except (BrokenPipeError, OSError) as err:
+            self._log.seek(0)
+            raise MambalayaError(f"AccelForge worker in {self.python312} failed ({err}):\n{self._log.read()[-3000:]}") from None
+        if "error" in out:
+            raise MambalayaError(f"AccelForge {kind} check in {self.python312} failed:\n{out['error']}")
+        return out["result"]
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+        self._log.close()
+        self._tmp.cleanup()
+
+
+def _serve() -> int:
+    """The worker's loop: one request path per line on stdin, one result line on stdout."""
+    import traceback
+
+    import accelforge  # noqa: F401  (imported once, before the first request)
+
+    for line in sys.stdin:
+        try:
+            req = pickle.loads(Path(line.strip()).read_bytes())
+            if req["kind"] == "traffic":
+                result = _run(req["cascade"], **req["kwargs"])
+                if math.isnan(result["accelforge_latency_s"]):
+                    result["accelforge_latency_s"] = None
+            elif req["kind"] == "gemm_cycles":
+                from mambalaya.arch import load_arch
+                from mambalaya.interop.accelforge_spatial import accelforge_gemm_cycles
+
+                kw = dict(req["kwargs"])
+                result = accelforge_gemm_cycles(req["cascade"], kw["names"], load_arch(kw.get("arch", "mambalaya")))
+            else:
+                raise MambalayaError(f"unknown request kind {req['kind']!r}")
+            out: dict[str, Any] = {"result": result}
+        except MambalayaError as err:
+            out = {"error": str(err)}
+        except Exception:  # noqa: BLE001 - reported to the caller, the worker goes on
+            out = {"error": traceback.format_exc()[-3000:]}
+        print(_RESULT + json.dumps(out), flush=True)
+    return 0
+
+
+def cross_check_via(python312: "str | AccelForgeWorker", cascade: Cascade, mapping: str = "unfused", *,
+                    unroll_scan: int | None = None, buffer_bytes: int | None = None, timeout: float = 1800) -> dict:
     """Run :func:`cross_check` in another interpreter (Python >= 3.12 with accelforge and this
-    mambalaya installed): the cascade goes over as a pickle, the result comes back as JSON
-    (``{"rows": [...], "accelforge_seconds": ..., ...}``)."""
+    mambalaya installed), or in an :class:`AccelForgeWorker`: the cascade goes over as a pickle,
+    the result comes back as JSON (``{"rows": [...], "accelforge_seconds": ..., ...}``)."""
+    if isinstance(python312, AccelForgeWorker):
+        return python312.call("traffic", cascade, mapping=mapping, unroll_scan=unroll_scan, buffer_bytes=buffer_bytes)
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-") as tmp:
         pk = Path(tmp, "cascade.pkl")
         pk.write_bytes(pickle.dumps(cascade))
@@ -522,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m mambalaya.interop.accelforge",
                                 description="Cross-check a cascade's off-chip traffic against AccelForge (Python >= 3.12).")
     src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--serve", action="store_true", help="serve requests from stdin (see AccelForgeWorker)")
     src.add_argument("--cascade-pickle", help="a pickled mambalaya Cascade")
     src.add_argument("--model", help="a preset name (mamba-130m, ...)")
     p.add_argument("--phase", default="decode", choices=["decode", "prefill"])
@@ -531,6 +616,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--unroll-scan", type=int)
     p.add_argument("--buffer-bytes", type=int)
     args = p.parse_args(argv)
+    if args.serve:
+        return _serve()
     if args.cascade_pickle:
         cascade = pickle.loads(Path(args.cascade_pickle).read_bytes())
     else:

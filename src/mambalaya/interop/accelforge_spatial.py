@@ -155,10 +155,15 @@ def _spatial_text(node: Any) -> str:
     return f"{parts[0]} over {parts[-2]}" if len(parts) >= 3 else text
 
 
-def accelforge_gemm_cycles_via(python312: str, cascade: Cascade, names: list[str], arch: str = "mambalaya",
+def accelforge_gemm_cycles_via(python312: Any, cascade: Cascade, names: list[str], arch: str = "mambalaya",
                                timeout: float = 1800) -> dict[str, dict[str, Any]]:
     """:func:`accelforge_gemm_cycles` in another interpreter (Python >= 3.12 with accelforge and
-    this mambalaya): the cascade goes over as a pickle, the result comes back as JSON."""
+    this mambalaya), or in an :class:`~mambalaya.interop.accelforge.AccelForgeWorker`: the
+    cascade goes over as a pickle, the result comes back as JSON."""
+    from mambalaya.interop.accelforge import AccelForgeWorker
+
+    if isinstance(python312, AccelForgeWorker):
+        return python312.call("gemm_cycles", cascade, names=list(names), arch=arch)
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-lat-") as tmp:
         pk = Path(tmp, "cascade.pkl")
         pk.write_bytes(pickle.dumps(cascade))

@@ -22,6 +22,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mambalaya import __version__
+from mambalaya.formatting import milliseconds, whole
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
@@ -143,7 +144,7 @@ def _rows_csv(rows: list[dict[str, Any]]) -> str:
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         if value.is_integer() or abs(value) >= 1000:
-            return f"{value:,.0f}"
+            return whole(value)
         return f"{value:.4g}"
     if isinstance(value, int):
         return f"{value:,}"
@@ -174,7 +175,7 @@ def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | No
             t = stats.totals
             out_console.print(
                 f"layer: {t['macs']:,} MACs, {t['parameters']:,} parameters, "
-                f"{t['read_bytes'] + t['write_bytes']:,.0f} bytes moved unfused; "
+                f"{whole(t['read_bytes'] + t['write_bytes'])} bytes moved unfused; "
                 f"model ({n_layers} layers): {t['model_macs']:,} MACs"
             )
         else:
@@ -434,8 +435,8 @@ def map_cmd(
     _print_table(_rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"), output)
     _print_table(_rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor"), output, append=True)
     if output is None:
-        out_console.print(f"total off-chip: {traffic.offchip_bytes:,.0f} bytes; peak group footprint "
-                          f"{traffic.peak_footprint_bytes:,.0f} bytes"
+        out_console.print(f"total off-chip: {whole(traffic.offchip_bytes)} bytes; peak group footprint "
+                          f"{whole(traffic.peak_footprint_bytes)} bytes"
                           + (f"; search costed {stats.evaluations:,} tilings" if stats.evaluations else ""))
 
 
@@ -566,8 +567,8 @@ def evaluate_cmd(
         rate = (f"{t['tokens_per_s']:,.0f} tokens/s" if phase == PhaseOption.decode
                 else f"{t['tokens_per_s']:,.0f} tokens/s prefill throughput")
         out_console.print(
-            f"layer {t['latency_s'] * 1e3:.4f} ms; model ({t['n_layers']} layers) {t['model_latency_s'] * 1e3:.3f} ms; "
-            f"{rate}; off-chip {t['offchip_bytes']:,.0f} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}; "
+            f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
+            f"{rate}; off-chip {whole(t['offchip_bytes'])} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}; "
             f"2D spatial util {t['spatial_util']:.1%}; bound: {t['bound']}",
             highlight=False,
         )
@@ -903,7 +904,7 @@ def crosscheck_accelforge_cmd(
                                        f"off-chip bits, ours vs AccelForge ({mapping} mapping)"), None)
         ours_bits = sum(r["ours_bits"] for r in rows)
         theirs_bits = sum(r["accelforge_bits"] for r in rows)
-        out_console.print(f"total: ours {ours_bits:,.0f} bits, AccelForge {theirs_bits:,.0f} bits; AccelForge "
+        out_console.print(f"total: ours {whole(ours_bits)} bits, AccelForge {whole(theirs_bits)} bits; AccelForge "
                           f"{result['accelforge_seconds']:.2f} s, ours {result['ours_seconds']:.3f} s")
         if unroll_scan:
             extra = ours_bits - result["ours_recurrent_bits"]

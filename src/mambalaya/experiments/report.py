@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from mambalaya.formatting import whole
 from mambalaya import __version__
 from mambalaya.experiments.evaluate import Evaluation
 from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_FUSION_SETUP, PUBLISHED as P
@@ -23,7 +24,7 @@ def _md_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
         for c in cols:
             v = row[c]
             if isinstance(v, float):
-                cells.append(f"{v:,.0f}" if abs(v) >= 1e4 else format(v, floatfmt))
+                cells.append(whole(v) if abs(v) >= 1e4 else format(v, floatfmt))
             else:
                 cells.append(str(v))
         lines.append("| " + " | ".join(cells) + " |")

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import socket
 import time
@@ -41,6 +42,9 @@ from typing import Any, Callable
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.experiments.store import PointResult, ResultStore, model_fingerprint, point_id
+
+#: The most points one sweep spec may hold (about 1 GB of point records in the coordinator).
+MAX_SWEEP_POINTS = 1_000_000
 
 POINT_KEYS = ("arch", "model", "phase", "seq_len", "batch", "mapping")
 DEFAULTS = {"arch": "mambalaya", "phase": "prefill", "seq_len": 2048, "batch": 64, "mapping": "default"}
@@ -87,6 +91,13 @@ def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> Swe
         for x in v:
             if not isinstance(x, (str, int, float)) or isinstance(x, bool) and k not in _BOOL_FIELDS:
                 raise SpecError(f"grid.{k} has value {x!r}; values are numbers or text", source=str(path))
+    combos = math.prod(len(v) for v in grid.values())
+    if combos > MAX_SWEEP_POINTS:
+        axes = " x ".join(f"{len(v)} {k}" for k, v in grid.items())
+        raise SpecError(
+            f"the grid has {combos:,} points ({axes}), above the {MAX_SWEEP_POINTS:,} one sweep runs (its points are "
+            "held in memory and its store in one SQLite file); split it into several specs, e.g. one per model or design",
+            source=str(path))
     fixed = data.get("fixed", {}) or {}
     if not isinstance(fixed, dict):
         raise SpecError("'fixed' must map fields to single values", source=str(path))

@@ -1,7 +1,11 @@
-"""A 10,000-point design-space sweep on this machine: points per second, locally and on an
-external 2-worker Dask cluster.
+"""Design-space sweeps on this machine: points per second, locally and on an external 2-worker
+Dask cluster.
 
-    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster]
+    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster] [--grid realistic|wide|both]
+
+The *realistic* grid (issue 13): 3 designs x 3 bandwidths x 4 buffers x 2 models (mamba-370m,
+mamba-1.4b) x 4 lengths up to 16384 x 2 batches, prefill, the designs' own mappings = 576
+points (goal: 150 points/s on 2 cores).
 
 The grid: 3 designs x 7 bandwidths x 8 buffer sizes x 3 array shapes x 2 models x 2 batch
 sizes x (prefill at 4 lengths + decode, which does not depend on L) = 10,080 points. "Locally" is `mambalaya sweep`'s
@@ -20,6 +24,19 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+REALISTIC = """
+name: realistic
+chunk_size: 32
+grid:
+  arch: [mambalaya, marca-ideal, geens-ideal]
+  memory.offchip_bandwidth_bytes_per_s: [1e12, 2.039e12, 4e12]
+  memory.onchip_buffer_bytes: [8MiB, 16MiB, 32MiB, 64MiB]
+  model: [mamba-370m, mamba-1.4b]
+  seq_len: [2048, 4096, 8192, 16384]
+  batch: [16, 64]
+  phase: [prefill]
+"""
 
 SPEC = """
 name: bench
@@ -52,31 +69,39 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--skip-cluster", action="store_true")
+    ap.add_argument("--grid", choices=["realistic", "wide", "both"], default="both")
     args = ap.parse_args()
+    grids = {"realistic": REALISTIC, "wide": SPEC}
+    for name in (["realistic", "wide"] if args.grid == "both" else [args.grid]):
+        run_grid(name, grids[name], args.workers, args.skip_cluster)
+
+
+def run_grid(name: str, text: str, workers: int, skip_cluster: bool) -> None:
     from mambalaya.experiments.sweep import load_sweep_spec
 
     with tempfile.TemporaryDirectory() as tmp:
-        spec_path = Path(tmp) / "bench.yaml"
-        spec_path.write_text(SPEC)
+        spec_path = Path(tmp) / f"{name}.yaml"
+        spec_path.write_text(text)
         n = len(load_sweep_spec(spec_path).points())
-        local = timed_sweep(spec_path, Path(tmp) / "local.sqlite", ["--workers", str(args.workers)])
-        print(f"local ({args.workers} worker processes): {n} points in {local:.1f} s = {n / local:.0f} points/s")
-        if args.skip_cluster:
+        local = timed_sweep(spec_path, Path(tmp) / "local.sqlite", ["--workers", str(workers)])
+        print(f"{name} grid, local ({workers} worker processes): {n} points in {local:.1f} s = {n / local:.0f} points/s")
+        if skip_cluster:
             return
         port = free_port()
         env = dict(os.environ)
         sched = subprocess.Popen(["dask", "scheduler", "--port", str(port), "--no-dashboard"], env=env,
                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        workers = [subprocess.Popen(["dask", "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"],
-                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
+        procs = [subprocess.Popen(["dask", "worker", f"tcp://127.0.0.1:{port}", "--nthreads", "1", "--no-dashboard"],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for _ in range(2)]
         try:
             time.sleep(4)
             remote = timed_sweep(spec_path, Path(tmp) / "cluster.sqlite", ["--scheduler", f"tcp://127.0.0.1:{port}"])
-            print(f"external Dask cluster (dask scheduler + 2 dask workers): {n} points in {remote:.1f} s = {n / remote:.0f} points/s")
+            print(f"{name} grid, external Dask cluster (dask scheduler + 2 dask workers): {n} points in {remote:.1f} s "
+                  f"= {n / remote:.0f} points/s")
         finally:
-            for p in workers + [sched]:
+            for p in procs + [sched]:
                 p.terminate()
-            for p in workers + [sched]:
+            for p in procs + [sched]:
                 p.wait(timeout=30)
 
 

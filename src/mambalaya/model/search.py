@@ -134,29 +134,34 @@ def _tile_options(size: int) -> list[int]:
 
 @dataclass(frozen=True)
 class _Candidates:
-    """The candidate table of one group (see :meth:`_GroupCostModel.candidates`)."""
+    """The candidate table of one group (see :meth:`_GroupCostModel.candidates`), as kept for
+    the search: per tiling its tiles, trips and steps, and the candidates no other of the same
+    tiling dominates (:func:`_kept`) with their traffic and footprint. The full table is rebuilt
+    on the rare call that needs it (:meth:`_GroupCostModel.full_table`), so memory holds only
+    the kept part."""
 
     tiles: list[np.ndarray]  # per tileable rank, its tile in each tiling
     trips: list[np.ndarray]
     options: list[tuple[tuple[int, ...], int]]  # (loop order, residency prefix) of each block of tilings
     n_tilings: int
-    traffic: np.ndarray  # off-chip bytes of every (option, tiling): shape (options, tilings)
-    fp: np.ndarray  # footprint bound (bytes), the same shape
     steps: np.ndarray  # per tiling (every option of a tiling runs the same steps)
+    size: int  # candidates in the full table (options x tilings)
+    kept: np.ndarray  # flat indices (option-major, ascending) of the kept candidates
+    kept_traffic: np.ndarray  # off-chip bytes of each kept candidate
+    kept_fp: np.ndarray  # footprint bound (bytes)
 
-    def kept(self) -> np.ndarray:
-        """Flat indices (ascending) of the candidates no option of the same tiling beats or
-        equals in traffic and footprint, an equal one of lower index excepted. Within a
-        tiling the steps and compute cycles are the same and the on-chip bytes, energy and
-        latency grow with the traffic, so a dropped candidate never comes first in
-        :func:`_pick`'s order, for any buffer, bandwidth or objective."""
-        if "_kept" not in self.__dict__:
-            order = np.lexsort((self.fp, self.traffic), axis=0)  # per tiling: by traffic, then footprint
-            fp = np.take_along_axis(self.fp, order, axis=0)
-            before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp, axis=0)[:-1]])
-            rows, cols = np.nonzero(fp < before)
-            object.__setattr__(self, "_kept", np.sort(order[rows, cols] * self.n_tilings + cols))
-        return self.__dict__["_kept"]
+
+def _kept(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """Flat indices (ascending) of the candidates (arrays of shape (options, tilings)) no option
+    of the same tiling beats or equals in traffic and footprint, an equal one of lower index
+    excepted. Within a tiling the steps and compute cycles are the same and the on-chip bytes,
+    energy and latency grow with the traffic, so a dropped candidate never comes first in
+    :func:`_pick`'s order, for any buffer, bandwidth or objective."""
+    order = np.lexsort((fp, traffic), axis=0)  # per tiling: by traffic, then footprint
+    fp_sorted = np.take_along_axis(fp, order, axis=0)
+    before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp_sorted, axis=0)[:-1]])
+    rows, cols = np.nonzero(fp_sorted < before)
+    return np.sort(order[rows, cols] * traffic.shape[1] + cols)
 
 
 class _GroupCostModel:
@@ -242,37 +247,45 @@ class _GroupCostModel:
         trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
         return tiles, trips
 
-    def candidates(self) -> "_Candidates":
+    def full_table(self) -> tuple[list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
         """Every (loop order, residency prefix, tiling) of the group with its closed-form
-        traffic, footprint and steps. Option ``(o, j)`` runs loop order ``o`` and keeps the
-        ``j`` largest of its residency candidates on chip (``j = 0``, everything streamed, is
-        the same for every order). Independent of the architecture: built once."""
+        traffic and footprint, arrays of shape (options, tilings). Option ``(o, j)`` runs loop
+        order ``o`` and keeps the ``j`` largest of its residency candidates on chip (``j = 0``,
+        everything streamed, is the same for every order)."""
+        tiles, trips = self.grid()
+        traffic, fp = self.evaluate(tiles, trips)
+        options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
+        blocks_t, blocks_f = [traffic], [fp]
+        for o in self.orders if self.ranks else []:
+            if not self.keepable_for(o):
+                continue
+            saved, held = self.residency(tiles, trips, o)
+            saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
+            for j in range(len(saved)):
+                options.append((o, j + 1))
+                blocks_t.append(traffic - saved[j])
+                blocks_f.append(fp + held[j])
+        return options, np.stack(blocks_t), np.stack(blocks_f)
+
+    def candidates(self) -> "_Candidates":
+        """The candidate table as the search keeps it (see :class:`_Candidates`). Independent
+        of the architecture: built once."""
         if self._candidates is None:
             tiles, trips = self.grid()
-            traffic, fp = self.evaluate(tiles, trips)
-            base_steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
-            n_tilings = len(traffic)
-            options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
-            blocks_t, blocks_f = [traffic], [fp]
-            for o in self.orders if self.ranks else []:
-                if not self.keepable_for(o):
-                    continue
-                saved, held = self.residency(tiles, trips, o)
-                saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
-                for j in range(len(saved)):
-                    options.append((o, j + 1))
-                    blocks_t.append(traffic - saved[j])
-                    blocks_f.append(fp + held[j])
-            self._candidates = _Candidates(tiles, trips, options, n_tilings, np.stack(blocks_t), np.stack(blocks_f),
-                                           base_steps)
+            options, traffic, fp = self.full_table()
+            kept = _kept(traffic, fp)
+            self._candidates = _Candidates(
+                tiles, trips, options, traffic.shape[1], np.prod(np.stack(trips), axis=0) if trips else np.ones(1),
+                traffic.size, kept, traffic.ravel()[kept], fp.ravel()[kept])
         return self._candidates
 
-    def onchip_bytes(self) -> np.ndarray:
-        """On-chip buffer bytes of every candidate (built on first use)."""
+    def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
+        """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
+        off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
         if self._onchip is None:
             cand = self.candidates()
-            self._onchip = self.buffer(cand.trips, cand.traffic.ravel())
-        return self._onchip
+            self._onchip = self.buffer(cand.trips, np.zeros(cand.n_tilings))
+        return traffic + self._onchip[flat % len(self._onchip)]
 
     def cycles(self, compute: Any) -> np.ndarray:
         """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best
@@ -452,7 +465,7 @@ def best_group(
     key = (tuple(einsums), tuple(ranks), buffer_bytes, None if arch is None else spec_key(arch), objective)
     model = _cost_model(cascade, einsums, ranks)
     if stats is not None:
-        stats.evaluations += model.candidates().traffic.size
+        stats.evaluations += model.candidates().size
         stats.groups_costed += 1
     if key not in memo or not MEMOISE_GROUPS:
         reason: list[str] = []
@@ -467,30 +480,33 @@ def _best_group(cascade: Cascade, model: "_GroupCostModel", einsums: list[str], 
                 why: list[str], arch: Any, objective: str) -> GroupChoice | None:
     cand = model.candidates()
     if PRUNE_DOMINATED:
-        found = _pick(cascade, model, cand, cand.kept(), einsums, ranks, buffer_bytes, arch, objective)
+        found = _pick(cascade, model, cand, cand.kept, cand.kept_traffic, cand.kept_fp, einsums, ranks, buffer_bytes,
+                      arch, objective, subset=True)
         if found is not _FELL_THROUGH:  # else the best kept candidate broke a rule: search them all
             return _choice(cascade, found, why, arch, objective)
-    found = _pick(cascade, model, cand, None, einsums, ranks, buffer_bytes, arch, objective)
+    _, traffic, fp = model.full_table()
+    found = _pick(cascade, model, cand, np.arange(cand.size), traffic.ravel(), fp.ravel(), einsums, ranks, buffer_bytes,
+                  arch, objective, subset=False)
     return _choice(cascade, found, why, arch, objective)
 
 
 _FELL_THROUGH = "fell through"
 
 
-def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", subset: np.ndarray | None, einsums: list[str],
-          ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str) -> Any:
+def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat: np.ndarray, traffic: np.ndarray,
+          fp: np.ndarray, einsums: list[str], ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str,
+          subset: bool) -> Any:
     """The first legal candidate in the objective's order (a group), ``"buffer"`` if none fits,
-    ``"illegal"`` if none of the best few is legal; over ``subset`` (flat candidate indices,
-    ascending) only, :data:`_FELL_THROUGH` if its first fitting candidate is not legal.
+    ``"illegal"`` if none of the best few is legal. Over the candidates at ``flat`` (ascending
+    flat indices, with their ``traffic`` and ``fp``); when they are a ``subset`` (the kept
+    ones), :data:`_FELL_THROUGH` if its first fitting candidate is not legal.
 
     Order: the objective (latency within the tie tolerance, energy, EDP, or traffic without
     an architecture), then traffic, steps, latency, and the footprint last, so a candidate
     that another beats or equals in traffic and footprint with the same tiling never comes
     first: :meth:`_Candidates.kept` drops those."""
     n_tilings = cand.n_tilings
-    flat = np.arange(cand.traffic.size) if subset is None else subset
     tiling = flat % n_tilings
-    traffic, fp = cand.traffic.ravel()[flat], cand.fp.ravel()[flat]
     steps = cand.steps[tiling]
     ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     if not ok.any():
@@ -500,7 +516,7 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", subse
     else:
         onchip_bw = arch.memory.onchip_bandwidth_bytes_per_cycle
         need_buffer = objective != "latency" or onchip_bw is not None
-        onchip = model.onchip_bytes()[flat] if need_buffer else None
+        onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
         comp = model.cycles(arch.compute)[tiling] / arch.clock_hz
         mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
         latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip) if onchip_bw else 0.0 * traffic,
@@ -524,7 +540,7 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", subse
         try:
             check_group(cascade, candidate, buffer_bytes)
         except MappingError:
-            if subset is not None:
+            if subset:
                 return _FELL_THROUGH
             continue
         return candidate

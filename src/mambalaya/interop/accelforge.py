@@ -377,8 +377,25 @@ def _rows_vs(ours_bytes: dict[str, tuple[float, float]], theirs: dict[str, float
     return rows
 
 
+_SCRATCH: list[str] = []
+
+
+def _scratch_dir() -> str:
+    """A working directory for AccelForge that lives as long as this process. AccelForge writes
+    mapping.svg into the working directory, and its joblib worker processes, reused from one
+    call to the next, keep the directory they were started in: a per-call temporary directory
+    would be gone by the next call (FileNotFoundError in a long-lived :class:`AccelForgeWorker`)."""
+    if not _SCRATCH:
+        import atexit
+        import shutil
+
+        _SCRATCH.append(tempfile.mkdtemp(prefix="mambalaya-af-cwd-"))
+        atexit.register(shutil.rmtree, _SCRATCH[0], True)
+    return _SCRATCH[0]
+
+
 class _Chdir:
-    """AccelForge's mapper writes mapping.svg into the working directory: run it elsewhere."""
+    """Run AccelForge in :func:`_scratch_dir` (it writes mapping.svg into the working directory)."""
 
     def __init__(self, path: str):
         self.path, self.old = path, None
@@ -428,7 +445,7 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
             from accelforge.model.main import evaluate_mapping
 
             t0 = time.perf_counter()
-            with _Chdir(tmp):
+            with _Chdir(_scratch_dir()):
                 result = evaluate_mapping(af.Spec.from_yaml(str(arch), str(wl), str(mp)))
             seconds = time.perf_counter() - t0
             t1 = time.perf_counter()
@@ -446,7 +463,7 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
             arch.write_text(export_arch(spec, buffer_bits=buf * 8), encoding="utf-8")
             s = af.Spec.from_yaml(str(arch), str(wl))
             t0 = time.perf_counter()
-            with _Chdir(tmp):
+            with _Chdir(_scratch_dir()):
                 # eval_in_detail=False: the detailed pass renders mapping.svg through graphviz's
                 # `dot`; we re-evaluate the chosen mapping with the model ourselves instead.
                 found = map_workload_to_arch(s, print_progress=False, eval_in_detail=False)

@@ -20,7 +20,8 @@ from mambalaya.workloads import PRESETS, build_layer
 
 runner = CliRunner()
 
-#: The realistic grid of issue 13 (lengths cut to keep the test short).
+#: The realistic grid of issue 13, its designs, bandwidths and buffers; smaller models,
+#: lengths and batches keep the test short.
 REALISTIC = """
 name: realistic
 chunk_size: 32
@@ -28,9 +29,9 @@ grid:
   arch: [mambalaya, marca-ideal, geens-ideal]
   memory.offchip_bandwidth_bytes_per_s: [1e12, 2.039e12, 4e12]
   memory.onchip_buffer_bytes: [8MiB, 16MiB, 32MiB, 64MiB]
-  model: [mamba-370m, mamba2-370m]
-  seq_len: [2048, 4096]
-  batch: [16, 64]
+  model: [mamba-130m, mamba2-130m]
+  seq_len: [1024, 2048]
+  batch: [8, 16]
   phase: [prefill]
 """
 
@@ -43,12 +44,12 @@ def test_memoised_sweep_points_equal_the_unmemoised_path(tmp_path: Path, monkeyp
     spec_path = tmp_path / "grid.yaml"
     spec_path.write_text(REALISTIC)
     points = load_sweep_spec(spec_path).points()
-    sample = random.Random(13).sample(points, 24)
+    sample = random.Random(13).sample(points, 16)
     sample.sort(key=lambda p: (p["model"], p["seq_len"], p["batch"], p["arch"]))
     memoised = evaluate_chunk(sample)
     monkeypatch.setattr(search, "MEMOISE_GROUPS", False)
     monkeypatch.setattr(search, "PRUNE_DOMINATED", False)
-    assert sum(not r.error for r in memoised) >= 16
+    assert sum(not r.error for r in memoised) >= 10
     for point, fast in zip(sample, memoised):
         sweep._CASCADES.clear()  # a fresh cascade: no memo of any stage survives
         try:

@@ -221,10 +221,35 @@ class SweepSummary:
         return self.computed / self.seconds if self.seconds else 0.0
 
 
+def _layer_key(p: dict[str, Any]) -> tuple:
+    """What a point's cascade depends on (besides the arch's width and precision fields)."""
+    return (str(p["model"]), str(p["phase"]), int(p["seq_len"]), int(p["batch"]), str(p.get("precision", "")))
+
+
 def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
-    key = lambda p: (str(p["model"]), str(p["phase"]), int(p["seq_len"]), int(p["batch"]), str(p["mapping"]), str(p["arch"]))  # noqa: E731
+    """Tasks of about ``size`` points, sorted so a task shares its cascade. The points of one
+    layer stay in one task up to 4 x ``size`` (its worker then builds the layer's candidate
+    tables once, where two workers would each build them); a larger layer is split evenly."""
+    key = lambda p: (*_layer_key(p), str(p["mapping"]), str(p["arch"]))  # noqa: E731
     ordered = sorted(points, key=key)
-    return [ordered[i : i + size] for i in range(0, len(ordered), size)]
+    layers: list[list[dict[str, Any]]] = []
+    for p in ordered:
+        if layers and _layer_key(layers[-1][-1]) == _layer_key(p):
+            layers[-1].append(p)
+        else:
+            layers.append([p])
+    chunks: list[list[dict[str, Any]]] = []
+    for layer in layers:
+        if len(layer) > 4 * size:
+            parts = -(-len(layer) // size)
+            step = -(-len(layer) // parts)
+            chunks.extend(layer[i : i + step] for i in range(0, len(layer), step))
+        elif chunks and len(chunks[-1]) + len(layer) <= size and _layer_key(chunks[-1][0]) != _layer_key(layer[0]) \
+                and len(chunks[-1]) < size // 2:
+            chunks[-1].extend(layer)  # small layers share a task
+        else:
+            chunks.append(list(layer))
+    return chunks
 
 
 def open_client(scheduler: str | None, workers: int | None):

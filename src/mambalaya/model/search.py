@@ -149,6 +149,8 @@ class _Candidates:
     kept: np.ndarray  # flat indices (option-major, ascending) of the kept candidates
     kept_traffic: np.ndarray  # off-chip bytes of each kept candidate
     kept_fp: np.ndarray  # footprint bound (bytes)
+    kept_tiling: np.ndarray  # the tiling of each kept candidate
+    kept_steps: np.ndarray
 
 
 def _kept(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
@@ -188,6 +190,7 @@ class _GroupCostModel:
         self._candidates: _Candidates | None = None
         self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
+        self._kept_cycles: dict[str, np.ndarray] = {}
         # residency candidates: tensors read off-chip that some loop of the fixed order does
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
@@ -274,9 +277,10 @@ class _GroupCostModel:
             tiles, trips = self.grid()
             options, traffic, fp = self.full_table()
             kept = _kept(traffic, fp)
-            self._candidates = _Candidates(
-                tiles, trips, options, traffic.shape[1], np.prod(np.stack(trips), axis=0) if trips else np.ones(1),
-                traffic.size, kept, traffic.ravel()[kept], fp.ravel()[kept])
+            steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+            tiling = kept % traffic.shape[1]
+            self._candidates = _Candidates(tiles, trips, options, traffic.shape[1], steps, traffic.size, kept,
+                                           traffic.ravel()[kept], fp.ravel()[kept], tiling, steps[tiling])
         return self._candidates
 
     def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
@@ -306,6 +310,13 @@ class _GroupCostModel:
                 cycles = array + total["vector"] + total["mfu"]
             self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (cand.n_tilings,))
         return self._cycles[key]
+
+    def kept_cycles(self, compute: Any) -> np.ndarray:
+        """:meth:`cycles` of the kept candidates (memoised per compute section)."""
+        key = spec_key(compute)
+        if key not in self._kept_cycles:
+            self._kept_cycles[key] = self.cycles(compute)[self.candidates().kept_tiling]
+        return self._kept_cycles[key]
 
     def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
         """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
@@ -506,8 +517,8 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat:
     that another beats or equals in traffic and footprint with the same tiling never comes
     first: :meth:`_Candidates.kept` drops those."""
     n_tilings = cand.n_tilings
-    tiling = flat % n_tilings
-    steps = cand.steps[tiling]
+    tiling = cand.kept_tiling if subset else flat % n_tilings
+    steps = cand.kept_steps if subset else cand.steps[tiling]
     ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     if not ok.any():
         return "buffer"
@@ -517,14 +528,14 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat:
         onchip_bw = arch.memory.onchip_bandwidth_bytes_per_cycle
         need_buffer = objective != "latency" or onchip_bw is not None
         onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
-        comp = model.cycles(arch.compute)[tiling] / arch.clock_hz
+        comp = (model.kept_cycles(arch.compute) if subset else model.cycles(arch.compute)[tiling]) / arch.clock_hz
         mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
         latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip) if onchip_bw else 0.0 * traffic,
                              steps, len(einsums))
         if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
             best = np.min(np.where(ok, latency, np.inf))
             tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
-            order = np.lexsort((fp, latency, steps, np.where(tied, traffic, np.inf)))
+            order = _tied_first(tied, traffic, steps, latency, fp)
         else:
             energy = _energy_of(arch, cascade, einsums, traffic, onchip)
             value = energy if objective == "energy" else energy * latency
@@ -545,6 +556,21 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat:
             continue
         return candidate
     return "illegal"
+
+
+def _tied_first(tied: np.ndarray, traffic: np.ndarray, steps: np.ndarray, latency: np.ndarray,
+                fp: np.ndarray) -> np.ndarray:
+    """The order ``np.lexsort((fp, latency, steps, np.where(tied, traffic, inf)))`` as far as
+    :func:`_pick` reads it (the first :data:`_RECHECKS`): the tied candidates by traffic, steps,
+    latency and footprint, then, only when fewer are tied, the others by steps, latency and
+    footprint (ties by index, as the stable sort keeps them). Sorting the few tied candidates
+    alone is what makes it cheap."""
+    first = np.flatnonzero(tied)
+    first = first[np.lexsort((fp[first], latency[first], steps[first], traffic[first]))]
+    if len(first) >= _RECHECKS:
+        return first
+    rest = np.flatnonzero(~tied)
+    return np.concatenate([first, rest[np.lexsort((fp[rest], latency[rest], steps[rest]))]])
 
 
 def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: str) -> GroupChoice | None:

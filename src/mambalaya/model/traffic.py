@@ -175,6 +175,7 @@ MAX_ENUMERATED_TILES = 1 << 20
 
 #: Below this bound on a component's sums numpy's int64 is exact; above it Python integers are used.
 _INT64_SAFE = 1 << 62
+_INT64_MAX, _INT64_MIN = int(np.iinfo(np.int64).max), int(np.iinfo(np.int64).min)
 
 
 class TrafficSizeError(MambalayaError):
@@ -381,8 +382,8 @@ def _boxes(cascade, accesses, p, rank, tile, size, t) -> tuple[np.ndarray, np.nd
     a = t * tile
     b = np.minimum(a + tile, size)
     sizes = cascade.variable_sizes
-    lo = np.full(len(t), np.iinfo(np.int64).max)
-    hi = np.full(len(t), np.iinfo(np.int64).min)
+    lo = np.full(len(t), _INT64_MAX)
+    hi = np.full(len(t), _INT64_MIN)
     for acc in accesses:
         idx = acc.indices[p]
         acc_lo = np.full(len(t), idx.const, dtype=np.int64)
@@ -418,7 +419,7 @@ def _tile_rows(cascade, accesses, dims, rank, tile, size, bounds, retained, dtyp
     the same when indices grow with the tile (see :func:`_single_rank_sums`)."""
     n_own = np.ones(len(t), dtype=dtype)
     n_all = np.ones(len(t), dtype=dtype)
-    floor = np.iinfo(np.int64).min
+    floor = _INT64_MIN
     for p in dims:
         lower, upper = bounds[p]
         lo, hi = _boxes(cascade, accesses, p, rank, tile, size, t)

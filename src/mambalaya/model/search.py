@@ -149,8 +149,7 @@ class _Candidates:
     kept: np.ndarray  # flat indices (option-major, ascending) of the kept candidates
     kept_traffic: np.ndarray  # off-chip bytes of each kept candidate
     kept_fp: np.ndarray  # footprint bound (bytes)
-    kept_tiling: np.ndarray  # the tiling of each kept candidate
-    kept_steps: np.ndarray
+    kept_tiling: np.ndarray  # the tiling of each kept candidate (int32: memory holds millions of them)
 
 
 def _kept(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
@@ -163,7 +162,8 @@ def _kept(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
     fp_sorted = np.take_along_axis(fp, order, axis=0)
     before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp_sorted, axis=0)[:-1]])
     rows, cols = np.nonzero(fp_sorted < before)
-    return np.sort(order[rows, cols] * traffic.shape[1] + cols)
+    kept = np.sort(order[rows, cols] * traffic.shape[1] + cols)
+    return kept.astype(np.int32) if traffic.size < 2**31 else kept  # memory holds millions of them
 
 
 class _GroupCostModel:
@@ -190,7 +190,6 @@ class _GroupCostModel:
         self._candidates: _Candidates | None = None
         self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
-        self._kept_cycles: dict[str, np.ndarray] = {}
         # residency candidates: tensors read off-chip that some loop of the fixed order does
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
@@ -278,9 +277,9 @@ class _GroupCostModel:
             options, traffic, fp = self.full_table()
             kept = _kept(traffic, fp)
             steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
-            tiling = kept % traffic.shape[1]
+            tiling = (kept % traffic.shape[1]).astype(np.int32)
             self._candidates = _Candidates(tiles, trips, options, traffic.shape[1], steps, traffic.size, kept,
-                                           traffic.ravel()[kept], fp.ravel()[kept], tiling, steps[tiling])
+                                           traffic.ravel()[kept], fp.ravel()[kept], tiling)
         return self._candidates
 
     def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
@@ -310,13 +309,6 @@ class _GroupCostModel:
                 cycles = array + total["vector"] + total["mfu"]
             self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (cand.n_tilings,))
         return self._cycles[key]
-
-    def kept_cycles(self, compute: Any) -> np.ndarray:
-        """:meth:`cycles` of the kept candidates (memoised per compute section)."""
-        key = spec_key(compute)
-        if key not in self._kept_cycles:
-            self._kept_cycles[key] = self.cycles(compute)[self.candidates().kept_tiling]
-        return self._kept_cycles[key]
 
     def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
         """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
@@ -518,7 +510,7 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat:
     first: :meth:`_Candidates.kept` drops those."""
     n_tilings = cand.n_tilings
     tiling = cand.kept_tiling if subset else flat % n_tilings
-    steps = cand.kept_steps if subset else cand.steps[tiling]
+    steps = cand.steps[tiling]
     ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     if not ok.any():
         return "buffer"
@@ -528,7 +520,7 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat:
         onchip_bw = arch.memory.onchip_bandwidth_bytes_per_cycle
         need_buffer = objective != "latency" or onchip_bw is not None
         onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
-        comp = (model.kept_cycles(arch.compute) if subset else model.cycles(arch.compute)[tiling]) / arch.clock_hz
+        comp = model.cycles(arch.compute)[tiling] / arch.clock_hz
         mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
         latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip) if onchip_bw else 0.0 * traffic,
                              steps, len(einsums))

@@ -41,6 +41,7 @@ from mambalaya.fusion.mapping import (
     Mapping,
     footprint_bytes,
     group_einsums,
+    index_span,
     tensors_read,
     tensors_written,
     window_halos,
@@ -210,14 +211,8 @@ def _untiled_sums(cascade: Cascade, accesses: list[Access], dims: tuple[int, ...
     sizes = cascade.variable_sizes
     n_own = n_all = 1
     for p in dims:
-        lo = hi = None
-        for acc in accesses:
-            idx = acc.indices[p]
-            a_lo = a_hi = idx.const
-            for v, c in idx.terms:
-                a_lo, a_hi = a_lo + min(0, c * (sizes[v] - 1)), a_hi + max(0, c * (sizes[v] - 1))
-            lo = a_lo if lo is None else min(lo, a_lo)
-            hi = a_hi if hi is None else max(hi, a_hi)
+        spans = [index_span(acc.indices[p], {v: (0, sizes[v]) for v in acc.indices[p].variables}) for acc in accesses]
+        lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
         lower, upper = bounds[p]
         lo, hi = max(lo, lower), min(hi, upper)
         own = neg = 0
@@ -258,24 +253,15 @@ def _representatives(cascade: Cascade, tensor: str, accesses: tuple[Access, ...]
     if not COMPRESS_REGULAR_TILES or n <= 2 * edge + 2:
         return _every_tile(tensor, rank, tile, n)
     first, last = (edge + 1) * tile, (n - edge - 1) * tile - 1  # rows of the middle tiles edge+1 .. n-edge-2
-    sizes = cascade.variable_sizes
     for p in dims:
         coeffs = {tuple(_rank_terms(acc.indices[p], rank)) for acc in accesses}
         if coeffs == {()}:
             continue
         if len(coeffs) != 1 or len(next(iter(coeffs))) != 1:
             return _every_tile(tensor, rank, tile, n)  # accesses moving at different rates (or twice): no common step
-        lo_all, hi_all = None, None
-        for acc in accesses:
-            idx = acc.indices[p]
-            lo = hi = idx.const
-            for v, c in idx.terms:
-                span = (first, last) if rank_of_variable(v) == rank else (0, sizes[v] - 1)
-                lo, hi = lo + min(c * span[0], c * span[1]), hi + max(c * span[0], c * span[1])
-            lo_all = lo if lo_all is None else min(lo_all, lo)
-            hi_all = hi if hi_all is None else max(hi_all, hi)
+        lo, hi = _boxes(cascade, accesses, p, {rank: (np.array([first]), np.array([last]))}, 1)
         lower, upper = bounds[p]
-        if lo_all < max(lower, 0) or hi_all > upper:
+        if lo[0] < max(lower, 0) or hi[0] > upper:
             return _every_tile(tensor, rank, tile, n)
     middle = n - 2 * edge - 2
     reps = np.concatenate([np.arange(edge + 1), np.arange(n - edge - 1, n)]).astype(np.int64)
@@ -298,39 +284,21 @@ def _multi_rank_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...]
             f"{', '.join(r for r, _ in tiles)} (tiles {', '.join(f'{r}={t}' for r, t in tiles)}): its accesses do not "
             f"move by a common step from tile to tile, so regular tiles cannot be counted once; use larger tiles")
     mesh = np.meshgrid(*[idx for idx, _ in reps], indexing="ij") if reps else []
-    t_of = {r: m.ravel() for (r, _), m in zip(tiles, mesh)}
+    spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    for (r, tile), m in zip(tiles, mesh):
+        spans.update(_tile_span(r, tile, cascade.size(r), m.ravel()))
     weight = np.ones(combos, dtype=object if math.prod(-(-cascade.size(r) // t) for r, t in tiles) >= _INT64_SAFE else np.int64)
     for m in (np.meshgrid(*[w for _, w in reps], indexing="ij") if reps else []):
         weight = weight * m.ravel()
-    tile_of = dict(tiles)
-    sizes = cascade.variable_sizes
     bound = math.prod(bounds[p][1] - bounds[p][0] + 1 for p in dims) * math.prod(
         -(-cascade.size(r) // t) for r, t in tiles)
     dtype = _exact_dtype(bound)
     n_own = np.ones(combos, dtype=dtype)
     n_all = np.ones(combos, dtype=dtype)
     for p in dims:
-        lo = hi = None
-        for acc in accesses:
-            idx = acc.indices[p]
-            a_lo = np.full(combos, idx.const, dtype=np.int64)
-            a_hi = a_lo.copy()
-            for v, c in idx.terms:
-                r = rank_of_variable(v)
-                if r in t_of:
-                    start = t_of[r] * tile_of[r]
-                    first, last = c * start, c * (np.minimum(start + tile_of[r], cascade.size(r)) - 1)
-                else:  # an untiled variable spans its whole range
-                    first, last = 0, c * (sizes[v] - 1)
-                a_lo = a_lo + np.minimum(first, last)
-                a_hi = a_hi + np.maximum(first, last)
-            lo = a_lo if lo is None else np.minimum(lo, a_lo)
-            hi = a_hi if hi is None else np.maximum(hi, a_hi)
+        lo, hi = _boxes(cascade, accesses, p, spans, combos)
         lower, upper = bounds[p]
-        lo, hi = np.maximum(lo, lower), np.minimum(hi, upper)
-        empty = hi < lo
-        own = np.where(empty, 0, np.maximum(0, hi - np.maximum(lo, 0) + 1)).astype(dtype)
-        neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - lo + 1)).astype(dtype)
+        own, neg = _rows(np.maximum(lo, lower), np.minimum(hi, upper), dtype)
         n_own = n_own * own
         n_all = n_all * (own + neg)
     s_own = int((n_own * weight).sum())
@@ -377,26 +345,39 @@ def _single_rank_sums(cascade, tensor, accesses, dims, rank, tile, bounds, retai
     return s_own, int(every.sum()) - s_own
 
 
-def _boxes(cascade, accesses, p, rank, tile, size, t) -> tuple[np.ndarray, np.ndarray]:
-    """Unclipped (lo, hi) of dimension ``p`` read by tiles ``t`` of ``rank``."""
-    a = t * tile
-    b = np.minimum(a + tile, size)
+def _boxes(cascade: Cascade, accesses: Any, p: int, spans: dict[str, tuple[np.ndarray, np.ndarray]],
+           n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Unclipped (lo, hi) of dimension ``p``, the union of the accesses' index ranges, for ``n``
+    steps: a variable of a rank in ``spans`` runs over that rank's (first, last) rows of each
+    step; any other variable spans its whole range."""
     sizes = cascade.variable_sizes
-    lo = np.full(len(t), _INT64_MAX)
-    hi = np.full(len(t), _INT64_MIN)
+    lo = np.full(n, _INT64_MAX)
+    hi = np.full(n, _INT64_MIN)
     for acc in accesses:
         idx = acc.indices[p]
-        acc_lo = np.full(len(t), idx.const, dtype=np.int64)
-        acc_hi = np.full(len(t), idx.const, dtype=np.int64)
+        acc_lo = np.full(n, idx.const, dtype=np.int64)
+        acc_hi = np.full(n, idx.const, dtype=np.int64)
         for v, c in idx.terms:
-            if rank_of_variable(v) == rank:
-                first, last = c * a, c * (b - 1)
-            else:  # a variable of an untiled rank spans its whole range
-                first, last = np.full(len(t), 0), np.full(len(t), c * (sizes[v] - 1))
-            acc_lo += np.minimum(first, last)
-            acc_hi += np.maximum(first, last)
+            first, last = spans.get(rank_of_variable(v), (0, sizes[v] - 1))
+            acc_lo = acc_lo + np.minimum(c * first, c * last)
+            acc_hi = acc_hi + np.maximum(c * first, c * last)
         lo, hi = np.minimum(lo, acc_lo), np.maximum(hi, acc_hi)
     return lo, hi
+
+
+def _tile_span(rank: str, tile: int, size: int, t: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The rows of tiles ``t`` of ``rank`` (the last tile may be short)."""
+    first = t * tile
+    return {rank: (first, np.minimum(first + tile, size) - 1)}
+
+
+def _rows(start: np.ndarray, hi: np.ndarray, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Rows from ``start`` to ``hi`` (both clipped to the tensor's bounds), split into
+    (rows >= 0, rows < 0: the incoming state's)."""
+    empty = hi < start
+    own = np.where(empty, 0, np.maximum(0, hi - np.maximum(start, 0) + 1)).astype(dtype)
+    neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - start + 1)).astype(dtype)
+    return own, neg
 
 
 def _regular(cascade, accesses, dims, rank, tile, size, bounds, retained, dtype, t) -> np.ndarray:
@@ -406,7 +387,7 @@ def _regular(cascade, accesses, dims, rank, tile, size, bounds, retained, dtype,
     for p in dims:
         lower, upper = bounds[p]
         for tt in (t, t - 1):
-            lo, hi = _boxes(cascade, accesses, p, rank, tile, size, np.maximum(tt, 0))
+            lo, hi = _boxes(cascade, accesses, p, _tile_span(rank, tile, size, np.maximum(tt, 0)), len(t))
             ok &= (lo >= max(lower, 0)) & (hi <= upper)
     return ok
 
@@ -422,7 +403,7 @@ def _tile_rows(cascade, accesses, dims, rank, tile, size, bounds, retained, dtyp
     floor = _INT64_MIN
     for p in dims:
         lower, upper = bounds[p]
-        lo, hi = _boxes(cascade, accesses, p, rank, tile, size, t)
+        lo, hi = _boxes(cascade, accesses, p, _tile_span(rank, tile, size, t), len(t))
         lo, hi = np.maximum(lo, lower), np.minimum(hi, upper)
         start = lo
         if retained:
@@ -430,13 +411,11 @@ def _tile_rows(cascade, accesses, dims, rank, tile, size, bounds, retained, dtyp
                 seen = np.where(hi >= lo, hi, floor)
                 prev = np.concatenate(([floor], np.maximum.accumulate(seen)[:-1]))
             else:
-                plo, phi = _boxes(cascade, accesses, p, rank, tile, size, np.maximum(t - 1, 0))
+                plo, phi = _boxes(cascade, accesses, p, _tile_span(rank, tile, size, np.maximum(t - 1, 0)), len(t))
                 plo, phi = np.maximum(plo, lower), np.minimum(phi, upper)
                 prev = np.where((t > 0) & (phi >= plo), phi, floor)
             start = np.where(prev > floor, np.maximum(lo, prev + 1), lo)
-        empty = hi < start
-        own = np.where(empty, 0, np.maximum(0, hi - np.maximum(start, 0) + 1)).astype(dtype)
-        neg = np.where(empty, 0, np.maximum(0, np.minimum(hi, -1) - start + 1)).astype(dtype)
+        own, neg = _rows(start, hi, dtype)
         n_own = n_own * own
         n_all = n_all * (own + neg)
     return n_own, n_all

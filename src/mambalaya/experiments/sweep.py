@@ -244,8 +244,7 @@ def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]
             parts = -(-len(layer) // size)
             step = -(-len(layer) // parts)
             chunks.extend(layer[i : i + step] for i in range(0, len(layer), step))
-        elif chunks and len(chunks[-1]) + len(layer) <= size and _layer_key(chunks[-1][0]) != _layer_key(layer[0]) \
-                and len(chunks[-1]) < size // 2:
+        elif chunks and len(chunks[-1]) + len(layer) <= size and len(chunks[-1]) < size // 2:
             chunks[-1].extend(layer)  # small layers share a task
         else:
             chunks.append(list(layer))

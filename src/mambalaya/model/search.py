@@ -249,11 +249,12 @@ class _GroupCostModel:
         trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
         return tiles, trips
 
-    def full_table(self) -> tuple[list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
+    def full_table(self) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
         """Every (loop order, residency prefix, tiling) of the group with its closed-form
         traffic and footprint, arrays of shape (options, tilings). Option ``(o, j)`` runs loop
         order ``o`` and keeps the ``j`` largest of its residency candidates on chip (``j = 0``,
-        everything streamed, is the same for every order)."""
+        everything streamed, is the same for every order). Returned with the grid's tiles and
+        trips."""
         tiles, trips = self.grid()
         traffic, fp = self.evaluate(tiles, trips)
         options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
@@ -267,14 +268,13 @@ class _GroupCostModel:
                 options.append((o, j + 1))
                 blocks_t.append(traffic - saved[j])
                 blocks_f.append(fp + held[j])
-        return options, np.stack(blocks_t), np.stack(blocks_f)
+        return tiles, trips, options, np.stack(blocks_t), np.stack(blocks_f)
 
     def candidates(self) -> "_Candidates":
         """The candidate table as the search keeps it (see :class:`_Candidates`). Independent
         of the architecture: built once."""
         if self._candidates is None:
-            tiles, trips = self.grid()
-            options, traffic, fp = self.full_table()
+            tiles, trips, options, traffic, fp = self.full_table()
             kept = _kept(traffic, fp)
             steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
             tiling = (kept % traffic.shape[1]).astype(np.int32)
@@ -286,8 +286,7 @@ class _GroupCostModel:
         """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
         off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
         if self._onchip is None:
-            cand = self.candidates()
-            self._onchip = self.buffer(cand.trips, np.zeros(cand.n_tilings))
+            self._onchip = self.einsum_buffer_bytes(self.candidates().trips)
         return traffic + self._onchip[flat % len(self._onchip)]
 
     def cycles(self, compute: Any) -> np.ndarray:
@@ -401,8 +400,9 @@ class _GroupCostModel:
             total = total * np.minimum(valid, hi - lo + 1)
         return total
 
-    def buffer(self, trips: list[np.ndarray], traffic: np.ndarray) -> np.ndarray:
-        """On-chip buffer bytes of every tiling (Einsum reads and writes, plus fills and drains)."""
+    def einsum_buffer_bytes(self, trips: list[np.ndarray]) -> np.ndarray:
+        """On-chip buffer bytes the Einsums read and write, for every tiling (the fills and
+        drains, the off-chip bytes, come on top)."""
         n = len(trips[0]) if trips else 1
         own = np.zeros(n)
         for b, idxs in self._buffer_closed_form():
@@ -410,7 +410,7 @@ class _GroupCostModel:
             for i in idxs:
                 f = f * trips[i]
             own += f
-        return traffic + np.tile(own, len(traffic) // n)
+        return own
 
     def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
         n = len(tiles[0]) if tiles else 1
@@ -487,7 +487,7 @@ def _best_group(cascade: Cascade, model: "_GroupCostModel", einsums: list[str], 
                       arch, objective, subset=True)
         if found is not _FELL_THROUGH:  # else the best kept candidate broke a rule: search them all
             return _choice(cascade, found, why, arch, objective)
-    _, traffic, fp = model.full_table()
+    *_, traffic, fp = model.full_table()
     found = _pick(cascade, model, cand, np.arange(cand.size), traffic.ravel(), fp.ravel(), einsums, ranks, buffer_bytes,
                   arch, objective, subset=False)
     return _choice(cascade, found, why, arch, objective)

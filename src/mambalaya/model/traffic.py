@@ -287,7 +287,7 @@ def _multi_rank_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...]
     spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for (r, tile), m in zip(tiles, mesh):
         spans.update(_tile_span(r, tile, cascade.size(r), m.ravel()))
-    weight = np.ones(combos, dtype=object if math.prod(-(-cascade.size(r) // t) for r, t in tiles) >= _INT64_SAFE else np.int64)
+    weight = np.ones(combos, dtype=_exact_dtype(math.prod(-(-cascade.size(r) // t) for r, t in tiles)))
     for m in (np.meshgrid(*[w for _, w in reps], indexing="ij") if reps else []):
         weight = weight * m.ravel()
     bound = math.prod(bounds[p][1] - bounds[p][0] + 1 for p in dims) * math.prod(

@@ -64,6 +64,8 @@ def test_spec_errors(tmp_path) -> None:
         load_sweep_spec(write_spec(tmp_path, "grid: {bandwidth: [1]}\n"))
     with pytest.raises(SpecError, match="line"):
         load_sweep_spec(write_spec(tmp_path, "grid: [1, 2\n"))
+    with pytest.raises(SpecError, match="no model"):
+        load_sweep_spec(write_spec(tmp_path, "grid: {seq_len: [1, 2]}\n"))
 
 
 def test_points_failures_and_a_growing_grid(tmp_path) -> None:

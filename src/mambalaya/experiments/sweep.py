@@ -110,6 +110,9 @@ def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> Swe
             raise SpecError(
                 f"{key!r} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
                 "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision)", source=str(path))
+    if "model" not in grid and "model" not in fixed:
+        raise SpecError("no model: give 'model' in 'grid' (a list of presets or config files) or in 'fixed'",
+                        source=str(path))
     return SweepSpec(str(data.get("name", path.stem)), store_path, grid, fixed, chunk, str(path))
 
 

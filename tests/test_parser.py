@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from mambalaya.errors import MambalayaError, SpecError
@@ -276,6 +277,30 @@ def test_max_reduction() -> None:
     assert c.kind(e) == "reduction"
     assert str(e) == "M[b,i] max= X[b,i,e]"
     assert parse_einsum("M[b,i] max = X[b,i,e]").reduce_op == "max"
+
+
+def test_binary_max_and_min_functions() -> None:
+    """``max(a, b)`` is an element-wise function of two values (an online softmax's running
+    max), distinct from the ``max=`` reduction: it parses, prints back, counts as max ops and
+    runs element-wise."""
+    from mambalaya.einsum.stats import einsum_ops
+    from mambalaya.execute import execute
+
+    e = parse_einsum("M[b,t] = max(M[b,t-1], S[b,t]*2) - min(S[b,t], 0)")
+    s = Access("S", (AffineIndex.var("b"), AffineIndex.var("t")))
+    assert e.expr.lhs == Binary("max", Access("M", (AffineIndex.var("b"), AffineIndex.var("t", -1))),
+                                Binary("*", s, Const(2.0)))
+    assert e.expr.rhs == Binary("min", s, Const(0.0)) and e.reduce_op == "sum"
+    assert str(e) == "M[b,t] = max(M[b,t-1], S[b,t]*2) - min(S[b,t], 0)" and parse_einsum(str(e)) == e
+    head = (HEAD.replace("  Y: {ranks: [B, I, E], role: output}\n", "  M: {ranks: [B, I, E], role: output}\n"))
+    c = loads_cascade(cascade_text("M[b,i,e] = max(M[b,i-1,e], X[b,i,e])", head=head))
+    assert einsum_ops(c, c.einsum("M")) == {"max": c.size("B") * c.size("I") * c.size("E")}
+    x = np.random.default_rng(0).standard_normal(c.shape("X"))
+    assert np.array_equal(execute(c, {"X": x, "W": np.zeros(c.shape("W"))})["M"], np.maximum(np.maximum.accumulate(x, axis=1), 0.0))
+    with pytest.raises(SpecError, match="expected ',' between the two arguments of max"):
+        parse_einsum("M[b] = max(X[b])")
+    with pytest.raises(SpecError, match="known: .*relu, max, min"):
+        parse_einsum("M[b] = maxi(X[b], 1)")
 
 
 def test_constants_negative_numbers_parentheses_and_neg() -> None:

@@ -33,6 +33,10 @@ UNARY_FUNCTIONS: tuple[str, ...] = (
     "relu",
 )
 BINARY_OPERATORS: tuple[str, ...] = ("+", "-", "*", "/")
+#: Element-wise functions of two values, written ``max(a, b)``: the running maximum of an
+#: online softmax (``M[b,i,t] = max(M[b,i,t-1], S[b,i,t])``). A :class:`Binary` node with
+#: these as ``op``; distinct from the ``max=`` reduction.
+BINARY_FUNCTIONS: tuple[str, ...] = ("max", "min")
 REDUCE_OPERATORS: tuple[str, ...] = ("sum", "max")
 
 
@@ -201,12 +205,14 @@ def format_expr(expr: Expr) -> str:
         return expr.name
     if isinstance(expr, Unary):
         return f"{expr.fn}({format_expr(expr.arg)})"
+    if expr.op in BINARY_FUNCTIONS:
+        return f"{expr.op}({format_expr(expr.lhs)}, {format_expr(expr.rhs)})"
     level = _PRECEDENCE[expr.op]
     lhs = format_expr(expr.lhs)
     rhs = format_expr(expr.rhs)
-    if isinstance(expr.lhs, Binary) and _PRECEDENCE[expr.lhs.op] < level:
+    if isinstance(expr.lhs, Binary) and _PRECEDENCE.get(expr.lhs.op, 3) < level:
         lhs = f"({lhs})"
-    if isinstance(expr.rhs, Binary) and _PRECEDENCE[expr.rhs.op] <= level:
+    if isinstance(expr.rhs, Binary) and _PRECEDENCE.get(expr.rhs.op, 3) <= level:
         rhs = f"({rhs})"
     sep = f" {expr.op} " if level == 1 else expr.op
     return f"{lhs}{sep}{rhs}"

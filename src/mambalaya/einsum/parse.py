@@ -8,7 +8,11 @@ Grammar of one Einsum (DESIGN.md §3 notation)::
                stand for their sizes (``i+k-(K-1)``)
     expr    := term (('+'|'-') term)*
     term    := factor (('*'|'/') factor)*
-    factor  := '-' factor | NUMBER | access | FUNC '(' expr ')' | NAME | '(' expr ')'
+    factor  := '-' factor | NUMBER | access | FUNC '(' expr ')' | FUNC2 '(' expr ',' expr ')'
+               | NAME | '(' expr ')'
+
+``FUNC`` is a unary function (``exp``, ``silu``, ...), ``FUNC2`` an element-wise function of
+two values (``max``, ``min``).
 
 Nothing is ever ``eval``-ed. Every error is a :class:`~mambalaya.errors.SpecError` that
 carries the source, line and column of the offending character.
@@ -24,6 +28,7 @@ from typing import Callable, Mapping
 from mambalaya.errors import SpecError
 from mambalaya.einsum.ir import (
     REDUCE_OPERATORS,
+    BINARY_FUNCTIONS,
     UNARY_FUNCTIONS,
     Access,
     AffineIndex,
@@ -308,10 +313,16 @@ class _Parser:
             if nxt.kind == "op" and nxt.text == "[":
                 return self.access()
             if nxt.kind == "op" and nxt.text == "(":
+                if tok.text in BINARY_FUNCTIONS:
+                    self.pos += 2
+                    lhs = self.expr()
+                    self.expect(",", f"between the two arguments of {tok.text}(")
+                    rhs = self.expr()
+                    self.expect(")", f"to close {tok.text}(")
+                    return self.node(Binary(tok.text, lhs, rhs), tok)
                 if tok.text not in UNARY_FUNCTIONS:
-                    raise self.error(
-                        f"unknown function {tok.text!r}; known: {', '.join(UNARY_FUNCTIONS)}", tok
-                    )
+                    known = ", ".join(UNARY_FUNCTIONS + BINARY_FUNCTIONS)
+                    raise self.error(f"unknown function {tok.text!r}; known: {known}", tok)
                 self.pos += 2
                 arg = self.expr()
                 self.expect(")", f"to close {tok.text}(")

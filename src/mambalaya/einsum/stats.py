@@ -40,7 +40,7 @@ def _count(cascade: Cascade, node: Expr, ops: Counter, top_is_mac: bool = False)
         ops[node.fn] += _points(cascade, expr_variables(node))
         _count(cascade, node.arg, ops)
     elif isinstance(node, Binary):
-        kind = {"+": "add", "-": "add", "*": "mul", "/": "div"}[node.op]
+        kind = {"+": "add", "-": "add", "*": "mul", "/": "div", "max": "max", "min": "max"}[node.op]
         if top_is_mac and node.op == "*":
             kind = "mac"
         ops[kind] += _points(cascade, expr_variables(node))

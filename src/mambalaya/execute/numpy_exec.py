@@ -56,6 +56,9 @@ UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "relu": lambda x: np.maximum(x, 0),
 }
 
+#: The element-wise functions of two values (:data:`~mambalaya.einsum.ir.BINARY_FUNCTIONS`).
+BINARY_NUMPY: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {"max": np.maximum, "min": np.minimum}
+
 
 #: Formats a 16-bit tensor can be stored in by :func:`execute` with ``storage=...``.
 STORAGE_FORMATS: tuple[str, ...] = ("bfloat16", "float16")
@@ -209,6 +212,8 @@ class _EinsumEvaluator:
             return lhs - rhs
         if expr.op == "*":
             return lhs * rhs
+        if expr.op in BINARY_NUMPY:
+            return BINARY_NUMPY[expr.op](lhs, rhs)
         return lhs / rhs
 
     # -- reductions ---------------------------------------------------------------------

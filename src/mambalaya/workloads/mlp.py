@@ -1,0 +1,113 @@
+"""A pre-norm gated MLP block (RMSNorm, SwiGLU feed-forward, residual) as a cascade of extended
+Einsums: transformers' ``LlamaMLP``-style ``down_proj(silu(gate_proj(x)) * up_proj(x))`` with
+no bias, as the hybrid models' feed-forward layers run it (``BambaMLP``, Nemotron-H's and
+Granite's dense MLPs), behind the ``pre_ff_layernorm`` and inside the residual.
+
+Ranks: ``B`` batch, ``I`` position, ``D`` hidden size, ``F`` intermediate size.
+
+* ``SS``, ``RS``, ``XN``: RMSNorm over ``D``
+* ``GT[b,i,f] = XN[b,i,d]*WG[d,f]`` and ``UP[b,i,f] = XN[b,i,d]*WU[d,f]``
+* ``HM[b,i,f] = silu(GT[b,i,f])*UP[b,i,f]``
+* ``O[b,i,d] = HM[b,i,f]*WDN[f,d]`` and ``XO[b,i,d] = X[b,i,d] + O[b,i,d]``
+
+Decode is the same cascade with ``I = 1``: an MLP keeps no state.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+
+from mambalaya.errors import SpecError
+from mambalaya.einsum.cascade import Cascade, build_cascade
+from mambalaya.einsum.ir import Rank, Role, TensorSpec
+from mambalaya.einsum.parse import parse_einsum
+
+Phase = Literal["prefill", "decode"]
+
+
+class MLPConfig(BaseModel):
+    """``d_model`` [hidden_size], ``d_ff`` [intermediate_size], ``norm_eps`` [rms_norm_eps]."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    d_model: PositiveInt
+    d_ff: PositiveInt
+    norm_eps: float = Field(1e-5, gt=0)
+
+    def layer_parameters(self) -> int:
+        """Weight elements: the pre-norm and the three projections (no bias)."""
+        return self.d_model + 3 * self.d_model * self.d_ff
+
+
+def parse_mlp_config(data: dict, *, source: str = "MLP config") -> MLPConfig:
+    try:
+        return MLPConfig.model_validate(data)
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
+        raise SpecError(f"invalid MLP config: {problems}", source=source) from None
+
+
+EINSUMS: tuple[str, ...] = (
+    "SS[b,i] = X[b,i,d]*X[b,i,d]",
+    "RS[b,i] = rsqrt(SS[b,i]/D + eps)",
+    "XN[b,i,d] = X[b,i,d]*RS[b,i]*WN[d]",
+    "GT[b,i,f] = XN[b,i,d]*WG[d,f]",
+    "UP[b,i,f] = XN[b,i,d]*WU[d,f]",
+    "HM[b,i,f] = silu(GT[b,i,f])*UP[b,i,f]",
+    "O[b,i,d] = HM[b,i,f]*WDN[f,d]",
+    "XO[b,i,d] = X[b,i,d] + O[b,i,d]",
+)
+
+_W, _X = Role.WEIGHT, Role.INTERMEDIATE
+_TENSORS: dict[str, tuple[tuple[str, ...], Role, str]] = {
+    "X": (("B", "I", "D"), Role.INPUT, "block input (residual stream)"),
+    "WN": (("D",), _W, "pre-feed-forward RMSNorm weight"),
+    "SS": (("B", "I"), _X, "sum of squares"),
+    "RS": (("B", "I"), _X, "reciprocal RMS"),
+    "XN": (("B", "I", "D"), _X, "normalised input"),
+    "WG": (("D", "F"), _W, "gate_proj"),
+    "WU": (("D", "F"), _W, "up_proj"),
+    "GT": (("B", "I", "F"), _X, "gate pre-activation"),
+    "UP": (("B", "I", "F"), _X, "up projection"),
+    "HM": (("B", "I", "F"), _X, "silu(gate) x up"),
+    "WDN": (("F", "D"), _W, "down_proj"),
+    "O": (("B", "I", "D"), _X, "feed-forward output"),
+    "XO": (("B", "I", "D"), Role.OUTPUT, "block output (residual stream)"),
+}
+
+#: The weight tensors of a block (what the loader returns).
+WEIGHTS: tuple[str, ...] = ("WN", "WG", "WU", "WDN")
+
+
+def mlp_layer(
+    config: MLPConfig, *, batch: int, seq_len: int, phase: Phase = "prefill", bits: int = 16, name: str | None = None
+) -> Cascade:
+    """One gated MLP block over ``seq_len`` positions (prefill) or one (decode)."""
+    if phase not in ("prefill", "decode"):
+        raise SpecError(f"phase must be 'prefill' or 'decode', not {phase!r}")
+    for label, value in (("batch", batch), ("seq_len", seq_len), ("bits", bits)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{label} must be a positive integer, not {value!r}")
+    positions = 1 if phase == "decode" else seq_len
+    ranks = [
+        Rank("B", batch, "batch"),
+        Rank("I", positions, "L" if phase == "prefill" else "1"),
+        Rank("D", config.d_model, "hidden_size"),
+        Rank("F", config.d_ff, "intermediate_size"),
+    ]
+    sizes = {r.name: r.size for r in ranks}
+    return build_cascade(
+        name=name or f"mlp-{phase}",
+        params={"batch": batch, "L": positions, "hidden_size": config.d_model, "intermediate_size": config.d_ff,
+                "eps": config.norm_eps},
+        ranks=ranks,
+        tensors=[TensorSpec(t, rk, role, bits, description=d) for t, (rk, role, d) in _TENSORS.items()],
+        einsums=[parse_einsum(line, sizes=sizes) for line in EINSUMS],
+        description=f"gated MLP block, {phase}, hidden {config.d_model}, intermediate {config.d_ff}, "
+        f"batch={batch}, I={positions}",
+    )
+
+
+__all__ = ["EINSUMS", "MLPConfig", "WEIGHTS", "mlp_layer", "parse_mlp_config"]

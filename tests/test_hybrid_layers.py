@@ -1,0 +1,311 @@
+"""Attention and MLP cascades, and the layer types of a hybrid model (Bamba): the executor
+against transformers' BambaModel (random weights, CPU), the two softmax forms against each
+other, and the cascades' statistics against hand formulas."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+from mambalaya.einsum import dump_cascade, loads_cascade
+from mambalaya.einsum.stats import cascade_stats
+from mambalaya.errors import SpecError
+from mambalaya.execute import carry_states, execute
+from mambalaya.model.search import named_mapping
+from mambalaya.model.traffic import mapping_traffic
+from mambalaya.workloads.attention import (
+    CACHE_IN,
+    CACHE_OUT,
+    AttentionConfig,
+    append_kv,
+    attention_constants,
+    attention_layer,
+    cache_from_hf,
+    parse_attention_config,
+    weights_from_projections,
+)
+from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_layer
+from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
+from mambalaya.workloads.mlp import MLPConfig, mlp_layer
+
+requires_hf = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
+    reason="needs torch and transformers",
+)
+
+
+def rel_err(ours: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.max(np.abs(ours - ref)) / np.max(np.abs(ref)))
+
+
+def _layer_weights(sd: dict, k: int, prefix: str) -> dict[str, np.ndarray]:
+    head = f"layers.{k}.{prefix}"
+    return {name[len(head):]: v for name, v in sd.items() if name.startswith(head)}
+
+
+def _mlp_block(config: dict, sd: dict, k: int, x: np.ndarray) -> np.ndarray:
+    mlp = MLPConfig(d_model=config["hidden_size"], d_ff=config["intermediate_size"], norm_eps=config["rms_norm_eps"])
+    c = mlp_layer(mlp, batch=x.shape[0], seq_len=x.shape[1])
+    ff = _layer_weights(sd, k, "feed_forward.")
+    weights = {"WN": sd[f"layers.{k}.pre_ff_layernorm.weight"], "WG": ff["gate_proj.weight"].T,
+               "WU": ff["up_proj.weight"].T, "WDN": ff["down_proj.weight"].T}
+    return execute(c, {"X": x, **weights}, dtype="float32")["XO"]
+
+
+def _attention_config(config: dict) -> AttentionConfig:
+    return AttentionConfig(
+        d_model=config["hidden_size"], n_heads=config["num_attention_heads"], n_kv_heads=config["num_key_value_heads"],
+        rope_theta=config["rope_parameters"]["rope_theta"], partial_rotary_factor=0.5, norm_eps=config["rms_norm_eps"],
+    )
+
+
+def _run_attention_layer(ref: dict, k: int, softmax: str) -> tuple[list[np.ndarray], list[dict]]:
+    cfg, sd, layer = ref["config"], ref["state_dict"], ref["layers"][k]
+    att = _attention_config(cfg)
+    proj = _layer_weights(sd, k, "self_attn.")
+    weights = weights_from_projections(
+        att, norm=sd[f"layers.{k}.input_layernorm.weight"], q_proj=proj["q_proj.weight"],
+        k_proj=proj["k_proj.weight"], v_proj=proj["v_proj.weight"], o_proj=proj["o_proj.weight"],
+    )
+    outputs, caches, cache = [], [], None
+    for n, x in enumerate(layer["inputs"]):
+        cached = 0 if cache is None else cache["VC0"].shape[1]
+        phase = "prefill" if n == 0 else "decode"
+        c = attention_layer(att, batch=x.shape[0], seq_len=x.shape[1] if n == 0 else cached, phase=phase, softmax=softmax)
+        arrays = {"X": x, **weights, **attention_constants(c, att, start=cached), **(cache or {})}
+        result = execute(c, arrays, dtype="float32")
+        outputs.append(_mlp_block(cfg, sd, k, result["XO"]))
+        cache = append_kv(c, cache, result)
+        caches.append(cache)
+    return outputs, caches
+
+
+def _run_mamba_layer(ref: dict, k: int) -> list[np.ndarray]:
+    cfg, sd, layer = ref["config"], ref["state_dict"], ref["layers"][k]
+    m2 = Mamba2Config(
+        d_model=cfg["hidden_size"], d_state=cfg["mamba_d_state"], headdim=cfg["mamba_d_head"],
+        ngroups=cfg["mamba_n_groups"], expand=cfg["mamba_expand"], d_conv=cfg["mamba_d_conv"],
+        chunk_size=cfg["mamba_chunk_size"], norm_eps=cfg["rms_norm_eps"],
+    )
+    block = {"norm.weight": sd[f"layers.{k}.input_layernorm.weight"]}
+    block.update({f"mixer.{name}": v for name, v in _layer_weights(sd, k, "mamba.").items()})
+    weights = load_mamba2_layer(block, dtype="float32", ngroups=m2.ngroups)
+    outputs, states = [], None
+    for n, x in enumerate(layer["inputs"]):
+        c = mamba2_layer(m2, batch=x.shape[0], seq_len=x.shape[1], phase="prefill" if n == 0 else "decode", state_io=True)
+        if states is None:
+            states = {t: np.zeros(c.shape(t), dtype=np.float32) for t in ("CSX0", "CSB0", "CSC0", "H0")}
+        result = execute(c, {"X": x, **weights, **states}, dtype="float32")
+        states = carry_states(c, result)
+        outputs.append(_mlp_block(cfg, sd, k, result["XO"]))
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def bamba_reference() -> dict:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import hf_reference_bamba as hf
+
+    return hf.run_hf_bamba(layer_types=["mamba", "attention", "attention"], n_kv_heads=2, seq_len=6, n_decode=3, seed=3)
+
+
+@requires_hf
+@pytest.mark.parametrize("softmax", ["three-pass", "online"])
+def test_attention_layer_prefill_and_decode_match_transformers(bamba_reference: dict, softmax: str) -> None:
+    """Both attention layers of a Bamba model (attention + its gated MLP), prefill of 6 tokens
+    then 3 decode steps through the KV cache, equal transformers within 1e-5 (float32); the
+    cache we append equals transformers' after every step."""
+    for k in (1, 2):
+        layer = bamba_reference["layers"][k]
+        outputs, caches = _run_attention_layer(bamba_reference, k, softmax)
+        errors = [rel_err(a, b) for a, b in zip(outputs, layer["outputs"])]
+        assert len(errors) == 4 and max(errors) <= 1e-5, errors
+        att = _attention_config(bamba_reference["config"])
+        for ours, theirs in zip(caches, layer["caches"]):
+            expected = cache_from_hf(att, theirs["key"], theirs["value"])
+            assert set(ours) == set(expected)
+            assert all(rel_err(ours[t], expected[t]) <= 1e-5 for t in expected)
+
+
+@requires_hf
+def test_mamba_layer_of_the_hybrid_matches_transformers(bamba_reference: dict) -> None:
+    """Bamba's Mamba layer is our Mamba-2 cascade (chunked prefill state carried into decode)
+    followed by the gated MLP."""
+    layer = bamba_reference["layers"][0]
+    outputs = _run_mamba_layer(bamba_reference, 0)
+    errors = [rel_err(a, b) for a, b in zip(outputs, layer["outputs"])]
+    assert len(errors) == 4 and max(errors) <= 1e-5, errors
+
+
+# --------------------------------------------------------------------------------------------
+# the two softmax forms; statistics; text round trip; bad input
+# --------------------------------------------------------------------------------------------
+
+def _random_attention_weights(att: AttentionConfig, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    d, e = att.d_model, att.head_channels
+    return weights_from_projections(
+        att, norm=rng.uniform(0.5, 1.5, d), q_proj=rng.normal(0, d ** -0.5, (att.n_heads * e, d)),
+        k_proj=rng.normal(0, d ** -0.5, (att.n_kv_heads * e, d)), v_proj=rng.normal(0, d ** -0.5, (att.n_kv_heads * e, d)),
+        o_proj=rng.normal(0, (att.n_heads * e) ** -0.5, (d, att.n_heads * e)),
+    )
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("rotary", [0.0, 0.5, 1.0])
+def test_online_softmax_equals_three_pass(phase: str, rotary: float) -> None:
+    """The one-pass online-softmax cascade computes the three-pass one's values (float64)."""
+    rng = np.random.default_rng(17)
+    att = AttentionConfig(d_model=24, n_heads=6, n_kv_heads=3, partial_rotary_factor=rotary)
+    weights = _random_attention_weights(att, rng)
+    seq_len = 11
+    results = []
+    for softmax in ("three-pass", "online"):
+        c = attention_layer(att, batch=2, seq_len=seq_len, phase=phase, softmax=softmax)
+        x = np.random.default_rng(5).standard_normal(c.shape("X")) * 3.0
+        cache = {t: np.random.default_rng(6).standard_normal(c.shape(t)) for t in ("KC0A", "KC0B", "VC0") if t in c.tensors}
+        r = execute(c, {"X": x, **weights, **attention_constants(c, att, start=seq_len if phase == "decode" else 0), **cache},
+                    dtype="float64")
+        results.append(r)
+    assert np.max(np.abs(results[0]["XO"] - results[1]["XO"])) <= 1e-12 * np.max(np.abs(results[0]["XO"]))
+    assert np.array_equal(results[0]["VN"], results[1]["VN"])
+
+
+@pytest.mark.parametrize("softmax", ["three-pass", "online"])
+def test_attention_statistics_equal_hand_formulas(softmax: str) -> None:
+    """MACs of QK^T and AV, the projections' MACs, and the KV-cache bytes a decode step reads."""
+    att = AttentionConfig(d_model=64, n_heads=8, n_kv_heads=2, partial_rotary_factor=0.5)
+    b, L, hd, h, g = 3, 20, 8, 8, 2
+    pre = cascade_stats(attention_layer(att, batch=b, seq_len=L, softmax=softmax))
+    per = {row.name: row for row in pre.einsums}
+    # scores: the rotated and the pass-through halves of every head, every (i, t) pair
+    assert per["SC"].ops["mac"] == b * L * L * h * hd
+    av = "AO" if softmax == "three-pass" else "OR"
+    assert per[av].ops["mac" if softmax == "three-pass" else "mul"] >= b * L * L * h * hd
+    if softmax == "three-pass":
+        assert per["AO"].ops["mac"] == b * L * L * h * hd
+    projections = sum(per[n].ops["mac"] for n in ("QA", "QB", "KA", "KB", "V", "O"))
+    assert projections == b * L * 64 * (h * hd + 2 * g * hd) + b * L * h * hd * 64
+    dec = attention_layer(att, batch=b, seq_len=L, phase="decode", softmax=softmax)
+    assert dec.size("T") == L + 1 and dec.size("M") == L
+    per_dec = {row.name: row for row in cascade_stats(dec).einsums}
+    assert per_dec["SC"].ops["mac"] == b * 1 * (L + 1) * h * hd
+    # a decode step reads the L cached keys and values once and appends one position (16-bit)
+    unfused = mapping_traffic(dec, named_mapping("unfused", dec, None))
+    cache_reads = sum(v for grp in unfused.groups for t, v in grp.read_bytes.items() if t in CACHE_IN)
+    assert cache_reads == 2 * b * L * g * hd * 2
+    appended = sum(v for grp in unfused.groups for t, v in grp.write_bytes.items() if t in CACHE_OUT)
+    assert appended == 2 * b * g * hd * 2
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+@pytest.mark.parametrize("softmax", ["three-pass", "online"])
+def test_attention_and_mlp_text_round_trip(phase: str, softmax: str) -> None:
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, partial_rotary_factor=0.5)
+    c = attention_layer(att, batch=2, seq_len=5, phase=phase, softmax=softmax)
+    assert loads_cascade(dump_cascade(c)).einsums == c.einsums
+    m = mlp_layer(MLPConfig(d_model=32, d_ff=48), batch=2, seq_len=5, phase=phase)
+    assert loads_cascade(dump_cascade(m)).einsums == m.einsums
+
+
+def test_bad_attention_configs_name_the_field() -> None:
+    with pytest.raises(SpecError, match="n_heads = 5 does not divide d_model = 32"):
+        parse_attention_config({"d_model": 32, "n_heads": 5, "n_kv_heads": 5})
+    with pytest.raises(SpecError, match="n_kv_heads = 3 does not divide n_heads = 4"):
+        parse_attention_config({"d_model": 32, "n_heads": 4, "n_kv_heads": 3})
+    with pytest.raises(SpecError, match="rotary_dim"):
+        parse_attention_config({"d_model": 24, "n_heads": 4, "n_kv_heads": 2, "partial_rotary_factor": 0.5})
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2)
+    with pytest.raises(SpecError, match="q_proj has shape"):
+        weights_from_projections(att, norm=np.ones(32), q_proj=np.ones((16, 32)), k_proj=np.ones((16, 32)),
+                                 v_proj=np.ones((16, 32)), o_proj=np.ones((32, 32)))
+
+
+# --------------------------------------------------------------------------------------------
+# the tiled executor proves the traffic model on attention and MLP cascades
+# --------------------------------------------------------------------------------------------
+
+_ATT = AttentionConfig(d_model=16, n_heads=4, n_kv_heads=2, partial_rotary_factor=0.5)
+_TILED_CASES = {
+    "attention-prefill": (attention_layer(_ATT, batch=2, seq_len=6), 0),
+    "attention-prefill-online": (attention_layer(_ATT, batch=2, seq_len=6, softmax="online"), 0),
+    "attention-decode": (attention_layer(_ATT, batch=2, seq_len=5, phase="decode"), 5),
+    "attention-decode-online": (attention_layer(_ATT, batch=1, seq_len=5, phase="decode", softmax="online"), 5),
+    "mlp-prefill": (mlp_layer(MLPConfig(d_model=8, d_ff=12), batch=2, seq_len=5), None),
+}
+
+
+def _tiled_arrays(key: str) -> dict[str, np.ndarray]:
+    c, start = _TILED_CASES[key]
+    rng = np.random.default_rng(1)
+    arrays = {t: rng.standard_normal(c.shape(t)) * 0.5 for t in c.external_tensors()}
+    if start is not None:
+        arrays.update(attention_constants(c, _ATT, start=start))
+    return arrays
+
+
+def _check_tiled(key: str, mapping) -> None:
+    from mambalaya.execute.tiled import run_tiled
+
+    c, _ = _TILED_CASES[key]
+    arrays = _tiled_arrays(key)
+    ref = execute(c, arrays)
+    run = run_tiled(c, mapping, arrays)
+    for t, value in ref.items():
+        assert np.max(np.abs(run.outputs[t] - value)) <= 1e-12 * (np.max(np.abs(value)) or 1.0), t
+    model = mapping_traffic(c, mapping)
+    for g in model.groups:
+        assert run.group_read_bytes(g.group) == g.read_bytes, g.group
+        assert run.group_write_bytes(g.group) == g.write_bytes, g.group
+        assert run.onchip_peak_bytes[g.group] <= g.footprint_bytes
+    assert run.offchip_bytes == model.offchip_bytes
+
+
+@pytest.mark.parametrize("key", list(_TILED_CASES))
+@pytest.mark.parametrize("name", ["unfused", "stitched", "optimal"])
+@pytest.mark.parametrize("buffer", [1024, 1 << 20])
+def test_tiled_executor_equals_the_model_on_named_mappings(key: str, name: str, buffer: int) -> None:
+    c, _ = _TILED_CASES[key]
+    _check_tiled(key, named_mapping(name, c, buffer))
+
+
+def test_tiled_executor_equals_the_model_on_random_legal_mappings() -> None:
+    """Hypothesis draws groupings and fused loops (any rank, any tile, both halo policies) of
+    the attention and MLP cascades; every legal one moves the bytes the model predicts."""
+    from hypothesis import HealthCheck, assume, given, settings
+    from hypothesis import strategies as st
+
+    from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping
+
+    @st.composite
+    def cases(draw):
+        key = draw(st.sampled_from(list(_TILED_CASES)))
+        c, _ = _TILED_CASES[key]
+        names = [e.name for e in c.einsums]
+        cuts = draw(st.lists(st.booleans(), min_size=len(names) - 1, max_size=len(names) - 1))
+        bounds = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] + [len(names)]
+        groups = []
+        for n, (a, b) in enumerate(zip(bounds, bounds[1:])):
+            pool = [r for r in c.ranks if c.size(r) > 1]
+            ranks = draw(st.lists(st.sampled_from(pool), unique=True, max_size=3))
+            loops = tuple(Loop(r, draw(st.integers(1, c.size(r)))) for r in ranks)
+            groups.append(FusionGroup(f"F{n}", tuple(names[a:b]), loops, draw(st.sampled_from(["retain", "recompute"]))))
+        return key, Mapping("random", tuple(groups))
+
+    @settings(max_examples=60, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+    @given(cases())
+    def run(case) -> None:
+        key, mapping = case
+        try:
+            mapping = check_mapping(_TILED_CASES[key][0], mapping)
+        except MappingError:
+            assume(False)
+        _check_tiled(key, mapping)
+        checked.append(key)
+
+    checked: list[str] = []
+    run()
+    assert len(checked) >= 30 and len(set(checked)) == len(_TILED_CASES), checked

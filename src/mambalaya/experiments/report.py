@@ -1,4 +1,10 @@
-"""Figures and ``report.md`` of `mambalaya reproduce` (tables come from reproduce.py)."""
+"""Figures and ``report.md`` of `mambalaya reproduce`.
+
+Data flows one way: :mod:`mambalaya.experiments.reproduce` computes the tables and calls the
+writers here with its result; this module reads that result and the published values of
+:mod:`mambalaya.experiments.claims`, and imports nothing from ``reproduce``. The figure modules
+are imported inside the writers so that a run without figures does not load matplotlib.
+"""
 
 from __future__ import annotations
 

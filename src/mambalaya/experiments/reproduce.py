@@ -30,6 +30,7 @@ from mambalaya.einsum.stats import cascade_stats
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.claims import FAR_GAP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
+from mambalaya.experiments.report import tornado_figures, write_figures, write_report
 from mambalaya.fusion.edges import classify_edges, edge_rows
 from mambalaya.fusion.mapping import mapping_to_dict
 from mambalaya.model.latency import latency_rows
@@ -183,8 +184,6 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
             pool.shutdown(cancel_futures=True)
     result.seconds = time.perf_counter() - t0
     tick("report")
-    from mambalaya.experiments.report import write_report
-
     result.report = write_report(result, result.details, specs)
     return result
 
@@ -284,16 +283,12 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
     result.details = details
     if config.figures:
         tick("figures")
-        from mambalaya.experiments.report import write_figures
-
         result.figures = write_figures(result, details, specs)
     if config.sensitivity:  # its settings ran in the background meanwhile (config.workers)
         sens = _sensitivity(config, result.tables["latency"], tick, prefetched)
         result.tables["sensitivity"] = pd.DataFrame(sens.rows)
         result.tables["what_would_it_take"] = pd.DataFrame(sens.take, columns=TAKE_COLUMNS)
         if config.figures:
-            from mambalaya.experiments.report import tornado_figures
-
             result.figures += tornado_figures(result, config.out / "figures")
 
     for name, df in result.tables.items():
@@ -523,4 +518,4 @@ def _sensitivity(config: ReproduceConfig, latency: pd.DataFrame, tick: Callable[
                            models_of=lambda ratio: (ratio.split(": ", 1)[0],))
 
 
-__all__ = ["PUBLISHED", "ReproduceConfig", "ReproduceResult", "run_reproduce"]
+__all__ = ["ReproduceConfig", "ReproduceResult", "run_reproduce"]

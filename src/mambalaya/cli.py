@@ -846,7 +846,6 @@ def _sweep_plot(store_path: Path, output: Path | None, x: str, y: str, baseline:
     err_console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-
 export_app = typer.Typer(help="Export cascades to other tools.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 crosscheck_app = typer.Typer(help="Cross-check our numbers against other tools.", no_args_is_help=True)

@@ -59,7 +59,6 @@ class WeightLoadError(MambalayaError):
     """Real weights, a config or states could not be read into mambalaya's layouts."""
 
 
-
 _LAYER_KEY = re.compile(r"^(?P<prefix>(?:.*\.)?layers\.)(?P<index>\d+)\.(?P<rest>.+)$")
 
 _SAFETENSORS_SUFFIXES = (".safetensors",)
@@ -388,6 +387,10 @@ def layer_prefix(src: TensorSource, layer: int) -> str:
         )
     return f"{prefix}{layer}."
 
+
+# --------------------------------------------------------------------------------------------
+# Configs
+# --------------------------------------------------------------------------------------------
 
 
 def read_config_json(path_or_dict: Any, label: str) -> tuple[dict[str, Any], str]:

@@ -22,6 +22,51 @@ from rich.table import Table
 from rich.text import Text
 
 from mambalaya import __version__
+from mambalaya.cli_options import (
+    DEFAULT_BASELINE,
+    DEFAULT_BITS,
+    DEFAULT_CASCADE_BATCH,
+    DEFAULT_CASCADE_MODEL,
+    DEFAULT_DESIGN,
+    DEFAULT_DESIGN_BATCH,
+    DEFAULT_DESIGN_MODEL,
+    DEFAULT_SEQ_LEN,
+    AccelForgeMappingOpt,
+    AccelForgeOutOpt,
+    ArchOpt,
+    ArchPrecisionOpt,
+    BatchOpt,
+    BitsOpt,
+    BufferOpt,
+    CompareBaselineOpt,
+    CompareSeqLensOpt,
+    DesignMappingOpt,
+    ExportFormatOpt,
+    Format,
+    FormatOpt,
+    ImageOutOpt,
+    MappingOpt,
+    ModelOpt,
+    OutlineMappingOpt,
+    OutOpt,
+    PhaseOpt,
+    PhaseOption,
+    PlotBaselineOpt,
+    PlotDesignOpt,
+    PrecisionOpt,
+    ReproduceOutDirOpt,
+    ReproducePrecisionOpt,
+    ReproduceSeqLensOpt,
+    ScanOpt,
+    SensitivityBaselineOpt,
+    SensitivityDesignOpt,
+    SensitivityOutDirOpt,
+    SensitivitySeqLensOpt,
+    SeqLenOpt,
+    StateIoOpt,
+    UnrollFlag,
+    UnrollScanOpt,
+)
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
@@ -49,37 +94,10 @@ out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240
 err_console = Console(stderr=True, soft_wrap=True)
 
 
-class Format(str, Enum):
-    table = "table"
-    csv = "csv"
-    json = "json"
-
-
 class Objective(str, Enum):
     latency = "latency"
     energy = "energy"
     edp = "edp"
-
-
-class PhaseOption(str, Enum):
-    prefill = "prefill"
-    decode = "decode"
-
-
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"Preset ({', '.join(PRESETS)}) or a YAML/JSON model config file.")]
-PhaseOpt = Annotated[PhaseOption, typer.Option(help="prefill: I = seq-len from a zero state; decode: one step, I = 1, state in and out.")]
-SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", min=1, help="Sequence length L (prefill).")]
-BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.")]
-BitsOpt = Annotated[int, typer.Option(min=1, help="The design's bits per element (every tensor's width under the uniform precision policy).")]
-ArchPrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="Precision policy: uniform, reference-kernels or a policy YAML file (default: each design's own, its spec's precision field).")]
-PrecisionOpt = Annotated[Optional[str], typer.Option("--precision", help="Precision policy: uniform (default; every tensor at --bits), reference-kernels (what the reference Mamba code computes in), or a policy YAML file.")]
-StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
-ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm; default in prefill) or recurrent (the only decode form).")]
-UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Output format.")]
-BufferOpt = Annotated[Optional[str], typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576 (default: 32MiB, or a mapping file's own).")]
-MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, stitched, optimal, ideal, or a mapping YAML file.")]
-OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -242,11 +260,11 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
 @cascade_app.command("show")
 @user_errors
 def show_cmd(
-    model: ModelOpt = "mamba-130m",
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = 2048,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
@@ -269,11 +287,11 @@ def show_cmd(
 @cascade_app.command("dump")
 @user_errors
 def dump_cmd(
-    model: ModelOpt = "mamba-130m",
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = 2048,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
@@ -302,12 +320,12 @@ def check_cmd(
 @cascade_app.command("diagram")
 @user_errors
 def diagram_cmd(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Image file: .svg, .png or .pdf.")] = Path("cascade.svg"),
-    model: ModelOpt = "mamba-130m",
+    output: ImageOutOpt = Path("cascade.svg"),
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = 2048,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
@@ -315,7 +333,7 @@ def diagram_cmd(
     cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
     weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
     classes: Annotated[bool, typer.Option("--classes/--no-classes", help="Label edges with their fusion class.")] = False,
-    mapping: Annotated[Optional[str], typer.Option("--mapping", help="Outline the fusion groups of this mapping (name or file).")] = None,
+    mapping: OutlineMappingOpt = None,
     buffer: BufferOpt = None,
 ) -> None:
     """Draw the cascade as a dataflow graph (tensors as boxes, Einsums numbered by kind)."""
@@ -364,11 +382,11 @@ def _resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None
 @fusion_app.command("classes")
 @user_errors
 def classes_cmd(
-    model: ModelOpt = "mamba-130m",
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = 2048,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
@@ -394,11 +412,11 @@ def classes_cmd(
 @fusion_app.command("map")
 @user_errors
 def map_cmd(
-    model: ModelOpt = "mamba-130m",
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = 2048,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
@@ -443,11 +461,11 @@ def map_cmd(
 @fusion_app.command("pareto")
 @user_errors
 def pareto_cmd(
-    model: ModelOpt = "mamba-130m",
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = 2048,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     scan: ScanOpt = None,
     fmt: FormatOpt = Format.table,
@@ -469,9 +487,6 @@ def pareto_cmd(
         _emit(_rows_csv(rows), output)
     else:
         _print_table(_rows_table(rows, f"{model} {phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)
-
-
-ArchOpt = Annotated[str, typer.Option("--arch", "-a", help="Shipped design (mambalaya, marca-ideal, geens-ideal, marca-original, gpu-h100) or an arch YAML file.")]
 
 
 @arch_app.command("show")
@@ -506,12 +521,12 @@ def arch_list_cmd() -> None:
 @app.command("evaluate")
 @user_errors
 def evaluate_cmd(
-    arch: ArchOpt = "mambalaya",
-    model: ModelOpt = "mamba-1.4b",
+    arch: ArchOpt = DEFAULT_DESIGN,
+    model: ModelOpt = DEFAULT_DESIGN_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = 2048,
-    batch: BatchOpt = 64,
-    mapping: Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, ideal, or a mapping file.")] = None,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_DESIGN_BATCH,
+    mapping: DesignMappingOpt = None,
     scan: ScanOpt = None,
     precision: ArchPrecisionOpt = None,
     objective: Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")] = Objective.latency,
@@ -595,11 +610,11 @@ def _int_list(text: str, what: str) -> list[int]:
 @user_errors
 def compare_cmd(
     archs: Annotated[str, typer.Option("--archs", help="Comma-separated designs.")] = "mambalaya,marca-ideal,geens-ideal",
-    model: ModelOpt = "mamba-1.4b",
+    model: ModelOpt = DEFAULT_DESIGN_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_lens: Annotated[str, typer.Option("--seq-lens", help="Comma-separated sequence lengths.")] = "2048,16384,131072,1048576",
-    batch: BatchOpt = 64,
-    baseline: Annotated[str, typer.Option("--baseline", help="Design the speedups are relative to.")] = "marca-ideal",
+    seq_lens: CompareSeqLensOpt = "2048,16384,131072,1048576",
+    batch: BatchOpt = DEFAULT_DESIGN_BATCH,
+    baseline: CompareBaselineOpt = DEFAULT_BASELINE,
     scan: ScanOpt = None,
     precision: ArchPrecisionOpt = None,
     fmt: FormatOpt = Format.table,
@@ -625,13 +640,13 @@ def compare_cmd(
 @app.command("reproduce")
 @user_errors
 def reproduce_cmd(
-    out: Annotated[Path, typer.Option("--out", help="Output folder for tables, figures and report.md.")] = Path("results"),
+    out: ReproduceOutDirOpt = Path("results"),
     models: Annotated[str, typer.Option("--models", help="Comma-separated model presets.")] = "mamba-1.4b,mamba2-2.7b",
-    seq_lens: Annotated[Optional[str], typer.Option("--seq-lens", help="Comma-separated prefill lengths (default 2^11..2^20).")] = None,
-    batch: BatchOpt = 64,
+    seq_lens: ReproduceSeqLensOpt = None,
+    batch: BatchOpt = DEFAULT_DESIGN_BATCH,
     generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
     figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the figures.")] = True,
-    precision: Annotated[Optional[str], typer.Option("--precision", help="Precision policy of the main result (default: each design's own, reference-kernels for the shipped designs).")] = None,
+    precision: ReproducePrecisionOpt = None,
     compare_precision: Annotated[str, typer.Option("--compare-precision", help="Also compute the headline ratios under this precision policy ('none' to skip); the main result uses each design's own.")] = "uniform",
     sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
     sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
@@ -680,16 +695,16 @@ def reproduce_cmd(
 @app.command("sensitivity")
 @user_errors
 def sensitivity_cmd(
-    design: Annotated[str, typer.Option("--design", help="The design whose speedup is studied.")] = "mambalaya",
-    baseline: Annotated[str, typer.Option("--baseline", help="The design it is compared with.")] = "marca-ideal",
-    model: ModelOpt = "mamba-1.4b",
+    design: SensitivityDesignOpt = DEFAULT_DESIGN,
+    baseline: SensitivityBaselineOpt = DEFAULT_BASELINE,
+    model: ModelOpt = DEFAULT_DESIGN_MODEL,
     phase: PhaseOpt = PhaseOption.prefill,
-    seq_lens: Annotated[str, typer.Option("--seq-lens", help="Comma-separated prefill lengths (the ratio is their mean).")] = "2048,32768",
-    batch: BatchOpt = 64,
+    seq_lens: SensitivitySeqLensOpt = "2048,32768",
+    batch: BatchOpt = DEFAULT_DESIGN_BATCH,
     precision: ArchPrecisionOpt = None,
     spec: Annotated[str, typer.Option("--spec", help="Sensitivity spec: the assumptions and their ranges (shipped: h100-like) or a YAML file.")] = "h100-like",
     published: Annotated[Optional[float], typer.Option("--published", help="A published value of the ratio: also say what single assumption in range would reach it.")] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", help="Folder for sensitivity.csv and the tornado chart (PNG and SVG).")] = None,
+    out: SensitivityOutDirOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:
     """How far each documented assumption moves one design's speedup over another (a tornado)."""
@@ -744,12 +759,12 @@ def sweep_cmd(
     scheduler: Annotated[Optional[str], typer.Option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT.")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Local worker processes (default: one per core).")] = None,
     store: Annotated[Optional[Path], typer.Option("--store", help="Result store (default: the spec's 'store').")] = None,
-    fmt: Annotated[str, typer.Option("--format", "-f", help="export: csv or parquet.")] = "csv",
+    fmt: ExportFormatOpt = "csv",
     output: OutOpt = None,
     x: Annotated[str, typer.Option("--x", help="plot: heat-map x axis (an input field).")] = "memory.offchip_bandwidth_bytes_per_s",
     y: Annotated[str, typer.Option("--y", help="plot: heat-map y axis (an input field).")] = "memory.onchip_buffer_bytes",
-    baseline: Annotated[str, typer.Option("--baseline", help="plot: design the speedups are relative to.")] = "marca-ideal",
-    design: Annotated[str, typer.Option("--design", help="plot: design whose speedup is mapped.")] = "mambalaya",
+    baseline: PlotBaselineOpt = DEFAULT_BASELINE,
+    design: PlotDesignOpt = DEFAULT_DESIGN,
 ) -> None:
     """Run a design-space sweep (resumable), or plot / export its store.
 
@@ -831,12 +846,10 @@ def _sweep_plot(store_path: Path, output: Path | None, x: str, y: str, baseline:
     err_console.print(f"wrote {', '.join(str(p) for p in paths)}")
 
 
-
 export_app = typer.Typer(help="Export cascades to other tools.", no_args_is_help=True)
 app.add_typer(export_app, name="export")
 crosscheck_app = typer.Typer(help="Cross-check our numbers against other tools.", no_args_is_help=True)
 app.add_typer(crosscheck_app, name="crosscheck")
-UnrollOpt = Annotated[Optional[int], typer.Option("--unroll-scan", min=1, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]
 
 
 def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batch: int, bits: int,
@@ -852,14 +865,14 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
 @export_app.command("accelforge")
 @user_errors
 def export_accelforge_cmd(
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder for workload.yaml, arch.yaml, mapping_unfused.yaml.")],
-    model: ModelOpt = "mamba-130m",
+    output: AccelForgeOutOpt,
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.decode,
-    unroll_scan: UnrollOpt = None,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    unroll_scan: UnrollScanOpt = None,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
-    arch: ArchOpt = "mambalaya",
+    arch: ArchOpt = DEFAULT_DESIGN,
 ) -> None:
     """Write an AccelForge workload (decode step, or prefill with the scan unrolled) and architecture."""
     from mambalaya.arch import load_arch
@@ -873,13 +886,13 @@ def export_accelforge_cmd(
 @crosscheck_app.command("accelforge")
 @user_errors
 def crosscheck_accelforge_cmd(
-    model: ModelOpt = "mamba-130m",
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.decode,
-    unroll_scan: UnrollOpt = None,
-    batch: BatchOpt = 1,
-    bits: BitsOpt = 16,
+    unroll_scan: UnrollScanOpt = None,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
-    mapping: Annotated[str, typer.Option("--mapping", help="unfused, or mapper (AccelForge's mapper picks a fused mapping).")] = "unfused",
+    mapping: AccelForgeMappingOpt = "unfused",
     python: Annotated[Optional[str], typer.Option("--python", help="A Python >= 3.12 with accelforge and mambalaya (default: found automatically).")] = None,
     fmt: FormatOpt = Format.table,
 ) -> None:

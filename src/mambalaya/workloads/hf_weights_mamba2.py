@@ -35,27 +35,32 @@ an SSM state ``[B, H, P, N]``. mambalaya's are ``CSX0 [B,J,G,R,P]``, ``CSB0``/``
 [B,J,G,N]`` (J = K-1, the last J conv inputs, oldest first) and ``H0 [B,G,R,P,N]``.
 
 Only the block without in_proj/out_proj biases, with a conv bias, a per-head D and the
-gated RMSNorm is modelled; anything else raises :class:`WeightLoadError`.
+gated RMSNorm is modelled; anything else raises :class:`WeightLoadError`. The reading itself
+is the shared core in :mod:`mambalaya.workloads.hf_loader`.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from mambalaya.workloads.hf_weights import (
+from mambalaya.workloads.hf_loader import (
+    LayerKeys,
     WeightLoadError,
-    _fmt_shape,
-    _layer_prefix,
-    _open_source,
-    _to_numpy,
+    a_from_log,
+    as_layout,
+    config_beside,
+    fmt_shape,
+    pick_config,
+    positive_int,
     read_config_json,
+    read_layer,
+    resolve_dtype,
+    to_numpy,
 )
 
 __all__ = [
@@ -73,54 +78,34 @@ WEIGHT_NAMES: tuple[str, ...] = (
     "A", "DS", "WGN", "WO",
 )
 
-_REQUIRED_KEYS: tuple[str, ...] = (
-    "norm.weight",
-    "mixer.in_proj.weight",
-    "mixer.conv1d.weight",
-    "mixer.conv1d.bias",
-    "mixer.dt_bias",
-    "mixer.A_log",
-    "mixer.D",
-    "mixer.norm.weight",
-    "mixer.out_proj.weight",
+#: The keys of one Mamba2Block, relative to the layer prefix, and what is not modelled.
+MAMBA2_KEYS = LayerKeys(
+    family="Mamba-2",
+    required=(
+        "norm.weight",
+        "mixer.in_proj.weight",
+        "mixer.conv1d.weight",
+        "mixer.conv1d.bias",
+        "mixer.dt_bias",
+        "mixer.A_log",
+        "mixer.D",
+        "mixer.norm.weight",
+        "mixer.out_proj.weight",
+    ),
+    block="the Mamba-2 block (RMSNorm -> Mamba2Mixer)",
+    scope="mambalaya models a Mamba-2 layer with use_bias=False, use_conv_bias=True and the gated RMSNorm.",
+    unsupported={
+        "mixer.in_proj.bias": "in_proj has a bias (use_bias=True), which the mambalaya Mamba-2 cascade does not model",
+        "mixer.out_proj.bias": "out_proj has a bias (use_bias=True), which the mambalaya Mamba-2 cascade does not model",
+        "norm.bias": "the block norm has a bias (LayerNorm instead of RMSNorm), which is not modelled",
+        "mixer.x_proj.weight": "the mixer has x_proj, which means a Mamba-1 layer, not Mamba-2",
+        "mixer.dt_proj.weight": "the mixer has dt_proj, which means a Mamba-1 layer, not Mamba-2",
+    },
+    missing_hints={
+        "mixer.conv1d.bias": " (use_conv_bias=False, which mambalaya does not model)",
+        "mixer.norm.weight": " (no gated RMSNorm: rmsnorm=False, which mambalaya does not model)",
+    },
 )
-
-_UNSUPPORTED_HINTS: dict[str, str] = {
-    "mixer.in_proj.bias": "in_proj has a bias (use_bias=True), which the mambalaya Mamba-2 cascade does not model",
-    "mixer.out_proj.bias": "out_proj has a bias (use_bias=True), which the mambalaya Mamba-2 cascade does not model",
-    "norm.bias": "the block norm has a bias (LayerNorm instead of RMSNorm), which is not modelled",
-    "mixer.x_proj.weight": "the mixer has x_proj, which means a Mamba-1 layer, not Mamba-2",
-    "mixer.dt_proj.weight": "the mixer has dt_proj, which means a Mamba-1 layer, not Mamba-2",
-}
-
-
-def _resolve_dtype(dtype: Any) -> np.dtype:
-    try:
-        resolved = np.dtype(dtype)
-    except TypeError:
-        resolved = None
-    if resolved is None or resolved not in (np.dtype(np.float32), np.dtype(np.float64)):
-        raise WeightLoadError(
-            f"Unsupported dtype {dtype!r}: mambalaya loads Mamba-2 weights and states as 'float32' or 'float64' only."
-        )
-    return resolved
-
-
-def _positive_int(value: Any, name: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or int(value) != value or value <= 0:
-        raise WeightLoadError(f"In {where}, {name} must be a positive integer, got {value!r}.")
-    return int(value)
-
-
-def _config_beside(source: Any) -> dict[str, Any] | None:
-    """The Mamba-2 config.json next to a weight file or in a model directory, if any."""
-    if isinstance(source, Mapping) or not isinstance(source, (str, os.PathLike)):
-        return None
-    path = Path(source).expanduser()
-    cfg = (path if path.is_dir() else path.parent) / "config.json"
-    if not cfg.is_file():
-        return None
-    return load_mamba2_config(cfg)
 
 
 def load_mamba2_layer(
@@ -141,62 +126,22 @@ def load_mamba2_layer(
 
     Returns ``{name: array}`` for :data:`WEIGHT_NAMES`, each C-contiguous of ``dtype``.
     """
-    out_dtype = _resolve_dtype(dtype)
-    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or layer < 0:
-        raise WeightLoadError(f"The layer index must be a non-negative integer, got {layer!r}.")
-    layer = int(layer)
-    src = _open_source(source)
-    prefix = _layer_prefix(src, layer)
-    where = f"layer {layer} of {src.description}" + (f" (key prefix '{prefix}')" if prefix else "")
-
-    keyset = set(src.keys)
-    present = sorted(k[len(prefix):] for k in src.keys if k.startswith(prefix)) if prefix else sorted(src.keys)
-    unexpected = [k for k in present if k not in _REQUIRED_KEYS]
-    if unexpected:
-        key = unexpected[0]
-        why = _UNSUPPORTED_HINTS.get(key, "it is not a parameter of the Mamba-2 block (RMSNorm -> Mamba2Mixer)")
-        more = f" (also unexpected: {', '.join(repr(prefix + k) for k in unexpected[1:])})" if len(unexpected) > 1 else ""
-        raise WeightLoadError(
-            f"Unexpected key '{prefix}{key}' in {where}: {why}{more}. mambalaya models a Mamba-2 layer with "
-            "use_bias=False, use_conv_bias=True and the gated RMSNorm."
-        )
-    missing = [k for k in _REQUIRED_KEYS if prefix + k not in keyset]
-    if missing:
-        key = missing[0]
-        hint = ""
-        if key == "mixer.conv1d.bias":
-            hint = " (use_conv_bias=False, which mambalaya does not model)"
-        elif key == "mixer.norm.weight":
-            hint = " (no gated RMSNorm: rmsnorm=False, which mambalaya does not model)"
-        elif key in ("mixer.dt_bias", "mixer.A_log") and prefix + "mixer.x_proj.weight" in keyset:
-            hint = " (this looks like a Mamba-1 layer: use load_mamba1_layer)"
-        raise WeightLoadError(
-            f"Missing key '{prefix}{key}' in {where}{hint}; missing in all: "
-            f"{', '.join(repr(prefix + k) for k in missing)}. A Mamba-2 layer needs {', '.join(_REQUIRED_KEYS)}."
-        )
-    raw = {k: src.get(prefix + k) for k in _REQUIRED_KEYS}
-    for key, arr in raw.items():
-        if not np.issubdtype(arr.dtype, np.floating):
-            raise WeightLoadError(f"Key '{prefix}{key}' in {where} has dtype {arr.dtype}; expected floating point.")
-
-    def need(key: str, ndim: int) -> None:
-        if raw[key].ndim != ndim:
-            raise WeightLoadError(
-                f"Key '{prefix}{key}' in {where} has shape {_fmt_shape(raw[key].shape)}; expected a {ndim}-d tensor."
-            )
-
+    out_dtype = resolve_dtype(dtype, MAMBA2_KEYS.family)
+    tensors = read_layer(source, layer, MAMBA2_KEYS)
+    prefix, where = tensors.prefix, tensors.where
+    tensors.require_floating()
     for key, ndim in (("norm.weight", 1), ("mixer.norm.weight", 1), ("mixer.A_log", 1), ("mixer.conv1d.weight", 3),
                       ("mixer.in_proj.weight", 2)):
-        need(key, ndim)
-    if raw["mixer.D"].ndim != 1 or raw["mixer.D"].shape != raw["mixer.A_log"].shape:
+        tensors.require_ndim(key, ndim)
+    if tensors["mixer.D"].ndim != 1 or tensors["mixer.D"].shape != tensors["mixer.A_log"].shape:
         raise WeightLoadError(
-            f"Key '{prefix}mixer.D' in {where} has shape {_fmt_shape(raw['mixer.D'].shape)}; mambalaya models one D "
-            f"per head ({_fmt_shape(raw['mixer.A_log'].shape)}, D_has_hdim=False)."
+            f"Key '{prefix}mixer.D' in {where} has shape {fmt_shape(tensors['mixer.D'].shape)}; mambalaya models one D "
+            f"per head ({fmt_shape(tensors['mixer.A_log'].shape)}, D_has_hdim=False)."
         )
-    D = raw["norm.weight"].shape[0]
-    E = raw["mixer.norm.weight"].shape[0]
-    H = raw["mixer.A_log"].shape[0]
-    conv_dim, _, K = raw["mixer.conv1d.weight"].shape
+    D = tensors["norm.weight"].shape[0]
+    E = tensors["mixer.norm.weight"].shape[0]
+    H = tensors["mixer.A_log"].shape[0]
+    conv_dim, _, K = tensors["mixer.conv1d.weight"].shape
     if E % H or (conv_dim - E) <= 0 or (conv_dim - E) % 2:
         raise WeightLoadError(
             f"{where} is inconsistent: mixer.norm.weight gives d_inner {E}, A_log gives {H} heads and conv1d has "
@@ -204,17 +149,17 @@ def load_mamba2_layer(
         )
     P, GN = E // H, (conv_dim - E) // 2
 
-    cfg = None
     if ngroups is None and d_state is None:
-        cfg = _config_beside(source)
-        if cfg is not None:
+        config_path = config_beside(source)
+        if config_path is not None:
+            cfg = load_mamba2_config(config_path)
             ngroups, d_state = cfg["ngroups"], cfg["d_state"]
     if ngroups is None and d_state is None:
         ngroups = 1  # mamba_ssm's Mamba2 default; every state-spaces mamba2 checkpoint
     if ngroups is not None:
-        ngroups = _positive_int(ngroups, "ngroups", where)
+        ngroups = positive_int(ngroups, "ngroups", where)
     if d_state is not None:
-        d_state = _positive_int(d_state, "d_state", where)
+        d_state = positive_int(d_state, "d_state", where)
     G = ngroups if ngroups is not None else GN // d_state  # type: ignore[operator]
     N = d_state if d_state is not None else GN // G
     if G * N != GN or H % G:
@@ -223,47 +168,43 @@ def load_mamba2_layer(
             f"(ngroups*d_state) and there are {H} heads (a multiple of ngroups)."
         )
     R = H // G
-    dims = f"D={D}, d_inner={E}, nheads={H}, headdim={P}, ngroups={G}, d_state={N}, d_conv={K}"
-    expected = {
-        "mixer.in_proj.weight": (2 * E + 2 * GN + H, D),
-        "mixer.conv1d.weight": (conv_dim, 1, K),
-        "mixer.conv1d.bias": (conv_dim,),
-        "mixer.dt_bias": (H,),
-        "mixer.out_proj.weight": (D, E),
-    }
-    for key, shape in expected.items():
-        if tuple(raw[key].shape) != shape:
-            raise WeightLoadError(
-                f"Key '{prefix}{key}' in {where} has shape {_fmt_shape(raw[key].shape)}, expected "
-                f"{_fmt_shape(shape)} ({dims})."
-            )
+    tensors.require_shapes(
+        {
+            "mixer.in_proj.weight": (2 * E + 2 * GN + H, D),
+            "mixer.conv1d.weight": (conv_dim, 1, K),
+            "mixer.conv1d.bias": (conv_dim,),
+            "mixer.dt_bias": (H,),
+            "mixer.out_proj.weight": (D, E),
+        },
+        f"D={D}, d_inner={E}, nheads={H}, headdim={P}, ngroups={G}, d_state={N}, d_conv={K}",
+    )
 
     def lay(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        return np.ascontiguousarray(np.reshape(arr, shape), dtype=out_dtype)
+        return as_layout(arr, out_dtype, shape)
 
-    w_in = raw["mixer.in_proj.weight"]
+    w_in = tensors["mixer.in_proj.weight"]
     rows = np.cumsum([0, E, E, GN, GN, H])
     z, x, b, c, dt = (w_in[rows[n]:rows[n + 1]].T for n in range(5))
-    w_conv = raw["mixer.conv1d.weight"][:, 0, :]
-    b_conv = raw["mixer.conv1d.bias"]
+    w_conv = tensors["mixer.conv1d.weight"][:, 0, :]
+    b_conv = tensors["mixer.conv1d.bias"]
     return {
-        "WN": lay(raw["norm.weight"], (D,)),
+        "WN": lay(tensors["norm.weight"], (D,)),
         "WZ": lay(z, (D, G, R, P)),
         "WX": lay(x, (D, G, R, P)),
         "WB": lay(b, (D, G, N)),
         "WCM": lay(c, (D, G, N)),
         "WDT": lay(dt, (D, G, R)),
-        "BDT": lay(raw["mixer.dt_bias"], (G, R)),
+        "BDT": lay(tensors["mixer.dt_bias"], (G, R)),
         "WCX": lay(w_conv[:E], (G, R, P, K)),
         "BCX": lay(b_conv[:E], (G, R, P)),
         "WCB": lay(w_conv[E:E + GN], (G, N, K)),
         "BCB": lay(b_conv[E:E + GN], (G, N)),
         "WCC": lay(w_conv[E + GN:], (G, N, K)),
         "BCC": lay(b_conv[E + GN:], (G, N)),
-        "A": lay(-np.exp(raw["mixer.A_log"].astype(np.float64)), (G, R)),
-        "DS": lay(raw["mixer.D"], (G, R)),
-        "WGN": lay(raw["mixer.norm.weight"], (G, R, P)),
-        "WO": lay(raw["mixer.out_proj.weight"].T, (G, R, P, D)),
+        "A": lay(a_from_log(tensors["mixer.A_log"]), (G, R)),
+        "DS": lay(tensors["mixer.D"], (G, R)),
+        "WGN": lay(tensors["mixer.norm.weight"], (G, R, P)),
+        "WO": lay(tensors["mixer.out_proj.weight"].T, (G, R, P, D)),
     }
 
 
@@ -314,15 +255,10 @@ def load_mamba2_config(path_or_dict: Any) -> dict[str, Any]:
             raise WeightLoadError(f"{where} clamps dt to {limit}; the Mamba-2 cascade models no clamp (0, inf).")
 
     def pick(*keys: tuple[Mapping[str, Any], str], default: Any = None, name: str) -> Any:
-        for scope, key in keys:
-            if scope.get(key) is not None:
-                return scope[key]
-        if default is None:
-            raise WeightLoadError(f"{where} has no {name}: looked for {', '.join(repr(k) for _, k in keys)}.")
-        return default
+        return pick_config(where, *keys, default=default, name=name)
 
     def num(*keys: tuple[Mapping[str, Any], str], default: Any = None, name: str) -> int:
-        return _positive_int(pick(*keys, default=default, name=name), name, where)
+        return positive_int(pick(*keys, default=default, name=name), name, where)
 
     d_model = num((cfg, "hidden_size"), (cfg, "d_model"), name="d_model")
     out = {
@@ -339,7 +275,7 @@ def load_mamba2_config(path_or_dict: Any) -> dict[str, Any]:
                                default=1e-5, name="norm_eps")),
     }
     if state_spaces and "pad_vocab_size_multiple" in cfg:
-        mult = _positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
+        mult = positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
         out["vocab_size"] = -(-out["vocab_size"] // mult) * mult
     heads = cfg.get("num_heads")
     if heads is not None and heads * out["headdim"] != out["expand"] * d_model:
@@ -358,18 +294,18 @@ def mamba2_states_from_hf(conv_state: Any, ssm_state: Any, dtype: Any = "float32
     ``cache.get_recurrent_state(layer)`` (``[B, H, P, N]``). ``G = GN / N`` follows from the
     shapes. Torch tensors or arrays.
     """
-    out_dtype = _resolve_dtype(dtype)
-    conv = _to_numpy(conv_state, "conv_state")
-    ssm = _to_numpy(ssm_state, "ssm_state")
+    out_dtype = resolve_dtype(dtype, MAMBA2_KEYS.family)
+    conv = to_numpy(conv_state, "conv_state")
+    ssm = to_numpy(ssm_state, "ssm_state")
     if ssm.ndim != 4:
-        raise WeightLoadError(f"ssm_state has shape {_fmt_shape(ssm.shape)}; expected transformers' [B, H, P, N].")
+        raise WeightLoadError(f"ssm_state has shape {fmt_shape(ssm.shape)}; expected transformers' [B, H, P, N].")
     B, H, P, N = ssm.shape
     E = H * P
     if conv.ndim != 3 or conv.shape[0] != B or conv.shape[-1] < 2 or (conv.shape[1] - E) <= 0 \
             or (conv.shape[1] - E) % (2 * N):
         raise WeightLoadError(
-            f"conv_state has shape {_fmt_shape(conv.shape)}; expected [B, E+2*G*N, K] with B={B}, E={E}, N={N} "
-            f"and K >= 2 as ssm_state {_fmt_shape(ssm.shape)} implies."
+            f"conv_state has shape {fmt_shape(conv.shape)}; expected [B, E+2*G*N, K] with B={B}, E={E}, N={N} "
+            f"and K >= 2 as ssm_state {fmt_shape(ssm.shape)} implies."
         )
     G = (conv.shape[1] - E) // (2 * N)
     if H % G:
@@ -378,7 +314,7 @@ def mamba2_states_from_hf(conv_state: Any, ssm_state: Any, dtype: Any = "float32
     hist = conv[:, :, 1:].transpose(0, 2, 1)  # [B, J, channels], oldest first
 
     def lay(arr: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-        return np.ascontiguousarray(np.reshape(arr, shape), dtype=out_dtype)
+        return as_layout(arr, out_dtype, shape)
 
     return {
         "CSX0": lay(hist[:, :, :E], (B, J, G, R, P)),
@@ -393,12 +329,12 @@ def mamba2_states_to_hf(CSX: Any, CSB: Any, CSC: Any, H: Any) -> tuple[np.ndarra
 
     The oldest conv column (index 0), which transformers keeps but never uses, is zero.
     """
-    x, b, c, h = (_to_numpy(a, name) for a, name in ((CSX, "CSX"), (CSB, "CSB"), (CSC, "CSC"), (H, "H")))
+    x, b, c, h = (to_numpy(a, name) for a, name in ((CSX, "CSX"), (CSB, "CSB"), (CSC, "CSC"), (H, "H")))
     if x.ndim != 5 or b.ndim != 4 or c.shape != b.shape or h.ndim != 5 or h.shape[:4] != (x.shape[0], *x.shape[2:]) \
             or b.shape[:3] != x.shape[:3] or h.shape[-1] != b.shape[-1]:
         raise WeightLoadError(
-            f"States do not fit: CSX {_fmt_shape(x.shape)} (expected [B,J,G,R,P]), CSB {_fmt_shape(b.shape)} and CSC "
-            f"{_fmt_shape(c.shape)} ([B,J,G,N]), H {_fmt_shape(h.shape)} ([B,G,R,P,N])."
+            f"States do not fit: CSX {fmt_shape(x.shape)} (expected [B,J,G,R,P]), CSB {fmt_shape(b.shape)} and CSC "
+            f"{fmt_shape(c.shape)} ([B,J,G,N]), H {fmt_shape(h.shape)} ([B,G,R,P,N])."
         )
     B, J, G, R, P = x.shape
     hist = np.concatenate([x.reshape(B, J, -1), b.reshape(B, J, -1), c.reshape(B, J, -1)], axis=2)

@@ -56,6 +56,10 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
             path = out / "figures" / f"{name}.{ext}"
             assert path.exists() and path.stat().st_size > 1000, path
         assert f"figures/{name}.png" in report
+    # report.html: the same report with every figure inline (tests/test_report_html.py checks the page)
+    page = (out / "report.html").read_text()
+    assert page.count("<svg") == len(list((out / "figures").glob("*.svg")))
+    assert all(f'id="fig-{name}"' in page for name in FIGURES) and "No parameter was tuned" in page
     for table in ("latency", "speedups", "end_to_end", "einsums", "traffic_by_tensor", "timeline", "roofline",
                   "fusion_classes", "architectures", "geens_claims", "scan_forms", "headlines", "precision",
                   "latency_uniform", "sensitivity", "what_would_it_take", "energy", "residency"):

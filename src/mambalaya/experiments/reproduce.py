@@ -185,6 +185,9 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
     result.seconds = time.perf_counter() - t0
     tick("report")
     result.report = write_report(result, result.details, specs)
+    from mambalaya.report.html import write_html_report
+
+    write_html_report(result.report, result.figures)
     return result
 
 

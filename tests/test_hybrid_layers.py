@@ -309,3 +309,131 @@ def test_tiled_executor_equals_the_model_on_random_legal_mappings() -> None:
     checked: list[str] = []
     run()
     assert len(checked) >= 30 and len(set(checked)) == len(_TILED_CASES), checked
+
+
+# --------------------------------------------------------------------------------------------
+# the hybrid family (Bamba): config, presets, weights through the loader core, whole layers
+# --------------------------------------------------------------------------------------------
+
+from mambalaya.einsum.compose import chain_cascades  # noqa: E402
+from mambalaya.workloads.hf_weights_bamba import load_bamba_layer  # noqa: E402
+from mambalaya.workloads.hf_loader import WeightLoadError  # noqa: E402
+from mambalaya.workloads.hybrid import (  # noqa: E402
+    PRESETS as HYBRID_PRESETS,
+    PUBLISHED_PARAMETERS_B,
+    hybrid_config_from_hf,
+    hybrid_layer,
+)
+from mambalaya.workloads.mamba2 import chunked_output_to_positions  # noqa: E402
+
+
+@requires_hf
+@pytest.mark.parametrize("scan", ["chunked", "recurrent"])
+@pytest.mark.parametrize("softmax", ["three-pass", "online"])
+def test_whole_bamba_layers_from_the_loader_match_transformers(bamba_reference: dict, scan: str, softmax: str) -> None:
+    """Each layer as one cascade (mixer then MLP), its config read from transformers'
+    config.json and its weights through the loader core, equals transformers' decoder layer in
+    prefill and in every decode step (state and KV cache carried), within 1e-5."""
+    config = hybrid_config_from_hf(bamba_reference["config"])
+    assert config.layer_types == ("mamba", "attention", "attention")
+    for k, layer in enumerate(bamba_reference["layers"]):
+        weights = load_bamba_layer(bamba_reference["state_dict"], k, config)
+        state: dict = {}
+        for n, x in enumerate(layer["inputs"]):
+            phase = "prefill" if n == 0 else "decode"
+            if layer["type"] == "attention":
+                cached = 0 if n == 0 else state["VC0"].shape[1]
+                c = hybrid_layer(config, "attention", batch=x.shape[0], seq_len=x.shape[1] if n == 0 else cached,
+                                 phase=phase, softmax=softmax)
+                result = execute(c, {"X": x, **weights, **attention_constants(c, config.attention(), start=cached),
+                                     **state}, dtype="float32")
+                state = append_kv(c, state or None, result)
+                y = result["FF_XO"]
+            else:
+                c = hybrid_layer(config, "mamba", batch=x.shape[0], seq_len=x.shape[1], phase=phase,
+                                 scan=scan if n == 0 else None)
+                state = state or {t: np.zeros(c.shape(t), dtype=np.float32) for t in ("CSX0", "CSB0", "CSC0", "H0")}
+                arrays = {"X": x, **weights, **state}
+                if "LM" in c.tensors:
+                    from mambalaya.workloads.mamba2 import mamba2_constants
+
+                    arrays.update(mamba2_constants(c))
+                result = execute(c, arrays, dtype="float32")
+                state = carry_states(c, result)
+                y = result["FF_XO"] if "C" not in c.ranks else chunked_output_to_positions(result["FF_XO"], x.shape[1])
+            assert rel_err(y, layer["outputs"][n]) <= 1e-5, (k, n)
+
+
+def test_bamba_9b_preset_has_the_published_parameter_count() -> None:
+    config = HYBRID_PRESETS["bamba-9b"]
+    assert config.layer_counts() == {"mamba": 29, "attention": 3}
+    assert round(config.model_parameters() / 1e9, 2) == PUBLISHED_PARAMETERS_B["bamba-9b"]
+    # by hand: 2 x (128000 x 4096) embeddings; per attention layer q, o 4096x4096 and k, v 4096x1024;
+    # per Mamba layer in_proj 4096 x (2*8192 + 2*128 + 128), out_proj 8192 x 4096, conv 8448 x 5, ...
+    attention = 4096 + 2 * 4096 * 4096 + 2 * 4096 * 1024
+    mamba = 4096 + 4096 * (2 * 8192 + 2 * 128 + 128) + 8448 * 4 + 8448 + 3 * 128 + 8192 + 8192 * 4096
+    mlp = 4096 + 3 * 4096 * 14336
+    assert config.model_parameters() == 2 * 128000 * 4096 + 3 * (attention + mlp) + 29 * (mamba + mlp) + 4096
+
+
+def test_bamba_config_json_gives_the_preset_and_bad_fields_are_named() -> None:
+    data = {"model_type": "bamba", "hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "intermediate_size": 14336, "attn_layer_indices": [9, 18, 27],
+            "mamba_n_heads": 128, "mamba_d_head": "auto", "mamba_d_state": 128, "mamba_n_groups": 1,
+            "mamba_expand": 2, "mamba_d_conv": 4, "mamba_chunk_size": 256, "vocab_size": 128000,
+            "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
+    assert hybrid_config_from_hf(data) == HYBRID_PRESETS["bamba-9b"]
+    pattern = ["mamba"] * 9 + ["attention"] + ["mamba"] * 22
+    assert hybrid_config_from_hf({**data, "layers_block_type": pattern}).layer_types.count("attention") == 1
+    with pytest.raises(SpecError, match=r"field layers_block_type\[3\] is 'moe', not a layer type"):
+        hybrid_config_from_hf({**data, "layers_block_type": ["mamba"] * 3 + ["moe"] + ["mamba"] * 28})
+    with pytest.raises(SpecError, match="field num_attention_heads = 30 does not divide hidden_size = 4096"):
+        hybrid_config_from_hf({**data, "num_attention_heads": 30})
+    with pytest.raises(SpecError, match="field attn_layer_indices names layer 32, outside 0..31"):
+        hybrid_config_from_hf({**data, "attn_layer_indices": [9, 32]})
+    with pytest.raises(SpecError, match="field mlp_bias is True"):
+        hybrid_config_from_hf({**data, "mlp_bias": True})
+    with pytest.raises(SpecError, match="n_kv_heads = 7 does not divide n_heads = 32"):
+        hybrid_config_from_hf({**data, "num_key_value_heads": 7})
+
+
+def test_bamba_loader_names_what_does_not_fit() -> None:
+    config = hybrid_config_from_hf({"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                    "num_key_value_heads": 2, "intermediate_size": 24, "attn_layer_indices": [1],
+                                    "mamba_n_heads": 4, "mamba_d_state": 4, "vocab_size": 8})
+    rng = np.random.default_rng(0)
+    layer1 = {"input_layernorm.weight": (16,), "pre_ff_layernorm.weight": (16,),
+              "feed_forward.gate_proj.weight": (24, 16), "feed_forward.up_proj.weight": (24, 16),
+              "feed_forward.down_proj.weight": (16, 24), "self_attn.q_proj.weight": (16, 16),
+              "self_attn.k_proj.weight": (8, 16), "self_attn.v_proj.weight": (8, 16), "self_attn.o_proj.weight": (16, 16)}
+    sd = {f"model.layers.1.{k}": rng.standard_normal(s).astype(np.float32) for k, s in layer1.items()}
+    weights = load_bamba_layer(sd, 1, config)
+    assert set(weights) == {"WN", "WQA", "WQB", "WKA", "WKB", "WV", "WO", "FF_WN", "FF_WG", "FF_WU", "FF_WDN"}
+    bad = dict(sd, **{"model.layers.1.self_attn.k_proj.weight": np.zeros((16, 16), np.float32)})
+    with pytest.raises(WeightLoadError, match=r"'model.layers.1.self_attn.k_proj.weight'.*shape \[16, 16\], expected \[8, 16\]"):
+        load_bamba_layer(bad, 1, config)
+    with pytest.raises(WeightLoadError, match="self_attn.k_proj.weight'.*an attention weight, but the config makes "
+                                              "this a Mamba layer"):  # layer 0 of this config is a Mamba layer
+        load_bamba_layer({k.replace("layers.1", "layers.0"): v for k, v in sd.items()}, 0, config)
+    with pytest.raises(WeightLoadError, match="Layer 5 is not a layer of this Bamba config"):
+        load_bamba_layer(sd, 5, config)
+
+
+def test_chained_cascade_equals_running_the_blocks_one_after_the_other() -> None:
+    att = AttentionConfig(d_model=16, n_heads=4, n_kv_heads=2, partial_rotary_factor=0.5)
+    first = attention_layer(att, batch=2, seq_len=5)
+    second = mlp_layer(MLPConfig(d_model=16, d_ff=24, norm_eps=1e-6), batch=2, seq_len=5)
+    chained = chain_cascades(first, second, prefix="FF_")
+    rng = np.random.default_rng(2)
+    a1 = {t: rng.standard_normal(first.shape(t)) for t in first.external_tensors()}
+    a1.update(attention_constants(first, att))
+    a2 = {t: rng.standard_normal(second.shape(t)) for t in second.external_tensors() if t != "X"}
+    r1 = execute(first, a1)
+    r2 = execute(second, {"X": r1["XO"], **a2})
+    rc = execute(chained, {**a1, **{"FF_" + k: v for k, v in a2.items()}})
+    assert np.array_equal(rc["FF_XO"], r2["XO"]) and "XO" not in chained.output_tensors()
+    assert chained.params["FF_eps"] == 1e-6 and chained.params["eps"] == 1e-5  # differing values are renamed
+    with pytest.raises(SpecError, match="rank B has size 2 in one and 3 in the other"):
+        chain_cascades(first, mlp_layer(MLPConfig(d_model=16, d_ff=24), batch=3, seq_len=5), prefix="FF_")
+    with pytest.raises(SpecError, match="exist in both"):
+        chain_cascades(first, second, prefix="")

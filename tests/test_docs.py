@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import nbformat
+import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
@@ -23,6 +24,7 @@ NOTEBOOK = ROOT / "docs" / "tutorial.ipynb"
 KERNEL_NAME = "mambalaya-test-python"
 
 
+@pytest.mark.slow
 def test_mkdocs_build_strict(tmp_path):
     """Every page in the nav exists, every link and anchor resolves, the API pages render."""
     done = subprocess.run(
@@ -62,6 +64,7 @@ def _text(cell: nbformat.NotebookNode) -> str:
     return "".join(out.get("text", "") for out in cell.get("outputs", []) if out.get("output_type") == "stream")
 
 
+@pytest.mark.slow
 def test_tutorial_notebook_runs(tmp_path):
     notebook = run_notebook(NOTEBOOK, tmp_path)
     code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]

@@ -35,6 +35,7 @@ from mambalaya.cli_options import (
     AccelForgeOutOpt,
     ArchOpt,
     ArchPrecisionOpt,
+    LayerTypeOpt,
     BatchOpt,
     BitsOpt,
     BufferOpt,
@@ -100,6 +101,11 @@ class Objective(str, Enum):
     edp = "edp"
 
 
+class Suite(str, Enum):
+    paper = "paper"
+    hybrid = "hybrid"
+
+
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Report MambalayaError as one paragraph on stderr and exit 1."""
 
@@ -115,13 +121,16 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
-                 scan: str | None = None, unroll: bool = False, precision: str | None = None) -> tuple[ModelConfig, Cascade]:
+                 scan: str | None = None, unroll: bool = False, precision: str | None = None,
+                 layer_type: str | None = None) -> tuple[ModelConfig, Cascade]:
     config = resolve_model(model)
     if scan is not None and scan not in SCANS:
         raise MambalayaError(f"--scan must be one of {', '.join(SCANS)}, not {scan!r}")
     name = f"{Path(model).stem if model not in PRESETS else model}-{phase.value}"
+    if layer_type is not None:
+        name = name.replace(f"-{phase.value}", f"-{layer_type}-{phase.value}")
     cascade = build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
-                          name=name, scan=scan, precision=precision)
+                          name=name, scan=scan, precision=precision, layer_type=layer_type)
     return config, (unroll_recurrences(cascade) if unroll else cascade)
 
 
@@ -225,7 +234,19 @@ def _family_shape(cfg: ModelConfig) -> str:
     """The shape fields only one model family has."""
     if cfg.family == "mamba1":
         return f"dt_rank={cfg.dt_rank_value}"
+    if cfg.family == "bamba":
+        counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
+        return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; mlp={cfg.d_ff}; "
+                f"mamba heads={cfg.mamba_heads} headdim={cfg.mamba_headdim}")
     return f"headdim={cfg.headdim} nheads={cfg.nheads} ngroups={cfg.ngroups} chunk={cfg.chunk_size}"
+
+
+def _shape_text(cfg: ModelConfig) -> str:
+    """One line of a model's shape, for table titles."""
+    if cfg.family == "bamba":
+        return f"{cfg.family}, d_model={cfg.d_model}, {_family_shape(cfg)}"
+    return (f"{cfg.family}, d_model={cfg.d_model}, d_inner={cfg.d_inner}, d_state={cfg.d_state}, "
+            f"{_family_shape(cfg)}, d_conv={cfg.d_conv}")
 
 
 @app.command("models")
@@ -241,9 +262,9 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
                 "family": cfg.family,
                 "d_model": cfg.d_model,
                 "n_layers": cfg.n_layers,
-                "d_state": cfg.d_state,
-                "expand": cfg.expand,
-                "d_conv": cfg.d_conv,
+                "d_state": cfg.mamba_d_state if cfg.family == "bamba" else cfg.d_state,
+                "expand": cfg.mamba_expand if cfg.family == "bamba" else cfg.expand,
+                "d_conv": cfg.mamba_d_conv if cfg.family == "bamba" else cfg.d_conv,
                 "shape": shape,
                 "vocab_size": cfg.vocab_size,
                 "parameters": cfg.model_parameters(),
@@ -268,20 +289,22 @@ def show_cmd(
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
     unroll: UnrollFlag = False,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
     prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
                        precision=_policy_name(precision))
     title = (
         f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {_width_text(bits, precision)}; "
-        f"{config.family}, d_model={config.d_model}, d_inner={config.d_inner}, d_state={config.d_state}, "
-        f"{_family_shape(config)}, d_conv={config.d_conv}; {config.n_layers} layers"
+        f"{_shape_text(config)}; {config.n_layers} layers"
+        + (f" (totals count the {config.layer_counts()[layer_type]} {layer_type} layers)" if layer_type else "")
     )
-    _print_stats(cascade, config.n_layers, fmt, output, prov, title)
+    n_layers = config.layer_counts().get(layer_type, 0) if layer_type and config.family == "bamba" else config.n_layers
+    _print_stats(cascade, n_layers, fmt, output, prov, title)
 
 
 @cascade_app.command("dump")
@@ -295,11 +318,12 @@ def dump_cmd(
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
     unroll: UnrollFlag = False,
     output: OutOpt = None,
 ) -> None:
     """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
     _emit(dump_cascade(cascade), output)
 
 
@@ -329,6 +353,7 @@ def diagram_cmd(
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
     unroll: UnrollFlag = False,
     cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
     weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
@@ -344,7 +369,7 @@ def diagram_cmd(
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"
     else:
-        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
+        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
         title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
     labels = None
     if classes:
@@ -390,6 +415,7 @@ def classes_cmd(
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
     unroll: UnrollFlag = False,
     inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state.")] = True,
     fmt: FormatOpt = Format.table,
@@ -398,7 +424,7 @@ def classes_cmd(
     """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
         _emit(json.dumps(edges_json(edges), indent=2), output)
@@ -420,6 +446,7 @@ def map_cmd(
     precision: PrecisionOpt = None,
     state_io: StateIoOpt = None,
     scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
     unroll: UnrollFlag = False,
     mapping: MappingOpt = "stitched",
     buffer: BufferOpt = None,
@@ -433,7 +460,7 @@ def map_cmd(
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision)
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
     stats = SearchStats()
     m = _resolve_mapping(mapping, cascade, buffer, stats)
     buffer_bytes = m.buffer_bytes
@@ -468,13 +495,14 @@ def pareto_cmd(
     bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
     from mambalaya.model.search import pareto_frontier
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None, scan, precision=precision)
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None, scan, precision=precision, layer_type=layer_type)
     rows = [
         {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
         for p in pareto_frontier(cascade)
@@ -542,6 +570,12 @@ def evaluate_cmd(
     from mambalaya.model.latency import latency_rows
 
     config = resolve_model(model)
+    if config.family == "bamba":
+        if objective != Objective.latency:
+            raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "
+                                 "layers are searched for latency")
+        _evaluate_hybrid(arch, model, config, phase, seq_len, batch, mapping, scan, precision, fmt, output)
+        return
     ev = evaluate(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
                   precision=precision, objective=objective.value)
     rows = latency_rows(ev.result)
@@ -596,6 +630,48 @@ def evaluate_cmd(
             )
 
 
+def _evaluate_hybrid(arch: str, model: str, config: Any, phase: PhaseOption, seq_len: int, batch: int,
+                     mapping: str | None, scan: str | None, precision: str | None, fmt: Format,
+                     output: Path | None) -> None:
+    """``evaluate`` on a hybrid model: each layer type's Einsum table, and the whole model."""
+    from mambalaya.arch import arch_to_dict
+    from mambalaya.experiments.hybrid import evaluate_hybrid
+    from mambalaya.fusion.mapping import mapping_to_dict
+    from mambalaya.model.latency import latency_rows
+
+    hv = evaluate_hybrid(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping,
+                         scan=scan, precision=precision)
+    prov = {"model": model, "config": config.model_dump(), "phase": phase.value, "seq_len": seq_len, "batch": batch,
+            "bits": hv.arch.bits_per_element, "mambalaya": __version__,
+            "mappings": {t: ev.mapping.name for t, ev in hv.layers.items()},
+            "precision": next(iter(hv.layers.values())).precision.name}
+    rows = {t: latency_rows(ev.result) for t, ev in hv.layers.items()}
+    if fmt == Format.json:
+        doc = {"provenance": prov, "arch": arch_to_dict(hv.arch), "totals": hv.totals(),
+               "layers": {t: {"cascade": ev.cascade.name, "layers": ev.result.n_layers, "totals": ev.totals(),
+                              "mapping": mapping_to_dict(ev.mapping), "einsums": rows[t][:-1]}
+                          for t, ev in hv.layers.items()}}
+        _emit(json.dumps(doc, indent=2), output)
+        return
+    if fmt == Format.csv:
+        _emit(_rows_csv([{"layer_type": t, **r} for t, rs in rows.items() for r in rs]), output)
+        return
+    first = True
+    for t, ev in hv.layers.items():
+        title = (f"{model} {t} layers ({ev.result.n_layers} of {config.n_layers}), {phase.value} L={seq_len} "
+                 f"batch={batch} on {hv.arch.name}; cascade {ev.cascade.name}; mapping {ev.mapping.name}: "
+                 f"{ev.mapping.description}. Latencies in s, traffic in bytes.")
+        _print_table(_rows_table(rows[t], title), output, append=not first)
+        first = False
+    if output is None:
+        parts = "; ".join(f"{t} layer {milliseconds(ev.result.latency_s)} ms x {ev.result.n_layers} "
+                          f"({hv.share_s(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
+        rate = "tokens/s" if phase == PhaseOption.decode else "tokens/s prefill throughput"
+        out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
+                          f"{hv.tokens_per_s:,.0f} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass",
+                          highlight=False)
+
+
 def _int_list(text: str, what: str) -> list[int]:
     try:
         values = [int(x) for x in text.split(",") if x.strip()]
@@ -627,8 +703,14 @@ def compare_cmd(
     if not names:
         raise MambalayaError("--archs names no design")
     config = resolve_model(model)
-    rows = compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
-                        batch=batch, baseline=baseline, scan=scan, precision=precision)
+    if config.family == "bamba":
+        from mambalaya.experiments.hybrid import hybrid_compare_rows
+
+        rows = hybrid_compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
+                                   batch=batch, baseline=baseline, scan=scan, precision=precision)
+    else:
+        rows = compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
+                            batch=batch, baseline=baseline, scan=scan, precision=precision)
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
@@ -641,7 +723,8 @@ def compare_cmd(
 @user_errors
 def reproduce_cmd(
     out: ReproduceOutDirOpt = Path("results"),
-    models: Annotated[str, typer.Option("--models", help="Comma-separated model presets.")] = "mamba-1.4b,mamba2-2.7b",
+    suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/.")] = Suite.paper,
+    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b).")] = None,
     seq_lens: ReproduceSeqLensOpt = None,
     batch: BatchOpt = DEFAULT_DESIGN_BATCH,
     generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
@@ -651,12 +734,16 @@ def reproduce_cmd(
     sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
     sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
 ) -> None:
-    """Run the paper's evaluation and write tables, figures and report.md."""
+    """Run the paper's evaluation (or the hybrid-model suite) and write tables, figures,
+    report.md and report.html."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mambalaya.experiments.reproduce import DESIGNS, EXTRA_DESIGNS, ReproduceConfig, run_reproduce
 
-    names = tuple(m.strip() for m in models.split(",") if m.strip())
+    if suite == Suite.hybrid:
+        _reproduce_hybrid(out, models or "bamba-9b", seq_lens, batch, figures)
+        return
+    names = tuple(m.strip() for m in (models or "mamba-1.4b,mamba2-2.7b").split(",") if m.strip())
     for m in names:
         if m not in PRESETS:
             raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
@@ -689,6 +776,26 @@ def reproduce_cmd(
         result = run_reproduce(config, tick)
         bar.update(task, completed=steps, description="done")
     err_console.print(f"wrote {result.report} with {len(result.figures)} figure files and "
+                      f"{len(result.tables)} tables in {result.seconds:.1f} s")
+
+
+def _reproduce_hybrid(out: Path, models: str, seq_lens: str | None, batch: int, figures: bool) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mambalaya.experiments.hybrid_suite import HybridSuiteConfig, run_hybrid_suite, suite_steps
+
+    names = tuple(m.strip() for m in models.split(",") if m.strip())
+    if not names:
+        raise MambalayaError("--models names no model")
+    lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else HybridSuiteConfig.seq_lens
+    config = HybridSuiteConfig(models=names, batch=batch, seq_lens=lens, out=out / "hybrid", figures=figures)
+    steps = suite_steps(config)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=False) as bar:
+        task = bar.add_task("reproduce --suite hybrid", total=steps)
+        result = run_hybrid_suite(config, lambda message: bar.update(task, advance=1, description=message))
+        bar.update(task, completed=steps, description="done")
+    err_console.print(f"wrote {result.report} (and report.html) with {len(result.figures)} figure files and "
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")
 
 

@@ -61,6 +61,7 @@ SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", min=1, help="Sequence
 BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.")]
 BitsOpt = Annotated[int, typer.Option(min=1, help="The design's bits per element (every tensor's width under the uniform precision policy).")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
+LayerTypeOpt = Annotated[Optional[str], typer.Option("--layer-type", help="A hybrid model's layer type to build: mamba or attention (each with its MLP).")]
 ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm; default in prefill) or recurrent (the only decode form).")]
 UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]
 UnrollScanOpt = Annotated[Optional[int], typer.Option("--unroll-scan", min=1, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]

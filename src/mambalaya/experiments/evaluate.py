@@ -101,9 +101,18 @@ def evaluate(
     policy = resolve_policy(spec, precision)
     cascade = _layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
+    return evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch, mapping=mapping,
+                            policy=policy, objective=objective, n_layers=config.n_layers)
+
+
+def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Cascade, *, phase: str, batch: int,
+                     mapping: str | None, policy: PrecisionPolicy, objective: str = "latency",
+                     n_layers: int = 1) -> Evaluation:
+    """One built layer cascade on ``spec`` under ``mapping`` (the design's own when None),
+    the model counting ``n_layers`` such layers."""
     stats = SearchStats()
     m = resolve_mapping(mapping, cascade, spec, stats, objective)
-    result = layer_latency(spec, cascade, m, n_layers=config.n_layers)
+    result = layer_latency(spec, cascade, m, n_layers=n_layers)
     return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective)
 
 

@@ -42,6 +42,7 @@ OUTPUT_COLUMNS = (
     "buffer_bytes",
     "pes",
     "bandwidth_bytes_per_s",
+    "attention_share",  # a hybrid model's share of time in attention layers (empty for pure Mamba models)
 )
 
 _SCHEMA = f"""
@@ -61,6 +62,9 @@ CREATE TABLE IF NOT EXISTS points (
 
 #: Packages whose code decides the numbers a point gets.
 _MODEL_PACKAGES = ("einsum", "workloads", "fusion", "model", "arch")
+#: Files of the experiments package that decide them too: a point's evaluation, and the
+#: mapping each layer type of a hybrid model runs.
+_MODEL_FILES = ("experiments/evaluate.py", "experiments/hybrid.py", "experiments/sweep.py")
 
 
 def model_fingerprint() -> str:
@@ -74,6 +78,9 @@ def model_fingerprint() -> str:
         for f in files:
             h.update(str(f).split("mambalaya", 1)[-1].encode())
             h.update(f.read_bytes())
+    for name in _MODEL_FILES:
+        h.update(name.encode())
+        h.update((root / name).read_bytes())
     return f"{__version__}+{h.hexdigest()[:16]}"
 
 

@@ -62,15 +62,30 @@ class SweepSpec:
     def points(self) -> list[dict[str, Any]]:
         axes = list(self.grid)
         points = []
+        memo: dict[str, bool] = {}
         for combo in itertools.product(*(self.grid[a] for a in axes)):
             p = dict(DEFAULTS)
             p.update(self.fixed)
             p.update(zip(axes, combo))
-            if p.get("phase") == "decode":
+            if p.get("phase") == "decode" and not _decode_reads_context(str(p.get("model")), memo):
                 p["seq_len"] = 1
             points.append(p)
-        unique = {point_id(p): p for p in points}  # decode points at several L collapse
+        unique = {point_id(p): p for p in points}  # a Mamba model's decode points at several L collapse
         return list(unique.values())
+
+
+def _decode_reads_context(model: str, memo: dict[str, bool]) -> bool:
+    """Whether a decode step of ``model`` depends on the context length: a hybrid model's
+    attention layers read a KV cache of L positions; a pure Mamba model's state is fixed-size.
+    A model that does not resolve is left to fail, with its message, when its points run."""
+    if model not in memo:
+        from mambalaya.workloads import resolve_model
+
+        try:
+            memo[model] = resolve_model(model).family == "bamba"
+        except MambalayaError:
+            memo[model] = False
+    return memo[model]
 
 
 def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> SweepSpec:
@@ -159,6 +174,14 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
     arch = _arch_for(point)
     config = resolve_model(str(point["model"]))
+    if config.family == "bamba":
+        from mambalaya.experiments.hybrid import evaluate_hybrid, point_outputs
+
+        hv = evaluate_hybrid(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=int(point["seq_len"]),
+                             batch=int(point["batch"]), mapping=None if point["mapping"] == "default" else point["mapping"])
+        return {**point_outputs(hv), "buffer_bytes": arch.memory.onchip_buffer_bytes,
+                "pes": arch.compute.array_rows * arch.compute.array_cols,
+                "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s}
     key = (point["model"], point["phase"], int(point["seq_len"]), int(point["batch"]), arch.bits_per_element,
            arch.precision)
     if key not in _CASCADES:

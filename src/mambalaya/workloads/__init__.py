@@ -1,4 +1,5 @@
-"""Workloads: Mamba model configurations (presets or custom) and their layer cascades."""
+"""Workloads: model configurations (Mamba-1, Mamba-2 and hybrid presets, or custom) and their
+layer cascades."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ from mambalaya.workloads.mamba1 import PRESETS as MAMBA1_PRESETS
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer, parse_config
 from mambalaya.workloads.mamba2 import PRESETS as MAMBA2_PRESETS
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer, parse_mamba2_config
+from mambalaya.workloads.hybrid import PRESETS as HYBRID_PRESETS
+from mambalaya.workloads.hybrid import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 
-ModelConfig = Union[Mamba1Config, Mamba2Config]
+ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig]
 
 #: Every named model, by preset name.
-PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS}
+PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS}
 
 SCANS = ("recurrent", "chunked")
 
@@ -40,6 +43,10 @@ def load_model_config(path: str | Path) -> ModelConfig:
                         source=str(path)) from None
     if not isinstance(data, dict):
         raise SpecError("a model config is a mapping of fields to values", source=str(path))
+    if data.get("family") == "bamba":
+        return parse_hybrid_config(data, source=str(path))
+    if data.get("model_type") == "bamba":
+        return hybrid_config_from_hf(data, source=str(path))
     if _is_mamba2(data):
         if "d_model" not in data or "ssm_cfg" in data:
             from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
@@ -96,14 +103,30 @@ def build_layer(
     name: str | None = None,
     scan: str | None = None,
     precision: "str | PrecisionPolicy | None" = None,
+    layer_type: str | None = None,
 ) -> Cascade:
     """One layer of ``model`` as a cascade.
+
+    A hybrid model has several layer types: ``layer_type`` (``mamba`` or ``attention``) names
+    the one to build (see :func:`~mambalaya.workloads.hybrid.hybrid_layer`).
 
     ``scan`` picks Mamba-2's scan form: ``chunked`` (the SSD algorithm, the default in prefill)
     or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan.
     ``precision`` (a policy name, file or :class:`PrecisionPolicy`) sets each tensor's width,
     ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
     """
+    if isinstance(model, HybridConfig):
+        if layer_type is None:
+            raise SpecError(f"a hybrid model has layers of types {', '.join(model.layer_counts())}; name the one "
+                            "to build (layer_type, --layer-type)")
+        if state_io is False:
+            raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
+        cascade = hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
+                               name=name)
+        family = "mamba2" if layer_type == "mamba" else layer_type
+        return cascade if precision is None else apply_policy(cascade, precision, bits, family=family)
+    if layer_type is not None:
+        raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")
     if isinstance(model, Mamba2Config):
         form = scan or ("chunked" if phase == "prefill" else "recurrent")
         cascade = mamba2_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
@@ -118,5 +141,5 @@ def build_layer(
     return apply_policy(cascade, precision, bits, family=model.family)
 
 
-__all__ = ["PRESETS", "SCANS", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer", "load_model_config",
-           "resolve_model"]
+__all__ = ["PRESETS", "SCANS", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
+           "load_model_config", "resolve_model"]

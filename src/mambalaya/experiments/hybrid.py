@@ -1,0 +1,190 @@
+"""Evaluate a hybrid model (Mamba-2 and attention layers, each with its MLP) on a design: each
+layer type's cascade under the design's mapping, and the whole model as the sum over layers.
+
+Mappings (the question a designer asks: how much of the Mamba speedup survives in a hybrid):
+
+* A Mamba layer runs the design's own mapping, as in the paper's evaluation: MARCA unfused,
+  Geens et al. fusing the SSM region (``ssm-ri``), Mambalaya the optimal search.
+* An attention layer runs unfused on a design whose own mapping is a fixed Mamba-specific one
+  (MARCA's ``unfused``, Geens et al.'s ``ssm-ri``, which fuses only an SSM region, absent from
+  attention): neither paper describes an attention fusion, so their attention runs one Einsum
+  at a time. On a design whose own mapping is a search (Mambalaya's ``optimal``) it runs the
+  best fusion the engine finds, for attention as for Mamba.
+
+Whole-model latency = sum over layer types of (layers of that type) x (its layer latency), as
+the pure-Mamba evaluation counts ``n_layers`` x one layer (embedding and LM head excluded in
+both). A decode step's ``seq_len`` is the context already in the KV cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mambalaya.arch import ArchSpec, load_arch
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.errors import MambalayaError
+from mambalaya.experiments.evaluate import Evaluation, evaluate_cascade, resolve_policy
+from mambalaya.workloads.hybrid import HybridConfig, hybrid_layer
+from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
+
+#: The designs' own mappings that are searches (they fuse attention as they fuse Mamba).
+SEARCHED_MAPPINGS = ("optimal", "stitched")
+
+
+@dataclass(frozen=True)
+class HybridEvaluation:
+    arch: ArchSpec
+    model: str
+    config: HybridConfig
+    phase: str
+    seq_len: int
+    batch: int
+    #: per layer type: its evaluation (``result.n_layers`` = the layers of that type)
+    layers: dict[str, Evaluation]
+
+    @property
+    def model_latency_s(self) -> float:
+        return sum(ev.result.model_latency_s for ev in self.layers.values())
+
+    def share_s(self, layer_type: str) -> float:
+        """Share of the whole model's time spent in layers of ``layer_type``."""
+        ev = self.layers.get(layer_type)
+        return ev.result.model_latency_s / self.model_latency_s if ev and self.model_latency_s else 0.0
+
+    @property
+    def offchip_bytes(self) -> float:
+        return sum(ev.result.offchip_bytes * ev.result.n_layers for ev in self.layers.values())
+
+    @property
+    def tokens_per_s(self) -> float:
+        positions = 1 if self.phase == "decode" else self.seq_len
+        return self.batch * positions / self.model_latency_s if self.model_latency_s else 0.0
+
+    def totals(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model_latency_s": self.model_latency_s,
+            "model_offchip_bytes": self.offchip_bytes,
+            "tokens_per_s": self.tokens_per_s,
+            "n_layers": self.config.n_layers,
+        }
+        for t, ev in self.layers.items():
+            out[f"{t}_layers"] = ev.result.n_layers
+            out[f"{t}_layer_latency_s"] = ev.result.latency_s
+            out[f"{t}_mapping"] = ev.mapping.name
+            out[f"{t}_cascade"] = ev.cascade.name
+            out[f"{t}_share"] = self.share_s(t)
+        return out
+
+
+def layer_mapping(spec: ArchSpec, layer_type: str, mapping: str | None) -> str:
+    """The mapping a layer of ``layer_type`` runs on ``spec`` (see the module doc); an explicit
+    ``mapping`` is used for every layer type."""
+    if mapping is not None:
+        return mapping
+    own = spec.mappings.default
+    if layer_type == "attention" and own not in SEARCHED_MAPPINGS:
+        return "unfused"
+    return own
+
+
+def evaluate_hybrid(
+    arch: ArchSpec | str,
+    model_name: str,
+    config: HybridConfig,
+    *,
+    phase: str,
+    seq_len: int,
+    batch: int,
+    mapping: str | None = None,
+    scan: str | None = None,
+    softmax: str = "three-pass",
+    precision: str | PrecisionPolicy | None = None,
+) -> HybridEvaluation:
+    """Every layer type of ``config`` on ``arch``. A Mamba layer's prefill runs whichever scan
+    form (chunked SSD or the recurrent scan) is faster on the design unless ``scan`` is given,
+    as :func:`~mambalaya.experiments.evaluate.evaluate_best_scan` does for Mamba-2 models.
+    Mamba layers take the policy's ``mamba2`` widths; attention and MLP tensors its role and
+    default widths (the shipped policies name no attention tensor)."""
+    spec = load_arch(arch) if isinstance(arch, str) else arch
+    policy = resolve_policy(spec, precision)
+    layers: dict[str, Evaluation] = {}
+    for layer_type, count in config.layer_counts().items():
+        forms = [scan] if scan or layer_type != "mamba" or phase != "prefill" else ["chunked", "recurrent"]
+        found, errors = [], []
+        for form in forms:
+            cascade = _layer_cascade(config, layer_type, batch, seq_len, phase, spec.bits_per_element, form, softmax,
+                                     policy, f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
+            try:
+                found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
+                                              mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
+                                              n_layers=count))
+            except MambalayaError as err:
+                errors.append(f"{form + ' scan: ' if form else ''}{err}")
+        if not found:
+            raise MambalayaError(f"{model_name} {layer_type} layers, {phase} L={seq_len}, on {spec.name}: "
+                                 + "; ".join(errors))
+        layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
+    return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers)
+
+
+_CASCADES: dict[tuple, Cascade] = {}
+_CASCADE_CACHE_SIZE = 64
+
+
+def _layer_cascade(config: HybridConfig, layer_type: str, batch: int, seq_len: int, phase: str, bits: int,
+                   form: str | None, softmax: str, policy: PrecisionPolicy, name: str) -> Cascade:
+    """A layer type's cascade under ``policy``, shared between evaluations of the same layer
+    (designs of a comparison, points of a sweep): the cascade memoises its closed forms."""
+    key = (config, layer_type, batch, seq_len, phase, bits, form, softmax, policy.model_dump_json(), name)
+    if key not in _CASCADES:
+        if len(_CASCADES) >= _CASCADE_CACHE_SIZE:
+            _CASCADES.pop(next(iter(_CASCADES)))
+        cascade = hybrid_layer(config, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits,
+                               scan=form, softmax=softmax, name=name)  # type: ignore[arg-type]
+        _CASCADES[key] = apply_policy(cascade, policy, bits, family="mamba2" if layer_type == "mamba" else layer_type)
+    return _CASCADES[key]
+
+
+def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
+    """A sweep point's outputs for a hybrid model, in the pure-Mamba points' columns: per-layer
+    figures are means over the model's layers (utilisations weighted by time), plus each layer
+    type's share of the time."""
+    layers = hv.layers.values()
+    total = hv.model_latency_s
+    weighted = lambda attr: sum(getattr(ev.result, attr) * ev.result.model_latency_s for ev in layers) / total  # noqa: E731
+    out = {
+        "latency_s": total / hv.config.n_layers,
+        "model_latency_s": total,
+        "offchip_bytes": hv.offchip_bytes / hv.config.n_layers,
+        "compute_util": weighted("compute_util"),
+        "mem_util": weighted("mem_util"),
+        "tokens_per_s": hv.tokens_per_s,
+        "groups": sum(len(ev.result.groups) for ev in layers),
+        "peak_footprint_bytes": max(g.traffic.footprint_bytes for ev in layers for g in ev.result.groups),
+        "mapping_used": " ".join(f"{t}:{ev.mapping.name}" for t, ev in hv.layers.items()),
+    }
+    out.update({f"{t}_share": hv.share_s(t) for t in hv.layers})
+    return out
+
+
+def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig, *, phase: str, seq_lens: list[int],
+                        batch: int, baseline: str, scan: str | None = None, softmax: str = "three-pass",
+                        precision: str | None = None) -> list[dict[str, Any]]:
+    """Whole-model latency of each design at each context length, each layer type's share
+    and mapping, and the speedup over ``baseline``. In decode, ``seq_len`` is the context in
+    the KV cache, so (unlike a pure Mamba model) every length is its own row."""
+    if baseline not in archs:
+        archs = [baseline] + archs
+    rows = []
+    for L in seq_lens:
+        evals = {a: evaluate_hybrid(a, model_name, config, phase=phase, seq_len=L, batch=batch, scan=scan,
+                                    softmax=softmax, precision=precision) for a in archs}
+        base = evals[baseline].model_latency_s
+        for a, ev in evals.items():
+            rows.append({"seq_len": L, "arch": a, **ev.totals(), "speedup_vs_" + baseline: base / ev.model_latency_s})
+    return rows
+
+
+__all__ = ["HybridEvaluation", "SEARCHED_MAPPINGS", "evaluate_hybrid", "hybrid_compare_rows", "layer_mapping",
+           "point_outputs"]

@@ -1,0 +1,157 @@
+"""Evaluating hybrid models: whole-model latency from the layer types, the mapping each layer
+type runs on each design, the CLI (evaluate, compare, cascade commands, sweeps) and
+`reproduce --suite hybrid`."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from mambalaya.cli import app
+from mambalaya.experiments.evaluate import evaluate_cascade, resolve_policy
+from mambalaya.experiments.hybrid import evaluate_hybrid, layer_mapping
+from mambalaya.experiments.sweep import SweepSpec, evaluate_point
+from mambalaya.arch import load_arch
+from mambalaya.workloads import build_layer, resolve_model
+from mambalaya.workloads.hybrid import HybridConfig
+
+runner = CliRunner()
+
+#: A small Bamba-shaped model (every field of the family), fast to evaluate.
+SMALL = HybridConfig(d_model=256, layer_types=("mamba", "mamba", "attention", "mamba"), d_ff=512, n_heads=4,
+                     n_kv_heads=2, mamba_heads=8, mamba_headdim=64, mamba_d_state=16, mamba_chunk_size=64,
+                     vocab_size=1000)
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_whole_model_latency_is_the_sum_over_layer_types(phase: str) -> None:
+    ev = evaluate_hybrid("mambalaya", "small", SMALL, phase=phase, seq_len=512, batch=2)
+    assert {t: e.result.n_layers for t, e in ev.layers.items()} == {"mamba": 3, "attention": 1}
+    total = sum(e.result.n_layers * e.result.latency_s for e in ev.layers.values())
+    assert math.isclose(ev.model_latency_s, total, rel_tol=1e-12)
+    assert math.isclose(ev.share_s("mamba") + ev.share_s("attention"), 1.0, rel_tol=1e-12)
+    positions = 1 if phase == "decode" else 512
+    assert math.isclose(ev.tokens_per_s, 2 * positions / ev.model_latency_s)
+    # each layer type is exactly its cascade evaluated on its own
+    spec = load_arch("mambalaya")
+    for t, e in ev.layers.items():
+        again = evaluate_cascade(spec, "small", SMALL, e.cascade, phase=phase, batch=2, mapping=e.mapping.name,
+                                 policy=resolve_policy(spec, None), n_layers=e.result.n_layers)
+        assert again.result.latency_s == e.result.latency_s
+
+
+def test_each_layer_type_runs_the_designs_mapping_and_attention_is_unfused_on_the_baselines() -> None:
+    mappings = {}
+    for arch in ("mambalaya", "marca-ideal", "geens-ideal"):
+        ev = evaluate_hybrid(arch, "small", SMALL, phase="prefill", seq_len=1024, batch=2)
+        mappings[arch] = {t: e.mapping.name for t, e in ev.layers.items()}
+    assert mappings == {"mambalaya": {"mamba": "optimal", "attention": "optimal"},
+                        "marca-ideal": {"mamba": "unfused", "attention": "unfused"},
+                        "geens-ideal": {"mamba": "ssm-ri", "attention": "unfused"}}
+    spec = load_arch("geens-ideal")
+    assert layer_mapping(spec, "attention", None) == "unfused" and layer_mapping(spec, "attention", "stitched") == "stitched"
+    # on Mambalaya the searched attention is no slower than the unfused one on the same design
+    fused = evaluate_hybrid("mambalaya", "small", SMALL, phase="prefill", seq_len=1024, batch=2)
+    unfused = evaluate_hybrid("mambalaya", "small", SMALL, phase="prefill", seq_len=1024, batch=2, mapping="unfused")
+    assert fused.layers["attention"].result.latency_s <= unfused.layers["attention"].result.latency_s
+    assert fused.model_latency_s < unfused.model_latency_s
+
+
+def test_attention_share_grows_with_the_context() -> None:
+    shares = [evaluate_hybrid("marca-ideal", "small", SMALL, phase=phase, seq_len=L, batch=1).share_s("attention")
+              for phase in ("prefill", "decode") for L in (256, 4096)]
+    assert shares[0] < shares[1] and shares[2] < shares[3]
+
+
+def test_build_layer_needs_a_layer_type_for_a_hybrid_model() -> None:
+    from mambalaya.errors import SpecError
+
+    with pytest.raises(SpecError, match="name the one to build"):
+        build_layer(SMALL, phase="prefill", seq_len=64, batch=1)
+    c = build_layer(SMALL, phase="prefill", seq_len=64, batch=1, layer_type="attention", precision="reference-kernels")
+    assert "FF_XO" in c.output_tensors() and c.tensors["X"].bits == 16
+    with pytest.raises(SpecError, match="layer_type applies to hybrid models"):
+        build_layer(resolve_model("mamba-130m"), phase="prefill", seq_len=64, batch=1, layer_type="mamba")
+
+
+def test_cli_evaluate_compare_and_cascade_commands_take_a_hybrid_model(tmp_path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "bamba", "hidden_size": 256, "num_hidden_layers": 4,
+                                  "attn_layer_indices": [2], "num_attention_heads": 4, "num_key_value_heads": 2,
+                                  "intermediate_size": 512, "mamba_n_heads": 8, "mamba_d_state": 16,
+                                  "mamba_chunk_size": 64, "vocab_size": 1000}))
+    assert resolve_model(str(config)) == SMALL
+    out = runner.invoke(app, ["evaluate", "--model", str(config), "-L", "512", "--batch", "2", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    assert set(doc["layers"]) == {"mamba", "attention"} and doc["totals"]["n_layers"] == 4
+    assert doc["provenance"]["mappings"] == {"mamba": "optimal", "attention": "optimal"}
+    out = runner.invoke(app, ["evaluate", "--model", str(config), "-L", "512", "--batch", "2"])
+    assert out.exit_code == 0 and "model (4 layers)" in out.output and "of the time, mapping optimal" in out.output
+    out = runner.invoke(app, ["compare", "--model", str(config), "--seq-lens", "256,1024", "--batch", "1",
+                              "--phase", "decode", "--format", "csv"])
+    assert out.exit_code == 0, out.output
+    rows = pd.read_csv(pd.io.common.StringIO(out.output))
+    assert sorted(set(rows["seq_len"])) == [256, 1024]  # a hybrid decode step depends on the KV cache's length
+    assert (rows[rows["arch"] == "marca-ideal"]["speedup_vs_marca-ideal"] == 1.0).all()
+    out = runner.invoke(app, ["cascade", "show", "--model", str(config), "--layer-type", "attention", "-L", "64"])
+    assert out.exit_code == 0 and "FF_XO" in out.output and "1 attention layers" in out.output
+    out = runner.invoke(app, ["fusion", "map", "--model", str(config), "--layer-type", "mamba", "-L", "64",
+                              "--mapping", "optimal"])
+    assert out.exit_code == 0, out.output
+    out = runner.invoke(app, ["cascade", "show", "--model", str(config)])
+    assert out.exit_code == 1 and "--layer-type" in out.output
+    out = runner.invoke(app, ["evaluate", "--model", str(config), "--objective", "energy"])
+    assert out.exit_code == 1 and "searched for latency" in out.output
+
+
+def test_a_bad_hybrid_config_file_names_the_field(tmp_path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "bamba", "hidden_size": 256, "num_hidden_layers": 2,
+                                  "layers_block_type": ["mamba", "sliding_attention"], "num_attention_heads": 4,
+                                  "intermediate_size": 512, "mamba_n_heads": 8, "mamba_d_state": 16}))
+    out = runner.invoke(app, ["evaluate", "--model", str(config)])
+    assert out.exit_code == 1
+    assert "layers_block_type[1] is 'sliding_attention', not a layer type of the Bamba family" in out.output
+    assert str(config) in out.output.replace("\n", "")
+
+
+def test_sweep_points_of_a_hybrid_model(tmp_path) -> None:
+    path = tmp_path / "small.yaml"
+    path.write_text(SMALL.model_dump_json())
+    spec = SweepSpec("h", tmp_path / "s.sqlite", {"model": [str(path), "mamba-130m"], "phase": ["decode"],
+                                                   "seq_len": [256, 1024], "batch": [1]})
+    points = spec.points()
+    assert sorted((p["model"] == str(path), p["seq_len"]) for p in points) == [(False, 1), (True, 256), (True, 1024)]
+    out = evaluate_point(next(p for p in points if p["model"] == str(path)))
+    assert 0 < out["attention_share"] < 1 and out["mapping_used"] == "mamba:optimal attention:optimal"
+    assert math.isclose(out["latency_s"] * 4, out["model_latency_s"])
+
+
+def test_reproduce_hybrid_suite_writes_tables_figures_and_reports(tmp_path) -> None:
+    out = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--seq-lens", "2048", "--batch", "1", "--out",
+                              str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    folder = tmp_path / "hybrid"
+    latency = pd.read_csv(folder / "hybrid_latency.csv")
+    speedups = pd.read_csv(folder / "hybrid_speedups.csv")
+    assert sorted(set(latency["arch"])) == ["geens-ideal", "gpu-h100", "mambalaya", "marca-ideal"]
+    assert len(latency) == 2 * 4 and set(latency["phase"]) == {"prefill", "decode"}
+    row = latency[(latency["arch"] == "marca-ideal") & (latency["phase"] == "prefill")].iloc[0]
+    mine = latency[(latency["arch"] == "mambalaya") & (latency["phase"] == "prefill")].iloc[0]
+    s = speedups[(speedups["baseline"] == "marca-ideal") & (speedups["phase"] == "prefill")].iloc[0]
+    assert math.isclose(s["speedup"], row["model_latency_s"] / mine["model_latency_s"])
+    assert row["attention_mapping"] == "unfused" and mine["attention_mapping"] == "optimal"
+    report = (folder / "report.md").read_text()
+    assert "Attention layers run unfused on MARCA and Geens et al." in report
+    assert "with the best fusion our engine finds on Mambalaya" in report
+    assert (folder / "report.html").exists()
+    assert sorted(p.name for p in (folder / "figures").iterdir()) == [
+        "bamba-9b_speedup_vs_attention_share.png", "bamba-9b_speedup_vs_attention_share.svg",
+        "bamba-9b_speedup_vs_length.png", "bamba-9b_speedup_vs_length.svg"]
+    bad = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--models", "mamba-130m", "--out", str(tmp_path)])
+    assert bad.exit_code == 1 and "is not a hybrid model" in bad.output

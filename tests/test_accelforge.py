@@ -156,15 +156,18 @@ def test_unfused_unrolled_scan_matches_accelforge_to_the_bit(py312, config, stat
 
 
 MAMBA2_TINY = Mamba2Config(d_model=8, headdim=4, d_state=2, ngroups=2, chunk_size=4, d_conv=3)
+#: The chunked form at its smallest that still has both of its recurrences and a pass between
+#: chunks: 2 chunks of 2 positions (AccelForge's time grows with the unrolled Einsums).
+MAMBA2_TINY_CHUNKS = MAMBA2_TINY.model_copy(update={"chunk_size": 2})
 
 
-@pytest.mark.parametrize("phase,seq_len,scan,unroll", [
-    ("decode", 1, "recurrent", None),
-    ("prefill", T, "recurrent", T),
-    ("prefill", 2 * T, "chunked", 2 * T),  # two recurrences: the cumulative decay over Q, the state over chunks
+@pytest.mark.parametrize("config,phase,seq_len,scan,unroll", [
+    (MAMBA2_TINY, "decode", 1, "recurrent", None),
+    (MAMBA2_TINY, "prefill", T, "recurrent", T),
+    (MAMBA2_TINY_CHUNKS, "prefill", T, "chunked", T),  # two recurrences: the cumulative decay over Q, the state over chunks
 ], ids=["decode", "recurrent-unrolled", "chunked-unrolled"])
-def test_unfused_mamba2_matches_accelforge_to_the_bit(py312, phase, seq_len, scan, unroll):
-    c = build_layer(MAMBA2_TINY, phase=phase, seq_len=seq_len, batch=1, scan=scan)
+def test_unfused_mamba2_matches_accelforge_to_the_bit(py312, config, phase, seq_len, scan, unroll):
+    c = build_layer(config, phase=phase, seq_len=seq_len, batch=1, scan=scan)
     rows = cross_check_via(py312, c, unroll_scan=unroll)["rows"]
     assert {r["tensor"] for r in rows} == set(_translate(c, unroll)[0].tensors)
     for r in rows:
@@ -187,7 +190,7 @@ def test_export_carries_per_tensor_widths():
 
 @pytest.mark.parametrize("config,phase,seq_len,unroll,state_io", [
     (TINY, "prefill", T, T, True),
-    (MAMBA2_TINY, "prefill", 2 * T, 2 * T, False),  # the chunked form with incoming state cannot unroll
+    (MAMBA2_TINY_CHUNKS, "prefill", T, T, False),  # the chunked form with incoming state cannot unroll
 ], ids=["mamba1-unrolled-state", "mamba2-chunked-unrolled"])
 def test_mixed_precision_matches_accelforge_to_the_bit(py312, config, phase, seq_len, unroll, state_io):
     """Under reference-kernels (float32 scan tensors, 16-bit elsewhere) both tools still agree

@@ -96,7 +96,8 @@ def _read_elements(
     (the incoming state) comes from DRAM. ``resident``: the tensor stays on chip while its box
     does not change, so loops it does not mention that run inside the innermost loop it does
     mention (counting only loops of more than one trip) cost no re-read. ``access_key``: a
-    cheap hashable that identifies ``accesses`` (default: the accesses themselves).
+    cheap hashable that identifies ``accesses`` (default: the accesses themselves); groups
+    whose Einsums read ``tensor`` through the same accesses share it, and so share the memos.
     """
     fused = {lp.rank: lp for lp in group.loops}
     plan = _read_plan(cascade, group, tensor, accesses, access_key)
@@ -113,8 +114,10 @@ def _read_elements(
             if r not in mentioned:
                 repeat *= lp.trips(cascade.size(r))
     retain = group.halo == "retain"
+    halos = window_halos(cascade, group) if retain and any(len(c[1]) == 1 for c in comps) else {}
     prod_all, prod_own = 1, 1  # own elements = product of the components' own sums; all = of all sums
-    for dims, ranks, bounds, windowed in comps:
+    for dims, ranks, bounds in comps:
+        windowed = len(ranks) == 1 and (tensor, ranks[0]) in halos  # retained rows exist only along a window's rank
         s_own, s_init = _component_sums(cascade, tensor, plan.access_key, accesses, dims,
                                         tuple((r, fused[r].tile) for r in ranks), bounds, retain and windowed)
         prod_all *= s_own + s_init
@@ -132,14 +135,13 @@ class _ReadPlan:
 
     access_key: Any
     mentioned: frozenset[str]  # fused ranks some access's index mentions
-    # components: dimensions that share fused ranks, with those ranks, their bounds (below 0
-    # only along the initial axis, by the history depth) and whether a retained window halo
-    # runs along their one rank
-    comps: tuple[tuple[tuple[int, ...], tuple[str, ...], tuple[tuple[int, int], ...], bool], ...]
+    # components: dimensions that share fused ranks, with those ranks and their bounds (below 0
+    # only along the initial axis, by the history depth)
+    comps: tuple[tuple[tuple[int, ...], tuple[str, ...], tuple[tuple[int, int], ...]], ...]
 
 
 def _read_plan(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], access_key: Any) -> _ReadPlan:
-    key = (tensor, tuple(accesses) if access_key is None else access_key, frozenset(group.fused_ranks), group.einsums)
+    key = (tensor, tuple(accesses) if access_key is None else access_key, frozenset(group.fused_ranks))
     memo = cascade.__dict__.setdefault("_read_plan_memo", {})
     hit = memo.get(key)
     if hit is not None:
@@ -154,7 +156,6 @@ def _read_plan(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list
     for p, n in enumerate(shape):
         depth = init[1] if init is not None and init[0] == p else 0
         bounds.append((-depth, n - 1))
-    halos = window_halos(cascade, group)  # retained rows exist only along a window's rank
     comps: list[tuple[list[int], list[str]]] = []
     for p in range(len(shape)):
         merged = [c for c in comps if set(c[1]) & deps[p]]
@@ -163,8 +164,7 @@ def _read_plan(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list
         comps = [c for c in comps if c not in merged] + [(dims, ranks)]
     hit = _ReadPlan(
         key[1], frozenset().union(*deps) if deps else frozenset(),
-        tuple((tuple(dims), tuple(ranks), tuple(bounds[p] for p in dims),
-               len(ranks) == 1 and (tensor, ranks[0]) in halos) for dims, ranks in comps))
+        tuple((tuple(dims), tuple(ranks), tuple(bounds[p] for p in dims)) for dims, ranks in comps))
     memo[key] = hit
     return hit
 
@@ -446,17 +446,20 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
             reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8
 
     for t in tensors_read(cascade, group):
-        accs = [a for e in einsums for a in e.inputs if a.tensor == t and a.tensor != e.name]
+        readers = [e for e in einsums if e.name != t and t in e.input_tensors]
+        accs = [a for e in readers for a in e.inputs if a.tensor == t]
         own, init = _read_elements(cascade, group, t, accs, self_only=False, resident=t in group.resident,
-                                   access_key=("reads", group.einsums))
+                                   access_key=("reads", tuple(e.name for e in readers)))
         add_read(t, own)
         if init:
             add_read(cascade.tensors[t].initial, init)  # type: ignore[arg-type]
     for t in group.einsums:  # tensors made on chip whose incoming state is read below 0
         initial = cascade.tensors[t].initial
-        accs = [a for e in einsums for a in e.inputs if a.tensor == t]
+        readers = [e for e in einsums if t in e.input_tensors]
+        accs = [a for e in readers for a in e.inputs if a.tensor == t]
         if initial and accs:
-            _, init = _read_elements(cascade, group, t, accs, self_only=True, access_key=("self", group.einsums))
+            _, init = _read_elements(cascade, group, t, accs, self_only=True,
+                                     access_key=("self", tuple(e.name for e in readers)))
             add_read(initial, init)
 
     writes: dict[str, float] = {}

@@ -228,12 +228,31 @@ def test_bad_attention_configs_name_the_field() -> None:
 # --------------------------------------------------------------------------------------------
 
 _ATT = AttentionConfig(d_model=16, n_heads=4, n_kv_heads=2, partial_rotary_factor=0.5)
+#: A tiny Bamba-shaped model whose attention block is _ATT, for whole hybrid layers (mixer + MLP).
+def _tiny_hybrid():
+    from mambalaya.workloads.hybrid import HybridConfig
+
+    return HybridConfig(d_model=16, layer_types=("mamba", "attention"), d_ff=12, n_heads=4, n_kv_heads=2,
+                        mamba_heads=4, mamba_headdim=8, mamba_d_state=2, mamba_chunk_size=2, mamba_d_conv=3,
+                        vocab_size=8)
+
+
+def hybrid_layer_for_tiles(layer_type: str, phase: str, seq_len: int):
+    from mambalaya.workloads.hybrid import hybrid_layer as build
+
+    return build(_tiny_hybrid(), layer_type, batch=1, seq_len=seq_len, phase=phase)
+
+
 _TILED_CASES = {
     "attention-prefill": (attention_layer(_ATT, batch=2, seq_len=6), 0),
     "attention-prefill-online": (attention_layer(_ATT, batch=2, seq_len=6, softmax="online"), 0),
     "attention-decode": (attention_layer(_ATT, batch=2, seq_len=5, phase="decode"), 5),
     "attention-decode-online": (attention_layer(_ATT, batch=1, seq_len=5, phase="decode", softmax="online"), 5),
     "mlp-prefill": (mlp_layer(MLPConfig(d_model=8, d_ff=12), batch=2, seq_len=5), None),
+    # whole hybrid layers: the mixer chained into its MLP
+    "hybrid-attention-prefill": (hybrid_layer_for_tiles("attention", "prefill", 4), 0),
+    "hybrid-mamba-chunked": (hybrid_layer_for_tiles("mamba", "prefill", 4), None),
+    "hybrid-attention-decode": (hybrid_layer_for_tiles("attention", "decode", 3), 3),
 }
 
 
@@ -243,6 +262,11 @@ def _tiled_arrays(key: str) -> dict[str, np.ndarray]:
     arrays = {t: rng.standard_normal(c.shape(t)) * 0.5 for t in c.external_tensors()}
     if start is not None:
         arrays.update(attention_constants(c, _ATT, start=start))
+    if "A" in c.tensors:  # a Mamba mixer: a decaying SSM, and the chunked form's causal mask
+        from mambalaya.workloads.mamba2 import mamba2_constants
+
+        arrays["A"] = -np.abs(arrays["A"]) - 0.5
+        arrays.update(mamba2_constants(c))
     return arrays
 
 
@@ -273,7 +297,8 @@ def test_tiled_executor_equals_the_model_on_named_mappings(key: str, name: str, 
 
 def test_tiled_executor_equals_the_model_on_random_legal_mappings() -> None:
     """Hypothesis draws groupings and fused loops (any rank, any tile, both halo policies) of
-    the attention and MLP cascades; every legal one moves the bytes the model predicts."""
+    the attention, MLP and whole hybrid-layer cascades; every legal one moves the bytes the
+    model predicts."""
     from hypothesis import HealthCheck, assume, given, settings
     from hypothesis import strategies as st
 
@@ -294,7 +319,7 @@ def test_tiled_executor_equals_the_model_on_random_legal_mappings() -> None:
             groups.append(FusionGroup(f"F{n}", tuple(names[a:b]), loops, draw(st.sampled_from(["retain", "recompute"]))))
         return key, Mapping("random", tuple(groups))
 
-    @settings(max_examples=60, deadline=None, derandomize=True,
+    @settings(max_examples=100, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
     @given(cases())
     def run(case) -> None:
@@ -308,7 +333,7 @@ def test_tiled_executor_equals_the_model_on_random_legal_mappings() -> None:
 
     checked: list[str] = []
     run()
-    assert len(checked) >= 30 and len(set(checked)) == len(_TILED_CASES), checked
+    assert len(checked) >= 30 and len(set(checked)) == len(_TILED_CASES), sorted(set(_TILED_CASES) - set(checked))
 
 
 # --------------------------------------------------------------------------------------------

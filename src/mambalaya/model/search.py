@@ -114,7 +114,16 @@ class GroupChoice:
 
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
-    """Ranks every Einsum of the group writes and none reduces, in loop order."""
+    """Ranks every Einsum of the group writes and none reduces, in loop order. Memoised on the
+    (immutable) cascade: a search asks for every candidate group's on every point."""
+    memo = cascade.__dict__.setdefault("_tileable_ranks_memo", {})
+    key = tuple(einsums)
+    if key not in memo:
+        memo[key] = tuple(_tileable_ranks(cascade, einsums))
+    return list(memo[key])
+
+
+def _tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
     common: set[str] | None = None
     reduced: set[str] = set()
     for name in einsums:

@@ -15,6 +15,7 @@ from mambalaya.fusion.mapping import unfused_mapping
 from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
+from mambalaya.workloads.hybrid import HybridConfig, hybrid_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.precision import (
     apply_policy,
@@ -32,10 +33,17 @@ FLOAT32 = {
     "mamba1": {"X", "XO", "XC", "SS", "RS", "DELTA", "A", "AD", "BX", "H", "H0", "HN", "YS", "DS", "G"},
     "mamba2": {"X", "XO", "XC", "BC", "CC", "SS", "RS", "DELTA", "A", "DS", "AD", "BX", "H", "YS", "ACS", "LD", "CB",
                "YDG", "DC", "ST", "CD", "DO", "YO", "H0", "HN", "GZ", "YG", "SG", "RG"},
+    # a hybrid layer: the Mamba-2 mixer's kernel widths but a model-dtype residual stream (X, XO),
+    # the softmax statistics and running output, and the norms (the MLP's too) in float32
+    "bamba": {"XC", "BC", "CC", "SS", "RS", "DELTA", "A", "DS", "AD", "BX", "H", "YS", "ACS", "LD", "CB", "YDG", "DC",
+              "ST", "CD", "DO", "YO", "H0", "HN", "GZ", "YG", "SG", "RG", "MX", "EX", "SM", "MR", "CF", "LR", "OR",
+              "FF_SS", "FF_RS"},
 }
 
 CFG1 = Mamba1Config(d_model=16)
 CFG2 = Mamba2Config(d_model=64, headdim=16, d_state=8, chunk_size=4)
+CFG3 = HybridConfig(d_model=32, layer_types=("mamba", "attention"), d_ff=48, n_heads=4, n_kv_heads=2, mamba_heads=4,
+                    mamba_headdim=16, mamba_d_state=8, mamba_chunk_size=4, vocab_size=16)
 FORMS = {
     "mamba1 prefill": mamba1_layer(CFG1, batch=1, seq_len=4),
     "mamba1 prefill with state": mamba1_layer(CFG1, batch=1, seq_len=4, state_io=True),
@@ -43,6 +51,10 @@ FORMS = {
     "mamba2 recurrent": mamba2_layer(CFG2, batch=1, seq_len=8, scan="recurrent", state_io=True),
     "mamba2 chunked": mamba2_layer(CFG2, batch=1, seq_len=8, scan="chunked", state_io=True),
     "mamba2 decode": mamba2_layer(CFG2, batch=1, seq_len=1, phase="decode"),
+    "bamba mamba chunked": hybrid_layer(CFG3, "mamba", batch=1, seq_len=8),
+    "bamba mamba decode": hybrid_layer(CFG3, "mamba", batch=1, seq_len=8, phase="decode"),
+    "bamba attention": hybrid_layer(CFG3, "attention", batch=1, seq_len=8),
+    "bamba attention online decode": hybrid_layer(CFG3, "attention", batch=1, seq_len=8, phase="decode", softmax="online"),
 }
 
 
@@ -73,8 +85,8 @@ def test_every_named_width_has_a_source() -> None:
     for family, entries in policy.families.items():
         for tensor in entries:
             source = policy.sources.get(f"{family}.{tensor}", "")
-            assert ("ss " in source or "hf " in source or "causal-conv1d" in source), tensor
-            assert any(x in source for x in (".py", ".cuh", ".cpp", ".cu")), tensor
+            assert any(x in source for x in ("ss ", "hf ", "causal-conv1d", "flash-attention")), tensor
+            assert any(x in source for x in (".py", ".cuh", ".cpp", ".cu", ".h ")), tensor
     assert policy.sources["default"]
     rows = policy_rows(policy, FORMS["mamba1 prefill"], 16)
     delta = next(r for r in rows if r["tensor"] == "DELTA")

@@ -104,8 +104,9 @@ def evaluate_hybrid(
     """Every layer type of ``config`` on ``arch``. A Mamba layer's prefill runs whichever scan
     form (chunked SSD or the recurrent scan) is faster on the design unless ``scan`` is given,
     as :func:`~mambalaya.experiments.evaluate.evaluate_best_scan` does for Mamba-2 models.
-    Mamba layers take the policy's ``mamba2`` widths; attention and MLP tensors its role and
-    default widths (the shipped policies name no attention tensor)."""
+    Tensor widths follow the policy's ``bamba`` family (``reference-kernels``: the mixer's
+    kernel widths, softmax statistics and norms in float32, the residual stream at the design
+    width)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     layers: dict[str, Evaluation] = {}
@@ -142,7 +143,7 @@ def _layer_cascade(config: HybridConfig, layer_type: str, batch: int, seq_len: i
             _CASCADES.pop(next(iter(_CASCADES)))
         cascade = hybrid_layer(config, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits,
                                scan=form, softmax=softmax, name=name)  # type: ignore[arg-type]
-        _CASCADES[key] = apply_policy(cascade, policy, bits, family="mamba2" if layer_type == "mamba" else layer_type)
+        _CASCADES[key] = apply_policy(cascade, policy, bits, family="bamba")
     return _CASCADES[key]
 
 

@@ -123,8 +123,7 @@ def build_layer(
             raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
         cascade = hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
                                name=name)
-        family = "mamba2" if layer_type == "mamba" else layer_type
-        return cascade if precision is None else apply_policy(cascade, precision, bits, family=family)
+        return cascade if precision is None else apply_policy(cascade, precision, bits, family="bamba")
     if layer_type is not None:
         raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")
     if isinstance(model, Mamba2Config):

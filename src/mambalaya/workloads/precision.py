@@ -45,7 +45,7 @@ from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
 from mambalaya.specio import FieldProblem, load_spec_text, read_spec_file
 
-FAMILIES: tuple[str, ...] = ("mamba1", "mamba2")
+FAMILIES: tuple[str, ...] = ("mamba1", "mamba2", "bamba")
 DESIGN = "design"
 #: Widths above this are refused (no datatype of interest is wider than float64).
 MAX_BITS = 64
@@ -60,7 +60,7 @@ def _width(value: Any) -> Any:
 
 
 Width = Annotated[Union[int, str], BeforeValidator(_width)]
-Family = Literal["mamba1", "mamba2"]
+Family = Literal["mamba1", "mamba2", "bamba"]
 
 
 class PrecisionPolicy(BaseModel):
@@ -116,7 +116,7 @@ class PrecisionPolicy(BaseModel):
 @lru_cache(maxsize=None)
 def family_tensor_names(family: str) -> frozenset[str]:
     """Every tensor name of the family's layer cascades: prefill with and without state, decode,
-    and (Mamba-2) both scan forms."""
+    and (Mamba-2) both scan forms; (Bamba) both layer types, scan forms and softmax forms."""
     from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
     from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 
@@ -132,6 +132,17 @@ def family_tensor_names(family: str) -> frozenset[str]:
                 if phase == "decode" and scan == "chunked":
                     continue
                 names |= set(mamba2_layer(cfg2, batch=1, seq_len=8, phase=phase, state_io=state_io, scan=scan).tensors)
+    elif family == "bamba":
+        from mambalaya.workloads.hybrid import HybridConfig, hybrid_layer
+
+        cfg3 = HybridConfig(d_model=16, layer_types=("mamba", "attention"), d_ff=8, n_heads=2, n_kv_heads=1,
+                            mamba_heads=2, mamba_headdim=16, mamba_d_state=4, mamba_chunk_size=2, vocab_size=8)
+        for layer_type in ("mamba", "attention"):
+            for phase in ("prefill", "decode"):
+                for form in ("chunked", "recurrent") if layer_type == "mamba" and phase == "prefill" else (None,):
+                    for softmax in ("three-pass", "online") if layer_type == "attention" else ("three-pass",):
+                        names |= set(hybrid_layer(cfg3, layer_type, batch=1, seq_len=4, phase=phase, scan=form,
+                                                  softmax=softmax).tensors)  # type: ignore[arg-type]
     else:
         raise SpecError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
     return frozenset(names)
@@ -180,7 +191,10 @@ def loads_policy(text: str, *, source: str = "<string>") -> PrecisionPolicy:
 
 
 def cascade_family(cascade: Cascade) -> str:
-    """``mamba1`` or ``mamba2``, from the cascade's tensors (Mamba-2 has heads: rank ``G``)."""
+    """``mamba1``, ``mamba2`` or ``bamba``, from the cascade's tensors (a hybrid layer has its
+    MLP block, prefixed ``FF_``; Mamba-2 has heads: rank ``G``)."""
+    if "FF_XO" in cascade.tensors:
+        return "bamba"
     return "mamba2" if "G" in cascade.ranks and "P" in cascade.ranks else "mamba1"
 
 

@@ -216,7 +216,16 @@ def _window_halos(cascade: Cascade, group: FusionGroup) -> dict[tuple[str, str],
 
 
 def footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
-    """On-chip bytes the group keeps at once (see the module doc)."""
+    """On-chip bytes the group keeps at once (see the module doc). Memoised on the (immutable)
+    cascade: the traffic model and the legality check both ask for every group a search picks."""
+    memo = cascade.__dict__.setdefault("_footprint_memo", {})
+    key = (group.einsums, group.loops, group.halo, group.resident)
+    if key not in memo:
+        memo[key] = _footprint_bytes(cascade, group)
+    return memo[key]
+
+
+def _footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
     total = 0.0
     for t in intermediates(cascade, group):
         spec = cascade.tensors[t]

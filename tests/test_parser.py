@@ -538,6 +538,7 @@ def test_malformed_yaml() -> None:
         ("[" * 5000, 1),
         ("just text", 1),
         ('name: t\ndescription: "\\U00110000"\n', 2),  # PyYAML raises ValueError from chr()
+        ('name: "00\\Ue0010000"\n', 1),  # ... and OverflowError beyond a C int (found by hypothesis)
         ("a: 1\x85b: [\n", 3),  # YAML counts NEL as a line break
     ]:
         err = load_error(text)
@@ -576,3 +577,18 @@ def test_non_ascii_text_is_rejected() -> None:
     with pytest.raises(SpecError) as info:
         parse_einsum("Y[i] = X[i] * \u0663")  # an Arabic-Indic digit
     assert info.value.column == 15
+
+
+def test_every_spec_reader_names_an_escape_beyond_unicode() -> None:
+    """PyYAML's scanner calls chr() on an eight-digit escape unchecked: ValueError above U+10FFFF,
+    OverflowError beyond a C int. Specs read through specio (architectures, policies, mappings,
+    sweeps) give one SpecError with the location too."""
+    from mambalaya.specio import parse_yaml_text
+    from mambalaya.workloads.precision import loads_policy
+
+    for text, column in (('a: "\\U00110000"\n', 5), ('a: "x\\Ue0010000"\n', 6)):
+        with pytest.raises(SpecError, match="an escape names no Unicode character") as info:
+            parse_yaml_text(text, source="s.yaml")
+        assert (info.value.source, info.value.line, info.value.column) == ("s.yaml", 1, column)
+    with pytest.raises(SpecError, match="an escape names no Unicode character"):
+        loads_policy('name: "\\Ue0010000"\n')

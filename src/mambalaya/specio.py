@@ -56,6 +56,16 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
         raise SpecError(one_paragraph(f"not valid YAML: {err}"), source=source) from None
     except RecursionError:
         raise SpecError("not valid YAML: nested too deeply", source=source) from None
+    except (ValueError, OverflowError):  # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked
+        bad = [m.start() for m in _ESCAPE_U.finditer(text) if int(m.group(1), 16) > 0x10FFFF] if isinstance(text, str) else []
+        before = text[: bad[0]] if bad else ""
+        raise SpecError("not valid YAML: an escape names no Unicode character", source=source,
+                        line=before.count("\n") + 1 if bad else None,
+                        column=len(before) - (before.rfind("\n") + 1) + 1 if bad else None) from None
+
+
+#: A YAML escape naming a code point by eight hex digits (PyYAML does not check its range).
+_ESCAPE_U = re.compile(r"\\U([0-9A-Fa-f]{8})")
 
 
 def load_spec_text(text: str, model: type, *, what: str, fields: str, source: str) -> Any:

@@ -129,7 +129,7 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
         raise SpecError(f"not valid YAML: {err}", source=source, line=1) from None
     except RecursionError:
         raise SpecError("not valid YAML: nested too deeply", source=source, line=1) from None
-    except ValueError:  # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked
+    except (ValueError, OverflowError):  # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked
         escapes = _ESCAPE_U.finditer(text) if isinstance(text, str) else ()
         bad = [m.start() for m in escapes if int(m.group(1), 16) > 0x10FFFF]
         line, column = _line_column(text, bad[0]) if bad else (1, None)

@@ -775,7 +775,7 @@ def reproduce_cmd(
 
         result = run_reproduce(config, tick)
         bar.update(task, completed=steps, description="done")
-    err_console.print(f"wrote {result.report} with {len(result.figures)} figure files and "
+    err_console.print(f"wrote {result.report} (and report.html) with {len(result.figures)} figure files and "
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")
 
 

@@ -106,5 +106,5 @@ ExportFormatOpt = Annotated[str, typer.Option("--format", "-f", help="export: cs
 OutOpt = Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to this file instead of stdout.")]
 ImageOutOpt = Annotated[Path, typer.Option("--output", "-o", help="Image file: .svg, .png or .pdf.")]
 AccelForgeOutOpt = Annotated[Path, typer.Option("--output", "-o", help="Folder for workload.yaml, arch.yaml, mapping_unfused.yaml.")]
-ReproduceOutDirOpt = Annotated[Path, typer.Option("--out", help="Output folder for tables, figures and report.md.")]
+ReproduceOutDirOpt = Annotated[Path, typer.Option("--out", help="Output folder for tables, figures, report.md and report.html.")]
 SensitivityOutDirOpt = Annotated[Optional[Path], typer.Option("--out", help="Folder for sensitivity.csv and the tornado chart (PNG and SVG).")]

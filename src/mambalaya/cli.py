@@ -716,7 +716,13 @@ def compare_cmd(
     elif fmt == Format.csv:
         _emit(_rows_csv(rows), output)
     else:
-        _print_table(_rows_table(rows, f"{model} {phase.value}, batch {batch}: each design with its own mapping; speedup over {baseline}"), output)
+        title = f"{model} {phase.value}, batch {batch}: each design with its own mapping; speedup over {baseline}"
+        if config.family == "bamba":  # the table keeps what compares; csv and json hold every column
+            keep = ("seq_len", "arch", "model_latency_s", "tokens_per_s", "mamba_mapping", "attention_mapping",
+                    "attention_share", f"speedup_vs_{baseline}")
+            rows = [{k: r[k] for k in keep if k in r} for r in rows]
+            title += " (whole model; --format csv for each layer type's latency, cascade and share)"
+        _print_table(_rows_table(rows, title), output)
 
 
 @app.command("reproduce")

@@ -300,7 +300,9 @@ def attention_layer(
     lines += [line.replace("{t}", t_index) for line in (ONLINE if softmax == "online" else THREE_PASS)]
     lines += OUTPUT
 
-    used = _used_tensors(lines)
+    sizes = {r.name: r.size for r in ranks}
+    einsums = [parse_einsum(line, sizes=sizes) for line in lines]
+    used = {e.name for e in einsums} | {t for e in einsums for t in e.input_tensors}
     tensors: dict[str, TensorSpec] = {
         t: TensorSpec(t, rk, role, bits, description=desc) for t, (rk, role, desc) in _TENSORS.items() if t in used
     }
@@ -316,9 +318,7 @@ def attention_layer(
         if cache_out:
             tensors[new] = TensorSpec(new, out_ranks, _ST, bits, description=f"{spec.description}, appended to the cache")
             idx = ",".join(r.lower() for r in out_ranks)
-            lines.append(f"{new}[{idx}] = {src}[{idx}]")
-    sizes = {r.name: r.size for r in ranks}
-    einsums = [parse_einsum(line, sizes=sizes) for line in lines]
+            einsums.append(parse_einsum(f"{new}[{idx}] = {src}[{idx}]", sizes=sizes))
     return build_cascade(
         name=name or f"attention-{phase}" + ("-online" if softmax == "online" else ""),
         params=params,
@@ -332,15 +332,6 @@ def attention_layer(
         ),
         regions={"attention": ATTENTION_REGION[softmax]},
     )
-
-
-def _used_tensors(lines: list[str]) -> set[str]:
-    used: set[str] = set()
-    for line in lines:
-        e = parse_einsum(line.replace("T-1", "0"), sizes={})
-        used.add(e.name)
-        used.update(e.input_tensors)
-    return used
 
 
 def rotary_tables(config: AttentionConfig, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

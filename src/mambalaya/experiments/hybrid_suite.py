@@ -169,8 +169,8 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         "step's L is the context already in the KV cache).",
         "",
         "**Method.** Every layer type of the model is one cascade (its mixer block, then its MLP block) evaluated on "
-        "each design; the whole model's latency is the sum over layers (embedding and LM head excluded, as in the "
-        "paper's evaluation). Mamba layers run the design's own mapping (MARCA unfused, Geens et al. fusing the SSM "
+        "each design; the whole model's latency is the sum over layers (embedding and LM head excluded, as "
+        "`mambalaya reproduce` counts a Mamba model). Mamba layers run the design's own mapping (MARCA unfused, Geens et al. fusing the SSM "
         "region, Mambalaya the optimal search) and, in prefill, whichever scan form (chunked SSD or recurrent) is "
         "faster on the design. **Attention layers run unfused on MARCA and Geens et al.**, whose papers describe no "
         "attention fusion, **and with the best fusion our engine finds on Mambalaya** (the same optimal search as for "

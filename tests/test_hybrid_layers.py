@@ -109,13 +109,13 @@ def bamba_reference() -> dict:
     pytest.importorskip("transformers")
     import hf_reference_bamba as hf
 
-    return hf.run_hf_bamba(layer_types=["mamba", "attention", "attention"], n_kv_heads=2, seq_len=6, n_decode=3, seed=3)
+    return hf.run_hf_bamba(layer_types=["mamba", "attention", "attention"], n_kv_heads=2, seq_len=8, n_decode=3, seed=3)
 
 
 @requires_hf
 @pytest.mark.parametrize("softmax", ["three-pass", "online"])
 def test_attention_layer_prefill_and_decode_match_transformers(bamba_reference: dict, softmax: str) -> None:
-    """Both attention layers of a Bamba model (attention + its gated MLP), prefill of 6 tokens
+    """Both attention layers of a Bamba model (attention + its gated MLP), prefill of 8 tokens
     then 3 decode steps through the KV cache, equal transformers within 1e-5 (float32); the
     cache we append equals transformers' after every step."""
     for k in (1, 2):
@@ -175,17 +175,20 @@ def test_online_softmax_equals_three_pass(phase: str, rotary: float) -> None:
 
 @pytest.mark.parametrize("softmax", ["three-pass", "online"])
 def test_attention_statistics_equal_hand_formulas(softmax: str) -> None:
-    """MACs of QK^T and AV, the projections' MACs, and the KV-cache bytes a decode step reads."""
+    """MACs of QK^T and AV (the online form's multiplies and adds), the projections' MACs, and
+    the KV-cache bytes a decode step reads."""
     att = AttentionConfig(d_model=64, n_heads=8, n_kv_heads=2, partial_rotary_factor=0.5)
     b, L, hd, h, g = 3, 20, 8, 8, 2
     pre = cascade_stats(attention_layer(att, batch=b, seq_len=L, softmax=softmax))
     per = {row.name: row for row in pre.einsums}
     # scores: the rotated and the pass-through halves of every head, every (i, t) pair
     assert per["SC"].ops["mac"] == b * L * L * h * hd
-    av = "AO" if softmax == "three-pass" else "OR"
-    assert per[av].ops["mac" if softmax == "three-pass" else "mul"] >= b * L * L * h * hd
-    if softmax == "three-pass":
+    if softmax == "three-pass":  # AV as a reduction over the keys
         assert per["AO"].ops["mac"] == b * L * L * h * hd
+        assert per["MX"].ops["max"] == per["EX"].ops["exp"] == b * L * L * h
+    else:  # AV folded into the recurrence: OR[t-1]*CF + PE*V at every key, then one divide per output
+        assert per["OR"].ops == {"mul": 2 * b * L * L * h * hd, "add": b * L * L * h * hd}
+        assert per["MR"].ops == {"max": b * L * L * h} and per["AO"].ops == {"div": b * L * h * hd}
     projections = sum(per[n].ops["mac"] for n in ("QA", "QB", "KA", "KB", "V", "O"))
     assert projections == b * L * 64 * (h * hd + 2 * g * hd) + b * L * h * hd * 64
     dec = attention_layer(att, batch=b, seq_len=L, phase="decode", softmax=softmax)
@@ -418,8 +421,20 @@ def test_bamba_config_json_gives_the_preset_and_bad_fields_are_named() -> None:
         hybrid_config_from_hf({**data, "attn_layer_indices": [9, 32]})
     with pytest.raises(SpecError, match="field mlp_bias is True"):
         hybrid_config_from_hf({**data, "mlp_bias": True})
-    with pytest.raises(SpecError, match="n_kv_heads = 7 does not divide n_heads = 32"):
+    with pytest.raises(SpecError, match="field num_key_value_heads = 7 does not divide num_attention_heads = 32"):
         hybrid_config_from_hf({**data, "num_key_value_heads": 7})
+    # wrong types are one error naming the field, not a traceback
+    for key, value, needle in (("hidden_size", "64", "field hidden_size must be a positive integer"),
+                               ("mamba_expand", "2", "field mamba_expand must be a positive integer"),
+                               ("rope_parameters", [1, 2], "field rope_parameters must be a mapping"),
+                               ("layers_block_type", [["mamba"]] * 32, r"field layers_block_type\[0\] is \['mamba'\]"),
+                               ("mamba_d_head", 32, "mamba_n_heads \\* mamba_d_head = 4096 is not")):
+        with pytest.raises(SpecError, match=needle):
+            hybrid_config_from_hf({**data, key: value})
+    # the chunked scan of a hybrid Mamba layer needs whole chunks (its MLP would count padding)
+    with pytest.raises(SpecError, match="pads L = 100 to a multiple of the chunk size 256"):
+        hybrid_layer(HYBRID_PRESETS["bamba-9b"], "mamba", batch=1, seq_len=100, scan="chunked")
+    assert "C" not in hybrid_layer(HYBRID_PRESETS["bamba-9b"], "mamba", batch=1, seq_len=100, scan="recurrent").ranks
 
 
 def test_bamba_loader_names_what_does_not_fit() -> None:

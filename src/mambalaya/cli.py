@@ -729,7 +729,7 @@ def compare_cmd(
 @user_errors
 def reproduce_cmd(
     out: ReproduceOutDirOpt = Path("results"),
-    suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/.")] = Suite.paper,
+    suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/; --models, --seq-lens, --batch, --figures and --precision apply to it, the other options to the paper suite only.")] = Suite.paper,
     models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b).")] = None,
     seq_lens: ReproduceSeqLensOpt = None,
     batch: BatchOpt = DEFAULT_DESIGN_BATCH,
@@ -747,12 +747,15 @@ def reproduce_cmd(
     from mambalaya.experiments.reproduce import DESIGNS, EXTRA_DESIGNS, ReproduceConfig, run_reproduce
 
     if suite == Suite.hybrid:
-        _reproduce_hybrid(out, models or "bamba-9b", seq_lens, batch, figures)
+        _reproduce_hybrid(out, models or "bamba-9b", seq_lens, batch, figures, precision)
         return
     names = tuple(m.strip() for m in (models or "mamba-1.4b,mamba2-2.7b").split(",") if m.strip())
     for m in names:
         if m not in PRESETS:
             raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
+        if PRESETS[m].family == "bamba":
+            raise MambalayaError(f"{m} is a hybrid model: the paper's evaluation is of Mamba models; use "
+                                 f"`mambalaya reproduce --suite hybrid --models {m}`")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else ReproduceConfig.seq_lens
     detail = 2048 if 2048 in lens else lens[0]
     sens_lens = tuple(_int_list(sensitivity_seq_lens, "--sensitivity-seq-lens")) if sensitivity_seq_lens \
@@ -785,7 +788,8 @@ def reproduce_cmd(
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")
 
 
-def _reproduce_hybrid(out: Path, models: str, seq_lens: str | None, batch: int, figures: bool) -> None:
+def _reproduce_hybrid(out: Path, models: str, seq_lens: str | None, batch: int, figures: bool,
+                      precision: str | None) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mambalaya.experiments.hybrid_suite import HybridSuiteConfig, run_hybrid_suite, suite_steps
@@ -794,7 +798,8 @@ def _reproduce_hybrid(out: Path, models: str, seq_lens: str | None, batch: int, 
     if not names:
         raise MambalayaError("--models names no model")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else HybridSuiteConfig.seq_lens
-    config = HybridSuiteConfig(models=names, batch=batch, seq_lens=lens, out=out / "hybrid", figures=figures)
+    config = HybridSuiteConfig(models=names, batch=batch, seq_lens=lens, out=out / "hybrid", figures=figures,
+                               precision=precision)
     steps = suite_steps(config)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:
@@ -830,6 +835,9 @@ def sensitivity_cmd(
     if design == baseline:
         raise MambalayaError("--design and --baseline name the same design; a ratio needs two")
     config = resolve_model(model)
+    if config.family == "bamba":
+        raise MambalayaError(f"{model} is a hybrid model: the sensitivity study covers Mamba models; for a hybrid "
+                             "model use `mambalaya compare` or `mambalaya reproduce --suite hybrid`")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)
     run = RunSetup(models=(model,), configs={model: config}, seq_lens=lens, batch=batch, precision=precision,
                    phases=("prefill",) if phase == PhaseOption.prefill else ("generation",))
@@ -970,8 +978,11 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
     if phase == PhaseOption.prefill and unroll is None:
         raise MambalayaError("AccelForge cannot express the scan's recurrence over I: export the decode step "
                              "(--phase decode) or a prefill with the scan unrolled (--unroll-scan T)")
+    family = resolve_model(model).family
+    if family == "bamba":
+        raise MambalayaError(f"{model} is a hybrid model: the AccelForge export covers Mamba-1 and Mamba-2 layers")
     _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None,
-                              "recurrent" if resolve_model(model).family == "mamba2" else None, precision=precision)
+                              "recurrent" if family == "mamba2" else None, precision=precision)
     return cascade
 
 

@@ -56,12 +56,15 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
         raise SpecError(one_paragraph(f"not valid YAML: {err}"), source=source) from None
     except RecursionError:
         raise SpecError("not valid YAML: nested too deeply", source=source) from None
-    except (ValueError, OverflowError):  # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked
+    except (ValueError, OverflowError) as err:
+        # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked; its
+        # constructors raise ValueError on values such as the date 2001-13-01
         bad = [m.start() for m in _ESCAPE_U.finditer(text) if int(m.group(1), 16) > 0x10FFFF] if isinstance(text, str) else []
-        before = text[: bad[0]] if bad else ""
+        if not bad:
+            raise SpecError(one_paragraph(f"not valid YAML: {err}"), source=source) from None
+        before = text[: bad[0]]
         raise SpecError("not valid YAML: an escape names no Unicode character", source=source,
-                        line=before.count("\n") + 1 if bad else None,
-                        column=len(before) - (before.rfind("\n") + 1) + 1 if bad else None) from None
+                        line=before.count("\n") + 1, column=len(before) - (before.rfind("\n") + 1) + 1) from None
 
 
 #: A YAML escape naming a code point by eight hex digits (PyYAML does not check its range).

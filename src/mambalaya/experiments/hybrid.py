@@ -111,7 +111,9 @@ def evaluate_hybrid(
     policy = resolve_policy(spec, precision)
     layers: dict[str, Evaluation] = {}
     for layer_type, count in config.layer_counts().items():
-        forms = [scan] if scan or layer_type != "mamba" or phase != "prefill" else ["chunked", "recurrent"]
+        forms: list[str | None] = [None]
+        if layer_type == "mamba":
+            forms = [scan] if scan or phase != "prefill" else ["chunked", "recurrent"]
         found, errors = [], []
         for form in forms:
             cascade = _layer_cascade(config, layer_type, batch, seq_len, phase, spec.bits_per_element, form, softmax,

@@ -46,6 +46,8 @@ class HybridSuiteConfig:
     designs: tuple[str, ...] = HYBRID_DESIGNS
     out: Path = Path("results") / "hybrid"
     figures: bool = True
+    #: The precision policy of every design (None: each design's own, its spec's ``precision``).
+    precision: str | None = None
 
 
 @dataclass
@@ -64,7 +66,8 @@ def suite_steps(config: HybridSuiteConfig) -> int:
 
 def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
     row: dict[str, Any] = {"model": model, "phase": ev.phase, "seq_len": ev.seq_len, "batch": ev.batch,
-                           "arch": ev.arch.name, "model_latency_s": ev.model_latency_s,
+                           "arch": ev.arch.name, "precision": next(iter(ev.layers.values())).precision.name,
+                           "model_latency_s": ev.model_latency_s,
                            "model_offchip_bytes": ev.offchip_bytes, "tokens_per_s": ev.tokens_per_s}
     for t, lev in ev.layers.items():
         row[f"{t}_layers"] = lev.result.n_layers
@@ -110,7 +113,7 @@ def run_hybrid_suite(config: HybridSuiteConfig, progress: Callable[[str], None] 
                 for d in config.designs:
                     tick(f"{model} {phase} L={L} {d}")
                     rows.append(_row(model, evaluate_hybrid(specs[d], model, cfg, phase=phase, seq_len=L,
-                                                            batch=config.batch)))
+                                                            batch=config.batch, precision=config.precision)))
     latency = pd.DataFrame(rows)
     speedups = speedup_rows(latency)
     result.tables = {"hybrid_latency": latency, "hybrid_speedups": speedups}
@@ -166,7 +169,9 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         "",
         f"mambalaya {__version__}; `mambalaya reproduce --suite hybrid`; {result.seconds:.1f} s. Batch {config.batch}; "
         f"context lengths {', '.join(str(L) for L in config.seq_lens)}; phases {', '.join(config.phases)} (a decode "
-        "step's L is the context already in the KV cache).",
+        "step's L is the context already in the KV cache). Tensor widths: "
+        + (f"the `{config.precision}` precision policy on every design."
+           if config.precision else "each design's own precision policy (its spec's `precision`), `bamba` family."),
         "",
         "**Method.** Every layer type of the model is one cascade (its mixer block, then its MLP block) evaluated on "
         "each design; the whole model's latency is the sum over layers (embedding and LM head excluded, as "

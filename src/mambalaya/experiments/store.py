@@ -60,8 +60,9 @@ CREATE TABLE IF NOT EXISTS points (
 );
 """
 
-#: Packages whose code decides the numbers a point gets.
-_MODEL_PACKAGES = ("einsum", "workloads", "fusion", "model", "arch")
+#: Packages (and data) whose code decides the numbers a point gets: the precision policies
+#: set every tensor's width.
+_MODEL_PACKAGES = ("einsum", "workloads", "fusion", "model", "arch", "data/precision")
 #: Files of the experiments package that decide them too: a point's evaluation, and the
 #: mapping each layer type of a hybrid model runs.
 _MODEL_FILES = ("experiments/evaluate.py", "experiments/hybrid.py", "experiments/sweep.py")
@@ -73,7 +74,7 @@ def model_fingerprint() -> str:
     h = hashlib.sha256()
     root = resources.files("mambalaya")
     for pkg in _MODEL_PACKAGES:
-        base = root / pkg
+        base = root.joinpath(*pkg.split("/"))
         files = sorted((p for p in _walk(base) if p.name.endswith((".py", ".yaml"))), key=lambda p: str(p))
         for f in files:
             h.update(str(f).split("mambalaya", 1)[-1].encode())

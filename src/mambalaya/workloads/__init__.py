@@ -116,9 +116,10 @@ def build_layer(
     ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
     """
     if isinstance(model, HybridConfig):
-        if layer_type is None:
-            raise SpecError(f"a hybrid model has layers of types {', '.join(model.layer_counts())}; name the one "
-                            "to build (layer_type, --layer-type)")
+        if layer_type is None or layer_type not in model.layer_counts():
+            what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"
+            raise SpecError(f"a hybrid model has layers of types {', '.join(model.layer_counts())}; {what} "
+                            "(layer_type, --layer-type)")
         if state_io is False:
             raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
         cascade = hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,

@@ -130,7 +130,7 @@ def layer_types_from_hf(data: dict, *, source: str = "config.json") -> tuple[str
                 raise SpecError(f"field {key} must be a non-empty list of layer types", source=source)
             types = []
             for n, name in enumerate(value):
-                if name not in _TYPE_NAMES:
+                if not isinstance(name, str) or name not in _TYPE_NAMES:
                     raise SpecError(
                         f"field {key}[{n}] is {name!r}, not a layer type of the Bamba family (known: "
                         f"{', '.join(repr(k) for k in _TYPE_NAMES)})", source=source)
@@ -151,8 +151,26 @@ def layer_types_from_hf(data: dict, *, source: str = "config.json") -> tuple[str
     return tuple("attention" if i in indices else "mamba" for i in range(n))
 
 
+def _hf_int(data: dict, key: str, source: str, default: Any = None) -> int:
+    """A positive integer field of a config.json (its default when absent), or a SpecError."""
+    value = data.get(key, default)
+    if value is None:
+        raise SpecError(f"field {key} is missing", source=source)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
+    return value
+
+
+def _hf_number(data: dict, key: str, source: str, default: float) -> float:
+    value = data.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise SpecError(f"field {key} must be a positive number, not {value!r}", source=source)
+    return float(value)
+
+
 def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridConfig:
-    """A :class:`HybridConfig` from a transformers Bamba ``config.json`` (as a dict)."""
+    """A :class:`HybridConfig` from a transformers Bamba ``config.json`` (as a dict). Every
+    problem is one SpecError naming the config.json field."""
     if data.get("model_type", "bamba") != "bamba":
         raise SpecError(f"field model_type is {data.get('model_type')!r}; the hybrid family modelled is 'bamba'",
                         source=source)
@@ -160,41 +178,58 @@ def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridC
         if key in data and data[key] != value:
             raise SpecError(f"field {key} is {data[key]!r}; mambalaya models Bamba layers with {key} = {value!r}",
                             source=source)
-    for key in ("hidden_size", "num_attention_heads", "intermediate_size", "mamba_n_heads", "mamba_d_state"):
-        if key not in data:
-            raise SpecError(f"field {key} is missing", source=source)
-    hidden, heads = data["hidden_size"], data["num_attention_heads"]
+    hidden = _hf_int(data, "hidden_size", source)
+    heads = _hf_int(data, "num_attention_heads", source)
+    kv_heads = _hf_int(data, "num_key_value_heads", source, heads)
     head_dim = data.get("head_dim")
-    if head_dim is None and isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden % heads:
+    if head_dim is None and hidden % heads:
         raise SpecError(f"field num_attention_heads = {heads} does not divide hidden_size = {hidden}", source=source)
-    rope = data.get("rope_parameters") or {}
-    expand = data.get("mamba_expand", 2)
-    mamba_heads = data["mamba_n_heads"]
+    if head_dim is not None:
+        head_dim = _hf_int(data, "head_dim", source)
+    if heads % kv_heads:
+        raise SpecError(f"field num_key_value_heads = {kv_heads} does not divide num_attention_heads = {heads}",
+                        source=source)
+    expand = _hf_int(data, "mamba_expand", source, 2)
+    mamba_heads = _hf_int(data, "mamba_n_heads", source)
     d_head = data.get("mamba_d_head", "auto")
     if d_head in (None, "auto"):
-        if not isinstance(mamba_heads, int) or mamba_heads < 1 or (expand * hidden) % mamba_heads:
-            raise SpecError(f"field mamba_n_heads = {mamba_heads!r} does not divide mamba_expand * hidden_size = "
+        if (expand * hidden) % mamba_heads:
+            raise SpecError(f"field mamba_n_heads = {mamba_heads} does not divide mamba_expand * hidden_size = "
                             f"{expand * hidden}", source=source)
         d_head = expand * hidden // mamba_heads
+    else:
+        d_head = _hf_int(data, "mamba_d_head", source)
+        if d_head * mamba_heads != expand * hidden:
+            raise SpecError(f"fields mamba_n_heads * mamba_d_head = {mamba_heads * d_head} is not mamba_expand * "
+                            f"hidden_size = {expand * hidden}", source=source)
+    rope = data.get("rope_parameters") or {}
+    if not isinstance(rope, dict):
+        raise SpecError(f"field rope_parameters must be a mapping, not {rope!r}", source=source)
+    theta = rope.get("rope_theta", data.get("rope_theta", 10000.0))
+    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
+        raise SpecError(f"field rope_parameters.rope_theta must be a positive number, not {theta!r}", source=source)
+    tied = data.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise SpecError(f"field tie_word_embeddings must be true or false, not {tied!r}", source=source)
     fields: dict[str, Any] = {
         "d_model": hidden,
         "layer_types": layer_types_from_hf(data, source=source),
-        "d_ff": data["intermediate_size"],
+        "d_ff": _hf_int(data, "intermediate_size", source),
         "n_heads": heads,
-        "n_kv_heads": data.get("num_key_value_heads") or heads,
+        "n_kv_heads": kv_heads,
         "head_dim": head_dim,
-        "rope_theta": rope.get("rope_theta", data.get("rope_theta", 10000.0)),
+        "rope_theta": float(theta),
         "partial_rotary_factor": 0.5,  # BambaConfig forces it
         "mamba_heads": mamba_heads,
         "mamba_headdim": d_head,
-        "mamba_d_state": data["mamba_d_state"],
-        "mamba_ngroups": data.get("mamba_n_groups", 1),
+        "mamba_d_state": _hf_int(data, "mamba_d_state", source),
+        "mamba_ngroups": _hf_int(data, "mamba_n_groups", source, 1),
         "mamba_expand": expand,
-        "mamba_d_conv": data.get("mamba_d_conv", 4),
-        "mamba_chunk_size": data.get("mamba_chunk_size", 256),
-        "vocab_size": data.get("vocab_size", 128000),
-        "tie_embeddings": data.get("tie_word_embeddings", False),
-        "norm_eps": data.get("rms_norm_eps", 1e-5),
+        "mamba_d_conv": _hf_int(data, "mamba_d_conv", source, 4),
+        "mamba_chunk_size": _hf_int(data, "mamba_chunk_size", source, 256),
+        "vocab_size": _hf_int(data, "vocab_size", source, 128000),
+        "tie_embeddings": tied,
+        "norm_eps": _hf_number(data, "rms_norm_eps", source, 1e-5),
     }
     return parse_hybrid_config(fields, source=source)
 
@@ -205,7 +240,7 @@ def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridC
 #: fields are transformers' BambaConfig defaults, which the released config keeps:
 #: intermediate_size 14336, mamba_n_heads 128 (head dim 64), mamba_expand 2, mamba_n_groups 1,
 #: mamba_d_conv 4, mamba_chunk_size 256, vocab_size 128000. With these the parameter count is
-#: 9,778,138,240, the published 9.78B (tests/test_hybrid_models.py).
+#: 9,778,138,240, the published 9.78B (tests/test_hybrid_layers.py).
 PRESETS: dict[str, HybridConfig] = {
     "bamba-9b": HybridConfig(
         d_model=4096,
@@ -243,6 +278,11 @@ def hybrid_layer(
                                 bits=bits, softmax=softmax)
     else:
         form = scan or ("chunked" if phase == "prefill" else "recurrent")
+        if form == "chunked" and seq_len % config.mamba_chunk_size:
+            raise SpecError(
+                f"the chunked scan pads L = {seq_len} to a multiple of the chunk size {config.mamba_chunk_size}, and a "
+                "hybrid layer's MLP would then count the padded rows too (the real model drops them before its MLP); "
+                "use the recurrent scan (scan='recurrent', --scan recurrent) or a multiple of the chunk size")
         mixer = mamba2_layer(config.mamba2(), batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                              state_io=True, scan=form)  # type: ignore[arg-type]
     chunk = mixer.size("Q") if "Q" in mixer.ranks else None  # the chunked scan writes [B,C,Q,D]

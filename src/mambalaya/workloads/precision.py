@@ -192,8 +192,9 @@ def loads_policy(text: str, *, source: str = "<string>") -> PrecisionPolicy:
 
 def cascade_family(cascade: Cascade) -> str:
     """``mamba1``, ``mamba2`` or ``bamba``, from the cascade's tensors (a hybrid layer has its
-    MLP block, prefixed ``FF_``; Mamba-2 has heads: rank ``G``)."""
-    if "FF_XO" in cascade.tensors:
+    MLP block, prefixed ``FF_``; an attention block has scores ``SC``, an MLP block ``HM``;
+    Mamba-2 has heads: rank ``G``)."""
+    if {"FF_XO", "SC", "HM"} & set(cascade.tensors):  # a hybrid layer, or its attention or MLP block alone
         return "bamba"
     return "mamba2" if "G" in cascade.ranks and "P" in cascade.ranks else "mamba1"
 

@@ -22,7 +22,7 @@ fi
 if [ ! -x .venv-af/bin/python ]; then
   "$py" -m venv .venv-af || { echo "accelforge-env: could not create .venv-af"; exit 0; }
 fi
-.venv-af/bin/pip install -q -e '.[accelforge]' 2>&1 | grep -v 'is ignored: it is neither a file nor a directory'
+.venv-af/bin/pip install -q --no-compile -e '.[accelforge]' 2>&1 | grep -v 'is ignored: it is neither a file nor a directory'
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then
   echo "accelforge-env: installing accelforge failed; its cross-checks will be skipped"
 fi

@@ -18,7 +18,8 @@ def accelforge_worker():
                   "($MAMBALAYA_ACCELFORGE_PYTHON, .venv-af, /tmp/af312/bin/python, python3.12 on PATH)")
         print(f"SKIP: {reason}")
         pytest.skip(reason)
-    worker = AccelForgeWorker(found)
+    # one AccelForge process per test process: the test processes already keep every core busy
+    worker = AccelForgeWorker(found, jobs=1)
     yield worker
     worker.close()
 

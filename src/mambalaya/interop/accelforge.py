@@ -525,11 +525,14 @@ class AccelForgeWorker:
     imports) is paid once for many checks. Requests go over as pickles in a temporary folder,
     results come back as JSON lines; AccelForge's own output goes to a log file."""
 
-    def __init__(self, python312: str):
+    def __init__(self, python312: str, jobs: int | None = None):
+        """``jobs``: AccelForge's parallel processes (its default: one per core). A caller that
+        already keeps every core busy (a parallel test run) passes 1."""
         self.python312 = python312
         self._tmp = tempfile.TemporaryDirectory(prefix="mambalaya-af-worker-")
         self._log = open(Path(self._tmp.name, "accelforge.log"), "w+", encoding="utf-8")  # noqa: SIM115
-        self._proc = subprocess.Popen([python312, "-m", "mambalaya.interop.accelforge", "--serve"],
+        jobs_args = [] if jobs is None else ["--jobs", str(jobs)]
+        self._proc = subprocess.Popen([python312, "-m", "mambalaya.interop.accelforge", "--serve", *jobs_args],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
         self._n = 0
 
@@ -568,11 +571,16 @@ class AccelForgeWorker:
         self._tmp.cleanup()
 
 
-def _serve() -> int:
+def _serve(jobs: int | None = None) -> int:
     """The worker's loop: one request path per line on stdin, one result line on stdout."""
     import traceback
 
     import accelforge  # noqa: F401  (imported once, before the first request)
+
+    if jobs is not None:
+        from accelforge.util.parallel import set_n_parallel_jobs
+
+        set_n_parallel_jobs(jobs)
 
     for line in sys.stdin:
         try:
@@ -632,9 +640,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--mapping", default="unfused", choices=["unfused", "mapper"])
     p.add_argument("--unroll-scan", type=int)
     p.add_argument("--buffer-bytes", type=int)
+    p.add_argument("--jobs", type=int, help="AccelForge's parallel processes (default: one per core)")
     args = p.parse_args(argv)
     if args.serve:
-        return _serve()
+        return _serve(args.jobs)
     if args.cascade_pickle:
         cascade = pickle.loads(Path(args.cascade_pickle).read_bytes())
     else:

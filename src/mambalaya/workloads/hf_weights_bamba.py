@@ -86,7 +86,7 @@ def load_bamba_layer(source: Any, layer: int, config: HybridConfig, dtype: Any =
         block = {"norm.weight": tensors["input_layernorm.weight"]}
         block.update({"mixer." + k[len("mamba."):]: tensors[k] for k in _MAMBA})
         mixer = load_mamba2_layer(block, layer, "float64", ngroups=config.mamba_ngroups, d_state=config.mamba_d_state)
-    weights = hybrid_weights(config, kind, mixer, mlp)
+    weights = hybrid_weights(mixer, mlp)
     return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
 
 

@@ -291,8 +291,7 @@ def hybrid_layer(
     return chain_cascades(mixer, mlp, prefix=MLP_PREFIX, name=name or f"{config.family}-{layer_type}-{phase}")
 
 
-def hybrid_weights(config: HybridConfig, layer_type: str, mixer: dict[str, np.ndarray],
-                   mlp: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def hybrid_weights(mixer: dict[str, np.ndarray], mlp: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A layer cascade's weights from its mixer block's and MLP block's (each in its own
     block's names): the MLP's get the ``FF_`` prefix."""
     return {**mixer, **{MLP_PREFIX + k: v for k, v in mlp.items()}}

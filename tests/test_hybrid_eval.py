@@ -32,7 +32,7 @@ def test_whole_model_latency_is_the_sum_over_layer_types(phase: str) -> None:
     assert {t: e.result.n_layers for t, e in ev.layers.items()} == {"mamba": 3, "attention": 1}
     total = sum(e.result.n_layers * e.result.latency_s for e in ev.layers.values())
     assert math.isclose(ev.model_latency_s, total, rel_tol=1e-12)
-    assert math.isclose(ev.share_s("mamba") + ev.share_s("attention"), 1.0, rel_tol=1e-12)
+    assert math.isclose(ev.share_of_time("mamba") + ev.share_of_time("attention"), 1.0, rel_tol=1e-12)
     positions = 1 if phase == "decode" else 512
     assert math.isclose(ev.tokens_per_s, 2 * positions / ev.model_latency_s)
     if phase == "prefill":  # the Mamba layers run the faster scan form
@@ -78,7 +78,7 @@ def test_each_layer_type_runs_the_designs_mapping_and_attention_is_unfused_on_th
 
 
 def test_attention_share_grows_with_the_context() -> None:
-    shares = [evaluate_hybrid("marca-ideal", "small", SMALL, phase=phase, seq_len=L, batch=1).share_s("attention")
+    shares = [evaluate_hybrid("marca-ideal", "small", SMALL, phase=phase, seq_len=L, batch=1).share_of_time("attention")
               for phase in ("prefill", "decode") for L in (256, 4096)]
     assert shares[0] < shares[1] and shares[2] < shares[3]
 
@@ -149,7 +149,7 @@ def test_sweep_points_of_a_hybrid_model(tmp_path) -> None:
     assert 0 < out["attention_share"] < 1 and out["mapping_used"] == "mamba:optimal attention:optimal"
     direct = evaluate_hybrid("mambalaya", "small", SMALL, phase="decode", seq_len=point["seq_len"], batch=1)
     assert out["model_latency_s"] == direct.model_latency_s
-    assert out["attention_share"] == direct.share_s("attention")
+    assert out["attention_share"] == direct.share_of_time("attention")
 
 
 def test_reproduce_hybrid_suite_writes_tables_figures_and_reports(tmp_path) -> None:

@@ -665,7 +665,7 @@ def _evaluate_hybrid(arch: str, model: str, config: Any, phase: PhaseOption, seq
         first = False
     if output is None:
         parts = "; ".join(f"{t} layer {milliseconds(ev.result.latency_s)} ms x {ev.result.n_layers} "
-                          f"({hv.share_s(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
+                          f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
         rate = "tokens/s" if phase == PhaseOption.decode else "tokens/s prefill throughput"
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
                           f"{hv.tokens_per_s:,.0f} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass",

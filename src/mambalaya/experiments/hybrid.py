@@ -47,7 +47,7 @@ class HybridEvaluation:
     def model_latency_s(self) -> float:
         return sum(ev.result.model_latency_s for ev in self.layers.values())
 
-    def share_s(self, layer_type: str) -> float:
+    def share_of_time(self, layer_type: str) -> float:
         """Share of the whole model's time spent in layers of ``layer_type``."""
         ev = self.layers.get(layer_type)
         return ev.result.model_latency_s / self.model_latency_s if ev and self.model_latency_s else 0.0
@@ -73,7 +73,7 @@ class HybridEvaluation:
             out[f"{t}_layer_latency_s"] = ev.result.latency_s
             out[f"{t}_mapping"] = ev.mapping.name
             out[f"{t}_cascade"] = ev.cascade.name
-            out[f"{t}_share"] = self.share_s(t)
+            out[f"{t}_share"] = self.share_of_time(t)
         return out
 
 
@@ -167,7 +167,7 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
         "peak_footprint_bytes": max(g.traffic.footprint_bytes for ev in layers for g in ev.result.groups),
         "mapping_used": " ".join(f"{t}:{ev.mapping.name}" for t, ev in hv.layers.items()),
     }
-    out.update({f"{t}_share": hv.share_s(t) for t in hv.layers})
+    out.update({f"{t}_share": hv.share_of_time(t) for t in hv.layers})
     return out
 
 

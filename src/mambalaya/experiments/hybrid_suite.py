@@ -72,7 +72,7 @@ def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
     for t, lev in ev.layers.items():
         row[f"{t}_layers"] = lev.result.n_layers
         row[f"{t}_layer_latency_s"] = lev.result.latency_s
-        row[f"{t}_share"] = ev.share_s(t)
+        row[f"{t}_share"] = ev.share_of_time(t)
         row[f"{t}_mapping"] = lev.mapping.name
         row[f"{t}_cascade"] = lev.cascade.name
     return row

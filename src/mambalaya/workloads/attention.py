@@ -64,9 +64,10 @@ from __future__ import annotations
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
+from mambalaya.workloads.checks import check_layer_args, validated_config
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -126,11 +127,7 @@ class AttentionConfig(BaseModel):
 
 
 def parse_attention_config(data: dict, *, source: str = "attention config") -> AttentionConfig:
-    try:
-        return AttentionConfig.model_validate(data)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
-        raise SpecError(f"invalid attention config: {problems}", source=source) from None
+    return validated_config(AttentionConfig, data, what="attention", source=source)
 
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
@@ -244,13 +241,9 @@ def attention_layer(
     ``T = seq_len + 1``, ``M = seq_len``), reading the cache as state. ``cache_out`` writes the
     new positions' keys and values (``KNA``, ``KNB``, ``VN``); a decode step always writes them.
     """
-    if phase not in ("prefill", "decode"):
-        raise SpecError(f"phase must be 'prefill' or 'decode', not {phase!r}")
     if softmax not in ("three-pass", "online"):
         raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
-    for label, value in (("batch", batch), ("seq_len", seq_len), ("bits", bits)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(f"{label} must be a positive integer, not {value!r}")
+    check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
     c = config
     decode = phase == "decode"
     if decode and not cache_out:

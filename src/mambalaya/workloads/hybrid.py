@@ -18,9 +18,10 @@ from collections import Counter
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
+from mambalaya.workloads.checks import validated_config
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.compose import chain_cascades
 from mambalaya.workloads.attention import AttentionConfig, Softmax, attention_layer
@@ -107,11 +108,7 @@ class HybridConfig(BaseModel):
 
 
 def parse_hybrid_config(data: dict, *, source: str = "model config") -> HybridConfig:
-    try:
-        return HybridConfig.model_validate(data)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
-        raise SpecError(f"invalid hybrid (Bamba) config: {problems}", source=source) from None
+    return validated_config(HybridConfig, data, what="hybrid (Bamba)", source=source)
 
 
 #: transformers ``BambaConfig`` options that change what a layer computes, with the value

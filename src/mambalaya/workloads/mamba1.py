@@ -37,9 +37,10 @@ import math
 from dataclasses import replace
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from mambalaya.errors import SpecError
+from mambalaya.workloads.checks import check_layer_args, validated_config
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -168,11 +169,7 @@ WEIGHTS: tuple[str, ...] = tuple(t for t, (_, role, _) in _TENSORS.items() if ro
 
 
 def parse_config(data: dict, *, source: str = "model config") -> Mamba1Config:
-    try:
-        return Mamba1Config.model_validate(data)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
-        raise SpecError(f"invalid Mamba-1 config: {problems}", source=source) from None
+    return validated_config(Mamba1Config, data, what="Mamba-1", source=source)
 
 
 def mamba1_layer(
@@ -191,11 +188,7 @@ def mamba1_layer(
     reads an incoming state and writes the outgoing one, for chunked prefill);
     ``phase="decode"`` is one generation step: ``I = 1``, state in and out.
     """
-    if phase not in ("prefill", "decode"):
-        raise SpecError(f"phase must be 'prefill' or 'decode', not {phase!r}")
-    for label, value in (("batch", batch), ("seq_len", seq_len), ("bits", bits)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(f"{label} must be a positive integer, not {value!r}")
+    check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
     positions = 1 if phase == "decode" else seq_len
     with_state = phase == "decode" if state_io is None else state_io
     if phase == "decode" and not with_state:

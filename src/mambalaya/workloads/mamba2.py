@@ -75,9 +75,10 @@ from dataclasses import replace
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
+from mambalaya.workloads.checks import check_layer_args, validated_config
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -305,11 +306,7 @@ CONSTANTS: tuple[str, ...] = ("LM",)
 
 
 def parse_mamba2_config(data: dict, *, source: str = "model config") -> Mamba2Config:
-    try:
-        return Mamba2Config.model_validate(data)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
-        raise SpecError(f"invalid Mamba-2 config: {problems}", source=source) from None
+    return validated_config(Mamba2Config, data, what="Mamba-2", source=source)
 
 
 #: The SSM region a fine-grained-fusion baseline fuses: the recurrent form's discretisation,
@@ -341,13 +338,9 @@ def mamba2_layer(
     zeros past ``L``, as transformers pads); its output ``XO`` is ``[B, C, Q, D]``. The chunked
     form needs the constant ``LM`` from :func:`mamba2_constants`.
     """
-    if phase not in ("prefill", "decode"):
-        raise SpecError(f"phase must be 'prefill' or 'decode', not {phase!r}")
     if scan not in ("recurrent", "chunked"):
         raise SpecError(f"scan must be 'recurrent' or 'chunked', not {scan!r}")
-    for label, value in (("batch", batch), ("seq_len", seq_len), ("bits", bits)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(f"{label} must be a positive integer, not {value!r}")
+    check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
     if phase == "decode" and scan == "chunked":
         raise SpecError("a decode step (I = 1) uses the recurrent scan; scan='chunked' is for prefill")
     positions = 1 if phase == "decode" else seq_len

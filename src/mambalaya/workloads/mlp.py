@@ -20,9 +20,10 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from mambalaya.errors import SpecError
+from mambalaya.workloads.checks import check_layer_args, validated_config
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -45,11 +46,7 @@ class MLPConfig(BaseModel):
 
 
 def parse_mlp_config(data: dict, *, source: str = "MLP config") -> MLPConfig:
-    try:
-        return MLPConfig.model_validate(data)
-    except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
-        raise SpecError(f"invalid MLP config: {problems}", source=source) from None
+    return validated_config(MLPConfig, data, what="MLP", source=source)
 
 
 _EINSUMS: tuple[str, ...] = (
@@ -91,11 +88,7 @@ def mlp_layer(
 ) -> Cascade:
     """One gated MLP block over ``seq_len`` positions (prefill) or one (decode); with
     ``chunk_size``, over ``C = ceil(seq_len/chunk_size)`` chunks of ``Q = chunk_size``."""
-    if phase not in ("prefill", "decode"):
-        raise SpecError(f"phase must be 'prefill' or 'decode', not {phase!r}")
-    for label, value in (("batch", batch), ("seq_len", seq_len), ("bits", bits)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SpecError(f"{label} must be a positive integer, not {value!r}")
+    check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
     positions = 1 if phase == "decode" else seq_len
     if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
         raise SpecError(f"chunk_size must be a positive integer, not {chunk_size!r}")

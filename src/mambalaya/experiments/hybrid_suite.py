@@ -65,17 +65,8 @@ def suite_steps(config: HybridSuiteConfig) -> int:
 
 
 def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
-    row: dict[str, Any] = {"model": model, "phase": ev.phase, "seq_len": ev.seq_len, "batch": ev.batch,
-                           "arch": ev.arch.name, "precision": next(iter(ev.layers.values())).precision.name,
-                           "model_latency_s": ev.model_latency_s,
-                           "model_offchip_bytes": ev.offchip_bytes, "tokens_per_s": ev.tokens_per_s}
-    for t, lev in ev.layers.items():
-        row[f"{t}_layers"] = lev.result.n_layers
-        row[f"{t}_layer_latency_s"] = lev.result.latency_s
-        row[f"{t}_share"] = ev.share_of_time(t)
-        row[f"{t}_mapping"] = lev.mapping.name
-        row[f"{t}_cascade"] = lev.cascade.name
-    return row
+    return {"model": model, "phase": ev.phase, "seq_len": ev.seq_len, "batch": ev.batch, "arch": ev.arch.name,
+            "precision": next(iter(ev.layers.values())).precision.name, **ev.totals()}
 
 
 def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:

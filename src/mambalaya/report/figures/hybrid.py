@@ -23,10 +23,11 @@ def _checked(table: pd.DataFrame, what: str) -> pd.DataFrame:
     return table
 
 
-def hybrid_speedup_vs_length(table: pd.DataFrame, *, model: str) -> Figure:
-    """Whole-model speedup of Mambalaya over each baseline against the context length, prefill
-    (solid) and decode (dashed)."""
-    t = _checked(table, "hybrid speedup figure")
+def _speedup_figure(table: pd.DataFrame, *, x: str, x_scale: float, xlabel: str, title: str, log_x: bool,
+                    what: str) -> Figure:
+    """Mambalaya's speedup over each baseline (colour, marker) against column ``x`` (times
+    ``x_scale``), prefill solid and decode dashed."""
+    t = _checked(table, what)
     baselines = list(dict.fromkeys(t["baseline"]))
     colours = baseline_colours(baselines)
     fig = _new_figure(COLUMN_IN, 2.6)
@@ -34,48 +35,38 @@ def hybrid_speedup_vs_length(table: pd.DataFrame, *, model: str) -> Figure:
     handles = []
     for n, b in enumerate(baselines):
         for phase, style in _PHASE_STYLE.items():
-            rows = t[(t["baseline"] == b) & (t["phase"] == phase)].sort_values("seq_len")
+            rows = t[(t["baseline"] == b) & (t["phase"] == phase)].sort_values(x)
             if rows.empty:
                 continue
-            (line,) = ax.plot(rows["seq_len"], rows["speedup"], style, color=colours[b],
+            (line,) = ax.plot(rows[x] * x_scale, rows["speedup"], style, color=colours[b],
                               marker=BASELINE_MARKERS[n % len(BASELINE_MARKERS)], markersize=3,
                               label=f"vs {b}, {phase}")
             handles.append(line)
     ax.axhline(1.0, color="0.6", linewidth=0.6)
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("context L (prefill tokens; decode: KV-cache tokens)")
+    if log_x:
+        ax.set_xscale("log", base=2)
+    ax.set_xlabel(xlabel)
     ax.set_ylabel("Mambalaya speedup")
     _style_axes(ax)
-    _title(fig, f"{model}: speedup vs context length")
+    _title(fig, title)
     _legend_below(fig, handles, ncol=2)
     return fig
+
+
+def hybrid_speedup_vs_length(table: pd.DataFrame, *, model: str) -> Figure:
+    """Whole-model speedup of Mambalaya over each baseline against the context length, prefill
+    (solid) and decode (dashed)."""
+    return _speedup_figure(table, x="seq_len", x_scale=1, log_x=True,
+                           xlabel="context L (prefill tokens; decode: KV-cache tokens)",
+                           title=f"{model}: speedup vs context length", what="hybrid speedup figure")
 
 
 def hybrid_speedup_vs_attention_share(table: pd.DataFrame, *, model: str) -> Figure:
     """Speedup of Mambalaya over each baseline against the share of that baseline's time spent
     in attention layers, one point per (phase, L)."""
-    t = _checked(table, "hybrid attention-share figure")
-    baselines = list(dict.fromkeys(t["baseline"]))
-    colours = baseline_colours(baselines)
-    fig = _new_figure(COLUMN_IN, 2.6)
-    ax = fig.add_subplot(1, 1, 1)
-    handles = []
-    for n, b in enumerate(baselines):
-        for phase, style in _PHASE_STYLE.items():
-            rows = t[(t["baseline"] == b) & (t["phase"] == phase)].sort_values("baseline_attention_share")
-            if rows.empty:
-                continue
-            (line,) = ax.plot(rows["baseline_attention_share"] * 100, rows["speedup"], style, color=colours[b],
-                              marker=BASELINE_MARKERS[n % len(BASELINE_MARKERS)], markersize=3,
-                              label=f"vs {b}, {phase}")
-            handles.append(line)
-    ax.axhline(1.0, color="0.6", linewidth=0.6)
-    ax.set_xlabel("share of the baseline's time in attention layers (%)")
-    ax.set_ylabel("Mambalaya speedup")
-    _style_axes(ax)
-    _title(fig, f"{model}: speedup vs attention share")
-    _legend_below(fig, handles, ncol=2)
-    return fig
+    return _speedup_figure(table, x="baseline_attention_share", x_scale=100, log_x=False,
+                           xlabel="share of the baseline's time in attention layers (%)",
+                           title=f"{model}: speedup vs attention share", what="hybrid attention-share figure")
 
 
 __all__ = ["hybrid_speedup_vs_attention_share", "hybrid_speedup_vs_length"]

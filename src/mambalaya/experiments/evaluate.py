@@ -99,7 +99,7 @@ def evaluate(
     recurrent in decode)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
-    cascade = _layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
+    cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
     return evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch, mapping=mapping,
                             policy=policy, objective=objective, n_layers=config.n_layers)
@@ -120,7 +120,7 @@ _LAYERS: dict[tuple, Cascade] = {}
 _LAYER_CACHE_SIZE = 64
 
 
-def _layer(config: ModelConfig, *, precision: PrecisionPolicy, **kwargs: Any) -> Cascade:
+def cached_layer(config: ModelConfig, *, precision: PrecisionPolicy, **kwargs: Any) -> Cascade:
     """``build_layer``, shared between evaluations of the same layer. A cascade is immutable and
     memoises its per-group closed forms, so designs and parameter variations costed on one
     layer (reproduce, sensitivity, compare) pay for those once."""

@@ -22,11 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
-from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
-from mambalaya.experiments.evaluate import Evaluation, evaluate_cascade, resolve_policy
-from mambalaya.workloads.hybrid import HybridConfig, hybrid_layer
-from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
+from mambalaya.experiments.evaluate import Evaluation, cached_layer, evaluate_cascade, resolve_policy
+from mambalaya.workloads.hybrid import HybridConfig
+from mambalaya.workloads.precision import PrecisionPolicy
 
 #: The designs' own mappings that are searches (they fuse attention as they fuse Mamba).
 SEARCHED_MAPPINGS = ("optimal", "stitched")
@@ -116,8 +115,9 @@ def evaluate_hybrid(
             forms = [scan] if scan or phase != "prefill" else ["chunked", "recurrent"]
         found, errors = [], []
         for form in forms:
-            cascade = _layer_cascade(config, layer_type, batch, seq_len, phase, spec.bits_per_element, form, softmax,
-                                     policy, f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
+            cascade = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
+                                   bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
+                                   name=f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
             try:
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
@@ -129,24 +129,6 @@ def evaluate_hybrid(
                                  + "; ".join(errors))
         layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
     return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers)
-
-
-_CASCADES: dict[tuple, Cascade] = {}
-_CASCADE_CACHE_SIZE = 64
-
-
-def _layer_cascade(config: HybridConfig, layer_type: str, batch: int, seq_len: int, phase: str, bits: int,
-                   form: str | None, softmax: str, policy: PrecisionPolicy, name: str) -> Cascade:
-    """A layer type's cascade under ``policy``, shared between evaluations of the same layer
-    (designs of a comparison, points of a sweep): the cascade memoises its closed forms."""
-    key = (config, layer_type, batch, seq_len, phase, bits, form, softmax, policy.model_dump_json(), name)
-    if key not in _CASCADES:
-        if len(_CASCADES) >= _CASCADE_CACHE_SIZE:
-            _CASCADES.pop(next(iter(_CASCADES)))
-        cascade = hybrid_layer(config, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits,
-                               scan=form, softmax=softmax, name=name)  # type: ignore[arg-type]
-        _CASCADES[key] = apply_policy(cascade, policy, bits, family="bamba")
-    return _CASCADES[key]
 
 
 def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:

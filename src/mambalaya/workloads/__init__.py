@@ -104,11 +104,13 @@ def build_layer(
     scan: str | None = None,
     precision: "str | PrecisionPolicy | None" = None,
     layer_type: str | None = None,
+    softmax: str = "three-pass",
 ) -> Cascade:
     """One layer of ``model`` as a cascade.
 
     A hybrid model has several layer types: ``layer_type`` (``mamba`` or ``attention``) names
-    the one to build (see :func:`~mambalaya.workloads.hybrid.hybrid_layer`).
+    the one to build, and ``softmax`` its attention's form (``three-pass`` or ``online``; see
+    :func:`~mambalaya.workloads.hybrid.hybrid_layer`).
 
     ``scan`` picks Mamba-2's scan form: ``chunked`` (the SSD algorithm, the default in prefill)
     or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan.
@@ -123,10 +125,12 @@ def build_layer(
         if state_io is False:
             raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
         cascade = hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                               name=name)
+                               softmax=softmax, name=name)  # type: ignore[arg-type]
         return cascade if precision is None else apply_policy(cascade, precision, bits, family="bamba")
     if layer_type is not None:
         raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")
+    if softmax != "three-pass":
+        raise SpecError(f"softmax applies to the attention layers of hybrid models; {model.family} has none")
     if isinstance(model, Mamba2Config):
         form = scan or ("chunked" if phase == "prefill" else "recurrent")
         cascade = mamba2_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]

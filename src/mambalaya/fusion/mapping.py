@@ -366,6 +366,20 @@ def check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = Non
 
 def _check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = None) -> None:
     _check_loops(cascade, g)
+    check_group_rules(cascade, g)
+    if buffer_bytes is not None:
+        need = footprint_bytes(cascade, g)
+        if need > buffer_bytes:
+            raise MappingError(
+                f"on-chip footprint {need:,.0f} bytes exceeds the buffer of {buffer_bytes:,} bytes", rule="buffer", group=g.name
+            )
+
+
+def check_group_rules(cascade: Cascade, g: FusionGroup) -> None:
+    """The rules of :func:`check_group` that depend only on the group's Einsums, the set of
+    ranks it tiles, its halo policy and its resident tensors: not on tile sizes, loop order or
+    the buffer (halo, resident, reduction, alignment, future). A search that builds its
+    candidates' tiles in range and bounds their footprint checks only these per candidate."""
     if g.halo not in ("retain", "recompute"):
         raise MappingError(f"halo must be 'retain' or 'recompute', not {g.halo!r}", rule="halo", group=g.name)
     inside = produced_in(g)
@@ -411,12 +425,6 @@ def _check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = No
                         f"{e.name} reads {acc}, a window over tiled rank {rank}; inside a group its halo must be retained (halo: retain)",
                         rule="halo", group=g.name, edge=edge,
                     )
-    if buffer_bytes is not None:
-        need = footprint_bytes(cascade, g)
-        if need > buffer_bytes:
-            raise MappingError(
-                f"on-chip footprint {need:,.0f} bytes exceeds the buffer of {buffer_bytes:,} bytes", rule="buffer", group=g.name
-            )
 
 
 def check_mapping(cascade: Cascade, mapping: Mapping, *, ignore_buffer: bool = False) -> Mapping:

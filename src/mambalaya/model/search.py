@@ -32,7 +32,8 @@ are. ``tests/test_search.py`` checks it against exhaustive enumeration of the sa
 
 from __future__ import annotations
 
-import itertools
+import contextvars
+import functools
 import math
 import time
 from dataclasses import dataclass, replace
@@ -42,26 +43,21 @@ import numpy as np
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import (
     FusionGroup,
-    Loop,
     Mapping,
     MappingError,
     check_group,
+    check_group_rules,
     check_mapping,
-    intermediates,
-    produced_in,
-    tensors_read,
     unfused_mapping,
-    window_halos,
 )
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
-from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
-from mambalaya.model.traffic import buffer_read_elements, group_traffic
+from mambalaya.model.candidates import Candidates, GroupCostModel, cost_model, tileable_ranks
+from mambalaya.model.traffic import group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
 
@@ -100,6 +96,9 @@ class GroupChoice:
     latency_s: float | None = None  # when chosen for an architecture
     energy_pj: float | None = None  # when chosen for energy or EDP
     objective: str = "latency"
+    #: costs from the closed forms (footprint_bytes is then their upper bound), verified
+    #: against the general model once the group is chosen (:func:`_verify_closed_forms`)
+    closed_form: bool = False
 
     def cost(self) -> float:
         """What the search minimises: traffic without an architecture; with one, the
@@ -111,343 +110,6 @@ class GroupChoice:
         if self.objective == "edp":
             return self.latency_s * self.energy_pj  # type: ignore[operator]
         return self.latency_s
-
-
-def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
-    """Ranks every Einsum of the group writes and none reduces, in loop order. Memoised on the
-    (immutable) cascade: a search asks for every candidate group's on every point."""
-    memo = cascade.__dict__.setdefault("_tileable_ranks_memo", {})
-    key = tuple(einsums)
-    if key not in memo:
-        memo[key] = tuple(_tileable_ranks(cascade, einsums))
-    return list(memo[key])
-
-
-def _tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
-    common: set[str] | None = None
-    reduced: set[str] = set()
-    for name in einsums:
-        e = cascade.einsum(name)
-        outs = {rank_of_variable(v) for v in e.output_variables}
-        common = outs if common is None else common & outs
-        reduced |= {rank_of_variable(v) for v in e.reduced_variables}
-    ranks = [r for r in cascade.ranks if r in (common or set()) - reduced and cascade.size(r) > 1]
-    gen = set(cascade.generational_ranks)
-    return [r for r in ranks if r not in gen] + [r for r in ranks if r in gen]
-
-
-def _tile_options(size: int) -> list[int]:
-    opts = [1 << k for k in range(size.bit_length()) if (1 << k) < size]
-    return opts + [size]
-
-
-@dataclass(frozen=True)
-class _Candidates:
-    """The candidate table of one group (see :meth:`_GroupCostModel.candidates`), as kept for
-    the search: per tiling its tiles, trips and steps, and the candidates no other of the same
-    tiling dominates (:func:`_kept`) with their traffic and footprint. The full table is rebuilt
-    on the rare call that needs it (:meth:`_GroupCostModel.full_table`), so memory holds only
-    the kept part."""
-
-    tiles: list[np.ndarray]  # per tileable rank, its tile in each tiling
-    trips: list[np.ndarray]
-    options: list[tuple[tuple[int, ...], int]]  # (loop order, residency prefix) of each block of tilings
-    n_tilings: int
-    steps: np.ndarray  # per tiling (every option of a tiling runs the same steps)
-    size: int  # candidates in the full table (options x tilings)
-    kept: np.ndarray  # flat indices (option-major, ascending) of the kept candidates
-    kept_traffic: np.ndarray  # off-chip bytes of each kept candidate
-    kept_fp: np.ndarray  # footprint bound (bytes)
-    kept_tiling: np.ndarray  # the tiling of each kept candidate (int32: memory holds millions of them)
-
-
-def _kept(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
-    """Flat indices (ascending) of the candidates (arrays of shape (options, tilings)) no option
-    of the same tiling beats or equals in traffic and footprint, an equal one of lower index
-    excepted. Within a tiling the steps and compute cycles are the same and the on-chip bytes,
-    energy and latency grow with the traffic, so a dropped candidate never comes first in
-    :func:`_pick`'s order, for any buffer, bandwidth or objective."""
-    order = np.lexsort((fp, traffic), axis=0)  # per tiling: by traffic, then footprint
-    fp_sorted = np.take_along_axis(fp, order, axis=0)
-    before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp_sorted, axis=0)[:-1]])
-    rows, cols = np.nonzero(fp_sorted < before)
-    kept = np.sort(order[rows, cols] * traffic.shape[1] + cols)
-    return kept.astype(np.int32) if traffic.size < 2**31 else kept  # memory holds millions of them
-
-
-class _GroupCostModel:
-    """Closed forms of one group's traffic and footprint as functions of its tile sizes."""
-
-    def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
-        self.cascade = cascade
-        self.ranks = ranks
-        full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
-        self.probe = full
-        # traffic: each read/written tensor costs its untiled bytes times the trips of the
-        # fused ranks its accesses do not mention (see model/traffic.py)
-        base = group_traffic(cascade, full)
-        self.terms: list[tuple[float, list[int]]] = []
-        inside = produced_in(full)
-        einsum_objs = [cascade.einsum(n) for n in einsums]
-        for t, b in base.read_bytes.items():
-            mentioned = self._mentioned_for_read(t, einsum_objs, inside)
-            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned]))
-        for t, b in base.write_bytes.items():
-            outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
-            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
-        self._buffer_terms: list[tuple[float, list[int]]] | None = None
-        self._candidates: _Candidates | None = None
-        self._onchip: np.ndarray | None = None
-        self._cycles: dict[str, np.ndarray] = {}
-        # residency candidates: tensors read off-chip that some loop of the fixed order does
-        # not index and that runs inside every loop that does (weights, per-channel parameters
-        # under an outer channel loop); largest first
-        readable = set(tensors_read(cascade, full))
-        self._reads = [(t, b, {i for i, r in enumerate(ranks) if r in self._mentioned_for_read(t, einsum_objs, inside)})
-                       for t, b in sorted(base.read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in readable]
-        # loop orders: the fixed one first, then every other order of the ranks that are not
-        # generational, the generational ones still innermost (so footprints do not change)
-        gen = set(cascade.generational_ranks)
-        free = [i for i, r in enumerate(ranks) if r not in gen]
-        tail = [i for i, r in enumerate(ranks) if r in gen]
-        self.orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
-        self._keepable: dict[tuple[int, ...], list[tuple[str, float, set[int]]]] = {}
-        self.keepable = self.keepable_for(self.orders[0])
-        # footprint: sum of products of extents
-        # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
-        self.fp_terms: list[tuple[float, list[int], int | None]] = []
-        for t in intermediates(cascade, full):
-            self._add_fp(t, None, 1)
-        for name in einsums:
-            rec = cascade.recurrence(cascade.einsum(name))
-            if rec:
-                self._add_fp(name, rec[0], rec[1])
-        if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
-            for (t, rank), rows in window_halos(cascade, full).items():
-                self._add_fp(t, rank, rows, only_if_tiled=rank)
-
-    def _mentioned_for_read(self, tensor, einsum_objs, inside) -> set[str]:
-        mentioned: set[str] = set()
-        spec = self.cascade.tensors
-        for e in einsum_objs:
-            for a in e.inputs:
-                src = a.tensor
-                hits = src == tensor and src not in inside
-                hits = hits or (spec[src].initial == tensor)
-                if hits:
-                    mentioned |= {rank_of_variable(v) for idx in a.indices for v in idx.variables}
-        return mentioned
-
-    def _add_fp(self, tensor: str, skip_rank: str | None, rows: int, only_if_tiled: str | None = None) -> None:
-        spec = self.cascade.tensors[tensor]
-        fixed = rows * spec.bits / 8
-        tiled = []
-        for r in spec.ranks:
-            if r == skip_rank:
-                continue
-            if r in self.ranks:
-                tiled.append(self.ranks.index(r))
-            else:
-                fixed *= self.cascade.size(r)
-        self.fp_terms.append((fixed, tiled, self.ranks.index(only_if_tiled) if only_if_tiled else None))
-
-    def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        opts = [np.array(_tile_options(self.cascade.size(r)), dtype=np.int64) for r in self.ranks]
-        mesh = np.meshgrid(*opts, indexing="ij") if opts else []
-        tiles = [m.ravel() for m in mesh]
-        trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
-        return tiles, trips
-
-    def full_table(self) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
-        """Every (loop order, residency prefix, tiling) of the group with its closed-form
-        traffic and footprint, arrays of shape (options, tilings). Option ``(o, j)`` runs loop
-        order ``o`` and keeps the ``j`` largest of its residency candidates on chip (``j = 0``,
-        everything streamed, is the same for every order). Returned with the grid's tiles and
-        trips."""
-        tiles, trips = self.grid()
-        traffic, fp = self.evaluate(tiles, trips)
-        options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
-        blocks_t, blocks_f = [traffic], [fp]
-        for o in self.orders if self.ranks else []:
-            if not self.keepable_for(o):
-                continue
-            saved, held = self.residency(tiles, trips, o)
-            saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
-            for j in range(len(saved)):
-                options.append((o, j + 1))
-                blocks_t.append(traffic - saved[j])
-                blocks_f.append(fp + held[j])
-        return tiles, trips, options, np.stack(blocks_t), np.stack(blocks_f)
-
-    def candidates(self) -> "_Candidates":
-        """The candidate table as the search keeps it (see :class:`_Candidates`). Independent
-        of the architecture: built once."""
-        if self._candidates is None:
-            tiles, trips, options, traffic, fp = self.full_table()
-            kept = _kept(traffic, fp)
-            steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
-            tiling = (kept % traffic.shape[1]).astype(np.int32)
-            self._candidates = _Candidates(tiles, trips, options, traffic.shape[1], steps, traffic.size, kept,
-                                           traffic.ravel()[kept], fp.ravel()[kept], tiling)
-        return self._candidates
-
-    def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
-        """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
-        off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
-        if self._onchip is None:
-            self._onchip = self.einsum_buffer_bytes(self.candidates().trips)
-        return traffic + self._onchip[flat % len(self._onchip)]
-
-    def cycles(self, compute: Any) -> np.ndarray:
-        """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best
-        spatial mapping summed over the tiling's step shapes
-        (:func:`~mambalaya.model.spatial.step_shapes`), the units combined as the latency model
-        does. Memoised per compute section (by value)."""
-        key = spec_key(compute)
-        if key not in self._cycles:
-            cand = self.candidates()
-            total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
-            for name in self.probe.einsums:
-                cyc = _einsum_grid_cycles(compute, self.cascade, name, self.ranks, cand.tiles)
-                total = {k: total[k] + cyc[k] for k in total}
-            array = total["array_2d"] + total["array_1d"]
-            if compute.overlap_compute_units:
-                cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
-            else:
-                cycles = array + total["vector"] + total["mfu"]
-            self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (cand.n_tilings,))
-        return self._cycles[key]
-
-    def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
-        """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
-        every step (model/traffic.py:group_buffer_accesses), so the same kind of closed form as
-        the traffic; window halos re-read per tile are left out here (exact once a tiling is
-        chosen). Built on first use: only architectures with an on-chip bandwidth need it."""
-        if self._buffer_terms is None:
-            cascade, ranks = self.cascade, self.ranks
-            terms = []
-            for e in (cascade.einsum(n) for n in self.probe.einsums):
-                for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
-                    accs = [a for a in e.inputs if a.tensor == t]
-                    b = buffer_read_elements(cascade, self.probe, t, accs)
-                    seen = {rank_of_variable(v) for a in accs for idx in a.indices for v in idx.variables}
-                    terms.append((b, [i for i, r in enumerate(ranks) if r not in seen]))
-                outs = {rank_of_variable(v) for v in e.output_variables}
-                b = cascade.elements(e.name) * cascade.tensors[e.name].bits / 8
-                terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
-            self._buffer_terms = terms
-        return self._buffer_terms
-
-    def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, set[int]]]:
-        """Residency candidates under a loop order (rank indices, outermost first): tensors
-        with a loop that does not index them inside the outermost loop that does."""
-        if order not in self._keepable:
-            pos = {i: n for n, i in enumerate(order)}
-            kept = []
-            for t, b, seen in self._reads:
-                first = min((pos[i] for i in seen), default=-1)
-                if any(i not in seen and pos[i] > first for i in order):
-                    kept.append((t, b, seen))
-            self._keepable[order] = kept
-        return self._keepable[order]
-
-    def residency(self, tiles: list[np.ndarray], trips: list[np.ndarray],
-                  order: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Per residency candidate and tiling: (bytes saved, bytes held). Streamed, a tensor is
-        read once per trip of every loop that does not index it; resident, only per trip of
-        those outside the innermost loop (of more than one trip) that does index it
-        (model/traffic.py). It holds its largest one-step box (fusion/mapping.py:resident_bytes),
-        here bounded from above: a dimension indexed by several tiled ranks counts in full."""
-        n = len(tiles[0])
-        order = self.orders[0] if order is None else order
-        pos = {i: k for k, i in enumerate(order)}
-        saved, held = [], []
-        for t, b, seen in self.keepable_for(order):
-            streamed = np.ones(n)
-            for i in range(len(self.ranks)):
-                if i not in seen:
-                    streamed = streamed * trips[i]
-            inner = np.full(n, -1)  # position of the innermost loop indexing it that moves
-            for i in sorted(seen, key=pos.get):
-                inner = np.where(trips[i] > 1, pos[i], inner)
-            resident = np.ones(n)
-            for i in range(len(self.ranks)):
-                if i not in seen:
-                    resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
-            saved.append(b * (streamed - resident))
-            held.append(self._held_box(t, tiles))
-        return np.array(saved), np.array(held)
-
-    def _held_box(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
-        cascade = self.cascade
-        accs = [a for e in (cascade.einsum(x) for x in self.probe.einsums) for a in e.inputs
-                if a.tensor == tensor and a.tensor != e.name]
-        sizes = cascade.variable_sizes
-        init = cascade.initial_axis(tensor)
-        total = np.full(len(tiles[0]), cascade.tensors[tensor].bits / 8)
-        for p, size in enumerate(cascade.shape(tensor)):
-            valid = size + (init[1] if init is not None and init[0] == p else 0)
-            dim_ranks = {rank_of_variable(v) for a in accs for v in a.indices[p].variables} & set(self.ranks)
-            if len(dim_ranks) > 1:
-                total = total * valid
-                continue
-            (r,) = dim_ranks or (None,)
-            tile = tiles[self.ranks.index(r)] if r is not None else None
-            lo = hi = None
-            for a in accs:
-                idx = a.indices[p]
-                a_lo = a_hi = idx.const
-                for v, c in idx.terms:
-                    if rank_of_variable(v) == r:
-                        span = c * (tile - 1)
-                    else:
-                        span = c * (sizes[v] - 1)
-                    a_lo = a_lo + np.minimum(span, 0)
-                    a_hi = a_hi + np.maximum(span, 0)
-                lo = a_lo if lo is None else np.minimum(lo, a_lo)
-                hi = a_hi if hi is None else np.maximum(hi, a_hi)
-            total = total * np.minimum(valid, hi - lo + 1)
-        return total
-
-    def einsum_buffer_bytes(self, trips: list[np.ndarray]) -> np.ndarray:
-        """On-chip buffer bytes the Einsums read and write, for every tiling (the fills and
-        drains, the off-chip bytes, come on top)."""
-        n = len(trips[0]) if trips else 1
-        own = np.zeros(n)
-        for b, idxs in self._buffer_closed_form():
-            f = np.full(n, b)
-            for i in idxs:
-                f = f * trips[i]
-            own += f
-        return own
-
-    def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        n = len(tiles[0]) if tiles else 1
-        traffic = np.zeros(n)
-        for b, idxs in self.terms:
-            f = np.full(n, b)
-            for i in idxs:
-                f = f * trips[i]
-            traffic += f
-        fp = np.zeros(n)
-        for fixed, idxs, when in self.fp_terms:
-            f = np.full(n, fixed)
-            for i in idxs:
-                f = f * np.minimum(tiles[i], self.cascade.size(self.ranks[i]))
-            if when is not None:
-                f = f * (tiles[when] < self.cascade.size(self.ranks[when]))
-            fp += f
-        return traffic, fp
-
-
-def _cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "_GroupCostModel":
-    """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
-    depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
-    memo = cascade.__dict__.setdefault("_group_cost_model_memo", {})
-    key = (tuple(einsums), tuple(ranks))
-    if key not in memo:
-        memo[key] = _GroupCostModel(cascade, einsums, ranks)
-    return memo[key]
 
 
 def best_group(
@@ -469,60 +131,113 @@ def best_group(
     the smallest footprint only grows) or ``"illegal"`` if the best tiling breaks a rule.
 
     Memoised on the cascade per (group, buffer, architecture value, objective); the candidate
-    table (:meth:`_GroupCostModel.candidates`) and the compute cycles behind it are shared by
+    table (:meth:`GroupCostModel.candidates`) and the compute cycles behind it are shared by
     every architecture, so a sweep point that changes only the bandwidth, buffer or clock pays
     only for the final choice."""
     ranks = tileable_ranks(cascade, einsums) if ranks is None else ranks
     memo = cascade.__dict__.setdefault("_best_group_memo", {})
-    key = (tuple(einsums), tuple(ranks), buffer_bytes, None if arch is None else spec_key(arch), objective)
-    model = _cost_model(cascade, einsums, ranks)
+    model = cost_model(cascade, einsums, ranks)
+    closed = model.exact_traffic and _closed_form_costs(arch, objective)
+    key = (tuple(einsums), tuple(ranks), buffer_bytes, None if arch is None else spec_key(arch), objective, closed)
     if stats is not None:
         stats.evaluations += model.candidates().size
         stats.groups_costed += 1
     if key not in memo or not MEMOISE_GROUPS:
         reason: list[str] = []
-        memo[key] = (_best_group(cascade, model, einsums, ranks, buffer_bytes, reason, arch, objective), reason)
+        memo[key] = (_best_group(cascade, model, einsums, ranks, buffer_bytes, reason, arch, objective, closed), reason)
     choice, reason = memo[key]
     if why is not None:
         why.extend(reason)
     return choice if choice is None or choice.group.name == name else replace(choice, group=replace(choice.group, name=name))
 
 
-def _best_group(cascade: Cascade, model: "_GroupCostModel", einsums: list[str], ranks: list[str], buffer_bytes: int | None,
-                why: list[str], arch: Any, objective: str) -> GroupChoice | None:
+def _best_group(cascade: Cascade, model: "GroupCostModel", einsums: list[str], ranks: list[str], buffer_bytes: int | None,
+                why: list[str], arch: Any, objective: str, closed: bool) -> GroupChoice | None:
     cand = model.candidates()
     if PRUNE_DOMINATED:
         found = _pick(cascade, model, cand, cand.kept, cand.kept_traffic, cand.kept_fp, einsums, ranks, buffer_bytes,
-                      arch, objective, subset=True)
+                      arch, objective, subset=True, closed=closed)
         if found is not _FELL_THROUGH:  # else the best kept candidate broke a rule: search them all
             return _choice(cascade, found, why, arch, objective)
     *_, traffic, fp = model.full_table()
     found = _pick(cascade, model, cand, np.arange(cand.size), traffic.ravel(), fp.ravel(), einsums, ranks, buffer_bytes,
-                  arch, objective, subset=False)
+                  arch, objective, subset=False, closed=closed)
     return _choice(cascade, found, why, arch, objective)
 
 
 _FELL_THROUGH = "fell through"
 
 
-def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat: np.ndarray, traffic: np.ndarray,
+#: Take a picked group's traffic and latency from the closed forms (verified on the groups of
+#: the finished mapping, see :func:`_verify_closed_forms`) rather than re-costing every pick with the
+#: general model; the tests compare against False.
+CLOSED_FORM_COSTS = True
+
+#: Set while a mapping is rebuilt with every pick re-costed, after the closed forms disagreed
+#: with the general model on one of its groups (:func:`_recost_on_mismatch`).
+_RECOST_EVERY_PICK: contextvars.ContextVar[bool] = contextvars.ContextVar("recost_every_pick", default=False)
+
+
+def _closed_form_costs(arch: Any, objective: str) -> bool:
+    """Whether a pick's costs may come from the closed forms (for a group whose traffic closed
+    form is exact, :attr:`GroupCostModel.exact_traffic`). They equal the general model's where
+    the latency depends only on the off-chip traffic, the compute cycles and the steps
+    (``tests/test_closed_forms.py`` checks candidates of every layer kind); the on-chip
+    buffer term leaves window halos out and the energy closed form is a ranking, so an
+    architecture with an on-chip bandwidth, or an energy or EDP objective, re-costs each pick."""
+    if not CLOSED_FORM_COSTS or _RECOST_EVERY_PICK.get():
+        return False
+    return arch is None or (objective == "latency" and arch.memory.onchip_bandwidth_bytes_per_cycle is None)
+
+
+@dataclass(frozen=True)
+class _Picked:
+    """A picked group with its closed-form costs (latency None without an architecture)."""
+
+    group: FusionGroup
+    traffic_bytes: float
+    footprint_bound_bytes: float
+    latency_s: float | None
+
+
+def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
+    """Whether ``group`` keeps the rules that do not depend on its tile sizes
+    (:func:`~mambalaya.fusion.mapping.check_group_rules`), memoised per Einsums, tiled ranks,
+    halo and resident tensors."""
+    memo = cascade.__dict__.setdefault("_legal_rules_memo", {})
+    key = (group.einsums, frozenset(group.fused_ranks), group.halo, group.resident)
+    if key not in memo:
+        try:
+            check_group_rules(cascade, group)
+            memo[key] = True
+        except MappingError:
+            memo[key] = False
+    return memo[key]
+
+
+def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
           fp: np.ndarray, einsums: list[str], ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str,
-          subset: bool) -> Any:
+          subset: bool, closed: bool = False) -> Any:
     """The first legal candidate in the objective's order (a group), ``"buffer"`` if none fits,
     ``"illegal"`` if none of the best few is legal. Over the candidates at ``flat`` (ascending
     flat indices, with their ``traffic`` and ``fp``); when they are a ``subset`` (the kept
     ones), :data:`_FELL_THROUGH` if its first fitting candidate is not legal.
 
+    With ``closed`` (:func:`_closed_form_costs`) the group comes back as a :class:`_Picked`
+    with its closed-form costs, and its legality is checked by the rules that do not depend on
+    tile sizes: its tiles are in range by construction, and its footprint bound fits.
+
     Order: the objective (latency within the tie tolerance, energy, EDP, or traffic without
     an architecture), then traffic, steps, latency, and the footprint last, so a candidate
     that another beats or equals in traffic and footprint with the same tiling never comes
-    first: :meth:`_Candidates.kept` drops those."""
+    first: :meth:`Candidates.kept` drops those."""
     n_tilings = cand.n_tilings
     tiling = cand.kept_tiling if subset else flat % n_tilings
     steps = cand.steps[tiling]
     ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     if not ok.any():
         return "buffer"
+    latency = None
     if arch is None:
         order = np.lexsort((fp, steps, np.where(ok, traffic, np.inf)))
     else:
@@ -544,11 +259,14 @@ def _pick(cascade: Cascade, model: "_GroupCostModel", cand: "_Candidates", flat:
     for n, pick in enumerate(order[:_RECHECKS]):  # the closed forms bound the footprint from above: the first legal pick
         if not ok[pick]:
             break
-        option, k = divmod(int(flat[pick]), n_tilings)
-        loop_order, j = cand.options[option]
-        loops = tuple(Loop(ranks[i], int(cand.tiles[i][k])) for i in loop_order if int(cand.tiles[i][k]) < cascade.size(ranks[i]))
-        resident = tuple(t for t, _, _ in model.keepable_for(loop_order)[:j]) if loops else ()
-        candidate = FusionGroup("G", tuple(einsums), loops, resident=resident)
+        candidate = model.group_at(int(flat[pick]))
+        if closed:
+            if _legal_rules(cascade, candidate):
+                return _Picked(candidate, float(traffic[pick]), float(fp[pick]),
+                               None if latency is None else float(latency[pick]))
+            if subset:
+                return _FELL_THROUGH
+            continue
         try:
             check_group(cascade, candidate, buffer_bytes)
         except MappingError:
@@ -579,6 +297,9 @@ def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: 
     if isinstance(found, str):
         why.append(found)
         return None
+    if isinstance(found, _Picked):
+        return GroupChoice(found.group, found.traffic_bytes, found.footprint_bound_bytes, found.latency_s,
+                           closed_form=True)
     group = found
     exact = group_traffic(cascade, group)
     if arch is None:
@@ -591,7 +312,7 @@ def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: 
 
 
 #: Search only the candidates no other of the same tiling beats or equals in both traffic and
-#: footprint (:meth:`_Candidates.kept`); the tests compare against False (every candidate).
+#: footprint (:meth:`Candidates.kept`); the tests compare against False (every candidate).
 PRUNE_DOMINATED = True
 
 #: Memoise :func:`best_group` per (group, buffer, architecture, objective); the tests compare
@@ -613,24 +334,51 @@ def _energy_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndar
     return fixed + traffic * dram + buffer * (buf_read + buf_write) / 2
 
 
-def _einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray]) -> dict[str, Any]:
-    """One Einsum's unit cycles for every tiling of ``ranks`` (the grid of
-    :meth:`_GroupCostModel.grid`), memoised on the cascade: the grid depends only on the ranks,
-    so every candidate group of a search that tiles the same ranks shares it."""
-    memo = cascade.__dict__.setdefault("_grid_cycles_memo", {})
-    key = (spec_key(compute), name, tuple(ranks))
-    hit = memo.get(key)
-    if hit is None:
-        sizes = {r: cascade.size(r) for r in cascade.ranks}
-        e = cascade.einsum(name)
-        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))))
-        memo[key] = hit
-    return hit
-
-
-def _finish(cascade: Cascade, name: str, groups: list[FusionGroup], buffer_bytes: int | None, description: str) -> Mapping:
-    named = [FusionGroup(f"G{n + 1}", g.einsums, g.loops, g.halo, g.resident) for n, g in enumerate(groups)]
+def _finish(cascade: Cascade, name: str, choices: list[GroupChoice], buffer_bytes: int | None, description: str,
+            arch: Any = None) -> Mapping:
+    """The mapping of the chosen groups, checked by every rule, once the general model agrees
+    with the closed-form costs of the groups chosen from them (:func:`_verify_closed_forms`)."""
+    _verify_closed_forms(cascade, choices, arch)
+    named = [FusionGroup(f"G{n + 1}", c.group.einsums, c.group.loops, c.group.halo, c.group.resident)
+             for n, c in enumerate(choices)]
     return check_mapping(cascade, Mapping(name, tuple(named), buffer_bytes, description))
+
+
+class _ClosedFormMismatch(Exception):
+    """The closed forms and the general model disagree on a chosen group."""
+
+
+def _verify_closed_forms(cascade: Cascade, choices: list[GroupChoice], arch: Any) -> None:
+    """Raise :class:`_ClosedFormMismatch` unless every choice costed by the closed forms has
+    the general model's traffic and latency, and a footprint within its bound. The finished
+    mapping is costed again by the general model (the traffic is memoised), so this costs
+    little; a mismatch (never seen on the shipped cascades) makes the search run again with
+    every pick re-costed (:func:`_recost_on_mismatch`)."""
+    for c in choices:
+        if not c.closed_form:
+            continue
+        exact = group_traffic(cascade, c.group)
+        latency_ok = c.latency_s is None or group_seconds(arch, cascade, c.group, exact) == c.latency_s
+        if exact.total_bytes != c.traffic_bytes or exact.footprint_bytes > c.footprint_bytes or not latency_ok:
+            raise _ClosedFormMismatch(c.group)
+
+
+def _recost_on_mismatch(build: Any) -> Any:
+    """Run a mapping builder; should the closed forms disagree with the general model on a
+    group it chose, run it again with every pick re-costed by the general model."""
+
+    @functools.wraps(build)
+    def run(*args: Any, **kwargs: Any) -> Mapping:
+        try:
+            return build(*args, **kwargs)
+        except _ClosedFormMismatch:
+            token = _RECOST_EVERY_PICK.set(True)
+            try:
+                return build(*args, **kwargs)
+            finally:
+                _RECOST_EVERY_PICK.reset(token)
+
+    return run
 
 
 def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | None) -> GroupChoice:
@@ -642,6 +390,7 @@ def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | No
     return choice
 
 
+@_recost_on_mismatch
 def unfused(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None, objective: str = "latency") -> Mapping:
     """Every Einsum alone. Tiling a lone Einsum never changes its traffic (its operands are
     partitioned, not re-read), but a recurrence's carried state must fit the buffer: a lone
@@ -649,11 +398,11 @@ def unfused(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = No
     if buffer_bytes is None:
         m = unfused_mapping(cascade)
         return check_mapping(cascade, Mapping("unfused", m.groups, None, "every Einsum alone (MARCA, ideal)"))
-    groups = [
-        _need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes).group
+    choices = [
+        _need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes)
         for e in cascade.einsums
     ]
-    return _finish(cascade, "unfused", groups, buffer_bytes, "every Einsum alone (MARCA, ideal)")
+    return _finish(cascade, "unfused", choices, buffer_bytes, "every Einsum alone (MARCA, ideal)", arch)
 
 
 def ideal(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
@@ -662,6 +411,7 @@ def ideal(cascade: Cascade, buffer_bytes: int | None = None) -> Mapping:
     return check_mapping(cascade, Mapping("ideal", (g,), None, "one group, buffer unbounded (a lower bound)"), ignore_buffer=True)
 
 
+@_recost_on_mismatch
 def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = None, objective: str = "latency") -> Mapping:
     """Geens et al.'s fine-grained fusion: the cascade's ``ssm`` region (discretisation, scan,
     readout) fused over its tileable ranks (RI across batch, channels, heads); the rest unfused."""
@@ -672,18 +422,19 @@ def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = Non
             f"cascade {cascade.name!r} declares no '{SSM_REGION_NAME}' region (regions: {', '.join(cascade.regions) or 'none'}); "
             "ssm-ri fuses that region: add `regions: {ssm: [...]}` to the cascade file"
         )
-    groups: list[FusionGroup] = []
+    choices: list[GroupChoice] = []
     placed = False
     for e in cascade.einsums:
         if e.name in members:
             if not placed:
-                groups.append(_need(best_group(cascade, region, buffer_bytes, arch=arch, objective=objective), region, buffer_bytes).group)
+                choices.append(_need(best_group(cascade, region, buffer_bytes, arch=arch, objective=objective), region, buffer_bytes))
                 placed = True
             continue
-        groups.append(_need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes).group)
-    return _finish(cascade, "ssm-ri", groups, buffer_bytes, "RI fusion of AD, BX, H, YS (Geens et al.); rest unfused")
+        choices.append(_need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes))
+    return _finish(cascade, "ssm-ri", choices, buffer_bytes, "RI fusion of AD, BX, H, YS (Geens et al.); rest unfused", arch)
 
 
+@_recost_on_mismatch
 def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchStats | None = None, arch: Any = None,
              objective: str = "latency") -> Mapping:
     """The paper's greedy stitching: walk the Einsums in topological order and add each to the
@@ -696,7 +447,7 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
     fusing the whole layer into one group with tiles so small that every weight is re-read per
     tile, which moves more bytes than running unfused.
     """
-    groups: list[FusionGroup] = []
+    chosen: list[GroupChoice] = []
     current: list[str] = []
     current_choice: GroupChoice | None = None
     for e in cascade.einsums:
@@ -706,11 +457,11 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
             if grown is not None and _worth_growing(grown, current_choice, alone):
                 current, current_choice = current + [e.name], grown
                 continue
-            groups.append(current_choice.group)
+            chosen.append(current_choice)
         current, current_choice = [e.name], alone
     if current_choice is not None:
-        groups.append(current_choice.group)
-    return _finish(cascade, "stitched", groups, buffer_bytes, "greedy stitching in topological order")
+        chosen.append(current_choice)
+    return _finish(cascade, "stitched", chosen, buffer_bytes, "greedy stitching in topological order", arch)
 
 
 def _worth_growing(grown: GroupChoice, current: GroupChoice, alone: GroupChoice) -> bool:
@@ -728,6 +479,7 @@ def _worth_growing(grown: GroupChoice, current: GroupChoice, alone: GroupChoice)
             and grown.traffic_bytes <= current.traffic_bytes + alone.traffic_bytes)
 
 
+@_recost_on_mismatch
 def optimal(
     cascade: Cascade,
     buffer_bytes: int | None = None,
@@ -779,7 +531,9 @@ def optimal(
             b = a
     stats.seconds += time.perf_counter() - t0
     what = "off-chip traffic" if arch is None else f"{_OBJECTIVE_WORDS[objective]} on {arch.name}"
-    return _finish(cascade, "optimal", groups[::-1], buffer_bytes, f"least {what} over contiguous groups and tiles")
+    by_group = {c.group: c for c in segments.values()}
+    return _finish(cascade, "optimal", [by_group[g] for g in groups[::-1]], buffer_bytes,
+                   f"least {what} over contiguous groups and tiles", arch)
 
 
 _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-delay product"}

@@ -1,0 +1,420 @@
+"""Candidate tables of one fusion group: the closed forms of its traffic, footprint and compute
+cycles over every tiling, loop order and residency option (see :mod:`mambalaya.model.search` for
+what is searched and why). Everything here is independent of the buffer and the bandwidth, and
+memoised on the (immutable) cascade, so repeated searches of one layer (sweeps) build it once."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mambalaya.arch.spec import spec_key
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import rank_of_variable
+from mambalaya.einsum.stats import einsum_ops
+from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, produced_in, tensors_read, window_halos
+from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
+from mambalaya.model.traffic import buffer_read_elements, group_traffic
+
+def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
+    """Ranks every Einsum of the group writes and none reduces, in loop order. Memoised on the
+    (immutable) cascade: a search asks for every candidate group's on every point."""
+    memo = cascade.__dict__.setdefault("_tileable_ranks_memo", {})
+    key = tuple(einsums)
+    if key not in memo:
+        memo[key] = tuple(_tileable_ranks(cascade, einsums))
+    return list(memo[key])
+
+
+def _tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
+    common: set[str] | None = None
+    reduced: set[str] = set()
+    for name in einsums:
+        e = cascade.einsum(name)
+        outs = {rank_of_variable(v) for v in e.output_variables}
+        common = outs if common is None else common & outs
+        reduced |= {rank_of_variable(v) for v in e.reduced_variables}
+    ranks = [r for r in cascade.ranks if r in (common or set()) - reduced and cascade.size(r) > 1]
+    gen = set(cascade.generational_ranks)
+    return [r for r in ranks if r not in gen] + [r for r in ranks if r in gen]
+
+
+def tile_options(size: int) -> list[int]:
+    opts = [1 << k for k in range(size.bit_length()) if (1 << k) < size]
+    return opts + [size]
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The candidate table of one group (see :meth:`GroupCostModel.candidates`), as kept for
+    the search: per tiling its tiles, trips and steps, and the candidates no other of the same
+    tiling dominates (:func:`_kept`) with their traffic and footprint. The full table is rebuilt
+    on the rare call that needs it (:meth:`GroupCostModel.full_table`), so memory holds only
+    the kept part."""
+
+    tiles: list[np.ndarray]  # per tileable rank, its tile in each tiling
+    trips: list[np.ndarray]
+    options: list[tuple[tuple[int, ...], int]]  # (loop order, residency prefix) of each block of tilings
+    n_tilings: int
+    steps: np.ndarray  # per tiling (every option of a tiling runs the same steps)
+    size: int  # candidates in the full table (options x tilings)
+    kept: np.ndarray  # flat indices (option-major, ascending) of the kept candidates
+    kept_traffic: np.ndarray  # off-chip bytes of each kept candidate
+    kept_fp: np.ndarray  # footprint bound (bytes)
+    kept_tiling: np.ndarray  # the tiling of each kept candidate (int32: memory holds millions of them)
+
+
+def kept_candidates(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """Flat indices (ascending) of the candidates (arrays of shape (options, tilings)) no option
+    of the same tiling beats or equals in traffic and footprint, an equal one of lower index
+    excepted. Within a tiling the steps and compute cycles are the same and the on-chip bytes,
+    energy and latency grow with the traffic, so a dropped candidate never comes first in
+    :func:`_pick`'s order, for any buffer, bandwidth or objective."""
+    order = np.lexsort((fp, traffic), axis=0)  # per tiling: by traffic, then footprint
+    fp_sorted = np.take_along_axis(fp, order, axis=0)
+    before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp_sorted, axis=0)[:-1]])
+    rows, cols = np.nonzero(fp_sorted < before)
+    kept = np.sort(order[rows, cols] * traffic.shape[1] + cols)
+    return kept.astype(np.int32) if traffic.size < 2**31 else kept  # memory holds millions of them
+
+
+class GroupCostModel:
+    """Closed forms of one group's traffic and footprint as functions of its tile sizes."""
+
+    def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
+        self.cascade = cascade
+        self.ranks = ranks
+        full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
+        self.probe = full
+        # traffic: each read/written tensor costs its untiled bytes times the trips of the
+        # fused ranks its accesses do not mention (see model/traffic.py)
+        base = group_traffic(cascade, full)
+        self.terms: list[tuple[float, list[int]]] = []
+        inside = produced_in(full)
+        einsum_objs = [cascade.einsum(n) for n in einsums]
+        for t, b in base.read_bytes.items():
+            mentioned = self._mentioned_for_read(t, einsum_objs, inside)
+            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned]))
+        #: whether the traffic closed form is exact for every tiling (see :meth:`_aligned_reads`)
+        self.exact_traffic = all(self._aligned_reads(t, einsum_objs, inside) for t in base.read_bytes)
+        for t, b in base.write_bytes.items():
+            outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
+            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
+        self._buffer_terms: list[tuple[float, list[int]]] | None = None
+        self._candidates: Candidates | None = None
+        self._onchip: np.ndarray | None = None
+        self._cycles: dict[str, np.ndarray] = {}
+        # residency candidates: tensors read off-chip that some loop of the fixed order does
+        # not index and that runs inside every loop that does (weights, per-channel parameters
+        # under an outer channel loop); largest first
+        readable = set(tensors_read(cascade, full))
+        self._reads = [(t, b, {i for i, r in enumerate(ranks) if r in self._mentioned_for_read(t, einsum_objs, inside)})
+                       for t, b in sorted(base.read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in readable]
+        # a resident tensor with an initial value (a KV cache before its appended rows) keeps
+        # that value on chip too, which the residency closed form does not count
+        self.exact_traffic = self.exact_traffic and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
+        # loop orders: the fixed one first, then every other order of the ranks that are not
+        # generational, the generational ones still innermost (so footprints do not change)
+        gen = set(cascade.generational_ranks)
+        free = [i for i, r in enumerate(ranks) if r not in gen]
+        tail = [i for i, r in enumerate(ranks) if r in gen]
+        self.orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
+        self._keepable: dict[tuple[int, ...], list[tuple[str, float, set[int]]]] = {}
+        self.keepable = self.keepable_for(self.orders[0])
+        # footprint: sum of products of extents
+        # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
+        self.fp_terms: list[tuple[float, list[int], int | None]] = []
+        for t in intermediates(cascade, full):
+            self._add_fp(t, None, 1)
+        for name in einsums:
+            rec = cascade.recurrence(cascade.einsum(name))
+            if rec:
+                self._add_fp(name, rec[0], rec[1])
+        if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
+            for (t, rank), rows in window_halos(cascade, full).items():
+                self._add_fp(t, rank, rows, only_if_tiled=rank)
+
+    def _accesses_of_read(self, tensor, einsum_objs, inside) -> list[Any]:
+        """The accesses through which the group reads ``tensor`` off-chip (its initial value
+        included)."""
+        spec = self.cascade.tensors
+        return [a for e in einsum_objs for a in e.inputs
+                if (a.tensor == tensor and a.tensor not in inside) or spec[a.tensor].initial == tensor]
+
+    def _aligned_reads(self, tensor, einsum_objs, inside) -> bool:
+        """Whether every tile reads its own slice of ``tensor``: on each dimension, the index
+        of every access moves with at most one tileable rank, that of the dimension, with
+        coefficient 1 (plus offsets and ranks the group does not tile, as a window's). Then
+        the tensor's reads are its untiled bytes times the trips of the ranks it does not
+        mention, the closed form, for every tiling. A dimension indexed through another rank
+        (``ACS[s]`` on Q), a mirrored index (rotary ``1-u``) or a product of ranks (``Q*c+q``)
+        reads overlapping boxes, which only the general model counts; so do accesses that
+        differ in which dimensions move (``ACS[255]`` beside ``ACS[q]``: the fixed slice is
+        read again in every tile)."""
+        tileable = set(self.ranks)
+        signatures = set()
+        for a in self._accesses_of_read(tensor, einsum_objs, inside):
+            signature = []
+            for idx, rank in zip(a.indices, self.cascade.tensors[a.tensor].ranks):
+                moving = [(v, c) for v, c in idx.terms if rank_of_variable(v) in tileable]
+                if moving and moving != [(rank.lower(), 1)]:
+                    return False
+                signature.append(bool(moving))
+            signatures.add(tuple(signature))
+        return len(signatures) <= 1
+
+    def _mentioned_for_read(self, tensor, einsum_objs, inside) -> set[str]:
+        mentioned: set[str] = set()
+        spec = self.cascade.tensors
+        for e in einsum_objs:
+            for a in e.inputs:
+                src = a.tensor
+                hits = src == tensor and src not in inside
+                hits = hits or (spec[src].initial == tensor)
+                if hits:
+                    mentioned |= {rank_of_variable(v) for idx in a.indices for v in idx.variables}
+        return mentioned
+
+    def _add_fp(self, tensor: str, skip_rank: str | None, rows: int, only_if_tiled: str | None = None) -> None:
+        spec = self.cascade.tensors[tensor]
+        fixed = rows * spec.bits / 8
+        tiled = []
+        for r in spec.ranks:
+            if r == skip_rank:
+                continue
+            if r in self.ranks:
+                tiled.append(self.ranks.index(r))
+            else:
+                fixed *= self.cascade.size(r)
+        self.fp_terms.append((fixed, tiled, self.ranks.index(only_if_tiled) if only_if_tiled else None))
+
+    def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        opts = [np.array(tile_options(self.cascade.size(r)), dtype=np.int64) for r in self.ranks]
+        mesh = np.meshgrid(*opts, indexing="ij") if opts else []
+        tiles = [m.ravel() for m in mesh]
+        trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
+        return tiles, trips
+
+    def full_table(self) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
+        """Every (loop order, residency prefix, tiling) of the group with its closed-form
+        traffic and footprint, arrays of shape (options, tilings). Option ``(o, j)`` runs loop
+        order ``o`` and keeps the ``j`` largest of its residency candidates on chip (``j = 0``,
+        everything streamed, is the same for every order). Returned with the grid's tiles and
+        trips."""
+        tiles, trips = self.grid()
+        traffic, fp = self.evaluate(tiles, trips)
+        options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
+        blocks_t, blocks_f = [traffic], [fp]
+        for o in self.orders if self.ranks else []:
+            if not self.keepable_for(o):
+                continue
+            saved, held = self.residency(tiles, trips, o)
+            saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
+            for j in range(len(saved)):
+                options.append((o, j + 1))
+                blocks_t.append(traffic - saved[j])
+                blocks_f.append(fp + held[j])
+        return tiles, trips, options, np.stack(blocks_t), np.stack(blocks_f)
+
+    def candidates(self) -> "Candidates":
+        """The candidate table as the search keeps it (see :class:`Candidates`). Independent
+        of the architecture: built once."""
+        if self._candidates is None:
+            tiles, trips, options, traffic, fp = self.full_table()
+            kept = kept_candidates(traffic, fp)
+            steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+            tiling = (kept % traffic.shape[1]).astype(np.int32)
+            self._candidates = Candidates(tiles, trips, options, traffic.shape[1], steps, traffic.size, kept,
+                                           traffic.ravel()[kept], fp.ravel()[kept], tiling)
+        return self._candidates
+
+    def group_at(self, flat: int) -> FusionGroup:
+        """The group of candidate ``flat`` (a flat index into the full table): its tiled ranks
+        in the option's loop order and the option's resident tensors."""
+        cand = self.candidates()
+        option, k = divmod(flat, cand.n_tilings)
+        loop_order, j = cand.options[option]
+        size = self.cascade.size
+        loops = tuple(Loop(self.ranks[i], int(cand.tiles[i][k])) for i in loop_order
+                      if int(cand.tiles[i][k]) < size(self.ranks[i]))
+        resident = tuple(t for t, _, _ in self.keepable_for(loop_order)[:j]) if loops else ()
+        return FusionGroup("G", self.probe.einsums, loops, resident=resident)
+
+    def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
+        """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
+        off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
+        if self._onchip is None:
+            self._onchip = self.einsum_buffer_bytes(self.candidates().trips)
+        return traffic + self._onchip[flat % len(self._onchip)]
+
+    def cycles(self, compute: Any) -> np.ndarray:
+        """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best
+        spatial mapping summed over the tiling's step shapes
+        (:func:`~mambalaya.model.spatial.step_shapes`), the units combined as the latency model
+        does. Memoised per compute section (by value)."""
+        key = spec_key(compute)
+        if key not in self._cycles:
+            cand = self.candidates()
+            total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
+            for name in self.probe.einsums:
+                cyc = einsum_grid_cycles(compute, self.cascade, name, self.ranks, cand.tiles)
+                total = {k: total[k] + cyc[k] for k in total}
+            array = total["array_2d"] + total["array_1d"]
+            if compute.overlap_compute_units:
+                cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
+            else:
+                cycles = array + total["vector"] + total["mfu"]
+            self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (cand.n_tilings,))
+        return self._cycles[key]
+
+    def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
+        """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
+        every step (model/traffic.py:group_buffer_accesses), so the same kind of closed form as
+        the traffic; window halos re-read per tile are left out here (exact once a tiling is
+        chosen). Built on first use: only architectures with an on-chip bandwidth need it."""
+        if self._buffer_terms is None:
+            cascade, ranks = self.cascade, self.ranks
+            terms = []
+            for e in (cascade.einsum(n) for n in self.probe.einsums):
+                for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
+                    accs = [a for a in e.inputs if a.tensor == t]
+                    b = buffer_read_elements(cascade, self.probe, t, accs)
+                    seen = {rank_of_variable(v) for a in accs for idx in a.indices for v in idx.variables}
+                    terms.append((b, [i for i, r in enumerate(ranks) if r not in seen]))
+                outs = {rank_of_variable(v) for v in e.output_variables}
+                b = cascade.elements(e.name) * cascade.tensors[e.name].bits / 8
+                terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
+            self._buffer_terms = terms
+        return self._buffer_terms
+
+    def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, set[int]]]:
+        """Residency candidates under a loop order (rank indices, outermost first): tensors
+        with a loop that does not index them inside the outermost loop that does."""
+        if order not in self._keepable:
+            pos = {i: n for n, i in enumerate(order)}
+            kept = []
+            for t, b, seen in self._reads:
+                first = min((pos[i] for i in seen), default=-1)
+                if any(i not in seen and pos[i] > first for i in order):
+                    kept.append((t, b, seen))
+            self._keepable[order] = kept
+        return self._keepable[order]
+
+    def residency(self, tiles: list[np.ndarray], trips: list[np.ndarray],
+                  order: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Per residency candidate and tiling: (bytes saved, bytes held). Streamed, a tensor is
+        read once per trip of every loop that does not index it; resident, only per trip of
+        those outside the innermost loop (of more than one trip) that does index it
+        (model/traffic.py). It holds its largest one-step box (fusion/mapping.py:resident_bytes),
+        here bounded from above: a dimension indexed by several tiled ranks counts in full."""
+        n = len(tiles[0])
+        order = self.orders[0] if order is None else order
+        pos = {i: k for k, i in enumerate(order)}
+        saved, held = [], []
+        for t, b, seen in self.keepable_for(order):
+            streamed = np.ones(n)
+            for i in range(len(self.ranks)):
+                if i not in seen:
+                    streamed = streamed * trips[i]
+            inner = np.full(n, -1)  # position of the innermost loop indexing it that moves
+            for i in sorted(seen, key=pos.get):
+                inner = np.where(trips[i] > 1, pos[i], inner)
+            resident = np.ones(n)
+            for i in range(len(self.ranks)):
+                if i not in seen:
+                    resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
+            saved.append(b * (streamed - resident))
+            held.append(self._held_box(t, tiles))
+        return np.array(saved), np.array(held)
+
+    def _held_box(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
+        cascade = self.cascade
+        accs = [a for e in (cascade.einsum(x) for x in self.probe.einsums) for a in e.inputs
+                if a.tensor == tensor and a.tensor != e.name]
+        sizes = cascade.variable_sizes
+        init = cascade.initial_axis(tensor)
+        total = np.full(len(tiles[0]), cascade.tensors[tensor].bits / 8)
+        for p, size in enumerate(cascade.shape(tensor)):
+            valid = size + (init[1] if init is not None and init[0] == p else 0)
+            dim_ranks = {rank_of_variable(v) for a in accs for v in a.indices[p].variables} & set(self.ranks)
+            if len(dim_ranks) > 1:
+                total = total * valid
+                continue
+            (r,) = dim_ranks or (None,)
+            tile = tiles[self.ranks.index(r)] if r is not None else None
+            lo = hi = None
+            for a in accs:
+                idx = a.indices[p]
+                a_lo = a_hi = idx.const
+                for v, c in idx.terms:
+                    if rank_of_variable(v) == r:
+                        span = c * (tile - 1)
+                    else:
+                        span = c * (sizes[v] - 1)
+                    a_lo = a_lo + np.minimum(span, 0)
+                    a_hi = a_hi + np.maximum(span, 0)
+                lo = a_lo if lo is None else np.minimum(lo, a_lo)
+                hi = a_hi if hi is None else np.maximum(hi, a_hi)
+            total = total * np.minimum(valid, hi - lo + 1)
+        return total
+
+    def einsum_buffer_bytes(self, trips: list[np.ndarray]) -> np.ndarray:
+        """On-chip buffer bytes the Einsums read and write, for every tiling (the fills and
+        drains, the off-chip bytes, come on top)."""
+        n = len(trips[0]) if trips else 1
+        own = np.zeros(n)
+        for b, idxs in self._buffer_closed_form():
+            f = np.full(n, b)
+            for i in idxs:
+                f = f * trips[i]
+            own += f
+        return own
+
+    def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        n = len(tiles[0]) if tiles else 1
+        traffic = np.zeros(n)
+        for b, idxs in self.terms:
+            f = np.full(n, b)
+            for i in idxs:
+                f = f * trips[i]
+            traffic += f
+        fp = np.zeros(n)
+        for fixed, idxs, when in self.fp_terms:
+            f = np.full(n, fixed)
+            for i in idxs:
+                f = f * np.minimum(tiles[i], self.cascade.size(self.ranks[i]))
+            if when is not None:
+                f = f * (tiles[when] < self.cascade.size(self.ranks[when]))
+            fp += f
+        return traffic, fp
+
+
+def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "GroupCostModel":
+    """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
+    depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
+    memo = cascade.__dict__.setdefault("_group_cost_model_memo", {})
+    key = (tuple(einsums), tuple(ranks))
+    if key not in memo:
+        memo[key] = GroupCostModel(cascade, einsums, ranks)
+    return memo[key]
+
+
+def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray]) -> dict[str, Any]:
+    """One Einsum's unit cycles for every tiling of ``ranks`` (the grid of
+    :meth:`GroupCostModel.grid`), memoised on the cascade: the grid depends only on the ranks,
+    so every candidate group of a search that tiles the same ranks shares it."""
+    memo = cascade.__dict__.setdefault("_grid_cycles_memo", {})
+    key = (spec_key(compute), name, tuple(ranks))
+    hit = memo.get(key)
+    if hit is None:
+        sizes = {r: cascade.size(r) for r in cascade.ranks}
+        e = cascade.einsum(name)
+        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))))
+        memo[key] = hit
+    return hit
+
+
+__all__ = ["Candidates", "GroupCostModel", "cost_model", "einsum_grid_cycles", "kept_candidates", "tile_options", "tileable_ranks"]

@@ -1,0 +1,129 @@
+"""The search takes each picked group's traffic and latency from its closed forms
+(model/candidates.py) instead of re-costing it with the general model. These tests check that
+the two agree on candidates of every shipped layer kind, and that a disagreement makes the
+search fall back to re-costing every pick rather than return a mis-costed mapping."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from mambalaya.arch import load_arch
+from mambalaya.fusion.mapping import MappingError, check_group, footprint_bytes
+from mambalaya.model import candidates, search
+from mambalaya.model.latency import group_seconds
+from mambalaya.model.search import named_mapping
+from mambalaya.model.traffic import group_traffic
+from mambalaya.workloads import PRESETS, build_layer
+from mambalaya.workloads.hybrid import hybrid_layer
+
+from test_hybrid_eval import SMALL as SMALL_HYBRID
+
+BUFFER = 8 << 20
+
+
+def _layers():
+    yield "mamba1-prefill", build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2)
+    yield "mamba1-decode", build_layer(PRESETS["mamba-130m"], phase="decode", seq_len=1, batch=4)
+    yield "mamba2-chunked", build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=2, scan="chunked")
+    yield "mamba2-recurrent", build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=128, batch=2, scan="recurrent")
+    yield "hybrid-attention", hybrid_layer(SMALL_HYBRID, "attention", phase="prefill", seq_len=64, batch=2)
+    yield "hybrid-attention-online-decode", hybrid_layer(SMALL_HYBRID, "attention", phase="decode", seq_len=64, batch=2,
+                                                         softmax="online")
+    yield "hybrid-mamba", hybrid_layer(SMALL_HYBRID, "mamba", phase="prefill", seq_len=128, batch=2)
+
+
+@pytest.mark.parametrize("name,cascade", list(_layers()), ids=lambda x: x if isinstance(x, str) else "")
+def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, cascade) -> None:
+    """For contiguous segments of the layer whose traffic closed form claims exactness, and a
+    sample of each one's kept candidates: the closed-form traffic equals the general model's to the bit, the closed-form latency equals
+    ``group_seconds``, the footprint bound is at least the footprint, and a candidate that
+    keeps the tile-size-independent rules and whose bound fits is legal."""
+    arch = load_arch("mambalaya")
+    names = [e.name for e in cascade.einsums]
+    rng = random.Random(7)
+    segments = [(a, b) for b in range(1, len(names) + 1) for a in range(b)]
+    checked = 0
+    for a, b in rng.sample(segments, len(segments)):
+        if checked >= 150:
+            break
+        einsums = names[a:b]
+        model = candidates.cost_model(cascade, einsums, candidates.tileable_ranks(cascade, einsums))
+        if not model.exact_traffic:
+            continue
+        cand = model.candidates()
+        cycles = model.cycles(arch.compute)
+        for pos in rng.sample(range(cand.kept.size), min(6, cand.kept.size)):
+            group = model.group_at(int(cand.kept[pos]))
+            exact = group_traffic(cascade, group)
+            assert exact.total_bytes == cand.kept_traffic[pos], (name, group)
+            assert footprint_bytes(cascade, group) <= cand.kept_fp[pos], (name, group)
+            tiling = int(cand.kept_tiling[pos])
+            comp = cycles[tiling:tiling + 1] / arch.clock_hz
+            mem = cand.kept_traffic[pos:pos + 1] / arch.memory.offchip_bandwidth_bytes_per_s
+            latency, _ = search.combine(arch, comp, mem, 0.0 * mem, cand.steps[tiling:tiling + 1], len(einsums))
+            assert float(latency[0]) == group_seconds(arch, cascade, group, exact), (name, group)
+            if search._legal_rules(cascade, group) and cand.kept_fp[pos] <= BUFFER:
+                check_group(cascade, group, BUFFER)
+            else:
+                with pytest.raises(MappingError):
+                    check_group(cascade, group, BUFFER if search._legal_rules(cascade, group) else None)
+            checked += 1
+    assert checked >= 150
+
+
+def _mapping_summary(cascade, name: str, arch) -> tuple:
+    m = named_mapping(name, cascade, BUFFER, arch=arch)
+    return tuple((g.einsums, g.loops, g.resident) for g in m.groups)
+
+
+_BUILDERS = {
+    "mamba1": lambda: build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4),
+    "mamba2-chunked": lambda: build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=2, scan="chunked"),
+    "hybrid-attention": lambda: hybrid_layer(SMALL_HYBRID, "attention", phase="prefill", seq_len=64, batch=2),
+}
+
+
+@pytest.mark.parametrize("layer,mapping", [("mamba1", m) for m in ("optimal", "stitched", "ssm-ri", "unfused")]
+                         + [("mamba2-chunked", "optimal"), ("hybrid-attention", "optimal")])
+@pytest.mark.parametrize("arch_name", ["mambalaya", None])
+def test_closed_form_picks_give_the_mappings_of_re_costing_every_pick(layer: str, mapping: str, arch_name,
+                                                                     monkeypatch) -> None:
+    """On an architecture (latency) and without one (traffic), fresh cascades."""
+    arch = load_arch(arch_name) if arch_name else None
+    fast = _mapping_summary(_BUILDERS[layer](), mapping, arch)
+    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)
+    assert _mapping_summary(_BUILDERS[layer](), mapping, arch) == fast
+
+
+def test_a_closed_form_that_disagrees_makes_the_search_re_cost_every_pick(monkeypatch) -> None:
+    """A closed form made wrong on purpose (one byte too few per candidate) would choose other
+    groups; the search notices on the groups it chose and runs again re-costing every pick, so
+    the mapping equals the re-costed one."""
+    arch = load_arch("mambalaya")
+    layer = lambda: build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4)  # noqa: E731
+    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)
+    exact = _mapping_summary(layer(), "optimal", arch)
+    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", True)
+    evaluate = candidates.GroupCostModel.evaluate
+
+    def wrong(self, tiles, trips):
+        traffic, fp = evaluate(self, tiles, trips)
+        return traffic - np.where(traffic > 1, 1.0, 0.0), fp
+
+    monkeypatch.setattr(candidates.GroupCostModel, "evaluate", wrong)
+    recosts = []
+    verify = search._verify_closed_forms
+
+    def counted(*args):
+        try:
+            verify(*args)
+        except search._ClosedFormMismatch:
+            recosts.append(1)
+            raise
+
+    monkeypatch.setattr(search, "_verify_closed_forms", counted)
+    assert _mapping_summary(layer(), "optimal", arch) == exact
+    assert recosts

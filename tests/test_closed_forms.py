@@ -127,3 +127,25 @@ def test_a_closed_form_that_disagrees_makes_the_search_re_cost_every_pick(monkey
     monkeypatch.setattr(search, "_verify_closed_forms", counted)
     assert _mapping_summary(layer(), "optimal", arch) == exact
     assert recosts
+
+
+@pytest.mark.parametrize("layer", list(_BUILDERS))
+@pytest.mark.parametrize("arch_name,buffer", [("mambalaya", 1 << 20), ("mambalaya", 64 << 20), ("geens-ideal", 8 << 20),
+                                              (None, 2 << 20)])
+def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(layer: str, arch_name, buffer: int,
+                                                                            monkeypatch) -> None:
+    """The optimal search picks its segments together (model/picks.py); one search per segment
+    gives the same mapping, and the same count of candidates searched."""
+    arch = load_arch(arch_name) if arch_name else None
+
+    def run():
+        stats = search.SearchStats()
+        try:
+            m = search.optimal(_BUILDERS[layer](), buffer, stats, arch=arch)
+        except search.SpecError as err:  # a buffer too small fails alike
+            return str(err), None
+        return tuple((g.einsums, g.loops, g.resident) for g in m.groups), (stats.evaluations, stats.groups_costed)
+
+    together = run()
+    monkeypatch.setattr(search, "BATCH_PICKS", False)
+    assert run() == together

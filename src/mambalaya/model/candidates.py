@@ -65,6 +65,7 @@ class Candidates:
     kept_traffic: np.ndarray  # off-chip bytes of each kept candidate
     kept_fp: np.ndarray  # footprint bound (bytes)
     kept_tiling: np.ndarray  # the tiling of each kept candidate (int32: memory holds millions of them)
+    least_fp: float  # the least footprint bound of any candidate (every tiling keeps its least)
 
 
 def kept_candidates(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
@@ -105,6 +106,7 @@ class GroupCostModel:
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
         self._candidates: Candidates | None = None
+        self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
         self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
         # residency candidates: tensors read off-chip that some loop of the fixed order does
@@ -227,13 +229,17 @@ class GroupCostModel:
             kept = kept_candidates(traffic, fp)
             steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
             tiling = (kept % traffic.shape[1]).astype(np.int32)
+            kept_fp = fp.ravel()[kept]
             self._candidates = Candidates(tiles, trips, options, traffic.shape[1], steps, traffic.size, kept,
-                                           traffic.ravel()[kept], fp.ravel()[kept], tiling)
+                                          traffic.ravel()[kept], kept_fp, tiling, float(kept_fp.min()))
         return self._candidates
 
     def group_at(self, flat: int) -> FusionGroup:
         """The group of candidate ``flat`` (a flat index into the full table): its tiled ranks
         in the option's loop order and the option's resident tensors."""
+        hit = self._groups.get(flat)
+        if hit is not None:
+            return hit
         cand = self.candidates()
         option, k = divmod(flat, cand.n_tilings)
         loop_order, j = cand.options[option]
@@ -241,7 +247,8 @@ class GroupCostModel:
         loops = tuple(Loop(self.ranks[i], int(cand.tiles[i][k])) for i in loop_order
                       if int(cand.tiles[i][k]) < size(self.ranks[i]))
         resident = tuple(t for t, _, _ in self.keepable_for(loop_order)[:j]) if loops else ()
-        return FusionGroup("G", self.probe.einsums, loops, resident=resident)
+        self._groups[flat] = FusionGroup("G", self.probe.einsums, loops, resident=resident)
+        return self._groups[flat]
 
     def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
         """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their

@@ -57,6 +57,7 @@ from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
 from mambalaya.model.candidates import Candidates, GroupCostModel, cost_model, tileable_ranks
+from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 from mambalaya.model.traffic import group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
@@ -502,12 +503,20 @@ def optimal(
     best = [math.inf] * (n + 1)
     back: list[tuple[int, GroupChoice] | None] = [None] * (n + 1)
     best[0] = 0.0
+    batched = _batched_choices(cascade, names, buffer_bytes, arch, objective)
     for b in range(1, n + 1):
         for a in range(b - 1, -1, -1):
             if best[a] == math.inf:
                 continue
             why: list[str] = []
-            choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective)
+            hit = batched.get((a, b))
+            if hit is None:
+                choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective)
+            else:
+                choice, why = (hit, why) if isinstance(hit, GroupChoice) else (None, [hit])
+                if stats is not None:
+                    stats.evaluations += _candidate_count(cascade, names[a:b])
+                    stats.groups_costed += 1
             if choice is None:
                 if why == ["buffer"]:
                     break  # growing the segment upwards only adds on-chip data (see best_group)
@@ -537,6 +546,48 @@ def optimal(
 
 
 _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-delay product"}
+
+#: Pick the segments of an optimal search together (:mod:`mambalaya.model.picks`) where the
+#: closed forms cost the picks; the tests compare against False (one search per segment).
+BATCH_PICKS = True
+
+
+def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
+    return cost_model(cascade, einsums, tileable_ranks(cascade, einsums)).candidates().size
+
+
+def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,
+                     objective: str) -> dict[tuple[int, int], GroupChoice | str]:
+    """The choices of the segments an optimal search visits, picked together
+    (:func:`~mambalaya.model.picks.segment_picks`), or ``"buffer"`` for a segment none of whose
+    candidates fits. Segments are visited as the search visits them: each end ``b``, growing
+    downwards until a segment does not fit. Left out, for :func:`best_group` to search alone:
+    segments whose closed forms are not exact, and a segment whose first pick breaks a rule."""
+    if not BATCH_PICKS or not _closed_form_costs(arch, objective):
+        return {}
+    out: dict[tuple[int, int], GroupChoice | str] = {}
+    visited: list[tuple[int, int]] = []
+    models: list[GroupCostModel] = []
+    for b in range(1, len(names) + 1):
+        for a in range(b - 1, -1, -1):
+            model = cost_model(cascade, names[a:b], tileable_ranks(cascade, names[a:b]))
+            if buffer_bytes is not None and model.candidates().least_fp > buffer_bytes:
+                out[(a, b)] = "buffer"
+                break
+            if model.exact_traffic:
+                visited.append((a, b))
+                models.append(model)
+    if not models or batch_size(models) > MAX_BATCH_CANDIDATES:
+        return out
+    for segment, model, pick in zip(visited, models, segment_picks(models, buffer_bytes, arch, LATENCY_TIE_TOLERANCE)):
+        if pick is None:
+            out[segment] = "buffer"
+            continue
+        group = model.group_at(pick.flat)
+        if _legal_rules(cascade, group):
+            out[segment] = GroupChoice(group, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s,
+                                       closed_form=True)
+    return out
 
 
 def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[FusionGroup]:

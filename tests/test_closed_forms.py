@@ -149,3 +149,24 @@ def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(lay
     together = run()
     monkeypatch.setattr(search, "BATCH_PICKS", False)
     assert run() == together
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
+    """model/picks.py keeps the bandwidth-independent terms of the latency per architecture;
+    its latencies are the very floats ``combine`` gives."""
+    from mambalaya.model import picks
+    from mambalaya.model.latency import combine
+
+    arch = load_arch("mambalaya")
+    arch = arch.model_copy(update={"memory": arch.memory.model_copy(update={"overlap_compute_and_memory": overlap})})
+    cascade = _BUILDERS["mamba1"]()
+    names = [e.name for e in cascade.einsums]
+    models = [candidates.cost_model(cascade, names[a:a + 3], candidates.tileable_ranks(cascade, names[a:a + 3]))
+              for a in range(0, len(names) - 3, 2)]
+    table = picks._table(models, arch.compute)
+    _, _, _, traffic, _, steps, cycles, n_einsums = table.arrays
+    got = picks._latencies(table, arch)
+    want, _ = combine(arch, cycles / arch.clock_hz, traffic / arch.memory.offchip_bandwidth_bytes_per_s,
+                      0.0 * traffic, steps, n_einsums)
+    assert np.array_equal(got, want)

@@ -17,7 +17,7 @@ from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, produced_in, tensors_read, window_halos
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
-from mambalaya.model.traffic import buffer_read_elements, group_traffic
+from mambalaya.model.traffic import buffer_read_elements, untiled_traffic
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
     """Ranks every Einsum of the group writes and none reduces, in loop order. Memoised on the
@@ -92,29 +92,31 @@ class GroupCostModel:
         self.probe = full
         # traffic: each read/written tensor costs its untiled bytes times the trips of the
         # fused ranks its accesses do not mention (see model/traffic.py)
-        base = group_traffic(cascade, full)
+        read_bytes, write_bytes = untiled_traffic(cascade, tuple(einsums))
         self.terms: list[tuple[float, list[int]]] = []
         inside = produced_in(full)
         einsum_objs = [cascade.einsum(n) for n in einsums]
-        for t, b in base.read_bytes.items():
-            mentioned = self._mentioned_for_read(t, einsum_objs, inside)
-            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned]))
+        mentioned = {t: self._mentioned_for_read(t, einsum_objs, inside) for t in read_bytes}
+        for t, b in read_bytes.items():
+            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned[t]]))
         #: whether the traffic closed form is exact for every tiling (see :meth:`_aligned_reads`)
-        self.exact_traffic = all(self._aligned_reads(t, einsum_objs, inside) for t in base.read_bytes)
-        for t, b in base.write_bytes.items():
+        self.exact_traffic = all(self._aligned_reads(t, einsum_objs, inside) for t in read_bytes)
+        for t, b in write_bytes.items():
             outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
         self._candidates: Candidates | None = None
         self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
+        self._held_for: list[np.ndarray] | None = None  # the tiles self._held is for
+        self._held: dict[str, np.ndarray] = {}
         self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
         # residency candidates: tensors read off-chip that some loop of the fixed order does
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
         readable = set(tensors_read(cascade, full))
-        self._reads = [(t, b, {i for i, r in enumerate(ranks) if r in self._mentioned_for_read(t, einsum_objs, inside)})
-                       for t, b in sorted(base.read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in readable]
+        self._reads = [(t, b, {i for i, r in enumerate(ranks) if r in mentioned[t]})
+                       for t, b in sorted(read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in readable]
         # a resident tensor with an initial value (a KV cache before its appended rows) keeps
         # that value on chip too, which the residency closed form does not count
         self.exact_traffic = self.exact_traffic and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
@@ -219,6 +221,7 @@ class GroupCostModel:
                 options.append((o, j + 1))
                 blocks_t.append(traffic - saved[j])
                 blocks_f.append(fp + held[j])
+        self._held_for, self._held = None, {}
         return tiles, trips, options, np.stack(blocks_t), np.stack(blocks_f)
 
     def candidates(self) -> "Candidates":
@@ -334,8 +337,16 @@ class GroupCostModel:
                 if i not in seen:
                     resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
             saved.append(b * (streamed - resident))
-            held.append(self._held_box(t, tiles))
+            held.append(self._held_box_of(t, tiles))
         return np.array(saved), np.array(held)
+
+    def _held_box_of(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
+        """:meth:`_held_box`, once per tensor for the grid's tiles (every loop order asks)."""
+        if tiles is not self._held_for:
+            self._held_for, self._held = tiles, {}
+        if tensor not in self._held:
+            self._held[tensor] = self._held_box(tensor, tiles)
+        return self._held[tensor]
 
     def _held_box(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
         cascade = self.cascade

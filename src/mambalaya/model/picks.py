@@ -8,7 +8,7 @@ a segment's best tie), then the least traffic, the fewest steps, the least laten
 footprint and the lowest index; without one, the least traffic, the fewest steps, the least
 footprint and the lowest index; only candidates whose footprint bound fits the buffer compete.
 The caller checks each pick's legality and re-costs the rare segment whose first pick breaks a
-rule with the single-segment search (``tests/test_search.py`` compares the two).
+rule with the single-segment search (``tests/test_closed_forms.py`` compares the two).
 
 Only the latency objective without an on-chip bandwidth, and the traffic objective, are picked
 here: the others rank by the on-chip bytes too.
@@ -17,14 +17,13 @@ here: the others rank by the on-chip bytes too.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.candidates import GroupCostModel
-from mambalaya.model.latency import combine
 
 
 @dataclass(frozen=True)
@@ -38,27 +37,44 @@ class SegmentPick:
     latency_s: float | None
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Table:
-    """The kept candidates of several segments, concatenated in segment order."""
+    """The kept candidates of the segments of one layer searched so far, concatenated one
+    segment after another; a segment met later is appended (a larger buffer fits longer ones)."""
 
-    starts: np.ndarray  # first row of each segment
-    segment: np.ndarray  # the segment of each row
-    local: np.ndarray  # each row's position in its segment's kept candidates
-    traffic: np.ndarray
-    fp: np.ndarray
-    steps: np.ndarray
-    cycles: np.ndarray | None  # on the compute section the table was built for
-    n_einsums: np.ndarray
+    compute: Any
+    models: list[GroupCostModel] = field(default_factory=list)
+    index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
+    parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    arrays: tuple[np.ndarray, ...] | None = None  # starts, segment, local, traffic, fp, steps, cycles, n_einsums
+    per_arch: dict[tuple, tuple[np.ndarray, ...]] = field(default_factory=dict)  # see _latencies
+    fits: dict[int, np.ndarray] = field(default_factory=dict)  # per buffer: the rows whose bound fits
+
+    def add(self, models: list[GroupCostModel]) -> None:
+        new = [m for m in models if id(m) not in self.index]
+        for m in new:
+            self.index[id(m)] = len(self.models)
+            self.models.append(m)
+            c = m.candidates()
+            cycles = (np.zeros(c.kept.size) if self.compute is None else m.cycles(self.compute)[c.kept_tiling])
+            self.parts.append((c.kept_traffic, c.kept_fp, c.steps[c.kept_tiling], cycles,
+                               np.full(c.kept.size, len(m.probe.einsums))))
+        if new or self.arrays is None:
+            sizes = np.array([len(p[0]) for p in self.parts])
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            segment = np.repeat(np.arange(len(self.parts)), sizes)
+            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(5)]
+            self.arrays = (starts, segment, np.arange(int(sizes.sum())) - starts[segment], *joined)
+            self.per_arch, self.fits = {}, {}
 
 
-#: Concatenated tables kept for reuse (a sweep runs several points of one layer and buffer in a
-#: row); a few, since each holds every kept candidate of a layer again.
+#: Tables kept for reuse, one per layer and compute section (a sweep runs several points of a
+#: layer in a row); a few, since each holds every kept candidate of a layer again.
 _TABLES: OrderedDict[tuple, tuple[Any, _Table]] = OrderedDict()
 _TABLES_KEPT = 4
 
 #: Above this many kept candidates in all, the segments are picked one by one (memory: a
-#: concatenated table costs about 40 bytes per candidate).
+#: concatenated table costs about 50 bytes per candidate).
 MAX_BATCH_CANDIDATES = 4_000_000
 
 
@@ -67,67 +83,77 @@ def batch_size(models: list[GroupCostModel]) -> int:
 
 
 def _table(models: list[GroupCostModel], compute: Any) -> _Table:
-    key = (id(models[0].cascade), tuple((m.probe.einsums, tuple(m.ranks)) for m in models),
-           None if compute is None else spec_key(compute))
+    cascade = models[0].cascade
+    key = (id(cascade), None if compute is None else spec_key(compute))
     hit = _TABLES.get(key)
-    if hit is not None:
-        _TABLES.move_to_end(key)
-        return hit[1]
-    cands = [m.candidates() for m in models]
-    sizes = np.array([c.kept.size for c in cands])
-    starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-    segment = np.repeat(np.arange(len(models)), sizes)
-    table = _Table(
-        starts=starts,
-        segment=segment,
-        local=np.arange(int(sizes.sum())) - starts[segment],
-        traffic=np.concatenate([c.kept_traffic for c in cands]),
-        fp=np.concatenate([c.kept_fp for c in cands]),
-        steps=np.concatenate([c.steps[c.kept_tiling] for c in cands]),
-        cycles=None if compute is None else np.concatenate(
-            [m.cycles(compute)[c.kept_tiling] for m, c in zip(models, cands)]),
-        n_einsums=np.repeat(np.array([len(m.probe.einsums) for m in models]), sizes),
-    )
-    _TABLES[key] = (models[0].cascade, table)  # the cascade is held so its id stays unique
-    while len(_TABLES) > _TABLES_KEPT:
-        _TABLES.popitem(last=False)
+    if hit is None:
+        hit = (cascade, _Table(compute))  # the cascade is held so its id stays unique
+        _TABLES[key] = hit
+        while len(_TABLES) > _TABLES_KEPT:
+            _TABLES.popitem(last=False)
+    _TABLES.move_to_end(key)
+    table = hit[1]
+    table.add(models)
     return table
+
+
+def _latencies(table: _Table, arch: Any) -> np.ndarray:
+    """Every row's latency on ``arch``: :func:`~mambalaya.model.latency.combine` with no
+    on-chip term, its terms that do not depend on the bandwidth kept per architecture (the
+    same operations in the same order, so the same floats; ``tests/test_closed_forms.py``
+    compares them)."""
+    _, _, _, traffic, _, steps, cycles, n_einsums = table.arrays  # type: ignore[misc]
+    key = (arch.clock_hz, arch.compute.pipeline_wind_up_cycles, arch.memory.overlap_compute_and_memory)
+    if key not in table.per_arch:
+        multi = steps > 1
+        fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
+        table.per_arch[key] = (cycles / arch.clock_hz, multi, fill, np.maximum(steps, 1))
+    comp, multi, fill, at_least_one = table.per_arch[key]
+    mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
+    if arch.memory.overlap_compute_and_memory:
+        return np.maximum(comp, mem) + (np.minimum(comp, mem) / at_least_one * multi + fill)
+    return (comp + mem) + fill
 
 
 def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: Any,
                   tie_tolerance: float) -> list[SegmentPick | None]:
     """The first candidate of each model's kept candidates in the objective's order (see the
     module doc), or None where no footprint bound fits the buffer."""
-    t = _table(models, None if arch is None else arch.compute)
-    n = len(t.traffic)
-    ok = np.ones(n, dtype=bool) if buffer_bytes is None else t.fp <= buffer_bytes
+    table = _table(models, None if arch is None else arch.compute)
+    starts, segment, local, traffic, fp, steps, cycles, n_einsums = table.arrays  # type: ignore[misc]
+    if buffer_bytes is None:
+        ok = np.ones(len(traffic), dtype=bool)
+    else:
+        if buffer_bytes not in table.fits:
+            table.fits[buffer_bytes] = fp <= buffer_bytes
+        ok = table.fits[buffer_bytes]
     latency = None
     if arch is None:
-        mask, keys = ok, (t.traffic, t.steps, t.fp)
+        mask, keys = ok, (traffic, steps, fp)
     else:
-        comp = t.cycles / arch.clock_hz
-        mem = t.traffic / arch.memory.offchip_bandwidth_bytes_per_s
-        latency, _ = combine(arch, comp, mem, 0.0 * t.traffic, t.steps, t.n_einsums)
-        best = np.minimum.reduceat(np.where(ok, latency, np.inf), t.starts)
-        mask = ok & (latency <= best[t.segment] * (1 + tie_tolerance))
-        keys = (t.traffic, t.steps, latency, t.fp)
+        latency = _latencies(table, arch)
+        best = np.minimum.reduceat(np.where(ok, latency, np.inf), starts)
+        mask = ok & (latency <= best[segment] * (1 + tie_tolerance))
+        keys = (traffic, steps, latency, fp)
     rows = np.flatnonzero(mask)
+    wanted = {table.index[id(m)]: n for n, m in enumerate(models)}
     picks: list[SegmentPick | None] = [None] * len(models)
     if rows.size == 0:
         return picks
     for key in keys:  # narrow the rows of each segment to those least in each key in turn
         values = key[rows]
-        seg = t.segment[rows]
+        seg = segment[rows]
         firsts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
         least = np.minimum.reduceat(values, firsts)
         rows = rows[values == np.repeat(least, np.diff(np.r_[firsts, len(rows)]))]
-    seg = t.segment[rows]
+    seg = segment[rows]
     rows = rows[np.r_[True, seg[1:] != seg[:-1]]]  # the lowest index left in each segment
-    cands = [m.candidates() for m in models]
     for row in rows.tolist():
-        s = int(t.segment[row])
-        local = int(t.local[row])
-        picks[s] = SegmentPick(int(cands[s].kept[local]), float(t.traffic[row]), float(t.fp[row]),
+        n = wanted.get(int(segment[row]))
+        if n is None:  # a segment of another buffer's search
+            continue
+        kept = models[n].candidates().kept
+        picks[n] = SegmentPick(int(kept[int(local[row])]), float(traffic[row]), float(fp[row]),
                                None if latency is None else float(latency[row]))
     return picks
 

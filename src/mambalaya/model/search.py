@@ -552,31 +552,42 @@ _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-del
 BATCH_PICKS = True
 
 
+def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | None
+                      ) -> tuple[list[tuple[int, int]], list[GroupCostModel], list[tuple[int, int]]]:
+    """The segments an optimal search visits whose closed forms are exact, with their cost
+    models, and the segments where it stops growing (none of their candidates fits): for each
+    end ``b``, growing downwards until a segment does not fit. Memoised per buffer."""
+    memo = cascade.__dict__.setdefault("_visited_segments_memo", {})
+    key = (tuple(names), buffer_bytes)
+    if key not in memo:
+        visited, models, too_large = [], [], []
+        for b in range(1, len(names) + 1):
+            for a in range(b - 1, -1, -1):
+                model = cost_model(cascade, names[a:b], tileable_ranks(cascade, names[a:b]))
+                if buffer_bytes is not None and model.candidates().least_fp > buffer_bytes:
+                    too_large.append((a, b))
+                    break
+                if model.exact_traffic:
+                    visited.append((a, b))
+                    models.append(model)
+        memo[key] = (visited, models, too_large)
+    return memo[key]
+
+
 def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
     return cost_model(cascade, einsums, tileable_ranks(cascade, einsums)).candidates().size
 
 
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,
                      objective: str) -> dict[tuple[int, int], GroupChoice | str]:
-    """The choices of the segments an optimal search visits, picked together
-    (:func:`~mambalaya.model.picks.segment_picks`), or ``"buffer"`` for a segment none of whose
-    candidates fits. Segments are visited as the search visits them: each end ``b``, growing
-    downwards until a segment does not fit. Left out, for :func:`best_group` to search alone:
-    segments whose closed forms are not exact, and a segment whose first pick breaks a rule."""
+    """The choices of the segments an optimal search visits (:func:`_visited_segments`), picked
+    together (:func:`~mambalaya.model.picks.segment_picks`), or ``"buffer"`` for a segment none
+    of whose candidates fits. Left out, for :func:`best_group` to search alone: segments whose
+    closed forms are not exact, and a segment whose first pick breaks a rule."""
     if not BATCH_PICKS or not _closed_form_costs(arch, objective):
         return {}
-    out: dict[tuple[int, int], GroupChoice | str] = {}
-    visited: list[tuple[int, int]] = []
-    models: list[GroupCostModel] = []
-    for b in range(1, len(names) + 1):
-        for a in range(b - 1, -1, -1):
-            model = cost_model(cascade, names[a:b], tileable_ranks(cascade, names[a:b]))
-            if buffer_bytes is not None and model.candidates().least_fp > buffer_bytes:
-                out[(a, b)] = "buffer"
-                break
-            if model.exact_traffic:
-                visited.append((a, b))
-                models.append(model)
+    visited, models, too_large = _visited_segments(cascade, names, buffer_bytes)
+    out: dict[tuple[int, int], GroupChoice | str] = dict.fromkeys(too_large, "buffer")
     if not models or batch_size(models) > MAX_BATCH_CANDIDATES:
         return out
     for segment, model, pick in zip(visited, models, segment_picks(models, buffer_bytes, arch, LATENCY_TIE_TOLERANCE)):

@@ -437,9 +437,15 @@ def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
     return found
 
 
-def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
+def _group_reads(cascade: Cascade, group: FusionGroup, read: Any = None) -> dict[str, float]:
+    """Bytes the group reads, per tensor (initial values apart). ``read(tensor, accesses,
+    self_only, key)`` returns (own, initial) elements; by default :func:`_read_elements`."""
     einsums = group_einsums(cascade, group)
     reads: dict[str, float] = {}
+    if read is None:
+        def read(t: str, accs: list[Access], self_only: bool, key: Any) -> tuple[int, int]:
+            return _read_elements(cascade, group, t, accs, self_only=self_only, resident=t in group.resident,
+                                  access_key=key)
 
     def add_read(t: str, elements: int) -> None:
         if elements:
@@ -448,8 +454,7 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
     for t in tensors_read(cascade, group):
         readers = [e for e in einsums if e.name != t and t in e.input_tensors]
         accs = [a for e in readers for a in e.inputs if a.tensor == t]
-        own, init = _read_elements(cascade, group, t, accs, self_only=False, resident=t in group.resident,
-                                   access_key=("reads", tuple(e.name for e in readers)))
+        own, init = read(t, accs, False, ("reads", tuple(e.name for e in readers)))
         add_read(t, own)
         if init:
             add_read(cascade.tensors[t].initial, init)  # type: ignore[arg-type]
@@ -458,10 +463,13 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
         readers = [e for e in einsums if t in e.input_tensors]
         accs = [a for e in readers for a in e.inputs if a.tensor == t]
         if initial and accs:
-            _, init = _read_elements(cascade, group, t, accs, self_only=True,
-                                     access_key=("self", tuple(e.name for e in readers)))
+            _, init = read(t, accs, True, ("self", tuple(e.name for e in readers)))
             add_read(initial, init)
+    return reads
 
+
+def _group_writes(cascade: Cascade, group: FusionGroup) -> dict[str, float]:
+    """Bytes the group writes, per tensor."""
     writes: dict[str, float] = {}
     fused = {lp.rank: lp for lp in group.loops}
     for t in tensors_written(cascade, group):
@@ -472,6 +480,28 @@ def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
             if r not in out_ranks:
                 repeat *= lp.trips(cascade.size(r))
         writes[t] = cascade.elements(t) * repeat * cascade.tensors[t].bits / 8
+    return writes
+
+
+def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[str, float], dict[str, float]]:
+    """(read, write) bytes per tensor of ``einsums`` run as one group in a single step, as
+    :func:`group_traffic` gives them for that group untiled. With no loop, a tensor's reads
+    depend only on the accesses that read it, so they are memoised on the cascade per tensor
+    and reading Einsums: the candidate groups of a search share them."""
+    group = FusionGroup("untiled", einsums, ())
+    memo = cascade.__dict__.setdefault("_untiled_reads_memo", {})
+
+    def read(t: str, accs: list[Access], self_only: bool, key: Any) -> tuple[int, int]:
+        if (t, key) not in memo:
+            memo[(t, key)] = _read_elements(cascade, group, t, accs, self_only=self_only, access_key=key)
+        return memo[(t, key)]
+
+    return _group_reads(cascade, group, read), _group_writes(cascade, group)
+
+
+def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
+    reads = _group_reads(cascade, group)
+    writes = _group_writes(cascade, group)
     steps = math.prod(lp.trips(cascade.size(lp.rank)) for lp in group.loops)
     return GroupTraffic(
         group=group.name,

@@ -16,7 +16,6 @@ here: the others rank by the on-chip bytes too.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -57,24 +56,43 @@ class _Table:
             self.models.append(m)
             c = m.candidates()
             cycles = (np.zeros(c.kept.size) if self.compute is None else m.cycles(self.compute)[c.kept_tiling])
-            self.parts.append((c.kept_traffic, c.kept_fp, c.steps[c.kept_tiling], cycles,
-                               np.full(c.kept.size, len(m.probe.einsums))))
+            steps = c.steps[c.kept_tiling]
+            rows = _undominated(c.kept_traffic, c.kept_fp, steps, cycles)
+            self.parts.append((rows, c.kept_traffic[rows], c.kept_fp[rows], steps[rows], cycles[rows],
+                               np.full(rows.size, len(m.probe.einsums))))
         if new or self.arrays is None:
             sizes = np.array([len(p[0]) for p in self.parts])
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             segment = np.repeat(np.arange(len(self.parts)), sizes)
-            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(5)]
-            self.arrays = (starts, segment, np.arange(int(sizes.sum())) - starts[segment], *joined)
+            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(6)]
+            self.arrays = (starts, segment, *joined)
             self.per_arch, self.fits = {}, {}
 
 
-#: Tables kept for reuse, one per layer and compute section (a sweep runs several points of a
-#: layer in a row); a few, since each holds every kept candidate of a layer again.
-_TABLES: OrderedDict[tuple, tuple[Any, _Table]] = OrderedDict()
-_TABLES_KEPT = 4
+def _undominated(traffic: np.ndarray, fp: np.ndarray, steps: np.ndarray, cycles: np.ndarray) -> np.ndarray:
+    """Positions (ascending) of the candidates no other of the same steps and compute cycles
+    beats or equals in both traffic and footprint bound (an equal one of lower position
+    excepted). Latency grows with the cycles and the traffic at equal steps, so a dropped
+    candidate never comes first in the objective's order, for any buffer or bandwidth: its
+    dominator fits whenever it does, and comes before it."""
+    order = np.lexsort((fp, traffic, cycles, steps))  # stable: equal rows keep their positions
+    s, c = steps[order], cycles[order]
+    first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])]
+    cls = np.cumsum(first)
+    # per class, keep a row whose footprint is below every earlier one's (earlier: less
+    # traffic, or equal traffic and a lower position). One running minimum serves every class
+    # once each class's footprints are raised above all later classes' (by whole multiples of
+    # a span above every footprint); where that addition is not exact, integer ranks instead
+    fp_sorted = fp[order]
+    raised = fp_sorted + (cls[-1] - cls) * (float(fp_sorted.max()) + 1.0)
+    if not np.array_equal(raised - (cls[-1] - cls) * (float(fp_sorted.max()) + 1.0), fp_sorted):
+        raised = np.unique(fp, return_inverse=True)[1].reshape(-1)[order] + (cls[-1] - cls) * (len(fp) + 1.0)
+    before = np.r_[np.inf, np.minimum.accumulate(raised)[:-1]]
+    return np.sort(order[first | (raised < before)])
 
-#: Above this many kept candidates in all, the segments are picked one by one (memory: a
-#: concatenated table costs about 50 bytes per candidate).
+
+#: Above this many kept candidates in all, the segments are picked one by one (memory: the
+#: table copies the undominated ones, about a sixth of them on the Mamba layers).
 MAX_BATCH_CANDIDATES = 4_000_000
 
 
@@ -83,18 +101,14 @@ def batch_size(models: list[GroupCostModel]) -> int:
 
 
 def _table(models: list[GroupCostModel], compute: Any) -> _Table:
-    cascade = models[0].cascade
-    key = (id(cascade), None if compute is None else spec_key(compute))
-    hit = _TABLES.get(key)
-    if hit is None:
-        hit = (cascade, _Table(compute))  # the cascade is held so its id stays unique
-        _TABLES[key] = hit
-        while len(_TABLES) > _TABLES_KEPT:
-            _TABLES.popitem(last=False)
-    _TABLES.move_to_end(key)
-    table = hit[1]
-    table.add(models)
-    return table
+    """The layer's table on ``compute``, with ``models`` in it; memoised on the (immutable)
+    cascade, like the candidate tables it is made of."""
+    memo = models[0].cascade.__dict__.setdefault("_pick_tables_memo", {})
+    key = None if compute is None else spec_key(compute)
+    if key not in memo:
+        memo[key] = _Table(compute)
+    memo[key].add(models)
+    return memo[key]
 
 
 def _latencies(table: _Table, arch: Any) -> np.ndarray:

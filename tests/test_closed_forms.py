@@ -74,8 +74,8 @@ def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, c
     assert checked >= 150
 
 
-def _mapping_summary(cascade, name: str, arch) -> tuple:
-    m = named_mapping(name, cascade, BUFFER, arch=arch)
+def _mapping_summary(cascade, name: str, arch, buffer: int = BUFFER) -> tuple:
+    m = named_mapping(name, cascade, buffer, arch=arch)
     return tuple((g.einsums, g.loops, g.resident) for g in m.groups)
 
 
@@ -170,3 +170,13 @@ def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
     want, _ = combine(arch, cycles / arch.clock_hz, traffic / arch.memory.offchip_bandwidth_bytes_per_s,
                       0.0 * traffic, steps, n_einsums)
     assert np.array_equal(got, want)
+
+
+@pytest.mark.parametrize("mapping", ["unfused", "ssm-ri"])
+@pytest.mark.parametrize("arch_name,buffer", [("marca-ideal", 8 << 20), ("geens-ideal", 1 << 20), (None, 4 << 20)])
+def test_unfused_and_ssm_ri_picked_together_equal_one_search_per_group(mapping: str, arch_name, buffer: int,
+                                                                       monkeypatch) -> None:
+    arch = load_arch(arch_name) if arch_name else None
+    together = _mapping_summary(_BUILDERS["mamba1"](), mapping, arch, buffer)
+    monkeypatch.setattr(search, "BATCH_PICKS", False)
+    assert _mapping_summary(_BUILDERS["mamba1"](), mapping, arch, buffer) == together

@@ -399,10 +399,7 @@ def unfused(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = No
     if buffer_bytes is None:
         m = unfused_mapping(cascade)
         return check_mapping(cascade, Mapping("unfused", m.groups, None, "every Einsum alone (MARCA, ideal)"))
-    choices = [
-        _need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes)
-        for e in cascade.einsums
-    ]
+    choices = _best_groups(cascade, [[e.name] for e in cascade.einsums], buffer_bytes, arch, objective)
     return _finish(cascade, "unfused", choices, buffer_bytes, "every Einsum alone (MARCA, ideal)", arch)
 
 
@@ -423,15 +420,13 @@ def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = Non
             f"cascade {cascade.name!r} declares no '{SSM_REGION_NAME}' region (regions: {', '.join(cascade.regions) or 'none'}); "
             "ssm-ri fuses that region: add `regions: {ssm: [...]}` to the cascade file"
         )
-    choices: list[GroupChoice] = []
-    placed = False
+    segments: list[list[str]] = []
     for e in cascade.einsums:
-        if e.name in members:
-            if not placed:
-                choices.append(_need(best_group(cascade, region, buffer_bytes, arch=arch, objective=objective), region, buffer_bytes))
-                placed = True
-            continue
-        choices.append(_need(best_group(cascade, [e.name], buffer_bytes, arch=arch, objective=objective), [e.name], buffer_bytes))
+        if e.name not in members:
+            segments.append([e.name])
+        elif region not in segments:  # the region runs where its first Einsum would
+            segments.append(region)
+    choices = _best_groups(cascade, segments, buffer_bytes, arch, objective)
     return _finish(cascade, "ssm-ri", choices, buffer_bytes, "RI fusion of AD, BX, H, YS (Geens et al.); rest unfused", arch)
 
 
@@ -581,24 +576,56 @@ def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,
                      objective: str) -> dict[tuple[int, int], GroupChoice | str]:
     """The choices of the segments an optimal search visits (:func:`_visited_segments`), picked
-    together (:func:`~mambalaya.model.picks.segment_picks`), or ``"buffer"`` for a segment none
-    of whose candidates fits. Left out, for :func:`best_group` to search alone: segments whose
-    closed forms are not exact, and a segment whose first pick breaks a rule."""
+    together (:func:`_picked_together`), or ``"buffer"`` for a segment none of whose candidates
+    fits; segments left out are for :func:`best_group` to search alone."""
     if not BATCH_PICKS or not _closed_form_costs(arch, objective):
         return {}
     visited, models, too_large = _visited_segments(cascade, names, buffer_bytes)
     out: dict[tuple[int, int], GroupChoice | str] = dict.fromkeys(too_large, "buffer")
+    out.update(_picked_together(cascade, visited, models, buffer_bytes, arch))
+    return out
+
+
+def _picked_together(cascade: Cascade, keys: list[Any], models: list[GroupCostModel], buffer_bytes: int | None,
+                     arch: Any) -> dict[Any, GroupChoice | str]:
+    """Each model's choice (by its key), picked together
+    (:func:`~mambalaya.model.picks.segment_picks`), or ``"buffer"`` if none of its candidates
+    fits. Left out, for :func:`best_group` to search alone: a model whose first pick breaks a
+    rule, and every model when they hold too many candidates."""
+    out: dict[Any, GroupChoice | str] = {}
     if not models or batch_size(models) > MAX_BATCH_CANDIDATES:
         return out
-    for segment, model, pick in zip(visited, models, segment_picks(models, buffer_bytes, arch, LATENCY_TIE_TOLERANCE)):
+    for key, model, pick in zip(keys, models, segment_picks(models, buffer_bytes, arch, LATENCY_TIE_TOLERANCE)):
         if pick is None:
-            out[segment] = "buffer"
+            out[key] = "buffer"
             continue
         group = model.group_at(pick.flat)
         if _legal_rules(cascade, group):
-            out[segment] = GroupChoice(group, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s,
-                                       closed_form=True)
+            out[key] = GroupChoice(group, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s,
+                                   closed_form=True)
     return out
+
+
+def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int | None, arch: Any,
+                 objective: str) -> list[GroupChoice]:
+    """The chosen group of each segment (:func:`best_group`'s choice), those whose closed forms
+    are exact picked together; a segment that fits no buffer is a clear error (:func:`_need`)."""
+    together: dict[Any, GroupChoice | str] = {}
+    if BATCH_PICKS and _closed_form_costs(arch, objective):
+        keys, models = [], []
+        for n, einsums in enumerate(segments):
+            model = cost_model(cascade, einsums, tileable_ranks(cascade, einsums))
+            if model.exact_traffic:
+                keys.append(n)
+                models.append(model)
+        together = _picked_together(cascade, keys, models, buffer_bytes, arch)
+    choices = []
+    for n, einsums in enumerate(segments):
+        hit = together.get(n)
+        if hit is None:
+            hit = best_group(cascade, einsums, buffer_bytes, arch=arch, objective=objective)
+        choices.append(_need(hit if isinstance(hit, GroupChoice) or hit is None else None, einsums, buffer_bytes))
+    return choices
 
 
 def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[FusionGroup]:

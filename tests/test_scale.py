@@ -39,8 +39,10 @@ grid:
 @pytest.mark.slow
 def test_memoised_sweep_points_equal_the_unmemoised_path(tmp_path: Path, monkeypatch) -> None:
     """A sample of the realistic grid evaluated as a sweep chunk (shared cascades, candidate
-    tables, cycles and choices; dominated candidates dropped) equals, field by field, each point
-    evaluated alone on fresh cascades with every memo and the pruning off."""
+    tables, cycles and choices; dominated candidates dropped; segments picked together and
+    costed by the closed forms) equals, field by field, each point evaluated alone on fresh
+    cascades with every memo and the pruning off, one search per segment and every pick
+    re-costed by the general model."""
     spec_path = tmp_path / "grid.yaml"
     spec_path.write_text(REALISTIC)
     points = load_sweep_spec(spec_path).points()
@@ -49,6 +51,8 @@ def test_memoised_sweep_points_equal_the_unmemoised_path(tmp_path: Path, monkeyp
     memoised = evaluate_chunk(sample)
     monkeypatch.setattr(search, "MEMOISE_GROUPS", False)
     monkeypatch.setattr(search, "PRUNE_DOMINATED", False)
+    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)  # every pick re-costed by the general model
+    monkeypatch.setattr(search, "BATCH_PICKS", False)  # one search per segment
     assert sum(not r.error for r in memoised) >= 10
     for point, fast in zip(sample, memoised):
         sweep._CASCADES.clear()  # a fresh cascade: no memo of any stage survives

@@ -22,9 +22,10 @@ import sqlite3
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas takes a third of a second to import; a sweep needs it only to export
+    import pandas as pd
 
 from mambalaya import __version__
 from mambalaya.errors import MambalayaError
@@ -167,8 +168,10 @@ class ResultStore:
     def meta(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, value FROM meta"))
 
-    def dataframe(self) -> pd.DataFrame:
+    def dataframe(self) -> "pd.DataFrame":
         """Every row, with every input field flattened into its own column."""
+        import pandas as pd
+
         df = pd.read_sql_query("SELECT * FROM points ORDER BY finished_at, id", self.db)
         if df.empty:
             return df

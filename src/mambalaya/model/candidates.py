@@ -96,11 +96,13 @@ class GroupCostModel:
         self.terms: list[tuple[float, list[int]]] = []
         inside = produced_in(full)
         einsum_objs = [cascade.einsum(n) for n in einsums]
-        mentioned = {t: self._mentioned_for_read(t, einsum_objs, inside) for t in read_bytes}
+        accesses = self._read_accesses(einsum_objs, inside)
+        mentioned = {t: {rank_of_variable(v) for a in accesses.get(t, ()) for idx in a.indices for v in idx.variables}
+                     for t in read_bytes}
         for t, b in read_bytes.items():
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned[t]]))
         #: whether the traffic closed form is exact for every tiling (see :meth:`_aligned_reads`)
-        self.exact_traffic = all(self._aligned_reads(t, einsum_objs, inside) for t in read_bytes)
+        self.exact_traffic = all(self._aligned_reads(accesses.get(t, [])) for t in read_bytes)
         for t, b in write_bytes.items():
             outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
@@ -141,15 +143,22 @@ class GroupCostModel:
             for (t, rank), rows in window_halos(cascade, full).items():
                 self._add_fp(t, rank, rows, only_if_tiled=rank)
 
-    def _accesses_of_read(self, tensor, einsum_objs, inside) -> list[Any]:
-        """The accesses through which the group reads ``tensor`` off-chip (its initial value
-        included)."""
+    def _read_accesses(self, einsum_objs, inside) -> dict[str, list[Any]]:
+        """Per tensor the group reads off-chip, the accesses that read it (an access to a
+        recurrence's output also reads that output's initial value)."""
         spec = self.cascade.tensors
-        return [a for e in einsum_objs for a in e.inputs
-                if (a.tensor == tensor and a.tensor not in inside) or spec[a.tensor].initial == tensor]
+        out: dict[str, list[Any]] = {}
+        for e in einsum_objs:
+            for a in e.inputs:
+                if a.tensor not in inside:
+                    out.setdefault(a.tensor, []).append(a)
+                initial = spec[a.tensor].initial
+                if initial:
+                    out.setdefault(initial, []).append(a)
+        return out
 
-    def _aligned_reads(self, tensor, einsum_objs, inside) -> bool:
-        """Whether every tile reads its own slice of ``tensor``: on each dimension, the index
+    def _aligned_reads(self, accesses: list[Any]) -> bool:
+        """Whether every tile reads its own slice of a tensor read through ``accesses``: on each dimension, the index
         of every access moves with at most one tileable rank, that of the dimension, with
         coefficient 1 (plus offsets and ranks the group does not tile, as a window's). Then
         the tensor's reads are its untiled bytes times the trips of the ranks it does not
@@ -160,7 +169,7 @@ class GroupCostModel:
         read again in every tile)."""
         tileable = set(self.ranks)
         signatures = set()
-        for a in self._accesses_of_read(tensor, einsum_objs, inside):
+        for a in accesses:
             signature = []
             for idx, rank in zip(a.indices, self.cascade.tensors[a.tensor].ranks):
                 moving = [(v, c) for v, c in idx.terms if rank_of_variable(v) in tileable]
@@ -169,18 +178,6 @@ class GroupCostModel:
                 signature.append(bool(moving))
             signatures.add(tuple(signature))
         return len(signatures) <= 1
-
-    def _mentioned_for_read(self, tensor, einsum_objs, inside) -> set[str]:
-        mentioned: set[str] = set()
-        spec = self.cascade.tensors
-        for e in einsum_objs:
-            for a in e.inputs:
-                src = a.tensor
-                hits = src == tensor and src not in inside
-                hits = hits or (spec[src].initial == tensor)
-                if hits:
-                    mentioned |= {rank_of_variable(v) for idx in a.indices for v in idx.variables}
-        return mentioned
 
     def _add_fp(self, tensor: str, skip_rank: str | None, rows: int, only_if_tiled: str | None = None) -> None:
         spec = self.cascade.tensors[tensor]

@@ -1,7 +1,11 @@
 """Design-space sweeps on this machine: points per second, locally and on an external 2-worker
 Dask cluster.
 
-    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster] [--grid realistic|wide|both]
+    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster] [--grid realistic|wide|both] [--repeat N]
+
+Each time is the whole `mambalaya sweep` command, from the interpreter's start to its exit
+(the CLI's imports and the worker processes' start included); with ``--repeat`` the local run
+is repeated and the median printed too (a shared 2-core machine varies by 10-20% run to run).
 
 The *realistic* grid (issue 13): 3 designs x 3 bandwidths x 4 buffers x 2 models (mamba-370m,
 mamba-1.4b) x 4 lengths up to 16384 x 2 batches, prefill, the designs' own mappings = 576
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,21 +75,28 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--skip-cluster", action="store_true")
     ap.add_argument("--grid", choices=["realistic", "wide", "both"], default="both")
+    ap.add_argument("--repeat", type=int, default=1, help="local runs of each grid (the median is printed too)")
     args = ap.parse_args()
     grids = {"realistic": REALISTIC, "wide": SPEC}
     for name in (["realistic", "wide"] if args.grid == "both" else [args.grid]):
-        run_grid(name, grids[name], args.workers, args.skip_cluster)
+        run_grid(name, grids[name], args.workers, args.skip_cluster, max(1, args.repeat))
 
 
-def run_grid(name: str, text: str, workers: int, skip_cluster: bool) -> None:
+def run_grid(name: str, text: str, workers: int, skip_cluster: bool, repeat: int = 1) -> None:
     from mambalaya.experiments.sweep import load_sweep_spec
 
     with tempfile.TemporaryDirectory() as tmp:
         spec_path = Path(tmp) / f"{name}.yaml"
         spec_path.write_text(text)
         n = len(load_sweep_spec(spec_path).points())
-        local = timed_sweep(spec_path, Path(tmp) / "local.sqlite", ["--workers", str(workers)])
-        print(f"{name} grid, local ({workers} worker processes): {n} points in {local:.1f} s = {n / local:.0f} points/s")
+        times = []
+        for k in range(repeat):
+            local = timed_sweep(spec_path, Path(tmp) / f"local{k}.sqlite", ["--workers", str(workers)])
+            times.append(local)
+            print(f"{name} grid, local ({workers} worker processes): {n} points in {local:.1f} s = {n / local:.0f} points/s")
+        if repeat > 1:
+            mid = statistics.median(times)
+            print(f"{name} grid, local, median of {repeat}: {mid:.1f} s = {n / mid:.0f} points/s")
         if skip_cluster:
             return
         port = free_port()

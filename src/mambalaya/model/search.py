@@ -16,9 +16,22 @@ bytes: a heuristic order). The traffic and
 footprint of all tile and residency combinations are evaluated at once with numpy from their
 closed forms (a product of trip counts per tensor; a product of extents per on-chip term),
 and the combination with the least traffic that fits the buffer wins (ties: fewest steps).
-The chosen group is re-checked by :func:`~mambalaya.fusion.mapping.check_group` and its
-traffic recomputed by the general model, so a bug in the closed forms cannot produce an
-illegal or mis-costed mapping.
+The candidate tables live in :mod:`mambalaya.model.candidates`.
+
+**Closed-form costs, verified.** Where a group's traffic closed form is exact for every tiling
+(:attr:`~mambalaya.model.candidates.GroupCostModel.exact_traffic`: every tile reads its own
+slice of each tensor) and the objective is latency without an on-chip bandwidth (or traffic),
+a pick's traffic and latency are the closed forms' and its legality is checked by the rules
+that do not depend on tile sizes (its tiles are in range by construction and its footprint
+bound fits). Otherwise every pick is re-checked by :func:`~mambalaya.fusion.mapping.check_group`
+and re-costed by the general model. Either way the finished mapping is checked by every rule,
+and the groups it chose are costed again by the general model: should that disagree with a
+closed form, the search runs again re-costing every pick. A bug in the closed forms therefore
+cannot produce an illegal or mis-costed mapping.
+
+**Picked together.** The optimal search, ``unfused`` and ``ssm-ri`` pick the groups they need
+in one pass over their concatenated candidate tables (:mod:`mambalaya.model.picks`), in the
+same order as one search per group (``tests/test_closed_forms.py`` compares the mappings).
 
 **The optimal search** is dynamic programming over the cascade's topological order: a
 mapping is a sequence of *contiguous* segments, and a segment's cost (its reads from DRAM plus

@@ -180,3 +180,25 @@ def test_unfused_and_ssm_ri_picked_together_equal_one_search_per_group(mapping: 
     together = _mapping_summary(_BUILDERS["mamba1"](), mapping, arch, buffer)
     monkeypatch.setattr(search, "BATCH_PICKS", False)
     assert _mapping_summary(_BUILDERS["mamba1"](), mapping, arch, buffer) == together
+
+
+def test_beyond_exact_floats_picks_are_re_costed_and_the_search_runs_once(monkeypatch) -> None:
+    """At L = 2^40 a group's bytes pass 2^53, where floats summed in another order may differ:
+    such groups do not claim exact closed forms, so no chosen group disagrees with the general
+    model and the search does not run twice."""
+    mismatches = []
+    verify = search._verify_closed_forms
+
+    def counted(*args):
+        try:
+            verify(*args)
+        except search._ClosedFormMismatch:
+            mismatches.append(1)
+            raise
+
+    monkeypatch.setattr(search, "_verify_closed_forms", counted)
+    cascade = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=2**40, batch=64)
+    named_mapping("optimal", cascade, 64 << 20, arch=load_arch("mambalaya"))
+    assert not mismatches
+    names = [e.name for e in cascade.einsums]
+    assert not candidates.cost_model(cascade, names, candidates.tileable_ranks(cascade, names)).exact_traffic

@@ -6,6 +6,7 @@ memoised on the (immutable) cascade, so repeated searches of one layer (sweeps) 
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -122,6 +123,9 @@ class GroupCostModel:
         # a resident tensor with an initial value (a KV cache before its appended rows) keeps
         # that value on chip too, which the residency closed form does not count
         self.exact_traffic = self.exact_traffic and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
+        # beyond 2^53 bytes, floats summed in another order than the general model's may differ
+        most = sum(b * math.prod(cascade.size(ranks[i]) for i in idxs) for b, idxs in self.terms)
+        self.exact_traffic = self.exact_traffic and most < 2**53
         # loop orders: the fixed one first, then every other order of the ranks that are not
         # generational, the generational ones still innermost (so footprints do not change)
         gen = set(cascade.generational_ranks)

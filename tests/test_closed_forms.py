@@ -114,19 +114,25 @@ def test_a_closed_form_that_disagrees_makes_the_search_re_cost_every_pick(monkey
         return traffic - np.where(traffic > 1, 1.0, 0.0), fp
 
     monkeypatch.setattr(candidates.GroupCostModel, "evaluate", wrong)
-    recosts = []
+    recosts = _count_mismatches(monkeypatch)
+    assert _mapping_summary(layer(), "optimal", arch) == exact
+    assert recosts
+
+
+def _count_mismatches(monkeypatch) -> list[int]:
+    """A list that grows by one each time the closed forms disagree on a chosen group."""
+    mismatches: list[int] = []
     verify = search._verify_closed_forms
 
     def counted(*args):
         try:
             verify(*args)
         except search._ClosedFormMismatch:
-            recosts.append(1)
+            mismatches.append(1)
             raise
 
     monkeypatch.setattr(search, "_verify_closed_forms", counted)
-    assert _mapping_summary(layer(), "optimal", arch) == exact
-    assert recosts
+    return mismatches
 
 
 @pytest.mark.parametrize("layer", list(_BUILDERS))
@@ -186,17 +192,7 @@ def test_beyond_exact_floats_picks_are_re_costed_and_the_search_runs_once(monkey
     """At L = 2^40 a group's bytes pass 2^53, where floats summed in another order may differ:
     such groups do not claim exact closed forms, so no chosen group disagrees with the general
     model and the search does not run twice."""
-    mismatches = []
-    verify = search._verify_closed_forms
-
-    def counted(*args):
-        try:
-            verify(*args)
-        except search._ClosedFormMismatch:
-            mismatches.append(1)
-            raise
-
-    monkeypatch.setattr(search, "_verify_closed_forms", counted)
+    mismatches = _count_mismatches(monkeypatch)
     cascade = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=2**40, batch=64)
     named_mapping("optimal", cascade, 64 << 20, arch=load_arch("mambalaya"))
     assert not mismatches

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from mambalaya.arch import load_arch
-from mambalaya.fusion.mapping import MappingError, check_group, footprint_bytes
+from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group, footprint_bytes
 from mambalaya.model import candidates, search
 from mambalaya.model.latency import group_seconds
 from mambalaya.model.search import named_mapping
@@ -22,6 +22,7 @@ from mambalaya.workloads.hybrid import hybrid_layer
 from test_hybrid_eval import SMALL as SMALL_HYBRID
 
 BUFFER = 8 << 20
+SMALL_BUFFER = 64 << 10  # small enough that some picks need small tiles
 
 
 def _layers():
@@ -198,3 +199,21 @@ def test_beyond_exact_floats_picks_are_re_costed_and_the_search_runs_once(monkey
     assert not mismatches
     names = [e.name for e in cascade.einsums]
     assert not candidates.cost_model(cascade, names, candidates.tileable_ranks(cascade, names)).exact_traffic
+
+
+def test_a_pick_the_general_model_cannot_count_gives_way_to_the_next(monkeypatch) -> None:
+    """Attention's reads of V need every tile enumerated for some tilings; past the model's
+    enumeration limit (here made tiny, as a length of 2^40 makes it) the search takes the next
+    candidate instead of failing, and the mapping it returns is costed by the general model."""
+    from mambalaya.model import traffic
+    from mambalaya.model.latency import layer_latency
+
+    monkeypatch.setattr(traffic, "MAX_ENUMERATED_TILES", 8)
+    arch = load_arch("mambalaya")
+    cascade = _BUILDERS["hybrid-attention"]()
+    names = [e.name for e in cascade.einsums]
+    uncountable = FusionGroup("g", tuple(names[names.index("QB"):names.index("KNA") + 1]), (Loop("I", 1),))
+    with pytest.raises(traffic.TrafficSizeError):  # such tilings exist in this layer
+        group_traffic(cascade, uncountable)
+    mapping = named_mapping("optimal", cascade, SMALL_BUFFER, arch=arch)
+    assert layer_latency(arch, cascade, mapping).latency_s > 0

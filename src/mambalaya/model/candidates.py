@@ -51,13 +51,12 @@ def tile_options(size: int) -> list[int]:
 @dataclass(frozen=True)
 class Candidates:
     """The candidate table of one group (see :meth:`GroupCostModel.candidates`), as kept for
-    the search: per tiling its tiles, trips and steps, and the candidates no other of the same
-    tiling dominates (:func:`_kept`) with their traffic and footprint. The full table is rebuilt
-    on the rare call that needs it (:meth:`GroupCostModel.full_table`), so memory holds only
-    the kept part."""
+    the search: per tiling its steps, and the candidates no other of the same tiling dominates
+    (:func:`kept_candidates`) with their traffic and footprint. The tiles and trips of the
+    tilings (:meth:`GroupCostModel.grid`) and the full table
+    (:meth:`GroupCostModel.full_table`) are rebuilt on the rare call that needs them, so memory
+    holds only the kept part."""
 
-    tiles: list[np.ndarray]  # per tileable rank, its tile in each tiling
-    trips: list[np.ndarray]
     options: list[tuple[tuple[int, ...], int]]  # (loop order, residency prefix) of each block of tilings
     n_tilings: int
     steps: np.ndarray  # per tiling (every option of a tiling runs the same steps)
@@ -89,6 +88,7 @@ class GroupCostModel:
     def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
         self.cascade = cascade
         self.ranks = ranks
+        self._tile_options = [np.array(tile_options(cascade.size(r)), dtype=np.int64) for r in ranks]
         full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
         self.probe = full
         # traffic: each read/written tensor costs its untiled bytes times the trips of the
@@ -197,7 +197,10 @@ class GroupCostModel:
         self.fp_terms.append((fixed, tiled, self.ranks.index(only_if_tiled) if only_if_tiled else None))
 
     def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
-        opts = [np.array(tile_options(self.cascade.size(r)), dtype=np.int64) for r in self.ranks]
+        """Per tileable rank, its tile and its trips in every tiling (the tilings in C order of
+        the ranks' tile options). Built when needed, not kept: at L = 2^40 a group has a
+        few hundred thousand tilings."""
+        opts = self._tile_options
         mesh = np.meshgrid(*opts, indexing="ij") if opts else []
         tiles = [m.ravel() for m in mesh]
         trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
@@ -234,7 +237,7 @@ class GroupCostModel:
             steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
             tiling = (kept % traffic.shape[1]).astype(np.int32)
             kept_fp = fp.ravel()[kept]
-            self._candidates = Candidates(tiles, trips, options, traffic.shape[1], steps, traffic.size, kept,
+            self._candidates = Candidates(options, traffic.shape[1], steps, traffic.size, kept,
                                           traffic.ravel()[kept], kept_fp, tiling, float(kept_fp.min()))
         return self._candidates
 
@@ -247,9 +250,13 @@ class GroupCostModel:
         cand = self.candidates()
         option, k = divmod(flat, cand.n_tilings)
         loop_order, j = cand.options[option]
+        tiles = []  # tiling k's tile of each rank: its digits in the mixed radix of the options
+        for opts in reversed(self._tile_options):
+            k, digit = divmod(k, len(opts))
+            tiles.append(int(opts[digit]))
+        tiles.reverse()
         size = self.cascade.size
-        loops = tuple(Loop(self.ranks[i], int(cand.tiles[i][k])) for i in loop_order
-                      if int(cand.tiles[i][k]) < size(self.ranks[i]))
+        loops = tuple(Loop(self.ranks[i], tiles[i]) for i in loop_order if tiles[i] < size(self.ranks[i]))
         resident = tuple(t for t, _, _ in self.keepable_for(loop_order)[:j]) if loops else ()
         self._groups[flat] = FusionGroup("G", self.probe.einsums, loops, resident=resident)
         return self._groups[flat]
@@ -258,7 +265,7 @@ class GroupCostModel:
         """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
         off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
         if self._onchip is None:
-            self._onchip = self.einsum_buffer_bytes(self.candidates().trips)
+            self._onchip = self.einsum_buffer_bytes(self.grid()[1])
         return traffic + self._onchip[flat % len(self._onchip)]
 
     def cycles(self, compute: Any) -> np.ndarray:
@@ -270,8 +277,9 @@ class GroupCostModel:
         if key not in self._cycles:
             cand = self.candidates()
             total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
+            tiles = self.grid()[0]
             for name in self.probe.einsums:
-                cyc = einsum_grid_cycles(compute, self.cascade, name, self.ranks, cand.tiles)
+                cyc = einsum_grid_cycles(compute, self.cascade, name, self.ranks, tiles)
                 total = {k: total[k] + cyc[k] for k in total}
             array = total["array_2d"] + total["array_1d"]
             if compute.overlap_compute_units:

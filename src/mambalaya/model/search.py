@@ -71,7 +71,7 @@ from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
 from mambalaya.model.candidates import Candidates, GroupCostModel, cost_model, tileable_ranks
 from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
-from mambalaya.model.traffic import group_traffic
+from mambalaya.model.traffic import TrafficSizeError, group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
 
@@ -283,7 +283,8 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
             continue
         try:
             check_group(cascade, candidate, buffer_bytes)
-        except MappingError:
+            group_traffic(cascade, candidate)  # (memoised) the general model must be able to cost it
+        except (MappingError, TrafficSizeError):
             if subset:
                 return _FELL_THROUGH
             continue
@@ -395,7 +396,14 @@ def _recost_on_mismatch(build: Any) -> Any:
     return run
 
 
-def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | None) -> GroupChoice:
+def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | None,
+          why: list[str] | None = None) -> GroupChoice:
+    if choice is None and why and "illegal" in why:
+        raise SpecError(
+            f"no tiling of Einsums {', '.join(einsums)} that fits a buffer of {buffer_bytes:,} bytes is both legal and "
+            "one whose traffic the model can count (among the best few: at this size, tiles whose reads do not "
+            "move by a common step would need every tile enumerated); try a shorter --seq-len or a larger --buffer"
+        )
     if choice is None:
         raise SpecError(
             f"Einsums {', '.join(einsums)} do not fit a buffer of {buffer_bytes:,} bytes even alone "
@@ -460,7 +468,9 @@ def stitched(cascade: Cascade, buffer_bytes: int | None = None, stats: SearchSta
     current: list[str] = []
     current_choice: GroupChoice | None = None
     for e in cascade.einsums:
-        alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats, arch=arch, objective=objective), [e.name], buffer_bytes)
+        why: list[str] = []
+        alone = _need(best_group(cascade, [e.name], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective),
+                      [e.name], buffer_bytes, why)
         if current_choice is not None:
             grown = best_group(cascade, current + [e.name], buffer_bytes, stats=stats, arch=arch, objective=objective)
             if grown is not None and _worth_growing(grown, current_choice, alone):
@@ -635,9 +645,10 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
     choices = []
     for n, einsums in enumerate(segments):
         hit = together.get(n)
+        why = [hit] if isinstance(hit, str) else []
         if hit is None:
-            hit = best_group(cascade, einsums, buffer_bytes, arch=arch, objective=objective)
-        choices.append(_need(hit if isinstance(hit, GroupChoice) or hit is None else None, einsums, buffer_bytes))
+            hit = best_group(cascade, einsums, buffer_bytes, why=why, arch=arch, objective=objective)
+        choices.append(_need(hit if isinstance(hit, GroupChoice) else None, einsums, buffer_bytes, why))
     return choices
 
 

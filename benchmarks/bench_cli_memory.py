@@ -19,13 +19,16 @@ import time
 DESIGNS = ["mambalaya", "marca-ideal", "geens-ideal", "marca-original", "gpu-h100"]
 
 
-def commands(model: str, seq_len: int) -> list[list[str]]:
+def commands(model: str, seq_len: int, layer_types: tuple[str, ...] = ()) -> list[list[str]]:
+    """The commands run on ``model``; the cascade commands once per layer type of a hybrid
+    model (they build one layer, and a hybrid model must be told which)."""
     L = str(seq_len)
     out = [["evaluate", "-a", d, "--model", model, "-L", L] for d in DESIGNS]
     out.append(["evaluate", "--model", model, "--phase", "decode"])
     out.append(["compare", "--archs", "mambalaya,marca-ideal,geens-ideal", "--model", model, "--seq-lens", L])
-    out.append(["fusion", "map", "--model", model, "-L", L, "--mapping", "optimal"])
-    out.append(["cascade", "show", "--model", model, "-L", L])
+    for layer in [[]] if not layer_types else [["--layer-type", t] for t in layer_types]:
+        out.append(["fusion", "map", "--model", model, "-L", L, "--mapping", "optimal", *layer])
+        out.append(["cascade", "show", "--model", model, "-L", L, *layer])
     return out
 
 
@@ -58,7 +61,8 @@ def main() -> None:
     models = ["mamba-1.4b", "mamba2-2.7b"] if args.quick else list(PRESETS)
     worst = (0.0, "")
     for model in models:
-        for cmd in commands(model, args.seq_len):
+        layer_types = tuple(dict.fromkeys(getattr(PRESETS[model], "layer_types", ())))
+        for cmd in commands(model, args.seq_len, layer_types):
             seconds, peak_mb, rc = run(cmd)
             if peak_mb > worst[0]:
                 worst = (peak_mb, " ".join(cmd))

@@ -87,9 +87,10 @@ _BUILDERS = {
 }
 
 
-@pytest.mark.parametrize("layer,mapping", [("mamba1", m) for m in ("optimal", "stitched", "ssm-ri", "unfused")]
-                         + [("mamba2-chunked", "optimal"), ("hybrid-attention", "optimal")])
-@pytest.mark.parametrize("arch_name", ["mambalaya", None])
+@pytest.mark.parametrize("layer,mapping,arch_name",
+                         [("mamba1", m, "mambalaya") for m in ("optimal", "stitched", "ssm-ri", "unfused")]
+                         + [("mamba1", "optimal", None), ("mamba2-chunked", "optimal", "mambalaya"),
+                            ("hybrid-attention", "optimal", "mambalaya")])
 def test_closed_form_picks_give_the_mappings_of_re_costing_every_pick(layer: str, mapping: str, arch_name,
                                                                      monkeypatch) -> None:
     """On an architecture (latency) and without one (traffic), fresh cascades."""
@@ -136,9 +137,10 @@ def _count_mismatches(monkeypatch) -> list[int]:
     return mismatches
 
 
-@pytest.mark.parametrize("layer", list(_BUILDERS))
-@pytest.mark.parametrize("arch_name,buffer", [("mambalaya", 1 << 20), ("mambalaya", 64 << 20), ("geens-ideal", 8 << 20),
-                                              (None, 2 << 20)])
+@pytest.mark.parametrize("layer,arch_name,buffer",
+                         [(layer, arch, buffer) for layer in _BUILDERS for arch, buffer in (("mambalaya", 1 << 20),
+                                                                                              (None, 2 << 20))]
+                         + [("mamba1", "mambalaya", 64 << 20), ("mamba1", "geens-ideal", 8 << 20)])
 def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(layer: str, arch_name, buffer: int,
                                                                             monkeypatch) -> None:
     """The optimal search picks its segments together (model/picks.py); one search per segment

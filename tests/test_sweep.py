@@ -201,3 +201,19 @@ def test_precision_is_a_sweep_axis() -> None:
     assert not uniform.error and not reference.error
     assert reference.outputs["offchip_bytes"] > uniform.outputs["offchip_bytes"]
     assert bad.error and "fp3" in bad.error and "precision" in bad.error
+
+
+def test_local_workers_are_forked_on_linux_unless_the_environment_says_otherwise(monkeypatch) -> None:
+    from mambalaya.experiments import sweep
+
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", raising=False)
+    monkeypatch.setattr(sweep.sys, "platform", "linux")
+    assert sweep._worker_start_method() == "fork"
+    monkeypatch.setattr(sweep.sys, "platform", "darwin")
+    assert sweep._worker_start_method() == "spawn"
+    monkeypatch.setattr(sweep.sys, "platform", "linux")
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "spawn")
+    import dask
+
+    with dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}):
+        assert sweep._worker_start_method() == "spawn"

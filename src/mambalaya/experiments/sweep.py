@@ -303,7 +303,12 @@ def _worker_start_method() -> str:
     process, which has already imported mambalaya, numpy and Dask: two workers are ready in
     about 0.1 s, where spawned ones each import everything again (about 2 s here, a large part
     of a short sweep). Elsewhere (macOS, Windows), where forking a process with threads is
-    unsafe or impossible, Dask's default, spawn."""
+    unsafe or impossible, Dask's default, spawn. A method set in the environment
+    (``DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD``) is kept."""
+    import dask
+
+    if "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD" in os.environ:
+        return str(dask.config.get("distributed.worker.multiprocessing-method"))
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
 

@@ -232,7 +232,7 @@ class GroupCostModel:
         """The candidate table as the search keeps it (see :class:`Candidates`). Independent
         of the architecture: built once."""
         if self._candidates is None:
-            tiles, trips, options, traffic, fp = self.full_table()
+            _, trips, options, traffic, fp = self.full_table()
             kept = kept_candidates(traffic, fp)
             steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
             tiling = (kept % traffic.shape[1]).astype(np.int32)

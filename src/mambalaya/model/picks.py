@@ -134,7 +134,7 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     """The first candidate of each model's kept candidates in the objective's order (see the
     module doc), or None where no footprint bound fits the buffer."""
     table = _table(models, None if arch is None else arch.compute)
-    starts, segment, local, traffic, fp, steps, cycles, n_einsums = table.arrays  # type: ignore[misc]
+    starts, segment, local, traffic, fp, steps, _, _ = table.arrays  # type: ignore[misc]
     if buffer_bytes is None:
         ok = np.ones(len(traffic), dtype=bool)
     else:

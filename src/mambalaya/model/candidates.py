@@ -14,7 +14,7 @@ import numpy as np
 
 from mambalaya.arch.spec import spec_key
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import rank_of_variable
+from mambalaya.einsum.ir import rank_of_variable, rank_variable
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, produced_in, tensors_read, window_halos
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
@@ -102,8 +102,6 @@ class GroupCostModel:
                      for t in read_bytes}
         for t, b in read_bytes.items():
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned[t]]))
-        #: whether the traffic closed form is exact for every tiling (see :meth:`_aligned_reads`)
-        self.exact_traffic = all(self._aligned_reads(accesses.get(t, [])) for t in read_bytes)
         for t, b in write_bytes.items():
             outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
@@ -120,12 +118,15 @@ class GroupCostModel:
         readable = set(tensors_read(cascade, full))
         self._reads = [(t, b, {i for i, r in enumerate(ranks) if r in mentioned[t]})
                        for t, b in sorted(read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in readable]
-        # a resident tensor with an initial value (a KV cache before its appended rows) keeps
-        # that value on chip too, which the residency closed form does not count
-        self.exact_traffic = self.exact_traffic and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
-        # beyond 2^53 bytes, floats summed in another order than the general model's may differ
+        #: whether the traffic closed form is exact for every tiling: every read aligned
+        #: (:meth:`_aligned_reads`); no residency candidate with an initial value (a KV cache
+        #: before its appended rows, which stays on chip too and the residency closed form does
+        #: not count); and bytes below 2^53 (beyond, floats summed in another order than the
+        #: general model's may differ)
         most = sum(b * math.prod(cascade.size(ranks[i]) for i in idxs) for b, idxs in self.terms)
-        self.exact_traffic = self.exact_traffic and most < 2**53
+        self.exact_traffic = (all(self._aligned_reads(accesses.get(t, [])) for t in read_bytes)
+                              and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
+                              and most < 2**53)
         # loop orders: the fixed one first, then every other order of the ranks that are not
         # generational, the generational ones still innermost (so footprints do not change)
         gen = set(cascade.generational_ranks)
@@ -162,9 +163,10 @@ class GroupCostModel:
         return out
 
     def _aligned_reads(self, accesses: list[Any]) -> bool:
-        """Whether every tile reads its own slice of a tensor read through ``accesses``: on each dimension, the index
-        of every access moves with at most one tileable rank, that of the dimension, with
-        coefficient 1 (plus offsets and ranks the group does not tile, as a window's). Then
+        """Whether every tile reads its own slice of a tensor read through ``accesses``: on each
+        dimension, the index of every access moves with at most one tileable rank, that of the
+        dimension, with coefficient 1 (plus offsets and ranks the group does not tile, as a
+        window's). Then
         the tensor's reads are its untiled bytes times the trips of the ranks it does not
         mention, the closed form, for every tiling. A dimension indexed through another rank
         (``ACS[s]`` on Q), a mirrored index (rotary ``1-u``) or a product of ranks (``Q*c+q``)
@@ -177,7 +179,7 @@ class GroupCostModel:
             signature = []
             for idx, rank in zip(a.indices, self.cascade.tensors[a.tensor].ranks):
                 moving = [(v, c) for v, c in idx.terms if rank_of_variable(v) in tileable]
-                if moving and moving != [(rank.lower(), 1)]:
+                if moving and moving != [(rank_variable(rank), 1)]:
                     return False
                 signature.append(bool(moving))
             signatures.add(tuple(signature))

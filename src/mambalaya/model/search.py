@@ -204,16 +204,6 @@ def _closed_form_costs(arch: Any, objective: str) -> bool:
     return arch is None or (objective == "latency" and arch.memory.onchip_bandwidth_bytes_per_cycle is None)
 
 
-@dataclass(frozen=True)
-class _Picked:
-    """A picked group with its closed-form costs (latency None without an architecture)."""
-
-    group: FusionGroup
-    traffic_bytes: float
-    footprint_bound_bytes: float
-    latency_s: float | None
-
-
 def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
     """Whether ``group`` keeps the rules that do not depend on its tile sizes
     (:func:`~mambalaya.fusion.mapping.check_group_rules`), memoised per Einsums, tiled ranks,
@@ -237,8 +227,8 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
     flat indices, with their ``traffic`` and ``fp``); when they are a ``subset`` (the kept
     ones), :data:`_FELL_THROUGH` if its first fitting candidate is not legal.
 
-    With ``closed`` (:func:`_closed_form_costs`) the group comes back as a :class:`_Picked`
-    with its closed-form costs, and its legality is checked by the rules that do not depend on
+    With ``closed`` (:func:`_closed_form_costs`) the group comes back as a
+    :class:`GroupChoice` with its closed-form costs, and its legality is checked by the rules that do not depend on
     tile sizes: its tiles are in range by construction, and its footprint bound fits.
 
     Order: the objective (latency within the tie tolerance, energy, EDP, or traffic without
@@ -276,8 +266,8 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
         candidate = model.group_at(int(flat[pick]))
         if closed:
             if _legal_rules(cascade, candidate):
-                return _Picked(candidate, float(traffic[pick]), float(fp[pick]),
-                               None if latency is None else float(latency[pick]))
+                return GroupChoice(candidate, float(traffic[pick]), float(fp[pick]),
+                                   None if latency is None else float(latency[pick]), closed_form=True)
             if subset:
                 return _FELL_THROUGH
             continue
@@ -312,9 +302,8 @@ def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: 
     if isinstance(found, str):
         why.append(found)
         return None
-    if isinstance(found, _Picked):
-        return GroupChoice(found.group, found.traffic_bytes, found.footprint_bound_bytes, found.latency_s,
-                           closed_form=True)
+    if isinstance(found, GroupChoice):  # costed by the closed forms already
+        return found
     group = found
     exact = group_traffic(cascade, group)
     if arch is None:

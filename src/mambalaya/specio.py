@@ -59,16 +59,24 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
     except (ValueError, OverflowError) as err:
         # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked; its
         # constructors raise ValueError on values such as the date 2001-13-01
-        bad = [m.start() for m in _ESCAPE_U.finditer(text) if int(m.group(1), 16) > 0x10FFFF] if isinstance(text, str) else []
-        if not bad:
+        bad = first_bad_escape(text)
+        if bad is None:
             raise SpecError(one_paragraph(f"not valid YAML: {err}"), source=source) from None
-        before = text[: bad[0]]
+        before = text[:bad]
         raise SpecError("not valid YAML: an escape names no Unicode character", source=source,
                         line=before.count("\n") + 1, column=len(before) - (before.rfind("\n") + 1) + 1) from None
 
 
 #: A YAML escape naming a code point by eight hex digits (PyYAML does not check its range).
 _ESCAPE_U = re.compile(r"\\U([0-9A-Fa-f]{8})")
+
+
+def first_bad_escape(text: Any) -> int | None:
+    """Offset of the first ``\\U`` escape in ``text`` beyond Unicode (``"\\U00110000"``), on
+    which PyYAML's scanner calls ``chr()`` unchecked, or None."""
+    if not isinstance(text, str):
+        return None
+    return next((m.start() for m in _ESCAPE_U.finditer(text) if int(m.group(1), 16) > 0x10FFFF), None)
 
 
 def load_spec_text(text: str, model: type, *, what: str, fields: str, source: str) -> Any:

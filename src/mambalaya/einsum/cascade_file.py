@@ -28,6 +28,7 @@ from typing import Any
 import yaml
 
 from mambalaya.errors import SpecError
+from mambalaya.specio import first_bad_escape
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Einsum, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
@@ -130,9 +131,8 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
     except RecursionError:
         raise SpecError("not valid YAML: nested too deeply", source=source, line=1) from None
     except (ValueError, OverflowError):  # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked
-        escapes = _ESCAPE_U.finditer(text) if isinstance(text, str) else ()
-        bad = [m.start() for m in escapes if int(m.group(1), 16) > 0x10FFFF]
-        line, column = _line_column(text, bad[0]) if bad else (1, None)
+        bad = first_bad_escape(text)
+        line, column = _line_column(text, bad) if bad is not None else (1, None)
         raise SpecError("not valid YAML: an escape names no Unicode character", source=source, line=line,
                         column=column) from None
     if root is None:
@@ -221,7 +221,6 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
     )
 
 
-_ESCAPE_U = re.compile(r"\\U([0-9A-Fa-f]{8})")
 _YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")
 
 

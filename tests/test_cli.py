@@ -125,3 +125,19 @@ def test_every_model_command_takes_mamba2_presets(tmp_path) -> None:
     assert r.exit_code == 0, r.output
     r = invoke("cascade", "show", "-m", "mamba2-130m", "--phase", "decode", "--scan", "chunked")
     assert r.exit_code == 1 and "recurrent" in r.stderr
+
+
+def test_a_model_file_with_bad_yaml_is_one_located_message(tmp_path) -> None:
+    """Model config files go through the same YAML reader as every spec: a syntax error, an
+    escape beyond Unicode (PyYAML's OverflowError) and a bad date (its ValueError) each end in
+    one message naming the file, not a traceback."""
+    cases = {"syntax.yaml": ("d_model: [1\n", "line 2"),
+             "escape.yaml": ('d_model: 64\nnote: "\\Ue0010000"\n', "line 2, column 8: not valid YAML: an escape"),
+             "date.yaml": ("d_model: 2001-13-01\n", "not valid YAML: month must be in 1..12")}
+    for name, (text, expected) in cases.items():
+        path = tmp_path / name
+        path.write_text(text)
+        r = runner.invoke(app, ["cascade", "show", "--model", str(path)])
+        assert r.exit_code == 1, (name, r.output)
+        assert str(path) in r.stderr and expected in r.stderr, (name, r.stderr)
+        assert "Traceback" not in r.output + r.stderr

@@ -6,9 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
-
 from mambalaya.errors import SpecError
+from mambalaya.specio import parse_yaml_text
 from mambalaya.einsum.cascade import Cascade
 from typing import Union
 
@@ -36,11 +35,13 @@ def load_model_config(path: str | Path) -> ModelConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise SpecError(f"cannot read model config: {err.strerror or err}", source=str(path)) from None
-    try:
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as err:
-        raise SpecError(f"model config is not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {err}",
-                        source=str(path)) from None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SpecError(f"model config is not valid JSON: {err}", source=str(path)) from None
+    else:  # every YAML problem (an escape beyond Unicode, a bad date) is one located message
+        data = parse_yaml_text(text, source=str(path))
     if not isinstance(data, dict):
         raise SpecError("a model config is a mapping of fields to values", source=str(path))
     if data.get("family") == "bamba":

@@ -109,13 +109,13 @@ def test_a_closed_form_that_disagrees_makes_the_search_re_cost_every_pick(monkey
     monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)
     exact = _mapping_summary(layer(), "optimal", arch)
     monkeypatch.setattr(search, "CLOSED_FORM_COSTS", True)
-    evaluate = candidates.GroupCostModel.evaluate
+    evaluate = candidates._evaluate_together  # how the candidate tables are built
 
-    def wrong(self, tiles, trips):
-        traffic, fp = evaluate(self, tiles, trips)
+    def wrong(models, tiles, trips, n):
+        traffic, fp = evaluate(models, tiles, trips, n)
         return traffic - np.where(traffic > 1, 1.0, 0.0), fp
 
-    monkeypatch.setattr(candidates.GroupCostModel, "evaluate", wrong)
+    monkeypatch.setattr(candidates, "_evaluate_together", wrong)
     recosts = _count_mismatches(monkeypatch)
     assert _mapping_summary(layer(), "optimal", arch) == exact
     assert recosts

@@ -107,6 +107,7 @@ class GroupCostModel:
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
         self._candidates: Candidates | None = None
+        self._least_fp: float | None = None
         self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
         self._held_for: list[np.ndarray] | None = None  # the tiles self._held is for
         self._held: dict[str, np.ndarray] = {}
@@ -216,7 +217,6 @@ class GroupCostModel:
         trips."""
         tiles, trips = self.grid()
         traffic, fp = self.evaluate(tiles, trips)
-        options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
         blocks_t, blocks_f = [traffic], [fp]
         for o in self.orders if self.ranks else []:
             if not self.keepable_for(o):
@@ -224,24 +224,44 @@ class GroupCostModel:
             saved, held = self.residency(tiles, trips, o)
             saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
             for j in range(len(saved)):
-                options.append((o, j + 1))
                 blocks_t.append(traffic - saved[j])
                 blocks_f.append(fp + held[j])
         self._held_for, self._held = None, {}
-        return tiles, trips, options, np.stack(blocks_t), np.stack(blocks_f)
+        return tiles, trips, self.options(), np.stack(blocks_t), np.stack(blocks_f)
 
     def candidates(self) -> "Candidates":
         """The candidate table as the search keeps it (see :class:`Candidates`). Independent
-        of the architecture: built once."""
+        of the architecture: built once, by :func:`build_candidates` (which builds many
+        groups' tables together; :meth:`full_table` is its per-group reference)."""
         if self._candidates is None:
-            _, trips, options, traffic, fp = self.full_table()
-            kept = kept_candidates(traffic, fp)
-            steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
-            tiling = (kept % traffic.shape[1]).astype(np.int32)
-            kept_fp = fp.ravel()[kept]
-            self._candidates = Candidates(options, traffic.shape[1], steps, traffic.size, kept,
-                                          traffic.ravel()[kept], kept_fp, tiling, float(kept_fp.min()))
-        return self._candidates
+            build_candidates([self])
+        return self._candidates  # type: ignore[return-value]
+
+    def options(self) -> list[tuple[tuple[int, ...], int]]:
+        """The (loop order, residency prefix) of each block of the full table, in its order
+        (see :meth:`full_table`)."""
+        options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
+        for o in self.orders if self.ranks else []:
+            options.extend((o, j + 1) for j in range(len(self.keepable_for(o))))
+        return options
+
+    def least_footprint(self) -> float:
+        """The least footprint bound of any candidate (:attr:`Candidates.least_fp`), without
+        building the table. Every footprint term grows with each tile size, except a retained
+        halo's, which vanishes once its rank is untiled, and residency only adds held boxes:
+        so the least is at a tiling whose ranks are all 1 except halo ranks, each 1 or
+        untiled, with everything streamed; those corners are evaluated by :meth:`evaluate`
+        itself (the same floats). Memoised."""
+        if self._least_fp is None:
+            halo_ranks = sorted({when for _, _, when in self.fp_terms if when is not None})
+            corners = list(itertools.product((False, True), repeat=len(halo_ranks)))
+            sizes = [self.cascade.size(r) for r in self.ranks]
+            tiles = [np.array([sizes[i] if i in halo_ranks and c[halo_ranks.index(i)] else 1 for c in corners],
+                              dtype=np.int64) for i in range(len(self.ranks))]
+            trips = [np.ceil(size / t).astype(np.float64) for size, t in zip(sizes, tiles)]
+            _, fp = self.evaluate(tiles, trips)
+            self._least_fp = float(fp.min())
+        return self._least_fp
 
     def group_at(self, flat: int) -> FusionGroup:
         """The group of candidate ``flat`` (a flat index into the full table): its tiled ranks
@@ -421,6 +441,188 @@ class GroupCostModel:
         return traffic, fp
 
 
+#: At most this many cells (groups x options x tilings) in one pass of
+#: :func:`build_candidates` (about 40 bytes of transient memory each); a larger group is built alone.
+BUILD_BATCH_CELLS = 1 << 20
+
+
+def build_candidates(models: list[GroupCostModel]) -> None:
+    """Build the candidate tables (:meth:`GroupCostModel.candidates`) of ``models`` not built
+    yet. The groups of one cascade that tile the same ranks share their tilings, so their
+    tables are built together: every closed form evaluated, every residency option added and
+    every dominated candidate dropped in a few numpy passes over arrays of shape (groups,
+    options, tilings), instead of a few hundred short passes per group. Each table is the one
+    :meth:`GroupCostModel.full_table` and :func:`kept_candidates` give, to the bit: the same
+    floating-point operations in the same order per candidate, padding only multiplying by one
+    or adding zero (``tests/test_candidates.py`` compares them)."""
+    classes: dict[tuple[int, tuple[str, ...]], list[GroupCostModel]] = {}
+    for m in dict.fromkeys(models):
+        if m._candidates is None:
+            classes.setdefault((id(m.cascade), tuple(m.ranks)), []).append(m)
+    for same in classes.values():
+        n = math.prod(len(o) for o in same[0]._tile_options)
+        part: list[GroupCostModel] = []
+        widest = 0
+        for m in same:
+            width = max(widest, len(m.options()))
+            if part and (len(part) + 1) * width * n > BUILD_BATCH_CELLS:
+                _build_together(part)
+                part, width = [], len(m.options())
+            part.append(m)
+            widest = width
+        _build_together(part)
+
+
+def _build_together(models: list[GroupCostModel]) -> None:
+    """The candidate tables of ``models`` (one cascade, the same tileable ranks)."""
+    first = models[0]
+    tiles, trips = first.grid()
+    n = len(trips[0]) if trips else 1
+    traffic0, fp0 = _evaluate_together(models, tiles, trips, n)
+    options = [m.options() for m in models]
+    widest = max(len(o) for o in options)
+    traffic = np.full((len(models), widest, n), np.inf)
+    fp = np.full((len(models), widest, n), np.inf)
+    traffic[:, 0], fp[:, 0] = traffic0, fp0
+    _add_residency(models, tiles, trips, n, traffic0, fp0, traffic, fp)
+    # kept_candidates over each group's options at once (padding rows sort last, never kept)
+    order = np.lexsort((fp, traffic), axis=1)
+    fp_sorted = np.take_along_axis(fp, order, axis=1)
+    before = np.concatenate([np.full((len(models), 1, n), np.inf), np.minimum.accumulate(fp_sorted, axis=1)[:, :-1]],
+                            axis=1)
+    g, rows, cols = np.nonzero(fp_sorted < before)
+    option = order[g, rows, cols]
+    flat = option * n + cols
+    sort = np.lexsort((flat, g))
+    g, option, cols, flat = g[sort], option[sort], cols[sort], flat[sort]
+    bounds = np.searchsorted(g, np.arange(len(models) + 1))
+    steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+    for k, m in enumerate(models):
+        part = slice(bounds[k], bounds[k + 1])
+        size = len(options[k]) * n
+        kept = flat[part].astype(np.int32) if size < 2**31 else flat[part]
+        kept_fp = fp[k, option[part], cols[part]]
+        m._candidates = Candidates(options[k], n, steps, size, kept, traffic[k, option[part], cols[part]], kept_fp,
+                                   cols[part].astype(np.int32), float(kept_fp.min()))
+
+
+def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray],
+                       n: int) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`GroupCostModel.evaluate` of every model (rows) over the shared tilings: each
+    term a product in rank order, a rank the term does not involve multiplying by one, and the
+    terms summed in the model's order, a missing term adding zero."""
+    ranks = len(first_ranks := models[0].ranks)
+    sizes = [models[0].cascade.size(r) for r in first_ranks]
+    traffic = np.zeros((len(models), n))
+    width = max(len(m.terms) for m in models)
+    coef = np.zeros((len(models), width))
+    uses = np.zeros((len(models), width, ranks), dtype=bool)
+    for k, m in enumerate(models):
+        for t, (b, idxs) in enumerate(m.terms):
+            coef[k, t] = b
+            uses[k, t, idxs] = True
+    for t in range(width):
+        f = np.repeat(coef[:, t:t + 1], n, axis=1)
+        for i in range(ranks):
+            if uses[:, t, i].any():
+                f = f * np.where(uses[:, t, i:i + 1], trips[i], 1.0)
+        traffic += f
+    fp = np.zeros((len(models), n))
+    width = max((len(m.fp_terms) for m in models), default=0)
+    coef = np.zeros((len(models), width))
+    uses = np.zeros((len(models), width, ranks), dtype=bool)
+    when = np.zeros((len(models), width, ranks), dtype=bool)
+    for k, m in enumerate(models):
+        for t, (fixed, idxs, tiled_only) in enumerate(m.fp_terms):
+            coef[k, t] = fixed
+            uses[k, t, idxs] = True
+            if tiled_only is not None:
+                when[k, t, tiled_only] = True
+    extents = [np.minimum(tiles[i], sizes[i]) for i in range(ranks)]
+    tiled = [tiles[i] < sizes[i] for i in range(ranks)]
+    for t in range(width):
+        f = np.repeat(coef[:, t:t + 1], n, axis=1)
+        for i in range(ranks):
+            if uses[:, t, i].any():
+                f = f * np.where(uses[:, t, i:i + 1], extents[i], 1)
+        for i in range(ranks):
+            if when[:, t, i].any():
+                f = f * np.where(when[:, t, i:i + 1], tiled[i], True)
+        fp += f
+    return traffic, fp
+
+
+def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray], n: int,
+                   traffic0: np.ndarray, fp0: np.ndarray, traffic: np.ndarray, fp: np.ndarray) -> None:
+    """Fill the residency options (rows 1.. of each model, :meth:`GroupCostModel.options`'s
+    order) of ``traffic`` and ``fp``: the running sums of :meth:`GroupCostModel.residency`'s
+    bytes saved and held, the per-tiling factors shared by every model that needs them."""
+    chains = []  # (model row, first option row, [(bytes, saved-factor row, held row)])
+    factors: dict[tuple, int] = {}
+    factor_rows: list[np.ndarray] = []
+    held: dict[tuple, int] = {}
+    held_rows: list[np.ndarray] = []
+    for k, m in enumerate(models):
+        row = 1
+        for o in m.orders if m.ranks else []:
+            keep = m.keepable_for(o)
+            if not keep:
+                continue
+            links = []
+            for t, b, seen in keep:
+                key = (o, frozenset(seen))
+                if key not in factors:
+                    factors[key] = len(factor_rows)
+                    factor_rows.append(_saved_factor(trips, o, seen, len(m.ranks), n))
+                readers = (t, tuple(e for e in m.probe.einsums if e != t and any(
+                    a.tensor == t for a in m.cascade.einsum(e).inputs)))
+                if readers not in held:
+                    held[readers] = len(held_rows)
+                    held_rows.append(m._held_box(t, tiles))
+                links.append((b, factors[key], held[readers]))
+            chains.append((k, row, links))
+            row += len(links)
+    if not chains:
+        return
+    longest = max(len(c[2]) for c in chains)
+    coef = np.zeros((len(chains), longest))
+    saved_at = np.full((len(chains), longest), len(factor_rows))  # the last row: zeros
+    held_at = np.full((len(chains), longest), len(held_rows))
+    for c, (_, _, links) in enumerate(chains):
+        for j, (b, f, h) in enumerate(links):
+            coef[c, j], saved_at[c, j], held_at[c, j] = b, f, h
+    saved_rows = np.vstack(factor_rows + [np.zeros(n)])
+    held_all = np.vstack(held_rows + [np.zeros(n)])
+    model_of = np.array([c[0] for c in chains])
+    start = np.array([c[1] for c in chains])
+    length = np.array([len(c[2]) for c in chains])
+    saved_sum, held_sum = np.zeros((len(chains), n)), np.zeros((len(chains), n))
+    for j in range(longest):
+        saved_sum = saved_sum + coef[:, j:j + 1] * saved_rows[saved_at[:, j]]
+        held_sum = held_sum + held_all[held_at[:, j]]
+        live = length > j
+        traffic[model_of[live], start[live] + j] = traffic0[model_of[live]] - saved_sum[live]
+        fp[model_of[live], start[live] + j] = fp0[model_of[live]] + held_sum[live]
+
+
+def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: set[int], ranks: int, n: int) -> np.ndarray:
+    """Per tiling, a resident tensor's reads saved per byte (:meth:`GroupCostModel.residency`:
+    streamed minus resident trips), for a tensor indexed by the ranks ``seen`` under ``order``."""
+    pos = {i: k for k, i in enumerate(order)}
+    streamed = np.ones(n)
+    for i in range(ranks):
+        if i not in seen:
+            streamed = streamed * trips[i]
+    inner = np.full(n, -1)
+    for i in sorted(seen, key=pos.get):
+        inner = np.where(trips[i] > 1, pos[i], inner)
+    resident = np.ones(n)
+    for i in range(ranks):
+        if i not in seen:
+            resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
+    return streamed - resident
+
+
 def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "GroupCostModel":
     """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
     depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
@@ -446,4 +648,4 @@ def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[st
     return hit
 
 
-__all__ = ["Candidates", "GroupCostModel", "cost_model", "einsum_grid_cycles", "kept_candidates", "tile_options", "tileable_ranks"]
+__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "einsum_grid_cycles", "kept_candidates", "tile_options", "tileable_ranks"]

@@ -69,7 +69,7 @@ from mambalaya.fusion.mapping import (
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
-from mambalaya.model.candidates import Candidates, GroupCostModel, cost_model, tileable_ranks
+from mambalaya.model.candidates import Candidates, GroupCostModel, build_candidates, cost_model, tileable_ranks
 from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 from mambalaya.model.traffic import TrafficSizeError, group_traffic
 
@@ -567,16 +567,18 @@ def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | No
     memo = cascade.__dict__.setdefault("_visited_segments_memo", {})
     key = (tuple(names), buffer_bytes)
     if key not in memo:
-        visited, models, too_large = [], [], []
+        visited, models, too_large, fitting = [], [], [], []
         for b in range(1, len(names) + 1):
             for a in range(b - 1, -1, -1):
                 model = cost_model(cascade, names[a:b], tileable_ranks(cascade, names[a:b]))
-                if buffer_bytes is not None and model.candidates().least_fp > buffer_bytes:
+                if buffer_bytes is not None and model.least_footprint() > buffer_bytes:
                     too_large.append((a, b))
                     break
+                fitting.append(model)
                 if model.exact_traffic:
                     visited.append((a, b))
                     models.append(model)
+        build_candidates(fitting)  # the search needs every one's table: built together
         memo[key] = (visited, models, too_large)
     return memo[key]
 
@@ -630,6 +632,7 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
             if model.exact_traffic:
                 keys.append(n)
                 models.append(model)
+        build_candidates(models)
         together = _picked_together(cascade, keys, models, buffer_bytes, arch)
     choices = []
     for n, einsums in enumerate(segments):

@@ -1,0 +1,74 @@
+"""The candidate tables the search keeps (model/candidates.py) are built for many groups at
+once (:func:`build_candidates`); each must be the table its per-group reference
+(:meth:`GroupCostModel.full_table` and :func:`kept_candidates`) gives, to the bit."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mambalaya.model import candidates
+from mambalaya.workloads import PRESETS, build_layer
+from mambalaya.workloads.hybrid import hybrid_layer
+
+from test_hybrid_eval import SMALL as SMALL_HYBRID
+
+LAYERS = {
+    "mamba1-prefill": lambda: build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2),
+    "mamba1-decode": lambda: build_layer(PRESETS["mamba-130m"], phase="decode", seq_len=1, batch=4),
+    "mamba2-chunked": lambda: build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=2, scan="chunked"),
+    "hybrid-attention": lambda: hybrid_layer(SMALL_HYBRID, "attention", phase="prefill", seq_len=64, batch=2),
+}
+
+
+def _segment_models(cascade) -> list[candidates.GroupCostModel]:
+    names = [e.name for e in cascade.einsums]
+    segments = [names[a:b] for b in range(1, len(names) + 1) for a in range(b)]
+    return [candidates.GroupCostModel(cascade, s, candidates.tileable_ranks(cascade, s)) for s in segments]
+
+
+def _reference(model: candidates.GroupCostModel) -> tuple:
+    _, trips, options, traffic, fp = model.full_table()
+    kept = candidates.kept_candidates(traffic, fp)
+    steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+    kept_fp = fp.ravel()[kept]
+    return (options, traffic.shape[1], steps, traffic.size, kept, traffic.ravel()[kept], kept_fp,
+            (kept % traffic.shape[1]).astype(np.int32), float(kept_fp.min()))
+
+
+def _fields(c: candidates.Candidates) -> tuple:
+    return (c.options, c.n_tilings, c.steps, c.size, c.kept, c.kept_traffic, c.kept_fp, c.kept_tiling, c.least_fp)
+
+
+def _assert_same(got: tuple, want: tuple, where: str) -> None:
+    for name, x, y in zip(("options", "n_tilings", "steps", "size", "kept", "kept_traffic", "kept_fp", "kept_tiling",
+                           "least_fp"), got, want):
+        if isinstance(y, np.ndarray):
+            assert x.dtype == y.dtype and np.array_equal(x, y), (where, name)
+        else:
+            assert x == y, (where, name)
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+@pytest.mark.parametrize("cells", [candidates.BUILD_BATCH_CELLS, 4096])
+def test_tables_built_together_equal_each_group_built_alone(layer: str, cells: int, monkeypatch) -> None:
+    """Every contiguous segment of the layer, built together (in passes of ``cells``: the
+    default, and small enough that most passes hold one or two groups)."""
+    monkeypatch.setattr(candidates, "BUILD_BATCH_CELLS", cells)
+    models = _segment_models(LAYERS[layer]())
+    candidates.build_candidates(models)
+    for m in models:
+        _assert_same(_fields(m.candidates()), _reference(m), f"{layer}: {m.probe.einsums}")
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_least_footprint_is_the_tables_least_without_building_it(layer: str) -> None:
+    """:meth:`GroupCostModel.least_footprint` evaluates a few corner tilings; it is the least
+    footprint bound of the whole table (retained halos included: the Mamba layers' conv
+    window), and it builds no table."""
+    models = _segment_models(LAYERS[layer]())
+    least = [m.least_footprint() for m in models]
+    assert all(m._candidates is None for m in models)
+    assert least == [float(_reference(m)[6].min()) for m in models]
+    if layer in ("mamba1-prefill", "mamba2-chunked"):  # the conv window's retained halo is among them
+        assert any(when is not None for m in models for _, _, when in m.fp_terms)

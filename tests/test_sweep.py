@@ -217,3 +217,22 @@ def test_local_workers_are_forked_on_linux_unless_the_environment_says_otherwise
 
     with dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}):
         assert sweep._worker_start_method() == "spawn"
+
+
+def test_local_workers_run_without_dasks_profiler_unless_the_environment_says_otherwise(monkeypatch) -> None:
+    """Dask's statistical profiler (for a dashboard the sweep does not start) took about 15% of
+    a sweep's worker time; the workers of the sweep's own LocalCluster run without it."""
+    import dask
+
+    from mambalaya.experiments import sweep
+
+    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", raising=False)
+    client, cluster = sweep.open_client(None, 2)
+    try:
+        assert set(client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()) == {False}
+    finally:
+        client.close()
+        cluster.close()
+    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")
+    with dask.config.set({"distributed.worker.profile.enabled": True}):
+        assert sweep._worker_profiling() is True

@@ -292,7 +292,8 @@ def open_client(scheduler: str | None, workers: int | None):
     import dask
 
     n = workers or os.cpu_count() or 1
-    with dask.config.set({"distributed.worker.multiprocessing-method": _worker_start_method()}):
+    with dask.config.set({"distributed.worker.multiprocessing-method": _worker_start_method(),
+                          "distributed.worker.profile.enabled": _worker_profiling()}):
         cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=n > 1, dashboard_address=None,
                                silence_logs=50)
     return Client(cluster), cluster
@@ -310,6 +311,18 @@ def _worker_start_method() -> str:
     if "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD" in os.environ:
         return str(dask.config.get("distributed.worker.multiprocessing-method"))
     return "fork" if sys.platform.startswith("linux") else "spawn"
+
+
+def _worker_profiling() -> bool:
+    """Whether the LocalCluster's workers run Dask's statistical profiler. It samples the
+    running task's stack every 10 ms, for the dashboard this cluster does not start; here it
+    took about 15% of a sweep's worker time (docs/sweeps.md). Off, unless the environment
+    sets it (``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED``)."""
+    import dask
+
+    if "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED" in os.environ:
+        return bool(dask.config.get("distributed.worker.profile.enabled"))
+    return False
 
 
 def run_sweep(

@@ -135,3 +135,22 @@ def test_ideal_is_a_lower_bound_for_every_mapping(arch, phase) -> None:
     for name in ("unfused", "ssm-ri", "stitched", "optimal"):
         m = named_mapping(name, c, spec.memory.onchip_buffer_bytes, arch=spec)
         assert ideal <= layer_latency(spec, c, m).latency_s * (1 + 1e-12), name
+
+
+@pytest.mark.parametrize("onchip_bw", [None, 64])
+@pytest.mark.parametrize("mapping", ["unfused", "optimal"])
+def test_layer_totals_without_rows_equal_those_with_rows(onchip_bw, mapping: str) -> None:
+    """Sweeps ask for the layer's totals only (``per_einsum=False``): the same floats as the
+    full result, with and without an on-chip bandwidth (whose buffer bytes then count)."""
+    arch = load_arch("mambalaya")
+    arch = arch.model_copy(update={"memory": arch.memory.model_copy(update={"onchip_bandwidth_bytes_per_cycle": onchip_bw})})
+    cascade = mamba1_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4)
+    m = named_mapping(mapping, cascade, 1 << 20, arch=arch)
+    full = layer_latency(arch, cascade, m, n_layers=24)
+    totals = layer_latency(arch, cascade, m, n_layers=24, per_einsum=False)
+    assert not totals.einsums and len(totals.groups) == len(full.groups)
+    for name in ("latency_s", "model_latency_s", "offchip_bytes", "comp_s", "compute_util", "mem_util", "onchip_s",
+                 "tokens_per_s", "bound"):
+        assert getattr(totals, name) == getattr(full, name), name
+    assert [g.traffic.footprint_bytes for g in totals.groups] == [g.traffic.footprint_bytes for g in full.groups]
+    assert (onchip_bw is None) == (totals.onchip_s == 0.0)

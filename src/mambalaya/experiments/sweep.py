@@ -195,7 +195,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     name = arch.mappings.default if point["mapping"] == "default" else point["mapping"]
     buffer = None if name == "ideal" else arch.memory.onchip_buffer_bytes
     mapping = named_mapping(name, cascade, buffer, arch=arch)
-    r = layer_latency(arch, cascade, mapping, n_layers=config.n_layers)
+    r = layer_latency(arch, cascade, mapping, n_layers=config.n_layers, per_einsum=False)
     return {
         "latency_s": r.latency_s,
         "model_latency_s": r.model_latency_s,

@@ -201,13 +201,20 @@ class GroupCostModel:
 
     def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per tileable rank, its tile and its trips in every tiling (the tilings in C order of
-        the ranks' tile options). Built when needed, not kept: at L = 2^40 a group has a
-        few hundred thousand tilings."""
-        opts = self._tile_options
-        mesh = np.meshgrid(*opts, indexing="ij") if opts else []
-        tiles = [m.ravel() for m in mesh]
-        trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
-        return tiles, trips
+        the ranks' tile options). Kept per cascade and tuple of ranks, which every group
+        tiling the same ranks shares (a few such tuples per layer), not per group: at L = 2^40
+        a group has a few hundred thousand tilings. Read-only."""
+        memo = self.cascade.__dict__.setdefault("_tiling_grid_memo", {})
+        key = tuple(self.ranks)
+        if key not in memo:
+            opts = self._tile_options
+            mesh = np.meshgrid(*opts, indexing="ij") if opts else []
+            tiles = [m.ravel() for m in mesh]
+            trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
+            for a in tiles + trips:
+                a.flags.writeable = False
+            memo[key] = (tiles, trips)
+        return memo[key]
 
     def full_table(self) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
         """Every (loop order, residency prefix, tiling) of the group with its closed-form

@@ -296,15 +296,22 @@ def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
     return comp, mem, onchip, float(latency), float(wind)
 
 
-def group_seconds(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> float:
-    """The latency of one group, as :func:`group_latency` reports it, without building its
-    per-Einsum rows (the search's inner loop). The buffer's accesses are counted only where
-    an on-chip bandwidth makes them matter."""
+def group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> GroupLatency:
+    """One group's latency and its terms, as :func:`group_latency` reports them, without its
+    per-Einsum split; the buffer's accesses are counted only where an on-chip bandwidth makes
+    them matter (``buffer`` is None otherwise)."""
     traffic = traffic or group_traffic(cascade, group)
-    buffer = 0.0
+    buffer = None
     if arch.memory.onchip_bandwidth_bytes_per_cycle is not None:
-        buffer = group_buffer_accesses(cascade, group, traffic).total_bytes
-    return _group_times(arch, cascade, group, traffic, buffer)[3]
+        buffer = group_buffer_accesses(cascade, group, traffic)
+    comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic,
+                                                    0.0 if buffer is None else buffer.total_bytes)
+    return GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip)
+
+
+def group_seconds(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> float:
+    """The latency of one group, as :func:`group_latency` reports it (the search's inner loop)."""
+    return group_totals(arch, cascade, group, traffic).latency
 
 
 def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
@@ -368,10 +375,16 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     return gl, rows
 
 
-def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: int = 1) -> LayerLatency:
-    """Latency of one layer under a (checked) mapping, and its per-Einsum rows in cascade order."""
+def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: int = 1,
+                  per_einsum: bool = True) -> LayerLatency:
+    """Latency of one layer under a (checked) mapping, and its per-Einsum rows in cascade order.
+    With ``per_einsum=False`` (sweeps), the groups only (:func:`group_totals`): every total of
+    the layer but the buffer bytes and the spatial utilisation, which need the rows."""
     groups, rows = [], []
     for g in mapping.groups:
+        if not per_einsum:
+            groups.append(group_totals(arch, cascade, g))
+            continue
         gl, er = group_latency(arch, cascade, g)
         groups.append(gl)
         rows.extend(er)

@@ -492,16 +492,8 @@ def _build_together(models: list[GroupCostModel]) -> None:
     fp = np.full((len(models), widest, n), np.inf)
     traffic[:, 0], fp[:, 0] = traffic0, fp0
     _add_residency(models, tiles, trips, n, traffic0, fp0, traffic, fp)
-    # kept_candidates over each group's options at once (padding rows sort last, never kept)
-    order = np.lexsort((fp, traffic), axis=1)
-    fp_sorted = np.take_along_axis(fp, order, axis=1)
-    before = np.concatenate([np.full((len(models), 1, n), np.inf), np.minimum.accumulate(fp_sorted, axis=1)[:, :-1]],
-                            axis=1)
-    g, rows, cols = np.nonzero(fp_sorted < before)
-    option = order[g, rows, cols]
+    g, option, cols = np.nonzero(_kept_mask(traffic, fp))  # by group, then ascending flat index
     flat = option * n + cols
-    sort = np.lexsort((flat, g))
-    g, option, cols, flat = g[sort], option[sort], cols[sort], flat[sort]
     bounds = np.searchsorted(g, np.arange(len(models) + 1))
     steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
     for k, m in enumerate(models):
@@ -511,6 +503,32 @@ def _build_together(models: list[GroupCostModel]) -> None:
         kept_fp = fp[k, option[part], cols[part]]
         m._candidates = Candidates(options[k], n, steps, size, kept, traffic[k, option[part], cols[part]], kept_fp,
                                    cols[part].astype(np.int32), float(kept_fp.min()))
+
+
+def _kept_mask(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """:func:`kept_candidates` of each group (arrays of shape (groups, options, tilings);
+    padding rows have infinite traffic and footprint and are never kept), as a mask. Per
+    tiling, the options in order of traffic (ties by option) are kept where their footprint
+    is below every earlier one's; of a run of equal traffic, only the last so kept, the one of
+    least footprint (first option among equals), stays. That is the order by traffic, then
+    footprint, then option, that :func:`kept_candidates` sorts by, for one stable sort on one
+    key instead of two."""
+    order = np.argsort(traffic, axis=1, kind="stable")
+    t = np.take_along_axis(traffic, order, axis=1)
+    f = np.take_along_axis(fp, order, axis=1)
+    keep = np.empty(t.shape, dtype=bool)
+    least = np.full((t.shape[0], t.shape[2]), np.inf)
+    for r in range(t.shape[1]):
+        keep[:, r] = f[:, r] < least
+        np.minimum(least, f[:, r], out=least)
+    next_kept = np.full(least.shape, np.nan)  # traffic of the next kept row of the tiling
+    for r in range(t.shape[1] - 1, -1, -1):
+        superseded = keep[:, r] & (t[:, r] == next_kept)
+        next_kept = np.where(keep[:, r], t[:, r], next_kept)
+        keep[:, r] &= ~superseded
+    mask = np.empty_like(keep)
+    np.put_along_axis(mask, order, keep, axis=1)
+    return mask
 
 
 def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray],

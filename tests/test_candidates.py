@@ -65,10 +65,46 @@ def test_tables_built_together_equal_each_group_built_alone(layer: str, cells: i
 def test_least_footprint_is_the_tables_least_without_building_it(layer: str) -> None:
     """:meth:`GroupCostModel.least_footprint` evaluates a few corner tilings; it is the least
     footprint bound of the whole table (retained halos included: the Mamba layers' conv
-    window), and it builds no table."""
+    window), and it builds no table; neither does :attr:`GroupCostModel.size`."""
     models = _segment_models(LAYERS[layer]())
     least = [m.least_footprint() for m in models]
+    sizes = [m.size for m in models]  # the search counts the candidates of a segment too large, unbuilt
     assert all(m._candidates is None for m in models)
     assert least == [float(_reference(m)[6].min()) for m in models]
+    assert sizes == [_reference(m)[3] for m in models]
     if layer in ("mamba1-prefill", "mamba2-chunked"):  # the conv window's retained halo is among them
         assert any(when is not None for m in models for _, _, when in m.fp_terms)
+
+
+def _undominated_by_definition(traffic, fp, steps, cycles) -> np.ndarray:
+    """Every candidate that no other of the same steps and cycles beats or equals in both
+    traffic and footprint, an equal one of lower position excepted (pairwise)."""
+    n = len(traffic)
+    keep = []
+    for i in range(n):
+        same = (steps == steps[i]) & (cycles == cycles[i])
+        no_worse = same & (traffic <= traffic[i]) & (fp <= fp[i])
+        better = (traffic < traffic[i]) | (fp < fp[i]) | (np.arange(n) < i)
+        no_worse[i] = False
+        if not (no_worse & better).any():
+            keep.append(i)
+    return np.array(keep, dtype=np.int64)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_pick_tables_dominance_filter_keeps_exactly_the_undominated(seed: int) -> None:
+    """model/picks.py drops, per segment, candidates another of the same steps and cycles
+    beats or equals; checked pairwise on random tables full of ties (small integers), one
+    with footprints too large for its shortcut (then integer ranks)."""
+    from mambalaya.model import picks
+
+    rng = np.random.default_rng(seed)
+    tilings = int(rng.integers(1, 30))
+    steps_t = rng.integers(1, 4, tilings).astype(float)
+    cycles_t = rng.integers(1, 4, tilings).astype(float)
+    rows = int(rng.integers(1, 200))
+    tiling = rng.integers(0, tilings, rows)
+    traffic = rng.integers(0, 6, rows).astype(float)
+    fp = rng.integers(0, 6, rows).astype(float) + (2.0**52 if seed % 10 == 9 else 0.0)
+    got = picks._undominated(traffic, fp, picks._classes(steps_t, cycles_t)[tiling])
+    assert np.array_equal(got, _undominated_by_definition(traffic, fp, steps_t[tiling], cycles_t[tiling]))

@@ -194,24 +194,41 @@ def window_halos(cascade: Cascade, group: FusionGroup) -> dict[tuple[str, str], 
 
 def _window_halos(cascade: Cascade, group: FusionGroup) -> dict[tuple[str, str], int]:
     halos: dict[tuple[str, str], int] = {}
+    fused = frozenset(group.fused_ranks)
+    for name in group.einsums:
+        for key, rows in _einsum_window_halos(cascade, name, fused).items():
+            halos[key] = max(halos.get(key, 0), rows)
+    return halos
+
+
+def _einsum_window_halos(cascade: Cascade, name: str, fused: frozenset[str]) -> dict[tuple[str, str], int]:
+    """One Einsum's part of :func:`window_halos`, memoised per fused ranks: the groups of a
+    search share their Einsums."""
+    memo = cascade.__dict__.setdefault("_einsum_window_halos_memo", {})
+    key = (name, fused)
+    if key not in memo:
+        memo[key] = _einsum_halos(cascade, cascade.einsum(name), fused)
+    return memo[key]
+
+
+def _einsum_halos(cascade: Cascade, e: Einsum, fused: frozenset[str]) -> dict[tuple[str, str], int]:
+    halos: dict[tuple[str, str], int] = {}
     sizes = cascade.variable_sizes
-    fused = set(group.fused_ranks)
-    for e in group_einsums(cascade, group):
-        for acc in e.inputs:
-            if acc.tensor == e.name:
+    for acc in e.inputs:
+        if acc.tensor == e.name:
+            continue
+        ranks = cascade.tensors[acc.tensor].ranks
+        for idx, rank in zip(acc.indices, ranks):
+            if rank not in fused:
                 continue
-            ranks = cascade.tensors[acc.tensor].ranks
-            for idx, rank in zip(acc.indices, ranks):
-                if rank not in fused:
-                    continue
-                own = rank.lower()
-                coeff = dict(idx.terms).get(own)
-                if coeff != 1:
-                    continue
-                rest_lo, _ = idx.bounds({v: (sizes[v] if v != own else 1) for v in idx.variables})
-                if rest_lo < 0:
-                    key = (acc.tensor, rank)
-                    halos[key] = max(halos.get(key, 0), -rest_lo)
+            own = rank.lower()
+            coeff = dict(idx.terms).get(own)
+            if coeff != 1:
+                continue
+            rest_lo, _ = idx.bounds({v: (sizes[v] if v != own else 1) for v in idx.variables})
+            if rest_lo < 0:
+                key = (acc.tensor, rank)
+                halos[key] = max(halos.get(key, 0), -rest_lo)
     return halos
 
 

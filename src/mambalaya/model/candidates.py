@@ -108,6 +108,7 @@ class GroupCostModel:
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
         self._candidates: Candidates | None = None
         self._least_fp: float | None = None
+        self._size: int | None = None
         self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
         self._held_for: list[np.ndarray] | None = None  # the tiles self._held is for
         self._held: dict[str, np.ndarray] = {}
@@ -244,6 +245,17 @@ class GroupCostModel:
             build_candidates([self])
         return self._candidates  # type: ignore[return-value]
 
+    @property
+    def n_tilings(self) -> int:
+        return math.prod(len(o) for o in self._tile_options)
+
+    @property
+    def size(self) -> int:
+        """Candidates in the full table (:attr:`Candidates.size`), without building it."""
+        if self._size is None:
+            self._size = len(self.options()) * self.n_tilings
+        return self._size
+
     def options(self) -> list[tuple[tuple[int, ...], int]]:
         """The (loop order, residency prefix) of each block of the full table, in its order
         (see :meth:`full_table`)."""
@@ -257,7 +269,7 @@ class GroupCostModel:
         building the table. Every footprint term grows with each tile size, except a retained
         halo's, which vanishes once its rank is untiled, and residency only adds held boxes:
         so the least is at a tiling whose ranks are all 1 except halo ranks, each 1 or
-        untiled, with everything streamed; those corners are evaluated by :meth:`evaluate`
+        untiled, with everything streamed; those corners are evaluated by :meth:`footprint`
         itself (the same floats). Memoised."""
         if self._least_fp is None:
             halo_ranks = sorted({when for _, _, when in self.fp_terms if when is not None})
@@ -265,9 +277,7 @@ class GroupCostModel:
             sizes = [self.cascade.size(r) for r in self.ranks]
             tiles = [np.array([sizes[i] if i in halo_ranks and c[halo_ranks.index(i)] else 1 for c in corners],
                               dtype=np.int64) for i in range(len(self.ranks))]
-            trips = [np.ceil(size / t).astype(np.float64) for size, t in zip(sizes, tiles)]
-            _, fp = self.evaluate(tiles, trips)
-            self._least_fp = float(fp.min())
+            self._least_fp = float(self.footprint(tiles).min())
         return self._least_fp
 
     def group_at(self, flat: int) -> FusionGroup:
@@ -430,6 +440,8 @@ class GroupCostModel:
         return own
 
     def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """The closed forms' traffic and footprint bound (everything streamed) at the tilings
+        given by each rank's ``tiles`` and ``trips``."""
         n = len(tiles[0]) if tiles else 1
         traffic = np.zeros(n)
         for b, idxs in self.terms:
@@ -437,6 +449,11 @@ class GroupCostModel:
             for i in idxs:
                 f = f * trips[i]
             traffic += f
+        return traffic, self.footprint(tiles)
+
+    def footprint(self, tiles: list[np.ndarray]) -> np.ndarray:
+        """The footprint bound (everything streamed) at the tilings given by each rank's ``tiles``."""
+        n = len(tiles[0]) if tiles else 1
         fp = np.zeros(n)
         for fixed, idxs, when in self.fp_terms:
             f = np.full(n, fixed)
@@ -445,7 +462,7 @@ class GroupCostModel:
             if when is not None:
                 f = f * (tiles[when] < self.cascade.size(self.ranks[when]))
             fp += f
-        return traffic, fp
+        return fp
 
 
 #: At most this many cells (groups x options x tilings) in one pass of
@@ -467,7 +484,7 @@ def build_candidates(models: list[GroupCostModel]) -> None:
         if m._candidates is None:
             classes.setdefault((id(m.cascade), tuple(m.ranks)), []).append(m)
     for same in classes.values():
-        n = math.prod(len(o) for o in same[0]._tile_options)
+        n = same[0].n_tilings
         part: list[GroupCostModel] = []
         widest = 0
         for m in same:

@@ -55,9 +55,10 @@ class _Table:
             self.index[id(m)] = len(self.models)
             self.models.append(m)
             c = m.candidates()
-            cycles = (np.zeros(c.kept.size) if self.compute is None else m.cycles(self.compute)[c.kept_tiling])
+            tiling_cycles = np.zeros(c.n_tilings) if self.compute is None else m.cycles(self.compute)
+            cycles = tiling_cycles[c.kept_tiling]
             steps = c.steps[c.kept_tiling]
-            rows = _undominated(c.kept_traffic, c.kept_fp, steps, cycles)
+            rows = _undominated(c.kept_traffic, c.kept_fp, _classes(c.steps, tiling_cycles)[c.kept_tiling])
             self.parts.append((rows, c.kept_traffic[rows], c.kept_fp[rows], steps[rows], cycles[rows],
                                np.full(rows.size, len(m.probe.einsums))))
         if new or self.arrays is None:
@@ -69,26 +70,41 @@ class _Table:
             self.per_arch, self.fits = {}, {}
 
 
-def _undominated(traffic: np.ndarray, fp: np.ndarray, steps: np.ndarray, cycles: np.ndarray) -> np.ndarray:
-    """Positions (ascending) of the candidates no other of the same steps and compute cycles
-    beats or equals in both traffic and footprint bound (an equal one of lower position
+def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.ndarray:
+    """Positions (ascending) of the candidates no other of the same class ``cls`` (steps and
+    compute cycles, :func:`_classes`) beats or equals in both traffic and footprint bound (an equal one of lower position
     excepted). Latency grows with the cycles and the traffic at equal steps, so a dropped
     candidate never comes first in the objective's order, for any buffer or bandwidth: its
-    dominator fits whenever it does, and comes before it."""
-    order = np.lexsort((fp, traffic, cycles, steps))  # stable: equal rows keep their positions
-    s, c = steps[order], cycles[order]
-    first = np.r_[True, (s[1:] != s[:-1]) | (c[1:] != c[:-1])]
-    cls = np.cumsum(first)
-    # per class, keep a row whose footprint is below every earlier one's (earlier: less
-    # traffic, or equal traffic and a lower position). One running minimum serves every class
-    # once each class's footprints are raised above all later classes' (by whole multiples of
-    # a span above every footprint); where that addition is not exact, integer ranks instead
-    fp_sorted = fp[order]
-    raised = fp_sorted + (cls[-1] - cls) * (float(fp_sorted.max()) + 1.0)
-    if not np.array_equal(raised - (cls[-1] - cls) * (float(fp_sorted.max()) + 1.0), fp_sorted):
-        raised = np.unique(fp, return_inverse=True)[1].reshape(-1)[order] + (cls[-1] - cls) * (len(fp) + 1.0)
+    dominator fits whenever it does, and comes before it.
+
+    Within a class (steps, cycles), in order of traffic (ties by position), a candidate is kept
+    where its footprint is below every earlier one's; of a run of equal traffic only the last
+    so kept (the least footprint, first among equals) stays: the order by traffic, footprint
+    and position, for a sort on two keys instead of four."""
+    order = np.lexsort((traffic, cls))  # stable: equal rows keep their positions
+    c, t, f = cls[order], traffic[order], fp[order]
+    first = np.r_[True, c[1:] != c[:-1]]
+    # one running minimum serves every class once each class's footprints are raised above
+    # all later classes' (by whole multiples of a span above every footprint); where that
+    # addition is not exact, integer ranks of the footprints instead
+    span = float(f.max()) + 1.0 if f.size else 1.0
+    raised = f + (c[-1] - c) * span if f.size else f
+    if not np.array_equal(raised - (c[-1] - c) * span if f.size else raised, f):
+        ranks = np.unique(f, return_inverse=True)[1].reshape(-1)
+        raised = ranks + (c[-1] - c) * (len(f) + 1.0)
     before = np.r_[np.inf, np.minimum.accumulate(raised)[:-1]]
-    return np.sort(order[first | (raised < before)])
+    kept = np.flatnonzero(first | (raised < before))
+    superseded = (c[kept[1:]] == c[kept[:-1]]) & (t[kept[1:]] == t[kept[:-1]])
+    return np.sort(order[kept[np.r_[~superseded, True]]])
+
+
+def _classes(steps: np.ndarray, cycles: np.ndarray) -> np.ndarray:
+    """An integer per tiling, equal where its (steps, cycles) are."""
+    order = np.lexsort((cycles, steps))
+    s, c = steps[order], cycles[order]
+    ids = np.empty(len(order), dtype=np.int64)
+    ids[order] = np.cumsum(np.r_[False, (s[1:] != s[:-1]) | (c[1:] != c[:-1])])
+    return ids
 
 
 #: Above this many kept candidates in all, the segments are picked one by one (memory: the

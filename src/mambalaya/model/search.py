@@ -154,7 +154,7 @@ def best_group(
     closed = model.exact_traffic and _closed_form_costs(arch, objective)
     key = (tuple(einsums), tuple(ranks), buffer_bytes, None if arch is None else spec_key(arch), objective, closed)
     if stats is not None:
-        stats.evaluations += model.candidates().size
+        stats.evaluations += model.size
         stats.groups_costed += 1
     if key not in memo or not MEMOISE_GROUPS:
         reason: list[str] = []
@@ -584,7 +584,7 @@ def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | No
 
 
 def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
-    return cost_model(cascade, einsums, tileable_ranks(cascade, einsums)).candidates().size
+    return cost_model(cascade, einsums, tileable_ranks(cascade, einsums)).size
 
 
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,

@@ -203,19 +203,23 @@ class GroupCostModel:
     def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per tileable rank, its tile and its trips in every tiling (the tilings in C order of
         the ranks' tile options). Kept per cascade and tuple of ranks, which every group
-        tiling the same ranks shares (a few such tuples per layer), not per group: at L = 2^40
-        a group has a few hundred thousand tilings. Read-only."""
+        tiling the same ranks shares (a few such tuples per layer), up to
+        :data:`KEPT_GRID_TILINGS` tilings; a larger grid (at L = 2^40 an attention group has
+        a few hundred thousand tilings) is rebuilt when needed. Read-only."""
         memo = self.cascade.__dict__.setdefault("_tiling_grid_memo", {})
         key = tuple(self.ranks)
-        if key not in memo:
+        hit = memo.get(key)
+        if hit is None:
             opts = self._tile_options
             mesh = np.meshgrid(*opts, indexing="ij") if opts else []
             tiles = [m.ravel() for m in mesh]
             trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
             for a in tiles + trips:
                 a.flags.writeable = False
-            memo[key] = (tiles, trips)
-        return memo[key]
+            hit = (tiles, trips)
+            if self.n_tilings <= KEPT_GRID_TILINGS:
+                memo[key] = hit
+        return hit
 
     def full_table(self) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
         """Every (loop order, residency prefix, tiling) of the group with its closed-form
@@ -464,6 +468,10 @@ class GroupCostModel:
             fp += f
         return fp
 
+
+#: Tiling grids of at most this many tilings are kept per cascade (:meth:`GroupCostModel.grid`):
+#: memory, not a model constant.
+KEPT_GRID_TILINGS = 1 << 16
 
 #: At most this many cells (groups x options x tilings) in one pass of
 #: :func:`build_candidates` (about 40 bytes of transient memory each); a larger group is built alone.

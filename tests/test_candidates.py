@@ -108,3 +108,17 @@ def test_the_pick_tables_dominance_filter_keeps_exactly_the_undominated(seed: in
     fp = rng.integers(0, 6, rows).astype(float) + (2.0**52 if seed % 10 == 9 else 0.0)
     got = picks._undominated(traffic, fp, picks._classes(steps_t, cycles_t)[tiling])
     assert np.array_equal(got, _undominated_by_definition(traffic, fp, steps_t[tiling], cycles_t[tiling]))
+
+
+def test_only_small_tiling_grids_are_kept(monkeypatch) -> None:
+    """Grids are shared by the groups tiling the same ranks, but one above
+    KEPT_GRID_TILINGS (at L = 2^40, hundreds of thousands of tilings) is rebuilt, not kept:
+    kept, it cost bamba-9b's evaluate 44 MB at L = 2^40."""
+    monkeypatch.setattr(candidates, "KEPT_GRID_TILINGS", 50)
+    models = _segment_models(LAYERS["mamba1-prefill"]())
+    candidates.build_candidates(models)
+    kept = models[0].cascade.__dict__["_tiling_grid_memo"]
+    assert kept and all(len(tiles[0]) <= 50 for tiles, _ in kept.values() if tiles)
+    assert any(m.n_tilings > 50 for m in models)
+    big = next(m for m in models if m.n_tilings > 50)
+    assert big.grid()[0][0].size == big.n_tilings and tuple(big.ranks) not in kept

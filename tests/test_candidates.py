@@ -1,6 +1,7 @@
 """The candidate tables the search keeps (model/candidates.py) are built for many groups at
-once (:func:`build_candidates`); each must be the table its per-group reference
-(:meth:`GroupCostModel.full_table` and :func:`kept_candidates`) gives, to the bit."""
+once (:func:`build_candidates`); each must be the table the group built alone
+(:meth:`GroupCostModel.full_table`) and pruned the plain way gives, to the bit. (That the
+closed forms themselves are right, the general model checks: tests/test_closed_forms.py.)"""
 
 from __future__ import annotations
 
@@ -27,9 +28,22 @@ def _segment_models(cascade) -> list[candidates.GroupCostModel]:
     return [candidates.GroupCostModel(cascade, s, candidates.tileable_ranks(cascade, s)) for s in segments]
 
 
+def _kept_by_sorting(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """The kept candidates (flat indices, ascending) the plain way: per tiling, sort the options
+    by traffic, then footprint (then option); keep each whose footprint is below every earlier
+    one's."""
+    order = np.lexsort((fp, traffic), axis=0)
+    fp_sorted = np.take_along_axis(fp, order, axis=0)
+    before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp_sorted, axis=0)[:-1]])
+    rows, cols = np.nonzero(fp_sorted < before)
+    kept = np.sort(order[rows, cols] * traffic.shape[1] + cols)
+    return kept.astype(np.int32) if traffic.size < 2**31 else kept
+
+
 def _reference(model: candidates.GroupCostModel) -> tuple:
+    """The group's table built alone (:meth:`GroupCostModel.full_table`), pruned the plain way."""
     _, trips, options, traffic, fp = model.full_table()
-    kept = candidates.kept_candidates(traffic, fp)
+    kept = _kept_by_sorting(traffic, fp)
     steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
     kept_fp = fp.ravel()[kept]
     return (options, traffic.shape[1], steps, traffic.size, kept, traffic.ravel()[kept], kept_fp,
@@ -122,3 +136,12 @@ def test_only_small_tiling_grids_are_kept(monkeypatch) -> None:
     assert any(m.n_tilings > 50 for m in models)
     big = next(m for m in models if m.n_tilings > 50)
     assert big.grid()[0][0].size == big.n_tilings and tuple(big.ranks) not in kept
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_kept_candidates_equal_the_plain_sort_on_tables_full_of_ties(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    shape = (int(rng.integers(1, 12)), int(rng.integers(1, 40)))
+    traffic = rng.integers(0, 5, shape).astype(float)
+    fp = rng.integers(0, 5, shape).astype(float)
+    assert np.array_equal(candidates.kept_candidates(traffic, fp), _kept_by_sorting(traffic, fp))

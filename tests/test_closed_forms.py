@@ -111,8 +111,8 @@ def test_a_closed_form_that_disagrees_makes_the_search_re_cost_every_pick(monkey
     monkeypatch.setattr(search, "CLOSED_FORM_COSTS", True)
     evaluate = candidates._evaluate_together  # how the candidate tables are built
 
-    def wrong(models, tiles, trips, n):
-        traffic, fp = evaluate(models, tiles, trips, n)
+    def wrong(models, tiles, trips):
+        traffic, fp = evaluate(models, tiles, trips)
         return traffic - np.where(traffic > 1, 1.0, 0.0), fp
 
     monkeypatch.setattr(candidates, "_evaluate_together", wrong)

@@ -73,12 +73,9 @@ def kept_candidates(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
     of the same tiling beats or equals in traffic and footprint, an equal one of lower index
     excepted. Within a tiling the steps and compute cycles are the same and the on-chip bytes,
     energy and latency grow with the traffic, so a dropped candidate never comes first in
-    :func:`_pick`'s order, for any buffer, bandwidth or objective."""
-    order = np.lexsort((fp, traffic), axis=0)  # per tiling: by traffic, then footprint
-    fp_sorted = np.take_along_axis(fp, order, axis=0)
-    before = np.vstack([np.full((1, fp.shape[1]), np.inf), np.minimum.accumulate(fp_sorted, axis=0)[:-1]])
-    rows, cols = np.nonzero(fp_sorted < before)
-    kept = np.sort(order[rows, cols] * traffic.shape[1] + cols)
+    :func:`_pick`'s order, for any buffer, bandwidth or objective. (:func:`build_candidates`
+    applies the same rule to many groups at once, :func:`_kept_mask`.)"""
+    kept = np.flatnonzero(_kept_mask(traffic[None], fp[None])[0])
     return kept.astype(np.int32) if traffic.size < 2**31 else kept  # memory holds millions of them
 
 
@@ -110,8 +107,6 @@ class GroupCostModel:
         self._least_fp: float | None = None
         self._size: int | None = None
         self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
-        self._held_for: list[np.ndarray] | None = None  # the tiles self._held is for
-        self._held: dict[str, np.ndarray] = {}
         self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
         # residency candidates: tensors read off-chip that some loop of the fixed order does
@@ -228,18 +223,8 @@ class GroupCostModel:
         everything streamed, is the same for every order). Returned with the grid's tiles and
         trips."""
         tiles, trips = self.grid()
-        traffic, fp = self.evaluate(tiles, trips)
-        blocks_t, blocks_f = [traffic], [fp]
-        for o in self.orders if self.ranks else []:
-            if not self.keepable_for(o):
-                continue
-            saved, held = self.residency(tiles, trips, o)
-            saved, held = np.cumsum(saved, axis=0), np.cumsum(held, axis=0)
-            for j in range(len(saved)):
-                blocks_t.append(traffic - saved[j])
-                blocks_f.append(fp + held[j])
-        self._held_for, self._held = None, {}
-        return tiles, trips, self.options(), np.stack(blocks_t), np.stack(blocks_f)
+        traffic, fp = _tables([self], tiles, trips)
+        return tiles, trips, self.options(), traffic[0], fp[0]
 
     def candidates(self) -> "Candidates":
         """The candidate table as the search keeps it (see :class:`Candidates`). Independent
@@ -273,15 +258,16 @@ class GroupCostModel:
         building the table. Every footprint term grows with each tile size, except a retained
         halo's, which vanishes once its rank is untiled, and residency only adds held boxes:
         so the least is at a tiling whose ranks are all 1 except halo ranks, each 1 or
-        untiled, with everything streamed; those corners are evaluated by :meth:`footprint`
-        itself (the same floats). Memoised."""
+        untiled, with everything streamed; those corners are evaluated by the closed forms
+        that build the table (the same floats). Memoised."""
         if self._least_fp is None:
             halo_ranks = sorted({when for _, _, when in self.fp_terms if when is not None})
             corners = list(itertools.product((False, True), repeat=len(halo_ranks)))
             sizes = [self.cascade.size(r) for r in self.ranks]
             tiles = [np.array([sizes[i] if i in halo_ranks and c[halo_ranks.index(i)] else 1 for c in corners],
                               dtype=np.int64) for i in range(len(self.ranks))]
-            self._least_fp = float(self.footprint(tiles).min())
+            trips = [np.ceil(size / t).astype(np.float64) for size, t in zip(sizes, tiles)]
+            self._least_fp = float(_evaluate_together([self], tiles, trips)[1].min())
         return self._least_fp
 
     def group_at(self, flat: int) -> FusionGroup:
@@ -365,41 +351,6 @@ class GroupCostModel:
             self._keepable[order] = kept
         return self._keepable[order]
 
-    def residency(self, tiles: list[np.ndarray], trips: list[np.ndarray],
-                  order: tuple[int, ...] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Per residency candidate and tiling: (bytes saved, bytes held). Streamed, a tensor is
-        read once per trip of every loop that does not index it; resident, only per trip of
-        those outside the innermost loop (of more than one trip) that does index it
-        (model/traffic.py). It holds its largest one-step box (fusion/mapping.py:resident_bytes),
-        here bounded from above: a dimension indexed by several tiled ranks counts in full."""
-        n = len(tiles[0])
-        order = self.orders[0] if order is None else order
-        pos = {i: k for k, i in enumerate(order)}
-        saved, held = [], []
-        for t, b, seen in self.keepable_for(order):
-            streamed = np.ones(n)
-            for i in range(len(self.ranks)):
-                if i not in seen:
-                    streamed = streamed * trips[i]
-            inner = np.full(n, -1)  # position of the innermost loop indexing it that moves
-            for i in sorted(seen, key=pos.get):
-                inner = np.where(trips[i] > 1, pos[i], inner)
-            resident = np.ones(n)
-            for i in range(len(self.ranks)):
-                if i not in seen:
-                    resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
-            saved.append(b * (streamed - resident))
-            held.append(self._held_box_of(t, tiles))
-        return np.array(saved), np.array(held)
-
-    def _held_box_of(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
-        """:meth:`_held_box`, once per tensor for the grid's tiles (every loop order asks)."""
-        if tiles is not self._held_for:
-            self._held_for, self._held = tiles, {}
-        if tensor not in self._held:
-            self._held[tensor] = self._held_box(tensor, tiles)
-        return self._held[tensor]
-
     def _held_box(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
         cascade = self.cascade
         accs = [a for e in (cascade.einsum(x) for x in self.probe.einsums) for a in e.inputs
@@ -443,31 +394,6 @@ class GroupCostModel:
             own += f
         return own
 
-    def evaluate(self, tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """The closed forms' traffic and footprint bound (everything streamed) at the tilings
-        given by each rank's ``tiles`` and ``trips``."""
-        n = len(tiles[0]) if tiles else 1
-        traffic = np.zeros(n)
-        for b, idxs in self.terms:
-            f = np.full(n, b)
-            for i in idxs:
-                f = f * trips[i]
-            traffic += f
-        return traffic, self.footprint(tiles)
-
-    def footprint(self, tiles: list[np.ndarray]) -> np.ndarray:
-        """The footprint bound (everything streamed) at the tilings given by each rank's ``tiles``."""
-        n = len(tiles[0]) if tiles else 1
-        fp = np.zeros(n)
-        for fixed, idxs, when in self.fp_terms:
-            f = np.full(n, fixed)
-            for i in idxs:
-                f = f * np.minimum(tiles[i], self.cascade.size(self.ranks[i]))
-            if when is not None:
-                f = f * (tiles[when] < self.cascade.size(self.ranks[when]))
-            fp += f
-        return fp
-
 
 #: Tiling grids of at most this many tilings are kept per cascade (:meth:`GroupCostModel.grid`):
 #: memory, not a model constant.
@@ -507,16 +433,10 @@ def build_candidates(models: list[GroupCostModel]) -> None:
 
 def _build_together(models: list[GroupCostModel]) -> None:
     """The candidate tables of ``models`` (one cascade, the same tileable ranks)."""
-    first = models[0]
-    tiles, trips = first.grid()
+    tiles, trips = models[0].grid()
     n = len(trips[0]) if trips else 1
-    traffic0, fp0 = _evaluate_together(models, tiles, trips, n)
+    traffic, fp = _tables(models, tiles, trips)
     options = [m.options() for m in models]
-    widest = max(len(o) for o in options)
-    traffic = np.full((len(models), widest, n), np.inf)
-    fp = np.full((len(models), widest, n), np.inf)
-    traffic[:, 0], fp[:, 0] = traffic0, fp0
-    _add_residency(models, tiles, trips, n, traffic0, fp0, traffic, fp)
     g, option, cols = np.nonzero(_kept_mask(traffic, fp))  # by group, then ascending flat index
     flat = option * n + cols
     bounds = np.searchsorted(g, np.arange(len(models) + 1))
@@ -528,6 +448,21 @@ def _build_together(models: list[GroupCostModel]) -> None:
         kept_fp = fp[k, option[part], cols[part]]
         m._candidates = Candidates(options[k], n, steps, size, kept, traffic[k, option[part], cols[part]], kept_fp,
                                    cols[part].astype(np.int32), float(kept_fp.min()))
+
+
+def _tables(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Every candidate's closed-form traffic and footprint bound, arrays of shape (models,
+    options, tilings); a model with fewer options than the widest is padded with infinite
+    traffic and footprint. Option 0 streams everything; the others follow
+    :meth:`GroupCostModel.options`."""
+    n = len(trips[0]) if trips else 1
+    traffic0, fp0 = _evaluate_together(models, tiles, trips)
+    widest = max(len(m.options()) for m in models)
+    traffic = np.full((len(models), widest, n), np.inf)
+    fp = np.full((len(models), widest, n), np.inf)
+    traffic[:, 0], fp[:, 0] = traffic0, fp0
+    _add_residency(models, tiles, trips, n, traffic0, fp0, traffic, fp)
+    return traffic, fp
 
 
 def _kept_mask(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
@@ -556,11 +491,16 @@ def _kept_mask(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
     return mask
 
 
-def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray],
-                       n: int) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`GroupCostModel.evaluate` of every model (rows) over the shared tilings: each
-    term a product in rank order, a rank the term does not involve multiplying by one, and the
-    terms summed in the model's order, a missing term adding zero."""
+def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray],
+                       trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The closed forms' traffic and footprint bound with everything streamed, for every model
+    (rows) at the tilings given by each rank's ``tiles`` and ``trips``. Traffic: each term's
+    untiled bytes times the trips of the ranks it does not mention; footprint: each term's
+    fixed bytes times the tiled extents of its ranks (a retained halo's only while its rank is
+    tiled). Each term a product in rank order, a rank the term does not involve multiplying by
+    one, and the terms summed in the model's order, a missing term adding zero: a model's
+    values are the same floats whichever models share the pass."""
+    n = len(tiles[0]) if tiles else 1
     ranks = len(first_ranks := models[0].ranks)
     sizes = [models[0].cascade.size(r) for r in first_ranks]
     traffic = np.zeros((len(models), n))
@@ -605,8 +545,13 @@ def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray], tr
 def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray], n: int,
                    traffic0: np.ndarray, fp0: np.ndarray, traffic: np.ndarray, fp: np.ndarray) -> None:
     """Fill the residency options (rows 1.. of each model, :meth:`GroupCostModel.options`'s
-    order) of ``traffic`` and ``fp``: the running sums of :meth:`GroupCostModel.residency`'s
-    bytes saved and held, the per-tiling factors shared by every model that needs them."""
+    order) of ``traffic`` and ``fp``. Streamed, a tensor is read once per trip of every loop
+    that does not index it; resident, only per trip of those outside the innermost loop (of
+    more than one trip) that does index it (model/traffic.py). It holds its largest one-step
+    box (fusion/mapping.py:resident_bytes), here bounded from above: a dimension indexed by
+    several tiled ranks counts in full (:meth:`GroupCostModel._held_box`). Option ``(o, j)``
+    saves and holds the running sums over order ``o``'s first ``j`` residency candidates; the
+    per-tiling factors are shared by every model that needs them."""
     chains = []  # (model row, first option row, [(bytes, saved-factor row, held row)])
     factors: dict[tuple, int] = {}
     factor_rows: list[np.ndarray] = []
@@ -614,6 +559,10 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
     held_rows: list[np.ndarray] = []
     for k, m in enumerate(models):
         row = 1
+        readers_of: dict[str, tuple[str, ...]] = {}  # a held box depends on the Einsums reading it
+        for e in m.probe.einsums:
+            for t in dict.fromkeys(a.tensor for a in m.cascade.einsum(e).inputs if a.tensor != e):
+                readers_of[t] = readers_of.get(t, ()) + (e,)
         for o in m.orders if m.ranks else []:
             keep = m.keepable_for(o)
             if not keep:
@@ -624,8 +573,7 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
                 if key not in factors:
                     factors[key] = len(factor_rows)
                     factor_rows.append(_saved_factor(trips, o, seen, len(m.ranks), n))
-                readers = (t, tuple(e for e in m.probe.einsums if e != t and any(
-                    a.tensor == t for a in m.cascade.einsum(e).inputs)))
+                readers = (t, readers_of.get(t, ()))
                 if readers not in held:
                     held[readers] = len(held_rows)
                     held_rows.append(m._held_box(t, tiles))
@@ -656,8 +604,8 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
 
 
 def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: set[int], ranks: int, n: int) -> np.ndarray:
-    """Per tiling, a resident tensor's reads saved per byte (:meth:`GroupCostModel.residency`:
-    streamed minus resident trips), for a tensor indexed by the ranks ``seen`` under ``order``."""
+    """Per tiling, a resident tensor's reads saved per byte (streamed minus resident trips,
+    :func:`_add_residency`), for a tensor indexed by the ranks ``seen`` under ``order``."""
     pos = {i: k for k, i in enumerate(order)}
     streamed = np.ones(n)
     for i in range(ranks):

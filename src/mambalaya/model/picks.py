@@ -72,8 +72,8 @@ class _Table:
 
 def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.ndarray:
     """Positions (ascending) of the candidates no other of the same class ``cls`` (steps and
-    compute cycles, :func:`_classes`) beats or equals in both traffic and footprint bound (an equal one of lower position
-    excepted). Latency grows with the cycles and the traffic at equal steps, so a dropped
+    compute cycles, :func:`_classes`) beats or equals in both traffic and footprint bound (an
+    equal one of lower position excepted). Latency grows with the cycles and the traffic at equal steps, so a dropped
     candidate never comes first in the objective's order, for any buffer or bandwidth: its
     dominator fits whenever it does, and comes before it.
 
@@ -81,15 +81,17 @@ def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.nda
     where its footprint is below every earlier one's; of a run of equal traffic only the last
     so kept (the least footprint, first among equals) stays: the order by traffic, footprint
     and position, for a sort on two keys instead of four."""
+    if not len(traffic):
+        return np.empty(0, dtype=np.int64)
     order = np.lexsort((traffic, cls))  # stable: equal rows keep their positions
     c, t, f = cls[order], traffic[order], fp[order]
     first = np.r_[True, c[1:] != c[:-1]]
     # one running minimum serves every class once each class's footprints are raised above
     # all later classes' (by whole multiples of a span above every footprint); where that
     # addition is not exact, integer ranks of the footprints instead
-    span = float(f.max()) + 1.0 if f.size else 1.0
-    raised = f + (c[-1] - c) * span if f.size else f
-    if not np.array_equal(raised - (c[-1] - c) * span if f.size else raised, f):
+    span = float(f.max()) + 1.0
+    raised = f + (c[-1] - c) * span
+    if not np.array_equal(raised - (c[-1] - c) * span, f):
         ranks = np.unique(f, return_inverse=True)[1].reshape(-1)
         raised = ranks + (c[-1] - c) * (len(f) + 1.0)
     before = np.r_[np.inf, np.minimum.accumulate(raised)[:-1]]

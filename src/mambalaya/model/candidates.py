@@ -266,8 +266,7 @@ class GroupCostModel:
             sizes = [self.cascade.size(r) for r in self.ranks]
             tiles = [np.array([sizes[i] if i in halo_ranks and c[halo_ranks.index(i)] else 1 for c in corners],
                               dtype=np.int64) for i in range(len(self.ranks))]
-            trips = [np.ceil(size / t).astype(np.float64) for size, t in zip(sizes, tiles)]
-            self._least_fp = float(_evaluate_together([self], tiles, trips)[1].min())
+            self._least_fp = float(_footprint_together([self], tiles).min())
         return self._least_fp
 
     def group_at(self, flat: int) -> FusionGroup:
@@ -494,52 +493,52 @@ def _kept_mask(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
 def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray],
                        trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """The closed forms' traffic and footprint bound with everything streamed, for every model
-    (rows) at the tilings given by each rank's ``tiles`` and ``trips``. Traffic: each term's
-    untiled bytes times the trips of the ranks it does not mention; footprint: each term's
-    fixed bytes times the tiled extents of its ranks (a retained halo's only while its rank is
-    tiled). Each term a product in rank order, a rank the term does not involve multiplying by
-    one, and the terms summed in the model's order, a missing term adding zero: a model's
-    values are the same floats whichever models share the pass."""
-    n = len(tiles[0]) if tiles else 1
-    ranks = len(first_ranks := models[0].ranks)
-    sizes = [models[0].cascade.size(r) for r in first_ranks]
-    traffic = np.zeros((len(models), n))
-    width = max(len(m.terms) for m in models)
-    coef = np.zeros((len(models), width))
-    uses = np.zeros((len(models), width, ranks), dtype=bool)
-    for k, m in enumerate(models):
-        for t, (b, idxs) in enumerate(m.terms):
-            coef[k, t] = b
+    (rows) at the tilings given by each rank's ``tiles`` and ``trips``."""
+    return _traffic_together(models, trips), _footprint_together(models, tiles)
+
+
+def _traffic_together(models: list[GroupCostModel], trips: list[np.ndarray]) -> np.ndarray:
+    """Each term's untiled bytes times the trips of the ranks it does not mention, summed."""
+    return _sum_of_products([m.terms for m in models], trips)
+
+
+def _footprint_together(models: list[GroupCostModel], tiles: list[np.ndarray]) -> np.ndarray:
+    """Each term's fixed bytes times the tiled extents of its ranks (a retained halo's only
+    while its rank is tiled), summed."""
+    sizes = [models[0].cascade.size(r) for r in models[0].ranks]
+    extents = [np.minimum(t, size) for t, size in zip(tiles, sizes)]
+    tiled = [t < size for t, size in zip(tiles, sizes)]
+    ranks = len(sizes)
+    terms = [[(fixed, list(idxs) + ([ranks + when] if when is not None else [])) for fixed, idxs, when in m.fp_terms]
+             for m in models]
+    return _sum_of_products(terms, extents + tiled)
+
+
+def _sum_of_products(terms: list[list[tuple[float, list[int]]]], factors: list[np.ndarray]) -> np.ndarray:
+    """Per model (rows), the sum over its terms ``(coefficient, factor indices)`` of the
+    coefficient times those per-tiling factors: each product taken in the order of its
+    indices, a factor the term does not use multiplying by one, the terms summed in the
+    model's order, a missing term adding zero. So a model's values are the same floats
+    whichever models share the pass (``tests/test_candidates.py``)."""
+    n = len(factors[0]) if factors else 1
+    width = max((len(ts) for ts in terms), default=0)
+    coef = np.zeros((len(terms), width))
+    uses = np.zeros((len(terms), width, len(factors)), dtype=bool)
+    for k, ts in enumerate(terms):
+        for t, (c, idxs) in enumerate(ts):
+            coef[k, t] = c
             uses[k, t, idxs] = True
+    some, every = uses.any(axis=0).tolist(), uses.all(axis=0).tolist()
+    total = np.zeros((len(terms), n))
     for t in range(width):
         f = np.repeat(coef[:, t:t + 1], n, axis=1)
-        for i in range(ranks):
-            if uses[:, t, i].any():
-                f = f * np.where(uses[:, t, i:i + 1], trips[i], 1.0)
-        traffic += f
-    fp = np.zeros((len(models), n))
-    width = max((len(m.fp_terms) for m in models), default=0)
-    coef = np.zeros((len(models), width))
-    uses = np.zeros((len(models), width, ranks), dtype=bool)
-    when = np.zeros((len(models), width, ranks), dtype=bool)
-    for k, m in enumerate(models):
-        for t, (fixed, idxs, tiled_only) in enumerate(m.fp_terms):
-            coef[k, t] = fixed
-            uses[k, t, idxs] = True
-            if tiled_only is not None:
-                when[k, t, tiled_only] = True
-    extents = [np.minimum(tiles[i], sizes[i]) for i in range(ranks)]
-    tiled = [tiles[i] < sizes[i] for i in range(ranks)]
-    for t in range(width):
-        f = np.repeat(coef[:, t:t + 1], n, axis=1)
-        for i in range(ranks):
-            if uses[:, t, i].any():
-                f = f * np.where(uses[:, t, i:i + 1], extents[i], 1)
-        for i in range(ranks):
-            if when[:, t, i].any():
-                f = f * np.where(when[:, t, i:i + 1], tiled[i], True)
-        fp += f
-    return traffic, fp
+        for i, factor in enumerate(factors):
+            if every[t][i]:
+                f = f * factor
+            elif some[t][i]:
+                f = f * np.where(uses[:, t, i:i + 1], factor, 1.0)
+        total += f
+    return total
 
 
 def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray], n: int,

@@ -236,3 +236,23 @@ def test_local_workers_run_without_dasks_profiler_unless_the_environment_says_ot
     monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")
     with dask.config.set({"distributed.worker.profile.enabled": True}):
         assert sweep._worker_profiling() is True
+
+
+def test_points_share_their_architecture_across_layers_but_not_across_field_types() -> None:
+    """A point's architecture is built once per design and field values (the points of every
+    layer repeat them); 1 and 1.0 are different values to a strict spec, and a value that is
+    not a scalar still gets the spec's own error."""
+    from mambalaya.experiments import sweep
+
+    base = {"arch": "mambalaya", "phase": "prefill", "seq_len": 256, "batch": 2, "mapping": "default",
+            "memory.offchip_bandwidth_bytes_per_s": 2e12}
+    a = sweep._arch_for(dict(base, model="mamba-130m"))
+    assert sweep._arch_for(dict(base, model="mamba-370m", seq_len=512)) is a
+    assert a.memory.offchip_bandwidth_bytes_per_s == 2e12
+    other = sweep._arch_for(dict(base, **{"memory.offchip_bandwidth_bytes_per_s": 3e12}))
+    assert other is not a and other.memory.offchip_bandwidth_bytes_per_s == 3e12
+    int_key = sweep._arch_for(dict(base, **{"memory.onchip_buffer_bytes": 1 << 20}))
+    float_key = sweep._arch_for(dict(base, **{"memory.onchip_buffer_bytes": float(1 << 20)}))
+    assert int_key is not float_key
+    with pytest.raises(MambalayaError, match="must be an integer"):
+        sweep._arch_for(dict(base, **{"memory.onchip_buffer_bytes": [1, 2]}))

@@ -144,7 +144,26 @@ _CASCADES: dict[tuple, Any] = {}
 _ARCHS: dict[str, Any] = {}
 
 
+_POINT_ARCHS: dict[tuple, Any] = {}
+
+
 def _arch_for(point: dict[str, Any]):
+    """The point's architecture: its design with the point's architecture fields set. Memoised
+    per design and field values (types included: strict validation tells 1 from 1.0), since
+    the points of other layers repeat them; the spec is frozen, so sharing it is safe."""
+    key = (point["arch"], tuple(sorted((k, type(v).__name__, v) for k, v in point.items() if k not in POINT_KEYS)))
+    try:
+        hash(key)
+    except TypeError:  # a value that is not a scalar: left to the spec's own error
+        return _build_arch(point)
+    if key not in _POINT_ARCHS:
+        if len(_POINT_ARCHS) > 1024:
+            _POINT_ARCHS.clear()
+        _POINT_ARCHS[key] = _build_arch(point)
+    return _POINT_ARCHS[key]
+
+
+def _build_arch(point: dict[str, Any]):
     from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 
     base = point["arch"]

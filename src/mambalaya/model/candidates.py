@@ -303,7 +303,6 @@ class GroupCostModel:
         does. Memoised per compute section (by value)."""
         key = spec_key(compute)
         if key not in self._cycles:
-            cand = self.candidates()
             total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
             tiles = self.grid()[0]
             for name in self.probe.einsums:
@@ -314,7 +313,7 @@ class GroupCostModel:
                 cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
             else:
                 cycles = array + total["vector"] + total["mfu"]
-            self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (cand.n_tilings,))
+            self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (self.n_tilings,))
         return self._cycles[key]
 
     def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
@@ -384,14 +383,7 @@ class GroupCostModel:
     def einsum_buffer_bytes(self, trips: list[np.ndarray]) -> np.ndarray:
         """On-chip buffer bytes the Einsums read and write, for every tiling (the fills and
         drains, the off-chip bytes, come on top)."""
-        n = len(trips[0]) if trips else 1
-        own = np.zeros(n)
-        for b, idxs in self._buffer_closed_form():
-            f = np.full(n, b)
-            for i in idxs:
-                f = f * trips[i]
-            own += f
-        return own
+        return _sum_of_products([self._buffer_closed_form()], trips)[0]
 
 
 #: Tiling grids of at most this many tilings are kept per cascade (:meth:`GroupCostModel.grid`):
@@ -408,10 +400,11 @@ def build_candidates(models: list[GroupCostModel]) -> None:
     yet. The groups of one cascade that tile the same ranks share their tilings, so their
     tables are built together: every closed form evaluated, every residency option added and
     every dominated candidate dropped in a few numpy passes over arrays of shape (groups,
-    options, tilings), instead of a few hundred short passes per group. Each table is the one
-    :meth:`GroupCostModel.full_table` and :func:`kept_candidates` give, to the bit: the same
-    floating-point operations in the same order per candidate, padding only multiplying by one
-    or adding zero (``tests/test_candidates.py`` compares them)."""
+    options, tilings), instead of a few hundred short passes per group. A group's table is the
+    same, to the bit, whichever groups share its pass: the same floating-point operations in
+    the same order per candidate, padding only multiplying by one or adding zero
+    (``tests/test_candidates.py`` compares every table with its group built alone and pruned by
+    a plain sort)."""
     classes: dict[tuple[int, tuple[str, ...]], list[GroupCostModel]] = {}
     for m in dict.fromkeys(models):
         if m._candidates is None:

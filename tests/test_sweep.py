@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import sqlite3
@@ -230,12 +231,37 @@ def test_local_workers_run_without_dasks_profiler_unless_the_environment_says_ot
     client, cluster = sweep.open_client(None, 2)
     try:
         assert set(client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()) == {False}
+        # and (the same cluster, to save a start) they are processes, started with this
+        # process's objects frozen, which are thawed here again
+        assert sweep._runs_processes(cluster)
+        assert all(n > 0 for n in client.run(gc.get_freeze_count).values())
+        assert gc.get_freeze_count() == 0
     finally:
         client.close()
         cluster.close()
     monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")
     with dask.config.set({"distributed.worker.profile.enabled": True}):
         assert sweep._worker_profiling() is True
+
+
+def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked() -> None:
+    """On the sweep's own worker processes a chunk ends by moving what it leaves (its layers'
+    memos) out of the cyclic collector's reach (gc.freeze); the results are the same either
+    way, and nothing is frozen unless asked (a caller's own client, a thread worker)."""
+    from mambalaya.experiments import sweep
+
+    points = [{"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
+               "mapping": "default", "memory.onchip_buffer_bytes": b} for b in ("4MiB", "8MiB")]
+    assert gc.get_freeze_count() == 0
+    plain = sweep._chunk_task(points)
+    assert gc.get_freeze_count() == 0
+    try:
+        frozen = sweep._chunk_task(points, freeze_memos=True)
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+    assert [r.outputs for r in frozen] == [r.outputs for r in plain]
+    assert all(r.error is None for r in plain)
 
 
 def test_points_share_their_architecture_across_layers_but_not_across_field_types() -> None:

@@ -219,6 +219,18 @@ def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
     return memo[key]
 
 
+def _legal_pick(cascade: Cascade, model: "GroupCostModel", flat: int) -> FusionGroup | None:
+    """The group of ``model``'s candidate ``flat`` if it keeps the rules that do not depend on
+    its tile sizes (:func:`_legal_rules`), else None; memoised per segment and candidate, as a
+    segment picks the same candidate at many points of a sweep."""
+    memo = cascade.__dict__.setdefault("_legal_picks_memo", {})
+    key = (model.probe.einsums, flat)
+    if key not in memo:
+        group = model.group_at(flat)
+        memo[key] = group if _legal_rules(cascade, group) else None
+    return memo[key]
+
+
 def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
           fp: np.ndarray, einsums: list[str], ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str,
           subset: bool, closed: bool = False) -> Any:
@@ -613,8 +625,8 @@ def _picked_together(cascade: Cascade, keys: list[Any], models: list[GroupCostMo
         if pick is None:
             out[key] = "buffer"
             continue
-        group = model.group_at(pick.flat)
-        if _legal_rules(cascade, group):
+        group = _legal_pick(cascade, model, pick.flat)
+        if group is not None:
             out[key] = GroupChoice(group, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s,
                                    closed_form=True)
     return out

@@ -50,17 +50,29 @@ class _Table:
     fits: dict[int, np.ndarray] = field(default_factory=dict)  # per buffer: the rows whose bound fits
 
     def add(self, models: list[GroupCostModel]) -> None:
-        new = [m for m in models if id(m) not in self.index]
-        for m in new:
+        new = list({id(m): m for m in models if id(m) not in self.index}.values())
+        if new:
+            cands = [m.candidates() for m in new]
+            tiling_cycles = [np.zeros(c.n_tilings) if self.compute is None else m.cycles(self.compute)
+                             for m, c in zip(new, cands)]
+            # one pass over every new model's candidates: a class is (model, steps, cycles)
+            tiling_class = _classes(np.concatenate([c.steps for c in cands]), np.concatenate(tiling_cycles),
+                                    np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]))
+            tiling_start = np.cumsum([0] + [c.n_tilings for c in cands])
+            sizes = [c.kept.size for c in cands]
+            kept_start = np.cumsum([0] + sizes)
+            rows = _undominated(np.concatenate([c.kept_traffic for c in cands]),
+                                np.concatenate([c.kept_fp for c in cands]),
+                                np.concatenate([tiling_class[tiling_start[k] + c.kept_tiling] for k, c in enumerate(cands)]))
+            cuts = np.searchsorted(rows, kept_start)
+        for k, m in enumerate(new):
             self.index[id(m)] = len(self.models)
             self.models.append(m)
-            c = m.candidates()
-            tiling_cycles = np.zeros(c.n_tilings) if self.compute is None else m.cycles(self.compute)
-            cycles = tiling_cycles[c.kept_tiling]
-            steps = c.steps[c.kept_tiling]
-            rows = _undominated(c.kept_traffic, c.kept_fp, _classes(c.steps, tiling_cycles)[c.kept_tiling])
-            self.parts.append((rows, c.kept_traffic[rows], c.kept_fp[rows], steps[rows], cycles[rows],
-                               np.full(rows.size, len(m.probe.einsums))))
+            c = cands[k]
+            mine = rows[cuts[k]:cuts[k + 1]] - kept_start[k]
+            tiling = c.kept_tiling[mine]
+            self.parts.append((mine, c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling], tiling_cycles[k][tiling],
+                               np.full(mine.size, len(m.probe.einsums))))
         if new or self.arrays is None:
             sizes = np.array([len(p[0]) for p in self.parts])
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -100,12 +112,13 @@ def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.nda
     return np.sort(order[kept[np.r_[~superseded, True]]])
 
 
-def _classes(steps: np.ndarray, cycles: np.ndarray) -> np.ndarray:
-    """An integer per tiling, equal where its (steps, cycles) are."""
-    order = np.lexsort((cycles, steps))
-    s, c = steps[order], cycles[order]
+def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray) -> np.ndarray:
+    """An integer per tiling (of the models' concatenated tilings), equal where its model,
+    steps and cycles are."""
+    order = np.lexsort((cycles, steps, model))
+    m, s, c = model[order], steps[order], cycles[order]
     ids = np.empty(len(order), dtype=np.int64)
-    ids[order] = np.cumsum(np.r_[False, (s[1:] != s[:-1]) | (c[1:] != c[:-1])])
+    ids[order] = np.cumsum(np.r_[False, (m[1:] != m[:-1]) | (s[1:] != s[:-1]) | (c[1:] != c[:-1])])
     return ids
 
 

@@ -79,12 +79,17 @@ def test_tables_built_together_equal_each_group_built_alone(layer: str, cells: i
 def test_least_footprint_is_the_tables_least_without_building_it(layer: str) -> None:
     """:meth:`GroupCostModel.least_footprint` evaluates a few corner tilings; it is the least
     footprint bound of the whole table (retained halos included: the Mamba layers' conv
-    window), and it builds no table; neither does :attr:`GroupCostModel.size`."""
+    window), alone or with every segment of the layer in one call (:func:`least_footprints`,
+    corners of the union of their halo ranks), and it builds no table; neither does
+    :attr:`GroupCostModel.size`."""
     models = _segment_models(LAYERS[layer]())
     least = [m.least_footprint() for m in models]
+    together = _segment_models(LAYERS[layer]())  # another cascade: its own models, found in one call
+    candidates.least_footprints(together)
     sizes = [m.size for m in models]  # the search counts the candidates of a segment too large, unbuilt
-    assert all(m._candidates is None for m in models)
+    assert all(m._candidates is None for m in models + together)
     assert least == [float(_reference(m)[6].min()) for m in models]
+    assert [m.least_footprint() for m in together] == least
     assert sizes == [_reference(m)[3] for m in models]
     if layer in ("mamba1-prefill", "mamba2-chunked"):  # the conv window's retained halo is among them
         assert any(when is not None for m in models for _, _, when in m.fp_terms)

@@ -255,19 +255,10 @@ class GroupCostModel:
 
     def least_footprint(self) -> float:
         """The least footprint bound of any candidate (:attr:`Candidates.least_fp`), without
-        building the table. Every footprint term grows with each tile size, except a retained
-        halo's, which vanishes once its rank is untiled, and residency only adds held boxes:
-        so the least is at a tiling whose ranks are all 1 except halo ranks, each 1 or
-        untiled, with everything streamed; those corners are evaluated by the closed forms
-        that build the table (the same floats). Memoised."""
+        building the table (:func:`least_footprints`). Memoised."""
         if self._least_fp is None:
-            halo_ranks = sorted({when for _, _, when in self.fp_terms if when is not None})
-            corners = list(itertools.product((False, True), repeat=len(halo_ranks)))
-            sizes = [self.cascade.size(r) for r in self.ranks]
-            tiles = [np.array([sizes[i] if i in halo_ranks and c[halo_ranks.index(i)] else 1 for c in corners],
-                              dtype=np.int64) for i in range(len(self.ranks))]
-            self._least_fp = float(_footprint_together([self], tiles).min())
-        return self._least_fp
+            least_footprints([self])
+        return self._least_fp  # type: ignore[return-value]
 
     def group_at(self, flat: int) -> FusionGroup:
         """The group of candidate ``flat`` (a flat index into the full table): its tiled ranks
@@ -425,6 +416,32 @@ def build_candidates(models: list[GroupCostModel]) -> None:
                 widest = width
             part.append(m)
         _build_together(part)
+
+
+def least_footprints(models: list[GroupCostModel]) -> None:
+    """Find the least footprint bound of every model not known yet
+    (:meth:`GroupCostModel.least_footprint`), in one pass per cascade and tuple of tiled ranks.
+
+    Every footprint term grows with each tile size, except a retained halo's, which vanishes
+    once its rank is untiled, and residency only adds held boxes: so a group's least is at a
+    tiling whose ranks are all 1 except its halo ranks, each 1 or untiled, with everything
+    streamed. A pass evaluates the corners of the union of its groups' halo ranks by the
+    closed forms that build the table (each group's row the same floats as alone); a corner
+    that also untiles a rank that is not a group's halo rank only grows that group's terms (a
+    rounded product or sum never shrinks as a factor grows), so the least is the same."""
+    classes: dict[tuple[int, tuple[str, ...]], list[GroupCostModel]] = {}
+    for m in dict.fromkeys(models):
+        if m._least_fp is None:
+            classes.setdefault((id(m.cascade), tuple(m.ranks)), []).append(m)
+    for same in classes.values():
+        first = same[0]
+        halo_ranks = sorted({when for m in same for _, _, when in m.fp_terms if when is not None})
+        corners = list(itertools.product((False, True), repeat=len(halo_ranks)))
+        sizes = [first.cascade.size(r) for r in first.ranks]
+        tiles = [np.array([sizes[i] if i in halo_ranks and c[halo_ranks.index(i)] else 1 for c in corners],
+                          dtype=np.int64) for i in range(len(first.ranks))]
+        for m, row in zip(same, _footprint_together(same, tiles)):
+            m._least_fp = float(row.min())
 
 
 def _build_together(models: list[GroupCostModel]) -> None:
@@ -642,4 +659,5 @@ def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[st
     return hit
 
 
-__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "einsum_grid_cycles", "kept_candidates", "tile_options", "tileable_ranks"]
+__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "einsum_grid_cycles", "kept_candidates", "least_footprints",
+           "tile_options", "tileable_ranks"]

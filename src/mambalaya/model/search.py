@@ -69,7 +69,8 @@ from mambalaya.fusion.mapping import (
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
-from mambalaya.model.candidates import Candidates, GroupCostModel, build_candidates, cost_model, tileable_ranks
+from mambalaya.model.candidates import (Candidates, GroupCostModel, build_candidates, cost_model, least_footprints,
+                                        tileable_ranks)
 from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 from mambalaya.model.traffic import TrafficSizeError, group_traffic
 
@@ -581,8 +582,10 @@ def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | No
     if key not in memo:
         visited, models, too_large, fitting = [], [], [], []
         for b in range(1, len(names) + 1):
-            for a in range(b - 1, -1, -1):
-                model = cost_model(cascade, names[a:b], tileable_ranks(cascade, names[a:b]))
+            column = [cost_model(cascade, names[a:b], tileable_ranks(cascade, names[a:b])) for a in range(b - 1, -1, -1)]
+            if buffer_bytes is not None:
+                least_footprints(column)  # one pass for the segments ending at b (all fit, on the Mamba layers)
+            for a, model in zip(range(b - 1, -1, -1), column):
                 if buffer_bytes is not None and model.least_footprint() > buffer_bytes:
                     too_large.append((a, b))
                     break
@@ -596,7 +599,12 @@ def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | No
 
 
 def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
-    return cost_model(cascade, einsums, tileable_ranks(cascade, einsums)).size
+    """Candidates of a segment (for :class:`SearchStats`), memoised on the cascade."""
+    memo = cascade.__dict__.setdefault("_candidate_count_memo", {})
+    key = tuple(einsums)
+    if key not in memo:
+        memo[key] = cost_model(cascade, einsums, tileable_ranks(cascade, einsums)).size
+    return memo[key]
 
 
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,
@@ -683,10 +691,13 @@ def _least_traffic_within(segments: dict[tuple[int, int], GroupChoice], n: int, 
     A Pareto dynamic programme: for each prefix it keeps the (latency, traffic) points no other
     partial grouping beats in both, dropping any that cannot finish within the bound (their
     latency plus the least latency of the remaining suffix exceeds it). Returned in order."""
+    starts: dict[int, list[tuple[int, GroupChoice]]] = {}
+    for (a, b), c in segments.items():
+        starts.setdefault(a, []).append((b, c))
     suffix = [math.inf] * (n + 1)  # least latency of Einsums b..n
     suffix[n] = 0.0
     for a in range(n - 1, -1, -1):
-        suffix[a] = min((c.cost() + suffix[b] for (x, b), c in segments.items() if x == a), default=math.inf)
+        suffix[a] = min((c.cost() + suffix[b] for b, c in starts.get(a, ())), default=math.inf)
     # front[b]: list of (latency, traffic, groups) non-dominated partial groupings of 0..b
     front: list[list[tuple[float, float, tuple[FusionGroup, ...]]]] = [[] for _ in range(n + 1)]
     front[0] = [(0.0, 0.0, ())]

@@ -485,23 +485,26 @@ def _kept_mask(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
     is below every earlier one's; of a run of equal traffic, only the last so kept, the one of
     least footprint (first option among equals), stays. That is the order by traffic, then
     footprint, then option, that :func:`kept_candidates` sorts by, for one stable sort on one
-    key instead of two."""
+    key instead of two. (Row ``r`` of the sorted arrays holds the ``r``-th least traffic of
+    every group and tiling, contiguous for the passes over it.)"""
+    groups, options, n = traffic.shape
     order = np.argsort(traffic, axis=1, kind="stable")
-    t = np.take_along_axis(traffic, order, axis=1)
-    f = np.take_along_axis(fp, order, axis=1)
+    flat = order * n + (np.arange(groups)[:, None, None] * (options * n) + np.arange(n)[None, None, :])
+    flat = flat.transpose(1, 0, 2).reshape(options, groups * n)  # flat index of each group's r-th least
+    t, f = traffic.ravel().take(flat), fp.ravel().take(flat)
     keep = np.empty(t.shape, dtype=bool)
-    least = np.full((t.shape[0], t.shape[2]), np.inf)
-    for r in range(t.shape[1]):
-        keep[:, r] = f[:, r] < least
-        np.minimum(least, f[:, r], out=least)
+    least = np.full(groups * n, np.inf)
+    for r in range(options):
+        np.less(f[r], least, out=keep[r])
+        np.minimum(least, f[r], out=least)
     next_kept = np.full(least.shape, np.nan)  # traffic of the next kept row of the tiling
-    for r in range(t.shape[1] - 1, -1, -1):
-        superseded = keep[:, r] & (t[:, r] == next_kept)
-        next_kept = np.where(keep[:, r], t[:, r], next_kept)
-        keep[:, r] &= ~superseded
-    mask = np.empty_like(keep)
-    np.put_along_axis(mask, order, keep, axis=1)
-    return mask
+    for r in range(options - 1, -1, -1):
+        superseded = keep[r] & (t[r] == next_kept)
+        next_kept = np.where(keep[r], t[r], next_kept)
+        keep[r] &= ~superseded
+    mask = np.empty(traffic.size, dtype=bool)
+    mask[flat.ravel()] = keep.ravel()
+    return mask.reshape(traffic.shape)
 
 
 def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray],

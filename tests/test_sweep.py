@@ -244,24 +244,57 @@ def test_local_workers_run_without_dasks_profiler_unless_the_environment_says_ot
         assert sweep._worker_profiling() is True
 
 
-def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked() -> None:
-    """On the sweep's own worker processes a chunk ends by moving what it leaves (its layers'
-    memos) out of the cyclic collector's reach (gc.freeze); the results are the same either
-    way, and nothing is frozen unless asked (a caller's own client, a thread worker)."""
+def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked(monkeypatch) -> None:
+    """On the sweep's own worker processes a chunk tunes the allocator first and ends by
+    moving what it leaves (its layers' memos) out of the cyclic collector's reach
+    (gc.freeze); the results are the same either way, and neither happens unless asked (a
+    caller's own client, a thread worker)."""
     from mambalaya.experiments import sweep
 
     points = [{"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
                "mapping": "default", "memory.onchip_buffer_bytes": b} for b in ("4MiB", "8MiB")]
+    tuned: list[bool] = []
+    monkeypatch.setattr(sweep, "_tune_allocator", lambda: tuned.append(True))
     assert gc.get_freeze_count() == 0
     plain = sweep._chunk_task(points)
-    assert gc.get_freeze_count() == 0
+    assert gc.get_freeze_count() == 0 and not tuned
     try:
-        frozen = sweep._chunk_task(points, freeze_memos=True)
-        assert gc.get_freeze_count() > 0
+        frozen = sweep._chunk_task(points, own_worker=True)
+        assert gc.get_freeze_count() > 0 and tuned
     finally:
         gc.unfreeze()
     assert [r.outputs for r in frozen] == [r.outputs for r in plain]
     assert all(r.error is None for r in plain)
+
+
+_MMAPPED_BY_A_MIB = """
+import ctypes, sys
+import numpy as np
+from mambalaya.experiments import sweep
+class Info(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+libc = ctypes.CDLL(None)
+libc.mallinfo2.restype = Info
+tuned = sweep._tune_allocator() if sys.argv[1] == "tuned" else None
+before = libc.mallinfo2().hblkhd
+a = np.ones(1 << 17)  # 1 MiB
+print(tuned, libc.mallinfo2().hblkhd - before)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_the_allocator_tuning_takes_on_linux() -> None:
+    """With the sweep workers' thresholds, a 1 MiB array comes from the heap; without them
+    (glibc's default starts at 128 KiB) it is mapped on its own (mallinfo2's mmapped bytes).
+    In child processes: the thresholds stay with the process that sets them."""
+    def mapped(mode: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", _MMAPPED_BY_A_MIB, mode], capture_output=True, text=True,
+                              check=True).stdout.split()
+
+    tuned, plain = mapped("tuned"), mapped("plain")
+    assert tuned == ["True", "0"]
+    assert plain[0] == "None" and int(plain[1]) >= 1 << 20
 
 
 def test_points_share_their_architecture_across_layers_but_not_across_field_types() -> None:

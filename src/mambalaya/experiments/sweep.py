@@ -28,6 +28,8 @@ points); a point that fails (an impossible configuration) is stored with its err
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import gc
 import itertools
 import json
@@ -248,20 +250,55 @@ def evaluate_chunk(points: list[dict[str, Any]]) -> list[PointResult]:
     return out
 
 
-def _chunk_task(points: list[dict[str, Any]], *, freeze_memos: bool = False) -> list[PointResult]:
-    """A cluster task: :func:`evaluate_chunk`, then, with ``freeze_memos`` (set for the worker
-    processes a sweep starts itself, which live only as long as it), what the chunk leaves
-    behind moved out of the cyclic garbage collector's reach (:func:`gc.freeze`, after a young
+def _chunk_task(points: list[dict[str, Any]], *, own_worker: bool = False) -> list[PointResult]:
+    """A cluster task: :func:`evaluate_chunk`. With ``own_worker`` (set for the worker
+    processes a sweep starts itself, which live only as long as it), the worker's allocator is
+    tuned first (:func:`_tune_allocator`), and what the chunk leaves behind is moved out of
+    the cyclic garbage collector's reach afterwards (:func:`gc.freeze`, after a young
     collection). What it leaves is the memos of its layers (cascades, cost models, candidate
     tables: some 25,000 objects a layer) and they live as long as the worker; every full
     collection would traverse them all again, about 0.6 s of a 6.8 s realistic sweep
     (docs/sweeps.md). Freed by reference counting as before; only a reference cycle among
     them would now outlive the worker's sweep, and the chunks leave none."""
+    if own_worker:
+        _tune_allocator()
     results = evaluate_chunk(points)
-    if freeze_memos:
+    if own_worker:
         gc.collect(1)
         gc.freeze()
     return results
+
+
+#: glibc's mallopt parameters (malloc.h): M_TRIM_THRESHOLD and M_MMAP_THRESHOLD.
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3
+#: The values a sweep's own workers run with: arrays up to 32 MiB come from the heap (a
+#: candidate-table pass holds at most BUILD_BATCH_CELLS = 2^20 cells, 8 MiB an array), and up to
+#: 64 MiB of freed heap is kept for the next ones, not handed back. Measured choices, not model
+#: constants: with the trim threshold alone (the mmap threshold left at glibc's 128 KiB) the
+#: page faults went up fourfold, with the mmap threshold alone up by two thirds.
+ALLOCATOR_MMAP_THRESHOLD_BYTES = 32 << 20
+ALLOCATOR_TRIM_THRESHOLD_BYTES = 64 << 20
+
+
+@functools.lru_cache(maxsize=1)
+def _tune_allocator() -> bool:
+    """Have glibc's malloc keep the memory of freed numpy arrays for the next ones, in this
+    process (a worker of the sweep's own cluster); True where mallopt accepted both
+    thresholds (``tests/test_sweep.py`` checks their effect). By default each
+    large temporary of the candidate tables (hundreds of kilobytes to megabytes) is mapped
+    afresh or handed back when freed, and each page is faulted in and zeroed again: about
+    280,000 page faults and 0.9 s of system time in a realistic sweep's workers, half of that
+    with these thresholds (docs/sweeps.md). Elsewhere (not Linux, or a C library without
+    mallopt) nothing changes."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return (mallopt(_M_MMAP_THRESHOLD, ALLOCATOR_MMAP_THRESHOLD_BYTES) == 1
+            and mallopt(_M_TRIM_THRESHOLD, ALLOCATOR_TRIM_THRESHOLD_BYTES) == 1)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -410,7 +447,7 @@ def run_sweep(
             client, cluster = open_client(scheduler, workers)
         try:
             own_processes = cluster is not None and _runs_processes(cluster)
-            futures = client.map(_chunk_task, _chunks(todo, spec.chunk_size), pure=False, freeze_memos=own_processes)
+            futures = client.map(_chunk_task, _chunks(todo, spec.chunk_size), pure=False, own_worker=own_processes)
             for fut in as_completed(futures):
                 results = fut.result()
                 store.write(results)

@@ -154,3 +154,33 @@ def test_layer_totals_without_rows_equal_those_with_rows(onchip_bw, mapping: str
         assert getattr(totals, name) == getattr(full, name), name
     assert [g.traffic.footprint_bytes for g in totals.groups] == [g.traffic.footprint_bytes for g in full.groups]
     assert (onchip_bw is None) == (totals.onchip_s == 0.0)
+
+
+def test_memoised_group_totals_and_checked_mappings_answer_for_the_group_and_mapping_asked() -> None:
+    """Group totals are memoised per architecture and group, checked mappings per mapping: a
+    group asked again under another name gets its own name (in its traffic too) and the same
+    floats as a fresh cascade's; a mapping differing only in its description keeps its own;
+    an illegal mapping is refused every time."""
+    from dataclasses import replace
+
+    from mambalaya.fusion.mapping import Mapping, MappingError
+    from mambalaya.model.latency import group_totals
+
+    arch = load_arch("mambalaya")
+    cascade = mamba1_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4)
+    m = named_mapping("optimal", cascade, 1 << 20, arch=arch)
+    g = m.groups[0]
+    first = group_totals(arch, cascade, g)
+    renamed = group_totals(arch, cascade, replace(g, name="X"))
+    assert (renamed.group, renamed.traffic.group) == ("X", "X")
+    assert (first.group, first.traffic.group) == (g.name, g.name)
+    fresh = group_totals(arch, mamba1_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4), g)
+    assert (renamed.latency, renamed.comp_latency, renamed.mem_latency) == (fresh.latency, fresh.comp_latency, fresh.mem_latency)
+
+    again = check_mapping(cascade, replace(m, description="another description"))
+    assert again.description == "another description" and again.groups == check_mapping(cascade, m).groups
+    broken = Mapping("broken", m.groups[1:], m.buffer_bytes)
+    for _ in range(2):
+        with pytest.raises(MappingError, match="in no group"):
+            check_mapping(cascade, broken)
+    assert check_mapping(cascade, Mapping(m.name, list(m.groups), m.buffer_bytes)).groups == check_mapping(cascade, m).groups  # type: ignore[arg-type]

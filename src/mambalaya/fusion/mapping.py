@@ -445,7 +445,22 @@ def check_group_rules(cascade: Cascade, g: FusionGroup) -> None:
 
 
 def check_mapping(cascade: Cascade, mapping: Mapping, *, ignore_buffer: bool = False) -> Mapping:
-    """Check every rule; return the mapping with its groups in an executable order."""
+    """Check every rule; return the mapping with its groups in an executable order. A mapping
+    found legal is remembered on the (immutable) cascade, with its ordered form: a sweep's
+    points finish the same mappings again and again."""
+    key = (mapping, mapping.description, ignore_buffer)  # equal mappings may differ in description
+    try:
+        hash(key)
+    except TypeError:  # groups built as a list, not a tuple
+        return _check_mapping(cascade, mapping, ignore_buffer)
+    memo = cascade.__dict__.setdefault("_checked_mapping_memo", {})
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _check_mapping(cascade, mapping, ignore_buffer)
+    return hit
+
+
+def _check_mapping(cascade: Cascade, mapping: Mapping, ignore_buffer: bool) -> Mapping:
     names = [g.name for g in mapping.groups]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)

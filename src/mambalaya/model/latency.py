@@ -43,7 +43,7 @@ utilisations and bound (a single Einsum's group is its own).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -299,8 +299,22 @@ def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
 def group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> GroupLatency:
     """One group's latency and its terms, as :func:`group_latency` reports them, without its
     per-Einsum split; the buffer's accesses are counted only where an on-chip bandwidth makes
-    them matter (``buffer`` is None otherwise)."""
-    traffic = traffic or group_traffic(cascade, group)
+    them matter (``buffer`` is None otherwise). Without ``traffic`` (then the group's own,
+    :func:`group_traffic`), memoised on the cascade per architecture (by value) and group: a
+    search verifies the groups it chose, and the layer's latency costs them again."""
+    if traffic is not None:
+        return _group_totals(arch, cascade, group, traffic)
+    memo = cascade.__dict__.setdefault("_group_totals_memo", {})
+    key = (spec_key(arch), group.einsums, group.loops, group.halo, group.resident)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _group_totals(arch, cascade, group, group_traffic(cascade, group))
+    if hit.group != group.name:
+        hit = replace(hit, group=group.name, traffic=group_traffic(cascade, group))
+    return hit
+
+
+def _group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic) -> GroupLatency:
     buffer = None
     if arch.memory.onchip_bandwidth_bytes_per_cycle is not None:
         buffer = group_buffer_accesses(cascade, group, traffic)

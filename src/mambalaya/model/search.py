@@ -322,7 +322,7 @@ def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: 
     if arch is None:
         return GroupChoice(group, exact.total_bytes, exact.footprint_bytes)
     if objective == "latency":
-        return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, group_seconds(arch, cascade, group, exact))
+        return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, group_seconds(arch, cascade, group))
     gl, rows = group_latency(arch, cascade, group, exact)
     energy = sum(einsum_energy(arch, cascade, r).total_pj for r in rows)
     return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, gl.latency, energy, objective)
@@ -375,7 +375,7 @@ def _verify_closed_forms(cascade: Cascade, choices: list[GroupChoice], arch: Any
         if not c.closed_form:
             continue
         exact = group_traffic(cascade, c.group)
-        latency_ok = c.latency_s is None or group_seconds(arch, cascade, c.group, exact) == c.latency_s
+        latency_ok = c.latency_s is None or group_seconds(arch, cascade, c.group) == c.latency_s
         if exact.total_bytes != c.traffic_bytes or exact.footprint_bytes > c.footprint_bytes or not latency_ok:
             raise _ClosedFormMismatch(c.group)
 

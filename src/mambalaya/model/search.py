@@ -220,7 +220,7 @@ def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
     return memo[key]
 
 
-def _legal_pick(cascade: Cascade, model: "GroupCostModel", flat: int) -> FusionGroup | None:
+def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> FusionGroup | None:
     """The group of ``model``'s candidate ``flat`` if it keeps the rules that do not depend on
     its tile sizes (:func:`_legal_rules`), else None; memoised per segment and candidate, as a
     segment picks the same candidate at many points of a sweep."""

@@ -582,10 +582,7 @@ def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | No
     if key not in memo:
         visited, models, too_large, fitting = [], [], [], []
         for b in range(1, len(names) + 1):
-            column = [cost_model(cascade, names[a:b], tileable_ranks(cascade, names[a:b])) for a in range(b - 1, -1, -1)]
-            if buffer_bytes is not None:
-                least_footprints(column)  # one pass for the segments ending at b (all fit, on the Mamba layers)
-            for a, model in zip(range(b - 1, -1, -1), column):
+            for a, model in _segments_ending_at(cascade, names, b, buffer_bytes is not None):
                 if buffer_bytes is not None and model.least_footprint() > buffer_bytes:
                     too_large.append((a, b))
                     break
@@ -596,6 +593,21 @@ def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | No
         build_candidates(fitting)  # the search needs every one's table: built together
         memo[key] = (visited, models, too_large)
     return memo[key]
+
+
+def _segments_ending_at(cascade: Cascade, names: list[str], b: int, footprints: bool) -> Any:
+    """``(a, cost model)`` of the segments ``names[a:b]``, growing downwards (a = b - 1, ...),
+    made in runs of 2, 4, 8, ... segments; with ``footprints``, each run's least footprints
+    are found in one pass (:func:`least_footprints`). A walk that stops early (a segment too
+    large for the buffer) has made at most one run it did not need."""
+    a, run = b - 1, 2
+    while a >= 0:
+        starts = range(a, max(a - run, -1), -1)
+        made = [cost_model(cascade, names[x:b], tileable_ranks(cascade, names[x:b])) for x in starts]
+        if footprints:
+            least_footprints(made)
+        yield from zip(starts, made)
+        a, run = a - run, 2 * run
 
 
 def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:

@@ -21,8 +21,10 @@ from mambalaya.workloads.precision import (
     apply_policy,
     family_tensor_names,
     load_policy,
+    loads_policy,
     policy_rows,
     shipped_policies,
+    shipped_policy_text,
 )
 
 runner = CliRunner()
@@ -60,6 +62,18 @@ FORMS = {
 
 def test_shipped_policies() -> None:
     assert {"uniform", "reference-kernels"} <= set(shipped_policies())
+
+
+@pytest.mark.parametrize("name", shipped_policies())
+def test_shipped_policies_name_only_real_tensors(name: str) -> None:
+    """Loading a shipped policy skips the check that each family entry names a tensor of that
+    family's layers (it builds every family's cascades); this test is that check, in full,
+    and it does bite: a misspelt entry is refused."""
+    text = shipped_policy_text(name)
+    assert loads_policy(text) == load_policy(name)
+    if "families:" in text and "DELTA:" in text:
+        with pytest.raises(SpecError, match="names no tensor of a mamba1 layer"):
+            loads_policy(text.replace("DELTA:", "DELTAA:", 1))
 
 
 @pytest.mark.parametrize("form", list(FORMS))

@@ -79,17 +79,19 @@ def first_bad_escape(text: Any) -> int | None:
     return next((m.start() for m in _ESCAPE_U.finditer(text) if int(m.group(1), 16) > 0x10FFFF), None)
 
 
-def load_spec_text(text: str, model: type, *, what: str, fields: str, source: str) -> Any:
+def load_spec_text(text: str, model: type, *, what: str, fields: str, source: str,
+                   context: dict[str, Any] | None = None) -> Any:
     """Parse YAML ``text`` and validate it into the pydantic ``model``: every problem is one
     :class:`SpecError` naming ``source`` and the field (``what`` names the kind of spec, e.g.
-    "precision policy"; ``fields`` lists its top-level fields for the not-a-mapping message)."""
+    "precision policy"; ``fields`` lists its top-level fields for the not-a-mapping message;
+    ``context`` is the validators' pydantic validation context)."""
     data = parse_yaml_text(text, source=source)
     if data is None:
         raise SpecError(f"the {what} is empty", source=source)
     if not isinstance(data, dict):
         raise SpecError(f"a {what} is a mapping ({fields}), not {kind_of(data)}", source=source)
     try:
-        return model.model_validate(data)
+        return model.model_validate(data, context=context)
     except ValidationError as err:
         raise SpecError(describe_validation_error(err, f"invalid {what}"), source=source) from None
 

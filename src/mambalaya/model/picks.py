@@ -45,7 +45,7 @@ class _Table:
     models: list[GroupCostModel] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
-    arrays: tuple[np.ndarray, ...] | None = None  # starts, segment, local, traffic, fp, steps, cycles, n_einsums
+    arrays: tuple[np.ndarray, ...] | None = None  # starts, segment, flat, traffic, fp, steps, cycles, n_einsums
     per_arch: dict[tuple, tuple[np.ndarray, ...]] = field(default_factory=dict)  # see _latencies
     fits: dict[int, np.ndarray] = field(default_factory=dict)  # per buffer: the rows whose bound fits
 
@@ -71,8 +71,8 @@ class _Table:
             c = cands[k]
             mine = rows[cuts[k]:cuts[k + 1]] - kept_start[k]
             tiling = c.kept_tiling[mine]
-            self.parts.append((mine, c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling], tiling_cycles[k][tiling],
-                               np.full(mine.size, len(m.probe.einsums))))
+            self.parts.append((c.kept[mine], c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling],
+                               tiling_cycles[k][tiling], np.full(mine.size, len(m.probe.einsums))))
         if new or self.arrays is None:
             sizes = np.array([len(p[0]) for p in self.parts])
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
@@ -165,7 +165,7 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     """The first candidate of each model's kept candidates in the objective's order (see the
     module doc), or None where no footprint bound fits the buffer."""
     table = _table(models, None if arch is None else arch.compute)
-    starts, segment, local, traffic, fp, steps, _, _ = table.arrays  # type: ignore[misc]
+    starts, segment, flat, traffic, fp, steps, _, _ = table.arrays  # type: ignore[misc]
     if buffer_bytes is None:
         ok = np.ones(len(traffic), dtype=bool)
     else:
@@ -193,13 +193,12 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
         rows = rows[values == np.repeat(least, np.diff(np.r_[firsts, len(rows)]))]
     seg = segment[rows]
     rows = rows[np.r_[True, seg[1:] != seg[:-1]]]  # the lowest index left in each segment
-    for row in rows.tolist():
-        n = wanted.get(int(segment[row]))
-        if n is None:  # a segment of another buffer's search
-            continue
-        kept = models[n].candidates().kept
-        picks[n] = SegmentPick(int(kept[int(local[row])]), float(traffic[row]), float(fp[row]),
-                               None if latency is None else float(latency[row]))
+    latencies = [None] * len(rows) if latency is None else latency[rows].tolist()
+    for s, f, t, b, lat in zip(segment[rows].tolist(), flat[rows].tolist(), traffic[rows].tolist(),
+                               fp[rows].tolist(), latencies):
+        n = wanted.get(s)
+        if n is not None:  # else a segment of another buffer's search
+            picks[n] = SegmentPick(f, t, b, lat)
     return picks
 
 

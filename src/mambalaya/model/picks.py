@@ -95,7 +95,11 @@ def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.nda
     and position, for a sort on two keys instead of four."""
     if not len(traffic):
         return np.empty(0, dtype=np.int64)
-    order = np.lexsort((traffic, cls))  # stable: equal rows keep their positions
+    # by class, then traffic, then position: a stable sort on traffic, then a stable one on the
+    # class (a radix sort where classes fit 16 bits), the same order as np.lexsort's, faster
+    order = np.argsort(traffic, kind="stable")
+    by_class = cls[order]
+    order = order[np.argsort(by_class.astype(np.uint16) if cls.max() < 1 << 16 else by_class, kind="stable")]
     c, t, f = cls[order], traffic[order], fp[order]
     first = np.r_[True, c[1:] != c[:-1]]
     # one running minimum serves every class once each class's footprints are raised above

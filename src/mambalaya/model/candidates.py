@@ -488,8 +488,9 @@ def _kept_mask(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
     key instead of two. (Row ``r`` of the sorted arrays holds the ``r``-th least traffic of
     every group and tiling, contiguous for the passes over it.)"""
     groups, options, n = traffic.shape
-    order = np.argsort(traffic, axis=1, kind="stable")
-    flat = order * n + (np.arange(groups)[:, None, None] * (options * n) + np.arange(n)[None, None, :])
+    flat = np.argsort(traffic, axis=1, kind="stable")  # made the flat index in place (memory: one copy)
+    flat *= n
+    flat += np.arange(groups)[:, None, None] * (options * n) + np.arange(n)[None, None, :]
     flat = flat.transpose(1, 0, 2).reshape(options, groups * n)  # flat index of each group's r-th least
     t, f = traffic.ravel().take(flat), fp.ravel().take(flat)
     keep = np.empty(t.shape, dtype=bool)

@@ -51,20 +51,39 @@ class _Table:
 
     def add(self, models: list[GroupCostModel]) -> None:
         new = list({id(m): m for m in models if id(m) not in self.index}.values())
-        if new:
-            cands = [m.candidates() for m in new]
-            tiling_cycles = [np.zeros(c.n_tilings) if self.compute is None else m.cycles(self.compute)
-                             for m, c in zip(new, cands)]
-            # one pass over every new model's candidates: a class is (model, steps, cycles)
-            tiling_class = _classes(np.concatenate([c.steps for c in cands]), np.concatenate(tiling_cycles),
-                                    np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]))
-            tiling_start = np.cumsum([0] + [c.n_tilings for c in cands])
-            sizes = [c.kept.size for c in cands]
-            kept_start = np.cumsum([0] + sizes)
-            rows = _undominated(np.concatenate([c.kept_traffic for c in cands]),
-                                np.concatenate([c.kept_fp for c in cands]),
-                                np.concatenate([tiling_class[tiling_start[k] + c.kept_tiling] for k, c in enumerate(cands)]))
-            cuts = np.searchsorted(rows, kept_start)
+        part: list[GroupCostModel] = []
+        rows = 0
+        for m in new:  # in passes of at most PICK_PASS_ROWS kept candidates (memory), unless one holds more
+            size = m.candidates().kept.size
+            if part and rows + size > PICK_PASS_ROWS:
+                self._add_pass(part)
+                part, rows = [], 0
+            part.append(m)
+            rows += size
+        if part:
+            self._add_pass(part)
+        if new or self.arrays is None:
+            sizes = np.array([len(p[0]) for p in self.parts])
+            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+            segment = np.repeat(np.arange(len(self.parts)), sizes)
+            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(6)]
+            self.arrays = (starts, segment, *joined)
+            self.per_arch, self.fits = {}, {}
+
+    def _add_pass(self, new: list[GroupCostModel]) -> None:
+        """Append the undominated candidates of ``new`` (none in the table yet), found in one
+        pass over all their candidates: a class is (model, steps, cycles)."""
+        cands = [m.candidates() for m in new]
+        tiling_cycles = [np.zeros(c.n_tilings) if self.compute is None else m.cycles(self.compute)
+                         for m, c in zip(new, cands)]
+        tiling_class = _classes(np.concatenate([c.steps for c in cands]), np.concatenate(tiling_cycles),
+                                np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]))
+        tiling_start = np.cumsum([0] + [c.n_tilings for c in cands])
+        kept_start = np.cumsum([0] + [c.kept.size for c in cands])
+        rows = _undominated(np.concatenate([c.kept_traffic for c in cands]),
+                            np.concatenate([c.kept_fp for c in cands]),
+                            np.concatenate([tiling_class[tiling_start[k] + c.kept_tiling] for k, c in enumerate(cands)]))
+        cuts = np.searchsorted(rows, kept_start)
         for k, m in enumerate(new):
             self.index[id(m)] = len(self.models)
             self.models.append(m)
@@ -73,13 +92,6 @@ class _Table:
             tiling = c.kept_tiling[mine]
             self.parts.append((c.kept[mine], c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling],
                                tiling_cycles[k][tiling], np.full(mine.size, len(m.probe.einsums))))
-        if new or self.arrays is None:
-            sizes = np.array([len(p[0]) for p in self.parts])
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            segment = np.repeat(np.arange(len(self.parts)), sizes)
-            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(6)]
-            self.arrays = (starts, segment, *joined)
-            self.per_arch, self.fits = {}, {}
 
 
 def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -125,6 +137,10 @@ def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray) -> np.nda
     ids[order] = np.cumsum(np.r_[False, (m[1:] != m[:-1]) | (s[1:] != s[:-1]) | (c[1:] != c[:-1])])
     return ids
 
+
+#: Kept candidates filtered in one pass when a pick table grows (memory: a pass holds a few
+#: arrays of this many; one pass for all of a Mamba layer's groups at L = 2^20 took 26 MB more).
+PICK_PASS_ROWS = 1 << 18
 
 #: Above this many kept candidates in all, the segments are picked one by one (memory: the
 #: table copies the undominated ones, about a sixth of them on the Mamba layers).

@@ -286,9 +286,9 @@ def _tune_allocator() -> bool:
     process (a worker of the sweep's own cluster); True where mallopt accepted both
     thresholds (``tests/test_sweep.py`` checks their effect). By default each
     large temporary of the candidate tables (hundreds of kilobytes to megabytes) is mapped
-    afresh or handed back when freed, and each page is faulted in and zeroed again: about
-    280,000 page faults and 0.9 s of system time in a realistic sweep's workers, half of that
-    with these thresholds (docs/sweeps.md). Elsewhere (not Linux, or a C library without
+    afresh or handed back when freed, and each page is faulted in and zeroed again: a realistic
+    sweep (coordinator and workers) took 270,000–290,000 page faults and about 0.9 s of system
+    time, about half of that with these thresholds (docs/sweeps.md). Elsewhere (not Linux, or a C library without
     mallopt) nothing changes."""
     if not sys.platform.startswith("linux"):
         return False

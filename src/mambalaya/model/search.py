@@ -222,10 +222,11 @@ def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
 
 def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> FusionGroup | None:
     """The group of ``model``'s candidate ``flat`` if it keeps the rules that do not depend on
-    its tile sizes (:func:`_legal_rules`), else None; memoised per segment and candidate, as a
-    segment picks the same candidate at many points of a sweep."""
+    its tile sizes (:func:`_legal_rules`), else None; memoised per segment (its Einsums and
+    tiled ranks) and candidate, as a segment picks the same candidate at many points of a
+    sweep."""
     memo = cascade.__dict__.setdefault("_legal_picks_memo", {})
-    key = (model.probe.einsums, flat)
+    key = (model.probe.einsums, tuple(model.ranks), flat)
     if key not in memo:
         group = model.group_at(flat)
         memo[key] = group if _legal_rules(cascade, group) else None

@@ -253,6 +253,7 @@ def policy_rows(policy: PrecisionPolicy | str, cascade: Cascade, design_bits: in
 __all__ = [
     "DESIGN",
     "FAMILIES",
+    "SHIPPED",
     "PrecisionPolicy",
     "apply_policy",
     "cascade_family",
@@ -260,7 +261,6 @@ __all__ = [
     "load_policy",
     "loads_policy",
     "policy_rows",
-    "SHIPPED",
     "shipped_policies",
     "shipped_policy_text",
 ]

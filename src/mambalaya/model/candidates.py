@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -396,11 +397,7 @@ def build_candidates(models: list[GroupCostModel]) -> None:
     the same order per candidate, padding only multiplying by one or adding zero
     (``tests/test_candidates.py`` compares every table with its group built alone and pruned by
     a plain sort)."""
-    classes: dict[tuple[int, tuple[str, ...]], list[GroupCostModel]] = {}
-    for m in dict.fromkeys(models):
-        if m._candidates is None:
-            classes.setdefault((id(m.cascade), tuple(m.ranks)), []).append(m)
-    for same in classes.values():
+    for same in _sharing_tilings(m for m in models if m._candidates is None):
         n = same[0].n_tilings
         part: list[GroupCostModel] = []
         widest = 0
@@ -418,6 +415,15 @@ def build_candidates(models: list[GroupCostModel]) -> None:
         _build_together(part)
 
 
+def _sharing_tilings(models: Iterable[GroupCostModel]) -> list[list[GroupCostModel]]:
+    """``models`` (each once, in order) in classes of one cascade and tuple of tiled ranks,
+    whose groups share their tilings."""
+    classes: dict[tuple[int, tuple[str, ...]], list[GroupCostModel]] = {}
+    for m in dict.fromkeys(models):
+        classes.setdefault((id(m.cascade), tuple(m.ranks)), []).append(m)
+    return list(classes.values())
+
+
 def least_footprints(models: list[GroupCostModel]) -> None:
     """Find the least footprint bound of every model not known yet
     (:meth:`GroupCostModel.least_footprint`), in one pass per cascade and tuple of tiled ranks.
@@ -429,11 +435,7 @@ def least_footprints(models: list[GroupCostModel]) -> None:
     closed forms that build the table (each group's row the same floats as alone); a corner
     that also untiles a rank that is not a group's halo rank only grows that group's terms (a
     rounded product or sum never shrinks as a factor grows), so the least is the same."""
-    classes: dict[tuple[int, tuple[str, ...]], list[GroupCostModel]] = {}
-    for m in dict.fromkeys(models):
-        if m._least_fp is None:
-            classes.setdefault((id(m.cascade), tuple(m.ranks)), []).append(m)
-    for same in classes.values():
+    for same in _sharing_tilings(m for m in models if m._least_fp is None):
         first = same[0]
         halo_ranks = sorted({when for m in same for _, _, when in m.fp_terms if when is not None})
         corners = list(itertools.product((False, True), repeat=len(halo_ranks)))

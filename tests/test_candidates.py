@@ -155,3 +155,20 @@ def test_kept_candidates_equal_the_plain_sort_on_tables_full_of_ties(seed: int) 
     traffic = rng.integers(0, 5, shape).astype(float)
     fp = rng.integers(0, 5, shape).astype(float)
     assert np.array_equal(candidates.kept_candidates(traffic, fp), _kept_by_sorting(traffic, fp))
+
+
+def _closed_form_facts(m: candidates.GroupCostModel) -> tuple:
+    return (m.terms, m.fp_terms, m._reads, m.exact_traffic, m.orders, m.keepable, m.options(),
+            [o.tolist() for o in m._tile_options])
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_closed_forms_made_beside_other_groups_equal_those_made_alone(layer: str) -> None:
+    """A group's closed forms share facts memoised on the cascade with the other groups of a
+    search (the ranks its reads mention and whether they are aligned, per tensor and
+    accesses; each rank's tile options): made after every other segment's, they equal those
+    made first on a fresh cascade."""
+    warm = _segment_models(LAYERS[layer]())
+    for m in warm[::5]:
+        fresh = candidates.GroupCostModel(LAYERS[layer](), list(m.probe.einsums), list(m.ranks))
+        assert _closed_form_facts(m) == _closed_form_facts(fresh), m.probe.einsums

@@ -10,6 +10,7 @@ from mambalaya.fusion.mapping import (
     Loop,
     Mapping,
     MappingError,
+    check_group_rules,
     check_mapping,
     dump_mapping,
     footprint_bytes,
@@ -129,3 +130,37 @@ def test_yaml_round_trip_and_errors(tmp_path) -> None:
     with pytest.raises(SpecError, match="not a size"):
         parse_bytes("32 parsecs")
     assert parse_bytes("32MiB") == 32 * 2**20 and parse_bytes("24MB") == 24_000_000 and parse_bytes(4096) == 4096
+
+
+def _rule_outcome(c, group: FusionGroup):
+    try:
+        check_group_rules(c, group)
+    except MappingError as err:
+        return str(err), err.rule, err.group, err.edge
+    return None
+
+
+def test_rules_memoised_per_einsum_give_each_group_its_own_verdict() -> None:
+    """check_group_rules memoises each Einsum's verdict on the cascade (per tensors made in its
+    group, tiled ranks and halo policy): every group of contiguous Einsums, tiled over every
+    set of its ranks, with either halo policy, gets on a cascade that has checked all the
+    others the verdict it gets on a fresh one, and a verdict names its own group."""
+    warm = cascade()
+    names = [e.name for e in warm.einsums]
+    ranks = [r for r in warm.ranks if warm.size(r) > 1]
+    cases = []
+    for b in range(1, len(names) + 1):
+        for a in range(max(0, b - 4), b):
+            for k in range(1 << len(ranks)):
+                loops = tuple(Loop(r, 1) for i, r in enumerate(ranks) if k >> i & 1)
+                for halo in ("retain", "recompute"):
+                    cases.append(FusionGroup(f"G{a}_{b}_{k}_{halo}", tuple(names[a:b]), loops, halo=halo))
+    warm_outcomes = [_rule_outcome(warm, g) for g in cases]
+    assert any(o is None for o in warm_outcomes) and {o[1] for o in warm_outcomes if o} >= {"reduction", "halo"}
+    for g, got in zip(cases[::7], warm_outcomes[::7]):
+        assert got == _rule_outcome(cascade(), g), g
+    renamed = [FusionGroup("other", g.einsums, g.loops, g.halo) for g in cases[:60]]
+    for g, got, again in zip(cases, warm_outcomes, [_rule_outcome(warm, g) for g in renamed]):
+        assert (got is None) == (again is None)
+        if got is not None:
+            assert again == (got[0].replace(f"group {g.name}", "group other"), got[1], "other", got[3])

@@ -64,7 +64,7 @@ import yaml
 from mambalaya.errors import SpecError
 from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.einsum.cascade import Cascade, stable_topological_order
-from mambalaya.einsum.ir import Einsum, rank_of_variable
+from mambalaya.einsum.ir import Access, Einsum, rank_of_variable
 
 HaloPolicy = Literal["retain", "recompute"]
 
@@ -411,37 +411,62 @@ def check_group_rules(cascade: Cascade, g: FusionGroup) -> None:
                 )
         if len(set(g.resident)) != len(g.resident):
             raise MappingError("a resident tensor is listed twice", rule="resident", group=g.name)
+    fused_key = frozenset(fused)
     for e in group_einsums(cascade, g):
-        reduced = {rank_of_variable(v) for v in e.reduced_variables} & fused
-        if reduced:
-            r = sorted(reduced)[0]
-            raise MappingError(
-                f"Einsum {e.name} reduces rank {r}, which the group tiles: the reduction would not complete inside a tile",
-                rule="reduction", group=g.name, edge=e.name,
-            )
-        for acc in e.inputs:
-            if acc.tensor not in inside or acc.tensor == e.name:
-                continue
-            edge = f"{acc.tensor}->{e.name}"
-            for idx, rank in zip(acc.indices, cascade.tensors[acc.tensor].ranks):
-                if rank not in fused:
-                    continue
-                own = rank.lower()
-                if dict(idx.terms).get(own) != 1:
-                    raise MappingError(
-                        f"{e.name} reads {acc} with index {idx} on rank {rank}, which the group tiles: "
-                        f"it must index it with {own} (plus window offsets) to read the current tile",
-                        rule="alignment", group=g.name, edge=edge,
-                    )
-                sizes = {v: (cascade.variable_sizes[v] if v != own else 1) for v in idx.variables}
-                lo, hi = idx.bounds(sizes)
-                if hi > 0:
-                    raise MappingError(f"{e.name} reads {acc}, ahead of the current tile of {rank}", rule="future", group=g.name, edge=edge)
-                if lo < 0 and g.halo != "retain":
-                    raise MappingError(
-                        f"{e.name} reads {acc}, a window over tiled rank {rank}; inside a group its halo must be retained (halo: retain)",
-                        rule="halo", group=g.name, edge=edge,
-                    )
+        problem = _einsum_rule_problem(cascade, e, tuple(t for t in e.input_tensors if t in inside), fused_key, g.halo)
+        if problem is not None:
+            message, rule, edge = problem
+            raise MappingError(message, rule=rule, group=g.name, edge=edge)
+
+
+def _einsum_rule_problem(cascade: Cascade, e: Einsum, inside: tuple[str, ...], fused: frozenset[str],
+                         halo: str) -> tuple[str, str, str] | None:
+    """The first rule of :func:`check_group_rules` that Einsum ``e`` breaks in a group that
+    tiles ``fused`` and produces the tensors ``inside`` among ``e``'s inputs, as (message,
+    rule, edge); None if it keeps them all. Memoised on the (immutable) cascade: the groups
+    of a search share their Einsums."""
+    memo = cascade.__dict__.setdefault("_einsum_rule_memo", {})
+    key = (e.name, inside, fused, halo)
+    if key in memo:
+        return memo[key]
+    problem = None
+    reduced = {rank_of_variable(v) for v in e.reduced_variables} & fused
+    if reduced:
+        r = min(reduced)
+        problem = (f"Einsum {e.name} reduces rank {r}, which the group tiles: the reduction would not complete inside a tile",
+                   "reduction", e.name)
+    for acc in e.inputs if problem is None else ():
+        if acc.tensor not in inside or acc.tensor == e.name:
+            continue
+        problem = _access_rule_problem(cascade, e, acc, fused, halo)
+        if problem is not None:
+            break
+    memo[key] = problem
+    return problem
+
+
+def _access_rule_problem(cascade: Cascade, e: Einsum, acc: Access, fused: frozenset[str],
+                         halo: str) -> tuple[str, str, str] | None:
+    """The alignment, future or halo rule that ``e``'s read ``acc`` of a tensor made in its
+    group breaks, as (message, rule, edge), or None."""
+    edge = f"{acc.tensor}->{e.name}"
+    for idx, rank in zip(acc.indices, cascade.tensors[acc.tensor].ranks):
+        if rank not in fused:
+            continue
+        own = rank.lower()
+        if dict(idx.terms).get(own) != 1:
+            message = (f"{e.name} reads {acc} with index {idx} on rank {rank}, which the group tiles: "
+                       f"it must index it with {own} (plus window offsets) to read the current tile")
+            return message, "alignment", edge
+        sizes = {v: (cascade.variable_sizes[v] if v != own else 1) for v in idx.variables}
+        lo, hi = idx.bounds(sizes)
+        if hi > 0:
+            return f"{e.name} reads {acc}, ahead of the current tile of {rank}", "future", edge
+        if lo < 0 and halo != "retain":
+            message = (f"{e.name} reads {acc}, a window over tiled rank {rank}; inside a group its halo must be "
+                       "retained (halo: retain)")
+            return message, "halo", edge
+    return None
 
 
 def check_mapping(cascade: Cascade, mapping: Mapping, *, ignore_buffer: bool = False) -> Mapping:

@@ -49,6 +49,29 @@ def tile_options(size: int) -> list[int]:
     return opts + [size]
 
 
+def _rank_tile_options(cascade: Cascade, rank: str) -> np.ndarray:
+    """:func:`tile_options` of a rank of the cascade, as a read-only array shared by every
+    group that tiles it (memoised on the cascade)."""
+    memo = cascade.__dict__.setdefault("_rank_tile_options_memo", {})
+    hit = memo.get(rank)
+    if hit is None:
+        hit = memo[rank] = np.array(tile_options(cascade.size(rank)), dtype=np.int64)
+        hit.flags.writeable = False
+    return hit
+
+
+def _mentioned_ranks(cascade: Cascade, tensor: str, where: tuple[tuple[str, int], ...], accesses: list[Any]
+                     ) -> frozenset[str]:
+    """The ranks of every variable in ``accesses`` (of ``tensor``, at ``where``:
+    :meth:`GroupCostModel._read_accesses`), memoised on the cascade per tensor and accesses."""
+    memo = cascade.__dict__.setdefault("_mentioned_ranks_memo", {})
+    key = (tensor, where)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = frozenset(rank_of_variable(v) for a in accesses for idx in a.indices for v in idx.variables)
+    return hit
+
+
 @dataclass(frozen=True)
 class Candidates:
     """The candidate table of one group (see :meth:`GroupCostModel.candidates`), as kept for
@@ -86,7 +109,7 @@ class GroupCostModel:
     def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
         self.cascade = cascade
         self.ranks = ranks
-        self._tile_options = [np.array(tile_options(cascade.size(r)), dtype=np.int64) for r in ranks]
+        self._tile_options = [_rank_tile_options(cascade, r) for r in ranks]
         full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
         self.probe = full
         # traffic: each read/written tensor costs its untiled bytes times the trips of the
@@ -95,9 +118,8 @@ class GroupCostModel:
         self.terms: list[tuple[float, list[int]]] = []
         inside = produced_in(full)
         einsum_objs = [cascade.einsum(n) for n in einsums]
-        accesses = self._read_accesses(einsum_objs, inside)
-        mentioned = {t: {rank_of_variable(v) for a in accesses.get(t, ()) for idx in a.indices for v in idx.variables}
-                     for t in read_bytes}
+        accesses, where = self._read_accesses(einsum_objs, inside)
+        mentioned = {t: _mentioned_ranks(cascade, t, where.get(t, ()), accesses.get(t, ())) for t in read_bytes}
         for t, b in read_bytes.items():
             self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned[t]]))
         for t, b in write_bytes.items():
@@ -110,6 +132,7 @@ class GroupCostModel:
         self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
         self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
+        self._options: list[tuple[tuple[int, ...], int]] | None = None
         # residency candidates: tensors read off-chip that some loop of the fixed order does
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
@@ -122,7 +145,7 @@ class GroupCostModel:
         #: not count); and bytes below 2^53 (beyond, floats summed in another order than the
         #: general model's may differ)
         most = sum(b * math.prod(cascade.size(ranks[i]) for i in idxs) for b, idxs in self.terms)
-        self.exact_traffic = (all(self._aligned_reads(accesses.get(t, [])) for t in read_bytes)
+        self.exact_traffic = (all(self._aligned_reads(t, where.get(t, ()), accesses.get(t, [])) for t in read_bytes)
                               and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
                               and most < 2**53)
         # loop orders: the fixed one first, then every other order of the ranks that are not
@@ -146,21 +169,37 @@ class GroupCostModel:
             for (t, rank), rows in window_halos(cascade, full).items():
                 self._add_fp(t, rank, rows, only_if_tiled=rank)
 
-    def _read_accesses(self, einsum_objs, inside) -> dict[str, list[Any]]:
+    def _read_accesses(self, einsum_objs, inside) -> tuple[dict[str, list[Any]], dict[str, tuple[str, ...]]]:
         """Per tensor the group reads off-chip, the accesses that read it (an access to a
-        recurrence's output also reads that output's initial value)."""
+        recurrence's output also reads that output's initial value), and where each of those
+        accesses is (its Einsum and its position among that Einsum's inputs: a key that
+        determines them)."""
         spec = self.cascade.tensors
         out: dict[str, list[Any]] = {}
+        where: dict[str, tuple[tuple[str, int], ...]] = {}
         for e in einsum_objs:
-            for a in e.inputs:
+            name = e.name
+            for i, a in enumerate(e.inputs):
                 if a.tensor not in inside:
                     out.setdefault(a.tensor, []).append(a)
+                    where[a.tensor] = where.get(a.tensor, ()) + ((name, i),)
                 initial = spec[a.tensor].initial
                 if initial:
                     out.setdefault(initial, []).append(a)
-        return out
+                    where[initial] = where.get(initial, ()) + ((name, i),)
+        return out, where
 
-    def _aligned_reads(self, accesses: list[Any]) -> bool:
+    def _aligned_reads(self, tensor: str, where: tuple[tuple[str, int], ...], accesses: list[Any]) -> bool:
+        """:meth:`_reads_aligned`, memoised on the cascade per tensor, accesses (``where``:
+        :meth:`_read_accesses`) and tileable ranks."""
+        memo = self.cascade.__dict__.setdefault("_aligned_reads_memo", {})
+        key = (tensor, where, tuple(self.ranks))
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = self._reads_aligned(accesses)
+        return hit
+
+    def _reads_aligned(self, accesses: list[Any]) -> bool:
         """Whether every tile reads its own slice of a tensor read through ``accesses``: on each
         dimension, the index of every access moves with at most one tileable rank, that of the
         dimension, with coefficient 1 (plus offsets and ranks the group does not tile, as a
@@ -248,11 +287,13 @@ class GroupCostModel:
 
     def options(self) -> list[tuple[tuple[int, ...], int]]:
         """The (loop order, residency prefix) of each block of the full table, in its order
-        (see :meth:`full_table`)."""
-        options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
-        for o in self.orders if self.ranks else []:
-            options.extend((o, j + 1) for j in range(len(self.keepable_for(o))))
-        return options
+        (see :meth:`full_table`). Made once; read-only."""
+        if self._options is None:
+            options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
+            for o in self.orders if self.ranks else []:
+                options.extend((o, j + 1) for j in range(len(self.keepable_for(o))))
+            self._options = options
+        return self._options
 
     def least_footprint(self) -> float:
         """The least footprint bound of any candidate (:attr:`Candidates.least_fp`), without
@@ -452,17 +493,18 @@ def _build_together(models: list[GroupCostModel]) -> None:
     n = len(trips[0]) if trips else 1
     traffic, fp = _tables(models, tiles, trips)
     options = [m.options() for m in models]
-    g, option, cols = np.nonzero(_kept_mask(traffic, fp))  # by group, then ascending flat index
-    flat = option * n + cols
-    bounds = np.searchsorted(g, np.arange(len(models) + 1))
+    at = np.flatnonzero(_kept_mask(traffic, fp))  # by group, then ascending flat index
+    kept_traffic, kept_fp = traffic.ravel()[at], fp.ravel()[at]  # one gather for every group
+    g, flat = np.divmod(at, traffic.shape[1] * n)
+    cols = (flat % n).astype(np.int32)
+    bounds = np.searchsorted(g, np.arange(len(models) + 1)).tolist()
     steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
     for k, m in enumerate(models):
         part = slice(bounds[k], bounds[k + 1])
         size = len(options[k]) * n
         kept = flat[part].astype(np.int32) if size < 2**31 else flat[part]
-        kept_fp = fp[k, option[part], cols[part]]
-        m._candidates = Candidates(options[k], n, steps, size, kept, traffic[k, option[part], cols[part]], kept_fp,
-                                   cols[part].astype(np.int32), float(kept_fp.min()))
+        m._candidates = Candidates(options[k], n, steps, size, kept, kept_traffic[part], kept_fp[part], cols[part],
+                                   float(kept_fp[part].min()))
 
 
 def _tables(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:

@@ -222,15 +222,18 @@ def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
 
 def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> FusionGroup | None:
     """The group of ``model``'s candidate ``flat`` if it keeps the rules that do not depend on
-    its tile sizes (:func:`_legal_rules`), else None; memoised per segment (its Einsums and
-    tiled ranks) and candidate, as a segment picks the same candidate at many points of a
-    sweep."""
-    memo = cascade.__dict__.setdefault("_legal_picks_memo", {})
-    key = (model.probe.einsums, tuple(model.ranks), flat)
-    if key not in memo:
+    its tile sizes (:func:`_legal_rules`), else None; memoised per segment (on its cost
+    model, one per Einsums and tiled ranks of the cascade) and candidate, as a segment picks
+    the same candidate at many points of a sweep."""
+    memo = model.__dict__.setdefault("_legal_picks_memo", {})
+    hit = memo.get(flat, _UNSEEN)
+    if hit is _UNSEEN:
         group = model.group_at(flat)
-        memo[key] = group if _legal_rules(cascade, group) else None
-    return memo[key]
+        hit = memo[flat] = group if _legal_rules(cascade, group) else None
+    return hit
+
+
+_UNSEEN = object()
 
 
 def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,

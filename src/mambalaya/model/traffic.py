@@ -35,7 +35,7 @@ from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
-from mambalaya.einsum.ir import Access, rank_of_variable
+from mambalaya.einsum.ir import Access, Einsum, rank_of_variable
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
@@ -451,8 +451,13 @@ def _group_reads(cascade: Cascade, group: FusionGroup, read: Any = None) -> dict
         if elements:
             reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8
 
+    readers_of: dict[str, list[Einsum]] = {}  # per tensor, the group's other Einsums reading it, in order
+    for e in einsums:
+        for t in e.input_tensors:
+            if t != e.name:
+                readers_of.setdefault(t, []).append(e)
     for t in tensors_read(cascade, group):
-        readers = [e for e in einsums if e.name != t and t in e.input_tensors]
+        readers = readers_of.get(t, [])
         accs = [a for e in readers for a in e.inputs if a.tensor == t]
         own, init = read(t, accs, False, ("reads", tuple(e.name for e in readers)))
         add_read(t, own)
@@ -460,6 +465,8 @@ def _group_reads(cascade: Cascade, group: FusionGroup, read: Any = None) -> dict
             add_read(cascade.tensors[t].initial, init)  # type: ignore[arg-type]
     for t in group.einsums:  # tensors made on chip whose incoming state is read below 0
         initial = cascade.tensors[t].initial
+        if not initial:
+            continue
         readers = [e for e in einsums if t in e.input_tensors]
         accs = [a for e in readers for a in e.inputs if a.tensor == t]
         if initial and accs:

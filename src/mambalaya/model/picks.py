@@ -17,7 +17,7 @@ here: the others rank by the on-chip bytes too.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -25,10 +25,10 @@ from mambalaya.arch.spec import spec_key
 from mambalaya.model.candidates import GroupCostModel
 
 
-@dataclass(frozen=True)
-class SegmentPick:
+class SegmentPick(NamedTuple):
     """The first candidate of one segment: its flat index in the segment's full table and its
-    closed-form costs (latency None without an architecture)."""
+    closed-form costs (latency None without an architecture). A named tuple: a search makes
+    one per segment at every point."""
 
     flat: int
     traffic_bytes: float

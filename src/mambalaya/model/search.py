@@ -564,8 +564,8 @@ def optimal(
             b = a
     stats.seconds += time.perf_counter() - t0
     what = "off-chip traffic" if arch is None else f"{_OBJECTIVE_WORDS[objective]} on {arch.name}"
-    by_group = {c.group: c for c in segments.values()}
-    return _finish(cascade, "optimal", [by_group[g] for g in groups[::-1]], buffer_bytes,
+    by_group = {id(c.group): c for c in segments.values()}  # the groups above are these objects
+    return _finish(cascade, "optimal", [by_group[id(g)] for g in groups[::-1]], buffer_bytes,
                    f"least {what} over contiguous groups and tiles", arch)
 
 

@@ -169,7 +169,7 @@ class GroupCostModel:
             for (t, rank), rows in window_halos(cascade, full).items():
                 self._add_fp(t, rank, rows, only_if_tiled=rank)
 
-    def _read_accesses(self, einsum_objs, inside) -> tuple[dict[str, list[Any]], dict[str, tuple[str, ...]]]:
+    def _read_accesses(self, einsum_objs, inside) -> tuple[dict[str, list[Any]], dict[str, tuple[tuple[str, int], ...]]]:
         """Per tensor the group reads off-chip, the accesses that read it (an access to a
         recurrence's output also reads that output's initial value), and where each of those
         accesses is (its Einsum and its position among that Einsum's inputs: a key that

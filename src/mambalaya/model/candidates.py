@@ -643,7 +643,8 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
             row += len(links)
     if not chains:
         return
-    longest = max(len(c[2]) for c in chains)
+    chains.sort(key=lambda c: -len(c[2]))  # longest first (stable): the chains still adding are a prefix
+    longest = len(chains[0][2])
     coef = np.zeros((len(chains), longest))
     saved_at = np.full((len(chains), longest), len(factor_rows))  # the last row: zeros
     held_at = np.full((len(chains), longest), len(held_rows))
@@ -654,14 +655,14 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
     held_all = np.vstack(held_rows + [np.zeros(n)])
     model_of = np.array([c[0] for c in chains])
     start = np.array([c[1] for c in chains])
-    length = np.array([len(c[2]) for c in chains])
+    live = [sum(1 for c in chains if len(c[2]) > j) for j in range(longest)]  # chains with a j-th link
     saved_sum, held_sum = np.zeros((len(chains), n)), np.zeros((len(chains), n))
-    for j in range(longest):
-        saved_sum = saved_sum + coef[:, j:j + 1] * saved_rows[saved_at[:, j]]
-        held_sum = held_sum + held_all[held_at[:, j]]
-        live = length > j
-        traffic[model_of[live], start[live] + j] = traffic0[model_of[live]] - saved_sum[live]
-        fp[model_of[live], start[live] + j] = fp0[model_of[live]] + held_sum[live]
+    for j, k in enumerate(live):  # each chain's running sums, the same additions in the same order
+        saved_sum[:k] += coef[:k, j:j + 1] * saved_rows[saved_at[:k, j]]
+        held_sum[:k] += held_all[held_at[:k, j]]
+        rows = model_of[:k]
+        traffic[rows, start[:k] + j] = traffic0[rows] - saved_sum[:k]
+        fp[rows, start[:k] + j] = fp0[rows] + held_sum[:k]
 
 
 def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: set[int], ranks: int, n: int) -> np.ndarray:

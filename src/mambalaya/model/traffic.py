@@ -469,7 +469,7 @@ def _group_reads(cascade: Cascade, group: FusionGroup, read: Any = None) -> dict
             continue
         readers = [e for e in einsums if t in e.input_tensors]
         accs = [a for e in readers for a in e.inputs if a.tensor == t]
-        if initial and accs:
+        if accs:
             _, init = read(t, accs, True, ("self", tuple(e.name for e in readers)))
             add_read(initial, init)
     return reads

@@ -8,7 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambalaya.model import candidates
+from mambalaya.einsum import cascade as cascade_module
+from mambalaya.fusion.mapping import FusionGroup
+from mambalaya.model import candidates, traffic
 from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.hybrid import hybrid_layer
 
@@ -162,13 +164,64 @@ def _closed_form_facts(m: candidates.GroupCostModel) -> tuple:
             [o.tolist() for o in m._tile_options])
 
 
+@pytest.fixture
+def fresh_structure_memos(monkeypatch):
+    """Cascades made while it is active share no structure memo with those made before."""
+    def clear() -> None:
+        monkeypatch.setattr(cascade_module, "_STRUCTURE_MEMOS", {})
+
+    clear()
+    return clear
+
+
 @pytest.mark.parametrize("layer", list(LAYERS))
-def test_closed_forms_made_beside_other_groups_equal_those_made_alone(layer: str) -> None:
-    """A group's closed forms share facts memoised on the cascade with the other groups of a
-    search (the ranks its reads mention and whether they are aligned, per tensor and
-    accesses; each rank's tile options): made after every other segment's, they equal those
-    made first on a fresh cascade."""
+def test_closed_forms_made_beside_other_groups_equal_those_made_alone(layer: str, fresh_structure_memos) -> None:
+    """A group's closed forms share facts memoised on the cascade and its structure with the
+    other groups of a search (what each group reads and writes, the ranks its reads mention
+    and whether they are aligned; each rank's tile options): made after every other
+    segment's, they equal those made first on a fresh cascade of a fresh structure."""
     warm = _segment_models(LAYERS[layer]())
     for m in warm[::5]:
+        fresh_structure_memos()
         fresh = candidates.GroupCostModel(LAYERS[layer](), list(m.probe.einsums), list(m.ranks))
         assert _closed_form_facts(m) == _closed_form_facts(fresh), m.probe.einsums
+
+
+OTHER_SIZES = {
+    "mamba1-prefill": lambda: build_layer(PRESETS["mamba-370m"], phase="prefill", seq_len=64, batch=3),
+    "mamba1-decode": lambda: build_layer(PRESETS["mamba-370m"], phase="decode", seq_len=1, batch=1),
+    "mamba2-chunked": lambda: build_layer(PRESETS["mamba2-370m"], phase="prefill", seq_len=128, batch=1, scan="chunked"),
+    "hybrid-attention": lambda: hybrid_layer(SMALL_HYBRID, "attention", phase="prefill", seq_len=16, batch=1),
+}
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_closed_forms_after_a_layer_of_other_sizes_equal_those_made_alone(layer: str, fresh_structure_memos) -> None:
+    """A layer of the same Einsums at other sizes (model width, length, batch) shares the
+    structure memos (:attr:`Cascade.structure_memo`), never a number: every segment's closed
+    forms and untiled traffic, made after the other layer's, equal those made on a fresh
+    structure, and the untiled traffic equals the general model's for the untiled group."""
+    other = OTHER_SIZES[layer]()
+    cascade = LAYERS[layer]()
+    assert other.structure_memo is cascade.structure_memo
+    assert [other.size(r) for r in other.ranks] != [cascade.size(r) for r in cascade.ranks]
+    _segment_models(other)
+    warm = _segment_models(cascade)
+    fresh_structure_memos()
+    alone = LAYERS[layer]()
+    for m in warm:
+        einsums = m.probe.einsums
+        fresh = candidates.GroupCostModel(alone, list(einsums), list(m.ranks))
+        assert _closed_form_facts(m) == _closed_form_facts(fresh), einsums
+        group = FusionGroup("untiled", einsums, ())
+        want = (traffic._group_reads(alone, group), traffic._group_writes(alone, group))
+        assert traffic.untiled_traffic(cascade, einsums) == want, einsums
+
+
+def test_layers_of_one_family_share_a_structure_and_other_phases_do_not() -> None:
+    a = build_layer(PRESETS["mamba-370m"], phase="prefill", seq_len=2048, batch=16)
+    b = build_layer(PRESETS["mamba-1.4b"], phase="prefill", seq_len=4096, batch=64)
+    decode = build_layer(PRESETS["mamba-1.4b"], phase="decode", seq_len=1, batch=64)
+    mamba2 = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=2)
+    assert a.structure_key == b.structure_key and a.structure_memo is b.structure_memo
+    assert decode.structure_memo is not a.structure_memo and mamba2.structure_memo is not a.structure_memo

@@ -48,6 +48,13 @@ EINSUM_KINDS: tuple[str, ...] = (
 MAX_RANK_SIZE = 2**53
 
 
+#: How many cascade structures keep their shared memos (:attr:`Cascade.structure_memo`): a
+#: sweep meets a few model families; memory, not a model constant.
+STRUCTURE_MEMOS = 16
+
+_STRUCTURE_MEMOS: dict[tuple, dict] = {}
+
+
 @dataclass(frozen=True)
 class Cascade:
     """A validated cascade. Build with :func:`build_cascade`; Einsums are in topological order."""
@@ -197,6 +204,29 @@ class Cascade:
 
     def tensors_with_role(self, role: Role) -> tuple[str, ...]:
         return tuple(t for t, spec in self.tensors.items() if spec.role == role)
+
+    @cached_property
+    def structure_key(self) -> tuple:
+        """Everything about the cascade but its rank sizes and parameter values: the Einsums (with
+        their accesses and expressions), the tensors, the rank names in order and the regions.
+        Layers of one model family at other lengths, batches or widths share it."""
+        return (self.einsums, tuple(self.tensors.items()), tuple(self.ranks), tuple(self.regions.items()))
+
+    @cached_property
+    def structure_memo(self) -> dict:
+        """A dict shared by every cascade of this :attr:`structure_key`, for facts derived from
+        the Einsums' accesses and the tensors alone, never from a rank size or a parameter value
+        (what a candidate group reads and writes, the ranks its reads mention, its loop orders):
+        a sweep's layers at other lengths, batches or widths reuse them. The memos of the
+        :data:`STRUCTURE_MEMOS` structures used last are kept."""
+        key = self.structure_key
+        memo = _STRUCTURE_MEMOS.pop(key, None)
+        if memo is None:
+            memo = {}
+            while len(_STRUCTURE_MEMOS) >= STRUCTURE_MEMOS:
+                del _STRUCTURE_MEMOS[next(iter(_STRUCTURE_MEMOS))]
+        _STRUCTURE_MEMOS[key] = memo  # the most recently used last
+        return memo
 
     def output_tensors(self) -> tuple[str, ...]:
         """Tensors the cascade hands back: outputs and outgoing state."""

@@ -9,7 +9,7 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -17,9 +17,9 @@ from mambalaya.arch.spec import spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable, rank_variable
 from mambalaya.einsum.stats import einsum_ops
-from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, produced_in, tensors_read, window_halos
+from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, tensors_read, tensors_written, window_halos
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
-from mambalaya.model.traffic import buffer_read_elements, untiled_traffic
+from mambalaya.model.traffic import buffer_read_elements, read_steps, untiled_traffic
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
     """Ranks every Einsum of the group writes and none reduces, in loop order. Memoised on the
@@ -60,16 +60,129 @@ def _rank_tile_options(cascade: Cascade, rank: str) -> np.ndarray:
     return hit
 
 
+class _GroupShape(NamedTuple):
+    """What a candidate group's closed forms are made of that depends on its Einsums and tiled
+    ranks alone, not on any rank size (:func:`_group_shape`)."""
+
+    unmentioned: dict[str, list[int]]  # per tensor it may read: the tiled ranks its reads do not mention
+    mentioned: dict[str, frozenset[int]]  # ... and those they do
+    aligned: dict[str, bool]  # ... whether its reads are aligned (:func:`_reads_aligned`)
+    readable: frozenset[str]  # the tensors it reads off-chip (residency candidates)
+    unwritten: dict[str, list[int]]  # per tensor it writes: the tiled ranks its output does not index
+    orders: list[tuple[int, ...]]  # loop orders (rank indices, outermost first), the fixed one first
+    held: list[tuple[str, str | None, int]]  # footprint parts: (tensor, rank it drops, rows)
+
+
+def _group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]) -> _GroupShape:
+    """The :class:`_GroupShape` of a group of ``einsums`` tiling ``ranks``, memoised per cascade
+    structure (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`): a sweep's layers at
+    other lengths, batches or widths share it."""
+    memo = cascade.structure_memo.setdefault("group_shape", {})
+    key = (einsums, ranks)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _make_group_shape(cascade, einsums, ranks)
+    return hit
+
+
+def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]) -> _GroupShape:
+    probe = FusionGroup("probe", einsums, ())
+    accesses, where = _read_accesses(cascade, einsums)
+    targets = [t for step in read_steps(cascade, probe) for t in (step[4], step[5]) if t is not None]
+    mentioned = {t: frozenset(i for i, r in enumerate(ranks) if r in _mentioned_ranks(cascade, t, where.get(t, ()),
+                                                                                       accesses.get(t, ())))
+                 for t in targets}
+    unwritten = {}
+    for t in tensors_written(cascade, probe):
+        outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
+        unwritten[t] = [i for i, r in enumerate(ranks) if r not in outs]
+    gen = set(cascade.generational_ranks)
+    free = [i for i, r in enumerate(ranks) if r not in gen]
+    tail = [i for i, r in enumerate(ranks) if r in gen]
+    orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
+    held: list[tuple[str, str | None, int]] = [(t, None, 1) for t in intermediates(cascade, probe)]
+    for name in einsums:
+        rec = cascade.recurrence(cascade.einsum(name))
+        if rec:
+            held.append((name, rec[0], rec[1]))
+    return _GroupShape(
+        unmentioned={t: [i for i in range(len(ranks)) if i not in m] for t, m in mentioned.items()},
+        mentioned=mentioned,
+        aligned={t: _aligned_reads(cascade, t, where.get(t, ()), accesses.get(t, []), ranks) for t in targets},
+        readable=frozenset(tensors_read(cascade, probe)),
+        unwritten=unwritten,
+        orders=orders,
+        held=held,
+    )
+
+
+def _read_accesses(cascade: Cascade, einsums: tuple[str, ...]
+                   ) -> tuple[dict[str, list[Any]], dict[str, tuple[tuple[str, int], ...]]]:
+    """Per tensor a group of ``einsums`` reads off-chip, the accesses that read it (an access
+    to a recurrence's output also reads that output's initial value), and where each of those
+    accesses is (its Einsum and its position among that Einsum's inputs: a key that
+    determines them)."""
+    spec = cascade.tensors
+    inside = set(einsums)
+    out: dict[str, list[Any]] = {}
+    where: dict[str, tuple[tuple[str, int], ...]] = {}
+    for name in einsums:
+        for i, a in enumerate(cascade.einsum(name).inputs):
+            if a.tensor not in inside:
+                out.setdefault(a.tensor, []).append(a)
+                where[a.tensor] = where.get(a.tensor, ()) + ((name, i),)
+            initial = spec[a.tensor].initial
+            if initial:
+                out.setdefault(initial, []).append(a)
+                where[initial] = where.get(initial, ()) + ((name, i),)
+    return out, where
+
+
 def _mentioned_ranks(cascade: Cascade, tensor: str, where: tuple[tuple[str, int], ...], accesses: list[Any]
                      ) -> frozenset[str]:
     """The ranks of every variable in ``accesses`` (of ``tensor``, at ``where``:
-    :meth:`GroupCostModel._read_accesses`), memoised on the cascade per tensor and accesses."""
-    memo = cascade.__dict__.setdefault("_mentioned_ranks_memo", {})
+    :func:`_read_accesses`), memoised per cascade structure, tensor and accesses."""
+    memo = cascade.structure_memo.setdefault("mentioned_ranks", {})
     key = (tensor, where)
     hit = memo.get(key)
     if hit is None:
         hit = memo[key] = frozenset(rank_of_variable(v) for a in accesses for idx in a.indices for v in idx.variables)
     return hit
+
+
+def _aligned_reads(cascade: Cascade, tensor: str, where: tuple[tuple[str, int], ...], accesses: list[Any],
+                   ranks: tuple[str, ...]) -> bool:
+    """:func:`_reads_aligned`, memoised per cascade structure, tensor, accesses (``where``:
+    :func:`_read_accesses`) and tileable ranks."""
+    memo = cascade.structure_memo.setdefault("aligned_reads", {})
+    key = (tensor, where, ranks)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = _reads_aligned(cascade, accesses, ranks)
+    return hit
+
+
+def _reads_aligned(cascade: Cascade, accesses: list[Any], ranks: tuple[str, ...]) -> bool:
+    """Whether every tile reads its own slice of a tensor read through ``accesses``: on each
+    dimension, the index of every access moves with at most one tileable rank (of ``ranks``),
+    that of the dimension, with coefficient 1 (plus offsets and ranks the group does not tile,
+    as a window's). Then the tensor's reads are its untiled bytes times the trips of the ranks
+    it does not mention, the closed form, for every tiling. A dimension indexed through
+    another rank (``ACS[s]`` on Q), a mirrored index (rotary ``1-u``) or a product of ranks
+    (``Q*c+q``) reads overlapping boxes, which only the general model counts; so do accesses
+    that differ in which dimensions move (``ACS[255]`` beside ``ACS[q]``: the fixed slice is
+    read again in every tile)."""
+    tileable = set(ranks)
+    signatures = set()
+    for a in accesses:
+        signature = []
+        for idx, rank in zip(a.indices, cascade.tensors[a.tensor].ranks):
+            moving = [(v, c) for v, c in idx.terms if rank_of_variable(v) in tileable]
+            if moving and moving != [(rank_variable(rank), 1)]:
+                return False
+            signature.append(bool(moving))
+        signatures.add(tuple(signature))
+    return len(signatures) <= 1
 
 
 @dataclass(frozen=True)
@@ -112,19 +225,12 @@ class GroupCostModel:
         self._tile_options = [_rank_tile_options(cascade, r) for r in ranks]
         full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
         self.probe = full
+        shape = _group_shape(cascade, full.einsums, tuple(ranks))
         # traffic: each read/written tensor costs its untiled bytes times the trips of the
         # fused ranks its accesses do not mention (see model/traffic.py)
-        read_bytes, write_bytes = untiled_traffic(cascade, tuple(einsums))
-        self.terms: list[tuple[float, list[int]]] = []
-        inside = produced_in(full)
-        einsum_objs = [cascade.einsum(n) for n in einsums]
-        accesses, where = self._read_accesses(einsum_objs, inside)
-        mentioned = {t: _mentioned_ranks(cascade, t, where.get(t, ()), accesses.get(t, ())) for t in read_bytes}
-        for t, b in read_bytes.items():
-            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in mentioned[t]]))
-        for t, b in write_bytes.items():
-            outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
-            self.terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
+        read_bytes, write_bytes = untiled_traffic(cascade, full.einsums)
+        self.terms: list[tuple[float, list[int]]] = [(b, shape.unmentioned[t]) for t, b in read_bytes.items()]
+        self.terms += [(b, shape.unwritten[t]) for t, b in write_bytes.items()]
         self._buffer_terms: list[tuple[float, list[int]]] | None = None
         self._candidates: Candidates | None = None
         self._least_fp: float | None = None
@@ -136,91 +242,30 @@ class GroupCostModel:
         # residency candidates: tensors read off-chip that some loop of the fixed order does
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
-        readable = set(tensors_read(cascade, full))
-        self._reads = [(t, b, {i for i, r in enumerate(ranks) if r in mentioned[t]})
-                       for t, b in sorted(read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in readable]
+        self._reads = [(t, b, shape.mentioned[t])
+                       for t, b in sorted(read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in shape.readable]
         #: whether the traffic closed form is exact for every tiling: every read aligned
-        #: (:meth:`_aligned_reads`); no residency candidate with an initial value (a KV cache
+        #: (:func:`_reads_aligned`); no residency candidate with an initial value (a KV cache
         #: before its appended rows, which stays on chip too and the residency closed form does
         #: not count); and bytes below 2^53 (beyond, floats summed in another order than the
         #: general model's may differ)
         most = sum(b * math.prod(cascade.size(ranks[i]) for i in idxs) for b, idxs in self.terms)
-        self.exact_traffic = (all(self._aligned_reads(t, where.get(t, ()), accesses.get(t, [])) for t in read_bytes)
+        self.exact_traffic = (all(shape.aligned[t] for t in read_bytes)
                               and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
                               and most < 2**53)
         # loop orders: the fixed one first, then every other order of the ranks that are not
         # generational, the generational ones still innermost (so footprints do not change)
-        gen = set(cascade.generational_ranks)
-        free = [i for i, r in enumerate(ranks) if r not in gen]
-        tail = [i for i, r in enumerate(ranks) if r in gen]
-        self.orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
-        self._keepable: dict[tuple[int, ...], list[tuple[str, float, set[int]]]] = {}
+        self.orders = shape.orders
+        self._keepable: dict[tuple[int, ...], list[tuple[str, float, frozenset[int]]]] = {}
         self.keepable = self.keepable_for(self.orders[0])
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
         self.fp_terms: list[tuple[float, list[int], int | None]] = []
-        for t in intermediates(cascade, full):
-            self._add_fp(t, None, 1)
-        for name in einsums:
-            rec = cascade.recurrence(cascade.einsum(name))
-            if rec:
-                self._add_fp(name, rec[0], rec[1])
+        for t, skip_rank, rows in shape.held:
+            self._add_fp(t, skip_rank, rows)
         if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
             for (t, rank), rows in window_halos(cascade, full).items():
                 self._add_fp(t, rank, rows, only_if_tiled=rank)
-
-    def _read_accesses(self, einsum_objs, inside) -> tuple[dict[str, list[Any]], dict[str, tuple[tuple[str, int], ...]]]:
-        """Per tensor the group reads off-chip, the accesses that read it (an access to a
-        recurrence's output also reads that output's initial value), and where each of those
-        accesses is (its Einsum and its position among that Einsum's inputs: a key that
-        determines them)."""
-        spec = self.cascade.tensors
-        out: dict[str, list[Any]] = {}
-        where: dict[str, tuple[tuple[str, int], ...]] = {}
-        for e in einsum_objs:
-            name = e.name
-            for i, a in enumerate(e.inputs):
-                if a.tensor not in inside:
-                    out.setdefault(a.tensor, []).append(a)
-                    where[a.tensor] = where.get(a.tensor, ()) + ((name, i),)
-                initial = spec[a.tensor].initial
-                if initial:
-                    out.setdefault(initial, []).append(a)
-                    where[initial] = where.get(initial, ()) + ((name, i),)
-        return out, where
-
-    def _aligned_reads(self, tensor: str, where: tuple[tuple[str, int], ...], accesses: list[Any]) -> bool:
-        """:meth:`_reads_aligned`, memoised on the cascade per tensor, accesses (``where``:
-        :meth:`_read_accesses`) and tileable ranks."""
-        memo = self.cascade.__dict__.setdefault("_aligned_reads_memo", {})
-        key = (tensor, where, tuple(self.ranks))
-        hit = memo.get(key)
-        if hit is None:
-            hit = memo[key] = self._reads_aligned(accesses)
-        return hit
-
-    def _reads_aligned(self, accesses: list[Any]) -> bool:
-        """Whether every tile reads its own slice of a tensor read through ``accesses``: on each
-        dimension, the index of every access moves with at most one tileable rank, that of the
-        dimension, with coefficient 1 (plus offsets and ranks the group does not tile, as a
-        window's). Then
-        the tensor's reads are its untiled bytes times the trips of the ranks it does not
-        mention, the closed form, for every tiling. A dimension indexed through another rank
-        (``ACS[s]`` on Q), a mirrored index (rotary ``1-u``) or a product of ranks (``Q*c+q``)
-        reads overlapping boxes, which only the general model counts; so do accesses that
-        differ in which dimensions move (``ACS[255]`` beside ``ACS[q]``: the fixed slice is
-        read again in every tile)."""
-        tileable = set(self.ranks)
-        signatures = set()
-        for a in accesses:
-            signature = []
-            for idx, rank in zip(a.indices, self.cascade.tensors[a.tensor].ranks):
-                moving = [(v, c) for v, c in idx.terms if rank_of_variable(v) in tileable]
-                if moving and moving != [(rank_variable(rank), 1)]:
-                    return False
-                signature.append(bool(moving))
-            signatures.add(tuple(signature))
-        return len(signatures) <= 1
 
     def _add_fp(self, tensor: str, skip_rank: str | None, rows: int, only_if_tiled: str | None = None) -> None:
         spec = self.cascade.tensors[tensor]
@@ -369,7 +414,7 @@ class GroupCostModel:
             self._buffer_terms = terms
         return self._buffer_terms
 
-    def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, set[int]]]:
+    def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, frozenset[int]]]:
         """Residency candidates under a loop order (rank indices, outermost first): tensors
         with a loop that does not index them inside the outermost loop that does."""
         if order not in self._keepable:
@@ -665,7 +710,7 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
         fp[rows, start[:k] + j] = fp0[rows] + held_sum[:k]
 
 
-def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: set[int], ranks: int, n: int) -> np.ndarray:
+def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: frozenset[int], ranks: int, n: int) -> np.ndarray:
     """Per tiling, a resident tensor's reads saved per byte (streamed minus resident trips,
     :func:`_add_residency`), for a tensor indexed by the ranks ``seen`` under ``order``."""
     pos = {i: k for k, i in enumerate(order)}

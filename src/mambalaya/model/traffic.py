@@ -440,38 +440,60 @@ def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
 def _group_reads(cascade: Cascade, group: FusionGroup, read: Any = None) -> dict[str, float]:
     """Bytes the group reads, per tensor (initial values apart). ``read(tensor, accesses,
     self_only, key)`` returns (own, initial) elements; by default :func:`_read_elements`."""
-    einsums = group_einsums(cascade, group)
-    reads: dict[str, float] = {}
     if read is None:
         def read(t: str, accs: list[Access], self_only: bool, key: Any) -> tuple[int, int]:
             return _read_elements(cascade, group, t, accs, self_only=self_only, resident=t in group.resident,
                                   access_key=key)
 
-    def add_read(t: str, elements: int) -> None:
-        if elements:
-            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8
+    return _apply_read_steps(cascade, read_steps(cascade, group), read)
 
+
+ReadStep = tuple[str, list[Access], bool, tuple, "str | None", "str | None"]
+
+
+def read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
+    """The reads the group makes, in order: ``(tensor, accesses, self_only, key, own_to,
+    init_to)``, the elements read of ``tensor`` through ``accesses`` (identified by ``key``)
+    counted to ``own_to`` (None: not counted, a recurrence's own earlier rows) and those of its
+    initial value to ``init_to``. They depend on the group's Einsums alone, not on its loops
+    or the rank sizes."""
+    einsums_ = group_einsums(cascade, group)
+    steps: list[ReadStep] = []
     readers_of: dict[str, list[Einsum]] = {}  # per tensor, the group's other Einsums reading it, in order
-    for e in einsums:
+    for e in einsums_:
         for t in e.input_tensors:
             if t != e.name:
                 readers_of.setdefault(t, []).append(e)
     for t in tensors_read(cascade, group):
         readers = readers_of.get(t, [])
         accs = [a for e in readers for a in e.inputs if a.tensor == t]
-        own, init = read(t, accs, False, ("reads", tuple(e.name for e in readers)))
-        add_read(t, own)
-        if init:
-            add_read(cascade.tensors[t].initial, init)  # type: ignore[arg-type]
+        steps.append((t, accs, False, ("reads", tuple(e.name for e in readers)), t, cascade.tensors[t].initial))
     for t in group.einsums:  # tensors made on chip whose incoming state is read below 0
         initial = cascade.tensors[t].initial
         if not initial:
             continue
-        readers = [e for e in einsums if t in e.input_tensors]
+        readers = [e for e in einsums_ if t in e.input_tensors]
         accs = [a for e in readers for a in e.inputs if a.tensor == t]
         if accs:
-            _, init = read(t, accs, True, ("self", tuple(e.name for e in readers)))
-            add_read(initial, init)
+            steps.append((t, accs, True, ("self", tuple(e.name for e in readers)), None, initial))
+    return steps
+
+
+def _apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dict[str, float]:
+    """Bytes per tensor of :func:`read_steps`, each step's (own, initial) elements from
+    ``read``; a tensor read no element of is left out."""
+    reads: dict[str, float] = {}
+
+    def add_read(t: str, elements: int) -> None:
+        if elements:
+            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8
+
+    for t, accs, self_only, key, own_to, init_to in steps:
+        own, init = read(t, accs, self_only, key)
+        if own_to is not None:
+            add_read(own_to, own)
+        if init:
+            add_read(init_to, init)  # type: ignore[arg-type]
     return reads
 
 
@@ -486,24 +508,39 @@ def _group_writes(cascade: Cascade, group: FusionGroup) -> dict[str, float]:
         for r, lp in fused.items():
             if r not in out_ranks:
                 repeat *= lp.trips(cascade.size(r))
-        writes[t] = cascade.elements(t) * repeat * cascade.tensors[t].bits / 8
+        writes[t] = _written_bytes(cascade, t, repeat)
     return writes
+
+
+def _written_bytes(cascade: Cascade, tensor: str, repeat: int) -> float:
+    """Bytes of ``tensor`` written ``repeat`` times over."""
+    return cascade.elements(tensor) * repeat * cascade.tensors[tensor].bits / 8
 
 
 def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[str, float], dict[str, float]]:
     """(read, write) bytes per tensor of ``einsums`` run as one group in a single step, as
-    :func:`group_traffic` gives them for that group untiled. With no loop, a tensor's reads
-    depend only on the accesses that read it, so they are memoised on the cascade per tensor
-    and reading Einsums: the candidate groups of a search share them."""
-    group = FusionGroup("untiled", einsums, ())
+    :func:`group_traffic` gives them for that group untiled. What the group reads and writes
+    (:func:`read_steps`, :func:`~mambalaya.fusion.mapping.tensors_written`) is memoised per
+    cascade structure (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`: a sweep's
+    layers at other sizes share it); with no loop, a tensor's reads depend only on the
+    accesses that read it, so the elements are memoised on the cascade per tensor and reading
+    Einsums: the candidate groups of a search share them."""
+    plans = cascade.structure_memo.setdefault("untiled_traffic", {})
+    plan = plans.get(einsums)
+    if plan is None:
+        probe = FusionGroup("untiled", einsums, ())
+        plan = plans[einsums] = (read_steps(cascade, probe), tuple(tensors_written(cascade, probe)))
+    steps, written = plan
     memo = cascade.__dict__.setdefault("_untiled_reads_memo", {})
 
     def read(t: str, accs: list[Access], self_only: bool, key: Any) -> tuple[int, int]:
-        if (t, key) not in memo:
-            memo[(t, key)] = _read_elements(cascade, group, t, accs, self_only=self_only, access_key=key)
-        return memo[(t, key)]
+        hit = memo.get((t, key))
+        if hit is None:
+            group = FusionGroup("untiled", einsums, ())
+            hit = memo[(t, key)] = _read_elements(cascade, group, t, accs, self_only=self_only, access_key=key)
+        return hit
 
-    return _group_reads(cascade, group, read), _group_writes(cascade, group)
+    return _apply_read_steps(cascade, steps, read), {t: _written_bytes(cascade, t, 1) for t in written}
 
 
 def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from mambalaya.arch import load_arch
 from mambalaya.einsum import cascade as cascade_module
 from mambalaya.fusion.mapping import FusionGroup
 from mambalaya.model import candidates, traffic
@@ -225,3 +226,16 @@ def test_layers_of_one_family_share_a_structure_and_other_phases_do_not() -> Non
     mamba2 = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=2)
     assert a.structure_key == b.structure_key and a.structure_memo is b.structure_memo
     assert decode.structure_memo is not a.structure_memo and mamba2.structure_memo is not a.structure_memo
+
+
+@pytest.mark.parametrize("arch_name", ["mambalaya", "marca-ideal"])
+@pytest.mark.parametrize("layer", ["mamba1-prefill", "mamba2-chunked"])
+def test_compute_cycles_made_together_equal_each_made_alone(layer: str, arch_name: str) -> None:
+    """:func:`cycles_together` starts a group's per-unit sums from those of the group one
+    Einsum shorter: every segment's cycles equal those made alone on a fresh cascade, to the bit."""
+    compute = load_arch(arch_name).compute
+    together = candidates.cycles_together(_segment_models(LAYERS[layer]()), compute)
+    alone = _segment_models(LAYERS[layer]())
+    for m, got in zip(alone, together):
+        want = m.cycles(compute)
+        assert got.dtype == want.dtype and np.array_equal(got, want), m.probe.einsums

@@ -21,9 +21,11 @@ from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, tensors_r
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.model.traffic import buffer_read_elements, read_steps, untiled_traffic
 
+
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
-    """Ranks every Einsum of the group writes and none reduces, in loop order. Memoised on the
-    (immutable) cascade: a search asks for every candidate group's on every point."""
+    """Ranks of more than one element that every Einsum of the group writes and none reduces,
+    in loop order. Memoised on the (immutable) cascade: a search asks for every candidate
+    group's on every point."""
     memo = cascade.__dict__.setdefault("_tileable_ranks_memo", {})
     key = tuple(einsums)
     if key not in memo:
@@ -32,16 +34,26 @@ def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
 
 
 def _tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
-    common: set[str] | None = None
-    reduced: set[str] = set()
-    for name in einsums:
-        e = cascade.einsum(name)
-        outs = {rank_of_variable(v) for v in e.output_variables}
-        common = outs if common is None else common & outs
-        reduced |= {rank_of_variable(v) for v in e.reduced_variables}
-    ranks = [r for r in cascade.ranks if r in (common or set()) - reduced and cascade.size(r) > 1]
-    gen = set(cascade.generational_ranks)
-    return [r for r in ranks if r not in gen] + [r for r in ranks if r in gen]
+    return [r for r in _written_unreduced_ranks(cascade, tuple(einsums)) if cascade.size(r) > 1]
+
+
+def _written_unreduced_ranks(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[str, ...]:
+    """Ranks every Einsum of ``einsums`` writes and none reduces, generational ones last,
+    memoised per cascade structure (the sizes decide only which of them are tileable)."""
+    memo = cascade.structure_memo.setdefault("written_unreduced_ranks", {})
+    hit = memo.get(einsums)
+    if hit is None:
+        common: set[str] | None = None
+        reduced: set[str] = set()
+        for name in einsums:
+            e = cascade.einsum(name)
+            outs = {rank_of_variable(v) for v in e.output_variables}
+            common = outs if common is None else common & outs
+            reduced |= {rank_of_variable(v) for v in e.reduced_variables}
+        ranks = [r for r in cascade.ranks if r in (common or set()) - reduced]
+        gen = set(cascade.generational_ranks)
+        hit = memo[einsums] = tuple([r for r in ranks if r not in gen] + [r for r in ranks if r in gen])
+    return hit
 
 
 def tile_options(size: int) -> list[int]:
@@ -378,21 +390,8 @@ class GroupCostModel:
         """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best
         spatial mapping summed over the tiling's step shapes
         (:func:`~mambalaya.model.spatial.step_shapes`), the units combined as the latency model
-        does. Memoised per compute section (by value)."""
-        key = spec_key(compute)
-        if key not in self._cycles:
-            total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
-            tiles = self.grid()[0]
-            for name in self.probe.einsums:
-                cyc = einsum_grid_cycles(compute, self.cascade, name, self.ranks, tiles)
-                total = {k: total[k] + cyc[k] for k in total}
-            array = total["array_2d"] + total["array_1d"]
-            if compute.overlap_compute_units:
-                cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
-            else:
-                cycles = array + total["vector"] + total["mfu"]
-            self._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (self.n_tilings,))
-        return self._cycles[key]
+        does. Memoised per compute section (by value); :func:`cycles_together` makes many."""
+        return cycles_together([self], compute)[0]
 
     def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
         """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
@@ -728,6 +727,35 @@ def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: frozens
     return streamed - resident
 
 
+def cycles_together(models: list[GroupCostModel], compute: Any) -> list[np.ndarray]:
+    """:meth:`GroupCostModel.cycles` of each model, made for those without them. A group's
+    per-unit sums add its Einsums' cycles in order, so a group one Einsum longer than another
+    of the list (met before it, tiling the same ranks) starts from that one's sums: the same
+    additions in the same order, so the same floats."""
+    key = spec_key(compute)
+    sums: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, Any]] = {}  # per (Einsums, ranks): this call's
+    for m in models:
+        if key in m._cycles:
+            continue
+        einsums, ranks = m.probe.einsums, tuple(m.ranks)
+        total = sums.get((einsums[:-1], ranks))
+        start = len(einsums) - 1 if total is not None else 0
+        if total is None:
+            total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
+        tiles = m.grid()[0]
+        for name in einsums[start:]:
+            cyc = einsum_grid_cycles(compute, m.cascade, name, m.ranks, tiles)
+            total = {k: total[k] + cyc[k] for k in total}
+        sums[(einsums, ranks)] = total
+        array = total["array_2d"] + total["array_1d"]
+        if compute.overlap_compute_units:
+            cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
+        else:
+            cycles = array + total["vector"] + total["mfu"]
+        m._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (m.n_tilings,))
+    return [m._cycles[key] for m in models]
+
+
 def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "GroupCostModel":
     """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
     depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
@@ -753,5 +781,5 @@ def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[st
     return hit
 
 
-__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "einsum_grid_cycles", "kept_candidates", "least_footprints",
+__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints",
            "tile_options", "tileable_ranks"]

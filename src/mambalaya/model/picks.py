@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mambalaya.arch.spec import spec_key
-from mambalaya.model.candidates import GroupCostModel
+from mambalaya.model.candidates import GroupCostModel, cycles_together
 
 
 class SegmentPick(NamedTuple):
@@ -74,8 +74,8 @@ class _Table:
         """Append the undominated candidates of ``new`` (none in the table yet), found in one
         pass over all their candidates: a class is (model, steps, cycles)."""
         cands = [m.candidates() for m in new]
-        tiling_cycles = [np.zeros(c.n_tilings) if self.compute is None else m.cycles(self.compute)
-                         for m, c in zip(new, cands)]
+        tiling_cycles = ([np.zeros(c.n_tilings) for c in cands] if self.compute is None
+                         else cycles_together(new, self.compute))
         tiling_class = _classes(np.concatenate([c.steps for c in cands]), np.concatenate(tiling_cycles),
                                 np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]))
         tiling_start = np.cumsum([0] + [c.n_tilings for c in cands])

@@ -511,24 +511,40 @@ def _sharing_tilings(models: Iterable[GroupCostModel]) -> list[list[GroupCostMod
 
 def least_footprints(models: list[GroupCostModel]) -> None:
     """Find the least footprint bound of every model not known yet
-    (:meth:`GroupCostModel.least_footprint`), in one pass per cascade and tuple of tiled ranks.
+    (:meth:`GroupCostModel.least_footprint`).
 
     Every footprint term grows with each tile size, except a retained halo's, which vanishes
     once its rank is untiled, and residency only adds held boxes: so a group's least is at a
     tiling whose ranks are all 1 except its halo ranks, each 1 or untiled, with everything
-    streamed. A pass evaluates the corners of the union of its groups' halo ranks by the
-    closed forms that build the table (each group's row the same floats as alone); a corner
-    that also untiles a rank that is not a group's halo rank only grows that group's terms (a
-    rounded product or sum never shrinks as a factor grows), so the least is the same."""
-    for same in _sharing_tilings(m for m in models if m._least_fp is None):
-        first = same[0]
-        halo_ranks = sorted({when for m in same for _, _, when in m.fp_terms if when is not None})
-        corners = list(itertools.product((False, True), repeat=len(halo_ranks)))
-        sizes = [first.cascade.size(r) for r in first.ranks]
-        tiles = [np.array([sizes[i] if i in halo_ranks and c[halo_ranks.index(i)] else 1 for c in corners],
-                          dtype=np.int64) for i in range(len(first.ranks))]
-        for m, row in zip(same, _footprint_together(same, tiles)):
-            m._least_fp = float(row.min())
+    streamed. Those few corners are evaluated by :func:`_footprint_at`, the same floating-point
+    operations in the same order as the table's (:func:`_footprint_together`), so the least is
+    the table's, to the bit."""
+    for m in models:
+        if m._least_fp is not None:
+            continue
+        sizes = [m.cascade.size(r) for r in m.ranks]
+        halo_ranks = sorted({when for _, _, when in m.fp_terms if when is not None})
+        least = math.inf
+        for corner in itertools.product((False, True), repeat=len(halo_ranks)):
+            untiled = {i for i, whole in zip(halo_ranks, corner) if whole}
+            least = min(least, _footprint_at(m, [sizes[i] if i in untiled else 1 for i in range(len(sizes))], sizes))
+        m._least_fp = least
+
+
+def _footprint_at(m: GroupCostModel, tiles: list[int], sizes: list[int]) -> float:
+    """The footprint bound of ``m`` with everything streamed at one tiling, in Python floats:
+    :func:`_footprint_together`'s operations for that tiling (its factors, the tiled extents
+    and then the "rank is tiled" flags, multiplied in their order; the terms summed in
+    order), which IEEE doubles round the same way numpy's do."""
+    ranks = len(sizes)
+    factors = [min(t, size) for t, size in zip(tiles, sizes)] + [t < size for t, size in zip(tiles, sizes)]
+    total = 0.0
+    for fixed, idxs, when in m.fp_terms:
+        f = fixed
+        for i in sorted(set(idxs) | ({ranks + when} if when is not None else set())):
+            f = f * factors[i]
+        total += f
+    return total
 
 
 def _build_together(models: list[GroupCostModel]) -> None:

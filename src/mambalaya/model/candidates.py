@@ -82,7 +82,8 @@ class _GroupShape(NamedTuple):
     readable: frozenset[str]  # the tensors it reads off-chip (residency candidates)
     unwritten: dict[str, list[int]]  # per tensor it writes: the tiled ranks its output does not index
     orders: list[tuple[int, ...]]  # loop orders (rank indices, outermost first), the fixed one first
-    held: list[tuple[str, str | None, int]]  # footprint parts: (tensor, rank it drops, rows)
+    held: list[tuple[float, tuple[str, ...], list[int]]]  # footprint parts: :func:`_held_layout`
+    keep_under: dict[tuple[int, ...], frozenset[str]]  # per loop order, the tensors residency may keep (filled on use)
 
 
 def _group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]) -> _GroupShape:
@@ -112,11 +113,11 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
     free = [i for i, r in enumerate(ranks) if r not in gen]
     tail = [i for i, r in enumerate(ranks) if r in gen]
     orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
-    held: list[tuple[str, str | None, int]] = [(t, None, 1) for t in intermediates(cascade, probe)]
+    held = [_held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe)]
     for name in einsums:
         rec = cascade.recurrence(cascade.einsum(name))
         if rec:
-            held.append((name, rec[0], rec[1]))
+            held.append(_held_layout(cascade, name, rec[0], rec[1], ranks))
     return _GroupShape(
         unmentioned={t: [i for i in range(len(ranks)) if i not in m] for t, m in mentioned.items()},
         mentioned=mentioned,
@@ -125,7 +126,35 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
         unwritten=unwritten,
         orders=orders,
         held=held,
+        keep_under={},
     )
+
+
+def _held_layout(cascade: Cascade, tensor: str, skip_rank: str | None, rows: int, ranks: tuple[str, ...]
+                 ) -> tuple[float, tuple[str, ...], list[int]]:
+    """How a group tiling ``ranks`` holds ``rows`` of ``tensor`` (all but its rank
+    ``skip_rank``): (bytes per element times ``rows``, the ranks it holds whole, the indices
+    of the tiled ones). :func:`_held_bytes` makes the footprint term's fixed bytes."""
+    spec = cascade.tensors[tensor]
+    whole = tuple(r for r in spec.ranks if r != skip_rank and r not in ranks)
+    tiled = [ranks.index(r) for r in spec.ranks if r != skip_rank and r in ranks]
+    return rows * spec.bits / 8, whole, tiled
+
+
+def _held_bytes(cascade: Cascade, base: float, whole: tuple[str, ...]) -> float:
+    """``base`` times the size of each rank of ``whole`` in turn."""
+    for r in whole:
+        base *= cascade.size(r)
+    return base
+
+
+def _keepable_under(order: tuple[int, ...], seen: frozenset[int]) -> bool:
+    """Whether a tensor indexed by the ranks ``seen`` may stay resident under ``order`` (rank
+    indices, outermost first): a loop that does not index it runs inside the outermost loop
+    that does."""
+    pos = {i: n for n, i in enumerate(order)}
+    first = min((pos[i] for i in seen), default=-1)
+    return any(i not in seen and pos[i] > first for i in order)
 
 
 def _read_accesses(cascade: Cascade, einsums: tuple[str, ...]
@@ -237,7 +266,7 @@ class GroupCostModel:
         self._tile_options = [_rank_tile_options(cascade, r) for r in ranks]
         full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
         self.probe = full
-        shape = _group_shape(cascade, full.einsums, tuple(ranks))
+        self._shape = shape = _group_shape(cascade, full.einsums, tuple(ranks))
         # traffic: each read/written tensor costs its untiled bytes times the trips of the
         # fused ranks its accesses do not mention (see model/traffic.py)
         read_bytes, write_bytes = untiled_traffic(cascade, full.einsums)
@@ -272,25 +301,12 @@ class GroupCostModel:
         self.keepable = self.keepable_for(self.orders[0])
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
-        self.fp_terms: list[tuple[float, list[int], int | None]] = []
-        for t, skip_rank, rows in shape.held:
-            self._add_fp(t, skip_rank, rows)
+        self.fp_terms: list[tuple[float, list[int], int | None]] = [
+            (_held_bytes(cascade, base, whole), tiled, None) for base, whole, tiled in shape.held]
         if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
             for (t, rank), rows in window_halos(cascade, full).items():
-                self._add_fp(t, rank, rows, only_if_tiled=rank)
-
-    def _add_fp(self, tensor: str, skip_rank: str | None, rows: int, only_if_tiled: str | None = None) -> None:
-        spec = self.cascade.tensors[tensor]
-        fixed = rows * spec.bits / 8
-        tiled = []
-        for r in spec.ranks:
-            if r == skip_rank:
-                continue
-            if r in self.ranks:
-                tiled.append(self.ranks.index(r))
-            else:
-                fixed *= self.cascade.size(r)
-        self.fp_terms.append((fixed, tiled, self.ranks.index(only_if_tiled) if only_if_tiled else None))
+                base, whole, tiled = _held_layout(cascade, t, rank, rows, tuple(ranks))
+                self.fp_terms.append((_held_bytes(cascade, base, whole), tiled, ranks.index(rank)))
 
     def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per tileable rank, its tile and its trips in every tiling (the tilings in C order of
@@ -416,15 +432,15 @@ class GroupCostModel:
     def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, frozenset[int]]]:
         """Residency candidates under a loop order (rank indices, outermost first): tensors
         with a loop that does not index them inside the outermost loop that does."""
-        if order not in self._keepable:
-            pos = {i: n for n, i in enumerate(order)}
-            kept = []
-            for t, b, seen in self._reads:
-                first = min((pos[i] for i in seen), default=-1)
-                if any(i not in seen and pos[i] > first for i in order):
-                    kept.append((t, b, seen))
-            self._keepable[order] = kept
-        return self._keepable[order]
+        hit = self._keepable.get(order)
+        if hit is None:
+            shape = self._shape
+            kept = shape.keep_under.get(order)  # which tensors: per group shape
+            if kept is None:
+                kept = shape.keep_under[order] = frozenset(
+                    t for t, seen in shape.mentioned.items() if t in shape.readable and _keepable_under(order, seen))
+            hit = self._keepable[order] = [x for x in self._reads if x[0] in kept]
+        return hit
 
     def _held_box(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
         cascade = self.cascade

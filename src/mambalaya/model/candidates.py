@@ -668,13 +668,14 @@ def _sum_of_products(terms: list[list[tuple[float, list[int]]]], factors: list[n
             uses[k, t, idxs] = True
     some, every = uses.any(axis=0).tolist(), uses.all(axis=0).tolist()
     total = np.zeros((len(terms), n))
+    f = np.empty((len(terms), n))
     for t in range(width):
-        f = np.repeat(coef[:, t:t + 1], n, axis=1)
-        for i, factor in enumerate(factors):
+        f[:] = coef[:, t:t + 1]
+        for i, factor in enumerate(factors):  # in place; where a row does not use it, as if times one
             if every[t][i]:
-                f = f * factor
+                np.multiply(f, factor, out=f)
             elif some[t][i]:
-                f = f * np.where(uses[:, t, i:i + 1], factor, 1.0)
+                np.multiply(f, factor, out=f, where=uses[:, t, i:i + 1])
         total += f
     return total
 
@@ -733,12 +734,17 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
     start = np.array([c[1] for c in chains])
     live = [sum(1 for c in chains if len(c[2]) > j) for j in range(longest)]  # chains with a j-th link
     saved_sum, held_sum = np.zeros((len(chains), n)), np.zeros((len(chains), n))
+    streamed_traffic, streamed_fp = traffic0[model_of], fp0[model_of]  # each chain's model's
+    link, value = np.empty((len(chains), n)), np.empty((len(chains), n))  # scratch (in place: no temporaries)
     for j, k in enumerate(live):  # each chain's running sums, the same additions in the same order
-        saved_sum[:k] += coef[:k, j:j + 1] * saved_rows[saved_at[:k, j]]
-        held_sum[:k] += held_all[held_at[:k, j]]
-        rows = model_of[:k]
-        traffic[rows, start[:k] + j] = traffic0[rows] - saved_sum[:k]
-        fp[rows, start[:k] + j] = fp0[rows] + held_sum[:k]
+        np.take(saved_rows, saved_at[:k, j], axis=0, out=link[:k], mode="clip")  # (in range: unbuffered)
+        np.multiply(coef[:k, j:j + 1], link[:k], out=link[:k])
+        saved_sum[:k] += link[:k]
+        np.take(held_all, held_at[:k, j], axis=0, out=link[:k], mode="clip")
+        held_sum[:k] += link[:k]
+        rows, cols = model_of[:k], start[:k] + j
+        traffic[rows, cols] = np.subtract(streamed_traffic[:k], saved_sum[:k], out=value[:k])
+        fp[rows, cols] = np.add(streamed_fp[:k], held_sum[:k], out=value[:k])
 
 
 def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: frozenset[int], ranks: int, n: int) -> np.ndarray:

@@ -239,3 +239,26 @@ def test_compute_cycles_made_together_equal_each_made_alone(layer: str, arch_nam
     for m, got in zip(alone, together):
         want = m.cycles(compute)
         assert got.dtype == want.dtype and np.array_equal(got, want), m.probe.einsums
+
+
+@pytest.mark.parametrize("layer", list(LAYERS))
+def test_candidates_of_one_rule_key_share_their_verdict(layer: str) -> None:
+    """A pick's legality is decided once per :meth:`GroupCostModel.rule_key` (option and the
+    ranks its tiling tiles): every candidate of a key gets the verdict its own group gets from
+    check_group_rules, and its key is the same as that of every candidate with the same
+    option, tiled ranks and resident tensors."""
+    from mambalaya.fusion.mapping import MappingError, check_group_rules
+
+    rng = np.random.default_rng(7)
+    for m in _segment_models(LAYERS[layer]())[::3]:
+        verdicts: dict = {}
+        for flat in rng.choice(m.size, size=min(m.size, 40), replace=False).tolist():
+            group = m.group_at(flat)
+            try:
+                check_group_rules(m.cascade, group)
+                legal = True
+            except MappingError:
+                legal = False
+            facts = (frozenset(group.fused_ranks), group.resident, [lp.rank for lp in group.loops])
+            key = m.rule_key(flat)
+            assert verdicts.setdefault(key, (legal, facts)) == (legal, facts), (m.probe.einsums, flat)

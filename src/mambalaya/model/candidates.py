@@ -280,6 +280,7 @@ class GroupCostModel:
         self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
         self._options: list[tuple[tuple[int, ...], int]] | None = None
+        self._tile_lists: list[list[int]] | None = None  # the tile options as Python ints (group_at)
         # residency candidates: tensors read off-chip that some loop of the fixed order does
         # not index and that runs inside every loop that does (weights, per-channel parameters
         # under an outer channel loop); largest first
@@ -381,19 +382,34 @@ class GroupCostModel:
         hit = self._groups.get(flat)
         if hit is not None:
             return hit
-        cand = self.candidates()
-        option, k = divmod(flat, cand.n_tilings)
-        loop_order, j = cand.options[option]
-        tiles = []  # tiling k's tile of each rank: its digits in the mixed radix of the options
-        for opts in reversed(self._tile_options):
-            k, digit = divmod(k, len(opts))
-            tiles.append(int(opts[digit]))
-        tiles.reverse()
+        option, k = divmod(flat, self.n_tilings)
+        loop_order, j = self.options()[option]
+        tiles = self._tiles_of(k)
         size = self.cascade.size
         loops = tuple(Loop(self.ranks[i], tiles[i]) for i in loop_order if tiles[i] < size(self.ranks[i]))
         resident = tuple(t for t, _, _ in self.keepable_for(loop_order)[:j]) if loops else ()
         self._groups[flat] = FusionGroup("G", self.probe.einsums, loops, resident=resident)
         return self._groups[flat]
+
+    def rule_key(self, flat: int) -> tuple[int, tuple[bool, ...]]:
+        """What decides whether candidate ``flat``'s group keeps the rules that do not depend
+        on tile sizes (:func:`~mambalaya.fusion.mapping.check_group_rules`: its Einsums, the
+        ranks it tiles, its halo policy and resident tensors): its option (loop order and
+        residency prefix) and which ranks its tiling tiles (:meth:`group_at`)."""
+        option, k = divmod(flat, self.n_tilings)
+        size = self.cascade.size
+        return option, tuple(t < size(r) for t, r in zip(self._tiles_of(k), self.ranks))
+
+    def _tiles_of(self, k: int) -> list[int]:
+        """Tiling ``k``'s tile of each rank: its digits in the mixed radix of the options."""
+        if self._tile_lists is None:
+            self._tile_lists = [o.tolist() for o in self._tile_options]
+        tiles = []
+        for opts in reversed(self._tile_lists):
+            k, digit = divmod(k, len(opts))
+            tiles.append(opts[digit])
+        tiles.reverse()
+        return tiles
 
     def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
         """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their

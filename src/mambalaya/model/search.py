@@ -224,12 +224,18 @@ def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> FusionGro
     """The group of ``model``'s candidate ``flat`` if it keeps the rules that do not depend on
     its tile sizes (:func:`_legal_rules`), else None; memoised per segment (on its cost
     model, one per Einsums and tiled ranks of the cascade) and candidate, as a segment picks
-    the same candidate at many points of a sweep."""
+    the same candidate at many points of a sweep, and the verdict per
+    :meth:`~mambalaya.model.candidates.GroupCostModel.rule_key` (the candidates of one option
+    that tile the same ranks share it)."""
     memo = model.__dict__.setdefault("_legal_picks_memo", {})
     hit = memo.get(flat, _UNSEEN)
     if hit is _UNSEEN:
-        group = model.group_at(flat)
-        hit = memo[flat] = group if _legal_rules(cascade, group) else None
+        verdicts = model.__dict__.setdefault("_rule_verdicts_memo", {})  # per GroupCostModel.rule_key
+        key = model.rule_key(flat)
+        legal = verdicts.get(key)
+        if legal is None:
+            legal = verdicts[key] = _legal_rules(cascade, model.group_at(flat))
+        hit = memo[flat] = model.group_at(flat) if legal else None
     return hit
 
 

@@ -396,3 +396,24 @@ def test_yaml_round_trip_keeps_line_break_characters() -> None:
     data["name"] = "\x85"
     spec = arch_from_dict(data)
     assert loads_arch(arch_to_yaml(spec)) == spec
+
+
+def test_specs_parse_the_same_with_libyaml_and_pyyaml() -> None:
+    """parse_yaml_text uses libyaml's safe loader where PyYAML has one: every shipped YAML file
+    gives the same data as PyYAML's own safe loader, and broken text the same error as
+    before (PyYAML's, with its line and column)."""
+    from pathlib import Path
+
+    import yaml
+
+    from mambalaya.specio import parse_yaml_text
+
+    root = Path(__file__).resolve().parents[1]
+    files = sorted(root.glob("src/**/*.yaml")) + [root / "mkdocs.yml"]
+    assert len(files) >= 8
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        assert parse_yaml_text(text, source=str(path)) == yaml.safe_load(text), path
+    with pytest.raises(SpecError, match="not valid YAML") as err:
+        parse_yaml_text("a: [1, 2\nb: 3\n", source="broken.yaml")
+    assert "line 2" in str(err.value) or err.value.line == 2

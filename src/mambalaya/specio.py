@@ -31,8 +31,20 @@ class FieldProblem(ValueError):
         super().__init__(message)
 
 
+#: libyaml's safe loader, where PyYAML was built with it: the same resolver and constructors as
+#: ``yaml.safe_load`` over a parser in C (an architecture preset in 1 ms instead of 10).
+_C_SAFE_LOADER = getattr(yaml, "CSafeLoader", None)
+
+
 def parse_yaml_text(text: str, *, source: str) -> Any:
-    """``yaml.safe_load(text)``, or a :class:`SpecError` naming ``source``, line and column."""
+    """``yaml.safe_load(text)``, or a :class:`SpecError` naming ``source``, line and column.
+    Parsed by libyaml's safe loader where there is one; text it does not accept is parsed
+    again by PyYAML's, whose errors are the ones reported."""
+    if _C_SAFE_LOADER is not None:
+        try:
+            return yaml.load(text, Loader=_C_SAFE_LOADER)  # noqa: S506 (a safe loader)
+        except Exception:  # noqa: BLE001 - PyYAML's own loader says what is wrong, below
+            pass
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:

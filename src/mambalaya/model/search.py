@@ -69,8 +69,8 @@ from mambalaya.fusion.mapping import (
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
-from mambalaya.model.candidates import (Candidates, GroupCostModel, build_candidates, cost_model, least_footprints,
-                                        tileable_ranks)
+from mambalaya.model.candidates import (Candidates, GroupCostModel, build_candidates, cost_model, cycles_together,
+                                        least_footprints, tileable_ranks)
 from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 from mambalaya.model.traffic import TrafficSizeError, group_traffic
 
@@ -583,10 +583,11 @@ BATCH_PICKS = True
 
 
 def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | None
-                      ) -> tuple[list[tuple[int, int]], list[GroupCostModel], list[tuple[int, int]]]:
+                      ) -> tuple[list[tuple[int, int]], list[GroupCostModel], list[tuple[int, int]], list[GroupCostModel]]:
     """The segments an optimal search visits whose closed forms are exact, with their cost
-    models, and the segments where it stops growing (none of their candidates fits): for each
-    end ``b``, growing downwards until a segment does not fit. Memoised per buffer."""
+    models, the segments where it stops growing (none of their candidates fits), and the cost
+    models of every segment visited that fits, in the order visited: for each end ``b``,
+    growing downwards until a segment does not fit. Memoised per buffer."""
     memo = cascade.__dict__.setdefault("_visited_segments_memo", {})
     key = (tuple(names), buffer_bytes)
     if key not in memo:
@@ -601,7 +602,7 @@ def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | No
                     visited.append((a, b))
                     models.append(model)
         build_candidates(fitting)  # the search needs every one's table: built together
-        memo[key] = (visited, models, too_large)
+        memo[key] = (visited, models, too_large, fitting)
     return memo[key]
 
 
@@ -633,10 +634,13 @@ def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | Non
                      objective: str) -> dict[tuple[int, int], GroupChoice | str]:
     """The choices of the segments an optimal search visits (:func:`_visited_segments`), picked
     together (:func:`_picked_together`), or ``"buffer"`` for a segment none of whose candidates
-    fits; segments left out are for :func:`best_group` to search alone."""
+    fits; segments left out are for :func:`best_group` to search alone (their compute cycles
+    made together beforehand, :func:`~mambalaya.model.candidates.cycles_together`)."""
     if not BATCH_PICKS or not _closed_form_costs(arch, objective):
         return {}
-    visited, models, too_large = _visited_segments(cascade, names, buffer_bytes)
+    visited, models, too_large, fitting = _visited_segments(cascade, names, buffer_bytes)
+    if arch is not None:
+        cycles_together(fitting, arch.compute)
     out: dict[tuple[int, int], GroupChoice | str] = dict.fromkeys(too_large, "buffer")
     out.update(_picked_together(cascade, visited, models, buffer_bytes, arch))
     return out

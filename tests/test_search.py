@@ -248,6 +248,6 @@ def test_least_traffic_within_bound_equals_brute_force() -> None:
         ok = [g for g in all_g if sum(c.latency_s for c in g) <= bound]
         want = min(sum(c.traffic_bytes for c in g) for g in ok)
         got = _least_traffic_within(segs, n, bound)
-        got_traffic = sum(segs_c.traffic_bytes for segs_c in segs.values() if segs_c.group in got)
-        assert got_traffic == pytest.approx(want), trial
-        assert sum(c.latency_s for c in segs.values() if c.group in got) <= bound * (1 + 1e-12)
+        assert [c.group.einsums[0] for c in got] == [f"e{i}" for i in sorted(int(c.group.name[1:].split("_")[0]) for c in got)]
+        assert sum(c.traffic_bytes for c in got) == pytest.approx(want), trial
+        assert sum(c.latency_s for c in got) <= bound * (1 + 1e-12)

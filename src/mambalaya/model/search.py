@@ -50,7 +50,7 @@ import functools
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -125,6 +125,29 @@ class GroupChoice:
         if self.objective == "edp":
             return self.latency_s * self.energy_pj  # type: ignore[operator]
         return self.latency_s
+
+    def choice(self) -> "GroupChoice":
+        return self
+
+
+class _Pick(NamedTuple):
+    """A segment's candidate picked from the pick table (:func:`_picked_together`), costed by
+    the closed forms: what a search needs of a :class:`GroupChoice` (:meth:`cost` and the
+    costs), whose group (:meth:`choice`) is made only for the segments the search keeps. A
+    search picks every segment at every point and keeps a few."""
+
+    model: GroupCostModel
+    flat: int
+    traffic_bytes: float
+    footprint_bytes: float
+    latency_s: float | None
+
+    def cost(self) -> float:
+        return self.traffic_bytes if self.latency_s is None else self.latency_s
+
+    def choice(self) -> GroupChoice:
+        return GroupChoice(self.model.group_at(self.flat), self.traffic_bytes, self.footprint_bytes, self.latency_s,
+                           closed_form=True)
 
 
 def best_group(
@@ -220,26 +243,23 @@ def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
     return memo[key]
 
 
-def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> FusionGroup | None:
-    """The group of ``model``'s candidate ``flat`` if it keeps the rules that do not depend on
-    its tile sizes (:func:`_legal_rules`), else None; memoised per segment (on its cost
-    model, one per Einsums and tiled ranks of the cascade) and candidate, as a segment picks
-    the same candidate at many points of a sweep, and the verdict per
+def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
+    """Whether ``model``'s candidate ``flat`` keeps the rules that do not depend on its tile
+    sizes (:func:`_legal_rules`); memoised per segment (on its cost model, one per Einsums
+    and tiled ranks of the cascade) and candidate, as a segment picks the same candidate at
+    many points of a sweep, and the verdict per
     :meth:`~mambalaya.model.candidates.GroupCostModel.rule_key` (the candidates of one option
     that tile the same ranks share it)."""
     memo = model.__dict__.setdefault("_legal_picks_memo", {})
-    hit = memo.get(flat, _UNSEEN)
-    if hit is _UNSEEN:
+    hit = memo.get(flat)
+    if hit is None:
         verdicts = model.__dict__.setdefault("_rule_verdicts_memo", {})  # per GroupCostModel.rule_key
         key = model.rule_key(flat)
-        legal = verdicts.get(key)
-        if legal is None:
-            legal = verdicts[key] = _legal_rules(cascade, model.group_at(flat))
-        hit = memo[flat] = model.group_at(flat) if legal else None
+        hit = verdicts.get(key)
+        if hit is None:
+            hit = verdicts[key] = _legal_rules(cascade, model.group_at(flat))
+        memo[flat] = hit
     return hit
-
-
-_UNSEEN = object()
 
 
 def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
@@ -529,9 +549,9 @@ def optimal(
     t0 = time.perf_counter()
     names = [e.name for e in cascade.einsums]
     n = len(names)
-    segments: dict[tuple[int, int], GroupChoice] = {}
+    segments: dict[tuple[int, int], GroupChoice | _Pick] = {}
     best = [math.inf] * (n + 1)
-    back: list[tuple[int, GroupChoice] | None] = [None] * (n + 1)
+    back: list[tuple[int, GroupChoice | _Pick] | None] = [None] * (n + 1)
     best[0] = 0.0
     batched = _batched_choices(cascade, names, buffer_bytes, arch, objective)
     for b in range(1, n + 1):
@@ -540,10 +560,11 @@ def optimal(
                 continue
             why: list[str] = []
             hit = batched.get((a, b))
+            choice: GroupChoice | _Pick | None
             if hit is None:
                 choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective)
             else:
-                choice, why = (hit, why) if isinstance(hit, GroupChoice) else (None, [hit])
+                choice, why = (None, [hit]) if isinstance(hit, str) else (hit, why)
                 if stats is not None:
                     stats.evaluations += _candidate_count(cascade, names[a:b])
                     stats.groups_costed += 1
@@ -557,21 +578,24 @@ def optimal(
                 best[b], back[b] = total, (a, choice)
     if back[n] is None:
         raise SpecError(f"no mapping of cascade {cascade.name!r} fits a buffer of {buffer_bytes:,} bytes")
-    groups: list[FusionGroup] = []
+    # The latency and EDP groupings are handed to _finish last group first, which numbers their
+    # groups from the last (G1 = the layer's last group): kept as it has always been, so every
+    # mapping and report stays the same; the traffic grouping is handed on first group first.
+    chosen: list[GroupChoice | _Pick] = []
     if arch is not None and objective == "edp":
-        groups = _least_edp(segments, n)
+        chosen = _least_edp(segments, n)[::-1]
     elif arch is not None and objective == "latency":
-        groups = _least_traffic_within(segments, n, best[n] * (1 + LATENCY_TIE_TOLERANCE))
+        chosen = _least_traffic_within(segments, n, best[n] * (1 + LATENCY_TIE_TOLERANCE))[::-1]
     else:
         b = n
         while b > 0:
             a, choice = back[b]  # type: ignore[misc]
-            groups.append(choice.group)
+            chosen.append(choice)
             b = a
+        chosen.reverse()
     stats.seconds += time.perf_counter() - t0
     what = "off-chip traffic" if arch is None else f"{_OBJECTIVE_WORDS[objective]} on {arch.name}"
-    by_group = {id(c.group): c for c in segments.values()}  # the groups above are these objects
-    return _finish(cascade, "optimal", [by_group[id(g)] for g in groups[::-1]], buffer_bytes,
+    return _finish(cascade, "optimal", [c.choice() for c in chosen], buffer_bytes,
                    f"least {what} over contiguous groups and tiles", arch)
 
 
@@ -631,7 +655,7 @@ def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
 
 
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,
-                     objective: str) -> dict[tuple[int, int], GroupChoice | str]:
+                     objective: str) -> dict[tuple[int, int], _Pick | str]:
     """The choices of the segments an optimal search visits (:func:`_visited_segments`), picked
     together (:func:`_picked_together`), or ``"buffer"`` for a segment none of whose candidates
     fits; segments left out are for :func:`best_group` to search alone (their compute cycles
@@ -641,28 +665,25 @@ def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | Non
     visited, models, too_large, fitting = _visited_segments(cascade, names, buffer_bytes)
     if arch is not None:
         cycles_together(fitting, arch.compute)
-    out: dict[tuple[int, int], GroupChoice | str] = dict.fromkeys(too_large, "buffer")
+    out: dict[tuple[int, int], _Pick | str] = dict.fromkeys(too_large, "buffer")
     out.update(_picked_together(cascade, visited, models, buffer_bytes, arch))
     return out
 
 
 def _picked_together(cascade: Cascade, keys: list[Any], models: list[GroupCostModel], buffer_bytes: int | None,
-                     arch: Any) -> dict[Any, GroupChoice | str]:
-    """Each model's choice (by its key), picked together
+                     arch: Any) -> dict[Any, _Pick | str]:
+    """Each model's pick (by its key), picked together
     (:func:`~mambalaya.model.picks.segment_picks`), or ``"buffer"`` if none of its candidates
     fits. Left out, for :func:`best_group` to search alone: a model whose first pick breaks a
     rule, and every model when they hold too many candidates."""
-    out: dict[Any, GroupChoice | str] = {}
+    out: dict[Any, _Pick | str] = {}
     if not models or batch_size(models) > MAX_BATCH_CANDIDATES:
         return out
     for key, model, pick in zip(keys, models, segment_picks(models, buffer_bytes, arch, LATENCY_TIE_TOLERANCE)):
         if pick is None:
             out[key] = "buffer"
-            continue
-        group = _legal_pick(cascade, model, pick.flat)
-        if group is not None:
-            out[key] = GroupChoice(group, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s,
-                                   closed_form=True)
+        elif _legal_pick(cascade, model, pick.flat):
+            out[key] = _Pick(model, pick.flat, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s)
     return out
 
 
@@ -670,7 +691,7 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
                  objective: str) -> list[GroupChoice]:
     """The chosen group of each segment (:func:`best_group`'s choice), those whose closed forms
     are exact picked together; a segment that fits no buffer is a clear error (:func:`_need`)."""
-    together: dict[Any, GroupChoice | str] = {}
+    together: dict[Any, _Pick | str] = {}
     if BATCH_PICKS and _closed_form_costs(arch, objective):
         keys, models = [], []
         for n, einsums in enumerate(segments):
@@ -682,27 +703,28 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
         together = _picked_together(cascade, keys, models, buffer_bytes, arch)
     choices = []
     for n, einsums in enumerate(segments):
-        hit = together.get(n)
+        hit: GroupChoice | _Pick | str | None = together.get(n)
         why = [hit] if isinstance(hit, str) else []
         if hit is None:
             hit = best_group(cascade, einsums, buffer_bytes, why=why, arch=arch, objective=objective)
-        choices.append(_need(hit if isinstance(hit, GroupChoice) else None, einsums, buffer_bytes, why))
+        choices.append(_need(None if hit is None or isinstance(hit, str) else hit.choice(), einsums, buffer_bytes, why))
     return choices
 
 
-def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[FusionGroup]:
-    """The grouping of least (sum of latencies) x (sum of energies) over the segments: a
-    Pareto dynamic programme over (latency, energy), exact since the product grows with both."""
-    front: list[list[tuple[float, float, tuple[FusionGroup, ...]]]] = [[] for _ in range(n + 1)]
+def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[GroupChoice]:
+    """The grouping of least (sum of latencies) x (sum of energies) over the segments (their
+    choices, in order): a Pareto dynamic programme over (latency, energy), exact since the
+    product grows with both."""
+    front: list[list[tuple[float, float, tuple[GroupChoice, ...]]]] = [[] for _ in range(n + 1)]
     front[0] = [(0.0, 0.0, ())]
     ends: dict[int, list[tuple[int, GroupChoice]]] = {}
     for (a, b), c in segments.items():
         ends.setdefault(b, []).append((a, c))
     for b in range(1, n + 1):
-        points = [(lat + c.latency_s, en + c.energy_pj, groups + (c.group,))  # type: ignore[operator]
-                  for a, c in ends.get(b, []) for lat, en, groups in front[a]]
+        points = [(lat + c.latency_s, en + c.energy_pj, chosen + (c,))  # type: ignore[operator]
+                  for a, c in ends.get(b, []) for lat, en, chosen in front[a]]
         points.sort(key=lambda p: (p[0], p[1]))
-        kept: list[tuple[float, float, tuple[FusionGroup, ...]]] = []
+        kept: list[tuple[float, float, tuple[GroupChoice, ...]]] = []
         for p in points:
             if not kept or p[1] < kept[-1][1]:
                 kept.append(p)
@@ -710,35 +732,36 @@ def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[Fus
     return list(min(front[n], key=lambda p: p[0] * p[1])[2])
 
 
-def _least_traffic_within(segments: dict[tuple[int, int], GroupChoice], n: int, latency_bound: float) -> list[FusionGroup]:
+def _least_traffic_within(segments: dict[tuple[int, int], Any], n: int, latency_bound: float) -> list[Any]:
     """The grouping of least off-chip traffic among those whose latency is at most
-    ``latency_bound`` (the best latency plus the tie tolerance), over the same segments.
+    ``latency_bound`` (the best latency plus the tie tolerance), over the same segments (their
+    choices, :class:`GroupChoice` or :class:`_Pick`, in order).
 
     A Pareto dynamic programme: for each prefix it keeps the (latency, traffic) points no other
     partial grouping beats in both, dropping any that cannot finish within the bound (their
     latency plus the least latency of the remaining suffix exceeds it). Returned in order."""
-    starts: dict[int, list[tuple[int, GroupChoice]]] = {}
+    starts: dict[int, list[tuple[int, Any]]] = {}
     for (a, b), c in segments.items():
         starts.setdefault(a, []).append((b, c))
     suffix = [math.inf] * (n + 1)  # least latency of Einsums b..n
     suffix[n] = 0.0
     for a in range(n - 1, -1, -1):
         suffix[a] = min((c.cost() + suffix[b] for b, c in starts.get(a, ())), default=math.inf)
-    # front[b]: list of (latency, traffic, groups) non-dominated partial groupings of 0..b
-    front: list[list[tuple[float, float, tuple[FusionGroup, ...]]]] = [[] for _ in range(n + 1)]
+    # front[b]: list of (latency, traffic, choices) non-dominated partial groupings of 0..b
+    front: list[list[tuple[float, float, tuple[Any, ...]]]] = [[] for _ in range(n + 1)]
     front[0] = [(0.0, 0.0, ())]
-    ends: dict[int, list[tuple[int, GroupChoice]]] = {}
+    ends: dict[int, list[tuple[int, Any]]] = {}
     for (a, b), c in segments.items():
         ends.setdefault(b, []).append((a, c))
     for b in range(1, n + 1):
         points = []
         for a, c in ends.get(b, []):
-            for lat, traffic, groups in front[a]:
+            for lat, traffic, chosen in front[a]:
                 total = lat + c.cost()
                 if total + suffix[b] <= latency_bound:
-                    points.append((total, traffic + c.traffic_bytes, groups + (c.group,)))
+                    points.append((total, traffic + c.traffic_bytes, chosen + (c,)))
         points.sort(key=lambda p: (p[0], p[1]))
-        kept: list[tuple[float, float, tuple[FusionGroup, ...]]] = []
+        kept: list[tuple[float, float, tuple[Any, ...]]] = []
         for p in points:
             if not kept or p[1] < kept[-1][1]:
                 kept.append(p)

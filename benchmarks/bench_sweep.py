@@ -13,7 +13,7 @@ points (goal: 150 points/s on 2 cores).
 
 The grid: 3 designs x 7 bandwidths x 8 buffer sizes x 3 array shapes x 2 models x 2 batch
 sizes x (prefill at 4 lengths + decode, which does not depend on L) = 10,080 points. "Locally" is `mambalaya sweep`'s
-default (a LocalCluster of worker processes it starts itself); the cluster run starts
+default (a pool of worker processes it forks itself); the cluster run starts
 `dask scheduler` and two `dask worker` processes and passes --scheduler, as a user would.
 Goal (issue 6): 10,000 points in under 60 s locally on 2 cores.
 """

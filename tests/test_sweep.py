@@ -1,4 +1,4 @@
-"""Sweeps: every point exactly once, resumable after a real kill, robust to a lost Dask worker."""
+"""Sweeps: every point exactly once, resumable after a real kill, robust to a lost worker (local or Dask)."""
 
 from __future__ import annotations
 
@@ -207,41 +207,66 @@ def test_precision_is_a_sweep_axis() -> None:
 def test_local_workers_are_forked_on_linux_unless_the_environment_says_otherwise(monkeypatch) -> None:
     from mambalaya.experiments import sweep
 
-    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", raising=False)
+    monkeypatch.delenv("MAMBALAYA_SWEEP_START_METHOD", raising=False)
     monkeypatch.setattr(sweep.sys, "platform", "linux")
     assert sweep._worker_start_method() == "fork"
     monkeypatch.setattr(sweep.sys, "platform", "darwin")
     assert sweep._worker_start_method() == "spawn"
     monkeypatch.setattr(sweep.sys, "platform", "linux")
-    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD", "spawn")
-    import dask
+    monkeypatch.setenv("MAMBALAYA_SWEEP_START_METHOD", "spawn")
+    assert sweep._worker_start_method() == "spawn"
+    monkeypatch.setenv("MAMBALAYA_SWEEP_START_METHOD", "teleport")
+    with pytest.raises(MambalayaError, match="MAMBALAYA_SWEEP_START_METHOD"):
+        sweep._worker_start_method()
 
-    with dask.config.set({"distributed.worker.multiprocessing-method": "spawn"}):
-        assert sweep._worker_start_method() == "spawn"
+
+def _worker_facts() -> tuple[int, int]:
+    time.sleep(0.2)  # (both workers take one)
+    return os.getpid(), gc.get_freeze_count()
 
 
-def test_local_workers_run_without_dasks_profiler_unless_the_environment_says_otherwise(monkeypatch) -> None:
-    """Dask's statistical profiler (for a dashboard the sweep does not start) took about 15% of
-    a sweep's worker time; the workers of the sweep's own LocalCluster run without it."""
-    import dask
-
+def test_local_workers_are_processes_started_with_the_coordinators_objects_frozen() -> None:
+    """The local pool's workers are processes of their own, forked with this process's
+    objects frozen (their collections need not traverse them), which are thawed here again."""
     from mambalaya.experiments import sweep
 
-    monkeypatch.delenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", raising=False)
-    client, cluster = sweep.open_client(None, 2)
-    try:
-        assert set(client.run(lambda: dask.config.get("distributed.worker.profile.enabled")).values()) == {False}
-        # and (the same cluster, to save a start) they are processes, started with this
-        # process's objects frozen, which are thawed here again
-        assert sweep._runs_processes(cluster)
-        assert all(n > 0 for n in client.run(gc.get_freeze_count).values())
-        assert gc.get_freeze_count() == 0
-    finally:
-        client.close()
-        cluster.close()
-    monkeypatch.setenv("DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED", "True")
-    with dask.config.set({"distributed.worker.profile.enabled": True}):
-        assert sweep._worker_profiling() is True
+    with sweep._local_pool(2) as pool:
+        facts = [f.result() for f in [pool.submit(_worker_facts) for _ in range(2)]]
+    assert len({pid for pid, _ in facts}) == 2 and os.getpid() not in {pid for pid, _ in facts}
+    assert all(frozen > 0 for _, frozen in facts)
+    assert gc.get_freeze_count() == 0
+
+
+def _chunk_task_killing_one_worker(points, *, own_worker=False):
+    """The sweep's chunk task, but the worker that takes the first chunk with a geens-ideal
+    point (marked by the file KILL_MARKER names) is killed before it runs it."""
+    from mambalaya.experiments.sweep import evaluate_chunk
+
+    marker = Path(os.environ["KILL_MARKER"])
+    if any(p["arch"] == "geens-ideal" for p in points) and not marker.exists():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)  # this worker, mid-sweep
+    return evaluate_chunk(points)
+
+
+@pytest.mark.slow
+def test_lost_local_worker_does_not_lose_or_duplicate_points(tmp_path, monkeypatch) -> None:
+    """A local worker killed mid-sweep breaks the pool; a new one runs the chunks not yet
+    stored: every point once, equal to an uninterrupted run."""
+    from mambalaya.experiments import sweep
+
+    spec = load_sweep_spec(write_spec(tmp_path, KILLABLE.replace("chunk_size: 4", "chunk_size: 2")))
+    marker = tmp_path / "killed"  # (seen by every worker process: the first geens chunk is killed once)
+    monkeypatch.setenv("KILL_MARKER", str(marker))
+    monkeypatch.setattr(sweep, "_chunk_task", _chunk_task_killing_one_worker)  # (the forked workers inherit it)
+    summary = run_sweep(spec, workers=2)
+    assert marker.exists() and summary.computed == len(spec.points())
+    assert_exactly_once(spec.store, spec)
+    reference = load_sweep_spec(write_spec(tmp_path, KILLABLE, "ref.yaml"), store=tmp_path / "ref.sqlite")
+    run_sweep(reference, workers=1)
+    a = stored(spec.store).set_index("id")["latency_s"].sort_index()
+    b = stored(reference.store).set_index("id")["latency_s"].sort_index()
+    pd.testing.assert_series_equal(a, b)
 
 
 def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked(monkeypatch) -> None:

@@ -921,12 +921,15 @@ def _sweep_run(spec_path: Path, scheduler: str | None, workers: int | None, stor
     spec = load_sweep_spec(spec_path, store=store)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]:>8.1f} points/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
-    with Progress(*columns, console=err_console) as bar:
+    # redrawn as each chunk is stored, not by a refresh thread: the local workers are forked
+    # from this process, and a fork should not copy a thread that may hold the console's lock
+    with Progress(*columns, console=err_console, auto_refresh=False) as bar:
         task = bar.add_task(f"sweep {spec.name}", total=None, rate=0.0)
 
         def progress(done: int, total: int, summary) -> None:
             elapsed = max(summary.seconds, 1e-9)
-            bar.update(task, total=total, completed=done, rate=summary.computed / max(bar.tasks[0].elapsed or elapsed, 1e-9))
+            bar.update(task, total=total, completed=done, rate=summary.computed / max(bar.tasks[0].elapsed or elapsed, 1e-9),
+                       refresh=True)
 
         summary = run_sweep(spec, scheduler=scheduler, workers=workers, on_progress=progress)
     err_console.print(

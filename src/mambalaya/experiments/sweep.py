@@ -18,26 +18,33 @@ A sweep spec (YAML)::
       compute.mfu_units: 2048
       precision: reference-kernels  # or swept: precision: [uniform, reference-kernels]
 
-Every point runs on a Dask cluster: a ``LocalCluster`` of worker processes on this machine by
-default, or an existing cluster given by ``--scheduler tcp://HOST:PORT``; the code path is the
-same. Points go out in chunks sorted so a chunk shares its cascade; the coordinator writes each
-chunk's rows to the :class:`~mambalaya.experiments.store.ResultStore` in one transaction as it
-arrives. A rerun skips the points already stored (a spec that grows its grid adds only the new
+Points run in worker processes on this machine by default (the standard library's
+``ProcessPoolExecutor``), or on an existing Dask cluster given by ``--scheduler
+tcp://HOST:PORT`` (Dask's ``concurrent.futures`` executor); the code path is the same: points go
+out in chunks sorted so a chunk shares its cascade, submitted to the executor, and the
+coordinator writes each chunk's rows to the :class:`~mambalaya.experiments.store.ResultStore`
+in one transaction as it arrives. A rerun skips the points already stored (a spec that grows its grid adds only the new
 points); a point that fails (an impossible configuration) is stored with its error.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import gc
 import itertools
 import json
 import math
+import multiprocessing
 import os
+import signal
 import socket
 import sys
 import time
+from collections.abc import Iterator
+from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -351,68 +358,79 @@ def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]
     return chunks
 
 
-def open_client(scheduler: str | None, workers: int | None):
-    """A Dask client: on an existing cluster, or on a new LocalCluster of worker processes (one
-    worker runs as a thread of this process: with nothing to run beside it, a process would only
-    add its start-up)."""
-    from distributed import Client, LocalCluster
+def open_client(scheduler: str):
+    """A Dask client on the existing cluster at ``scheduler`` (tcp://HOST:PORT)."""
+    from distributed import Client
 
-    if scheduler:
-        try:
-            return Client(scheduler, timeout="10s"), None
-        except (OSError, TimeoutError) as err:
-            raise MambalayaError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
-    import dask
-
-    n = workers or os.cpu_count() or 1
-    # Forked workers inherit this process's objects (its modules, the spec): frozen while they
-    # start (gc.freeze), the workers' cyclic collections need not traverse them. Unfrozen here
-    # afterwards, unless the caller had frozen objects of its own.
-    thaw = gc.get_freeze_count() == 0
-    gc.freeze()
     try:
-        with dask.config.set({"distributed.worker.multiprocessing-method": _worker_start_method(),
-                              "distributed.worker.profile.enabled": _worker_profiling()}):
-            cluster = LocalCluster(n_workers=n, threads_per_worker=1, processes=n > 1, dashboard_address=None,
-                                   silence_logs=50)
-    finally:
-        if thaw:
-            gc.unfreeze()
-    return Client(cluster), cluster
+        return Client(scheduler, timeout="10s")
+    except (OSError, TimeoutError) as err:
+        raise MambalayaError(f"cannot reach the Dask scheduler at {scheduler}: {err}") from None
 
 
-def _runs_processes(cluster: Any) -> bool:
-    """Whether a LocalCluster's workers are processes (each behind a Nanny), not threads of
-    this one."""
-    from distributed import Nanny
-
-    return any(isinstance(w, Nanny) for w in cluster.workers.values())
+#: Times a local sweep replaces its worker processes after one died (killed: out of memory, a
+#: signal) and runs the chunks not yet stored again, before it gives up with an error.
+LOCAL_POOL_RESTARTS = 3
 
 
 def _worker_start_method() -> str:
-    """How a LocalCluster starts its worker processes. On Linux they are forked from this
-    process, which has already imported mambalaya, numpy and Dask: two workers are ready in
-    about 0.1 s, where spawned ones each import everything again (about 2 s here, a large part
-    of a short sweep). Elsewhere (macOS, Windows), where forking a process with threads is
-    unsafe or impossible, Dask's default, spawn. A method set in the environment
-    (``DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD``) is kept."""
-    import dask
-
-    if "DASK_DISTRIBUTED__WORKER__MULTIPROCESSING_METHOD" in os.environ:
-        return str(dask.config.get("distributed.worker.multiprocessing-method"))
+    """How the local worker processes start. On Linux they are forked from this process, which
+    has already imported mambalaya and numpy: two workers are ready in milliseconds, where
+    spawned ones each import everything again (about 2 s here, a large part of a short sweep).
+    Elsewhere (macOS, Windows), where forking a process with threads is unsafe or impossible,
+    spawn. ``MAMBALAYA_SWEEP_START_METHOD`` (fork, spawn or forkserver) overrides both."""
+    chosen = os.environ.get("MAMBALAYA_SWEEP_START_METHOD")
+    if chosen:
+        if chosen not in multiprocessing.get_all_start_methods():
+            raise MambalayaError(f"MAMBALAYA_SWEEP_START_METHOD={chosen!r} is not a start method of this platform "
+                                 f"({', '.join(multiprocessing.get_all_start_methods())})")
+        return chosen
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
-def _worker_profiling() -> bool:
-    """Whether the LocalCluster's workers run Dask's statistical profiler. It samples the
-    running task's stack every 10 ms, for the dashboard this cluster does not start; here it
-    took about 15% of a sweep's worker time (docs/sweeps.md). Off, unless the environment
-    sets it (``DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED``)."""
-    import dask
+_PR_SET_PDEATHSIG = 1  # prctl(2)
 
-    if "DASK_DISTRIBUTED__WORKER__PROFILE__ENABLED" in os.environ:
-        return bool(dask.config.get("distributed.worker.profile.enabled"))
-    return False
+
+def _init_worker(parent: int) -> None:
+    """In each local worker process: end with the sweep. SIGTERM ends it (a handler the
+    coordinator had, inherited by a fork, is dropped: the pool terminates the survivors of a
+    broken pool so), and Ctrl-C is left to the coordinator, which stops the pool. On Linux the
+    kernel sends it SIGTERM when the process that started it dies (a killed sweep leaves no
+    worker behind); elsewhere the pool's own shutdown ends it."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the sweep died before the line above took effect
+            os._exit(1)
+
+
+@contextlib.contextmanager
+def _local_pool(workers: int) -> Iterator[Executor]:
+    """A pool of ``workers`` local worker processes. Forked (:func:`_worker_start_method`),
+    they start with this process's objects frozen (:func:`gc.freeze`: their cyclic collections
+    need not traverse the modules and the spec they inherit); here they are thawed again when
+    the pool ends, unless the caller had frozen objects of its own."""
+    thaw = gc.get_freeze_count() == 0
+    gc.freeze()
+    pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(_worker_start_method()),
+                               initializer=_init_worker, initargs=(os.getpid(),))
+    try:
+        yield pool
+    finally:
+        if thaw:
+            gc.unfreeze()
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _submit_chunks(executor: Executor, chunks: list[list[dict[str, Any]]], own_worker: bool,
+                   record: Callable[[int, list[PointResult]], None]) -> None:
+    """Submit every chunk to ``executor`` (its :func:`_chunk_task`) and ``record(index,
+    results)`` each as it finishes: the one run loop of local and cluster sweeps."""
+    futures = {executor.submit(_chunk_task, chunk, own_worker=own_worker): k for k, chunk in enumerate(chunks)}
+    for fut in as_completed(futures):
+        record(futures[fut], fut.result())
 
 
 def run_sweep(
@@ -425,11 +443,11 @@ def run_sweep(
 ) -> SweepSummary:
     """Evaluate every point of ``spec`` not yet in its store; return a summary.
 
-    ``on_progress(done, total, summary)`` is called after each chunk is stored; ``client`` lets a
-    caller (or a test) bring its own Dask client.
+    Locally (the default) on ``workers`` processes (default: one per core; with one, in this
+    process); with ``scheduler`` (or a Dask ``client``, which a caller or a test brings), on
+    that Dask cluster. ``on_progress(done, total, summary)`` is called after each chunk is
+    stored.
     """
-    from distributed import as_completed
-
     t0 = time.perf_counter()
     points = spec.points()
     with ResultStore(spec.store, fingerprint=model_fingerprint()) as store:
@@ -438,34 +456,59 @@ def run_sweep(
         summary = SweepSummary(spec.store, len(points), len(points) - len(todo))
         if on_progress:
             on_progress(summary.already_done, summary.total, summary)
-        if not todo:
-            summary.seconds = time.perf_counter() - t0
-            return summary
-        own_client = client is None
-        cluster = None
-        if own_client:
-            client, cluster = open_client(scheduler, workers)
-        try:
-            own_processes = cluster is not None and _runs_processes(cluster)
-            futures = client.map(_chunk_task, _chunks(todo, spec.chunk_size), pure=False, own_worker=own_processes)
-            for fut in as_completed(futures):
-                results = fut.result()
-                store.write(results)
-                for r in results:
-                    summary.computed += 1
-                    if r.error is not None:
-                        summary.failed += 1
-                        if len(summary.failures) < 50:
-                            summary.failures.append((r.id, r.error))
-                if on_progress:
-                    on_progress(summary.already_done + summary.computed, summary.total, summary)
-        finally:
-            if own_client:
-                client.close()
-                if cluster is not None:
-                    cluster.close()
+        chunks = _chunks(todo, spec.chunk_size)
+        stored_chunks: set[int] = set()
+
+        def record(k: int, results: list[PointResult]) -> None:
+            store.write(results)
+            stored_chunks.add(k)
+            for r in results:
+                summary.computed += 1
+                if r.error is not None:
+                    summary.failed += 1
+                    if len(summary.failures) < 50:
+                        summary.failures.append((r.id, r.error))
+            if on_progress:
+                on_progress(summary.already_done + summary.computed, summary.total, summary)
+
+        if chunks and (client is not None or scheduler):
+            own_client = client is None
+            client = client if client is not None else open_client(scheduler)  # type: ignore[arg-type]
+            try:
+                _submit_chunks(client.get_executor(pure=False), chunks, False, record)
+            finally:
+                if own_client:
+                    client.close()
+        elif chunks:
+            _run_locally(chunks, min(workers or os.cpu_count() or 1, len(chunks)), record, stored_chunks)
     summary.seconds = time.perf_counter() - t0
     return summary
+
+
+def _run_locally(chunks: list[list[dict[str, Any]]], workers: int,
+                 record: Callable[[int, list[PointResult]], None], stored_chunks: set[int]) -> None:
+    """The chunks on ``workers`` local processes (one: in this process). A worker that dies
+    (killed: out of memory, a signal) breaks the pool; a new one runs the chunks not yet
+    stored, up to :data:`LOCAL_POOL_RESTARTS` times."""
+    if workers <= 1:
+        for k, chunk in enumerate(chunks):
+            record(k, _chunk_task(chunk))
+        return
+    for _ in range(1 + LOCAL_POOL_RESTARTS):
+        pending = [k for k in range(len(chunks)) if k not in stored_chunks]
+        if not pending:
+            return
+        try:
+            with _local_pool(min(workers, len(pending))) as pool:
+                _submit_chunks(pool, [chunks[k] for k in pending], True, lambda j, results: record(pending[j], results))
+            return
+        except BrokenProcessPool:
+            continue
+    raise MambalayaError(
+        f"the sweep's worker processes died {1 + LOCAL_POOL_RESTARTS} times (killed: out of memory, or a signal); "
+        f"{len(stored_chunks)} of {len(chunks)} chunks are stored and a rerun resumes from them; "
+        "try fewer --workers or a smaller chunk_size"
+    )
 
 
 __all__ = ["SweepSpec", "SweepSummary", "evaluate_chunk", "evaluate_point", "load_sweep_spec", "run_sweep"]

@@ -750,8 +750,7 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
     start = np.array([c[1] for c in chains])
     live = [sum(1 for c in chains if len(c[2]) > j) for j in range(longest)]  # chains with a j-th link
     saved_sum, held_sum = np.zeros((len(chains), n)), np.zeros((len(chains), n))
-    streamed_traffic, streamed_fp = traffic0[model_of], fp0[model_of]  # each chain's model's
-    link, value = np.empty((len(chains), n)), np.empty((len(chains), n))  # scratch (in place: no temporaries)
+    link = np.empty((len(chains), n))  # scratch (in place: no temporaries)
     for j, k in enumerate(live):  # each chain's running sums, the same additions in the same order
         np.take(saved_rows, saved_at[:k, j], axis=0, out=link[:k], mode="clip")  # (in range: unbuffered)
         np.multiply(coef[:k, j:j + 1], link[:k], out=link[:k])
@@ -759,8 +758,10 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
         np.take(held_all, held_at[:k, j], axis=0, out=link[:k], mode="clip")
         held_sum[:k] += link[:k]
         rows, cols = model_of[:k], start[:k] + j
-        traffic[rows, cols] = np.subtract(streamed_traffic[:k], saved_sum[:k], out=value[:k])
-        fp[rows, cols] = np.add(streamed_fp[:k], held_sum[:k], out=value[:k])
+        np.take(traffic0, rows, axis=0, out=link[:k], mode="clip")  # the chain's model's, streamed
+        traffic[rows, cols] = np.subtract(link[:k], saved_sum[:k], out=link[:k])
+        np.take(fp0, rows, axis=0, out=link[:k], mode="clip")
+        fp[rows, cols] = np.add(link[:k], held_sum[:k], out=link[:k])
 
 
 def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: frozenset[int], ranks: int, n: int) -> np.ndarray:
@@ -787,12 +788,16 @@ def cycles_together(models: list[GroupCostModel], compute: Any) -> list[np.ndarr
     of the list (met before it, tiling the same ranks) starts from that one's sums: the same
     additions in the same order, so the same floats."""
     key = spec_key(compute)
-    sums: dict[tuple[tuple[str, ...], tuple[str, ...]], dict[str, Any]] = {}  # per (Einsums, ranks): this call's
+    # per Einsums, (ranks, sums) of this call's groups not yet grown by one Einsum (memory: a
+    # group's sums are dropped once the next group has looked for them, whatever its ranks)
+    sums: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, Any]]] = {}
     for m in models:
         if key in m._cycles:
             continue
         einsums, ranks = m.probe.einsums, tuple(m.ranks)
-        total = sums.get((einsums[:-1], ranks))
+        shorter_ranks, total = sums.pop(einsums[:-1], (None, None))
+        if shorter_ranks != ranks:
+            total = None
         start = len(einsums) - 1 if total is not None else 0
         if total is None:
             total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
@@ -800,7 +805,7 @@ def cycles_together(models: list[GroupCostModel], compute: Any) -> list[np.ndarr
         for name in einsums[start:]:
             cyc = einsum_grid_cycles(compute, m.cascade, name, m.ranks, tiles)
             total = {k: total[k] + cyc[k] for k in total}
-        sums[(einsums, ranks)] = total
+        sums[einsums] = (ranks, total)
         array = total["array_2d"] + total["array_1d"]
         if compute.overlap_compute_units:
             cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])

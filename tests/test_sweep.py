@@ -100,6 +100,16 @@ def test_store_from_another_model_is_refused(tmp_path) -> None:
         run_sweep(spec, workers=1)
 
 
+def assert_equals_an_uninterrupted_run(tmp_path: Path, spec) -> None:
+    """Every point of ``spec``'s store once, with the latencies of the KILLABLE grid run whole."""
+    assert_exactly_once(spec.store, spec)
+    reference = load_sweep_spec(write_spec(tmp_path, KILLABLE, "ref.yaml"), store=tmp_path / "ref.sqlite")
+    run_sweep(reference, workers=1)
+    a = stored(spec.store).set_index("id")["latency_s"].sort_index()
+    b = stored(reference.store).set_index("id")["latency_s"].sort_index()
+    pd.testing.assert_series_equal(a, b)
+
+
 KILLABLE = """
 name: killable
 chunk_size: 4
@@ -166,12 +176,7 @@ def test_lost_dask_worker_does_not_lose_or_duplicate_points(tmp_path) -> None:
 
         summary = run_sweep(spec, client=client, on_progress=progress)
     assert killed and summary.computed == len(spec.points())
-    assert_exactly_once(spec.store, spec)
-    reference = load_sweep_spec(write_spec(tmp_path, KILLABLE, "ref.yaml"), store=tmp_path / "ref.sqlite")
-    run_sweep(reference, workers=1)
-    a = stored(spec.store).set_index("id")["latency_s"].sort_index()
-    b = stored(reference.store).set_index("id")["latency_s"].sort_index()
-    pd.testing.assert_series_equal(a, b)
+    assert_equals_an_uninterrupted_run(tmp_path, spec)
 
 
 def test_cli_run_plot_export(tmp_path) -> None:
@@ -261,12 +266,7 @@ def test_lost_local_worker_does_not_lose_or_duplicate_points(tmp_path, monkeypat
     monkeypatch.setattr(sweep, "_chunk_task", _chunk_task_killing_one_worker)  # (the forked workers inherit it)
     summary = run_sweep(spec, workers=2)
     assert marker.exists() and summary.computed == len(spec.points())
-    assert_exactly_once(spec.store, spec)
-    reference = load_sweep_spec(write_spec(tmp_path, KILLABLE, "ref.yaml"), store=tmp_path / "ref.sqlite")
-    run_sweep(reference, workers=1)
-    a = stored(spec.store).set_index("id")["latency_s"].sort_index()
-    b = stored(reference.store).set_index("id")["latency_s"].sort_index()
-    pd.testing.assert_series_equal(a, b)
+    assert_equals_an_uninterrupted_run(tmp_path, spec)
 
 
 def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked(monkeypatch) -> None:

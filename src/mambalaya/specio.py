@@ -8,6 +8,7 @@ names each offending field path.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import re
 from typing import Any, Callable
@@ -41,10 +42,8 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
     Parsed by libyaml's safe loader where there is one; text it does not accept is parsed
     again by PyYAML's, whose errors are the ones reported."""
     if _C_SAFE_LOADER is not None:
-        try:
-            return yaml.load(text, Loader=_C_SAFE_LOADER)  # noqa: S506 (a safe loader)
-        except Exception:  # noqa: BLE001 - PyYAML's own loader says what is wrong, below
-            pass
+        with contextlib.suppress(Exception):  # PyYAML's own loader says what is wrong, below
+            return yaml.load(text, Loader=_C_SAFE_LOADER)
     try:
         return yaml.safe_load(text)
     except yaml.MarkedYAMLError as err:

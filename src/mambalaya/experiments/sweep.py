@@ -485,6 +485,11 @@ def run_sweep(
     return summary
 
 
+def _record_at(record: Callable[[int, list[PointResult]], None], indices: list[int], j: int,
+               results: list[PointResult]) -> None:
+    record(indices[j], results)
+
+
 def _run_locally(chunks: list[list[dict[str, Any]]], workers: int,
                  record: Callable[[int, list[PointResult]], None], stored_chunks: set[int]) -> None:
     """The chunks on ``workers`` local processes (one: in this process). A worker that dies
@@ -500,7 +505,7 @@ def _run_locally(chunks: list[list[dict[str, Any]]], workers: int,
             return
         try:
             with _local_pool(min(workers, len(pending))) as pool:
-                _submit_chunks(pool, [chunks[k] for k in pending], True, lambda j, results: record(pending[j], results))
+                _submit_chunks(pool, [chunks[k] for k in pending], True, functools.partial(_record_at, record, pending))
             return
         except BrokenProcessPool:
             continue

@@ -126,7 +126,7 @@ class GroupChoice:
             return self.latency_s * self.energy_pj  # type: ignore[operator]
         return self.latency_s
 
-    def choice(self) -> "GroupChoice":
+    def choice(self) -> GroupChoice:
         return self
 
 

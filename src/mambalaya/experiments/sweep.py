@@ -20,11 +20,12 @@ A sweep spec (YAML)::
 
 Points run in worker processes on this machine by default (the standard library's
 ``ProcessPoolExecutor``), or on an existing Dask cluster given by ``--scheduler
-tcp://HOST:PORT`` (Dask's ``concurrent.futures`` executor); the code path is the same: points go
-out in chunks sorted so a chunk shares its cascade, submitted to the executor, and the
+tcp://HOST:PORT`` (Dask's ``concurrent.futures`` executor); the code path is the same: points
+go out in chunks sorted so a chunk shares its cascade, submitted to the executor, and the
 coordinator writes each chunk's rows to the :class:`~mambalaya.experiments.store.ResultStore`
-in one transaction as it arrives. A rerun skips the points already stored (a spec that grows its grid adds only the new
-points); a point that fails (an impossible configuration) is stored with its error.
+in one transaction as it arrives. A rerun skips the points already stored (a spec that grows
+its grid adds only the new points); a point that fails (an impossible configuration) is
+stored with its error.
 """
 
 from __future__ import annotations
@@ -392,11 +393,11 @@ _PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def _init_worker(parent: int) -> None:
-    """In each local worker process: end with the sweep. SIGTERM ends it (a handler the
-    coordinator had, inherited by a fork, is dropped: the pool terminates the survivors of a
-    broken pool so), and Ctrl-C is left to the coordinator, which stops the pool. On Linux the
-    kernel sends it SIGTERM when the process that started it dies (a killed sweep leaves no
-    worker behind); elsewhere the pool's own shutdown ends it."""
+    """In each local worker process: end with the sweep. SIGTERM ends it at once (a handler
+    inherited from the coordinator by the fork is dropped: a broken pool stops its surviving
+    workers with SIGTERM), and Ctrl-C is left to the coordinator, which stops the pool. On
+    Linux the kernel sends it SIGTERM when the process that started it dies (a killed sweep
+    leaves no worker behind); elsewhere the pool's own shutdown ends it."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):

@@ -69,11 +69,14 @@ def run_hf_bamba(
     seq_len: int = 6,
     n_decode: int = 3,
     seed: int = 0,
+    **config_fields: Any,
 ) -> dict[str, Any]:
     """Run the model; return ``config`` (the transformers config as a dict), ``state_dict``
     (numpy, float32), and per layer ``layers[k] = {"type", "inputs", "outputs", "caches"}``:
     the layer's input and output arrays [B, n, D] for the prefill and each decode step, and for
-    an attention layer its cache (``key``, ``value`` [B, G, L, E]) after each of them."""
+    an attention layer its cache (``key``, ``value`` [B, G, L, E]) after each of them.
+    ``config_fields`` are passed to ``BambaConfig`` as they are (``head_dim``,
+    ``rope_parameters``, ``rms_norm_eps``, ...) and win over the arguments above."""
     import torch
     from transformers import BambaConfig, DynamicCache
     from transformers.models.bamba.modeling_bamba import BambaModel
@@ -91,8 +94,8 @@ def run_hf_bamba(
         mamba_d_state=mamba_d_state,
         mamba_n_groups=mamba_n_groups,
         mamba_chunk_size=mamba_chunk_size,
-        rope_parameters={"rope_type": "default", "rope_theta": rope_theta},
-        attn_implementation="eager",
+        **{"rope_parameters": {"rope_type": "default", "rope_theta": rope_theta}, "attn_implementation": "eager",
+           **config_fields},
     )
     assert [kinds[t] for t in layer_types] == list(config.layers_block_type), config.layers_block_type
     torch.manual_seed(seed)

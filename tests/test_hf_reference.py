@@ -293,7 +293,7 @@ def test_config_loader(tmp_path):
     }
     (tmp_path / "config.json").write_text(json.dumps(hf))
     want = {"d_model": 768, "d_state": 16, "expand": 2, "d_conv": 4, "dt_rank": 48,
-            "n_layers": 24, "vocab_size": 50280, "norm_eps": 1e-5}
+            "n_layers": 24, "vocab_size": 50280, "norm_eps": 1e-5, "tie_embeddings": True}
     assert load_mamba1_config(tmp_path / "config.json") == want
     assert load_mamba1_config(tmp_path) == want
     ss = {"d_model": 768, "n_layer": 24, "vocab_size": 50277, "ssm_cfg": {}, "rms_norm": True,

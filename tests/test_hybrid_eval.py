@@ -130,6 +130,7 @@ def test_a_bad_hybrid_config_file_names_the_field(tmp_path) -> None:
     config = tmp_path / "config.json"
     config.write_text(json.dumps({"model_type": "bamba", "hidden_size": 256, "num_hidden_layers": 2,
                                   "layers_block_type": ["mamba", "sliding_attention"], "num_attention_heads": 4,
+                                  "num_key_value_heads": 2,
                                   "intermediate_size": 512, "mamba_n_heads": 8, "mamba_d_state": 16}))
     out = runner.invoke(app, ["evaluate", "--model", str(config)])
     assert out.exit_code == 1

@@ -411,8 +411,14 @@ def test_bamba_config_json_gives_the_preset_and_bad_fields_are_named() -> None:
             "mamba_expand": 2, "mamba_d_conv": 4, "mamba_chunk_size": 256, "vocab_size": 128000,
             "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
     assert hybrid_config_from_hf(data) == HYBRID_PRESETS["bamba-9b"]
+    # transformers builds the pattern from attn_layer_indices and cannot set layers_block_type: a
+    # list that agrees is accepted, one that does not is refused (it would be another model)
+    agreeing = ["full_attention" if i in (9, 18, 27) else "linear_attention" for i in range(32)]
+    assert hybrid_config_from_hf({**data, "layers_block_type": agreeing}) == HYBRID_PRESETS["bamba-9b"]
     pattern = ["mamba"] * 9 + ["attention"] + ["mamba"] * 22
-    assert hybrid_config_from_hf({**data, "layers_block_type": pattern}).layer_types.count("attention") == 1
+    with pytest.raises(SpecError, match=r"field layers_block_type lists 32 layers and makes layer 18 mamba, but "
+                                        r"transformers .* attn_layer_indices = \[9, 18, 27\]"):
+        hybrid_config_from_hf({**data, "layers_block_type": pattern})
     with pytest.raises(SpecError, match=r"field layers_block_type\[3\] is 'moe', not a layer type"):
         hybrid_config_from_hf({**data, "layers_block_type": ["mamba"] * 3 + ["moe"] + ["mamba"] * 28})
     with pytest.raises(SpecError, match="field num_attention_heads = 30 does not divide hidden_size = 4096"):
@@ -428,6 +434,8 @@ def test_bamba_config_json_gives_the_preset_and_bad_fields_are_named() -> None:
                                ("mamba_expand", "2", "field mamba_expand must be a positive integer"),
                                ("rope_parameters", [1, 2], "field rope_parameters must be a mapping"),
                                ("layers_block_type", [["mamba"]] * 32, r"field layers_block_type\[0\] is \['mamba'\]"),
+                               ("rope_parameters", {"rope_type": "yarn", "factor": 4.0}, "rope_parameters.factor"),
+                               ("rope_parameters", {"rope_type": "linear"}, "rope_type is 'linear'"),
                                ("mamba_d_head", 32, "mamba_n_heads \\* mamba_d_head = 4096 is not")):
         with pytest.raises(SpecError, match=needle):
             hybrid_config_from_hf({**data, key: value})

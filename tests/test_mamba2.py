@@ -274,7 +274,7 @@ def test_loader_prefixes_files_and_config_beside(tmp_path) -> None:
     assert all(np.allclose(loaded[k], bare[k], rtol=1e-6) and loaded[k].dtype == np.float32 for k in WEIGHT_NAMES)
     cfg = load_mamba2_config(tmp_path)
     assert cfg == dict(d_model=16, n_layers=2, d_state=4, headdim=4, ngroups=2, expand=2, d_conv=4,
-                       chunk_size=256, vocab_size=8, norm_eps=1e-5)
+                       chunk_size=256, vocab_size=8, norm_eps=1e-5, tie_embeddings=True)
     Mamba2Config(**cfg)
 
 
@@ -308,3 +308,11 @@ def test_states_round_trip_to_transformers_layout() -> None:
     back_conv, back_ssm = mamba2_states_to_hf(s["CSX0"], s["CSB0"], s["CSC0"], s["H0"])
     assert np.array_equal(back_conv[:, :, 1:], conv[:, :, 1:]) and np.all(back_conv[:, :, 0] == 0)
     assert np.array_equal(back_ssm, ssm)
+
+
+def test_loader_refuses_to_guess_how_b_and_c_split() -> None:
+    """The weights fix ngroups * d_state, not each: with neither given and no config.json beside
+    them, loading is an error rather than mamba_ssm's or transformers' default."""
+    sd = hf.random_mamba2_state_dict(d_model=16, d_state=4, headdim=4, ngroups=2, expand=2, d_conv=4, seed=0)
+    with pytest.raises(WeightLoadError, match="do not say how they split .* give ngroups= or d_state="):
+        load_mamba2_layer(sd)

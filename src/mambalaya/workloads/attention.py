@@ -61,7 +61,7 @@ positions the same way (``cache_out=True``, the default), as transformers' ``cac
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
@@ -337,15 +337,35 @@ def rotary_tables(config: AttentionConfig, positions: np.ndarray) -> tuple[np.nd
     return np.cos(angles), np.stack([-sin, sin])
 
 
-def attention_constants(cascade: Cascade, config: AttentionConfig, *, start: int = 0) -> dict[str, np.ndarray]:
-    """The constant inputs of an attention cascade: the rotary tables at positions
-    ``start, start+1, ...`` (a decode step's position is the cache length) and, in prefill,
-    the causal mask ``CM[i,t]`` (0 where ``t <= i``, ``-inf`` above)."""
+def attention_constants(cascade: Cascade, config: "AttentionConfig | Any", *, start: int | None = None) -> dict[str, np.ndarray]:
+    """The constant inputs of an attention cascade: the rotary tables at the block's absolute
+    positions and, in prefill, the causal mask ``CM[i,t]`` (0 where ``t <= i``, ``-inf`` above).
+
+    ``config`` is the block's :class:`AttentionConfig` or a model config that has one (a
+    :class:`~mambalaya.workloads.hybrid.HybridConfig`: its ``attention()``). The positions are
+    the cascade's own: a prefill runs from an empty cache, at positions ``0 .. L-1``; a decode
+    step's one position is the cache length ``M``. ``start``, if given, must say the same: a
+    rotary table at other positions would rotate the queries and the new key by the wrong
+    angles, and every score with them."""
+    if not isinstance(config, AttentionConfig):
+        make = getattr(config, "attention", None)
+        if not callable(make):
+            raise SpecError(f"attention_constants takes an AttentionConfig or a model config with attention layers, "
+                            f"not a {type(config).__name__}")
+        config = make()
+    if "T" not in cascade.ranks:
+        raise SpecError(f"cascade {cascade.name} has no key rank T: it is not an attention block")
+    decode = "M" in cascade.ranks
+    first = cascade.size("M") if decode else 0
+    if start is not None and start != first:
+        where = (f"a decode step after {first} cached positions is at position {first}" if decode else
+                 "a prefill runs from an empty cache, at positions 0 .. L-1")
+        raise SpecError(f"start={start} does not fit cascade {cascade.name}: {where}; leave start out")
     out: dict[str, np.ndarray] = {}
-    positions = np.arange(cascade.size("I")) + start
+    positions = np.arange(cascade.size("I")) + first
     if "COS" in cascade.tensors:
         out["COS"], out["SIN"] = rotary_tables(config, positions)
-    if "CM" in cascade.tensors:
+    if "CM" in cascade.tensors and cascade.tensors["CM"].ranks == ("I", "T"):
         i, t = cascade.shape("CM")
         mask = np.zeros((i, t))
         mask[np.triu_indices(i, k=1, m=t)] = -np.inf

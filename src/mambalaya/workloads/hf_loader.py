@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.errors import MambalayaError
+from mambalaya.workloads.hf_fields import ConfigFields
 
 __all__ = [
     "LayerKeys",
@@ -42,15 +43,19 @@ __all__ = [
     "WeightLoadError",
     "a_from_log",
     "as_layout",
+    "audit_config",
+    "config_format",
     "config_beside",
     "fmt_shape",
     "layer_prefix",
     "open_source",
     "pick_config",
     "positive_int",
+    "positive_number",
     "read_config_json",
     "read_layer",
     "resolve_dtype",
+    "ssm_cfg_of",
     "to_numpy",
 ]
 
@@ -436,6 +441,42 @@ def positive_int(value: Any, name: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or int(value) != value or value <= 0:
         raise WeightLoadError(f"In {where}, {name} must be a positive integer, got {value!r}.")
     return int(value)
+
+
+def positive_number(value: Any, name: str, where: str) -> float:
+    """``value`` as a float if it is a finite positive number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.number)) or not 0 < value < float("inf"):
+        raise WeightLoadError(f"In {where}, {name} must be a positive number, got {value!r}.")
+    return float(value)
+
+
+def config_format(cfg: Mapping[str, Any], where: str, family: str) -> str:
+    """``"transformers"`` (``hidden_size`` or a ``model_type``) or ``"state-spaces"``
+    (``d_model``): which class's fields and defaults a config is read with."""
+    if "hidden_size" in cfg or "model_type" in cfg:
+        if "d_model" in cfg:
+            raise WeightLoadError(f"{where} has both hidden_size/model_type (transformers) and d_model "
+                                  f"(state-spaces); a {family} config.json is one or the other.")
+        return "transformers"
+    if "d_model" in cfg:
+        return "state-spaces"
+    raise WeightLoadError(f"{where} has no d_model: looked for 'hidden_size' (a transformers config) and "
+                          f"'d_model' (a state-spaces config).")
+
+
+def audit_config(cfg: Mapping[str, Any], fields: ConfigFields, where: str, *, prefix: str = "") -> None:
+    """Every field of ``cfg`` read, supported or inert (:mod:`~mambalaya.workloads.hf_fields`),
+    else a WeightLoadError naming the field."""
+    problem = fields.problem(cfg, prefix=prefix)
+    if problem:
+        raise WeightLoadError(f"In {where}, {problem}.")
+
+
+def ssm_cfg_of(cfg: Mapping[str, Any], where: str) -> Mapping[str, Any]:
+    ssm = cfg.get("ssm_cfg") or {}
+    if not isinstance(ssm, Mapping):
+        raise WeightLoadError(f"In {where}, 'ssm_cfg' is not an object: {ssm!r}.")
+    return ssm
 
 
 def config_beside(source: Any) -> Path | None:

@@ -42,21 +42,31 @@ The reading itself (containers, key prefixes, layer selection, checks) is the sh
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from mambalaya.workloads.hf_fields import (
+    MAMBA1_DEFAULTS,
+    MAMBA1_FIELDS,
+    MAMBA1_SSM_CFG_FIELDS,
+    MAMBA1_STATE_SPACES_DEFAULTS,
+    MAMBA1_STATE_SPACES_FIELDS,
+)
 from mambalaya.workloads.hf_loader import (
     LayerKeys,
     WeightLoadError,
     a_from_log,
     as_layout,
+    audit_config,
+    config_format,
     fmt_shape,
-    pick_config,
+    positive_int,
+    positive_number,
     read_config_json,
     read_layer,
     resolve_dtype,
+    ssm_cfg_of,
     to_numpy,
 )
 
@@ -177,78 +187,76 @@ def load_mamba1_config(path_or_dict: Any) -> dict[str, Any]:
     """Read a Mamba-1 ``config.json`` (path, model directory, or dict) into mambalaya's names.
 
     Returns ``{"d_model", "d_state", "expand", "d_conv", "dt_rank", "n_layers", "vocab_size",
-    "norm_eps"}``. Accepts transformers keys (hidden_size, state_size, expand, conv_kernel,
-    time_step_rank, num_hidden_layers, vocab_size, layer_norm_epsilon) and state-spaces/mamba
-    keys (d_model, n_layer, vocab_size, pad_vocab_size_multiple, ssm_cfg={d_state, d_conv,
-    expand, dt_rank}). ``dt_rank="auto"`` becomes ``ceil(d_model/16)``. For state-spaces configs
-    ``vocab_size`` is padded up to ``pad_vocab_size_multiple`` (the embedding's row count), as
-    mamba_ssm and the transformers conversion do.
+    "norm_eps", "tie_embeddings"}``. A transformers config (``hidden_size`` or ``model_type``) is
+    read as transformers' ``MambaConfig`` reads it: its fields (hidden_size, state_size, expand,
+    conv_kernel, time_step_rank, num_hidden_layers, vocab_size, layer_norm_epsilon,
+    tie_word_embeddings) with that class's defaults where absent. A state-spaces config
+    (``d_model``) is read as mamba_ssm reads it: d_model, n_layer, vocab_size padded up to
+    ``pad_vocab_size_multiple`` (the embedding's row count), tie_embeddings and
+    ``ssm_cfg = {d_state, d_conv, expand, dt_rank}`` with mamba_ssm's defaults. ``dt_rank="auto"``
+    becomes ``ceil(d_model/16)``. Every other field must be one mambalaya models or one that
+    cannot change a layer (:data:`~mambalaya.workloads.hf_fields.MAMBA1_FIELDS` and its
+    state-spaces twins); anything else is a WeightLoadError naming the field.
     """
     cfg, where = read_config_json(path_or_dict, "Mamba")
-
+    ssm_cfg = ssm_cfg_of(cfg, where)
     model_type = cfg.get("model_type")
-    ssm_cfg = cfg.get("ssm_cfg") or {}
-    if not isinstance(ssm_cfg, Mapping):
-        raise WeightLoadError(f"In {where}, 'ssm_cfg' is not an object: {ssm_cfg!r}.")
     if (model_type not in (None, "mamba")) or ssm_cfg.get("layer", "Mamba1") != "Mamba1":
         kind = model_type if model_type not in (None, "mamba") else ssm_cfg.get("layer")
         raise WeightLoadError(
             f"{where} describes a {kind!r} model; mambalaya loads Mamba-1 ('mamba') layers only."
         )
-    if cfg.get("use_bias", False):
+    if config_format(cfg, where, "Mamba") == "transformers":
+        audit_config(cfg, MAMBA1_FIELDS, where)
+        values = {**MAMBA1_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
+        raw = {"d_model": values["hidden_size"], "d_state": values["state_size"], "expand": values["expand"],
+               "d_conv": values["conv_kernel"], "dt_rank": values["time_step_rank"],
+               "n_layers": values["num_hidden_layers"], "vocab_size": values["vocab_size"],
+               "norm_eps": values["layer_norm_epsilon"], "tie_embeddings": values["tie_word_embeddings"]}
+        names = {"d_model": "hidden_size", "d_state": "state_size", "d_conv": "conv_kernel",
+                 "dt_rank": "time_step_rank", "n_layers": "num_hidden_layers", "norm_eps": "layer_norm_epsilon",
+                 "tie_embeddings": "tie_word_embeddings"}
+    else:
+        audit_config(cfg, MAMBA1_STATE_SPACES_FIELDS, where)
+        audit_config(ssm_cfg, MAMBA1_SSM_CFG_FIELDS, where, prefix="ssm_cfg.")
+        values = {**MAMBA1_STATE_SPACES_DEFAULTS, **{k: v for k, v in ssm_cfg.items() if v is not None},
+                  **{k: v for k, v in cfg.items() if v is not None}}
+        for key in ("n_layer", "vocab_size"):
+            if key not in values:
+                raise WeightLoadError(f"{where} has no {key} (a state-spaces config names it).")
+        raw = {"d_model": values["d_model"], "d_state": values["d_state"], "expand": values["expand"],
+               "d_conv": values["d_conv"], "dt_rank": values["dt_rank"], "n_layers": values["n_layer"],
+               "vocab_size": values["vocab_size"], "norm_eps": values["norm_epsilon"],
+               "tie_embeddings": values["tie_embeddings"]}
+        names = {"n_layers": "n_layer", "norm_eps": "norm_epsilon"}
+
+    def as_int(key: str) -> int:
+        return positive_int(raw[key], names.get(key, key), where)
+
+    out: dict[str, Any] = {key: as_int(key) for key in ("d_model", "d_state", "d_conv", "n_layers", "vocab_size")}
+    expand = raw["expand"]
+    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or expand <= 0:
+        raise WeightLoadError(f"In {where}, expand must be a positive number, got {expand!r}.")
+    out["expand"] = int(expand) if float(expand).is_integer() else float(expand)
+    out["dt_rank"] = math.ceil(out["d_model"] / 16) if raw["dt_rank"] == "auto" else as_int("dt_rank")
+    out["norm_eps"] = positive_number(raw["norm_eps"], names.get("norm_eps", "norm_eps"), where)
+    tied = raw["tie_embeddings"]
+    if not isinstance(tied, bool):
+        raise WeightLoadError(f"In {where}, {names.get('tie_embeddings', 'tie_embeddings')} must be true or false, "
+                              f"got {tied!r}.")
+    out["tie_embeddings"] = tied
+    inner = cfg.get("intermediate_size")
+    if inner is not None and inner != int(out["expand"] * out["d_model"]):
         raise WeightLoadError(
-            f"{where} has use_bias=true (in_proj/out_proj biases), which the mambalaya Mamba-1 "
-            "cascade does not model."
+            f"{where} is inconsistent: intermediate_size={inner} but expand*hidden_size={out['expand']}*"
+            f"{out['d_model']}={int(out['expand'] * out['d_model'])} (transformers builds in_proj from "
+            "intermediate_size, the cascade from expand)."
         )
-    if not cfg.get("use_conv_bias", ssm_cfg.get("conv_bias", True)):
-        raise WeightLoadError(
-            f"{where} has use_conv_bias=false; the mambalaya Mamba-1 cascade models a conv bias."
-        )
-
-    def pick(*candidates: tuple[Mapping[str, Any], str], default: Any = None, name: str) -> Any:
-        return pick_config(where, *candidates, default=default, name=name)
-
-    def as_int(value: Any, name: str) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value or value <= 0:
-            raise WeightLoadError(f"In {where}, {name} must be a positive integer, got {value!r}.")
-        return int(value)
-
-    d_model = as_int(pick((cfg, "hidden_size"), (cfg, "d_model"), name="d_model"), "d_model")
-    d_state = as_int(pick((cfg, "state_size"), (ssm_cfg, "d_state"), (cfg, "d_state"), default=16,
-                          name="d_state"), "d_state")
-    expand_raw = pick((cfg, "expand"), (ssm_cfg, "expand"), default=2, name="expand")
-    d_conv = as_int(pick((cfg, "conv_kernel"), (ssm_cfg, "d_conv"), (cfg, "d_conv"), default=4,
-                         name="d_conv"), "d_conv")
-    n_layers = as_int(pick((cfg, "num_hidden_layers"), (cfg, "n_layer"), (cfg, "n_layers"),
-                           name="n_layers"), "n_layers")
-    vocab_size = as_int(pick((cfg, "vocab_size"), name="vocab_size"), "vocab_size")
-    norm_eps = float(pick((cfg, "layer_norm_epsilon"), (cfg, "norm_epsilon"), (cfg, "rms_norm_eps"),
-                          default=1e-5, name="norm_eps"))
-    dt_rank_raw = pick((cfg, "time_step_rank"), (ssm_cfg, "dt_rank"), (cfg, "dt_rank"),
-                       default="auto", name="dt_rank")
-    dt_rank = math.ceil(d_model / 16) if dt_rank_raw == "auto" else as_int(dt_rank_raw, "dt_rank")
-
-    if isinstance(expand_raw, bool) or not isinstance(expand_raw, (int, float)) or expand_raw <= 0:
-        raise WeightLoadError(f"In {where}, expand must be a positive number, got {expand_raw!r}.")
-    expand = int(expand_raw) if float(expand_raw).is_integer() else float(expand_raw)
-    if "intermediate_size" in cfg and cfg["intermediate_size"] != int(expand * d_model):
-        raise WeightLoadError(
-            f"{where} is inconsistent: intermediate_size={cfg['intermediate_size']} but "
-            f"expand*hidden_size={expand}*{d_model}={int(expand * d_model)}."
-        )
-    if "hidden_size" not in cfg and "pad_vocab_size_multiple" in cfg:
-        mult = as_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple")
-        vocab_size = -(-vocab_size // mult) * mult
-    return {
-        "d_model": d_model,
-        "d_state": d_state,
-        "expand": expand,
-        "d_conv": d_conv,
-        "dt_rank": dt_rank,
-        "n_layers": n_layers,
-        "vocab_size": vocab_size,
-        "norm_eps": norm_eps,
-    }
+    if "d_model" in cfg and "pad_vocab_size_multiple" in cfg:
+        mult = positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
+        out["vocab_size"] = -(-out["vocab_size"] // mult) * mult
+    return {k: out[k] for k in ("d_model", "d_state", "expand", "d_conv", "dt_rank", "n_layers", "vocab_size",
+                                "norm_eps", "tie_embeddings")}
 
 
 def mamba1_states_from_hf(conv_state: Any, ssm_state: Any, dtype: Any = "float32") -> dict[str, np.ndarray]:

@@ -26,8 +26,9 @@ WO       [G,R,P,D]   ``mixer.out_proj.weight`` [D,E], transposed
 =======  ==========  ================================================================
 
 The weights alone fix D, E, H, P, K and G*N but not G and N separately: ``ngroups`` (or
-``d_state``) comes from the argument, else from a ``config.json`` next to the weights, else
-mamba_ssm's default ``ngroups = 1`` (every state-spaces mamba2 checkpoint).
+``d_state``) comes from the argument, else from a ``config.json`` next to the weights; with
+neither, loading is refused (mamba_ssm's default is 1 group, transformers' is 8: a guess could
+split B and C wrongly without a word).
 
 States (see :func:`mamba2_states_from_hf`): transformers keeps a conv state ``[B, E+2GN, K]``
 (the last K conv inputs, oldest first; column 0 never reaches an output on a decode step) and
@@ -41,25 +42,32 @@ is the shared core in :mod:`mambalaya.workloads.hf_loader`.
 
 from __future__ import annotations
 
-import json
-import math
-from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
+from mambalaya.workloads.hf_fields import (
+    MAMBA2_DEFAULTS,
+    MAMBA2_FIELDS,
+    MAMBA2_SSM_CFG_FIELDS,
+    MAMBA2_STATE_SPACES_DEFAULTS,
+    MAMBA2_STATE_SPACES_FIELDS,
+)
 from mambalaya.workloads.hf_loader import (
     LayerKeys,
     WeightLoadError,
     a_from_log,
     as_layout,
+    audit_config,
     config_beside,
+    config_format,
     fmt_shape,
-    pick_config,
     positive_int,
+    positive_number,
     read_config_json,
     read_layer,
     resolve_dtype,
+    ssm_cfg_of,
     to_numpy,
 )
 
@@ -122,7 +130,7 @@ def load_mamba2_layer(
     ``.safetensors``/``.bin``/``.pt`` file, a shard index ``*.index.json`` or a model directory.
     Keys may be prefixed ``backbone.layers.{i}.`` (Mamba2ForCausalLM / MambaLMHeadModel),
     ``layers.{i}.`` or be those of a bare ``Mamba2Block``. ``ngroups``/``d_state`` split the
-    ``G*N`` B/C channels (see the module docstring for the fallbacks).
+    ``G*N`` B/C channels (else the config.json beside the weights; see the module docstring).
 
     Returns ``{name: array}`` for :data:`WEIGHT_NAMES`, each C-contiguous of ``dtype``.
     """
@@ -155,7 +163,11 @@ def load_mamba2_layer(
             cfg = load_mamba2_config(config_path)
             ngroups, d_state = cfg["ngroups"], cfg["d_state"]
     if ngroups is None and d_state is None:
-        ngroups = 1  # mamba_ssm's Mamba2 default; every state-spaces mamba2 checkpoint
+        raise WeightLoadError(
+            f"{where}: the conv's {GN} B and C channels each are ngroups x d_state, and the weights alone do not say "
+            "how they split (mamba_ssm's default ngroups is 1, transformers' Mamba2Config's is 8); give ngroups= or "
+            "d_state=, or keep the config.json beside the weights."
+        )
     if ngroups is not None:
         ngroups = positive_int(ngroups, "ngroups", where)
     if d_state is not None:
@@ -212,78 +224,72 @@ def load_mamba2_config(path_or_dict: Any) -> dict[str, Any]:
     """Read a Mamba-2 ``config.json`` (path, model directory, or dict) into mambalaya's names.
 
     Returns ``{"d_model", "n_layers", "d_state", "headdim", "ngroups", "expand", "d_conv",
-    "chunk_size", "vocab_size", "norm_eps"}`` (the fields of
-    :class:`~mambalaya.workloads.mamba2.Mamba2Config`). Accepts transformers keys (hidden_size,
-    num_hidden_layers, state_size, head_dim, n_groups, expand, conv_kernel, chunk_size,
-    vocab_size, layer_norm_epsilon) and state-spaces keys (d_model, n_layer, vocab_size,
-    pad_vocab_size_multiple, ssm_cfg = {"layer": "Mamba2", d_state, headdim, ngroups, expand,
-    d_conv, chunk_size}, with mamba_ssm's defaults). A state-spaces ``vocab_size`` is padded up
-    to ``pad_vocab_size_multiple`` (the embedding's rows).
+    "chunk_size", "vocab_size", "norm_eps", "tie_embeddings"}`` (the fields of
+    :class:`~mambalaya.workloads.mamba2.Mamba2Config`). A transformers config (``hidden_size`` or
+    ``model_type``) is read as transformers' ``Mamba2Config`` reads it: hidden_size,
+    num_hidden_layers, state_size, head_dim, num_heads (checked), n_groups, expand,
+    conv_kernel, chunk_size, vocab_size, layer_norm_epsilon, tie_word_embeddings, with that class's
+    defaults where absent (n_groups 8, for one). A state-spaces config (``d_model``) is read as
+    mamba_ssm reads it: d_model, n_layer, vocab_size padded up to ``pad_vocab_size_multiple``,
+    tie_embeddings and ``ssm_cfg = {"layer": "Mamba2", d_state, headdim, ngroups, expand, d_conv,
+    chunk_size}`` with the Mamba2 mixer's defaults. Every other field must be one mambalaya models
+    or one that cannot change a layer (:data:`~mambalaya.workloads.hf_fields.MAMBA2_FIELDS` and its
+    state-spaces twins); anything else is a WeightLoadError naming the field.
     """
     cfg, where = read_config_json(path_or_dict, "Mamba-2")
-    ssm = cfg.get("ssm_cfg") or {}
-    if not isinstance(ssm, Mapping):
-        raise WeightLoadError(f"In {where}, 'ssm_cfg' is not an object: {ssm!r}.")
+    ssm = ssm_cfg_of(cfg, where)
     model_type = cfg.get("model_type")
-    state_spaces = "hidden_size" not in cfg and "d_model" in cfg
-    if model_type not in (None, "mamba2", "mamba") or (model_type == "mamba" and ssm.get("layer") != "Mamba2"):
+    if model_type not in (None, "mamba2"):
         raise WeightLoadError(f"{where} describes a {model_type!r} model; this loader reads Mamba-2 configs.")
-    if state_spaces and ssm.get("layer", "Mamba1") != "Mamba2":
-        raise WeightLoadError(
-            f"{where} is a state-spaces config whose ssm_cfg.layer is {ssm.get('layer', 'Mamba1')!r}, not 'Mamba2'."
-        )
-    if cfg.get("attn_layer_idx"):
-        raise WeightLoadError(f"{where} has attention layers (attn_layer_idx); mambalaya models pure Mamba-2 stacks.")
-    if cfg.get("d_intermediate", 0):
-        raise WeightLoadError(f"{where} has MLP blocks (d_intermediate > 0); mambalaya models pure Mamba-2 stacks.")
-    for key, bad, why in (
-        ("use_bias", True, "in_proj/out_proj biases"),
-        ("bias", True, "in_proj/out_proj biases"),
-        ("use_conv_bias", False, "no conv bias"),
-        ("conv_bias", False, "no conv bias"),
-        ("rmsnorm", False, "no gated RMSNorm"),
-        ("norm_before_gate", True, "the norm before the gate"),
-        ("D_has_hdim", True, "a D per channel"),
-    ):
-        for scope in (cfg, ssm):
-            if scope.get(key, not bad) == bad:
-                raise WeightLoadError(f"{where} has {key}={json.dumps(bad)} ({why}), which the Mamba-2 cascade does not model.")
-    limit = cfg.get("time_step_limit", ssm.get("dt_limit"))
-    if limit is not None:
-        lo, hi = (float(v) for v in limit)
-        if lo > 0 or hi != math.inf:
-            raise WeightLoadError(f"{where} clamps dt to {limit}; the Mamba-2 cascade models no clamp (0, inf).")
-
-    def pick(*keys: tuple[Mapping[str, Any], str], default: Any = None, name: str) -> Any:
-        return pick_config(where, *keys, default=default, name=name)
-
-    def num(*keys: tuple[Mapping[str, Any], str], default: Any = None, name: str) -> int:
-        return positive_int(pick(*keys, default=default, name=name), name, where)
-
-    d_model = num((cfg, "hidden_size"), (cfg, "d_model"), name="d_model")
-    out = {
-        "d_model": d_model,
-        "n_layers": num((cfg, "num_hidden_layers"), (cfg, "n_layer"), (cfg, "n_layers"), name="n_layers"),
-        "d_state": num((cfg, "state_size"), (ssm, "d_state"), (cfg, "d_state"), default=128, name="d_state"),
-        "headdim": num((cfg, "head_dim"), (ssm, "headdim"), (cfg, "headdim"), default=64, name="headdim"),
-        "ngroups": num((cfg, "n_groups"), (ssm, "ngroups"), (cfg, "ngroups"), default=1, name="ngroups"),
-        "expand": num((cfg, "expand"), (ssm, "expand"), default=2, name="expand"),
-        "d_conv": num((cfg, "conv_kernel"), (ssm, "d_conv"), (cfg, "d_conv"), default=4, name="d_conv"),
-        "chunk_size": num((cfg, "chunk_size"), (ssm, "chunk_size"), default=256, name="chunk_size"),
-        "vocab_size": num((cfg, "vocab_size"), name="vocab_size"),
-        "norm_eps": float(pick((cfg, "layer_norm_epsilon"), (cfg, "norm_epsilon"), (cfg, "rms_norm_eps"),
-                               default=1e-5, name="norm_eps")),
-    }
-    if state_spaces and "pad_vocab_size_multiple" in cfg:
+    if config_format(cfg, where, "Mamba-2") == "transformers":
+        audit_config(cfg, MAMBA2_FIELDS, where)
+        v = {**MAMBA2_DEFAULTS, **{k: x for k, x in cfg.items() if x is not None}}
+        raw = {"d_model": ("hidden_size", v["hidden_size"]), "n_layers": ("num_hidden_layers", v["num_hidden_layers"]),
+               "d_state": ("state_size", v["state_size"]), "headdim": ("head_dim", v["head_dim"]),
+               "ngroups": ("n_groups", v["n_groups"]), "expand": ("expand", v["expand"]),
+               "d_conv": ("conv_kernel", v["conv_kernel"]), "chunk_size": ("chunk_size", v["chunk_size"]),
+               "vocab_size": ("vocab_size", v["vocab_size"])}
+        eps, tied = ("layer_norm_epsilon", v["layer_norm_epsilon"]), ("tie_word_embeddings", v["tie_word_embeddings"])
+    else:
+        if ssm.get("layer", "Mamba1") != "Mamba2":
+            raise WeightLoadError(
+                f"{where} is a state-spaces config whose ssm_cfg.layer is {ssm.get('layer', 'Mamba1')!r}, not 'Mamba2'."
+            )
+        audit_config(cfg, MAMBA2_STATE_SPACES_FIELDS, where)
+        audit_config(ssm, MAMBA2_SSM_CFG_FIELDS, where, prefix="ssm_cfg.")
+        v = {**MAMBA2_STATE_SPACES_DEFAULTS, **{k: x for k, x in ssm.items() if x is not None},
+             **{k: x for k, x in cfg.items() if x is not None}}
+        for key in ("n_layer", "vocab_size"):
+            if key not in v:
+                raise WeightLoadError(f"{where} has no {key} (a state-spaces config names it).")
+        raw = {"d_model": ("d_model", v["d_model"]), "n_layers": ("n_layer", v["n_layer"]),
+               "vocab_size": ("vocab_size", v["vocab_size"]),
+               **{k: (f"ssm_cfg.{k}", v[k]) for k in ("d_state", "headdim", "ngroups", "expand", "d_conv",
+                                                       "chunk_size")}}
+        eps, tied = ("norm_epsilon", v["norm_epsilon"]), ("tie_embeddings", v["tie_embeddings"])
+    out: dict[str, Any] = {key: positive_int(value, name, where) for key, (name, value) in raw.items()}
+    out["norm_eps"] = positive_number(eps[1], eps[0], where)
+    if not isinstance(tied[1], bool):
+        raise WeightLoadError(f"In {where}, {tied[0]} must be true or false, got {tied[1]!r}.")
+    out["tie_embeddings"] = tied[1]
+    d_inner = out["expand"] * out["d_model"]
+    if "d_model" in cfg and "pad_vocab_size_multiple" in cfg:
         mult = positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
         out["vocab_size"] = -(-out["vocab_size"] // mult) * mult
-    heads = cfg.get("num_heads")
-    if heads is not None and heads * out["headdim"] != out["expand"] * d_model:
+    heads = cfg.get("num_heads", MAMBA2_DEFAULTS["num_heads"]) if "hidden_size" in cfg or model_type else None
+    if heads is not None and heads * out["headdim"] != d_inner:
         raise WeightLoadError(
-            f"{where} is inconsistent: num_heads*head_dim = {heads}*{out['headdim']} but expand*hidden_size = "
-            f"{out['expand']}*{d_model}."
+            f"{where} is inconsistent: field num_heads = {heads} times head_dim = {out['headdim']} is not "
+            f"expand*hidden_size = {out['expand']}*{out['d_model']}."
         )
-    return out
+    d_ssm = ssm.get("d_ssm")
+    if d_ssm is not None and d_ssm != d_inner:
+        raise WeightLoadError(
+            f"In {where}, ssm_cfg.d_ssm = {d_ssm!r} is not expand*d_model = {d_inner}: the channels past d_ssm "
+            "skip the SSM, which the Mamba-2 cascade does not model."
+        )
+    return {k: out[k] for k in ("d_model", "n_layers", "d_state", "headdim", "ngroups", "expand", "d_conv",
+                                "chunk_size", "vocab_size", "norm_eps", "tie_embeddings")}
 
 
 def mamba2_states_from_hf(conv_state: Any, ssm_state: Any, dtype: Any = "float32") -> dict[str, np.ndarray]:

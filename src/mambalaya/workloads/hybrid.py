@@ -8,13 +8,18 @@ or grouped-query attention with a partial rotary embedding (``BambaAttention``:
 one cascade (:func:`~mambalaya.einsum.compose.chain_cascades`: the mixer block, then the MLP
 block with its tensors prefixed ``FF_``), so fusion may cross from the mixer into the MLP.
 
-The layer pattern comes from a transformers ``config.json``: ``layers_block_type`` (or
-``layer_types``) per layer, or ``attn_layer_indices`` with ``num_hidden_layers``.
+A transformers ``config.json`` is read as transformers' ``BambaConfig`` reads it
+(:func:`hybrid_config_from_hf`): the layer pattern from ``attn_layer_indices`` with
+``num_hidden_layers``, the rotary embedding from ``rope_parameters`` (theta and the rotated
+fraction of each head), an explicit ``head_dim``, and every other field either read, checked to
+be one mambalaya models, or listed as unable to change a layer
+(:data:`~mambalaya.workloads.hf_fields.BAMBA_FIELDS`).
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
@@ -22,8 +27,17 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import validated_config
+from mambalaya.workloads.hf_fields import (
+    BAMBA_DEFAULT_THETA,
+    BAMBA_DEFAULTS,
+    BAMBA_FIELDS,
+    BAMBA_FORCED_ROTARY_FRACTION,
+    ROPE_KEYS,
+    TRANSFORMERS_VERSION,
+)
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.compose import chain_cascades
+from mambalaya.einsum.ir import Role
 from mambalaya.workloads.attention import AttentionConfig, Softmax, attention_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.mlp import MLPConfig, mlp_layer
@@ -33,8 +47,6 @@ LAYER_TYPES: tuple[str, ...] = ("mamba", "attention")
 #: The prefix of the MLP block's tensors inside a layer's cascade.
 MLP_PREFIX = "FF_"
 
-#: transformers' spellings of the layer types (``layers_block_type`` / ``layer_types``).
-_TYPE_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
 
 
 class HybridConfig(BaseModel):
@@ -111,32 +123,16 @@ def parse_hybrid_config(data: dict, *, source: str = "model config") -> HybridCo
     return validated_config(HybridConfig, data, what="hybrid (Bamba)", source=source)
 
 
-#: transformers ``BambaConfig`` options that change what a layer computes, with the value
-#: mambalaya models.
-_MODELLED = {"hidden_act": "silu", "mamba_conv_bias": True, "mamba_proj_bias": False, "attention_bias": False,
-             "mlp_bias": False}
+_LAYER_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
 
 
 def layer_types_from_hf(data: dict, *, source: str = "config.json") -> tuple[str, ...]:
-    """The layer pattern of a transformers config: ``layers_block_type`` / ``layer_types`` (one
-    entry per layer) or ``attn_layer_indices`` with ``num_hidden_layers``."""
-    for key in ("layers_block_type", "layer_types"):
-        if key in data and data[key] is not None:
-            value = data[key]
-            if not isinstance(value, list) or not value:
-                raise SpecError(f"field {key} must be a non-empty list of layer types", source=source)
-            types = []
-            for n, name in enumerate(value):
-                if not isinstance(name, str) or name not in _TYPE_NAMES:
-                    raise SpecError(
-                        f"field {key}[{n}] is {name!r}, not a layer type of the Bamba family (known: "
-                        f"{', '.join(repr(k) for k in _TYPE_NAMES)})", source=source)
-                types.append(_TYPE_NAMES[name])
-            if "num_hidden_layers" in data and data["num_hidden_layers"] != len(types):
-                raise SpecError(f"field {key} lists {len(types)} layers but num_hidden_layers is "
-                                f"{data['num_hidden_layers']}", source=source)
-            return tuple(types)
-    n = data.get("num_hidden_layers")
+    """The layer pattern of a Bamba config as transformers builds it: ``attn_layer_indices``
+    over ``num_hidden_layers`` (BambaConfig's ``layers_block_type`` is a property of those two,
+    and a ``layers_block_type`` or ``layer_types`` in the file cannot set it). Such a list in the
+    file must therefore say the same, or the config is refused: it would mean another model than
+    the one transformers builds."""
+    n = data.get("num_hidden_layers", BAMBA_DEFAULTS["num_hidden_layers"])
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise SpecError(f"field num_hidden_layers must be a positive integer, not {n!r}", source=source)
     indices = data.get("attn_layer_indices") or []
@@ -145,67 +141,121 @@ def layer_types_from_hf(data: dict, *, source: str = "config.json") -> tuple[str
     outside = [i for i in indices if not 0 <= i < n]
     if outside:
         raise SpecError(f"field attn_layer_indices names layer {outside[0]}, outside 0..{n - 1}", source=source)
-    return tuple("attention" if i in indices else "mamba" for i in range(n))
+    types = tuple("attention" if i in indices else "mamba" for i in range(n))
+    for key in ("layers_block_type", "layer_types"):
+        listed = data.get(key)
+        if listed is None:
+            continue
+        if not isinstance(listed, list) or not listed:
+            raise SpecError(f"field {key} must be a non-empty list of layer types", source=source)
+        for k, name in enumerate(listed):
+            if not isinstance(name, str) or name not in _LAYER_NAMES:
+                raise SpecError(
+                    f"field {key}[{k}] is {name!r}, not a layer type of the Bamba family (known: "
+                    f"{', '.join(repr(t) for t in _LAYER_NAMES)})", source=source)
+        said = tuple(_LAYER_NAMES[name] for name in listed)
+        if said != types:
+            where = next((k for k in range(max(len(said), len(types)))
+                          if k >= len(said) or k >= len(types) or said[k] != types[k]), 0)
+            raise SpecError(
+                f"field {key} lists {len(said)} layers and makes layer {where} "
+                f"{said[where] if where < len(said) else 'absent'}, but transformers {TRANSFORMERS_VERSION} builds a "
+                f"Bamba model's layers from num_hidden_layers = {n} and attn_layer_indices = {sorted(indices)} (layer "
+                f"{where} {types[where] if where < len(types) else 'absent'}) and cannot set {key}; make the two agree",
+                source=source)
+    return types
 
 
-def _hf_int(data: dict, key: str, source: str, default: Any = None) -> int:
-    """A positive integer field of a config.json (its default when absent), or a SpecError."""
-    value = data.get(key, default)
-    if value is None:
-        raise SpecError(f"field {key} is missing", source=source)
+def _hf_int(data: dict, key: str, source: str) -> int:
+    """A positive integer field of a config.json (BambaConfig's default when absent), or a SpecError."""
+    value = data.get(key, BAMBA_DEFAULTS.get(key))
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
     return value
 
 
-def _hf_number(data: dict, key: str, source: str, default: float) -> float:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+def _hf_number(value: Any, key: str, source: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
         raise SpecError(f"field {key} must be a positive number, not {value!r}", source=source)
     return float(value)
 
 
+def rope_from_hf(data: dict, *, source: str = "config.json") -> tuple[float, float]:
+    """``(rope_theta, partial_rotary_factor)`` as transformers' BambaConfig reads them:
+    ``rope_scaling`` (the older name) replaces ``rope_parameters``; its ``rope_theta`` wins over
+    a top-level one, which wins over the default 10000; its ``partial_rotary_factor`` wins over
+    BambaConfig's forced 0.5, and a top-level ``partial_rotary_factor`` is replaced by that 0.5, so
+    one that says otherwise is refused. Only the ``default`` rope type is modelled."""
+    rope = data.get("rope_scaling") or data.get("rope_parameters") or {}
+    key = "rope_scaling" if data.get("rope_scaling") else "rope_parameters"
+    if not isinstance(rope, dict):
+        raise SpecError(f"field {key} must be a mapping, not {rope!r}", source=source)
+    for name in rope:
+        if name not in ROPE_KEYS:
+            raise SpecError(
+                f"field {key}.{name} is not read by the default rotary embedding mambalaya models (it reads "
+                f"{', '.join(ROPE_KEYS)}); a nested rope_parameters per layer type or another rope type's "
+                "parameters are not modelled", source=source)
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type != "default":
+        raise SpecError(f"field {key}.rope_type is {rope_type!r}; mambalaya models the 'default' rotary embedding "
+                        "only (no frequency scaling)", source=source)
+    theta = _hf_number(rope.get("rope_theta", data.get("rope_theta", BAMBA_DEFAULT_THETA)),
+                       f"{key}.rope_theta" if "rope_theta" in rope else "rope_theta", source)
+    fraction = rope.get("partial_rotary_factor", BAMBA_FORCED_ROTARY_FRACTION)
+    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
+        raise SpecError(f"field {key}.partial_rotary_factor must be a number in (0, 1], not {fraction!r}",
+                        source=source)
+    top = data.get("partial_rotary_factor")
+    if top is not None and top != fraction:
+        raise SpecError(
+            f"field partial_rotary_factor is {top!r}, but transformers {TRANSFORMERS_VERSION}'s BambaConfig replaces "
+            f"a top-level value by {BAMBA_FORCED_ROTARY_FRACTION} and rotates the fraction {key}.partial_rotary_factor"
+            f" = {fraction!r} of each head; put the fraction you mean in {key}.partial_rotary_factor", source=source)
+    return float(theta), float(fraction)
+
+
 def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridConfig:
-    """A :class:`HybridConfig` from a transformers Bamba ``config.json`` (as a dict). Every
-    problem is one SpecError naming the config.json field."""
+    """A :class:`HybridConfig` from a transformers Bamba ``config.json`` (as a dict), read as
+    transformers' BambaConfig reads it: an omitted field takes BambaConfig's default, and every
+    field is read, checked to be one mambalaya models, or one that cannot change a layer
+    (:data:`~mambalaya.workloads.hf_fields.BAMBA_FIELDS`). Every problem is one SpecError naming
+    the config.json field."""
+    if not isinstance(data, dict):
+        raise SpecError("a Bamba config is a mapping of fields to values", source=source)
     if data.get("model_type", "bamba") != "bamba":
         raise SpecError(f"field model_type is {data.get('model_type')!r}; the hybrid family modelled is 'bamba'",
                         source=source)
-    for key, value in _MODELLED.items():
-        if key in data and data[key] != value:
-            raise SpecError(f"field {key} is {data[key]!r}; mambalaya models Bamba layers with {key} = {value!r}",
-                            source=source)
+    problem = BAMBA_FIELDS.problem(data)
+    if problem:
+        raise SpecError(problem, source=source)
     hidden = _hf_int(data, "hidden_size", source)
     heads = _hf_int(data, "num_attention_heads", source)
-    kv_heads = _hf_int(data, "num_key_value_heads", source, heads)
-    head_dim = data.get("head_dim")
-    if head_dim is None and hidden % heads:
+    kv_heads = heads if data.get("num_key_value_heads", 0) is None else _hf_int(data, "num_key_value_heads", source)
+    if "head_dim" in data:
+        head_dim: int | None = _hf_int(data, "head_dim", source)
+    elif hidden % heads:
         raise SpecError(f"field num_attention_heads = {heads} does not divide hidden_size = {hidden}", source=source)
-    if head_dim is not None:
-        head_dim = _hf_int(data, "head_dim", source)
+    else:
+        head_dim = None
     if heads % kv_heads:
         raise SpecError(f"field num_key_value_heads = {kv_heads} does not divide num_attention_heads = {heads}",
                         source=source)
-    expand = _hf_int(data, "mamba_expand", source, 2)
+    expand = _hf_int(data, "mamba_expand", source)
     mamba_heads = _hf_int(data, "mamba_n_heads", source)
+    if (expand * hidden) % mamba_heads:
+        raise SpecError(f"field mamba_n_heads = {mamba_heads} does not divide mamba_expand * hidden_size = "
+                        f"{expand * hidden}", source=source)
     d_head = data.get("mamba_d_head", "auto")
-    if d_head in (None, "auto"):
-        if (expand * hidden) % mamba_heads:
-            raise SpecError(f"field mamba_n_heads = {mamba_heads} does not divide mamba_expand * hidden_size = "
-                            f"{expand * hidden}", source=source)
+    if d_head == "auto":
         d_head = expand * hidden // mamba_heads
     else:
         d_head = _hf_int(data, "mamba_d_head", source)
         if d_head * mamba_heads != expand * hidden:
             raise SpecError(f"fields mamba_n_heads * mamba_d_head = {mamba_heads * d_head} is not mamba_expand * "
                             f"hidden_size = {expand * hidden}", source=source)
-    rope = data.get("rope_parameters") or {}
-    if not isinstance(rope, dict):
-        raise SpecError(f"field rope_parameters must be a mapping, not {rope!r}", source=source)
-    theta = rope.get("rope_theta", data.get("rope_theta", 10000.0))
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0:
-        raise SpecError(f"field rope_parameters.rope_theta must be a positive number, not {theta!r}", source=source)
-    tied = data.get("tie_word_embeddings", False)
+    theta, fraction = rope_from_hf(data, source=source)
+    tied = data.get("tie_word_embeddings", BAMBA_DEFAULTS["tie_word_embeddings"])
     if not isinstance(tied, bool):
         raise SpecError(f"field tie_word_embeddings must be true or false, not {tied!r}", source=source)
     fields: dict[str, Any] = {
@@ -215,18 +265,18 @@ def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridC
         "n_heads": heads,
         "n_kv_heads": kv_heads,
         "head_dim": head_dim,
-        "rope_theta": float(theta),
-        "partial_rotary_factor": 0.5,  # BambaConfig forces it
+        "rope_theta": theta,
+        "partial_rotary_factor": fraction,
         "mamba_heads": mamba_heads,
         "mamba_headdim": d_head,
         "mamba_d_state": _hf_int(data, "mamba_d_state", source),
-        "mamba_ngroups": _hf_int(data, "mamba_n_groups", source, 1),
+        "mamba_ngroups": _hf_int(data, "mamba_n_groups", source),
         "mamba_expand": expand,
-        "mamba_d_conv": _hf_int(data, "mamba_d_conv", source, 4),
-        "mamba_chunk_size": _hf_int(data, "mamba_chunk_size", source, 256),
-        "vocab_size": _hf_int(data, "vocab_size", source, 128000),
+        "mamba_d_conv": _hf_int(data, "mamba_d_conv", source),
+        "mamba_chunk_size": _hf_int(data, "mamba_chunk_size", source),
+        "vocab_size": _hf_int(data, "vocab_size", source),
         "tie_embeddings": tied,
-        "norm_eps": _hf_number(data, "rms_norm_eps", source, 1e-5),
+        "norm_eps": _hf_number(data.get("rms_norm_eps", BAMBA_DEFAULTS["rms_norm_eps"]), "rms_norm_eps", source),
     }
     return parse_hybrid_config(fields, source=source)
 
@@ -256,20 +306,26 @@ def hybrid_layer(
     layer_type: str,
     *,
     batch: int,
-    seq_len: int,
+    seq_len: int | None = None,
     phase: str = "prefill",
     bits: int = 16,
     scan: str | None = None,
     softmax: Softmax = "three-pass",
     name: str | None = None,
+    state: Mapping[str, Any] | None = None,
 ) -> Cascade:
     """One layer of ``layer_type`` (``mamba`` or ``attention``) as one cascade: the mixer block
     then the MLP block (tensors prefixed ``FF_``). A Mamba layer's prefill uses ``scan``
     (default chunked) and carries its state out (``state_io``, as a generating model must); an
-    attention layer writes its KV cache. ``seq_len`` in decode is the number of cached
-    positions before the new one."""
+    attention layer writes its KV cache.
+
+    ``seq_len`` is the prompt length in prefill. In decode it is the number of cached positions
+    before the new one, which only an attention layer needs: a Mamba layer's step does not
+    depend on it, and an attention layer's can take it from ``state``, the KV cache it will read
+    (``VC0``, ``[B, M, G, E]``). Given both, they must agree."""
     if layer_type not in LAYER_TYPES:
         raise SpecError(f"layer type {layer_type!r} is not one of {', '.join(LAYER_TYPES)}")
+    seq_len = _layer_length(layer_type, phase, seq_len, state)
     if layer_type == "attention":
         mixer = attention_layer(config.attention(), batch=batch, seq_len=seq_len, phase=phase,  # type: ignore[arg-type]
                                 bits=bits, softmax=softmax)
@@ -288,6 +344,70 @@ def hybrid_layer(
     return chain_cascades(mixer, mlp, prefix=MLP_PREFIX, name=name or f"{config.family}-{layer_type}-{phase}")
 
 
+def _layer_length(layer_type: str, phase: str, seq_len: int | None, state: Mapping[str, Any] | None) -> int:
+    """The ``seq_len`` a layer cascade is built with (see :func:`hybrid_layer`)."""
+    if phase != "decode":
+        if seq_len is None:
+            raise SpecError("a prefill layer needs seq_len, the prompt length")
+        return seq_len
+    if layer_type == "mamba":
+        return 1 if seq_len is None else seq_len  # a Mamba step reads its state, whatever came before
+    cached = None
+    if state is not None:
+        if "VC0" not in state:
+            raise SpecError("the state of an attention layer's decode step is its KV cache (KC0A, KC0B, VC0); "
+                            f"the state given has {', '.join(sorted(state)) or 'nothing'}")
+        cached = int(np.shape(state["VC0"])[1])
+    if seq_len is None and cached is None:
+        raise SpecError("an attention layer's decode step reads a KV cache: give the cache (state=...) or its length "
+                        "(seq_len=, the cached positions before the new one)")
+    if seq_len is not None and cached is not None and seq_len != cached:
+        raise SpecError(f"seq_len={seq_len} but the KV cache given holds {cached} positions; a decode step reads "
+                        "the whole cache, so leave seq_len out")
+    return cached if cached is not None else seq_len  # type: ignore[return-value]
+
+
+def _is_decode(cascade: Cascade) -> bool:
+    """Whether a layer cascade is a decode step: it reads a KV cache (rank ``M``), or its mixer
+    block was built for decode (the builders' descriptions start "<block>, decode, ..."). A
+    Mamba step and a one-token prefill are the same cascade otherwise."""
+    return "M" in cascade.ranks or cascade.description.split(";")[0].split(",")[1:2] == [" decode"]
+
+
+def hybrid_inputs(cascade: Cascade, config: HybridConfig, *, state: Mapping[str, Any] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Every input a hybrid layer's cascade reads besides ``X`` and the weights: its constants
+    (the rotary tables at the cascade's own positions and the causal mask of attention, the
+    chunked scan's in-chunk mask) and its incoming state.
+
+    ``state`` is what the previous step left (the arrays of :func:`~mambalaya.execute.carry_states`
+    for a Mamba layer, of :func:`~mambalaya.workloads.attention.append_kv` for an attention
+    layer): it must hold exactly the cascade's incoming state tensors, each of its shape. With
+    no state, a prefill starts from zero SSM and conv states (as transformers starts one with a
+    fresh cache); a decode step has no such start, so it needs the state."""
+    from mambalaya.workloads.attention import attention_constants
+    from mambalaya.workloads.mamba2 import mamba2_constants
+
+    out = attention_constants(cascade, config) if "T" in cascade.ranks else mamba2_constants(cascade)
+    incoming = [t for t in cascade.external_tensors() if cascade.tensors[t].role == Role.STATE]
+    if state is None:
+        if _is_decode(cascade):
+            raise SpecError(f"cascade {cascade.name} is a decode step: it continues from the state its prefill left "
+                            f"({', '.join(incoming)}); pass state=")
+        return {**out, **{t: np.zeros(cascade.shape(t)) for t in incoming}}
+    missing = [t for t in incoming if t not in state]
+    extra = [t for t in state if t not in incoming]
+    if missing or extra:
+        raise SpecError(f"cascade {cascade.name} reads the incoming state {', '.join(incoming) or 'nothing'}; the state "
+                        f"given lacks {', '.join(missing) or 'nothing'} and has extra {', '.join(extra) or 'nothing'}")
+    for t in incoming:
+        if tuple(np.shape(state[t])) != cascade.shape(t):
+            raise SpecError(f"state tensor {t} has shape {tuple(np.shape(state[t]))}; cascade {cascade.name} reads it "
+                            f"as {cascade.shape(t)} ({', '.join(cascade.tensors[t].ranks)})")
+        out[t] = np.asarray(state[t])
+    return out
+
+
 def hybrid_weights(mixer: dict[str, np.ndarray], mlp: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """A layer cascade's weights from its mixer block's and MLP block's (each in its own
     block's names): the MLP's get the ``FF_`` prefix."""
@@ -301,8 +421,10 @@ __all__ = [
     "PUBLISHED_PARAMETERS_B",
     "HybridConfig",
     "hybrid_config_from_hf",
+    "hybrid_inputs",
     "hybrid_layer",
     "hybrid_weights",
     "layer_types_from_hf",
     "parse_hybrid_config",
+    "rope_from_hf",
 ]

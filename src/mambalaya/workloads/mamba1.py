@@ -61,6 +61,8 @@ class Mamba1Config(BaseModel):
     dt_rank: PositiveInt | Literal["auto"] = "auto"
     vocab_size: PositiveInt = 50280
     norm_eps: float = Field(1e-5, gt=0)
+    #: Whether the LM head shares the embedding's weights (state-spaces checkpoints: yes).
+    tie_embeddings: bool = True
     family: Literal["mamba1"] = "mamba1"
 
     @property
@@ -77,9 +79,10 @@ class Mamba1Config(BaseModel):
         return d + 2 * d * e + e * k + e + e * (r + 2 * n) + r * e + e + e * n + e + e * d
 
     def model_parameters(self, layer_parameters: int | None = None) -> int:
-        """Embedding (tied with the LM head) + n_layers blocks + the final norm."""
+        """Embedding (and the LM head unless tied) + n_layers blocks + the final norm."""
         per_layer = self.layer_parameters() if layer_parameters is None else layer_parameters
-        return self.vocab_size * self.d_model + self.n_layers * per_layer + self.d_model
+        embed = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
+        return embed + self.n_layers * per_layer + self.d_model
 
 
 #: Published configurations of state-spaces/mamba-{130m,370m,790m,1.4b,2.8b}.

@@ -105,6 +105,8 @@ class Mamba2Config(BaseModel):
     #: of every state-spaces mamba2 config.json).
     vocab_size: PositiveInt = 50288
     norm_eps: float = Field(1e-5, gt=0)
+    #: Whether the LM head shares the embedding's weights (state-spaces checkpoints: yes).
+    tie_embeddings: bool = True
     family: Literal["mamba2"] = "mamba2"
 
     @model_validator(mode="after")
@@ -138,9 +140,10 @@ class Mamba2Config(BaseModel):
         return d + in_proj + conv + per_head + e + e * d  # block norm, ..., gated norm, out_proj
 
     def model_parameters(self, layer_parameters: int | None = None) -> int:
-        """Embedding (tied with the LM head) + n_layers blocks + the final norm."""
+        """Embedding (and the LM head unless tied) + n_layers blocks + the final norm."""
         per_layer = self.layer_parameters() if layer_parameters is None else layer_parameters
-        return self.vocab_size * self.d_model + self.n_layers * per_layer + self.d_model
+        embed = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
+        return embed + self.n_layers * per_layer + self.d_model
 
 
 #: Published configurations of state-spaces/mamba2-{130m,370m,780m,1.3b,2.7b}: every one has

@@ -1,0 +1,93 @@
+"""One call per step of a hybrid model's layer: build its cascade, give it every input, run it,
+and hand back its output in position layout and the state the next step reads.
+
+Running a layer by hand takes five pieces that are easy to get wrong: the cascade of the right
+phase and length, the constants (rotary tables at the step's own positions, causal masks), zero
+states for a fresh prefill, the chunked scan's ``[B, C, Q, D]`` output put back in position
+order, and the carried state. :func:`run_hybrid_layer` does all five::
+
+    config = hybrid_config_from_hf(json.load(open("config.json")))
+    weights = load_bamba_layer(state_dict, k, config)
+    step = run_hybrid_layer(config, k, prompt, weights)              # prefill, [B, L, D]
+    for x in new_tokens:                                             # each [B, 1, D]
+        step = run_hybrid_layer(config, k, x, weights, state=step.state)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.errors import SpecError
+from mambalaya.execute.numpy_exec import carry_states, execute
+from mambalaya.workloads.attention import Softmax, append_kv
+from mambalaya.workloads.hybrid import MLP_PREFIX, HybridConfig, hybrid_inputs, hybrid_layer
+from mambalaya.workloads.mamba2 import chunked_output_to_positions
+
+__all__ = ["LayerStep", "run_hybrid_layer"]
+
+
+@dataclass(frozen=True)
+class LayerStep:
+    """One step of one layer: the ``cascade`` run, its ``output`` ``[B, L, D]`` (positions in
+    order, whatever the scan form), the ``state`` the next step reads (SSM and conv states, or
+    the whole KV cache) and every array the run returned (``results``)."""
+
+    cascade: Cascade
+    output: np.ndarray
+    state: dict[str, np.ndarray]
+    results: dict[str, np.ndarray]
+
+
+def run_hybrid_layer(
+    config: HybridConfig,
+    layer: int | str,
+    x: Any,
+    weights: Mapping[str, np.ndarray],
+    *,
+    state: Mapping[str, np.ndarray] | None = None,
+    scan: str | None = None,
+    softmax: Softmax = "three-pass",
+    dtype: str = "float32",
+) -> LayerStep:
+    """Run layer ``layer`` (its index in ``config``, or a layer type) on ``x`` ``[B, L, D]``.
+
+    Without ``state`` this is a prefill from a fresh cache; with it, a decode step of one
+    position continuing from that state (the previous step's :attr:`LayerStep.state`). A Mamba
+    prefill uses ``scan`` (default: chunked when ``L`` is a multiple of the chunk size, else
+    recurrent; both compute the same values)."""
+    layer_type = _layer_type(config, layer)
+    x = np.asarray(x)
+    if x.ndim != 3 or x.shape[2] != config.d_model:
+        raise SpecError(f"x has shape {x.shape}; a layer of this model reads [batch, positions, {config.d_model}]")
+    batch, length = int(x.shape[0]), int(x.shape[1])
+    phase = "prefill" if state is None else "decode"
+    if phase == "decode" and length != 1:
+        raise SpecError(f"with a state, run_hybrid_layer runs one decode step, of one position; x has {length} "
+                        "(an attention prefill starts from an empty cache: leave state out for a prompt)")
+    if layer_type == "mamba" and phase == "prefill" and scan is None:
+        scan = "chunked" if length % config.mamba_chunk_size == 0 else "recurrent"
+    cascade = hybrid_layer(config, layer_type, batch=batch, seq_len=length if phase == "prefill" else None,
+                           phase=phase, scan=scan, softmax=softmax, state=state)
+    arrays = {"X": x, **weights, **hybrid_inputs(cascade, config, state=state)}
+    results = execute(cascade, arrays, dtype=dtype)
+    output = results[MLP_PREFIX + "XO"]
+    if "C" in cascade.tensors[MLP_PREFIX + "XO"].ranks:
+        output = chunked_output_to_positions(output, length)
+    carried = append_kv(cascade, dict(state) if state else None, results) if layer_type == "attention" \
+        else carry_states(cascade, results)
+    return LayerStep(cascade, output, carried, results)
+
+
+def _layer_type(config: HybridConfig, layer: int | str) -> str:
+    if isinstance(layer, str):
+        if layer not in config.layer_counts():
+            raise SpecError(f"this model has no {layer!r} layer (its layer types: {', '.join(config.layer_counts())})")
+        return layer
+    if isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < config.n_layers:
+        raise SpecError(f"layer {layer!r} is not a layer of this model (layers 0..{config.n_layers - 1})")
+    return config.layer_types[int(layer)]

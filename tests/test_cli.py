@@ -141,3 +141,45 @@ def test_a_model_file_with_bad_yaml_is_one_located_message(tmp_path) -> None:
         assert r.exit_code == 1, (name, r.output)
         assert str(path) in r.stderr and expected in r.stderr, (name, r.stderr)
         assert "Traceback" not in r.output + r.stderr
+
+
+def test_no_file_read_blocks_or_runs_without_end(tmp_path) -> None:
+    """A device, a FIFO or an oversized file given as a model config, an architecture, a mapping
+    or a cascade file is one error naming it, before anything is read (``--model /dev/urandom``
+    used to run until killed)."""
+    import os
+
+    from mambalaya.specio import MAX_SPEC_BYTES
+
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    big = tmp_path / "big.yaml"
+    with open(big, "wb") as f:
+        f.truncate(MAX_SPEC_BYTES + 1)
+    cases = [
+        (["evaluate", "--model", "/dev/urandom"], "/dev/urandom: cannot read model config: it is a device"),
+        (["evaluate", "--model", str(fifo)], "cannot read model config: it is a FIFO"),
+        (["evaluate", "--arch", str(fifo)], "cannot read architecture file: it is a FIFO"),
+        (["evaluate", "--arch", str(big)], f"cannot read architecture file: it is {MAX_SPEC_BYTES + 1:,} bytes, over"),
+        (["fusion", "map", "--model", "mamba-130m", "--mapping", str(fifo)], "cannot read mapping file: it is a FIFO"),
+        (["cascade", "check", str(tmp_path)], "cannot read cascade file: it is a directory"),
+    ]
+    for args, needle in cases:
+        out = invoke(*args)
+        assert out.exit_code == 1, (args, out.output)
+        assert needle in out.output.replace("\n", " "), (args, out.output)
+
+
+def test_rates_and_latencies_keep_their_significant_digits() -> None:
+    """A slow rate or a short latency prints with significant digits, never rounded away to 0
+    (an attention decode step at a long context used to print "1 tokens/s" or "0 tokens/s")."""
+    from mambalaya.formatting import milliseconds, rate
+
+    assert rate(1.4567) == "1.46" and rate(0.000412345) == "0.000412" and rate(123456.7) == "123,457"
+    assert rate(0) == "0" and rate(999.94) == "1,000" and rate(12.345) == "12.3" and rate(0.5) == "0.500"
+    assert milliseconds(1e-8) == "1e-05" and milliseconds(2.5e-5) == "0.025" and milliseconds(0.0995e-3) == "0.0995"
+    assert milliseconds(1.23456) == "1234.5600" and milliseconds(0) == "0.0000"
+    out = invoke("evaluate", "--arch", "mambalaya", "--model", "bamba-9b", "--phase", "decode", "-L", "100000000",
+                 "-B", "1")
+    assert out.exit_code == 0, out.output
+    assert "1.46 tokens/s" in out.output

@@ -343,3 +343,19 @@ def test_points_share_their_architecture_across_layers_but_not_across_field_type
     assert int_key is not float_key
     with pytest.raises(MambalayaError, match="must be an integer"):
         sweep._arch_for(dict(base, **{"memory.onchip_buffer_bytes": [1, 2]}))
+
+
+def test_cli_sweep_exits_non_zero_only_when_every_point_failed(tmp_path) -> None:
+    """Some points failing: exit 0 with the summary and the commonest errors. Every point failing:
+    exit 1 saying so, after the same summary."""
+    partly = write_spec(tmp_path, SMALL.replace("phase: [prefill, decode]", "phase: [decode]"), "partly.yaml")
+    r = runner.invoke(app, ["sweep", str(partly), "--workers", "1"])
+    assert r.exit_code == 0, r.output
+    assert "4 failed" in r.stderr and "commonest errors:" in r.stderr
+    assert "4 points: " in r.stderr and "memory.onchip_buffer_bytes" in r.stderr
+    every = write_spec(tmp_path, SMALL.replace("[8MiB, -1]", "[-1]").replace("phase: [prefill, decode]",
+                                                                         "phase: [decode]"), "every.yaml")
+    r = runner.invoke(app, ["sweep", str(every), "--workers", "1"])
+    assert r.exit_code == 1, r.output
+    assert "4 failed" in r.stderr and "commonest errors:" in r.stderr
+    assert "every one of the 4 points this sweep computed failed" in r.stderr.replace("\n", " ")

@@ -71,6 +71,7 @@ from mambalaya.cli_options import (
     UnrollScanOpt,
 )
 from mambalaya.formatting import milliseconds, whole
+from mambalaya.formatting import rate as rate_text
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
@@ -621,8 +622,8 @@ def evaluate_cmd(
              f"mapping {ev.mapping.name}: {ev.mapping.description}. Latencies in s, traffic in bytes.")
     _print_table(_rows_table(rows, title), output)
     if output is None:
-        rate = (f"{t['tokens_per_s']:,.0f} tokens/s" if phase == PhaseOption.decode
-                else f"{t['tokens_per_s']:,.0f} tokens/s prefill throughput")
+        rate = (f"{rate_text(t['tokens_per_s'])} tokens/s" if phase == PhaseOption.decode
+                else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
         out_console.print(
             f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
             f"{rate}; off-chip {whole(t['offchip_bytes'])} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}; "
@@ -676,7 +677,7 @@ def _evaluate_hybrid(arch: str, model: str, config: Any, phase: PhaseOption, seq
                           f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
         rate = "tokens/s" if phase == PhaseOption.decode else "tokens/s prefill throughput"
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
-                          f"{hv.tokens_per_s:,.0f} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass",
+                          f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass",
                           highlight=False)
 
 
@@ -940,6 +941,13 @@ def _sweep_run(spec_path: Path, scheduler: str | None, workers: int | None, stor
         err_console.print(f"  failed {pid}: {error}", highlight=False, markup=False)
     if summary.failed > 10:
         err_console.print(f"  ... and {summary.failed - 10} more (see the store's 'error' column)", markup=False)
+    if summary.failed:
+        err_console.print("commonest errors:", markup=False)
+        for error, count in summary.commonest_errors():
+            err_console.print(f"  {count} point{'s' if count > 1 else ''}: {error}", highlight=False, markup=False)
+    if summary.all_failed:
+        raise MambalayaError(f"every one of the {summary.computed} points this sweep computed failed; nothing "
+                             "usable was stored (the commonest errors are above)")
 
 
 def _sweep_export(store_path: Path, fmt: str, output: Path | None) -> None:

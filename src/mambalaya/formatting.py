@@ -8,6 +8,8 @@ instead of a long integer whose last digits are rounding noise.
 
 from __future__ import annotations
 
+import math
+
 #: The largest integer below which every float64 integer is exact.
 EXACT_FLOAT_LIMIT = 2.0**53
 
@@ -20,6 +22,18 @@ def whole(value: float | int) -> str:
 
 
 def milliseconds(seconds: float) -> str:
-    """A latency in ms: four decimals up to a million ms, then 7 significant digits."""
+    """A latency in ms: four decimals from 0.1 ms up to a million ms, 7 significant digits above,
+    and 3 significant digits below 0.1 ms, so a short latency is never rounded away to 0."""
     ms = seconds * 1e3
-    return f"{ms:.4f}" if abs(ms) < 1e6 else f"{ms:.7g}"
+    if abs(ms) >= 1e6:
+        return f"{ms:.7g}"
+    return f"{ms:.4f}" if abs(ms) >= 0.1 or ms == 0 else f"{ms:.3g}"
+
+
+def rate(value: float) -> str:
+    """A rate (tokens/s, ...): a whole number with thousands separators from 1,000 up, else 3
+    significant digits (``0.000412``), so a slow rate is never rounded away to 0."""
+    if abs(value) >= 1000 or value == 0 or not math.isfinite(value):
+        return f"{value:,.0f}" if math.isfinite(value) else str(value)
+    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    return f"{value:,.{decimals}f}"

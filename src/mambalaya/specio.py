@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import os
 import re
+import stat
 from typing import Any, Callable
 
 import yaml
@@ -107,13 +109,35 @@ def load_spec_text(text: str, model: type, *, what: str, fields: str, source: st
         raise SpecError(describe_validation_error(err, f"invalid {what}"), source=source) from None
 
 
-def read_spec_file(path: str, what: str) -> str:
-    """The text of a spec file, or a :class:`SpecError` naming it."""
+#: The largest spec, config, mapping or policy file mambalaya reads (a transformers config.json
+#: is a few KB, the largest shipped spec about 10 KB, a cascade file of a whole layer under 100 KB).
+MAX_SPEC_BYTES = 16 * 2**20
+
+
+def read_spec_file(path: str | os.PathLike[str], what: str, *, limit_bytes: int = MAX_SPEC_BYTES) -> str:
+    """The UTF-8 text of a spec file, or a :class:`SpecError` naming it. Only a regular file of
+    at most ``limit_bytes`` is read: a FIFO, a device (``/dev/urandom``) or a directory is refused
+    before anything is read, so no read blocks or runs without end."""
     try:
-        with open(path, encoding="utf-8") as f:
-            return f.read()
-    except (OSError, UnicodeDecodeError) as err:
-        raise SpecError(f"cannot read {what}: {getattr(err, 'strerror', None) or err}", source=str(path)) from None
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(info.st_mode) else "a FIFO" if stat.S_ISFIFO(info.st_mode)
+                    else "a device" if stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else "a socket")
+            raise SpecError(f"cannot read {what}: it is {kind}, not a regular file", source=str(path))
+        if info.st_size > limit_bytes:
+            raise SpecError(f"cannot read {what}: it is {info.st_size:,} bytes, over the {limit_bytes:,}-byte limit "
+                            "for a spec or config file", source=str(path))
+        with open(path, "rb") as f:
+            data = f.read(limit_bytes + 1)
+    except OSError as err:
+        raise SpecError(f"cannot read {what}: {err.strerror or err}", source=str(path)) from None
+    if len(data) > limit_bytes:
+        raise SpecError(f"cannot read {what}: it grew past the {limit_bytes:,}-byte limit while being read",
+                        source=str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(f"{what} is not UTF-8 text", source=str(path)) from None
 
 
 _TYPE_WORDS = {

@@ -28,7 +28,7 @@ from mambalaya.arch.spec import (
     field_paths,
 )
 from mambalaya.errors import SpecError
-from mambalaya.specio import allowed_field_names, describe_validation_error, kind_of as _kind, parse_yaml_text
+from mambalaya.specio import allowed_field_names, describe_validation_error, kind_of as _kind, parse_yaml_text, read_spec_file
 
 __all__ = [
     "ArchSpec",
@@ -77,16 +77,10 @@ def load_arch(name_or_path: str | os.PathLike[str]) -> ArchSpec:
         raise SpecError(
             f"unknown architecture {text!r}; shipped: {', '.join(shipped_archs())} (or give the path of a YAML file)"
         )
-    try:
-        data = path.read_bytes()
-    except OSError as err:
-        hint = f" (shipped specs, loaded by name: {', '.join(shipped_archs())})" if isinstance(err, FileNotFoundError) else ""
-        raise SpecError(f"cannot read architecture file: {err.strerror or err}{hint}", source=str(path)) from None
-    try:
-        content = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SpecError("architecture file is not UTF-8 text", source=str(path)) from None
-    return loads_arch(content, source=str(path))
+    if not path.exists():
+        raise SpecError(f"cannot read architecture file: No such file or directory (shipped specs, loaded by name: "
+                        f"{', '.join(shipped_archs())})", source=str(path))
+    return loads_arch(read_spec_file(path, "architecture file"), source=str(path))
 
 
 def loads_arch(text: str, *, source: str = "<string>") -> ArchSpec:

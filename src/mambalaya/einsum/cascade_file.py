@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from mambalaya.errors import SpecError
-from mambalaya.specio import first_bad_escape
+from mambalaya.specio import first_bad_escape, read_spec_file
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Einsum, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
@@ -97,13 +97,7 @@ class _Reader:
 def load_cascade(path: str | Path) -> Cascade:
     """Read and validate a cascade file."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise SpecError(f"cannot read cascade file: {err.strerror or err}", source=str(path)) from None
-    except UnicodeDecodeError:
-        raise SpecError("cascade file is not UTF-8 text", source=str(path)) from None
-    return loads_cascade(text, source=str(path))
+    return loads_cascade(read_spec_file(path, "cascade file"), source=str(path))
 
 
 def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:

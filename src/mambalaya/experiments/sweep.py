@@ -30,6 +30,8 @@ stored with its error.
 
 from __future__ import annotations
 
+from collections import Counter
+
 import contextlib
 import ctypes
 import functools
@@ -39,6 +41,7 @@ import json
 import math
 import multiprocessing
 import os
+import re
 import signal
 import socket
 import sys
@@ -314,6 +317,10 @@ def _tune_allocator() -> bool:
 # ----------------------------------------------------------------------------------------------
 
 
+#: The point id a failure's message starts with: errors are counted without it.
+_POINT_PREFIX = re.compile(r"^point [0-9a-f]+: ")
+
+
 @dataclass
 class SweepSummary:
     store: Path
@@ -323,10 +330,20 @@ class SweepSummary:
     failed: int = 0
     failures: list[tuple[str, str]] = field(default_factory=list)
     seconds: float = 0.0
+    #: How many points failed with each error message.
+    error_counts: Counter[str] = field(default_factory=Counter)
 
     @property
     def points_per_s(self) -> float:
         return self.computed / self.seconds if self.seconds else 0.0
+
+    @property
+    def all_failed(self) -> bool:
+        """Whether this run computed points and every one of them failed."""
+        return self.computed > 0 and self.failed == self.computed
+
+    def commonest_errors(self, n: int = 3) -> list[tuple[str, int]]:
+        return self.error_counts.most_common(n)
 
 
 def _layer_key(p: dict[str, Any]) -> tuple:
@@ -467,6 +484,7 @@ def run_sweep(
                 summary.computed += 1
                 if r.error is not None:
                     summary.failed += 1
+                    summary.error_counts[_POINT_PREFIX.sub("", r.error)] += 1
                     if len(summary.failures) < 50:
                         summary.failures.append((r.id, r.error))
             if on_progress:

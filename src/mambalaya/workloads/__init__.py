@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from mambalaya.errors import SpecError
-from mambalaya.specio import parse_yaml_text
+from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.einsum.cascade import Cascade
 from typing import Union
 
@@ -31,10 +31,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
     """A model config from a YAML/JSON file: mambalaya's fields (``d_model``, ``n_layers``,
     ``d_state``, ...) or a transformers / state-spaces ``config.json``."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as err:
-        raise SpecError(f"cannot read model config: {err.strerror or err}", source=str(path)) from None
+    text = read_spec_file(path, "model config")
     if path.suffix == ".json":
         try:
             data = json.loads(text)

@@ -33,7 +33,8 @@ from typing import Any
 
 import numpy as np
 
-from mambalaya.errors import MambalayaError
+from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.specio import read_spec_file
 from mambalaya.workloads.hf_fields import ConfigFields
 
 __all__ = [
@@ -293,11 +294,11 @@ def _source_from_file(path: Path) -> TensorSource:
 
 def _source_from_index(index_path: Path) -> TensorSource:
     try:
-        index = json.loads(index_path.read_text())
+        index = json.loads(read_spec_file(index_path, "shard index"))
         weight_map = index["weight_map"]
         if not isinstance(weight_map, dict):
             raise TypeError("weight_map is not an object")
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, SpecError) as exc:
         raise WeightLoadError(
             f"Cannot read the shard index {index_path}: {exc}. Expected a JSON object with a "
             "'weight_map' of parameter name -> shard file."
@@ -412,9 +413,9 @@ def read_config_json(path_or_dict: Any, label: str) -> tuple[dict[str, Any], str
     if path.is_dir():
         path = path / "config.json"
     try:
-        cfg = json.loads(path.read_text())
-    except OSError as exc:
-        raise WeightLoadError(f"Cannot read the {label} config {path}: {exc.strerror}.") from None
+        cfg = json.loads(read_spec_file(path, f"{label} config"))
+    except SpecError as exc:
+        raise WeightLoadError(f"Cannot read the {label} config: {exc}.") from None
     except ValueError as exc:
         raise WeightLoadError(f"The {label} config {path} is not valid JSON: {exc}.") from None
     if not isinstance(cfg, dict):

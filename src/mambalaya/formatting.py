@@ -33,7 +33,7 @@ def milliseconds(seconds: float) -> str:
 def rate(value: float) -> str:
     """A rate (tokens/s, ...): a whole number with thousands separators from 1,000 up, else 3
     significant digits (``0.000412``), so a slow rate is never rounded away to 0."""
-    if abs(value) >= 1000 or value == 0 or not math.isfinite(value):
-        return f"{value:,.0f}" if math.isfinite(value) else str(value)
-    decimals = max(0, 2 - math.floor(math.log10(abs(value))))
+    if not math.isfinite(value):
+        return str(value)
+    decimals = max(0, 2 - math.floor(math.log10(abs(value)))) if value else 0
     return f"{value:,.{decimals}f}"

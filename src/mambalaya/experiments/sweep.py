@@ -30,8 +30,6 @@ stored with its error.
 
 from __future__ import annotations
 
-from collections import Counter
-
 import contextlib
 import ctypes
 import functools
@@ -46,6 +44,7 @@ import signal
 import socket
 import sys
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool

@@ -38,6 +38,7 @@ from mambalaya.specio import read_spec_file
 from mambalaya.workloads.hf_fields import ConfigFields
 
 __all__ = [
+    "ConfigReading",
     "LayerKeys",
     "LayerTensors",
     "TensorSource",
@@ -50,14 +51,16 @@ __all__ = [
     "fmt_shape",
     "layer_prefix",
     "open_source",
-    "pick_config",
     "positive_int",
+    "padded_vocab",
     "positive_number",
+    "read_config_fields",
     "read_config_json",
     "read_layer",
     "resolve_dtype",
     "ssm_cfg_of",
     "to_numpy",
+    "true_or_false",
 ]
 
 
@@ -423,20 +426,6 @@ def read_config_json(path_or_dict: Any, label: str) -> tuple[dict[str, Any], str
     return cfg, str(path)
 
 
-def pick_config(where: str, *candidates: tuple[Mapping[str, Any], str], default: Any = None, name: str) -> Any:
-    """The first of ``candidates`` (a scope of a config and a key in it) that is set, else
-    ``default``; with no default, a missing value is an error naming ``where`` and the keys."""
-    for scope, key in candidates:
-        if scope.get(key) is not None:
-            return scope[key]
-    if default is None:
-        raise WeightLoadError(
-            f"{where} has no {name}: looked for "
-            f"{', '.join(repr(k) for _, k in candidates)}."
-        )
-    return default
-
-
 def positive_int(value: Any, name: str, where: str) -> int:
     """``value`` as an int if it is a positive whole number (numpy integers included)."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.integer)) or int(value) != value or value <= 0:
@@ -471,6 +460,53 @@ def audit_config(cfg: Mapping[str, Any], fields: ConfigFields, where: str, *, pr
     problem = fields.problem(cfg, prefix=prefix)
     if problem:
         raise WeightLoadError(f"In {where}, {problem}.")
+
+
+@dataclass(frozen=True)
+class ConfigReading:
+    """How a family reads one config format: the format's field tables (``ssm_fields`` for a
+    state-spaces ``ssm_cfg``), its class defaults, the keys that must be present, and which
+    config key gives each of mambalaya's fields (``keys``)."""
+
+    fields: ConfigFields
+    defaults: Mapping[str, Any]
+    keys: Mapping[str, str]
+    ssm_fields: ConfigFields | None = None
+    required: tuple[str, ...] = ()
+
+
+def read_config_fields(cfg: Mapping[str, Any], ssm: Mapping[str, Any], where: str,
+                       reading: ConfigReading) -> dict[str, tuple[str, Any]]:
+    """Each of mambalaya's fields as ``(the config's name for it, its value)``: every field of
+    ``cfg`` (and of ``ssm_cfg``) audited first, then each value taken from the config, else from
+    ``ssm_cfg``, else from the class defaults (a null counts as absent)."""
+    audit_config(cfg, reading.fields, where)
+    scopes: list[Mapping[str, Any]] = [reading.defaults]
+    if reading.ssm_fields is not None:
+        audit_config(ssm, reading.ssm_fields, where, prefix="ssm_cfg.")
+        scopes.append(ssm)
+    scopes.append(cfg)
+    values = {k: v for scope in scopes for k, v in scope.items() if v is not None}
+    for key in reading.required:
+        if key not in values:
+            raise WeightLoadError(f"{where} has no {key} (a state-spaces config names it).")
+    in_ssm = set(reading.ssm_fields.read) if reading.ssm_fields is not None else set()
+    return {ours: (f"ssm_cfg.{key}" if key in in_ssm else key, values[key]) for ours, key in reading.keys.items()}
+
+
+def true_or_false(value: Any, name: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise WeightLoadError(f"In {where}, {name} must be true or false, got {value!r}.")
+    return value
+
+
+def padded_vocab(cfg: Mapping[str, Any], vocab_size: int, where: str) -> int:
+    """A state-spaces ``vocab_size`` padded up to ``pad_vocab_size_multiple`` (the embedding's
+    rows), as mamba_ssm and the transformers conversion do."""
+    if "pad_vocab_size_multiple" not in cfg:
+        return vocab_size
+    mult = positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
+    return -(-vocab_size // mult) * mult
 
 
 def ssm_cfg_of(cfg: Mapping[str, Any], where: str) -> Mapping[str, Any]:

@@ -58,16 +58,19 @@ from mambalaya.workloads.hf_loader import (
     WeightLoadError,
     a_from_log,
     as_layout,
-    audit_config,
+    ConfigReading,
     config_format,
     fmt_shape,
+    padded_vocab,
     positive_int,
     positive_number,
+    read_config_fields,
     read_config_json,
     read_layer,
     resolve_dtype,
     ssm_cfg_of,
     to_numpy,
+    true_or_false,
 )
 
 __all__ = [
@@ -206,45 +209,18 @@ def load_mamba1_config(path_or_dict: Any) -> dict[str, Any]:
         raise WeightLoadError(
             f"{where} describes a {kind!r} model; mambalaya loads Mamba-1 ('mamba') layers only."
         )
-    if config_format(cfg, where, "Mamba") == "transformers":
-        audit_config(cfg, MAMBA1_FIELDS, where)
-        values = {**MAMBA1_DEFAULTS, **{k: v for k, v in cfg.items() if v is not None}}
-        raw = {"d_model": values["hidden_size"], "d_state": values["state_size"], "expand": values["expand"],
-               "d_conv": values["conv_kernel"], "dt_rank": values["time_step_rank"],
-               "n_layers": values["num_hidden_layers"], "vocab_size": values["vocab_size"],
-               "norm_eps": values["layer_norm_epsilon"], "tie_embeddings": values["tie_word_embeddings"]}
-        names = {"d_model": "hidden_size", "d_state": "state_size", "d_conv": "conv_kernel",
-                 "dt_rank": "time_step_rank", "n_layers": "num_hidden_layers", "norm_eps": "layer_norm_epsilon",
-                 "tie_embeddings": "tie_word_embeddings"}
-    else:
-        audit_config(cfg, MAMBA1_STATE_SPACES_FIELDS, where)
-        audit_config(ssm_cfg, MAMBA1_SSM_CFG_FIELDS, where, prefix="ssm_cfg.")
-        values = {**MAMBA1_STATE_SPACES_DEFAULTS, **{k: v for k, v in ssm_cfg.items() if v is not None},
-                  **{k: v for k, v in cfg.items() if v is not None}}
-        for key in ("n_layer", "vocab_size"):
-            if key not in values:
-                raise WeightLoadError(f"{where} has no {key} (a state-spaces config names it).")
-        raw = {"d_model": values["d_model"], "d_state": values["d_state"], "expand": values["expand"],
-               "d_conv": values["d_conv"], "dt_rank": values["dt_rank"], "n_layers": values["n_layer"],
-               "vocab_size": values["vocab_size"], "norm_eps": values["norm_epsilon"],
-               "tie_embeddings": values["tie_embeddings"]}
-        names = {"n_layers": "n_layer", "norm_eps": "norm_epsilon"}
-
-    def as_int(key: str) -> int:
-        return positive_int(raw[key], names.get(key, key), where)
-
-    out: dict[str, Any] = {key: as_int(key) for key in ("d_model", "d_state", "d_conv", "n_layers", "vocab_size")}
-    expand = raw["expand"]
+    fmt = config_format(cfg, where, "Mamba")
+    got = read_config_fields(cfg, ssm_cfg, where, _READINGS[fmt])
+    out: dict[str, Any] = {k: positive_int(got[k][1], got[k][0], where)
+                           for k in ("d_model", "d_state", "d_conv", "n_layers", "vocab_size")}
+    name, expand = got["expand"]
     if isinstance(expand, bool) or not isinstance(expand, (int, float)) or expand <= 0:
-        raise WeightLoadError(f"In {where}, expand must be a positive number, got {expand!r}.")
+        raise WeightLoadError(f"In {where}, {name} must be a positive number, got {expand!r}.")
     out["expand"] = int(expand) if float(expand).is_integer() else float(expand)
-    out["dt_rank"] = math.ceil(out["d_model"] / 16) if raw["dt_rank"] == "auto" else as_int("dt_rank")
-    out["norm_eps"] = positive_number(raw["norm_eps"], names.get("norm_eps", "norm_eps"), where)
-    tied = raw["tie_embeddings"]
-    if not isinstance(tied, bool):
-        raise WeightLoadError(f"In {where}, {names.get('tie_embeddings', 'tie_embeddings')} must be true or false, "
-                              f"got {tied!r}.")
-    out["tie_embeddings"] = tied
+    name, dt_rank = got["dt_rank"]
+    out["dt_rank"] = math.ceil(out["d_model"] / 16) if dt_rank == "auto" else positive_int(dt_rank, name, where)
+    out["norm_eps"] = positive_number(got["norm_eps"][1], got["norm_eps"][0], where)
+    out["tie_embeddings"] = true_or_false(got["tie_embeddings"][1], got["tie_embeddings"][0], where)
     inner = cfg.get("intermediate_size")
     if inner is not None and inner != int(out["expand"] * out["d_model"]):
         raise WeightLoadError(
@@ -252,11 +228,26 @@ def load_mamba1_config(path_or_dict: Any) -> dict[str, Any]:
             f"{out['d_model']}={int(out['expand'] * out['d_model'])} (transformers builds in_proj from "
             "intermediate_size, the cascade from expand)."
         )
-    if "d_model" in cfg and "pad_vocab_size_multiple" in cfg:
-        mult = positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
-        out["vocab_size"] = -(-out["vocab_size"] // mult) * mult
+    if fmt == "state-spaces":
+        out["vocab_size"] = padded_vocab(cfg, out["vocab_size"], where)
     return {k: out[k] for k in ("d_model", "d_state", "expand", "d_conv", "dt_rank", "n_layers", "vocab_size",
                                 "norm_eps", "tie_embeddings")}
+
+
+#: Which key of each config format gives each of mambalaya's Mamba-1 fields.
+_READINGS = {
+    "transformers": ConfigReading(
+        MAMBA1_FIELDS, MAMBA1_DEFAULTS,
+        {"d_model": "hidden_size", "d_state": "state_size", "expand": "expand", "d_conv": "conv_kernel",
+         "dt_rank": "time_step_rank", "n_layers": "num_hidden_layers", "vocab_size": "vocab_size",
+         "norm_eps": "layer_norm_epsilon", "tie_embeddings": "tie_word_embeddings"}),
+    "state-spaces": ConfigReading(
+        MAMBA1_STATE_SPACES_FIELDS, MAMBA1_STATE_SPACES_DEFAULTS,
+        {"d_model": "d_model", "d_state": "d_state", "expand": "expand", "d_conv": "d_conv", "dt_rank": "dt_rank",
+         "n_layers": "n_layer", "vocab_size": "vocab_size", "norm_eps": "norm_epsilon",
+         "tie_embeddings": "tie_embeddings"},
+        ssm_fields=MAMBA1_SSM_CFG_FIELDS, required=("n_layer", "vocab_size")),
+}
 
 
 def mamba1_states_from_hf(conv_state: Any, ssm_state: Any, dtype: Any = "float32") -> dict[str, np.ndarray]:

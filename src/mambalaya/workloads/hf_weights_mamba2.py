@@ -58,17 +58,20 @@ from mambalaya.workloads.hf_loader import (
     WeightLoadError,
     a_from_log,
     as_layout,
-    audit_config,
+    ConfigReading,
     config_beside,
     config_format,
     fmt_shape,
+    padded_vocab,
     positive_int,
     positive_number,
+    read_config_fields,
     read_config_json,
     read_layer,
     resolve_dtype,
     ssm_cfg_of,
     to_numpy,
+    true_or_false,
 )
 
 __all__ = [
@@ -241,47 +244,26 @@ def load_mamba2_config(path_or_dict: Any) -> dict[str, Any]:
     model_type = cfg.get("model_type")
     if model_type not in (None, "mamba2"):
         raise WeightLoadError(f"{where} describes a {model_type!r} model; this loader reads Mamba-2 configs.")
-    if config_format(cfg, where, "Mamba-2") == "transformers":
-        audit_config(cfg, MAMBA2_FIELDS, where)
-        v = {**MAMBA2_DEFAULTS, **{k: x for k, x in cfg.items() if x is not None}}
-        raw = {"d_model": ("hidden_size", v["hidden_size"]), "n_layers": ("num_hidden_layers", v["num_hidden_layers"]),
-               "d_state": ("state_size", v["state_size"]), "headdim": ("head_dim", v["head_dim"]),
-               "ngroups": ("n_groups", v["n_groups"]), "expand": ("expand", v["expand"]),
-               "d_conv": ("conv_kernel", v["conv_kernel"]), "chunk_size": ("chunk_size", v["chunk_size"]),
-               "vocab_size": ("vocab_size", v["vocab_size"])}
-        eps, tied = ("layer_norm_epsilon", v["layer_norm_epsilon"]), ("tie_word_embeddings", v["tie_word_embeddings"])
-    else:
-        if ssm.get("layer", "Mamba1") != "Mamba2":
-            raise WeightLoadError(
-                f"{where} is a state-spaces config whose ssm_cfg.layer is {ssm.get('layer', 'Mamba1')!r}, not 'Mamba2'."
-            )
-        audit_config(cfg, MAMBA2_STATE_SPACES_FIELDS, where)
-        audit_config(ssm, MAMBA2_SSM_CFG_FIELDS, where, prefix="ssm_cfg.")
-        v = {**MAMBA2_STATE_SPACES_DEFAULTS, **{k: x for k, x in ssm.items() if x is not None},
-             **{k: x for k, x in cfg.items() if x is not None}}
-        for key in ("n_layer", "vocab_size"):
-            if key not in v:
-                raise WeightLoadError(f"{where} has no {key} (a state-spaces config names it).")
-        raw = {"d_model": ("d_model", v["d_model"]), "n_layers": ("n_layer", v["n_layer"]),
-               "vocab_size": ("vocab_size", v["vocab_size"]),
-               **{k: (f"ssm_cfg.{k}", v[k]) for k in ("d_state", "headdim", "ngroups", "expand", "d_conv",
-                                                       "chunk_size")}}
-        eps, tied = ("norm_epsilon", v["norm_epsilon"]), ("tie_embeddings", v["tie_embeddings"])
-    out: dict[str, Any] = {key: positive_int(value, name, where) for key, (name, value) in raw.items()}
-    out["norm_eps"] = positive_number(eps[1], eps[0], where)
-    if not isinstance(tied[1], bool):
-        raise WeightLoadError(f"In {where}, {tied[0]} must be true or false, got {tied[1]!r}.")
-    out["tie_embeddings"] = tied[1]
-    d_inner = out["expand"] * out["d_model"]
-    if "d_model" in cfg and "pad_vocab_size_multiple" in cfg:
-        mult = positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
-        out["vocab_size"] = -(-out["vocab_size"] // mult) * mult
-    heads = cfg.get("num_heads", MAMBA2_DEFAULTS["num_heads"]) if "hidden_size" in cfg or model_type else None
-    if heads is not None and heads * out["headdim"] != d_inner:
+    fmt = config_format(cfg, where, "Mamba-2")
+    if fmt == "state-spaces" and ssm.get("layer", "Mamba1") != "Mamba2":
         raise WeightLoadError(
-            f"{where} is inconsistent: field num_heads = {heads} times head_dim = {out['headdim']} is not "
-            f"expand*hidden_size = {out['expand']}*{out['d_model']}."
+            f"{where} is a state-spaces config whose ssm_cfg.layer is {ssm.get('layer', 'Mamba1')!r}, not 'Mamba2'."
         )
+    got = read_config_fields(cfg, ssm, where, _READINGS[fmt])
+    out: dict[str, Any] = {k: positive_int(value, name, where) for k, (name, value) in got.items()
+                           if k not in ("norm_eps", "tie_embeddings")}
+    out["norm_eps"] = positive_number(got["norm_eps"][1], got["norm_eps"][0], where)
+    out["tie_embeddings"] = true_or_false(got["tie_embeddings"][1], got["tie_embeddings"][0], where)
+    d_inner = out["expand"] * out["d_model"]
+    if fmt == "state-spaces":
+        out["vocab_size"] = padded_vocab(cfg, out["vocab_size"], where)
+    else:
+        heads = cfg.get("num_heads", MAMBA2_DEFAULTS["num_heads"])
+        if heads * out["headdim"] != d_inner:
+            raise WeightLoadError(
+                f"{where} is inconsistent: field num_heads = {heads} times head_dim = {out['headdim']} is not "
+                f"expand*hidden_size = {out['expand']}*{out['d_model']}."
+            )
     d_ssm = ssm.get("d_ssm")
     if d_ssm is not None and d_ssm != d_inner:
         raise WeightLoadError(
@@ -290,6 +272,22 @@ def load_mamba2_config(path_or_dict: Any) -> dict[str, Any]:
         )
     return {k: out[k] for k in ("d_model", "n_layers", "d_state", "headdim", "ngroups", "expand", "d_conv",
                                 "chunk_size", "vocab_size", "norm_eps", "tie_embeddings")}
+
+
+#: Which key of each config format gives each of mambalaya's Mamba-2 fields.
+_READINGS = {
+    "transformers": ConfigReading(
+        MAMBA2_FIELDS, MAMBA2_DEFAULTS,
+        {"d_model": "hidden_size", "n_layers": "num_hidden_layers", "d_state": "state_size", "headdim": "head_dim",
+         "ngroups": "n_groups", "expand": "expand", "d_conv": "conv_kernel", "chunk_size": "chunk_size",
+         "vocab_size": "vocab_size", "norm_eps": "layer_norm_epsilon", "tie_embeddings": "tie_word_embeddings"}),
+    "state-spaces": ConfigReading(
+        MAMBA2_STATE_SPACES_FIELDS, MAMBA2_STATE_SPACES_DEFAULTS,
+        {"d_model": "d_model", "n_layers": "n_layer", "d_state": "d_state", "headdim": "headdim",
+         "ngroups": "ngroups", "expand": "expand", "d_conv": "d_conv", "chunk_size": "chunk_size",
+         "vocab_size": "vocab_size", "norm_eps": "norm_epsilon", "tie_embeddings": "tie_embeddings"},
+        ssm_fields=MAMBA2_SSM_CFG_FIELDS, required=("n_layer", "vocab_size")),
+}
 
 
 def mamba2_states_from_hf(conv_state: Any, ssm_state: Any, dtype: Any = "float32") -> dict[str, np.ndarray]:

@@ -183,3 +183,20 @@ def test_rates_and_latencies_keep_their_significant_digits() -> None:
                  "-B", "1")
     assert out.exit_code == 0, out.output
     assert "1.46 tokens/s" in out.output
+
+
+def test_a_state_spaces_mamba1_config_json_is_read_as_mamba_ssm_reads_it(tmp_path) -> None:
+    """state-spaces/mamba-130m's config.json gives the preset's cascade (it used to be taken for
+    mambalaya's own fields and refused), and a field it cannot honour is refused by name."""
+    from mambalaya.workloads import PRESETS, load_model_config
+
+    published = {"d_model": 768, "n_layer": 24, "vocab_size": 50277, "ssm_cfg": {}, "rms_norm": True,
+                 "residual_in_fp32": True, "fused_add_norm": True, "pad_vocab_size_multiple": 8}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(published))
+    config = load_model_config(path)
+    assert config.dt_rank_value == PRESETS["mamba-130m"].dt_rank_value == 48  # "auto" read as ceil(768/16)
+    assert config.model_copy(update={"dt_rank": "auto"}) == PRESETS["mamba-130m"]
+    path.write_text(json.dumps({**published, "rms_norm": False}))
+    out = invoke("cascade", "show", "--model", str(path))
+    assert out.exit_code == 1 and "field rms_norm is False" in out.output

@@ -51,7 +51,8 @@ def load_model_config(path: str | Path) -> ModelConfig:
 
             data = _converted(load_mamba2_config, data, path)
         return parse_mamba2_config(data, source=str(path))
-    if "d_model" not in data and ("hidden_size" in data or "model_type" in data):
+    if ("d_model" not in data and ("hidden_size" in data or "model_type" in data)) or "ssm_cfg" in data \
+            or "n_layer" in data:  # a transformers or a state-spaces config.json
         from mambalaya.workloads.hf_weights import load_mamba1_config
 
         data = _converted(load_mamba1_config, data, path)

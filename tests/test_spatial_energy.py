@@ -70,23 +70,26 @@ def test_an_output_rank_16_wide_caps_weight_stationary_utilisation_at_one_sixtee
     # round (rows N: 16 of 256); either way at most 16 / 256 of the PEs hold a weight, so the
     # best mapping reaches 1/16 and the GEMM takes 16 times its ideal cycles.
     c = gemm(4096, 1536, 16)
-    cyc, spatial = einsum_cycles(arch().compute, c, c.einsum("Y"))
+    cyc, spatial = einsum_cycles(arch(compute__dataflows=["weight-stationary"]).compute, c, c.einsum("Y"))
     assert spatial.spatial_util == pytest.approx(16 / 256)
     folds = 6 * 1  # ceil(1536/256) x ceil(16/256)
     assert cyc.array_2d == folds * 4096
     assert cyc.array_2d == pytest.approx(16 * 4096 * 1536 * 16 / 256**2)
     # input-stationary holds U: E on the rows, the 4096 positions on the columns, N streams:
     # every PE busy, the ideal count
-    is_cyc, is_spatial = einsum_cycles(arch(compute__dataflow="input-stationary").compute, c, c.einsum("Y"))
+    is_cyc, is_spatial = einsum_cycles(arch(compute__dataflows=["input-stationary"]).compute, c, c.einsum("Y"))
     assert is_spatial.spatial_util == 1.0 and is_cyc.array_2d == 4096 * 1536 * 16 / 256**2
+    # the shipped mambalaya array runs all three and picks input-stationary for this GEMM
+    best_cyc, best = einsum_cycles(arch().compute, c, c.einsum("Y"))
+    assert best.dataflow == "input-stationary" and best.stationary == ("A",) and best_cyc == is_cyc
     # roofline: no quantisation at all
-    rf_cyc, rf_spatial = einsum_cycles(arch(compute__dataflow="roofline").compute, c, c.einsum("Y"))
+    rf_cyc, rf_spatial = einsum_cycles(arch(compute__dataflows=["roofline"]).compute, c, c.einsum("Y"))
     assert rf_cyc.array_2d == 4096 * 1536 * 16 / 256**2 and rf_spatial.label == "2D roofline"
 
 
 def test_scale_sim_folds_pay_load_fill_and_drain() -> None:
     c = gemm(100, 256, 512)
-    compute = arch(compute__stationary_double_buffered=False).compute
+    compute = arch(compute__stationary_double_buffered=False, compute__dataflows=["weight-stationary"]).compute
     cyc, _ = einsum_cycles(compute, c, c.einsum("Y"))
     # two folds (N = 512 = 2 x 256), each 2r + c + T - 2 = 512 + 256 + 100 - 2 cycles
     assert cyc.array_2d == 2 * (2 * 256 + 256 + 100 - 2)
@@ -243,8 +246,18 @@ def test_shipped_accelerators_carry_sourced_energies() -> None:
 
 def test_a_dataflow_the_array_cannot_run_is_a_clear_error() -> None:
     data = arch_to_dict(MAMBALAYA)
-    data["compute"]["dataflow"] = "row-stationary"
-    with pytest.raises(SpecError, match=r"compute\.dataflow.*weight-stationary"):
+    data["compute"]["dataflows"] = ["row-stationary"]
+    with pytest.raises(SpecError, match=r"compute\.dataflows.*weight-stationary"):
+        arch_from_dict(data, source="bad.yaml")
+    data["compute"]["dataflows"] = ["roofline", "weight-stationary"]
+    with pytest.raises(SpecError, match=r"compute\.dataflows.*roofline is an ideal array and cannot be combined"):
+        arch_from_dict(data, source="bad.yaml")
+    data["compute"]["dataflows"] = []
+    with pytest.raises(SpecError, match=r"compute\.dataflows.*at least one"):
+        arch_from_dict(data, source="bad.yaml")
+    del data["compute"]["dataflows"]
+    data["compute"]["dataflow"] = "output-stationary"  # the field's old name
+    with pytest.raises(SpecError, match=r"compute\.dataflow: was renamed to compute\.dataflows.*\[output-stationary\]"):
         arch_from_dict(data, source="bad.yaml")
 
 

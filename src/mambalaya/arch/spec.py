@@ -196,14 +196,23 @@ class ComputeSpec(BaseModel):
             "for every function whose unary_cost_cycles entry is non-zero."
         ),
     )
-    dataflow: Literal["weight-stationary", "output-stationary", "input-stationary", "roofline"] = Field(
-        "weight-stationary",
+    dataflows: tuple[Literal["weight-stationary", "output-stationary", "input-stationary", "roofline"], ...] = Field(
+        ("weight-stationary",),
         description=(
-            "How GEMMs map onto the 2D array (mambalaya.model.spatial): the operand held in the PEs "
-            "during a fold (weight-, output- or input-stationary), whose ranks span the rows and "
-            "columns while the others stream; or 'roofline': an ideal macs / (rows * cols) with "
-            "no spatial quantisation (a GPU's tensor cores). Default weight-stationary, the "
-            "dataflow of TPU v1 (Jouppi et al., ISCA 2017)."
+            "The dataflows the 2D array supports (mambalaya.model.spatial), each naming the operand "
+            "held in the PEs during a fold (weight-, output- or input-stationary); the model runs "
+            "each contraction in the fastest of them, the first listed being the array's native one. "
+            "Or ['roofline']: an ideal macs / (rows * cols) with no spatial quantisation (a GPU's "
+            "tensor cores), which cannot be combined with another. A single name is a one-entry list. "
+            "Default weight-stationary, the dataflow of TPU v1 (Jouppi et al., ISCA 2017)."
+        ),
+    )
+    dataflow_switch_cycles: float = Field(
+        0.0,
+        ge=0,
+        description=(
+            "Cycles to reconfigure the array to a dataflow other than its first and back, charged "
+            "per step of every Einsum that runs in one (0 for an array with one dataflow)."
         ),
     )
     stationary_double_buffered: bool = Field(
@@ -236,6 +245,35 @@ class ComputeSpec(BaseModel):
         ge=0,
         description="Fixed cycles added per fused-group step to fill and drain the pipeline between its Einsums.",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dataflow_renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "dataflow" in data:
+            raise FieldProblem(
+                "dataflow",
+                "was renamed to compute.dataflows, the list of dataflows the array supports (e.g. "
+                f"dataflows: [{data['dataflow']}]); the model runs each contraction in the fastest of them",
+            )
+        return data
+
+    @field_validator("dataflows", mode="before")
+    @classmethod
+    def _one_dataflow_is_a_list(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return (value,)
+        return tuple(value) if isinstance(value, list) else value
+
+    @field_validator("dataflows")
+    @classmethod
+    def _dataflows_combine(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if not value:
+            raise ValueError("must list at least one dataflow")
+        if len(set(value)) != len(value):
+            raise ValueError(f"lists a dataflow twice ({', '.join(value)})")
+        if "roofline" in value and len(value) > 1:
+            raise ValueError("roofline is an ideal array and cannot be combined with another dataflow")
+        return value
 
     @field_validator("unary_cost_cycles", mode="before")
     @classmethod

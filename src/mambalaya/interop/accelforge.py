@@ -594,7 +594,8 @@ def _serve(jobs: int | None = None) -> int:
                 from mambalaya.interop.accelforge_spatial import accelforge_gemm_cycles
 
                 kw = dict(req["kwargs"])
-                result = accelforge_gemm_cycles(req["cascade"], kw["names"], load_arch(kw.get("arch", "mambalaya")))
+                result = accelforge_gemm_cycles(req["cascade"], kw["names"], load_arch(kw.get("arch", "mambalaya")),
+                                                kw.get("dataflow", "weight-stationary"))
             else:
                 raise MambalayaError(f"unknown request kind {req['kind']!r}")
             out: dict[str, Any] = {"result": result}

@@ -33,11 +33,24 @@ from mambalaya.einsum.ir import Role
 from mambalaya.errors import MambalayaError
 
 
-def array_arch_yaml(spec: Any) -> str:
-    """AccelForge architecture: the spec's PE array, weight-stationary, at its clock."""
+#: Per dataflow: what each spatial dimension must reuse (rows, cols) and the tensor the PE's
+#: register keeps, as our model places them (mambalaya.model.spatial): weight-stationary puts
+#: the reduced ranks on the rows (reusing the output) and the weight-only ranks on the columns
+#: (reusing the input); output-stationary the activation-only ranks (reusing the weight) and
+#: the weight-only ranks; input-stationary the reduced and the activation-only ranks.
+DATAFLOW_PLACEMENT = {
+    "weight-stationary": ("output", "input", "weight"),
+    "output-stationary": ("weight", "input", "output"),
+    "input-stationary": ("output", "weight", "input"),
+}
+
+
+def array_arch_yaml(spec: Any, dataflow: str = "weight-stationary") -> str:
+    """AccelForge architecture: the spec's PE array in one dataflow, at its clock."""
     c = spec.compute
+    rows_reuse, cols_reuse, kept = DATAFLOW_PLACEMENT[dataflow]
     return f"""# AccelForge architecture exported by mambalaya from arch spec {spec.name!r}: a
-# {c.array_rows}x{c.array_cols} weight-stationary PE array at {spec.clock_hz:g} Hz; memories unbounded
+# {c.array_rows}x{c.array_cols} {dataflow} PE array at {spec.clock_hz:g} Hz; memories unbounded
 arch:
   nodes:
   - !Memory
@@ -61,17 +74,17 @@ arch:
   - !Container
     name: ProcessingElement
     spatial:
-    - {{name: rows, fanout: {c.array_rows}, reuse: output}}
-    - {{name: cols, fanout: {c.array_cols}, reuse: input}}
+    - {{name: rows, fanout: {c.array_rows}, reuse: {rows_reuse}}}
+    - {{name: cols, fanout: {c.array_cols}, reuse: {cols_reuse}}}
   - !Memory
     name: Register
-    size: weight.bits_per_value if weight else 0
+    size: {kept}.bits_per_value if {kept} else 0
     area: 0
     leak_power: 0
     actions:
     - {{name: read, energy: 0, throughput: inf}}
     - {{name: write, energy: 0, throughput: inf}}
-    tensors: {{keep: weight}}
+    tensors: {{keep: {kept}}}
   - !Compute
     name: MAC
     leak_power: 0
@@ -120,7 +133,8 @@ def gemm_workload_dict(cascade: Cascade, name: str) -> dict:
     }
 
 
-def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any) -> dict[str, dict[str, Any]]:
+def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any,
+                           dataflow: str = "weight-stationary") -> dict[str, dict[str, Any]]:
     """AccelForge's latency (in cycles of ``spec``'s clock) of each GEMM alone, with the mapping
     its mapper chose: ``{name: {"cycles", "seconds", "spatial", "mapper_s"}}``."""
     try:
@@ -131,7 +145,7 @@ def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any) -> dic
     out: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-lat-") as tmp:
         arch = Path(tmp, "arch.yaml")
-        arch.write_text(array_arch_yaml(spec), encoding="utf-8")
+        arch.write_text(array_arch_yaml(spec, dataflow), encoding="utf-8")
         for name in names:
             wl = Path(tmp, f"{name}.yaml")
             wl.write_text(yaml.safe_dump(gemm_workload_dict(cascade, name), sort_keys=False), encoding="utf-8")
@@ -156,18 +170,19 @@ def _spatial_text(node: Any) -> str:
 
 
 def accelforge_gemm_cycles_via(python312: Any, cascade: Cascade, names: list[str], arch: str = "mambalaya",
-                               timeout: float = 1800) -> dict[str, dict[str, Any]]:
+                               timeout: float = 1800, dataflow: str = "weight-stationary") -> dict[str, dict[str, Any]]:
     """:func:`accelforge_gemm_cycles` in another interpreter (Python >= 3.12 with accelforge and
     this mambalaya), or in an :class:`~mambalaya.interop.accelforge.AccelForgeWorker`: the
     cascade goes over as a pickle, the result comes back as JSON."""
     from mambalaya.interop.accelforge import AccelForgeWorker
 
     if isinstance(python312, AccelForgeWorker):
-        return python312.call("gemm_cycles", cascade, names=list(names), arch=arch)
+        return python312.call("gemm_cycles", cascade, names=list(names), arch=arch, dataflow=dataflow)
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-lat-") as tmp:
         pk = Path(tmp, "cascade.pkl")
         pk.write_bytes(pickle.dumps(cascade))
         cmd = [python312, "-m", "mambalaya.interop.accelforge_spatial", "--cascade-pickle", str(pk), "--arch", arch,
+               "--dataflow", dataflow,
                "--einsums", ",".join(names)]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode != 0:
@@ -181,10 +196,11 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--cascade-pickle", required=True)
     p.add_argument("--arch", default="mambalaya")
+    p.add_argument("--dataflow", default="weight-stationary", choices=sorted(DATAFLOW_PLACEMENT))
     p.add_argument("--einsums", required=True, help="comma-separated GEMM names")
     args = p.parse_args(argv)
     cascade = pickle.loads(Path(args.cascade_pickle).read_bytes())
-    result = accelforge_gemm_cycles(cascade, [n for n in args.einsums.split(",") if n], load_arch(args.arch))
+    result = accelforge_gemm_cycles(cascade, [n for n in args.einsums.split(",") if n], load_arch(args.arch), args.dataflow)
     print(json.dumps(result))
     return 0
 

@@ -3,14 +3,15 @@
 Per Einsum, the operations of :mod:`mambalaya.einsum.stats` go to the unit that runs them, and
 :mod:`mambalaya.model.spatial` maps its ranks onto that unit's spatial dimensions:
 
-* the MACs of a GEMM (an Einsum reducing against a weight) go to the **2D array** under its
-  dataflow: folds of the stationary operand, each streaming ``T`` vectors, the utilisation
-  following from ceil-division of the mapped extents by the array's rows and columns (or the
-  ideal ``macs / (rows x cols)`` with ``dataflow: roofline``);
-* every other arithmetic operation (adds, multiplies, divides, max, and the MACs of
-  reductions over activations: RMSNorm's sum of squares, the conv, the C readout) goes to the
-  **1D mode** of the array, or to the vector unit when the array has no 1D mode, its points
-  spread over the lanes (a recurrence's positions in time);
+* the MACs of a contraction the array can run (a GEMM with a weight, or a matrix product of
+  two activations) go to the **2D array** in the best of its dataflows: folds of the
+  stationary operand, each streaming ``T`` vectors, the utilisation following from
+  ceil-division of the mapped extents by the array's rows and columns (or the ideal
+  ``macs / (rows x cols)`` with ``dataflows: [roofline]``);
+* every other arithmetic operation (adds, multiplies, divides, max, and the MACs of dot
+  products over activations: RMSNorm's sum of squares, the conv, Mamba-1's C readout) goes to
+  the **1D mode** of the array, or to the vector unit when the array has no 1D mode, its
+  points spread over the lanes (a recurrence's positions in time);
 * each unary function goes to the **multi-function units**: ``ops x cost_cycles / mfu_units``;
   with no MFU, it costs ``unary_cost_pe_ops`` elementwise operations instead.
 
@@ -59,7 +60,9 @@ from mambalaya.model.traffic import BufferAccesses, GroupTraffic, group_buffer_a
 class ComputeLike(Protocol):  # the fields of mambalaya.arch.spec.ComputeSpec used here
     array_rows: int
     array_cols: int
-    dataflow: str
+    dataflows: tuple[str, ...]
+    dataflow_switch_cycles: float
+    gemm_in_1d_mode: bool
     stationary_double_buffered: bool
     one_d_mode: bool
     one_d_lanes: int | None

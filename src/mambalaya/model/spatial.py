@@ -7,16 +7,24 @@ full), so the cycles of an Einsum are summed over the group's steps. Steps come 
 ``2^k`` shapes for ``k`` fused loops (each loop's tile is full or the remainder), so the sum is
 a short closed form whatever the number of steps (:func:`step_shapes`).
 
-**The 2D array** (GEMMs: an Einsum reducing against a weight) runs one of three dataflows
-(``compute.dataflow``), named by the operand held in the PEs during a *fold*:
+**The 2D array** runs every contraction it can (:func:`contraction`): a GEMM with a weight,
+and a product of two activations that is a matrix product (the SSD's CB, YDG, ST and YO,
+attention's scores and value product). Its two sides are the operands of the product's top
+multiply: side B the weight (or the right operand), side A the other. It runs in the best of
+the design's dataflows (``compute.dataflows``), named by the operand held in the PEs during a
+*fold*:
 
 ================== ======================= ================================ =================
 dataflow           stationary operand       spatial dimensions (rows, cols)  streamed in time
 ================== ======================= ================================ =================
-weight-stationary  weight                   reduced (K) x weight-only (N)    output-only (M)
+weight-stationary  weight (side B)          reduced (K) x weight-only (N)    output-only (M)
 output-stationary  output                   output-only (M) x weight-only (N) reduced (K)
-input-stationary   activation               reduced (K) x output-only (M)    weight-only (N)
+input-stationary   activation (side A)      reduced (K) x output-only (M)    weight-only (N)
 ================== ======================= ================================ =================
+
+A product of two activations may hold either side in a weight- or input-stationary array (a
+stationary port takes any operand). A dataflow other than the design's first costs
+``compute.dataflow_switch_cycles`` per step.
 
 K are the reduced ranks, N the ranks of the output and the weight the activation lacks, M the
 ranks of the output and the activation the weight lacks. A spatial mapping puts a product of
@@ -42,8 +50,9 @@ the folds stream, ``macs / (R * C * folds * T)``.
 With ``dataflow: roofline`` the array is an ideal ``macs / (R * C)`` (a GPU's tensor cores,
 whose tiling is not an array's).
 
-**The 1D mode** (and a vector unit) spreads the iteration points of an elementwise or
-reduction Einsum over its lanes: a product of some ranks spans the lanes, the rest (always the
+**The 1D mode** (and a vector unit) spreads the iteration points of an elementwise Einsum, or
+of a contraction the array does not run (a dot product, a window, a recurrence), over its
+lanes, one operation (a MAC is one) per lane per cycle: a product of some ranks spans the lanes, the rest (always the
 generational rank of a recurrence, whose positions depend on each other) are visited in time:
 
     cycles = ceil(X_lanes / lanes) * prod(other extents) * ops per point / ops per lane per cycle
@@ -66,7 +75,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Einsum, Role, rank_of_variable
+from mambalaya.einsum.ir import Binary, Einsum, Role, accesses, additive_terms, expr_variables, rank_of_variable
 
 DATAFLOWS = ("weight-stationary", "output-stationary", "input-stationary", "roofline")
 ELEMENTWISE_OPS = ("add", "mul", "div", "max")
@@ -114,13 +123,14 @@ def step_shapes(sizes: dict[str, int], loops: Iterable[tuple[str, Any]]) -> list
 class SpatialMapping:
     """How one Einsum's ranks sit on its unit (the best candidate of the search)."""
 
-    unit: str  # "array_2d", "array_1d", "vector", "none"
+    unit: str  # "array_2d", "array_1d", "vector", "mfu", "none"
     dataflow: str
     rows: tuple[str, ...] = ()  # ranks across the array's rows (the lanes in 1D)
     cols: tuple[str, ...] = ()
     streamed: tuple[str, ...] = ()  # ranks visited in time within a fold
     reduce_on: str = ""  # "rows", "cols", "time", "lanes" or ""
     spatial_util: float = 1.0
+    stationary: tuple[str, ...] = ()  # tensors held in the PEs during a fold (2D)
 
     @property
     def label(self) -> str:
@@ -131,7 +141,8 @@ class SpatialMapping:
             if self.dataflow == "roofline":
                 return "2D roofline"
             red = f", reduce on {self.reduce_on}" if self.reduce_on else ""
-            return f"2D {_SHORT[self.dataflow]} rows={prod(self.rows)} cols={prod(self.cols)} stream={prod(self.streamed)}{red}"
+            held = f"[{'·'.join(self.stationary)}]" if self.stationary else ""
+            return f"2D {_SHORT[self.dataflow]}{held} rows={prod(self.rows)} cols={prod(self.cols)} stream={prod(self.streamed)}{red}"
         if self.unit in ("array_1d", "vector"):
             name = "1D" if self.unit == "array_1d" else "vector"
             if self.dataflow == "roofline":
@@ -160,62 +171,152 @@ def _prod(shape: StepShape, sizes: dict[str, int], ranks: Iterable[str]) -> Any:
     return out
 
 
+@dataclass(frozen=True)
+class Contraction:
+    """An Einsum's multiply-accumulates as the product of two sides, by the role of each rank.
+
+    Side B is the weight of a GEMM with a weight and the right operand of the product otherwise;
+    side A is the other. Roles: ``K`` the reduced ranks, ``N`` ranks of the output and side B
+    only, ``M`` ranks of the output and side A only (and ranks of the output neither side has:
+    they stream), ``S`` ranks of the output and both sides (a batch of independent products)."""
+
+    roles: dict[str, tuple[str, ...]]
+    side_a: tuple[str, ...]  # tensors read by side A
+    side_b: tuple[str, ...]
+    has_weight: bool
+    on_array: bool  # a product the 2D array can run (a GEMM, or a matrix product of activations)
+
+
+def _mac_term(einsum: Einsum) -> Binary | None:
+    """The reduced product whose top multiply is counted as MACs (:mod:`mambalaya.einsum.stats`),
+    when the Einsum has exactly one."""
+    reduced = set(einsum.reduced_variables)
+    if einsum.reduce_op != "sum" or not reduced:
+        return None
+    terms = [t for _, t in additive_terms(einsum.expr)
+             if isinstance(t, Binary) and t.op == "*" and set(expr_variables(t)) & reduced]
+    if len(terms) != 1:
+        return None
+    term = terms[0]
+    # a scale by a constant or a parameter (QK^T * scale) is not a side: the product under it is
+    while isinstance(term, Binary) and term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
+        term = term.lhs if accesses(term.lhs) else term.rhs
+    return term if isinstance(term, Binary) and term.op == "*" else None
+
+
+def contraction(cascade: Cascade, einsum: Einsum) -> Contraction | None:
+    """The contraction of an Einsum that has MACs (None otherwise): its sides and rank roles,
+    and whether the 2D array can run it. The array runs a GEMM with a weight, and a reduction
+    of two activations that is a matrix product (each side has an output rank the other lacks,
+    so each operand is reused across the other's ranks): the SSD's CB, YDG, ST and YO,
+    attention's scores and value product. It does not run a sliding window (its operand is a
+    Toeplitz view), a recurrence, or a dot product or matrix-vector product of activations
+    (RMSNorm's sum of squares, Mamba-1's readout over the state), which has no reuse for a
+    second array dimension; those run on the lanes."""
+    memo = cascade.structure_memo.setdefault("contraction", {})
+    if einsum.name in memo:
+        return memo[einsum.name]
+    term = _mac_term(einsum)
+    found = None
+    if term is not None:
+        def is_weight(side: Any) -> bool:
+            return any(cascade.tensors[a.tensor].role == Role.WEIGHT for a in accesses(side))
+
+        a_side, b_side = term.lhs, term.rhs
+        if is_weight(a_side) and not is_weight(b_side):
+            a_side, b_side = b_side, a_side
+        has_weight = is_weight(b_side)
+        a_ranks = {rank_of_variable(v) for v in expr_variables(a_side)}
+        b_ranks = {rank_of_variable(v) for v in expr_variables(b_side)}
+        out = [rank_of_variable(v) for v in einsum.output_variables]
+        reduced = {rank_of_variable(v) for v in einsum.reduced_variables}
+        roles = {
+            "K": tuple(r for r in cascade.ranks if r in reduced),
+            "N": tuple(r for r in out if r in b_ranks and r not in a_ranks),
+            "M": tuple(r for r in out if r in a_ranks and r not in b_ranks)
+            + tuple(r for r in out if r not in a_ranks and r not in b_ranks),
+            "S": tuple(r for r in out if r in a_ranks and r in b_ranks),
+        }
+        kind = cascade.kind(einsum)
+        matrix_product = bool(roles["K"] and roles["N"] and any(r in a_ranks for r in roles["M"]))
+        on_array = kind == "gemm" or (kind == "reduction" and matrix_product)
+
+        def names(side: Any) -> tuple[str, ...]:
+            return tuple(dict.fromkeys(a.tensor for a in accesses(side)))
+
+        found = Contraction(roles, names(a_side), names(b_side), has_weight, on_array)
+    memo[einsum.name] = found
+    return found
+
+
 def gemm_roles(cascade: Cascade, einsum: Einsum) -> dict[str, list[str]]:
-    """The ranks of a GEMM by role: K (reduced), N (output and weight), M (output and
-    activation), S (output, weight and activation: a batch of independent GEMMs)."""
-    weight_ranks: set[str] = set()
-    act_ranks: set[str] = set()
-    for acc in einsum.inputs:
-        ranks = {rank_of_variable(v) for v in acc.variables}
-        if cascade.tensors[acc.tensor].role == Role.WEIGHT and set(einsum.reduced_variables) & set(acc.variables):
-            weight_ranks |= ranks
-        elif set(einsum.reduced_variables) & set(acc.variables):
-            act_ranks |= ranks
-    out = [rank_of_variable(v) for v in einsum.output_variables]
-    order = list(cascade.ranks)
-    k = [r for r in order if r in {rank_of_variable(v) for v in einsum.reduced_variables}]
-    n = [r for r in out if r in weight_ranks and r not in act_ranks]
-    m = [r for r in out if r in act_ranks and r not in weight_ranks]
-    s = [r for r in out if r in weight_ranks and r in act_ranks]
-    m += [r for r in out if r not in weight_ranks and r not in act_ranks]  # broadcast ranks stream
-    return {"K": k, "N": n, "M": m, "S": s}
+    """The ranks of an Einsum's contraction by role (see :class:`Contraction`): K (reduced), N
+    (output and weight, or the product's right side), M (output and activation), S (both)."""
+    found = contraction(cascade, einsum)
+    if found is None:
+        raise ValueError(f"Einsum {einsum.name} has no multiply-accumulate to map onto the 2D array")
+    return {k: list(v) for k, v in found.roles.items()}
 
 
-#: (role on one array dimension, role on the other, roles of the stationary operand, streamed roles)
-_DATAFLOW_ROLES = {
-    "weight-stationary": ("K", "N", ("K", "N", "S"), ("M",)),
-    "output-stationary": ("M", "N", ("M", "N", "S"), ("K",)),
-    "input-stationary": ("K", "M", ("K", "M", "S"), ("N",)),
+#: The stationary operand -> (role on one array dimension, role on the other, roles of the
+#: stationary operand, streamed roles). "B": side B (the weight), "A": side A, "out": the output.
+_STATIONARY_ROLES = {
+    "B": ("K", "N", ("K", "N", "S"), ("M",)),
+    "out": ("M", "N", ("M", "N", "S"), ("K",)),
+    "A": ("K", "M", ("K", "M", "S"), ("N",)),
 }
 
 
-def _array_candidates(compute: Any, roles: dict[str, list[str]]) -> list[tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...], tuple[str, ...], str]]:
-    """(rows, cols, other stationary ranks, streamed ranks, reduce_on) for every spatial mapping."""
-    a, b, stationary, streamed_roles = _DATAFLOW_ROLES[compute.dataflow]
-    stationary_ranks = [r for role in stationary for r in roles[role]]
-    streamed = tuple(r for role in streamed_roles for r in roles[role])
+def stationary_options(compute: Any, found: Contraction) -> list[tuple[str, str]]:
+    """(dataflow, stationary operand) pairs the array may run a contraction in, in the order of
+    ``compute.dataflows``. With a weight, weight-stationary holds side B (the weight) and
+    input-stationary side A; a product of two activations may hold either side in either (the
+    stationary port of an array takes any operand: TPUs load K as the 'weights' of QK^T)."""
+    out: list[tuple[str, str]] = []
+    for df in compute.dataflows:
+        if df == "output-stationary":
+            sides = ("out",)
+        elif found.has_weight:
+            sides = ("B",) if df == "weight-stationary" else ("A",)
+        else:
+            sides = ("A", "B")
+        out += [(df, s) for s in sides if s not in {side for _, side in out}]
+    return out
+
+
+def _array_candidates(compute: Any, found: Contraction) -> list[tuple]:
+    """(rows, cols, other stationary ranks, streamed ranks, reduce_on, dataflow, stationary
+    operand) for every spatial mapping in every allowed dataflow."""
+    roles = found.roles
     out = []
-    for sa in _subsets(roles[a]):
-        for sb in _subsets(roles[b]):
-            rest = tuple(r for r in stationary_ranks if r not in sa and r not in sb)
-            for rows, cols, rows_role in ((sa, sb, a), (sb, sa, b)):
-                reduce_on = "time" if compute.dataflow == "output-stationary" else ("rows" if rows_role == "K" else "cols")
-                out.append((rows, cols, rest, streamed, reduce_on))
+    for dataflow, side in stationary_options(compute, found):
+        a, b, stationary, streamed_roles = _STATIONARY_ROLES[side]
+        stationary_ranks = [r for role in stationary for r in roles[role]]
+        streamed = tuple(r for role in streamed_roles for r in roles[role])
+        for sa in _subsets(list(roles[a])):
+            for sb in _subsets(list(roles[b])):
+                rest = tuple(r for r in stationary_ranks if r not in sa and r not in sb)
+                for rows, cols, rows_role in ((sa, sb, a), (sb, sa, b)):
+                    reduce_on = "time" if side == "out" else ("rows" if rows_role == "K" else "cols")
+                    out.append((rows, cols, rest, streamed, reduce_on, dataflow, side))
     return out
 
 
 def _array_cycles(compute: Any, sizes: dict[str, int], shapes: list[StepShape], cand) -> tuple[Any, Any]:
-    """(cycles, folds x T) of one candidate summed over the step shapes."""
-    rows, cols, rest, streamed, _ = cand
+    """(cycles, folds x T) of one candidate summed over the step shapes. A dataflow other than
+    the design's first pays ``compute.dataflow_switch_cycles`` per step (reconfiguring the
+    array to it and back)."""
+    rows, cols, rest, streamed, _, dataflow, _ = cand
     r_, c_ = compute.array_rows, compute.array_cols
     cycles: Any = 0
     busy: Any = 0
+    switch = compute.dataflow_switch_cycles if dataflow != compute.dataflows[0] else 0.0
     for sh in shapes:
         xr, xc = _prod(sh, sizes, rows), _prod(sh, sizes, cols)
         n_r, n_c, other = -(-xr // r_), -(-xc // c_), _prod(sh, sizes, rest)
         folds = n_r * n_c * other
         t = _prod(sh, sizes, streamed)
-        per_step = folds * t
+        per_step = folds * t + switch
         if not compute.stationary_double_buffered:
             # each fold loads, fills and drains on its own: 2 r + c - 2 over the rows r and
             # columns c it uses, the folds splitting X_r and X_c evenly (sum of r = X_r)
@@ -269,13 +370,10 @@ def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ran
     return np.asarray(total)
 
 
-def _split_ops(compute: Any, ops: dict[str, int], kind: str) -> tuple[float, float, float]:
-    """(MACs for the 2D array, elementwise operations, MFU cycles)."""
+def _split_ops(compute: Any, ops: dict[str, int]) -> tuple[float, float, float]:
+    """(MACs, elementwise operations, MFU cycles)."""
     elementwise = float(sum(ops.get(k, 0) for k in ELEMENTWISE_OPS))
     macs = float(ops.get("mac", 0))
-    if kind != "gemm":
-        elementwise += macs
-        macs = 0.0
     mfu = 0.0
     for fn, n in ops.items():
         if fn == "mac" or fn in ELEMENTWISE_OPS:
@@ -320,10 +418,20 @@ def einsum_unit_cycles(
     compute: Any, cascade: Cascade, einsum: Einsum, ops: dict[str, int], shapes: list[StepShape]
 ) -> tuple[dict[str, Any], SpatialMapping | None]:
     """Cycles per unit (``array_2d``, ``array_1d``, ``vector``, ``mfu``) of one Einsum over the
-    step shapes, and its best spatial mapping (None when the shapes are arrays of tilings)."""
+    step shapes, and its best spatial mapping (None when the shapes are arrays of tilings).
+
+    The MACs of a contraction the array can run (:func:`contraction`) go to the 2D array in
+    the best of the design's dataflows; with ``gemm_in_1d_mode`` they may instead run on the
+    lanes, wherever that takes fewer cycles. Every other MAC, and every elementwise operation,
+    runs on the lanes (the 1D mode or the vector unit), one per lane per cycle."""
     sizes = {r: cascade.size(r) for r in cascade.ranks}
-    kind = cascade.kind(einsum)
-    macs, elementwise, mfu = _split_ops(compute, ops, kind)
+    macs, elementwise, mfu = _split_ops(compute, ops)
+    found = contraction(cascade, einsum) if macs else None
+    on_array = found is not None and found.on_array
+    if macs and not on_array:
+        elementwise, macs_on_lanes = elementwise + macs, 0.0
+    else:
+        macs_on_lanes = macs if compute.gemm_in_1d_mode else 0.0  # the lanes' alternative for the array's MACs
     scalar = not any(isinstance(sh.count, np.ndarray) or any(isinstance(v, np.ndarray) for v in sh.extents.values())
                      for sh in shapes)
     # ops are counted over the full iteration space; a step runs its share of them
@@ -333,54 +441,71 @@ def einsum_unit_cycles(
     run_points = scale * full_points
     cycles: dict[str, Any] = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": mfu * scale}
     where, lanes, per_lane = elementwise_unit(compute)
-    mapping: SpatialMapping | None = None
-    if compute.dataflow == "roofline":
-        cycles["array_2d"] = macs * scale / (compute.array_rows * compute.array_cols)
-        cycles[where] = cycles[where] + elementwise * scale / (lanes * per_lane)
-        if scalar:
-            unit = "array_2d" if macs else (where if elementwise else ("mfu" if mfu else "none"))
-            mapping = SpatialMapping(unit, "roofline")
-        return cycles, mapping
-    best_2d = None
-    if macs:
-        roles = gemm_roles(cascade, einsum)
-        for cand in _array_candidates(compute, roles):
-            cyc, busy = _array_cycles(compute, sizes, shapes, cand)
-            if best_2d is None:
-                best_2d = (cyc, busy, cand)
-                continue
-            better = cyc < best_2d[0]
-            if scalar:
-                if better:
-                    best_2d = (cyc, busy, cand)
-            else:
-                best_2d = (np.minimum(cyc, best_2d[0]), np.where(better, busy, best_2d[1]), cand)
-        cycles["array_2d"] = best_2d[0]
-    if elementwise:
+    if compute.dataflows[0] == "roofline":
+        return _roofline_cycles(compute, cycles, where, lanes * per_lane, scale, on_array, macs, elementwise, mfu, scalar)
+    best_2d = _best_array_mapping(compute, sizes, shapes, found, scalar) if on_array else None
+    best_1d = None
+    if elementwise or macs_on_lanes:
         all_ranks, candidates = _lane_candidates(cascade, einsum)
-        per_point = elementwise / full_points / per_lane
         if _fits_one_pass(lanes, sizes, shapes, candidates[0]):
             candidates = candidates[:1]  # every point on a lane at once: nothing beats it
         every = _lane_cycles(lanes, sizes, shapes, all_ranks, candidates)
         k = int(np.argmin(every)) if scalar else 0
         best_1d = (float(every[k]) if scalar else every.min(axis=0), candidates[k])
-        cycles[where] = cycles[where] + best_1d[0] * per_point
-    if scalar:
-        if macs and best_2d is not None:
-            cyc, busy, (rows, cols, _, streamed, reduce_on) = best_2d
-            util = macs * scale / (compute.array_rows * compute.array_cols * busy) if busy else 0.0
-            mapping = SpatialMapping("array_2d", compute.dataflow, rows, cols, streamed, reduce_on, float(util))
-        elif elementwise:
-            lc, on_lanes = best_1d  # type: ignore[misc]
-            util = run_points / (lanes * lc) if lc else 0.0
-            streamed = tuple(r for r in all_ranks if r not in on_lanes)
-            reduce = "lanes" if any(r in on_lanes for r in (rank_of_variable(v) for v in einsum.reduced_variables)) else ""
-            mapping = SpatialMapping(where, compute.dataflow, on_lanes, (), streamed, reduce, float(util))
-        elif mfu:
-            mapping = SpatialMapping("mfu", compute.dataflow)
+        cycles[where] = cycles[where] + best_1d[0] * elementwise / full_points / per_lane
+    macs_on_array: Any = bool(on_array)
+    if best_2d is not None:
+        cycles["array_2d"] = best_2d[0]
+        if macs_on_lanes:
+            lane_macs = best_1d[0] * macs_on_lanes / full_points / per_lane  # type: ignore[index]
+            macs_on_array = best_2d[0] <= lane_macs
+            cycles["array_2d"] = np.where(macs_on_array, best_2d[0], 0.0) if not scalar else (best_2d[0] if macs_on_array else 0.0)
+            cycles[where] = cycles[where] + (np.where(macs_on_array, 0.0, lane_macs) if not scalar else (0.0 if macs_on_array else lane_macs))
+    if not scalar:
+        return cycles, None
+    if best_2d is not None and macs_on_array:
+        cyc, busy, (rows, cols, _, streamed, reduce_on, dataflow, side) = best_2d
+        util = macs * scale / (compute.array_rows * compute.array_cols * busy) if busy else 0.0
+        held = {"A": found.side_a, "B": found.side_b, "out": (einsum.name,)}[side]  # type: ignore[union-attr]
+        return cycles, SpatialMapping("array_2d", dataflow, rows, cols, streamed, reduce_on, float(util), held)
+    if best_1d is not None:
+        lc, on_lanes = best_1d
+        util = run_points / (lanes * lc) if lc else 0.0
+        streamed = tuple(r for r in ranks if r not in on_lanes)
+        reduce = "lanes" if any(r in on_lanes for r in (rank_of_variable(v) for v in einsum.reduced_variables)) else ""
+        return cycles, SpatialMapping(where, compute.dataflows[0], on_lanes, (), streamed, reduce, float(util))
+    return cycles, SpatialMapping("mfu" if mfu else "none", compute.dataflows[0])
+
+
+def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepShape], found: Any, scalar: bool) -> tuple:
+    """(cycles, busy fold-cycles, candidate) of the fastest spatial mapping over every allowed
+    dataflow; over tilings, the cycles are the elementwise minimum (the candidate is then the
+    last one's, unused)."""
+    best = None
+    for cand in _array_candidates(compute, found):
+        cyc, busy = _array_cycles(compute, sizes, shapes, cand)
+        if best is None:
+            best = (cyc, busy, cand)
+        elif scalar:
+            if cyc < best[0]:
+                best = (cyc, busy, cand)
         else:
-            mapping = SpatialMapping("none", compute.dataflow)
-    return cycles, mapping
+            better = cyc < best[0]
+            best = (np.minimum(cyc, best[0]), np.where(better, busy, best[1]), cand)
+    assert best is not None
+    return best
+
+
+def _roofline_cycles(compute: Any, cycles: dict[str, Any], where: str, lane_rate: float, scale: Any, on_array: bool,
+                     macs: float, elementwise: float, mfu: float, scalar: bool) -> tuple[dict[str, Any], SpatialMapping | None]:
+    """An ideal array: ``macs / (rows x cols)`` on the 2D array, every other operation at the
+    lanes' peak rate."""
+    cycles["array_2d"] = macs * scale / (compute.array_rows * compute.array_cols) if on_array else 0.0
+    cycles[where] = cycles[where] + elementwise * scale / lane_rate
+    if not scalar:
+        return cycles, None
+    unit = "array_2d" if on_array else (where if elementwise else ("mfu" if mfu else "none"))
+    return cycles, SpatialMapping(unit, "roofline")
 
 
 __all__ = [
@@ -390,6 +515,9 @@ __all__ = [
     "einsum_runs",
     "einsum_unit_cycles",
     "elementwise_unit",
+    "Contraction",
+    "contraction",
     "gemm_roles",
+    "stationary_options",
     "step_shapes",
 ]

@@ -1,0 +1,117 @@
+"""Which unit runs each Einsum: every contraction the 2D array can run goes to it, with weights
+or activations on either side, in the best of the design's dataflows; dot products, windows
+and recurrences run on the lanes; the lanes may take the array's work only where a design
+allows it, and a dataflow switch costs what the design declares."""
+
+from __future__ import annotations
+
+import pytest
+
+from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
+from mambalaya.einsum import loads_cascade
+from mambalaya.model.latency import einsum_cycles
+from mambalaya.model.spatial import contraction
+from mambalaya.workloads import PRESETS, build_layer
+from mambalaya.workloads.attention import AttentionConfig, attention_layer
+
+MAMBALAYA = load_arch("mambalaya")
+
+
+def spec(base: str = "mambalaya", **compute):
+    data = arch_to_dict(load_arch(base))
+    data["compute"].update(compute)
+    return arch_from_dict(data)
+
+
+def product_of_activations(m: int, k: int, n: int):
+    return loads_cascade(f"""
+ranks: {{M: {m}, K: {k}, N: {n}}}
+tensors:
+  P: {{ranks: [M, K], role: input}}
+  Q: {{ranks: [K, N], role: input}}
+  Y: {{ranks: [M, N], role: output}}
+einsums:
+  - Y[m,n] = P[m,k]*Q[k,n]
+""")
+
+
+def test_a_product_of_two_activations_runs_on_the_array_holding_either_side() -> None:
+    c = product_of_activations(4096, 256, 16)
+    found = contraction(c, c.einsum("Y"))
+    assert found is not None and found.on_array and not found.has_weight
+    assert found.roles == {"K": ("K",), "N": ("N",), "M": ("M",), "S": ()}
+    # weight-stationary alone may hold either activation: holding P (K x M) fills the array
+    cyc, sp = einsum_cycles(spec(dataflows=["weight-stationary"]).compute, c, c.einsum("Y"))
+    assert sp.unit == "array_2d" and sp.stationary == ("P",) and sp.spatial_util == 1.0
+    assert cyc.array_2d == 4096 * 256 * 16 / 256**2 and cyc.array_1d == 0
+
+
+def test_the_ssd_contractions_run_on_the_array_and_its_dot_products_on_the_lanes() -> None:
+    c = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=1, scan="chunked")
+    units = {e.name: einsum_cycles(MAMBALAYA.compute, c, e)[1].unit for e in c.einsums}
+    assert {units[n] for n in ("CB", "YDG", "ST", "YO")} == {"array_2d"}  # activations on both sides
+    assert {units[n] for n in ("Z", "XI", "BI", "CI", "DT", "O")} == {"array_2d"}  # weight GEMMs
+    # a sum of squares (one tensor twice, no rank of its own on either side) and a window stay on the lanes
+    assert units["SG"] == units["SS"] == units["XC"] == "array_1d"
+
+
+def test_mamba1s_readout_is_a_matrix_vector_product_and_stays_on_the_lanes() -> None:
+    c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=64, batch=1)
+    found = contraction(c, c.einsum("YS"))  # YS[b,i,e] = H[b,i,e,n]*CM[b,i,n]: CM has no rank of its own
+    assert found is not None and not found.on_array
+    assert einsum_cycles(MAMBALAYA.compute, c, c.einsum("YS"))[1].unit == "array_1d"
+
+
+def test_attention_scores_and_value_product_run_on_the_array() -> None:
+    cfg = AttentionConfig(d_model=256, n_heads=4, n_kv_heads=2)
+    c = attention_layer(cfg, batch=1, seq_len=128)
+    on_array = [e.name for e in c.einsums if contraction(c, e) is not None and contraction(c, e).on_array
+                and c.kind(e) == "reduction"]
+    assert len(on_array) >= 2  # QK^T and PV
+    for name in on_array:
+        assert einsum_cycles(MAMBALAYA.compute, c, c.einsum(name))[1].unit == "array_2d"
+
+
+def test_on_the_gpu_the_ssd_contractions_use_the_tensor_cores() -> None:
+    gpu = load_arch("gpu-h100")
+    c = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1024, batch=1, scan="chunked")
+    for name in ("CB", "YDG", "ST", "YO"):
+        cyc, sp = einsum_cycles(gpu.compute, c, c.einsum(name))
+        macs = c.einsum(name) and __import__("mambalaya.einsum.stats", fromlist=["einsum_ops"]).einsum_ops(c, c.einsum(name))["mac"]
+        assert sp.unit == "array_2d" and cyc.array_2d == pytest.approx(macs / (gpu.compute.array_rows * gpu.compute.array_cols))
+
+
+def test_the_lanes_take_the_arrays_work_only_where_the_design_allows_and_it_is_faster() -> None:
+    # a batch-1 GEMV: 1 of 256 columns on the array (16 folds of 1 cycle); 4096 MACs on 65536 lanes take 1 cycle
+    c = loads_cascade("""
+ranks: {B: 1, K: 4096, N: 1}
+tensors:
+  X: {ranks: [B, K], role: input}
+  W: {ranks: [K, N], role: weight}
+  Y: {ranks: [B, N], role: output}
+einsums:
+  - Y[b,n] = X[b,k]*W[k,n]
+""")
+    fixed, sp = einsum_cycles(MAMBALAYA.compute, c, c.einsum("Y"))
+    assert sp.unit == "array_2d" and fixed.array_2d == 16 and fixed.array_1d == 0
+    free, sp = einsum_cycles(spec(gemm_in_1d_mode=True).compute, c, c.einsum("Y"))
+    assert sp.unit == "array_1d" and free.array_1d == 1 and free.array_2d == 0
+
+
+def test_a_dataflow_switch_costs_cycles_per_step_and_can_change_the_choice() -> None:
+    # N = 16 outputs: weight-stationary fills 1/16 of the columns; input-stationary fills the array
+    c = loads_cascade("""
+ranks: {M: 4096, K: 1536, N: 16}
+tensors:
+  A: {ranks: [M, K], role: input}
+  W: {ranks: [K, N], role: weight}
+  Y: {ranks: [M, N], role: output}
+einsums:
+  - Y[m,n] = A[m,k]*W[k,n]
+""")
+    ws = 6 * 4096  # 6 folds of K, each streaming the 4096 positions
+    is_ = 4096 * 1536 * 16 // 256**2
+    free, sp = einsum_cycles(spec(dataflow_switch_cycles=100).compute, c, c.einsum("Y"))
+    assert sp.dataflow == "input-stationary" and free.array_2d == is_ + 100  # one step: one switch
+    costly, sp = einsum_cycles(spec(dataflow_switch_cycles=ws).compute, c, c.einsum("Y"))
+    assert sp.dataflow == "weight-stationary" and costly.array_2d == ws

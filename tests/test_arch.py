@@ -24,7 +24,7 @@ from mambalaya.arch import (
 )
 from mambalaya.errors import SpecError
 
-SHIPPED = ["geens-ideal", "gpu-h100", "mambalaya", "marca-ideal", "marca-original"]
+SHIPPED = ["geens-ideal", "gpu-a100", "gpu-a100-pcie", "gpu-h100", "mambalaya", "marca-ideal", "marca-original"]
 
 
 def valid() -> dict:
@@ -121,12 +121,42 @@ def test_gpu_h100_numbers():
     s = load_arch("gpu-h100")
     assert s.peak_macs_per_s == pytest.approx(494.5e12, rel=1e-3)
     assert 2 * s.peak_macs_per_s == pytest.approx(989.4e12, rel=1e-4)
-    assert s.peak_elementwise_ops_per_s == pytest.approx(67e12, rel=1e-4)
+    # 18281 lanes, one FMA (two FLOPs) each per cycle: the datasheet's 67 TFLOP/s FP32
+    assert 2 * s.peak_elementwise_ops_per_s == pytest.approx(66.9e12, rel=1e-3)
     assert s.peak_bandwidth == 3.35e12
+    assert (s.kernels.min_kernel_s, s.kernels.compute_fraction, s.kernels.offchip_fraction) == (3e-6, 0.64, 0.89)
     assert s.memory.onchip_buffer_bytes == 52428800
     assert not s.compute.one_d_mode and s.compute.one_d_lanes_effective == 0
     assert s.ridge_point_ops_per_byte == pytest.approx(2 * 494.71488e12 / 3.35e12)
     assert s.unary_ops_per_s("exp") == 2112 * 1.83e9
+
+
+@pytest.mark.parametrize("name, bandwidth", [("gpu-a100", 2039e9), ("gpu-a100-pcie", 1935e9)])
+def test_gpu_a100_numbers(name, bandwidth):
+    s = load_arch(name)
+    assert 2 * s.peak_macs_per_s == pytest.approx(312e12, rel=1e-3)  # dense BF16 tensor cores
+    assert 2 * s.peak_elementwise_ops_per_s == pytest.approx(19.5e12, rel=1e-3)  # FP32 CUDA cores, 2 FLOPs per FMA
+    assert s.peak_bandwidth == bandwidth and s.memory.onchip_buffer_bytes == 40 * 2**20
+    assert s.unary_ops_per_s("exp") == 16 * 108 * 1.41e9
+
+
+def test_a_gpu_kernel_reaches_its_fractions_and_never_beats_its_floor():
+    from mambalaya.arch.kernels import speed_of_light
+    from mambalaya.fusion.mapping import unfused_mapping
+    from mambalaya.model.latency import layer_latency
+    from mambalaya.workloads import PRESETS, build_layer
+
+    gpu = load_arch("gpu-h100")
+    sol = speed_of_light(gpu)
+    assert sol.kernels is None and gpu.kernels is not None
+    c = build_layer(PRESETS["mamba-130m"], phase="decode", seq_len=1, batch=1)
+    real, ideal = (layer_latency(s, c, unfused_mapping(c)) for s in (gpu, sol))
+    for r, i in zip(real.groups, ideal.groups):
+        assert r.latency >= 3e-6  # every kernel at least the launch floor
+        assert r.latency >= i.latency
+        assert r.mem_latency == pytest.approx(i.mem_latency / 0.89)
+        assert r.comp_latency == pytest.approx(i.comp_latency / 0.64)
+    assert real.latency_s >= len(real.groups) * 3e-6 * (1 - 1e-12)
 
 
 def test_unknown_name_lists_shipped():

@@ -26,7 +26,7 @@ def test_shipped_spec_names_every_documented_assumption() -> None:
     for key in ("precision", "compute.mfu_units", "compute.unary_cost_cycles", "compute.one_d_lanes",
                 "compute.one_d_ops_per_lane_per_cycle", "memory.onchip_buffer_bytes",
                 "compute.pipeline_wind_up_cycles", "compute.overlap_compute_units",
-                "memory.overlap_compute_and_memory", "batch", "scan", "compute.dataflows",
+                "memory.overlap_compute_and_memory", "batch", "scan", "compute.dataflows", "compute.dataflow_switch_cycles",
                 "compute.stationary_double_buffered"):
         assert key in keys, key
     for a in spec.assumptions:

@@ -734,6 +734,44 @@ def compare_cmd(
         _print_table(_rows_table(rows, title), output)
 
 
+@app.command("validate")
+@user_errors
+def validate_cmd(
+    cases: Annotated[Optional[Path], typer.Option("--cases", help="A YAML file of measured cases (default: the shipped published measurements).")] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write validation.csv and the predicted-vs-measured figure here.")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """The model against published GPU kernel timings: each case predicted with the kernel's
+    own grouping, and its speed of light; exits 1 where a speed of light is above a measurement."""
+    from mambalaya.experiments.validate import validate
+
+    result = validate(cases)
+    rows = result.rows()
+    if fmt == Format.json:
+        _emit(json.dumps({"cases": rows, "summary": result.summary()}, indent=2), None)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), None)
+    else:
+        shown = [{**{k: r[k] for k in ("case", "arch", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms")},
+                  "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}
+                 for r in rows]
+        out_console.print(_rows_table(shown, f"published GPU measurements ({result.source}) against the model"))
+        s = result.summary()
+        out_console.print(f"{s['cases']} cases: predicted / measured median {s['median_ratio']:.3g}, worst "
+                          f"{s['worst_ratio']:.3g} ({s['worst_case']}); speed of light above the measurement: {s['violations']}")
+    if out is not None:
+        from mambalaya.report.figures.save import save_figure
+        from mambalaya.report.figures.validation import validation_figure
+
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "validation.csv").write_text(_rows_csv(rows), encoding="utf-8")
+        save_figure(validation_figure(__import__("pandas").DataFrame(rows)), out / "validation")
+    if result.violations:
+        err_console.print("error: the speed of light is slower than the measured kernel in "
+                          + ", ".join(r.case.id for r in result.violations) + ": the model breaks a bound it claims")
+        raise typer.Exit(1)
+
+
 @app.command("reproduce")
 @user_errors
 def reproduce_cmd(

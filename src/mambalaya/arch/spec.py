@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
+from mambalaya.arch.kernels import KernelSpec
 from mambalaya.specio import FieldProblem
 
 #: Unary functions the cost model knows: those of the Einsum IR, as counted by
@@ -516,6 +517,13 @@ class ArchSpec(BaseModel):
     energy: EnergySpec | None = Field(
         None, description="Energy per action (DRAM, buffer, registers, arithmetic, MFU functions); None: no energy model."
     )
+    kernels: KernelSpec | None = Field(
+        None,
+        description=(
+            "For a GPU: the launch floor of a kernel and the fractions of peak compute and bandwidth "
+            "kernels reach (mambalaya.arch.kernels); None: an ideal accelerator at its peak rates."
+        ),
+    )
     sources: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -584,7 +592,7 @@ class ArchSpec(BaseModel):
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {"compute": ComputeSpec, "memory": MemorySpec, "mappings": MappingPolicy,
-                                         "energy": EnergySpec}
+                                         "energy": EnergySpec, "kernels": KernelSpec}
 
 
 def field_paths() -> list[str]:

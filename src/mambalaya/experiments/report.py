@@ -51,6 +51,10 @@ def write_figures(result, details: dict[tuple[str, str, str], Evaluation], specs
         title=f"end to end (prefill L + {result.config.generated_tokens} generated tokens), mean over L",
     )
     paths += F.save_figure(fig, out / "end_to_end")
+    if "validation" in result.tables:
+        from mambalaya.report.figures.validation import validation_figure
+
+        paths += F.save_figure(validation_figure(result.tables["validation"]), out / "validation")
     return paths
 
 
@@ -464,6 +468,35 @@ weight bytes the same groups and tiles read with every tensor streamed, and as s
 """
 
 
+def _validation_section(result) -> str:
+    v = result.tables.get("validation")
+    if v is None or v.empty:
+        return ""
+    shown = v[["case", "arch", "batch", "seq_len", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms", "sol_ok"]]
+    sources = "\n".join(f"- {s}" for s in dict.fromkeys(v["source"]))
+    bad = v[~v["sol_ok"]]
+    verdict = ("Every speed of light is at or below its measurement." if bad.empty else
+               f"**The speed of light is above the measurement in {', '.join(bad['case'])}: the model breaks a bound.**")
+    return f"""## Published GPU kernel timings against the model
+
+`mambalaya validate` runs each published measurement's setup (the kernel's Einsums, grouped as the kernel
+groups them) on the GPU spec of its hardware: **predicted** at the fractions of peak that measured kernels
+reach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same for every case:
+nothing is fitted), and its **speed of light** (the `ideal` mapping at the peak rates). {verdict}
+Predicted over measured: median {v['ratio'].median():.3g}, range {v['ratio'].min():.3g}-{v['ratio'].max():.3g};
+the model is optimistic, as a model without the kernels' own inefficiencies (occupancy, pipeline bubbles, the
+host) must be. `validation.csv` has every case with its source and the setup details assumed.
+
+{_md_table(shown)}
+
+Sources:
+
+{sources}
+
+{_fig(result.config, "validation", "predicted and speed-of-light times against the measurements")}
+"""
+
+
 def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs: dict) -> Path:
     cfg = result.config
     t = result.tables
@@ -508,6 +541,8 @@ Where the mambalaya values come from:
 {_setups_section()}
 
 {_geens_section(geens)}
+
+{_validation_section(result)}
 
 {_sensitivity_section(result)}
 

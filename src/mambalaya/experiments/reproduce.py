@@ -28,6 +28,7 @@ import pandas as pd
 from mambalaya.arch import arch_rows, load_arch
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.errors import MambalayaError
+from mambalaya.experiments.validate import validate
 from mambalaya.experiments.claims import FAR_GAP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
 from mambalaya.experiments.report import tornado_figures, write_figures, write_report
@@ -283,6 +284,7 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
     tick("Geens et al.'s claim on its own workload")
     result.tables["geens_claims"] = _geens_rows()
     result.tables["scan_forms"] = _scan_form_rows(config)
+    result.tables["validation"] = pd.DataFrame(validate().rows())  # published GPU kernels: about 2 s
     result.details = details
     if config.figures:
         tick("figures")

@@ -49,6 +49,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
 from mambalaya.arch.spec import spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
@@ -268,8 +269,16 @@ def combine(arch: Any, comp: Any, mem: Any, onchip: Any, steps: Any, n_einsums: 
         slowest = _max3(comp, mem, onchip)
         smaller = _min(comp, mem)
         wind = smaller / _max1(steps) * multi + fill
-        return slowest + wind, wind
-    return _max(comp + mem, onchip) + fill, fill
+        return _floor(arch, slowest + wind), wind
+    return _floor(arch, _max(comp + mem, onchip) + fill), fill
+
+
+def _floor(arch: Any, latency: Any) -> Any:
+    """A group is one kernel: no shorter than the spec's kernel floor (none on an accelerator)."""
+    floor = min_group_s(arch)
+    if not floor:
+        return latency
+    return max(latency, floor) if isinstance(latency, float) else np.maximum(latency, floor)
 
 
 def _max3(a: Any, b: Any, c: Any) -> Any:
@@ -292,8 +301,8 @@ def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
                  buffer_bytes: float) -> tuple[float, float, float, float, float]:
     """(compute, off-chip, on-chip, latency, wind-up) seconds of one group."""
     total_cycles, _ = group_cycles(arch, cascade, group)
-    comp = total_cycles.total(arch.compute.overlap_compute_units) / arch.clock_hz
-    mem = traffic.total_bytes / arch.memory.offchip_bandwidth_bytes_per_s
+    comp = total_cycles.total(arch.compute.overlap_compute_units) / compute_hz(arch)
+    mem = traffic.total_bytes / offchip_bytes_per_s(arch)
     onchip = float(onchip_seconds(arch, buffer_bytes))
     latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
     return comp, mem, onchip, float(latency), float(wind)
@@ -334,8 +343,8 @@ def group_seconds(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
 def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
                   traffic: GroupTraffic | None = None) -> tuple[GroupLatency, list[EinsumLatency]]:
     """Latency of one group and the per-Einsum split."""
-    clock = arch.clock_hz
-    bw = arch.memory.offchip_bandwidth_bytes_per_s
+    clock = compute_hz(arch)
+    bw = offchip_bytes_per_s(arch)
     overlap_units = arch.compute.overlap_compute_units
     traffic = traffic or group_traffic(cascade, group)
     buffer = group_buffer_accesses(cascade, group, traffic)
@@ -418,7 +427,7 @@ def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: in
         n_layers=n_layers,
         batch=batch,
         positions=positions,
-        bandwidth=arch.memory.offchip_bandwidth_bytes_per_s,
+        bandwidth=offchip_bytes_per_s(arch),
     )
 
 

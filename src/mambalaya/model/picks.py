@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.candidates import GroupCostModel, cycles_together
 
@@ -168,16 +169,18 @@ def _latencies(table: _Table, arch: Any) -> np.ndarray:
     same operations in the same order, so the same floats; ``tests/test_closed_forms.py``
     compares them)."""
     _, _, _, traffic, _, steps, cycles, n_einsums = table.arrays  # type: ignore[misc]
-    key = (arch.clock_hz, arch.compute.pipeline_wind_up_cycles, arch.memory.overlap_compute_and_memory)
+    key = (arch.clock_hz, compute_hz(arch), arch.compute.pipeline_wind_up_cycles, arch.memory.overlap_compute_and_memory)
     if key not in table.per_arch:
         multi = steps > 1
         fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
-        table.per_arch[key] = (cycles / arch.clock_hz, multi, fill, np.maximum(steps, 1))
+        table.per_arch[key] = (cycles / compute_hz(arch), multi, fill, np.maximum(steps, 1))
     comp, multi, fill, at_least_one = table.per_arch[key]
-    mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
+    mem = traffic / offchip_bytes_per_s(arch)
     if arch.memory.overlap_compute_and_memory:
-        return np.maximum(comp, mem) + (np.minimum(comp, mem) / at_least_one * multi + fill)
-    return (comp + mem) + fill
+        latency = np.maximum(comp, mem) + (np.minimum(comp, mem) / at_least_one * multi + fill)
+    else:
+        latency = (comp + mem) + fill
+    return np.maximum(latency, min_group_s(arch)) if min_group_s(arch) else latency
 
 
 def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: Any,

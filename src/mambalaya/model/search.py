@@ -67,6 +67,7 @@ from mambalaya.fusion.mapping import (
     unfused_mapping,
 )
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
+from mambalaya.arch.kernels import compute_hz, offchip_bytes_per_s
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
 from mambalaya.model.candidates import (Candidates, GroupCostModel, build_candidates, cost_model, cycles_together,
@@ -291,8 +292,8 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
         onchip_bw = arch.memory.onchip_bandwidth_bytes_per_cycle
         need_buffer = objective != "latency" or onchip_bw is not None
         onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
-        comp = model.cycles(arch.compute)[tiling] / arch.clock_hz
-        mem = traffic / arch.memory.offchip_bandwidth_bytes_per_s
+        comp = model.cycles(arch.compute)[tiling] / compute_hz(arch)
+        mem = traffic / offchip_bytes_per_s(arch)
         latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip) if onchip_bw else 0.0 * traffic,
                              steps, len(einsums))
         if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins

@@ -1,0 +1,184 @@
+"""The model against published GPU measurements of Mamba-family kernels.
+
+A case (``data/validation/gpu-kernels.yaml``) is one measured kernel: its source, the hardware
+(a shipped GPU spec), the setup, the Einsums the kernel runs and the measured time. For each,
+
+* **predicted**: the kernel's Einsums (a part of the layer's cascade, :func:`sub_cascade`)
+  grouped as the kernels group them (one group by default), each group one kernel that moves
+  only its inputs and outputs, on the spec *with* its ``kernels`` section (the fractions of
+  peak measured kernels reach, and the launch floor);
+* **speed of light**: the ``ideal`` mapping of the same Einsums on the spec's peak rates alone
+  (:func:`~mambalaya.arch.kernels.speed_of_light`).
+
+A speed of light above the measured time is impossible for a correct model: :attr:`Validation.violations`
+lists those cases and ``mambalaya validate`` exits non-zero. Nothing is fitted: the fractions
+come from microbenchmarks named in the spec's sources, the same for every case.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from mambalaya.arch import load_arch
+from mambalaya.arch.kernels import speed_of_light
+from mambalaya.einsum.select import sub_cascade
+from mambalaya.errors import SpecError
+from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
+from mambalaya.model.latency import layer_latency
+from mambalaya.model.search import ideal
+from mambalaya.specio import parse_yaml_text, read_spec_file
+from mambalaya.workloads import build_layer
+from mambalaya.workloads.mamba1 import SSM_REGION, parse_config
+from mambalaya.workloads.mamba2 import SSD_REGION, parse_mamba2_config
+
+_STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+class Case(BaseModel):
+    """One published measurement and the setup that produced it."""
+
+    model_config = _STRICT
+
+    id: str = Field(min_length=1)
+    source: str = Field(description="A key of the file's sources.")
+    read: Literal["text", "table", "figure"] = Field(description="How the value was read from the source.")
+    uncertainty: float = Field(ge=0, description="Relative uncertainty of the value as read (0 for text or a table).")
+    arch: str = Field(description="The shipped GPU spec that models the hardware.")
+    family: Literal["mamba1", "mamba2"]
+    model: dict = Field(description="The layer's sizes, in mambalaya's model-config fields.")
+    batch: int = Field(gt=0)
+    seq_len: int = Field(gt=0)
+    measured_ms: float = Field(gt=0)
+    einsums: tuple[str, ...] | None = Field(None, description="The Einsums the kernel runs; default the scan region.")
+    kernels: tuple[tuple[str, ...], ...] | None = Field(None, description="How they split into kernels; default one.")
+    assumed: str = Field("", description="Setup details the source does not state, and the choice made.")
+
+
+class CaseFile(BaseModel):
+    model_config = _STRICT
+
+    sources: dict[str, str]
+    cases: tuple[Case, ...]
+
+
+@dataclass(frozen=True)
+class Result:
+    case: Case
+    source_text: str
+    predicted_s: float
+    speed_of_light_s: float
+    kernels: tuple[tuple[str, ...], ...]
+
+    @property
+    def measured_s(self) -> float:
+        return self.case.measured_ms / 1e3
+
+    @property
+    def ratio(self) -> float:
+        """Predicted over measured."""
+        return self.predicted_s / self.measured_s
+
+    @property
+    def speed_of_light_ratio(self) -> float:
+        return self.speed_of_light_s / self.measured_s
+
+    @property
+    def violates(self) -> bool:
+        """A speed of light slower than the measured kernel."""
+        return self.speed_of_light_s > self.measured_s
+
+
+@dataclass(frozen=True)
+class Validation:
+    source: str
+    results: tuple[Result, ...]
+
+    @property
+    def violations(self) -> tuple[Result, ...]:
+        return tuple(r for r in self.results if r.violates)
+
+    def summary(self) -> dict[str, float]:
+        ratios = [r.ratio for r in self.results]
+        worst = max(self.results, key=lambda r: abs(r.ratio - 1) if r.ratio >= 1 else 1 / r.ratio - 1)
+        return {"cases": len(ratios), "median_ratio": statistics.median(ratios), "worst_ratio": worst.ratio,
+                "worst_case": worst.case.id, "violations": len(self.violations)}
+
+    def rows(self) -> list[dict]:
+        return [{
+            "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
+            "kernels": " | ".join(",".join(k) for k in r.kernels),
+            "measured_ms": r.measured_s * 1e3, "read": r.case.read, "uncertainty": r.case.uncertainty,
+            "predicted_ms": r.predicted_s * 1e3, "ratio": r.ratio,
+            "speed_of_light_ms": r.speed_of_light_s * 1e3, "sol_ratio": r.speed_of_light_ratio,
+            "sol_ok": not r.violates, "source": r.source_text, "assumed": r.case.assumed,
+        } for r in self.results]
+
+
+SHIPPED_CASES = "gpu-kernels.yaml"
+
+
+def load_cases(path: str | Path | None = None) -> tuple[CaseFile, str]:
+    """The case file (default the shipped one) and its name for messages."""
+    if path is None:
+        name = f"{SHIPPED_CASES} (shipped)"
+        text = resources.files("mambalaya.data.validation").joinpath(SHIPPED_CASES).read_text(encoding="utf-8")
+    else:
+        name = str(path)
+        text = read_spec_file(path, "validation cases")
+    data = parse_yaml_text(text, source=name)
+    try:
+        cases = CaseFile.model_validate(data)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise SpecError(f"invalid validation cases: {where}: {first['msg']}", source=name) from None
+    for c in cases.cases:
+        if c.source not in cases.sources:
+            raise SpecError(f"invalid validation cases: case {c.id}: source {c.source!r} is not one of sources "
+                            f"({', '.join(cases.sources)})", source=name)
+    return cases, name
+
+
+def _cascade(case: Case, name: str):
+    try:
+        model = (parse_config if case.family == "mamba1" else parse_mamba2_config)(
+            {"n_layers": 1, **case.model, "family": case.family}, source=f"{name}, case {case.id}")
+    except SpecError:
+        raise
+    scan = "chunked" if case.family == "mamba2" else None
+    layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan=scan)
+    einsums = case.einsums or (SSD_REGION if case.family == "mamba2" else SSM_REGION)
+    try:
+        return sub_cascade(layer, einsums, name=case.id)
+    except SpecError as err:
+        raise SpecError(f"case {case.id}: {err.message if hasattr(err, 'message') else err}", source=name) from None
+
+
+def validate_case(case: Case, source_text: str, name: str) -> Result:
+    part = _cascade(case, name)
+    kernels = case.kernels or (tuple(e.name for e in part.einsums),)
+    listed = [e for k in kernels for e in k]
+    if sorted(listed) != sorted(e.name for e in part.einsums):
+        raise SpecError(f"case {case.id}: kernels {kernels} must split exactly the Einsums "
+                        f"{', '.join(e.name for e in part.einsums)}", source=name)
+    spec = load_arch(case.arch)
+    groups = tuple(FusionGroup(f"K{i + 1}", k) for i, k in enumerate(kernels))
+    mapping = check_mapping(part, Mapping("kernels", groups, None, "the measured kernels' grouping"), ignore_buffer=True)
+    predicted = layer_latency(spec, part, mapping, per_einsum=False).latency_s
+    sol = layer_latency(speed_of_light(spec), part, ideal(part), per_einsum=False).latency_s
+    return Result(case, source_text, predicted, sol, tuple(tuple(k) for k in kernels))
+
+
+def validate(path: str | Path | None = None) -> Validation:
+    """Every case of the file (default the shipped measurements), predicted and bounded."""
+    cases, name = load_cases(path)
+    return Validation(name, tuple(validate_case(c, cases.sources[c.source], name) for c in cases.cases))
+
+
+__all__ = ["Case", "Result", "SHIPPED_CASES", "Validation", "load_cases", "validate", "validate_case"]

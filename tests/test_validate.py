@@ -1,0 +1,98 @@
+"""`mambalaya validate`: the model against published GPU kernel timings. Every speed of light
+is at or below its measurement; an impossible one fails the command; a kernel's Einsums are a
+cascade of their own; bad case files fail naming the case and the field."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from mambalaya.arch import load_arch
+from mambalaya.arch.kernels import speed_of_light
+from mambalaya.cli import app
+from mambalaya.einsum.select import sub_cascade
+from mambalaya.errors import SpecError
+from mambalaya.experiments.validate import load_cases, validate
+from mambalaya.fusion.mapping import unfused_mapping
+from mambalaya.model.latency import layer_latency
+from mambalaya.model.search import ideal
+from mambalaya.workloads import PRESETS, build_layer
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return validate()
+
+
+def test_every_shipped_speed_of_light_is_at_or_below_its_measurement(shipped) -> None:
+    assert len(shipped.results) >= 20
+    assert {r.case.arch for r in shipped.results} >= {"gpu-a100-pcie", "gpu-h100"}
+    for r in shipped.results:
+        assert r.speed_of_light_s <= r.measured_s, r.case.id
+        assert r.speed_of_light_s <= r.predicted_s  # the kernels' fractions and floor only slow it down
+        assert r.source_text and r.case.read in ("text", "table", "figure")
+    assert not shipped.violations and shipped.summary()["violations"] == 0
+
+
+def test_the_fused_h100_ssd_is_bounded_because_its_contractions_use_the_tensor_cores(shipped) -> None:
+    # before the unit per Einsum, the SSD's contractions ran on the CUDA cores and this speed of
+    # light was 1.02-1.16x the measured kernel from 4K up
+    fused = [r for r in shipped.results if r.case.id.startswith("ssd-fused-vllm")]
+    assert fused and all(r.speed_of_light_ratio < 0.5 for r in fused)
+
+
+def case_file(tmp_path, **changes):
+    cases, _ = load_cases()
+    data = cases.model_dump(mode="json")
+    data["cases"] = [dict(data["cases"][0], **changes)]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_an_impossibly_fast_measurement_fails_the_command_naming_the_case(tmp_path) -> None:
+    path = case_file(tmp_path, id="too-fast", measured_ms=1e-6)
+    out = runner.invoke(app, ["validate", "--cases", str(path)])
+    assert out.exit_code == 1
+    assert "too-fast" in out.output and "breaks a bound" in out.output
+
+
+def test_validate_writes_its_table_and_figure(tmp_path) -> None:
+    out = runner.invoke(app, ["validate", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "speed of light above the measurement: 0" in out.output
+    assert (tmp_path / "validation.csv").stat().st_size > 0 and (tmp_path / "validation.png").exists()
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"source": "nowhere"}, "source 'nowhere' is not one of sources"),
+    ({"einsums": ["AD", "NOPE"]}, "has no Einsum 'NOPE'"),
+    ({"kernels": [["AD", "BX"]]}, "must split exactly the Einsums"),
+    ({"measured_ms": -1}, "cases.0.measured_ms"),
+    ({"read": "guess"}, "cases.0.read"),
+])
+def test_a_bad_case_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
+    path = case_file(tmp_path, **changes)
+    with pytest.raises(SpecError, match="cases.yaml") as info:
+        validate(path)
+    assert needle in str(info.value)
+
+
+def test_a_part_of_a_cascade_keeps_its_einsums_and_reads_the_rest_as_inputs() -> None:
+    c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=64, batch=1)
+    part = sub_cascade(c, ["AD", "BX", "H", "YS"])
+    roles = {t: s.role.value for t, s in part.tensors.items()}
+    assert roles == {"AD": "intermediate", "DELTA": "input", "A": "weight", "BX": "intermediate", "U": "input",
+                     "BM": "input", "H": "intermediate", "YS": "output", "CM": "input"}
+    # the whole cascade as a part costs what the cascade costs
+    whole = sub_cascade(c, [e.name for e in c.einsums])
+    gpu = speed_of_light(load_arch("gpu-h100"))
+    assert layer_latency(gpu, whole, ideal(whole)).latency_s == pytest.approx(layer_latency(gpu, c, ideal(c)).latency_s)
+    assert layer_latency(gpu, whole, unfused_mapping(whole)).offchip_bytes == layer_latency(gpu, c, unfused_mapping(c)).offchip_bytes
+    with pytest.raises(SpecError, match="no Einsum 'Q'"):
+        sub_cascade(c, ["Q"])
+    with pytest.raises(SpecError, match="outputs BX are not written"):
+        sub_cascade(c, ["AD"], outputs=["BX"])

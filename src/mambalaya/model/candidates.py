@@ -835,7 +835,8 @@ def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[st
     if hit is None:
         sizes = {r: cascade.size(r) for r in cascade.ranks}
         e = cascade.einsum(name)
-        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))))
+        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))),
+                                    shapes_key=("grid", tuple(ranks)))
         memo[key] = hit
     return hit
 

@@ -284,10 +284,16 @@ def stationary_options(compute: Any, found: Contraction) -> list[tuple[str, str]
     return out
 
 
-def _array_candidates(compute: Any, found: Contraction) -> list[tuple]:
+def _array_candidates(compute: Any, found: Contraction, sizes: dict[str, int]) -> list[tuple]:
     """(rows, cols, other stationary ranks, streamed ranks, reduce_on, dataflow, stationary
-    operand) for every spatial mapping in every allowed dataflow."""
-    roles = found.roles
+    operand) for every spatial mapping in every allowed dataflow. A rank of one element is left
+    out (on the array or not, it changes nothing), so layers that differ in which ranks are 1
+    (decode, one group) do not search the same mapping twice. Memoised per dataflows and sizes."""
+    key = (compute.dataflows, tuple(found.roles.items()), found.has_weight, tuple(r for r in sizes if sizes[r] == 1))
+    hit = _CANDIDATES_MEMO.get(key)
+    if hit is not None:
+        return hit
+    roles = {role: tuple(r for r in ranks if sizes[r] > 1) for role, ranks in found.roles.items()}
     out = []
     for dataflow, side in stationary_options(compute, found):
         a, b, stationary, streamed_roles = _STATIONARY_ROLES[side]
@@ -299,23 +305,28 @@ def _array_candidates(compute: Any, found: Contraction) -> list[tuple]:
                 for rows, cols, rows_role in ((sa, sb, a), (sb, sa, b)):
                     reduce_on = "time" if side == "out" else ("rows" if rows_role == "K" else "cols")
                     out.append((rows, cols, rest, streamed, reduce_on, dataflow, side))
+    if len(_CANDIDATES_MEMO) > 4096:
+        _CANDIDATES_MEMO.clear()
+    _CANDIDATES_MEMO[key] = out
     return out
 
 
-def _array_cycles(compute: Any, sizes: dict[str, int], shapes: list[StepShape], cand) -> tuple[Any, Any]:
-    """(cycles, folds x T) of one candidate summed over the step shapes. A dataflow other than
-    the design's first pays ``compute.dataflow_switch_cycles`` per step (reconfiguring the
-    array to it and back)."""
+_CANDIDATES_MEMO: dict[tuple, list[tuple]] = {}
+
+
+def _array_cycles(compute: Any, extents: list[dict[str, Any]], shapes: list[StepShape], cand) -> tuple[Any, Any]:
+    """(cycles, folds x T) of one candidate summed over the step shapes (``extents``: each
+    shape's extent of every rank). A dataflow other than the design's first pays
+    ``compute.dataflow_switch_cycles`` per step (reconfiguring the array to it and back)."""
     rows, cols, rest, streamed, _, dataflow, _ = cand
     r_, c_ = compute.array_rows, compute.array_cols
     cycles: Any = 0
     busy: Any = 0
     switch = compute.dataflow_switch_cycles if dataflow != compute.dataflows[0] else 0.0
-    for sh in shapes:
-        xr, xc = _prod(sh, sizes, rows), _prod(sh, sizes, cols)
-        n_r, n_c, other = -(-xr // r_), -(-xc // c_), _prod(sh, sizes, rest)
+    for sh, ext in zip(shapes, extents):
+        xr, xc, other, t = (_product(ext, ranks) for ranks in (rows, cols, rest, streamed))
+        n_r, n_c = -(-xr // r_), -(-xc // c_)
         folds = n_r * n_c * other
-        t = _prod(sh, sizes, streamed)
         per_step = folds * t + switch
         if not compute.stationary_double_buffered:
             # each fold loads, fills and drains on its own: 2 r + c - 2 over the rows r and
@@ -324,6 +335,13 @@ def _array_cycles(compute: Any, sizes: dict[str, int], shapes: list[StepShape], 
         cycles = cycles + sh.count * per_step
         busy = busy + sh.count * folds * t
     return cycles, busy
+
+
+def _product(extents: dict[str, Any], ranks: tuple[str, ...]) -> Any:
+    out: Any = 1
+    for r in ranks:
+        out = out * extents[r]
+    return out
 
 
 def _lane_candidates(cascade: Cascade, einsum: Einsum) -> tuple[list[str], list[tuple[str, ...]]]:
@@ -415,7 +433,8 @@ def einsum_runs(cascade: Cascade, einsum: Einsum, shapes: list[StepShape]) -> An
 
 
 def einsum_unit_cycles(
-    compute: Any, cascade: Cascade, einsum: Einsum, ops: dict[str, int], shapes: list[StepShape]
+    compute: Any, cascade: Cascade, einsum: Einsum, ops: dict[str, int], shapes: list[StepShape],
+    shapes_key: Any = None,
 ) -> tuple[dict[str, Any], SpatialMapping | None]:
     """Cycles per unit (``array_2d``, ``array_1d``, ``vector``, ``mfu``) of one Einsum over the
     step shapes, and its best spatial mapping (None when the shapes are arrays of tilings).
@@ -423,7 +442,12 @@ def einsum_unit_cycles(
     The MACs of a contraction the array can run (:func:`contraction`) go to the 2D array in
     the best of the design's dataflows; with ``gemm_in_1d_mode`` they may instead run on the
     lanes, wherever that takes fewer cycles. Every other MAC, and every elementwise operation,
-    runs on the lanes (the 1D mode or the vector unit), one per lane per cycle."""
+    runs on the lanes (the 1D mode or the vector unit), one per lane per cycle.
+
+    ``shapes_key`` names the step shapes (a search's grid of tilings of some ranks): the best
+    array mapping and the best lane mapping are then memoised on the cascade apart, by the
+    compute fields each depends on, so designs that differ only in their dataflows share the
+    lanes' results."""
     sizes = {r: cascade.size(r) for r in cascade.ranks}
     macs, elementwise, mfu = _split_ops(compute, ops)
     found = contraction(cascade, einsum) if macs else None
@@ -443,15 +467,24 @@ def einsum_unit_cycles(
     where, lanes, per_lane = elementwise_unit(compute)
     if compute.dataflows[0] == "roofline":
         return _roofline_cycles(compute, cycles, where, lanes * per_lane, scale, on_array, macs, elementwise, mfu, scalar)
-    best_2d = _best_array_mapping(compute, sizes, shapes, found, scalar) if on_array else None
+    memo = cascade.__dict__.setdefault("_unit_parts_memo", {}) if shapes_key is not None else None
+    best_2d = None
+    if on_array:
+        key = ("array", compute.array_rows, compute.array_cols, compute.dataflows, compute.dataflow_switch_cycles,
+               compute.stationary_double_buffered, einsum.name, shapes_key)
+        best_2d = memo.get(key) if memo is not None else None
+        if best_2d is None:
+            best_2d = _best_array_mapping(compute, sizes, shapes, found, scalar)
+            if memo is not None:
+                memo[key] = best_2d
     best_1d = None
     if elementwise or macs_on_lanes:
-        all_ranks, candidates = _lane_candidates(cascade, einsum)
-        if _fits_one_pass(lanes, sizes, shapes, candidates[0]):
-            candidates = candidates[:1]  # every point on a lane at once: nothing beats it
-        every = _lane_cycles(lanes, sizes, shapes, all_ranks, candidates)
-        k = int(np.argmin(every)) if scalar else 0
-        best_1d = (float(every[k]) if scalar else every.min(axis=0), candidates[k])
+        key = ("lanes", lanes, einsum.name, shapes_key)
+        best_1d = memo.get(key) if memo is not None else None
+        if best_1d is None:
+            best_1d = _best_lane_mapping(cascade, einsum, lanes, sizes, shapes, scalar)
+            if memo is not None:
+                memo[key] = best_1d
         cycles[where] = cycles[where] + best_1d[0] * elementwise / full_points / per_lane
     macs_on_array: Any = bool(on_array)
     if best_2d is not None:
@@ -481,9 +514,18 @@ def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepSh
     """(cycles, busy fold-cycles, candidate) of the fastest spatial mapping over every allowed
     dataflow; over tilings, the cycles are the elementwise minimum (the candidate is then the
     last one's, unused)."""
+    ranks = {r for role in found.roles.values() for r in role}
+    extents = [{r: _extent(sh, sizes, r) for r in ranks} for sh in shapes]
+    if not scalar:
+        return _least_array_cycles(compute, extents, shapes, found, sizes), None, None
+    # no mapping beats every PE busy in every fold: once the best reaches it, stop (a later
+    # candidate could only tie, and a tie keeps the earlier one)
+    floor: Any = 0
+    for sh, ext in zip(shapes, extents):
+        floor = floor + sh.count * (_product(ext, tuple(ranks)) / (compute.array_rows * compute.array_cols))
     best = None
-    for cand in _array_candidates(compute, found):
-        cyc, busy = _array_cycles(compute, sizes, shapes, cand)
+    for cand in _array_candidates(compute, found, sizes):
+        cyc, busy = _array_cycles(compute, extents, shapes, cand)
         if best is None:
             best = (cyc, busy, cand)
         elif scalar:
@@ -492,8 +534,71 @@ def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepSh
         else:
             better = cyc < best[0]
             best = (np.minimum(cyc, best[0]), np.where(better, busy, best[1]), cand)
+        if bool(np.all(best[0] <= floor)):
+            break
     assert best is not None
     return best
+
+
+def _least_array_cycles(compute: Any, extents: list[dict[str, Any]], shapes: list[StepShape], found: Contraction,
+                        sizes: dict[str, int]) -> np.ndarray:
+    """The least cycles over every candidate of :func:`_array_candidates`, for arrays of
+    tilings, without visiting the candidates one by one. With ``X_r`` and ``X_c`` the extents
+    on the rows and columns (subsets of two roles) and ``S`` the stationary operand's other
+    ranks, ``folds = f_r f_c S`` where ``f_r = ceil(X_r/R) x (the row role's ranks left off the
+    array)`` and ``f_c`` likewise: a product of a row factor and a column factor, each an
+    integer computed once per subset and combined for all pairs at once. The same integers
+    as :func:`_array_cycles`, so the same floats while they stay below 2^53."""
+    roles = {role: tuple(r for r in ranks if sizes[r] > 1) for role, ranks in found.roles.items()}
+    n = max((np.size(v) for ext in extents for v in ext.values()), default=1)
+    n = max(n, max(np.size(sh.count) for sh in shapes))
+
+    def per_shape(values: list[Any]) -> np.ndarray:  # (shapes, tilings)
+        return np.stack([np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in values])
+
+    count = per_shape([sh.count for sh in shapes])
+    best: Any = None
+    first = compute.dataflows[0]
+    for dataflow, side in stationary_options(compute, found):
+        a, b, stationary, streamed_roles = _STATIONARY_ROLES[side]
+        others = tuple(r for role in stationary if role not in (a, b) for r in roles[role])
+        stream = tuple(r for role in streamed_roles for r in roles[role])
+        weight = count * per_shape([_product(ext, stream) * _product(ext, others) for ext in extents])
+        switch = (count * (compute.dataflow_switch_cycles if dataflow != first else 0.0)).sum(axis=0)
+
+        def factors(role: str, dim: int) -> np.ndarray:  # (subsets, shapes, tilings)
+            out = []
+            for sub in _subsets(list(roles[role])):
+                left = tuple(r for r in roles[role] if r not in sub)
+                out.append(per_shape([np.ceil(np.asarray(_product(ext, sub), dtype=float) / dim) * _product(ext, left)
+                                      for ext in extents]))
+            return np.stack(out)
+
+        for row_role, col_role in ((a, b), (b, a)):
+            u, v = factors(row_role, compute.array_rows), factors(col_role, compute.array_cols)
+            cyc = np.einsum("st,ist,jst->ijt", weight, u, v) + switch
+            if not compute.stationary_double_buffered:
+                # each fold loads, fills and drains alone: S (2 f_c X_rows_role + f_r X_cols_role - 2 f_r f_c)
+                w = count * per_shape([_product(ext, others) for ext in extents])
+                rows_all = per_shape([_product(ext, roles[row_role]) for ext in extents])
+                cols_all = per_shape([_product(ext, roles[col_role]) for ext in extents])
+                cyc = (cyc + 2 * np.einsum("st,jst->jt", w * rows_all, v)[None] + np.einsum("st,ist->it", w * cols_all, u)[:, None]
+                       - 2 * np.einsum("st,ist,jst->ijt", w, u, v))
+            least = cyc.reshape(-1, n).min(axis=0)
+            best = least if best is None else np.minimum(best, least)
+    return best
+
+
+def _best_lane_mapping(cascade: Cascade, einsum: Einsum, lanes: int, sizes: dict[str, int], shapes: list[StepShape],
+                       scalar: bool) -> tuple[Any, tuple[str, ...]]:
+    """(lane-cycles of one point per iteration, ranks on the lanes) of the best lane mapping;
+    over tilings, the elementwise minimum (the ranks are then the first candidate's, unused)."""
+    all_ranks, candidates = _lane_candidates(cascade, einsum)
+    if _fits_one_pass(lanes, sizes, shapes, candidates[0]):
+        candidates = candidates[:1]  # every point on a lane at once: nothing beats it
+    every = _lane_cycles(lanes, sizes, shapes, all_ranks, candidates)
+    k = int(np.argmin(every)) if scalar else 0
+    return (float(every[k]) if scalar else every.min(axis=0), candidates[k])
 
 
 def _roofline_cycles(compute: Any, cycles: dict[str, Any], where: str, lane_rate: float, scale: Any, on_array: bool,

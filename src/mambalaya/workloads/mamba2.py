@@ -32,14 +32,15 @@ Shared front (both scan forms), over ``I``:
 
 ``scan="chunked"`` (the SSD algorithm; position ``i = c*Q+q``, ``Q = chunk_size``):
 
-* ``XDT[b,i,g,r,p] = DELTA*U`` (discretised x)
+* ``XDT[b,c,q,g,r,p] = DELTA[b,c*Q+q,g,r]*U[b,c*Q+q,g,r,p]`` (discretised x, written in the
+  chunk view so that every Einsum of the SSD writes the chunk rank C and a group can tile it)
 * ``ACS[b,c,q,g,r] = ACS[b,c,q-1,g,r] + DELTA[b,c*Q+q,g,r]*A[g,r]``  cumulative log decay,
   a recurrence over ``Q`` only (restarts at 0 in every chunk)
 * ``LD[b,c,q,s,g,r] = exp(ACS[b,c,q,g,r] - ACS[b,c,s,g,r] + LM[q,s])``  segment decay, masked
 * ``CB[b,c,q,s,g] = CM[b,c*Q+q,g,n]*BM[b,c*Q+s,g,n]``                   C.B scores per group
-* ``YDG[b,c,q,g,r,p] = CB[b,c,q,s,g]*LD[b,c,q,s,g,r]*XDT[b,c*Q+s,g,r,p]``  intra-chunk output
+* ``YDG[b,c,q,g,r,p] = CB[b,c,q,s,g]*LD[b,c,q,s,g,r]*XDT[b,c,s,g,r,p]``  intra-chunk output
 * ``DC[b,c,q,g,r] = exp(ACS[b,c,Q-1,g,r] - ACS[b,c,q,g,r])``          decay to the chunk's end
-* ``ST[b,c,g,r,p,n] = DC[b,c,q,g,r]*XDT[b,c*Q+q,g,r,p]*BM[b,c*Q+q,g,n]``  each chunk's state
+* ``ST[b,c,g,r,p,n] = DC[b,c,q,g,r]*XDT[b,c,q,g,r,p]*BM[b,c*Q+q,g,n]``  each chunk's state
 * ``CD[b,c,g,r] = exp(ACS[b,c,Q-1,g,r])``                             a whole chunk's decay
 * ``HC[b,c,g,r,p,n] = CD[b,c,g,r]*HC[b,c-1,g,r,p,n] + ST[b,c,g,r,p,n]``  recurrence over ``C``
   only: ``HC[c]`` is the SSM state at the end of chunk ``c``
@@ -203,13 +204,13 @@ SCAN_RECURRENT: tuple[str, ...] = (
 )
 
 SCAN_CHUNKED: tuple[str, ...] = (
-    "XDT[b,i,g,r,p] = DELTA[b,i,g,r]*U[b,i,g,r,p]",
+    "XDT[b,c,q,g,r,p] = DELTA[b,c*Q+q,g,r]*U[b,c*Q+q,g,r,p]",
     "ACS[b,c,q,g,r] = ACS[b,c,q-1,g,r] + DELTA[b,c*Q+q,g,r]*A[g,r]",
     "LD[b,c,q,s,g,r] = exp(ACS[b,c,q,g,r] - ACS[b,c,s,g,r] + LM[q,s])",
     "CB[b,c,q,s,g] = CM[b,c*Q+q,g,n]*BM[b,c*Q+s,g,n]",
-    "YDG[b,c,q,g,r,p] = CB[b,c,q,s,g]*LD[b,c,q,s,g,r]*XDT[b,c*Q+s,g,r,p]",
+    "YDG[b,c,q,g,r,p] = CB[b,c,q,s,g]*LD[b,c,q,s,g,r]*XDT[b,c,s,g,r,p]",
     "DC[b,c,q,g,r] = exp(ACS[b,c,Q-1,g,r] - ACS[b,c,q,g,r])",
-    "ST[b,c,g,r,p,n] = DC[b,c,q,g,r]*XDT[b,c*Q+q,g,r,p]*BM[b,c*Q+q,g,n]",
+    "ST[b,c,g,r,p,n] = DC[b,c,q,g,r]*XDT[b,c,q,g,r,p]*BM[b,c*Q+q,g,n]",
     "CD[b,c,g,r] = exp(ACS[b,c,Q-1,g,r])",
     "HC[b,c,g,r,p,n] = CD[b,c,g,r]*HC[b,c-1,g,r,p,n] + ST[b,c,g,r,p,n]",
     "DO[b,c,q,g,r] = exp(ACS[b,c,q,g,r])",
@@ -273,7 +274,7 @@ _TENSORS: dict[str, tuple[tuple[str, ...], Role, str]] = {
     "H": (("B", "I", "G", "R", "P", "N"), _X, "SSM state over positions"),
     "YS": (("B", "I", "G", "R", "P"), _X, "scan output (C readout)"),
     # chunked scan
-    "XDT": (("B", "I", "G", "R", "P"), _X, "discretised x, dt*x"),
+    "XDT": (("B", "C", "Q", "G", "R", "P"), _X, "discretised x, dt*x, in the chunk view"),
     "ACS": (("B", "C", "Q", "G", "R"), _X, "cumulative dt*A within a chunk"),
     "LM": (("Q", "S"), _S, "constant causal mask in log space: 0 if s <= q else -inf"),
     "LD": (("B", "C", "Q", "S", "G", "R"), _X, "segment decay exp(ACS[q]-ACS[s]), masked"),

@@ -251,3 +251,21 @@ def test_least_traffic_within_bound_equals_brute_force() -> None:
         assert [c.group.einsums[0] for c in got] == [f"e{i}" for i in sorted(int(c.group.name[1:].split("_")[0]) for c in got)]
         assert sum(c.traffic_bytes for c in got) == pytest.approx(want), trial
         assert sum(c.latency_s for c in got) <= bound * (1 + 1e-12)
+
+
+@pytest.mark.parametrize("batch, buffer", [(8, "16MiB"), (8, "64MiB"), (64, "16MiB"), (64, "64MiB")])
+def test_geens_ideal_runs_the_chunked_mamba2_form(batch, buffer) -> None:
+    """Geens et al.'s design fuses the SSD region of the chunked form too: every Einsum of it
+    writes the chunk rank (XDT in the chunk view), and where that does not fit, the group tiles
+    the heads, which CB lacks (CB re-runs per head tile)."""
+    from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
+    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.workloads import PRESETS
+
+    data = arch_to_dict(load_arch("geens-ideal"))
+    data["memory"]["onchip_buffer_bytes"] = buffer
+    spec = arch_from_dict(data)
+    ev = evaluate(spec, "mamba2-1.3b", PRESETS["mamba2-1.3b"], phase="prefill", seq_len=2048, batch=batch, scan="chunked")
+    ssd = next(g for g in ev.mapping.groups if "CB" in g.einsums)
+    assert set(ssd.einsums) >= {"XDT", "CB", "YDG", "HC", "YO"} and ssd.loops
+    assert ev.result.latency_s > 0

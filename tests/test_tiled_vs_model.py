@@ -193,3 +193,17 @@ def test_a_resident_tensor_must_be_read_off_chip() -> None:
     rest = [FusionGroup(e.name, (e.name,)) for e in c.einsums if e.name not in ("XI", "Z")]
     with pytest.raises(MappingError, match=r"group F: resident tensor 'XC' is not a tensor the group reads off-chip.*\[rule: resident\]"):
         check_mapping(c, Mapping("m", (bad, *rest)))
+
+
+@pytest.mark.parametrize("buffer", [128, 256])
+def test_a_fixed_grouping_tiles_a_rank_a_member_lacks_when_nothing_else_fits(buffer) -> None:
+    """ssm-ri on the chunked SSD at a buffer its common ranks (B, G, C) cannot fit: the group
+    tiles the heads R, which CB lacks, so CB re-runs in every head tile and its reads are read
+    again; the tiled executor moves exactly the bytes the model counts."""
+    key = "mamba2-chunked"
+    c = CASCADES[key]
+    m = named_mapping("ssm-ri", c, buffer)
+    ssd = next(g for g in m.groups if "CB" in g.einsums)
+    assert "R" in ssd.fused_ranks and "R" not in tileable_ranks(c, list(ssd.einsums))
+    run, model = check_run(c, key, m)
+    assert run.offchip_bytes == model.offchip_bytes

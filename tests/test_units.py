@@ -147,3 +147,21 @@ def test_the_least_array_cycles_over_tilings_equal_every_candidate_visited() -> 
                 assert np.array_equal(np.broadcast_to(slow, fast.shape), fast), (e.name, db)
                 checked += 1
     assert checked >= 20
+
+
+@pytest.mark.parametrize("model", ["mamba-1.4b", "mamba2-2.7b"])
+def test_the_figure_2_captions_hold_on_the_baseline_design(model) -> None:
+    """Unfused prefill alternates between compute- and memory-bound Einsums; in decode no
+    Einsum reaches the compute bound but for one-pass artefacts, which the table marks."""
+    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.model.latency import latency_rows
+
+    def bounds(phase: str) -> list[str]:
+        ev = evaluate("marca-ideal", model, PRESETS[model], phase=phase, seq_len=2048, batch=64)
+        return [r["bound"] for r in latency_rows(ev.result) if r["einsum"] != "total"]
+
+    prefill = bounds("prefill")
+    assert "compute" in prefill and "offchip" in prefill
+    decode = bounds("decode")
+    assert "compute" not in decode
+    assert {b for b in decode if b != "offchip"} <= {"compute (one pass)"}

@@ -56,6 +56,24 @@ def _written_unreduced_ranks(cascade: Cascade, einsums: tuple[str, ...]) -> tupl
     return hit
 
 
+def widened_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
+    """Ranks of more than one element that some Einsum of the group writes and none reduces,
+    generational ones last: what a group may tile when a member lacks a rank (that member then
+    runs again in every tile of it, and its reads are re-read: the traffic and cycle models
+    count both, and the tiled executor agrees byte for byte). A fixed grouping that fits no
+    buffer over :func:`tileable_ranks` tries these (the search keeps to the narrower set: it
+    costs every contiguous segment)."""
+    written: set[str] = set()
+    reduced: set[str] = set()
+    for name in einsums:
+        e = cascade.einsum(name)
+        written |= {rank_of_variable(v) for v in e.output_variables}
+        reduced |= {rank_of_variable(v) for v in e.reduced_variables}
+    gen = set(cascade.generational_ranks)
+    ranks = [r for r in cascade.ranks if r in written - reduced and cascade.size(r) > 1]
+    return [r for r in ranks if r not in gen] + [r for r in ranks if r in gen]
+
+
 def tile_options(size: int) -> list[int]:
     opts = [1 << k for k in range(size.bit_length()) if (1 << k) < size]
     return opts + [size]
@@ -842,4 +860,4 @@ def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[st
 
 
 __all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints",
-           "tile_options", "tileable_ranks"]
+           "tile_options", "tileable_ranks", "widened_ranks"]

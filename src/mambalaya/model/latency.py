@@ -434,7 +434,21 @@ def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: in
 def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
     """The per-Einsum table: einsum, fusion_group, total_traffic, final_latency, mem_latency,
     comp_latency, compute_util, mem_util, spatial_mapping, spatial_util, buffer_bytes,
-    onchip_latency, bound, plus a ``total`` row."""
+    onchip_latency, bound, plus a ``total`` row. An Einsum alone in its group that is
+    compute-bound although its unit runs it in one pass (every point on a lane at once, each
+    doing its few operations; at most one cycle on the array or the MFUs) is marked ``compute
+    (one pass)``: a tiny Einsum whose bytes move in less than a pass, an artefact of whole
+    cycles rather than a finding."""
+    members: dict[str, int] = {}
+    for r in result.einsums:
+        members[r.fusion_group] = members.get(r.fusion_group, 0) + 1
+
+    def bound(r: EinsumLatency) -> str:
+        c, sp = r.cycles, r.spatial
+        one_pass = (c.array_2d <= 1.0 and c.mfu <= 1.0
+                    and (sp.unit not in ("array_1d", "vector") or (not sp.streamed and sp.dataflow != "roofline")))
+        return "compute (one pass)" if r.bound == "compute" and members[r.fusion_group] == 1 and one_pass else r.bound
+
     rows = [
         {
             "einsum": r.einsum,
@@ -449,7 +463,7 @@ def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
             "spatial_util": r.spatial_util,
             "buffer_bytes": r.buffer_bytes,
             "onchip_latency": r.onchip_latency,
-            "bound": r.bound,
+            "bound": bound(r),
         }
         for r in result.einsums
     ]

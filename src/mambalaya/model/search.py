@@ -71,7 +71,7 @@ from mambalaya.arch.kernels import compute_hz, offchip_bytes_per_s
 from mambalaya.arch.spec import spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
 from mambalaya.model.candidates import (Candidates, GroupCostModel, build_candidates, cost_model, cycles_together,
-                                        least_footprints, tileable_ranks)
+                                        least_footprints, tileable_ranks, widened_ranks)
 from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 from mambalaya.model.traffic import TrafficSizeError, group_traffic
 
@@ -708,6 +708,12 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
         why = [hit] if isinstance(hit, str) else []
         if hit is None:
             hit = best_group(cascade, einsums, buffer_bytes, why=why, arch=arch, objective=objective)
+        if (hit is None or isinstance(hit, str)) and "buffer" in why:
+            wider = widened_ranks(cascade, einsums)
+            if wider != tileable_ranks(cascade, einsums):  # tile a rank some member lacks (it re-runs per tile)
+                retry: list[str] = []
+                hit = best_group(cascade, einsums, buffer_bytes, why=retry, arch=arch, objective=objective, ranks=wider)
+                why = retry if hit is None else why
         choices.append(_need(None if hit is None or isinstance(hit, str) else hit.choice(), einsums, buffer_bytes, why))
     return choices
 

@@ -468,6 +468,48 @@ weight bytes the same groups and tiles read with every tensor streamed, and as s
 """
 
 
+def _units_section(result, details) -> str:
+    """Which Einsums the array runs besides the GEMMs with a weight, the dataflow each design
+    picks, and what the dataflows add to each headline ratio (the sensitivity study's 'every
+    design weight-stationary' setting)."""
+    cfg = result.config
+    rows = []
+    for model in cfg.models:
+        for d in ("marca-ideal", "geens-ideal", "mambalaya"):
+            ev = details.get((model, "prefill", d))
+            if ev is None:
+                continue
+            on_array = [r for r in ev.result.einsums if r.spatial.unit == "array_2d"]
+            moved = [r.einsum for r in on_array if r.kind != "gemm"]
+            flows: dict[str, list[str]] = {}
+            for r in on_array:
+                flows.setdefault(r.spatial.dataflow, []).append(r.einsum)
+            scan = "chunked" if any(e.name == "CB" for e in ev.cascade.einsums) else "recurrent"
+            rows.append({"model": model, "design": d, "scan": scan if ev.config.family != "mamba1" else "-",
+                         "products of activations on the array": ", ".join(moved) or "-",
+                         **{f: ", ".join(flows.get(f, [])) or "-" for f in ("weight-stationary", "input-stationary", "output-stationary")}})
+    sens = result.tables.get("sensitivity")
+    share = ""
+    if sens is not None and not sens.empty:
+        ws = sens[(sens.key == "compute.dataflows") & (sens.end == "low")][["ratio", "base", "ours"]]
+        ws = ws.rename(columns={"base": "shipped dataflows", "ours": "every design weight-stationary"})
+        share = f"""
+What the dataflows add to each headline ratio (the sensitivity study's lengths; the rest of the gap is fusion):
+
+{_md_table(ws)}
+"""
+    return f"""## Which unit and which dataflow runs each Einsum
+
+Every contraction the 2D array can run goes to it, with weights or activations on either side: a product of
+two activations that is a matrix product (the chunked SSD's `CB`, `YDG`, `ST`, `YO`) no longer runs on the
+1D lanes. Each design runs each contraction in the fastest of its own dataflows (`compute.dataflows`, each
+with its reason in the spec): `mambalaya` weight-, input- and output-stationary, `marca-ideal` weight- and
+input-stationary, `geens-ideal` weight-stationary. Prefill at L = {cfg.detail_seq_len}:
+
+{_md_table(pd.DataFrame(rows))}
+{share}"""
+
+
 def _validation_section(result) -> str:
     v = result.tables.get("validation")
     if v is None or v.empty:
@@ -543,6 +585,8 @@ Where the mambalaya values come from:
 {_geens_section(geens)}
 
 {_validation_section(result)}
+
+{_units_section(result, details)}
 
 {_sensitivity_section(result)}
 

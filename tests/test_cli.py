@@ -6,6 +6,7 @@ import csv
 import io
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from mambalaya.cli import app
@@ -200,3 +201,44 @@ def test_a_state_spaces_mamba1_config_json_is_read_as_mamba_ssm_reads_it(tmp_pat
     path.write_text(json.dumps({**published, "rms_norm": False}))
     out = invoke("cascade", "show", "--model", str(path))
     assert out.exit_code == 1 and "field rms_norm is False" in out.output
+
+
+def test_set_changes_a_field_of_the_design_on_every_arch_command(tmp_path) -> None:
+    """--set FIELD=VALUE (repeatable, the sweep's dotted names and units) on evaluate, compare,
+    arch show and the AccelForge export; the printed source says where the value came from."""
+    out = runner.invoke(app, ["evaluate", "--arch", "geens-ideal", "--model", "mamba2-1.3b", "-B", "8",
+                              "--set", "memory.onchip_buffer_bytes=16MiB", "--set", "compute.mfu_units=512"])
+    assert out.exit_code == 0, out.output
+    assert "buffer 16,777,216 B" in out.output
+    shown = runner.invoke(app, ["arch", "show", "mambalaya", "--set", "compute.dataflows=[weight-stationary]", "--format", "csv"])
+    row = next(line for line in shown.output.splitlines() if line.startswith("compute.dataflows,"))
+    assert "weight-stationary," in row and "set on the command line (--set compute.dataflows=" in row
+    both = runner.invoke(app, ["compare", "--archs", "mambalaya,marca-ideal", "--model", "mamba-130m", "--seq-lens", "256",
+                               "-B", "1", "--set", "clock_hz=1 GHz", "--format", "json"])
+    assert both.exit_code == 0, both.output
+    plain = runner.invoke(app, ["compare", "--archs", "mambalaya,marca-ideal", "--model", "mamba-130m", "--seq-lens", "256",
+                                "-B", "1", "--format", "json"])
+    slow, fast = (json.loads(r.output) for r in (both, plain))
+    assert all(s["layer_latency_s"] > f["layer_latency_s"] for s, f in zip(slow, fast))  # every design at 1 GHz
+    exported = runner.invoke(app, ["export", "accelforge", "--model", "mamba-130m", "--phase", "decode", "-o", str(tmp_path),
+                                   "--set", "compute.array_rows=128"])
+    assert exported.exit_code == 0, exported.output
+    assert "throughput: 5.7344e+13" in (tmp_path / "arch.yaml").read_text()  # 128 x 256 MACs at 1.75 GHz
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("memory.onchip_buffer=16MiB", "--set: architecture field 'memory.onchip_buffer' does not exist (fields here: "),
+    ("kernels.compute_fraction=0.5", "this spec has no 'kernels' section"),
+    ("memory.onchip_buffer_bytes", "expected FIELD=VALUE"),
+    ("memory.onchip_buffer_bytes=-3", "memory.onchip_buffer_bytes: must be > 0 (got -3)"),
+])
+def test_a_bad_set_is_one_error_naming_the_field(setting, needle) -> None:
+    out = runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--set", setting])
+    assert out.exit_code == 1 and needle in out.output, out.output
+    assert "Traceback" not in out.output
+
+
+def test_a_buffer_too_small_names_options_that_exist() -> None:
+    out = runner.invoke(app, ["evaluate", "--arch", "geens-ideal", "--model", "mamba-130m", "--set", "memory.onchip_buffer_bytes=64"])
+    assert out.exit_code == 1
+    assert "--set memory.onchip_buffer_bytes=" in out.output

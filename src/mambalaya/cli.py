@@ -36,6 +36,7 @@ from mambalaya.cli_options import (
     AccelForgeMappingOpt,
     AccelForgeOutOpt,
     ArchOpt,
+    SetOpt,
     ArchPrecisionOpt,
     LayerTypeOpt,
     BatchOpt,
@@ -530,13 +531,14 @@ def pareto_cmd(
 @user_errors
 def arch_show_cmd(
     name: Annotated[str, typer.Argument(help="Shipped design name or arch YAML file.")],
+    settings: SetOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Print every value of an architecture spec, its unit and where it comes from."""
-    from mambalaya.arch import arch_rows, arch_to_dict, load_arch
+    from mambalaya.arch import arch_rows, arch_to_dict
 
-    spec = load_arch(name)
+    spec = _design(name, settings)
     if fmt == Format.json:
         _emit(json.dumps(arch_to_dict(spec), indent=2), output)
     elif fmt == Format.csv:
@@ -567,6 +569,7 @@ def evaluate_cmd(
     scan: ScanOpt = None,
     precision: ArchPrecisionOpt = None,
     objective: Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")] = Objective.latency,
+    settings: SetOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -579,6 +582,7 @@ def evaluate_cmd(
     from mambalaya.model.latency import latency_rows
 
     config = resolve_model(model)
+    arch = _design(arch, settings)
     if config.family == "bamba":
         if objective != Objective.latency:
             raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "
@@ -639,7 +643,14 @@ def evaluate_cmd(
             )
 
 
-def _evaluate_hybrid(arch: str, model: str, config: Any, phase: PhaseOption, seq_len: int, batch: int,
+def _design(name: str, settings: list[str] | None) -> Any:
+    """The design named on the command line, with its --set FIELD=VALUE changes."""
+    from mambalaya.arch import load_arch, with_settings
+
+    return with_settings(load_arch(name), settings or [])
+
+
+def _evaluate_hybrid(arch: Any, model: str, config: Any, phase: PhaseOption, seq_len: int, batch: int,
                      mapping: str | None, scan: str | None, precision: str | None, fmt: Format,
                      output: Path | None) -> None:
     """``evaluate`` on a hybrid model: each layer type's Einsum table, and the whole model."""
@@ -702,10 +713,12 @@ def compare_cmd(
     baseline: CompareBaselineOpt = DEFAULT_BASELINE,
     scan: ScanOpt = None,
     precision: ArchPrecisionOpt = None,
+    settings: SetOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
-    """Latencies of several designs across sequence lengths, with speedups over a baseline."""
+    """Latencies of several designs across sequence lengths, with speedups over a baseline
+    (--set changes every design alike)."""
     from mambalaya.experiments.evaluate import compare_rows
 
     names = [a.strip() for a in archs.split(",") if a.strip()]
@@ -716,10 +729,11 @@ def compare_cmd(
         from mambalaya.experiments.hybrid import hybrid_compare_rows
 
         rows = hybrid_compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
-                                   batch=batch, baseline=baseline, scan=scan, precision=precision)
+                                   batch=batch, baseline=baseline, scan=scan, precision=precision,
+                                   settings=tuple(settings or ()))
     else:
         rows = compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
-                            batch=batch, baseline=baseline, scan=scan, precision=precision)
+                            batch=batch, baseline=baseline, scan=scan, precision=precision, settings=tuple(settings or ()))
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
@@ -1054,13 +1068,13 @@ def export_accelforge_cmd(
     bits: BitsOpt = DEFAULT_BITS,
     precision: PrecisionOpt = None,
     arch: ArchOpt = DEFAULT_DESIGN,
+    settings: SetOpt = None,
 ) -> None:
     """Write an AccelForge workload (decode step, or prefill with the scan unrolled) and architecture."""
-    from mambalaya.arch import load_arch
     from mambalaya.interop.accelforge import write_export
 
     cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
-    for path in write_export(cascade, load_arch(arch), output, unroll_scan=unroll_scan):
+    for path in write_export(cascade, _design(arch, settings), output, unroll_scan=unroll_scan):
         err_console.print(f"wrote {path}")
 
 

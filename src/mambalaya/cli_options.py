@@ -84,7 +84,8 @@ ReproducePrecisionOpt = Annotated[Optional[str], typer.Option("--precision", hel
 # Designs, mappings and buffers
 # --------------------------------------------------------------------------------------------
 
-ArchOpt = Annotated[str, typer.Option("--arch", "-a", help="Shipped design (mambalaya, marca-ideal, geens-ideal, marca-original, gpu-h100) or an arch YAML file.")]
+ArchOpt = Annotated[str, typer.Option("--arch", "-a", help="Shipped design (mambalaya, marca-ideal, geens-ideal, marca-original, gpu-h100, gpu-a100, gpu-a100-pcie) or an arch YAML file.")]
+SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Change one field of the design(s): FIELD=VALUE with the sweep's dotted names and units, e.g. --set memory.onchip_buffer_bytes=16MiB; repeatable.")]
 CompareBaselineOpt = Annotated[str, typer.Option("--baseline", help="Design the speedups are relative to.")]
 SensitivityBaselineOpt = Annotated[str, typer.Option("--baseline", help="The design it is compared with.")]
 PlotBaselineOpt = Annotated[str, typer.Option("--baseline", help="plot: design the speedups are relative to.")]

@@ -47,6 +47,9 @@ __all__ = [
     "arch_rows",
     "shipped_archs",
     "field_paths",
+    "parse_setting",
+    "set_fields",
+    "with_settings",
 ]
 
 _SPEC_DIR = "specs"
@@ -119,6 +122,59 @@ def _allowed_fields(loc: list[Any]) -> str:
 
 
 # ---------------------------------------------------------------------------------------------
+# changing fields (--set FIELD=VALUE, sweep points)
+
+TOP_LEVEL_FIELDS = ("name", "description", "clock_hz", "bits_per_element", "precision")
+
+
+def set_fields(data: dict[str, Any], values: dict[str, Any], *, what: str = "architecture field") -> dict[str, Any]:
+    """``data`` (an :func:`arch_to_dict`) with each dotted field of ``values`` replaced; a field
+    the spec does not have (or an optional section it lacks) is an error naming it. Values are
+    validated, with their units parsed, when the dict is read back (:func:`arch_from_dict`)."""
+    for key, value in values.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            if not isinstance(node.get(p), dict):
+                why = (f"this spec has no {p!r} section" if p in node or p in ArchSpec.model_fields
+                       else f"{p!r} is not a section here (fields here: {', '.join(sorted(node))})")
+                raise SpecError(f"{what} {key!r} does not exist: {why}")
+            node = node[p]
+        if leaf not in node and (parents or leaf not in TOP_LEVEL_FIELDS):
+            raise SpecError(f"{what} {key!r} does not exist (fields here: {', '.join(sorted(node))})")
+        node[leaf] = value
+    return data
+
+
+def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
+    """``FIELD=VALUE`` as (field, value); the value is read as YAML (``16MiB`` stays text for the
+    spec's unit parsing, ``[weight-stationary]`` is a list, ``true`` a boolean)."""
+    field, sep, raw = text.partition("=")
+    field = field.strip()
+    if not sep or not field or not raw.strip():
+        raise SpecError(f"{option} {text!r}: expected FIELD=VALUE, e.g. {option} memory.onchip_buffer_bytes=16MiB")
+    try:
+        value = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        value = raw.strip()
+    return field, value
+
+
+def with_settings(spec: ArchSpec, settings: list[str] | tuple[str, ...], option: str = "--set") -> ArchSpec:
+    """``spec`` with each ``FIELD=VALUE`` of ``settings`` applied, validated again; errors name
+    the option and the field."""
+    if not settings:
+        return spec
+    values = dict(parse_setting(t, option) for t in settings)
+    data = set_fields(arch_to_dict(spec), values, what=f"{option}: architecture field")
+    sources = data.setdefault("sources", {})
+    for key, value in values.items():  # the printed source says where the value came from
+        before = sources.get(key)
+        sources[key] = f"set on the command line ({option} {key}={value})" + (f"; the spec's source: {before}" if before else "")
+    return arch_from_dict(data, source=f"{spec.name} with {option} " + " ".join(settings))
+
+
+# ---------------------------------------------------------------------------------------------
 # output
 
 
@@ -151,6 +207,9 @@ _UNITS: dict[str, str] = {
     "compute.unary_cost_cycles": "cycles/result",
     "compute.unary_cost_pe_ops": "ops/result",
     "compute.dataflows": "",
+    "kernels.min_kernel_s": "s",
+    "kernels.compute_fraction": "",
+    "kernels.offchip_fraction": "",
     "compute.dataflow_switch_cycles": "cycles",
     "compute.stationary_double_buffered": "",
     "compute.gemm_in_1d_mode": "",
@@ -189,7 +248,7 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
 
     def add(path: str, value: Any, given: bool, unit: str | None = None) -> None:
-        if isinstance(value, list):
+        if isinstance(value, (list, tuple)):
             value = ", ".join(map(str, value)) or "(none)"
         unit = _UNITS.get(path, "") if unit is None else unit
         rows.append({"field": path, "value": value, "unit": unit, "source": _source(spec, path, given)})
@@ -219,6 +278,9 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
                     add(f"{path}.{key}", v, True, "pJ" if name != "mfu_pj" else "pJ/result")
             else:
                 add(path, value, True)
+    if spec.kernels is not None:
+        for name in type(spec.kernels).model_fields:
+            add(f"kernels.{name}", getattr(spec.kernels, name), True)
     derived = [
         ("derived.one_d_lanes", spec.compute.one_d_lanes_effective, "lanes", "1D-mode lanes (array_rows * array_cols unless one_d_lanes is set; 0 without 1D mode)"),
         ("derived.peak_macs_per_s", spec.peak_macs_per_s, "MAC/s", "array_rows * array_cols * clock_hz"),

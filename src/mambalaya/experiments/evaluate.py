@@ -165,6 +165,13 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
     return best
 
 
+def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = ()) -> dict[str, ArchSpec]:
+    """Each named design loaded, with ``--set FIELD=VALUE`` settings applied."""
+    from mambalaya.arch import load_arch, with_settings
+
+    return {a: with_settings(load_arch(a), list(settings)) for a in names}
+
+
 def compare_rows(
     archs: list[str],
     model_name: str,
@@ -177,13 +184,16 @@ def compare_rows(
     mapping_overrides: dict[str, str] | None = None,
     scan: str | None = None,
     precision: str | None = None,
+    settings: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
-    """Latency of each design at each sequence length, with the speedup over ``baseline``."""
+    """Latency of each design at each sequence length, with the speedup over ``baseline``;
+    ``settings`` (``FIELD=VALUE``) change every design alike."""
     if baseline not in archs:
         archs = [baseline] + archs
+    specs = designs_with(archs, settings)
     rows = []
     for L in seq_lens:
-        evals = {a: evaluate(a, model_name, config, phase=phase, seq_len=L, batch=batch,
+        evals = {a: evaluate(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,
                              mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision) for a in archs}
         base = evals[baseline].result.latency_s
         for a, ev in evals.items():

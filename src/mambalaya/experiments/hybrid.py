@@ -155,15 +155,19 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
 
 def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig, *, phase: str, seq_lens: list[int],
                         batch: int, baseline: str, scan: str | None = None, softmax: str = "three-pass",
-                        precision: str | None = None) -> list[dict[str, Any]]:
+                        precision: str | None = None, settings: tuple[str, ...] = ()) -> list[dict[str, Any]]:
     """Whole-model latency of each design at each context length, each layer type's share
     and mapping, and the speedup over ``baseline``. In decode, ``seq_len`` is the context in
-    the KV cache, so (unlike a pure Mamba model) every length is its own row."""
+    the KV cache, so (unlike a pure Mamba model) every length is its own row. ``settings``
+    (``FIELD=VALUE``) change every design alike."""
+    from mambalaya.experiments.evaluate import designs_with
+
     if baseline not in archs:
         archs = [baseline] + archs
+    specs = designs_with(archs, settings)
     rows = []
     for L in seq_lens:
-        evals = {a: evaluate_hybrid(a, model_name, config, phase=phase, seq_len=L, batch=batch, scan=scan,
+        evals = {a: evaluate_hybrid(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch, scan=scan,
                                     softmax=softmax, precision=precision) for a in archs}
         base = evals[baseline].model_latency_s
         for a, ev in evals.items():

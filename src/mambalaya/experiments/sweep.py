@@ -177,24 +177,12 @@ def _arch_for(point: dict[str, Any]):
 
 
 def _build_arch(point: dict[str, Any]):
-    from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
+    from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, set_fields
 
     base = point["arch"]
     if base not in _ARCHS:
         _ARCHS[base] = arch_to_dict(load_arch(base))
-    data = json.loads(json.dumps(_ARCHS[base]))
-    for key, value in point.items():
-        if key in POINT_KEYS:
-            continue
-        node = data
-        *parents, leaf = key.split(".")
-        for p in parents:
-            if not isinstance(node.get(p), dict):
-                raise SpecError(f"architecture field {key!r} does not exist")
-            node = node[p]
-        if leaf not in node and not parents and leaf not in _TOP_ARCH_FIELDS:
-            raise SpecError(f"architecture field {key!r} does not exist")
-        node[leaf] = value
+    data = set_fields(json.loads(json.dumps(_ARCHS[base])), {k: v for k, v in point.items() if k not in POINT_KEYS})
     return arch_from_dict(data, source=f"point {point_id(point)}")
 
 

@@ -435,12 +435,14 @@ def _need(choice: GroupChoice | None, einsums: list[str], buffer_bytes: int | No
         raise SpecError(
             f"no tiling of Einsums {', '.join(einsums)} that fits a buffer of {buffer_bytes:,} bytes is both legal and "
             "one whose traffic the model can count (among the best few: at this size, tiles whose reads do not "
-            "move by a common step would need every tile enumerated); try a shorter --seq-len or a larger --buffer"
+            "move by a common step would need every tile enumerated); try a shorter sequence or a larger buffer "
+            "(--buffer on the fusion commands, --set memory.onchip_buffer_bytes=... where a design is given)"
         )
     if choice is None:
         raise SpecError(
             f"Einsums {', '.join(einsums)} do not fit a buffer of {buffer_bytes:,} bytes even alone "
-            "(a recurrence's carried state must stay on chip); use a larger --buffer"
+            "(a recurrence's carried state must stay on chip); use a larger buffer (--buffer on the fusion commands, "
+            "--set memory.onchip_buffer_bytes=... where a design is given)"
         )
     return choice
 

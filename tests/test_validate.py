@@ -48,6 +48,7 @@ def case_file(tmp_path, **changes):
     cases, _ = load_cases()
     data = cases.model_dump(mode="json")
     data["cases"] = [dict(data["cases"][0], **changes)]
+    data["assumptions"] = [a for a in data["assumptions"] if a["arch"] == data["cases"][0]["arch"]]
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
@@ -96,3 +97,16 @@ def test_a_part_of_a_cascade_keeps_its_einsums_and_reads_the_rest_as_inputs() ->
         sub_cascade(c, ["Q"])
     with pytest.raises(SpecError, match="outputs BX are not written"):
         sub_cascade(c, ["AD"], outputs=["BX"])
+
+
+def test_every_kernels_assumption_is_moved_over_its_range(shipped) -> None:
+    """The GPU specs' kernels assumptions (launch floor, compute and HBM fractions) each at the
+    low and high end of the range their sources give: the predicted / measured median moves,
+    the speed of light (peak rates) cannot."""
+    moved = {(r["arch"], r["assumption"], r["end"]) for r in shipped.sensitivity}
+    for arch in ("gpu-h100", "gpu-a100-pcie"):
+        for key in ("kernels.min_kernel_s", "kernels.compute_fraction", "kernels.offchip_fraction"):
+            assert {(arch, key, "low"), (arch, key, "high")} <= moved
+    low_compute = next(r for r in shipped.sensitivity if r["arch"] == "gpu-a100-pcie"
+                       and r["assumption"] == "kernels.compute_fraction" and r["end"] == "low")
+    assert low_compute["median_ratio"] > low_compute["base_median_ratio"]  # slower kernels, longer predictions

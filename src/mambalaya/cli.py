@@ -762,7 +762,7 @@ def validate_cmd(
     result = validate(cases)
     rows = result.rows()
     if fmt == Format.json:
-        _emit(json.dumps({"cases": rows, "summary": result.summary()}, indent=2), None)
+        _emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity)}, indent=2), None)
     elif fmt == Format.csv:
         _emit(_rows_csv(rows), None)
     else:
@@ -773,6 +773,9 @@ def validate_cmd(
         s = result.summary()
         out_console.print(f"{s['cases']} cases: predicted / measured median {s['median_ratio']:.3g}, worst "
                           f"{s['worst_ratio']:.3g} ({s['worst_case']}); speed of light above the measurement: {s['violations']}")
+        if result.sensitivity:
+            out_console.print(_rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
+                                          "assumption at the ends of its range (the speed of light does not depend on them)"))
     if out is not None:
         from mambalaya.report.figures.save import save_figure
         from mambalaya.report.figures.validation import validation_figure

@@ -157,6 +157,11 @@ def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
         value = raw.strip()
+    if isinstance(value, str):  # YAML 1.1 reads 2e-6 (no dot) as text: a number is a number
+        try:
+            value = float(value)
+        except ValueError:
+            pass
     return field, value
 
 

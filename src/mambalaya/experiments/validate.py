@@ -60,10 +60,22 @@ class Case(BaseModel):
     assumed: str = Field("", description="Setup details the source does not state, and the choice made.")
 
 
+class Assumption(BaseModel):
+    """A kernels assumption of one GPU spec and its range from the spec's sources."""
+
+    model_config = _STRICT
+
+    key: str = Field(pattern=r"^kernels\.")
+    arch: str
+    low: float
+    high: float
+
+
 class CaseFile(BaseModel):
     model_config = _STRICT
 
     sources: dict[str, str]
+    assumptions: tuple[Assumption, ...] = ()
     cases: tuple[Case, ...]
 
 
@@ -98,6 +110,7 @@ class Result:
 class Validation:
     source: str
     results: tuple[Result, ...]
+    sensitivity: tuple[dict, ...] = ()  # per assumption end: the predicted / measured median of its arch's cases
 
     @property
     def violations(self) -> tuple[Result, ...]:
@@ -160,14 +173,14 @@ def _cascade(case: Case, name: str):
         raise SpecError(f"case {case.id}: {err.message if hasattr(err, 'message') else err}", source=name) from None
 
 
-def validate_case(case: Case, source_text: str, name: str) -> Result:
+def validate_case(case: Case, source_text: str, name: str, spec=None) -> Result:
     part = _cascade(case, name)
     kernels = case.kernels or (tuple(e.name for e in part.einsums),)
     listed = [e for k in kernels for e in k]
     if sorted(listed) != sorted(e.name for e in part.einsums):
         raise SpecError(f"case {case.id}: kernels {kernels} must split exactly the Einsums "
                         f"{', '.join(e.name for e in part.einsums)}", source=name)
-    spec = load_arch(case.arch)
+    spec = spec if spec is not None else load_arch(case.arch)
     groups = tuple(FusionGroup(f"K{i + 1}", k) for i, k in enumerate(kernels))
     mapping = check_mapping(part, Mapping("kernels", groups, None, "the measured kernels' grouping"), ignore_buffer=True)
     predicted = layer_latency(spec, part, mapping, per_einsum=False).latency_s
@@ -176,9 +189,25 @@ def validate_case(case: Case, source_text: str, name: str) -> Result:
 
 
 def validate(path: str | Path | None = None) -> Validation:
-    """Every case of the file (default the shipped measurements), predicted and bounded."""
+    """Every case of the file (default the shipped measurements), predicted and bounded, and
+    the predicted / measured median of each GPU's cases with each kernels assumption at the
+    ends of its range (the speed of light does not depend on them)."""
+    from mambalaya.arch import with_settings
+
     cases, name = load_cases(path)
-    return Validation(name, tuple(validate_case(c, cases.sources[c.source], name) for c in cases.cases))
+    results = tuple(validate_case(c, cases.sources[c.source], name) for c in cases.cases)
+    sensitivity = []
+    for a in cases.assumptions:
+        mine = [c for c in cases.cases if c.arch == a.arch]
+        if not mine:
+            raise SpecError(f"assumption {a.key} names arch {a.arch!r}, which no case uses", source=name)
+        base = statistics.median(r.ratio for r in results if r.case.arch == a.arch)
+        for end, value in (("low", a.low), ("high", a.high)):
+            spec = with_settings(load_arch(a.arch), [f"{a.key}={value}"], option="assumption")
+            ratios = [validate_case(c, cases.sources[c.source], name, spec).ratio for c in mine]
+            sensitivity.append({"arch": a.arch, "assumption": a.key, "end": end, "value": value,
+                                "median_ratio": statistics.median(ratios), "base_median_ratio": base})
+    return Validation(name, results, tuple(sensitivity))
 
 
-__all__ = ["Case", "Result", "SHIPPED_CASES", "Validation", "load_cases", "validate", "validate_case"]
+__all__ = ["Assumption", "Case", "Result", "SHIPPED_CASES", "Validation", "load_cases", "validate", "validate_case"]

@@ -62,8 +62,17 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     assert all(f'id="fig-{name}"' in page for name in FIGURES) and "No parameter was tuned" in page
     for table in ("latency", "speedups", "end_to_end", "einsums", "traffic_by_tensor", "timeline", "roofline",
                   "fusion_classes", "architectures", "geens_claims", "scan_forms", "headlines", "precision",
-                  "latency_uniform", "sensitivity", "what_would_it_take", "energy", "residency"):
+                  "latency_uniform", "sensitivity", "what_would_it_take", "energy", "residency", "validation"):
         assert (out / f"{table}.csv").exists(), table
+    # the report opens with the headline table (ours, published, gap, why), every claim of every model
+    sections = [line for line in report.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Headline ratios: ours beside the published ones"
+    head = report.split("## Setup")[0]
+    assert "| model | claim | published |" in head and "| why |" in head
+    assert head.count("speedup over MARCA") == 3 * len(MODELS)  # prefill, generation and end to end, per model
+    # the published GPU kernels and the units each design runs
+    assert "## Published GPU kernel timings against the model" in report
+    assert "## Which unit and which dataflow runs each Einsum" in report
     # energy of the three designs, prefill and generation, by action; MARCA's gain over itself is 1
     en = pd.read_csv(out / "energy.csv")
     assert {"mambalaya", "marca-ideal", "geens-ideal"} <= set(en.design) and set(en.phase) == {"prefill", "generation"}

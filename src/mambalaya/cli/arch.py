@@ -1,0 +1,56 @@
+"""Commands on architecture specs: ``arch show|list``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+import typer
+
+from mambalaya.cli.options import (
+    SetOpt,
+    Format,
+    FormatOpt,
+    OutOpt,
+)
+
+from mambalaya.cli.common import (
+    _design,
+    _emit,
+    _print_table,
+    _rows_csv,
+    _rows_table,
+    arch_app,
+    out_console,
+    user_errors,
+)
+
+
+@arch_app.command("show")
+@user_errors
+def arch_show_cmd(
+    name: Annotated[str, typer.Argument(help="Shipped design name or arch YAML file.")],
+    settings: SetOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Print every value of an architecture spec, its unit and where it comes from."""
+    from mambalaya.arch import arch_rows, arch_to_dict
+
+    spec = _design(name, settings)
+    if fmt == Format.json:
+        _emit(json.dumps(arch_to_dict(spec), indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(arch_rows(spec)), output)
+    else:
+        _print_table(_rows_table(arch_rows(spec), f"architecture {spec.name}: {spec.description}"), output)
+
+
+@arch_app.command("list")
+@user_errors
+def arch_list_cmd() -> None:
+    """List the shipped architecture specs."""
+    from mambalaya.arch import load_arch, shipped_archs
+
+    for name in shipped_archs():
+        out_console.print(f"{name:16s} {load_arch(name).description}", highlight=False, markup=False)

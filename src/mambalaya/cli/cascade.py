@@ -1,0 +1,189 @@
+"""Commands on models and cascades: ``models``, ``cascade show|dump|check|diagram``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mambalaya.cli.options import (
+    DEFAULT_BITS,
+    DEFAULT_CASCADE_BATCH,
+    DEFAULT_CASCADE_MODEL,
+    DEFAULT_SEQ_LEN,
+    LayerTypeOpt,
+    BatchOpt,
+    BitsOpt,
+    BufferOpt,
+    Format,
+    FormatOpt,
+    ImageOutOpt,
+    ModelOpt,
+    OutlineMappingOpt,
+    OutOpt,
+    PhaseOpt,
+    PhaseOption,
+    PrecisionOpt,
+    ScanOpt,
+    SeqLenOpt,
+    StateIoOpt,
+    UnrollFlag,
+)
+from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
+from mambalaya.workloads import PRESETS
+
+from mambalaya.cli.common import (
+    _emit,
+    _family_shape,
+    _model_layer,
+    _policy_name,
+    _print_stats,
+    _provenance,
+    _rows_csv,
+    _rows_table,
+    _shape_text,
+    _width_text,
+    app,
+    cascade_app,
+    err_console,
+    out_console,
+    user_errors,
+)
+
+
+@app.command("models")
+@user_errors
+def models_cmd(fmt: FormatOpt = Format.table) -> None:
+    """List the model presets with their configurations and parameter counts."""
+    rows = []
+    for name, cfg in PRESETS.items():
+        shape = _family_shape(cfg)
+        rows.append(
+            {
+                "model": name,
+                "family": cfg.family,
+                "d_model": cfg.d_model,
+                "n_layers": cfg.n_layers,
+                "d_state": cfg.mamba_d_state if cfg.family == "bamba" else cfg.d_state,
+                "expand": cfg.mamba_expand if cfg.family == "bamba" else cfg.expand,
+                "d_conv": cfg.mamba_d_conv if cfg.family == "bamba" else cfg.d_conv,
+                "shape": shape,
+                "vocab_size": cfg.vocab_size,
+                "parameters": cfg.model_parameters(),
+            }
+        )
+    if fmt == Format.json:
+        _emit(json.dumps(rows, indent=2), None)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), None)
+    else:
+        out_console.print(_rows_table(rows, "model presets (parameters: embedding + layers + final norm)"))
+
+
+@cascade_app.command("show")
+@user_errors
+def show_cmd(
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
+    unroll: UnrollFlag = False,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
+                       precision=_policy_name(precision))
+    title = (
+        f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {_width_text(bits, precision)}; "
+        f"{_shape_text(config)}; {config.n_layers} layers"
+        + (f" (totals count the {config.layer_counts()[layer_type]} {layer_type} layers)" if layer_type else "")
+    )
+    n_layers = config.layer_counts().get(layer_type, 0) if layer_type and config.family == "bamba" else config.n_layers
+    _print_stats(cascade, n_layers, fmt, output, prov, title)
+
+
+@cascade_app.command("dump")
+@user_errors
+def dump_cmd(
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
+    unroll: UnrollFlag = False,
+    output: OutOpt = None,
+) -> None:
+    """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+    _emit(dump_cascade(cascade), output)
+
+
+@cascade_app.command("check")
+@user_errors
+def check_cmd(
+    path: Annotated[Path, typer.Argument(help="A cascade YAML file.")],
+    n_layers: Annotated[int, typer.Option(min=1, help="Layers, for whole-model totals.")] = 1,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Validate a cascade file; print its statistics, or the errors (exit 1)."""
+    cascade = load_cascade(path)
+    err_console.print(f"{path}: valid cascade {cascade.name!r} with {len(cascade.einsums)} Einsums")
+    _print_stats(cascade, n_layers, fmt, output, {"file": str(path)}, f"{path} ({cascade.name})")
+
+
+@cascade_app.command("diagram")
+@user_errors
+def diagram_cmd(
+    output: ImageOutOpt = Path("cascade.svg"),
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
+    unroll: UnrollFlag = False,
+    cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
+    weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
+    classes: Annotated[bool, typer.Option("--classes/--no-classes", help="Label edges with their fusion class.")] = False,
+    mapping: OutlineMappingOpt = None,
+    buffer: BufferOpt = None,
+) -> None:
+    """Draw the cascade as a dataflow graph (tensors as boxes, Einsums numbered by kind)."""
+    from mambalaya.fusion.edges import classify_edges
+    from mambalaya.report.diagram import draw_cascade
+
+    if cascade_file is not None:
+        cascade = load_cascade(cascade_file)
+        title = f"{cascade_file} ({cascade.name})"
+    else:
+        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+        title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
+    labels = None
+    if classes:
+        labels = {e.key: e.fusion_class for e in classify_edges(cascade) if e.producer != e.consumer}
+    groups = None
+    if mapping is not None:
+        from mambalaya.cli.fusion import _resolve_mapping
+
+        m = _resolve_mapping(mapping, cascade, buffer)
+        groups = {e: n for n, g in enumerate(m.groups) for e in g.einsums}
+        title += f"; mapping {m.name}"
+    draw_cascade(cascade, output, title=title, show_weights=weights, edge_labels=labels, groups=groups)
+    err_console.print(f"wrote {output}")

@@ -1,0 +1,229 @@
+"""What every command of the ``mambalaya`` command line shares: the app and its groups, the
+consoles, one-paragraph errors, output in table, CSV or JSON, provenance."""
+
+from __future__ import annotations
+
+import atexit
+import csv
+import functools
+import gc
+import io
+import json
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Any, Callable
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from mambalaya import __version__
+from mambalaya.cli.options import (
+    Format,
+    PhaseOption,
+)
+from mambalaya.formatting import whole
+from mambalaya.errors import MambalayaError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.unroll import unroll_recurrences
+from mambalaya.einsum.stats import cascade_stats
+from mambalaya.report.tables import cascade_json, cascade_rows
+from mambalaya.workloads import PRESETS, SCANS, ModelConfig, build_layer, resolve_model
+
+
+
+# Whatever is alive when a command ends dies with the process. Frozen (gc.freeze), it is left out
+# of the cyclic collections the interpreter's teardown runs over every module: about 0.15 s of
+# every command here (docs/sweeps.md). Registered first, this runs after the exit handlers
+# that libraries register later; it skips no finaliser that reference counting runs.
+atexit.register(gc.freeze)
+
+app = typer.Typer(
+    help="Einsum-based fusion analysis of state-space models (Mamba) on accelerators.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+cascade_app = typer.Typer(help="Build, inspect, draw and check Einsum cascades.", no_args_is_help=True)
+app.add_typer(cascade_app, name="cascade")
+fusion_app = typer.Typer(help="Fusion classes of edges, mappings, their traffic and the optimal search.", no_args_is_help=True)
+app.add_typer(fusion_app, name="fusion")
+arch_app = typer.Typer(help="Architecture specs: the shipped designs or your YAML.", no_args_is_help=True)
+app.add_typer(arch_app, name="arch")
+
+out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+err_console = Console(stderr=True, soft_wrap=True)
+
+
+class Objective(str, Enum):
+    latency = "latency"
+    energy = "energy"
+    edp = "edp"
+
+
+class Suite(str, Enum):
+    paper = "paper"
+    hybrid = "hybrid"
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Report MambalayaError as one paragraph on stderr and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except MambalayaError as err:
+            err_console.print(f"[bold red]error:[/] {escape(str(err))}", markup=True, highlight=False)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
+                 scan: str | None = None, unroll: bool = False, precision: str | None = None,
+                 layer_type: str | None = None) -> tuple[ModelConfig, Cascade]:
+    config = resolve_model(model)
+    if scan is not None and scan not in SCANS:
+        raise MambalayaError(f"--scan must be one of {', '.join(SCANS)}, not {scan!r}")
+    name = f"{Path(model).stem if model not in PRESETS else model}-{phase.value}"
+    if layer_type is not None:
+        name = name.replace(f"-{phase.value}", f"-{layer_type}-{phase.value}")
+    cascade = build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
+                          name=name, scan=scan, precision=precision, layer_type=layer_type)
+    return config, (unroll_recurrences(cascade) if unroll else cascade)
+
+
+def _policy_name(precision: str | None) -> str:
+    return precision or "uniform"
+
+
+def _width_text(bits: int, precision: str | None) -> str:
+    """``16-bit`` under the uniform policy, else the policy's name beside the design width."""
+    if precision in (None, "uniform"):
+        return f"{bits}-bit"
+    return f"precision {precision} (design width {bits} bits)"
+
+
+def _provenance(model: str, config: ModelConfig, cascade: Cascade, **run: Any) -> dict[str, Any]:
+    return {"model": model, "config": config.model_dump(), **run, "mambalaya": __version__}
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+    else:
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise MambalayaError(f"cannot write {output}: {err.strerror or err}") from None
+        err_console.print(f"wrote {output}")
+
+
+def _rows_csv(rows: list[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    return buf.getvalue()
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, float):
+        if value.is_integer() or abs(value) >= 1000:
+            return whole(value)
+        return f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def _rows_table(rows: list[dict[str, Any]], title: str) -> Table:
+    table = Table(title=title, title_justify="left", show_lines=False)
+    for key in rows[0]:
+        numeric = isinstance(rows[0][key], (int, float))
+        table.add_column(key, justify="right" if numeric else "left", overflow="fold")
+    for row in rows:
+        cells = (Text(_cell(v)) for v in row.values())  # Text: '[b,i]' is not markup
+        table.add_row(*cells, style="bold" if row.get("einsum") == "total" else None)
+    return table
+
+
+def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | None, provenance: dict[str, Any], title: str) -> None:
+    stats = cascade_stats(cascade, n_layers=n_layers)
+    if fmt == Format.json:
+        _emit(json.dumps(cascade_json(stats, provenance=provenance), indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(cascade_rows(stats)), output)
+    else:
+        table = _rows_table(cascade_rows(stats), title)
+        if output is None:
+            out_console.print(table)
+            t = stats.totals
+            out_console.print(
+                f"layer: {t['macs']:,} MACs, {t['parameters']:,} parameters, "
+                f"{whole(t['read_bytes'] + t['write_bytes'])} bytes moved unfused; "
+                f"model ({n_layers} layers): {t['model_macs']:,} MACs"
+            )
+        else:
+            console = Console(file=io.StringIO(), width=200)
+            console.print(table)
+            _emit(console.file.getvalue(), output)  # type: ignore[attr-defined]
+
+
+def _print_table(table: Table, output: Path | None, append: bool = False) -> None:
+    if output is None:
+        out_console.print(table)
+        return
+    console = Console(file=io.StringIO(), width=240)
+    console.print(table)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    if append and output.exists():
+        text = output.read_text(encoding="utf-8") + text
+    _emit(text, output)
+
+
+@app.callback(invoke_without_command=True)
+def main(version: Annotated[bool, typer.Option("--version", help="Print the version and exit.")] = False) -> None:
+    if version:
+        out_console.print(f"mambalaya {__version__}")
+        raise typer.Exit()
+
+
+def _family_shape(cfg: ModelConfig) -> str:
+    """The shape fields only one model family has."""
+    if cfg.family == "mamba1":
+        return f"dt_rank={cfg.dt_rank_value}"
+    if cfg.family == "bamba":
+        counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
+        return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; mlp={cfg.d_ff}; "
+                f"mamba heads={cfg.mamba_heads} headdim={cfg.mamba_headdim}")
+    return f"headdim={cfg.headdim} nheads={cfg.nheads} ngroups={cfg.ngroups} chunk={cfg.chunk_size}"
+
+
+def _shape_text(cfg: ModelConfig) -> str:
+    """One line of a model's shape, for table titles."""
+    if cfg.family == "bamba":
+        return f"{cfg.family}, d_model={cfg.d_model}, {_family_shape(cfg)}"
+    return (f"{cfg.family}, d_model={cfg.d_model}, d_inner={cfg.d_inner}, d_state={cfg.d_state}, "
+            f"{_family_shape(cfg)}, d_conv={cfg.d_conv}")
+
+
+def _design(name: str, settings: list[str] | None) -> Any:
+    """The design named on the command line, with its --set FIELD=VALUE changes."""
+    from mambalaya.arch import load_arch, with_settings
+
+    return with_settings(load_arch(name), settings or [])
+
+
+def _int_list(text: str, what: str) -> list[int]:
+    try:
+        values = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MambalayaError(f"{what} must be a comma-separated list of integers, not {text!r}") from None
+    if not values or any(v < 1 for v in values):
+        raise MambalayaError(f"{what} must list positive integers, not {text!r}")
+    return values

@@ -1,0 +1,184 @@
+"""Commands on fusion: ``fusion classes|map|pareto``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from mambalaya.cli.options import (
+    DEFAULT_BITS,
+    DEFAULT_CASCADE_BATCH,
+    DEFAULT_CASCADE_MODEL,
+    DEFAULT_SEQ_LEN,
+    LayerTypeOpt,
+    BatchOpt,
+    BitsOpt,
+    BufferOpt,
+    Format,
+    FormatOpt,
+    MappingOpt,
+    ModelOpt,
+    OutOpt,
+    PhaseOpt,
+    PhaseOption,
+    PrecisionOpt,
+    ScanOpt,
+    SeqLenOpt,
+    StateIoOpt,
+    UnrollFlag,
+)
+from mambalaya.formatting import whole
+from mambalaya.errors import MambalayaError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.fusion.mapping import parse_bytes
+
+from mambalaya.cli.common import (
+    _emit,
+    _model_layer,
+    _policy_name,
+    _print_table,
+    _provenance,
+    _rows_csv,
+    _rows_table,
+    _width_text,
+    fusion_app,
+    out_console,
+    user_errors,
+)
+
+
+DEFAULT_BUFFER = "32MiB"
+
+
+def _resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None):
+    """A named mapping built for ``buffer`` (default 32 MiB), or a mapping file checked against
+    ``buffer`` if given, else against the file's own ``buffer_bytes``."""
+    from dataclasses import replace
+
+    from mambalaya.fusion.mapping import check_mapping, load_mapping
+    from mambalaya.model.search import NAMED_MAPPINGS, named_mapping
+
+    if name in NAMED_MAPPINGS:
+        return named_mapping(name, cascade, parse_bytes(buffer or DEFAULT_BUFFER), stats)
+    if not Path(name).exists():
+        raise MambalayaError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or the path of a mapping YAML file")
+    mapping = load_mapping(name)
+    if buffer is not None:
+        mapping = replace(mapping, buffer_bytes=parse_bytes(buffer))
+    return check_mapping(cascade, mapping)
+
+
+@fusion_app.command("classes")
+@user_errors
+def classes_cmd(
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
+    unroll: UnrollFlag = False,
+    inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state.")] = True,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
+    from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
+
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+    edges = classify_edges(cascade, include_inputs=inputs)
+    if fmt == Format.json:
+        _emit(json.dumps(edges_json(edges), indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(edge_rows(edges)), output)
+    else:
+        title = f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}: edges (producer '-' = layer input or incoming state)"
+        _print_table(_rows_table(edge_rows(edges), title), output)
+
+
+@fusion_app.command("map")
+@user_errors
+def map_cmd(
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    state_io: StateIoOpt = None,
+    scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
+    unroll: UnrollFlag = False,
+    mapping: MappingOpt = "stitched",
+    buffer: BufferOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Write the mapping as YAML.")] = None,
+) -> None:
+    """Build or load a mapping; print its groups, traffic per tensor, off-chip bytes and footprints."""
+    from mambalaya.fusion.mapping import dump_mapping
+    from mambalaya.model.search import SearchStats
+    from mambalaya.model.traffic import mapping_traffic
+    from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
+
+    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+    stats = SearchStats()
+    m = _resolve_mapping(mapping, cascade, buffer, stats)
+    buffer_bytes = m.buffer_bytes
+    traffic = mapping_traffic(cascade, m)
+    if save is not None:
+        _emit(dump_mapping(m), save)
+    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
+                       precision=_policy_name(precision), mapping=mapping, buffer_bytes=buffer_bytes)
+    if fmt == Format.json:
+        _emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
+        return
+    if fmt == Format.csv:
+        _emit(_rows_csv(group_rows(traffic)) + "\n" + _rows_csv(tensor_rows(cascade, traffic)), output)
+        return
+    head = (f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {_width_text(bits, precision)}; mapping {m.name} "
+            f"({m.description}); buffer {f'{buffer_bytes:,} bytes' if buffer_bytes else 'unbounded'}")
+    _print_table(_rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"), output)
+    _print_table(_rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor"), output, append=True)
+    if output is None:
+        out_console.print(f"total off-chip: {whole(traffic.offchip_bytes)} bytes; peak group footprint "
+                          f"{whole(traffic.peak_footprint_bytes)} bytes"
+                          + (f"; search costed {stats.evaluations:,} tilings" if stats.evaluations else ""))
+
+
+@fusion_app.command("pareto")
+@user_errors
+def pareto_cmd(
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    scan: ScanOpt = None,
+    layer_type: LayerTypeOpt = None,
+    fmt: FormatOpt = Format.table,
+    output: OutOpt = None,
+) -> None:
+    """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
+    from mambalaya.model.search import pareto_frontier
+
+    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None, scan, precision=precision, layer_type=layer_type)
+    rows = [
+        {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
+        for p in pareto_frontier(cascade)
+    ]
+    if not rows:
+        raise MambalayaError("no buffer size up to 4 GiB admits a mapping")
+    if fmt == Format.json:
+        _emit(json.dumps(rows, indent=2), output)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), output)
+    else:
+        _print_table(_rows_table(rows, f"{model} {phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)

@@ -1,0 +1,131 @@
+"""Other tools: ``export accelforge``, ``crosscheck accelforge``."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from mambalaya.cli.options import (
+    DEFAULT_BITS,
+    DEFAULT_CASCADE_BATCH,
+    DEFAULT_CASCADE_MODEL,
+    DEFAULT_DESIGN,
+    AccelForgeMappingOpt,
+    AccelForgeOutOpt,
+    ArchOpt,
+    SetOpt,
+    BatchOpt,
+    BitsOpt,
+    Format,
+    FormatOpt,
+    ModelOpt,
+    PhaseOpt,
+    PhaseOption,
+    PrecisionOpt,
+    UnrollScanOpt,
+)
+from mambalaya.formatting import whole
+from mambalaya.errors import MambalayaError
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.workloads import resolve_model
+
+from mambalaya.cli.common import (
+    _design,
+    _emit,
+    _model_layer,
+    _print_table,
+    _rows_csv,
+    _rows_table,
+    app,
+    err_console,
+    out_console,
+    user_errors,
+)
+
+
+export_app = typer.Typer(help="Export cascades to other tools.", no_args_is_help=True)
+app.add_typer(export_app, name="export")
+crosscheck_app = typer.Typer(help="Cross-check our numbers against other tools.", no_args_is_help=True)
+app.add_typer(crosscheck_app, name="crosscheck")
+
+
+def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batch: int, bits: int,
+                        precision: str | None = None) -> Cascade:
+    if phase == PhaseOption.prefill and unroll is None:
+        raise MambalayaError("AccelForge cannot express the scan's recurrence over I: export the decode step "
+                             "(--phase decode) or a prefill with the scan unrolled (--unroll-scan T)")
+    family = resolve_model(model).family
+    if family == "bamba":
+        raise MambalayaError(f"{model} is a hybrid model: the AccelForge export covers Mamba-1 and Mamba-2 layers")
+    _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None,
+                              "recurrent" if family == "mamba2" else None, precision=precision)
+    return cascade
+
+
+@export_app.command("accelforge")
+@user_errors
+def export_accelforge_cmd(
+    output: AccelForgeOutOpt,
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.decode,
+    unroll_scan: UnrollScanOpt = None,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    arch: ArchOpt = DEFAULT_DESIGN,
+    settings: SetOpt = None,
+) -> None:
+    """Write an AccelForge workload (decode step, or prefill with the scan unrolled) and architecture."""
+    from mambalaya.interop.accelforge import write_export
+
+    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
+    for path in write_export(cascade, _design(arch, settings), output, unroll_scan=unroll_scan):
+        err_console.print(f"wrote {path}")
+
+
+@crosscheck_app.command("accelforge")
+@user_errors
+def crosscheck_accelforge_cmd(
+    model: ModelOpt = DEFAULT_CASCADE_MODEL,
+    phase: PhaseOpt = PhaseOption.decode,
+    unroll_scan: UnrollScanOpt = None,
+    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
+    bits: BitsOpt = DEFAULT_BITS,
+    precision: PrecisionOpt = None,
+    mapping: AccelForgeMappingOpt = "unfused",
+    python: Annotated[Optional[str], typer.Option("--python", help="A Python >= 3.12 with accelforge and mambalaya (default: found automatically).")] = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """Per tensor: AccelForge's off-chip bits beside ours for the same mapping, and the difference."""
+    from mambalaya.interop.accelforge import cross_check_via, find_python312
+
+    if mapping not in ("unfused", "mapper"):
+        raise MambalayaError(f"--mapping must be unfused or mapper, not {mapping!r}")
+    py = python or find_python312()
+    if py is None:
+        raise MambalayaError("no Python >= 3.12 with accelforge and mambalaya was found: run scripts/accelforge-env.sh "
+                             "(it builds .venv-af) or pass --python")
+    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
+    result = cross_check_via(py, cascade, mapping, unroll_scan=unroll_scan)
+    rows = result["rows"]
+    if fmt == Format.json:
+        _emit(json.dumps(result, indent=2), None)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), None)
+    else:
+        _print_table(_rows_table(rows, f"{model} {phase.value}{f' unrolled x{unroll_scan}' if unroll_scan else ''}: "
+                                       f"off-chip bits, ours vs AccelForge ({mapping} mapping)"), None)
+        ours_bits = sum(r["ours_bits"] for r in rows)
+        theirs_bits = sum(r["accelforge_bits"] for r in rows)
+        out_console.print(f"total: ours {whole(ours_bits)} bits, AccelForge {whole(theirs_bits)} bits; AccelForge "
+                          f"{result['accelforge_seconds']:.2f} s, ours {result['ours_seconds']:.3f} s")
+        if unroll_scan:
+            extra = ours_bits - result["ours_recurrent_bits"]
+            out_console.print(f"the recurrent scan (state carried on chip) moves {result['ours_recurrent_bits']:,.0f} bits "
+                              f"in our model: unrolling costs {extra:+,.0f} bits")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    app()

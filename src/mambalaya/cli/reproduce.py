@@ -1,0 +1,192 @@
+"""The paper's evaluation and its sensitivity study: ``reproduce``, ``sensitivity``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+
+from mambalaya.cli.options import (
+    DEFAULT_BASELINE,
+    DEFAULT_DESIGN,
+    DEFAULT_DESIGN_BATCH,
+    DEFAULT_DESIGN_MODEL,
+    ArchPrecisionOpt,
+    BatchOpt,
+    Format,
+    FormatOpt,
+    ModelOpt,
+    PhaseOpt,
+    PhaseOption,
+    ReproduceOutDirOpt,
+    ReproducePrecisionOpt,
+    ReproduceSeqLensOpt,
+    SensitivityBaselineOpt,
+    SensitivityDesignOpt,
+    SensitivityOutDirOpt,
+    SensitivitySeqLensOpt,
+)
+from mambalaya.errors import MambalayaError
+from mambalaya.workloads import PRESETS, resolve_model
+
+from mambalaya.cli.common import (
+    Suite,
+    _emit,
+    _int_list,
+    _print_table,
+    _rows_csv,
+    _rows_table,
+    app,
+    err_console,
+    out_console,
+    user_errors,
+)
+
+
+@app.command("reproduce")
+@user_errors
+def reproduce_cmd(
+    out: ReproduceOutDirOpt = Path("results"),
+    suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/; --models, --seq-lens, --batch, --figures and --precision apply to it, the other options to the paper suite only.")] = Suite.paper,
+    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b).")] = None,
+    seq_lens: ReproduceSeqLensOpt = None,
+    batch: BatchOpt = DEFAULT_DESIGN_BATCH,
+    generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
+    figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the figures.")] = True,
+    precision: ReproducePrecisionOpt = None,
+    compare_precision: Annotated[str, typer.Option("--compare-precision", help="Also compute the headline ratios under this precision policy ('none' to skip); the main result uses each design's own.")] = "uniform",
+    sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
+    sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
+) -> None:
+    """Run the paper's evaluation (or the hybrid-model suite) and write tables, figures,
+    report.md and report.html."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mambalaya.experiments.reproduce import DESIGNS, EXTRA_DESIGNS, ReproduceConfig, run_reproduce
+
+    if suite == Suite.hybrid:
+        _reproduce_hybrid(out, models or "bamba-9b", seq_lens, batch, figures, precision)
+        return
+    names = tuple(m.strip() for m in (models or "mamba-1.4b,mamba2-2.7b").split(",") if m.strip())
+    for m in names:
+        if m not in PRESETS:
+            raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
+        if PRESETS[m].family == "bamba":
+            raise MambalayaError(f"{m} is a hybrid model: the paper's evaluation is of Mamba models; use "
+                                 f"`mambalaya reproduce --suite hybrid --models {m}`")
+    lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else ReproduceConfig.seq_lens
+    detail = 2048 if 2048 in lens else lens[0]
+    sens_lens = tuple(_int_list(sensitivity_seq_lens, "--sensitivity-seq-lens")) if sensitivity_seq_lens \
+        else tuple(L for L in ReproduceConfig.sensitivity_seq_lens if L in lens) or lens[:1]
+    config = ReproduceConfig(models=names, batch=batch, seq_lens=lens, generated_tokens=generated,
+                             detail_seq_len=detail, out=out, figures=figures,
+                             precision=precision,
+                             compare_precision=None if compare_precision == "none" else compare_precision,
+                             sensitivity=None if sensitivity == "none" else sensitivity,
+                             sensitivity_seq_lens=sens_lens)
+    runs = len(DESIGNS) + len(EXTRA_DESIGNS)
+    # per model: every L and generation on every design, ideal fusion (2), energy-objective mambalaya (2)
+    steps = len(names) * (len(lens) * runs + runs + 2 + 2) + (1 if figures else 0) + 2
+    if config.compare_precision:
+        steps += 1
+    if config.sensitivity:
+        from mambalaya.experiments.sensitivity import load_sensitivity_spec
+
+        steps += 1 + 2 * len(load_sensitivity_spec(config.sensitivity).assumptions)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=False) as bar:
+        task = bar.add_task("reproduce", total=steps)
+
+        def tick(message: str) -> None:
+            bar.update(task, advance=1, description=message)
+
+        result = run_reproduce(config, tick)
+        bar.update(task, completed=steps, description="done")
+    err_console.print(f"wrote {result.report} (and report.html) with {len(result.figures)} figure files and "
+                      f"{len(result.tables)} tables in {result.seconds:.1f} s")
+
+
+def _reproduce_hybrid(out: Path, models: str, seq_lens: str | None, batch: int, figures: bool,
+                      precision: str | None) -> None:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mambalaya.experiments.hybrid_suite import HybridSuiteConfig, run_hybrid_suite, suite_steps
+
+    names = tuple(m.strip() for m in models.split(",") if m.strip())
+    if not names:
+        raise MambalayaError("--models names no model")
+    lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else HybridSuiteConfig.seq_lens
+    config = HybridSuiteConfig(models=names, batch=batch, seq_lens=lens, out=out / "hybrid", figures=figures,
+                               precision=precision)
+    steps = suite_steps(config)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  console=err_console, transient=False) as bar:
+        task = bar.add_task("reproduce --suite hybrid", total=steps)
+        result = run_hybrid_suite(config, lambda message: bar.update(task, advance=1, description=message))
+        bar.update(task, completed=steps, description="done")
+    err_console.print(f"wrote {result.report} (and report.html) with {len(result.figures)} figure files and "
+                      f"{len(result.tables)} tables in {result.seconds:.1f} s")
+
+
+@app.command("sensitivity")
+@user_errors
+def sensitivity_cmd(
+    design: SensitivityDesignOpt = DEFAULT_DESIGN,
+    baseline: SensitivityBaselineOpt = DEFAULT_BASELINE,
+    model: ModelOpt = DEFAULT_DESIGN_MODEL,
+    phase: PhaseOpt = PhaseOption.prefill,
+    seq_lens: SensitivitySeqLensOpt = "2048,32768",
+    batch: BatchOpt = DEFAULT_DESIGN_BATCH,
+    precision: ArchPrecisionOpt = None,
+    spec: Annotated[str, typer.Option("--spec", help="Sensitivity spec: the assumptions and their ranges (shipped: h100-like) or a YAML file.")] = "h100-like",
+    published: Annotated[Optional[float], typer.Option("--published", help="A published value of the ratio: also say what single assumption in range would reach it.")] = None,
+    out: SensitivityOutDirOpt = None,
+    fmt: FormatOpt = Format.table,
+) -> None:
+    """How far each documented assumption moves one design's speedup over another (a tornado)."""
+    import pandas as pd
+
+    from mambalaya.experiments.sensitivity import RunSetup, load_sensitivity_spec, pair_label, pair_ratio, run_sensitivity
+
+    study = load_sensitivity_spec(spec)
+    study = study.model_copy(update={"designs": [design, baseline] if design != baseline else [design]})
+    if design == baseline:
+        raise MambalayaError("--design and --baseline name the same design; a ratio needs two")
+    config = resolve_model(model)
+    if config.family == "bamba":
+        raise MambalayaError(f"{model} is a hybrid model: the sensitivity study covers Mamba models; for a hybrid "
+                             "model use `mambalaya compare` or `mambalaya reproduce --suite hybrid`")
+    lens = tuple(_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)
+    run = RunSetup(models=(model,), configs={model: config}, seq_lens=lens, batch=batch, precision=precision,
+                   phases=("prefill",) if phase == PhaseOption.prefill else ("generation",))
+    label = pair_label(model, run.phases[0], design, baseline)
+    result = run_sensitivity(study, run, pair_ratio(design, baseline),
+                             published=None if published is None else {label: published}, far=0.0,
+                             progress=lambda m: err_console.print(m, highlight=False))
+    def shown(v: Any) -> Any:
+        return str(v).lower() if isinstance(v, bool) else v
+
+    rows = [{k: shown(r[k]) for k in ("assumption", "end", "value", "base_value", "ours", "base")} for r in result.rows]
+    title = (f"{label}: the ratio at each assumption's low and high value (base {result.base[label]:.3f}x; "
+             f"spec {study.name}, {model} {phase.value}, L = {', '.join(map(str, lens))}, batch {batch})")
+    if out is not None:
+        from mambalaya.report.figures import save_figure
+        from mambalaya.report.sensitivity_figures import tornado_figure
+
+        out.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(result.rows).to_csv(out / "sensitivity.csv", index=False)
+        if result.take:
+            pd.DataFrame(result.take).to_csv(out / "what_would_it_take.csv", index=False)
+        paths = save_figure(tornado_figure(pd.DataFrame(result.rows), label, published=published, title=label), out / "tornado")
+        err_console.print(f"wrote {out / 'sensitivity.csv'}, {', '.join(str(p) for p in paths)}")
+    if fmt == Format.json:
+        _emit(json.dumps({"ratio": label, "base": result.base[label], "rows": result.rows, "what_would_it_take": result.take},
+                         indent=2, default=str), None)
+    elif fmt == Format.csv:
+        _emit(_rows_csv(rows), None)
+    else:
+        _print_table(_rows_table(rows, title), None)
+        for t in result.take:
+            out_console.print(f"what would it take to reach {t['published']:g}x: {t['verdict']}", highlight=False)

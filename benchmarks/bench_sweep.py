@@ -1,7 +1,7 @@
 """Design-space sweeps on this machine: points per second, locally and on an external 2-worker
 Dask cluster.
 
-    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster] [--grid realistic|wide|both] [--repeat N]
+    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster] [--grid realistic|any|wide|both] [--repeat N]
 
 Each time is the whole `mambalaya sweep` command, from the interpreter's start to its exit
 (the CLI's imports and the worker processes' start included); with ``--repeat`` the local run
@@ -9,7 +9,9 @@ is repeated and the median printed too (a shared 2-core machine varies by 10-20%
 
 The *realistic* grid (issue 13): 3 designs x 3 bandwidths x 4 buffers x 2 models (mamba-370m,
 mamba-1.4b) x 4 lengths up to 16384 x 2 batches, prefill, the designs' own mappings = 576
-points (goal: 150 points/s on 2 cores).
+points (goal: 150 points/s on 2 cores). The *any* grid (issue 29): the same three designs, buffers of
+16-64 MiB, Mamba-1 and Mamba-2 models and lengths that are not powers of two, 1,152 points, the
+same goal.
 
 The grid: 3 designs x 7 bandwidths x 8 buffer sizes x 3 array shapes x 2 models x 2 batch
 sizes x (prefill at 4 lengths + decode, which does not depend on L) = 10,080 points. "Locally" is `mambalaya sweep`'s
@@ -43,6 +45,21 @@ grid:
   phase: [prefill]
 """
 
+#: Issue 29's grid: the three designs, buffers of 16-64 MiB, Mamba-1 and Mamba-2 models,
+#: lengths that are not powers of two (the Mamba-2 points run each design's faster scan form).
+ANY = """
+name: any
+chunk_size: 32
+grid:
+  arch: [mambalaya, marca-ideal, geens-ideal]
+  memory.onchip_buffer_bytes: [16MiB, 24MiB, 40MiB, 64MiB]
+  model: [mamba-370m, mamba-1.4b, mamba2-370m, mamba2-1.3b]
+  seq_len: [1000, 3000, 6000, 12000]
+  batch: [8, 64]
+  phase: [prefill]
+  memory.offchip_bandwidth_bytes_per_s: [1e12, 2.039e12, 4e12]
+"""
+
 SPEC = """
 name: bench
 chunk_size: 48
@@ -74,10 +91,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--skip-cluster", action="store_true")
-    ap.add_argument("--grid", choices=["realistic", "wide", "both"], default="both")
+    ap.add_argument("--grid", choices=["realistic", "any", "wide", "both"], default="both")
     ap.add_argument("--repeat", type=int, default=1, help="local runs of each grid (the median is printed too)")
     args = ap.parse_args()
-    grids = {"realistic": REALISTIC, "wide": SPEC}
+    grids = {"realistic": REALISTIC, "any": ANY, "wide": SPEC}
     for name in (["realistic", "wide"] if args.grid == "both" else [args.grid]):
         run_grid(name, grids[name], args.workers, args.skip_cluster, max(1, args.repeat))
 

@@ -242,3 +242,21 @@ def test_a_buffer_too_small_names_options_that_exist() -> None:
     out = runner.invoke(app, ["evaluate", "--arch", "geens-ideal", "--model", "mamba-130m", "--set", "memory.onchip_buffer_bytes=64"])
     assert out.exit_code == 1
     assert "--set memory.onchip_buffer_bytes=" in out.output
+
+
+def test_set_reads_numbers_yaml_reads_as_text_and_adds_table_entries() -> None:
+    from mambalaya.arch import load_arch, parse_setting, with_settings
+
+    assert parse_setting("kernels.min_kernel_s=2e-6") == ("kernels.min_kernel_s", 2e-6)
+    assert parse_setting("name=my-design") == ("name", "my-design")
+    spec = with_settings(load_arch("gpu-h100"), ["kernels.min_kernel_s=2e-6", "compute.unary_cost_cycles.exp=3"])
+    assert spec.kernels.min_kernel_s == 2e-6 and spec.compute.unary_cost_cycles["exp"] == 3
+    energy = with_settings(load_arch("mambalaya"), ["energy.mfu_pj.exp=1.0"])
+    assert energy.energy.mfu_pj["exp"] == 1.0
+
+
+def test_a_gpu_kernel_held_at_its_floor_reports_a_launch_bound() -> None:
+    out = runner.invoke(app, ["evaluate", "--arch", "gpu-h100", "--model", "mamba-130m", "--phase", "decode", "-B", "1",
+                              "--format", "csv"])
+    rows = list(csv.DictReader(io.StringIO(out.output)))
+    assert {"launch"} <= {r["bound"] for r in rows}

@@ -165,3 +165,21 @@ def test_the_figure_2_captions_hold_on_the_baseline_design(model) -> None:
     decode = bounds("decode")
     assert "compute" not in decode
     assert {b for b in decode if b != "offchip"} <= {"compute (one pass)"}
+
+
+def test_attention_with_partly_rotated_heads_runs_both_score_products_on_the_array() -> None:
+    """Bamba's scores are two products (the rotated and the pass-through channels), each scaled:
+    both run on the array, and the scale is one multiply per score, not one per MAC."""
+    from mambalaya.einsum.stats import einsum_ops
+    from mambalaya.model.spatial import contractions
+
+    c = build_layer(PRESETS["bamba-9b"], phase="prefill", seq_len=256, batch=1, layer_type="attention")
+    sc = c.einsum("SC")
+    assert len(contractions(c, sc)) == 2 and all(t.on_array for t in contractions(c, sc))
+    ops = einsum_ops(c, sc)
+    scores = c.elements("SC")
+    assert ops["mul"] == 2 * scores and ops["add"] == 2 * scores  # two scales, two adds (the second product, the mask)
+    cyc, sp = einsum_cycles(MAMBALAYA.compute, c, sc)
+    macs_ideal = ops["mac"] / MAMBALAYA.compute.pe_count
+    assert sp.unit == "array_2d" and cyc.array_2d == pytest.approx(macs_ideal, rel=0.01)
+    assert cyc.array_1d < cyc.array_2d / 10

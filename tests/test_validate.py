@@ -110,3 +110,12 @@ def test_every_kernels_assumption_is_moved_over_its_range(shipped) -> None:
     low_compute = next(r for r in shipped.sensitivity if r["arch"] == "gpu-a100-pcie"
                        and r["assumption"] == "kernels.compute_fraction" and r["end"] == "low")
     assert low_compute["median_ratio"] > low_compute["base_median_ratio"]  # slower kernels, longer predictions
+
+
+def test_every_single_einsum_is_a_part_of_its_cascade() -> None:
+    """A part keeps the ranks its expressions use as numbers (RS = rsqrt(SS/D + eps))."""
+    for model, scan in (("mamba-130m", None), ("mamba2-130m", "chunked"), ("mamba2-130m", "recurrent")):
+        c = build_layer(PRESETS[model], phase="prefill", seq_len=512, batch=1, scan=scan)
+        for e in c.einsums:
+            part = sub_cascade(c, [e.name])
+            assert [x.name for x in part.einsums] == [e.name]

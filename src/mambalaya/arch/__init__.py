@@ -9,6 +9,7 @@ is a :class:`~mambalaya.errors.SpecError` whose message is one paragraph naming 
 from __future__ import annotations
 
 import os
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -140,10 +141,14 @@ def set_fields(data: dict[str, Any], values: dict[str, Any], *, what: str = "arc
                        else f"{p!r} is not a section here (fields here: {', '.join(sorted(node))})")
                 raise SpecError(f"{what} {key!r} does not exist: {why}")
             node = node[p]
-        if leaf not in node and (parents or leaf not in TOP_LEVEL_FIELDS):
+        # a new key inside a table field (energy.mfu_pj.exp, compute.unary_cost_cycles.exp) is fine
+        if leaf not in node and len(parents) < 2 and (parents or leaf not in TOP_LEVEL_FIELDS):
             raise SpecError(f"{what} {key!r} does not exist (fields here: {', '.join(sorted(node))})")
         node[leaf] = value
     return data
+
+
+_EXPONENT_ONLY = re.compile(r"[+-]?\d+[eE][+-]?\d+")
 
 
 def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
@@ -157,11 +162,8 @@ def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
         value = raw.strip()
-    if isinstance(value, str):  # YAML 1.1 reads 2e-6 (no dot) as text: a number is a number
-        try:
-            value = float(value)
-        except ValueError:
-            pass
+    if isinstance(value, str) and _EXPONENT_ONLY.fullmatch(value.strip()):  # YAML 1.1 reads 2e-6 as text
+        value = float(value)
     return field, value
 
 
@@ -173,9 +175,14 @@ def with_settings(spec: ArchSpec, settings: list[str] | tuple[str, ...], option:
     values = dict(parse_setting(t, option) for t in settings)
     data = set_fields(arch_to_dict(spec), values, what=f"{option}: architecture field")
     sources = data.setdefault("sources", {})
+    known = set(field_paths())
     for key, value in values.items():  # the printed source says where the value came from
-        before = sources.get(key)
-        sources[key] = f"set on the command line ({option} {key}={value})" + (f"; the spec's source: {before}" if before else "")
+        path = key
+        while path not in known and "." in path:  # a table entry (energy.mfu_pj.exp): its table's source
+            path = path.rsplit(".", 1)[0]
+        before = sources.get(path)
+        note = f"set on the command line ({option} {key}={value})"
+        sources[path] = note + (f"; the spec's source: {before}" if before else "")
     return arch_from_dict(data, source=f"{spec.name} with {option} " + " ".join(settings))
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Iterable
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
-from mambalaya.einsum.ir import Role
+from mambalaya.einsum.ir import Param, Role, walk
 from mambalaya.errors import SpecError
 
 
@@ -51,7 +51,7 @@ def sub_cascade(cascade: Cascade, einsums: Iterable[str], *, outputs: Iterable[s
         tensors.append(replace(spec, role=role, updates=updates, initial=initial))
     used_ranks = {r for t in tensors for r in t.ranks} | {
         v.upper() for e in kept for v in e.iteration_variables
-    }
+    } | {n.name for e in kept for n in walk(e.expr) if isinstance(n, Param) and n.name in cascade.ranks}  # RS = .../D
     ranks = [r for n, r in cascade.ranks.items() if n in used_ranks]
     return build_cascade(
         name=name or f"{cascade.name}[{','.join(e.name for e in kept)}]",

@@ -5,8 +5,11 @@ Counting rules (every number the tool prints comes from here):
 * An operator node counts once per point of the iteration space of the variables under it:
   ``X[b,i,d]*RS[b,i]*WN[d]`` is two multiplies per ``(b,i,d)``.
 * A reduced term that is a product counts its top multiply as a multiply-accumulate (MAC) per
-  point of the term's iteration space: ``XN[b,i,d]*WX[d,e]`` is ``B*I*D*E`` MACs. A reduced
-  term that is not a product counts one ``add`` (sum) or ``max`` per point.
+  point of the term's iteration space: ``XN[b,i,d]*WX[d,e]`` is ``B*I*D*E`` MACs. A scale by a
+  constant or a parameter around the product (``QR*KR*scale``) multiplies the sum once per
+  output point (``s * sum q k``), so it is one ``mul`` per output point and the MAC is the
+  product under it. A reduced term that is not a product counts one ``add`` (sum) or ``max``
+  per point.
 * ``+``/``-`` between additive terms count over the output variables they combine, so a
   GEMM's bias is ``B*I*E`` adds, not ``B*I*E*R``.
 * Unary functions are counted each under its own name (``exp``, ``silu``, ...). A copy counts
@@ -23,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables
+from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, accesses, additive_terms, expr_variables
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
 
@@ -75,8 +78,16 @@ def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
         if term_vars & reduced:
             is_product = isinstance(term, Binary) and term.op == "*"
             if einsum.reduce_op == "sum" and is_product:
-                _count(cascade, term, ops, top_is_mac=True)
-                continue
+                # a scale by a constant or a parameter multiplies the sum once per output point
+                # (sum_k q k s = s sum_k q k): the MAC is the product under it
+                node = term
+                while isinstance(node, Binary) and node.op == "*" and not (accesses(node.lhs) and accesses(node.rhs)):
+                    scale, node = (node.rhs, node.lhs) if accesses(node.lhs) else (node.lhs, node.rhs)
+                    ops["mul"] += _points(cascade, term_vars - reduced)
+                    _count(cascade, scale, ops)
+                if isinstance(node, Binary) and node.op == "*":
+                    _count(cascade, node, ops, top_is_mac=True)
+                    continue
             ops["add" if einsum.reduce_op == "sum" else "max"] += _points(cascade, term_vars)
         _count(cascade, term, ops)
     return {k: int(v) for k, v in ops.items() if v}

@@ -166,7 +166,10 @@ def _cascade(case: Case, name: str):
         raise
     scan = "chunked" if case.family == "mamba2" else None
     layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan=scan)
-    einsums = case.einsums or (SSD_REGION if case.family == "mamba2" else SSM_REGION)
+    # by default the scan kernel's Einsums: Mamba-2's SSD with its output Y (intra- plus
+    # inter-chunk terms and the D skip, as mamba_chunk_scan_combined writes it), Mamba-1's
+    # discretisation, scan and readout
+    einsums = case.einsums or ((*SSD_REGION, "YD") if case.family == "mamba2" else SSM_REGION)
     try:
         return sub_cascade(layer, einsums, name=case.id)
     except SpecError as err:

@@ -142,7 +142,7 @@ class EinsumLatency:
         return self.spatial.spatial_util
 
 
-BOUNDS = ("compute", "offchip", "onchip")
+BOUNDS = ("compute", "offchip", "onchip", "launch")
 
 
 @dataclass(frozen=True)
@@ -157,10 +157,14 @@ class GroupLatency:
     latency: float
     buffer: BufferAccesses | None = None
     onchip_latency: float = 0.0
+    floor_s: float = 0.0  # the kernel floor of a GPU spec (0 on an accelerator)
 
     @property
     def bound(self) -> str:
-        """Which of compute, off-chip or on-chip bandwidth takes longest in this group."""
+        """Which of compute, off-chip or on-chip bandwidth takes longest in this group, or
+        ``launch`` when the group (a GPU kernel) takes its floor and nothing longer."""
+        if self.floor_s and self.latency <= self.floor_s * (1 + 1e-12):
+            return "launch"
         return BOUNDS[max(range(3), key=lambda k: (self.comp_latency, self.mem_latency, self.onchip_latency)[k])]
 
 
@@ -332,7 +336,8 @@ def _group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
         buffer = group_buffer_accesses(cascade, group, traffic)
     comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic,
                                                     0.0 if buffer is None else buffer.total_bytes)
-    return GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip)
+    return GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip,
+                        min_group_s(arch))
 
 
 def group_seconds(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> float:
@@ -372,7 +377,8 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     total_weight = sum(weights)
     group_comp_util = comp / latency if latency else 0.0
     group_mem_util = mem / latency if latency else 0.0
-    gl = GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip)
+    gl = GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip,
+                      min_group_s(arch))
     rows = []
     for (e, cyc, spatial), w in zip(per, weights):
         runs = einsum_runs(cascade, e, shapes)

@@ -187,66 +187,75 @@ class Contraction:
     on_array: bool  # a product the 2D array can run (a GEMM, or a matrix product of activations)
 
 
-def _mac_term(einsum: Einsum) -> Binary | None:
-    """The reduced product whose top multiply is counted as MACs (:mod:`mambalaya.einsum.stats`),
-    when the Einsum has exactly one."""
+def _mac_terms(einsum: Einsum) -> tuple[Binary, ...]:
+    """The reduced products whose top multiplies are counted as MACs (:mod:`mambalaya.einsum.stats`),
+    each below any scale by a constant or a parameter (``QK^T * scale``: the product under it
+    is the contraction). Attention with partially rotated heads has two: the rotated and the
+    pass-through channels."""
     reduced = set(einsum.reduced_variables)
     if einsum.reduce_op != "sum" or not reduced:
-        return None
-    terms = [t for _, t in additive_terms(einsum.expr)
-             if isinstance(t, Binary) and t.op == "*" and set(expr_variables(t)) & reduced]
-    if len(terms) != 1:
-        return None
-    term = terms[0]
-    # a scale by a constant or a parameter (QK^T * scale) is not a side: the product under it is
-    while isinstance(term, Binary) and term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
-        term = term.lhs if accesses(term.lhs) else term.rhs
-    return term if isinstance(term, Binary) and term.op == "*" else None
+        return ()
+    out = []
+    for _, term in additive_terms(einsum.expr):
+        if not (isinstance(term, Binary) and term.op == "*" and set(expr_variables(term)) & reduced):
+            continue
+        while isinstance(term, Binary) and term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
+            term = term.lhs if accesses(term.lhs) else term.rhs
+        if not (isinstance(term, Binary) and term.op == "*"):
+            return ()  # a reduced product of one tensor with constants: not a contraction of two sides
+        out.append(term)
+    return tuple(out)
 
 
-def contraction(cascade: Cascade, einsum: Einsum) -> Contraction | None:
-    """The contraction of an Einsum that has MACs (None otherwise): its sides and rank roles,
-    and whether the 2D array can run it. The array runs a GEMM with a weight, and a reduction
-    of two activations that is a matrix product (each side has an output rank the other lacks,
-    so each operand is reused across the other's ranks): the SSD's CB, YDG, ST and YO,
-    attention's scores and value product. It does not run a sliding window (its operand is a
-    Toeplitz view), a recurrence, or a dot product or matrix-vector product of activations
-    (RMSNorm's sum of squares, Mamba-1's readout over the state), which has no reuse for a
-    second array dimension; those run on the lanes."""
-    memo = cascade.structure_memo.setdefault("contraction", {})
+def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
+    """One :class:`Contraction` per product the Einsum reduces (empty without MACs): its sides,
+    rank roles (``K`` the reduced ranks of that product) and whether the 2D array can run it.
+    The array runs a GEMM with a weight, and a reduction of two activations that is a matrix
+    product (each side has an output rank the other lacks, so each operand is reused across the
+    other's ranks): the SSD's CB, YDG, ST and YO, attention's scores and value product. It does
+    not run a sliding window (its operand is a Toeplitz view), a recurrence, or a dot product or
+    matrix-vector product of activations (RMSNorm's sum of squares, Mamba-1's readout over the
+    state), which has no reuse for a second array dimension; those run on the lanes."""
+    memo = cascade.structure_memo.setdefault("contractions", {})
     if einsum.name in memo:
         return memo[einsum.name]
-    term = _mac_term(einsum)
-    found = None
-    if term is not None:
-        def is_weight(side: Any) -> bool:
-            return any(cascade.tensors[a.tensor].role == Role.WEIGHT for a in accesses(side))
 
+    def is_weight(side: Any) -> bool:
+        return any(cascade.tensors[a.tensor].role == Role.WEIGHT for a in accesses(side))
+
+    def names(side: Any) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a.tensor for a in accesses(side)))
+
+    kind = cascade.kind(einsum)
+    out_ranks = [rank_of_variable(v) for v in einsum.output_variables]
+    reduced_all = set(einsum.reduced_variables)
+    found = []
+    for term in _mac_terms(einsum):
         a_side, b_side = term.lhs, term.rhs
         if is_weight(a_side) and not is_weight(b_side):
             a_side, b_side = b_side, a_side
         has_weight = is_weight(b_side)
         a_ranks = {rank_of_variable(v) for v in expr_variables(a_side)}
         b_ranks = {rank_of_variable(v) for v in expr_variables(b_side)}
-        out = [rank_of_variable(v) for v in einsum.output_variables]
-        reduced = {rank_of_variable(v) for v in einsum.reduced_variables}
+        reduced = {rank_of_variable(v) for v in set(expr_variables(term)) & reduced_all}
         roles = {
             "K": tuple(r for r in cascade.ranks if r in reduced),
-            "N": tuple(r for r in out if r in b_ranks and r not in a_ranks),
-            "M": tuple(r for r in out if r in a_ranks and r not in b_ranks)
-            + tuple(r for r in out if r not in a_ranks and r not in b_ranks),
-            "S": tuple(r for r in out if r in a_ranks and r in b_ranks),
+            "N": tuple(r for r in out_ranks if r in b_ranks and r not in a_ranks),
+            "M": tuple(r for r in out_ranks if r in a_ranks and r not in b_ranks)
+            + tuple(r for r in out_ranks if r not in a_ranks and r not in b_ranks),
+            "S": tuple(r for r in out_ranks if r in a_ranks and r in b_ranks),
         }
-        kind = cascade.kind(einsum)
         matrix_product = bool(roles["K"] and roles["N"] and any(r in a_ranks for r in roles["M"]))
         on_array = kind == "gemm" or (kind == "reduction" and matrix_product)
+        found.append(Contraction(roles, names(a_side), names(b_side), has_weight, on_array))
+    memo[einsum.name] = tuple(found)
+    return memo[einsum.name]
 
-        def names(side: Any) -> tuple[str, ...]:
-            return tuple(dict.fromkeys(a.tensor for a in accesses(side)))
 
-        found = Contraction(roles, names(a_side), names(b_side), has_weight, on_array)
-    memo[einsum.name] = found
-    return found
+def contraction(cascade: Cascade, einsum: Einsum) -> Contraction | None:
+    """The Einsum's first contraction (:func:`contractions`), or None without MACs."""
+    found = contractions(cascade, einsum)
+    return found[0] if found else None
 
 
 def gemm_roles(cascade: Cascade, einsum: Einsum) -> dict[str, list[str]]:
@@ -450,8 +459,8 @@ def einsum_unit_cycles(
     lanes' results."""
     sizes = {r: cascade.size(r) for r in cascade.ranks}
     macs, elementwise, mfu = _split_ops(compute, ops)
-    found = contraction(cascade, einsum) if macs else None
-    on_array = found is not None and found.on_array
+    terms = contractions(cascade, einsum) if macs else ()
+    on_array = bool(terms) and all(t.on_array for t in terms)
     if macs and not on_array:
         elementwise, macs_on_lanes = elementwise + macs, 0.0
     else:
@@ -474,7 +483,7 @@ def einsum_unit_cycles(
                compute.stationary_double_buffered, einsum.name, shapes_key)
         best_2d = memo.get(key) if memo is not None else None
         if best_2d is None:
-            best_2d = _best_array_mapping(compute, sizes, shapes, found, scalar)
+            best_2d = _array_part(compute, sizes, shapes, terms, scalar)
             if memo is not None:
                 memo[key] = best_2d
     best_1d = None
@@ -497,9 +506,9 @@ def einsum_unit_cycles(
     if not scalar:
         return cycles, None
     if best_2d is not None and macs_on_array:
-        cyc, busy, (rows, cols, _, streamed, reduce_on, dataflow, side) = best_2d
+        cyc, busy, (rows, cols, _, streamed, reduce_on, dataflow, side), found = best_2d
         util = macs * scale / (compute.array_rows * compute.array_cols * busy) if busy else 0.0
-        held = {"A": found.side_a, "B": found.side_b, "out": (einsum.name,)}[side]  # type: ignore[union-attr]
+        held = {"A": found.side_a, "B": found.side_b, "out": (einsum.name,)}[side]
         return cycles, SpatialMapping("array_2d", dataflow, rows, cols, streamed, reduce_on, float(util), held)
     if best_1d is not None:
         lc, on_lanes = best_1d
@@ -508,6 +517,27 @@ def einsum_unit_cycles(
         reduce = "lanes" if any(r in on_lanes for r in (rank_of_variable(v) for v in einsum.reduced_variables)) else ""
         return cycles, SpatialMapping(where, compute.dataflows[0], on_lanes, (), streamed, reduce, float(util))
     return cycles, SpatialMapping("mfu" if mfu else "none", compute.dataflows[0])
+
+
+def _array_part(compute: Any, sizes: dict[str, int], shapes: list[StepShape], terms: tuple[Contraction, ...],
+                scalar: bool) -> tuple:
+    """(cycles, busy fold-cycles, candidate, contraction) of the array's work on an Einsum: the
+    sum over its contractions, each in its best mapping (they run one after the other); the
+    candidate and contraction shown are the longest one's. Over tilings, the cycles only."""
+    cycles: Any = 0.0
+    busy: Any = 0.0
+    longest = None
+    for found in terms:
+        cyc, b, cand = _best_array_mapping(compute, sizes, shapes, found, scalar)
+        cycles = cycles + cyc
+        if scalar:
+            busy = busy + b
+            if longest is None or cyc > longest[0]:
+                longest = (cyc, cand, found)
+    if not scalar:
+        return cycles, None, None, None
+    assert longest is not None
+    return cycles, busy, longest[1], longest[2]
 
 
 def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepShape], found: Any, scalar: bool) -> tuple:
@@ -622,6 +652,7 @@ __all__ = [
     "elementwise_unit",
     "Contraction",
     "contraction",
+    "contractions",
     "gemm_roles",
     "stationary_options",
     "step_shapes",

@@ -260,3 +260,20 @@ def test_a_gpu_kernel_held_at_its_floor_reports_a_launch_bound() -> None:
                               "--format", "csv"])
     rows = list(csv.DictReader(io.StringIO(out.output)))
     assert {"launch"} <= {r["bound"] for r in rows}
+
+
+def test_evaluate_reports_average_power_against_the_design_budget() -> None:
+    """Average power is the layer's energy over its latency; the H100-like designs take the
+    H100's 700 W, and a result above it is flagged (with the factor), in the table and the JSON."""
+    out = runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--model", "mamba-130m", "-L", "2048", "-B", "64"])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("average power"))
+    doc = json.loads(runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--model", "mamba-130m", "-L", "2048", "-B", "64",
+                                         "--format", "json"]).output)
+    t = doc["totals"]
+    assert t["average_power_w"] == pytest.approx(t["layer_energy_j"] / t["latency_s"])
+    assert t["power_budget_w"] == 700 and t["over_power_budget"] == (t["average_power_w"] > 700)
+    assert ("OVER the 700 W budget" in line) == t["over_power_budget"]
+    lifted = runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--model", "mamba-130m", "-L", "2048", "-B", "64",
+                                 "--set", "power_budget_w=1e6"])
+    assert "within the 1e+06 W budget" in lifted.output

@@ -125,7 +125,7 @@ def _allowed_fields(loc: list[Any]) -> str:
 # ---------------------------------------------------------------------------------------------
 # changing fields (--set FIELD=VALUE, sweep points)
 
-TOP_LEVEL_FIELDS = ("name", "description", "clock_hz", "bits_per_element", "precision")
+TOP_LEVEL_FIELDS = ("name", "description", "clock_hz", "bits_per_element", "precision", "power_budget_w")
 
 
 def set_fields(data: dict[str, Any], values: dict[str, Any], *, what: str = "architecture field") -> dict[str, Any]:
@@ -209,6 +209,7 @@ _UNITS: dict[str, str] = {
     "clock_hz": "Hz",
     "bits_per_element": "bits",
     "precision": "",
+    "power_budget_w": "W",
     "compute.array_rows": "PEs",
     "compute.array_cols": "PEs",
     "compute.one_d_mode": "",
@@ -269,6 +270,8 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
     add("clock_hz", spec.clock_hz, "clock_hz" in spec.model_fields_set)
     add("bits_per_element", spec.bits_per_element, "bits_per_element" in spec.model_fields_set)
     add("precision", spec.precision, "precision" in spec.model_fields_set)
+    add("power_budget_w", spec.power_budget_w if spec.power_budget_w is not None else "(none)",
+        "power_budget_w" in spec.model_fields_set)
     for section in ("compute", "memory", "mappings"):
         model = getattr(spec, section)
         for name in type(model).model_fields:

@@ -517,6 +517,14 @@ class ArchSpec(BaseModel):
     energy: EnergySpec | None = Field(
         None, description="Energy per action (DRAM, buffer, registers, arithmetic, MFU functions); None: no energy model."
     )
+    power_budget_w: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "The design's power budget in watts (the reference part's TDP): a result whose average "
+            "power (energy over latency) exceeds it is flagged. None: no budget stated."
+        ),
+    )
     kernels: KernelSpec | None = Field(
         None,
         description=(

@@ -137,6 +137,12 @@ def evaluate_cmd(
                 f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s (mapping searched for {ev.objective})",
                 highlight=False,
             )
+            budget = t["power_budget_w"]
+            verdict = ("no power budget in the spec" if budget is None else
+                       f"OVER the {budget:g} W budget ({t['average_power_w'] / budget:.2f}x)" if t["over_power_budget"]
+                       else f"within the {budget:g} W budget")
+            out_console.print(f"average power {t['average_power_w']:.4g} W: {verdict} (dynamic energy at the spec's "
+                              "per-action energies; leakage not modelled)", highlight=False)
 
 
 def _evaluate_hybrid(arch: Any, model: str, config: Any, phase: PhaseOption, seq_len: int, batch: int,

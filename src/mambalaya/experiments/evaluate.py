@@ -44,6 +44,8 @@ class Evaluation:
         extra = {} if energy is None else {
             "layer_energy_j": energy.layer_j, "model_energy_j": energy.model_j,
             "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
+            "average_power_w": energy.average_power_w, "power_budget_w": self.arch.power_budget_w,
+            "over_power_budget": over_budget(energy.average_power_w, self.arch.power_budget_w),
         }
         return {
             "latency_s": r.latency_s,
@@ -61,6 +63,11 @@ class Evaluation:
             "bound": r.bound,
             **extra,
         }
+
+
+def over_budget(power_w: float, budget_w: float | None) -> bool:
+    """Whether an average power exceeds a design's power budget (never without a budget)."""
+    return budget_w is not None and power_w > budget_w
 
 
 def resolve_mapping(name: str | None, cascade: Cascade, arch: ArchSpec, stats: SearchStats | None = None,

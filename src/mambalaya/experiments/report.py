@@ -404,8 +404,16 @@ def _energy_section(result) -> str:
     en = result.tables.get("energy")
     if en is None or en.empty:
         return "## Energy\n\nNo design of this run has an `energy` section, so no energy is reported.\n"
-    shown = en[["model", "phase", "design", "layer_energy_j", "energy_per_token_j", "edp_js", "dram_j", "buffer_j",
-                "mac_j", "elementwise_j", "mfu_j", "register_j", "energy_gain_vs_marca"]]
+    shown = en[["model", "phase", "design", "layer_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
+                "over_power_budget", "dram_j", "buffer_j", "mac_j", "elementwise_j", "mfu_j", "register_j",
+                "energy_gain_vs_marca"]]
+    over = en[en.over_power_budget.astype(bool)]
+    budget_note = ("" if over.empty else
+                   f"\n**{len(over)} of {len(en)} results draw more than their design's power budget** "
+                   f"(`power_budget_w`, the reference part's TDP; up to {over.average_power_w.max():.0f} W against "
+                   f"{over.power_budget_w.max():g} W): at 45 nm per-action energies and without leakage, the average "
+                   "power is not yet at the designs' node, so these flags say what the energies would have to be, "
+                   "not that a design is infeasible.\n")
     top = en.assign(total=en.layer_energy_j).copy()
     share = (top.buffer_j / top.total).max()
     return f"""## Energy of the designs
@@ -423,7 +431,7 @@ least certain value: 1.56 pJ/bit for 1 MB (Horowitz) grown as the square root of
 that buffer in every step, so it can spend more energy than running unfused even while moving far fewer DRAM
 bytes; the energy-objective row shows what a mapping chosen for energy costs. With a banked buffer whose
 access costs a bank's energy (`energy.buffer_size_exponent: 0`), buffer energy is 7x lower.
-
+{budget_note}
 {_md_table(shown)}
 """
 

@@ -30,7 +30,7 @@ from mambalaya.einsum.stats import cascade_stats
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.validate import validate
 from mambalaya.experiments.claims import FAR_GAP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
-from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
+from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan, over_budget
 from mambalaya.experiments.report import tornado_figures, write_figures, write_report
 from mambalaya.fusion.edges import classify_edges, edge_rows
 from mambalaya.fusion.mapping import mapping_to_dict
@@ -303,7 +303,8 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
 
 
 ENERGY_COLUMNS = ["model", "phase", "design", "mapping", "layer_latency_s", "layer_energy_j", "energy_per_token_j",
-                  "edp_js", "dram_j", "buffer_j", "register_j", "mac_j", "elementwise_j", "mfu_j", "energy_gain_vs_marca"]
+                  "edp_js", "average_power_w", "power_budget_w", "over_power_budget", "dram_j", "buffer_j", "register_j",
+                  "mac_j", "elementwise_j", "mfu_j", "energy_gain_vs_marca"]
 
 
 def _energy_rows(details: dict) -> pd.DataFrame:
@@ -318,6 +319,8 @@ def _energy_rows(details: dict) -> pd.DataFrame:
         rows.append({"model": model, "phase": phase, "design": label, "mapping": ev.mapping.name,
                      "layer_latency_s": ev.result.latency_s, "layer_energy_j": energy.layer_j,
                      "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
+                     "average_power_w": energy.average_power_w, "power_budget_w": ev.arch.power_budget_w,
+                     "over_power_budget": over_budget(energy.average_power_w, ev.arch.power_budget_w),
                      **{f"{k}_j": v for k, v in parts.items()}})
     df = pd.DataFrame(rows, columns=ENERGY_COLUMNS[:-1])
     base = df[df.design == "marca-ideal"].set_index(["model", "phase"]).layer_energy_j

@@ -17,6 +17,8 @@ Per Einsum (the rows of :func:`mambalaya.model.latency.layer_latency`), the acti
 
 Operations count every run of the Einsum (a loop over a rank it lacks recomputes it).
 Static (leakage) energy is not modelled: the spec's values are dynamic energies per action.
+Average power is the energy over the latency; a design with a ``power_budget_w`` flags a
+result above it (:mod:`mambalaya.experiments.evaluate`).
 The energy-delay product is the model's energy per pass times its latency per pass.
 """
 
@@ -85,6 +87,11 @@ class LayerEnergy:
     def per_token_j(self) -> float:
         """Energy of the whole model per token processed (batch x positions per pass)."""
         return self.model_j / (self.batch * self.positions)
+
+    @property
+    def average_power_w(self) -> float:
+        """Energy over latency: the layers run one after another, so a layer's is the model's."""
+        return self.layer_j / self.latency_s if self.latency_s else 0.0
 
     @property
     def edp_js(self) -> float:

@@ -452,3 +452,20 @@ def test_specs_parse_the_same_with_libyaml_and_pyyaml() -> None:
     with pytest.raises(SpecError, match="not valid YAML") as err:
         parse_yaml_text("a: [1, 2\nb: 3\n", source="broken.yaml")
     assert "line 2" in str(err.value) or err.value.line == 2
+
+
+def test_a_kernel_is_a_group_so_a_mapping_says_which_einsums_one_kernel_runs():
+    """On a GPU spec every group of the mapping is one kernel: one launch floor per group, so a
+    mapping that fuses the layer into one kernel pays one floor, the unfused one one per Einsum."""
+    from mambalaya.fusion.mapping import unfused_mapping
+    from mambalaya.model.latency import layer_latency
+    from mambalaya.model.search import ideal
+    from mambalaya.workloads import PRESETS, build_layer
+
+    gpu = load_arch("gpu-h100")
+    c = build_layer(PRESETS["mamba-130m"], phase="decode", seq_len=1, batch=1)
+    one_kernel = layer_latency(gpu, c, ideal(c))
+    per_einsum = layer_latency(gpu, c, unfused_mapping(c))
+    assert len(one_kernel.groups) == 1 and one_kernel.latency_s >= 3e-6
+    launches = sum(g.bound == "launch" for g in per_einsum.groups)
+    assert launches > 1 and per_einsum.latency_s >= launches * 3e-6 * (1 - 1e-12)

@@ -176,6 +176,18 @@ def expr_variables(expr: Expr) -> tuple[str, ...]:
     return tuple(seen)
 
 
+def peel_scales(term: Expr) -> tuple[Expr, tuple[Expr, ...]]:
+    """A product with its factors that read no tensor (constants, parameters) peeled off:
+    ``(the product under them, the factors)``. ``QR*KR*scale`` is ``(QR*KR, (scale,))``: a
+    reduction over it is ``scale * sum QR*KR``, a contraction of two tensors scaled once per
+    output point (:mod:`mambalaya.einsum.stats`, :mod:`mambalaya.model.contraction`)."""
+    scales = []
+    while isinstance(term, Binary) and term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
+        scale, term = (term.rhs, term.lhs) if accesses(term.lhs) else (term.lhs, term.rhs)
+        scales.append(scale)
+    return term, tuple(scales)
+
+
 def additive_terms(expr: Expr) -> tuple[tuple[int, Expr], ...]:
     """Top-level terms of a sum with their signs: ``a - b + c`` -> ``((1,a), (-1,b), (1,c))``."""
     if isinstance(expr, Binary) and expr.op in ("+", "-"):

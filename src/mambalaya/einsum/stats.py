@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, accesses, additive_terms, expr_variables
+from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables, peel_scales
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
 
@@ -80,13 +80,12 @@ def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
             if einsum.reduce_op == "sum" and is_product:
                 # a scale by a constant or a parameter multiplies the sum once per output point
                 # (sum_k q k s = s sum_k q k): the MAC is the product under it
-                node = term
-                while isinstance(node, Binary) and node.op == "*" and not (accesses(node.lhs) and accesses(node.rhs)):
-                    scale, node = (node.rhs, node.lhs) if accesses(node.lhs) else (node.lhs, node.rhs)
-                    ops["mul"] += _points(cascade, term_vars - reduced)
-                    _count(cascade, scale, ops)
-                if isinstance(node, Binary) and node.op == "*":
-                    _count(cascade, node, ops, top_is_mac=True)
+                product, scales = peel_scales(term)
+                if isinstance(product, Binary) and product.op == "*":
+                    for scale in scales:
+                        ops["mul"] += _points(cascade, term_vars - reduced)
+                        _count(cascade, scale, ops)
+                    _count(cascade, product, ops, top_is_mac=True)
                     continue
             ops["add" if einsum.reduce_op == "sum" else "max"] += _points(cascade, term_vars)
         _count(cascade, term, ops)

@@ -30,6 +30,11 @@ def _fig(cfg, name: str, caption: str) -> str:
     p = cfg.out / "figures" / f"{name}.png"
     return f"![{caption}](figures/{name}.png)\n\n*{caption}* ([SVG](figures/{name}.svg))\n" if p.exists() else ""
 
+def unfused_share(result) -> float:
+    """The share of a layer's latency spent in groups of one Einsum (what a design leaves unfused)."""
+    return sum(g.latency for g in result.groups if len(g.einsums) == 1) / result.latency_s
+
+
 def _headline_section(result, details) -> str:
     """The report's first table: every headline ratio, ours beside the published one, the gap
     and one line on why, from this run's numbers; the detail is in the model's section."""
@@ -48,9 +53,7 @@ def _headline_section(result, details) -> str:
             ideal = gen["mambalaya/ideal"]
             why = f"{ideal.bound}-bound: the speed of light is {gen['marca-ideal'].latency_s / ideal.latency_s:.2f}×"
         elif r.key.startswith("prefill vs geens"):
-            g = pre["geens-ideal"]
-            share = sum(x.latency for x in g.groups if len(x.einsums) == 1) / g.latency_s
-            why = f"{share:.0%} of geens-ideal's prefill time is in Einsums it leaves unfused"
+            why = f"{unfused_share(pre['geens-ideal']):.0%} of geens-ideal's prefill time is in Einsums it leaves unfused"
         else:
             why = f"our request: prefill of L + {cfg.generated_tokens} generated tokens (the paper's mix is not known)"
         far = verdicts.get(f"{r.model}: {r.key}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Binary, Einsum, Role, accesses, additive_terms, expr_variables, rank_of_variable
+from mambalaya.einsum.ir import Binary, Einsum, Role, accesses, additive_terms, expr_variables, peel_scales, rank_of_variable
 
 
 @dataclass(frozen=True)
@@ -45,8 +45,7 @@ def _mac_terms(einsum: Einsum) -> tuple[Binary, ...]:
     for _, term in additive_terms(einsum.expr):
         if not (isinstance(term, Binary) and term.op == "*" and set(expr_variables(term)) & reduced):
             continue
-        while isinstance(term, Binary) and term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
-            term = term.lhs if accesses(term.lhs) else term.rhs
+        term, _ = peel_scales(term)
         if not (isinstance(term, Binary) and term.op == "*"):
             return ()  # a reduced product of one tensor with constants: not a contraction of two sides
         out.append(term)
@@ -104,15 +103,6 @@ def contraction(cascade: Cascade, einsum: Einsum) -> Contraction | None:
     return found[0] if found else None
 
 
-def gemm_roles(cascade: Cascade, einsum: Einsum) -> dict[str, list[str]]:
-    """The ranks of an Einsum's contraction by role (see :class:`Contraction`): K (reduced), N
-    (output and weight, or the product's right side), M (output and activation), S (both)."""
-    found = contraction(cascade, einsum)
-    if found is None:
-        raise ValueError(f"Einsum {einsum.name} has no multiply-accumulate to map onto the 2D array")
-    return {k: list(v) for k, v in found.roles.items()}
-
-
 #: The stationary operand -> (role on one array dimension, role on the other, roles of the
 #: stationary operand, streamed roles). "B": side B (the weight), "A": side A, "out": the output.
 _STATIONARY_ROLES = {
@@ -139,4 +129,4 @@ def stationary_options(compute: Any, found: Contraction) -> list[tuple[str, str]
     return out
 
 
-__all__ = ["Contraction", "contraction", "contractions", "gemm_roles", "stationary_options"]
+__all__ = ["Contraction", "contraction", "contractions", "stationary_options"]

@@ -81,7 +81,6 @@ from mambalaya.model.contraction import (
     Contraction,
     contraction,
     contractions,
-    gemm_roles,
     stationary_options,
 )
 
@@ -428,8 +427,7 @@ def _array_part(compute: Any, sizes: dict[str, int], shapes: list[StepShape], te
 
 def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepShape], found: Any, scalar: bool) -> tuple:
     """(cycles, busy fold-cycles, candidate) of the fastest spatial mapping over every allowed
-    dataflow; over tilings, the cycles are the elementwise minimum (the candidate is then the
-    last one's, unused)."""
+    dataflow; over tilings, the least cycles only (:func:`_least_array_cycles`)."""
     ranks = {r for role in found.roles.values() for r in role}
     extents = [{r: _extent(sh, sizes, r) for r in ranks} for sh in shapes]
     if not scalar:
@@ -442,15 +440,9 @@ def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepSh
     best = None
     for cand in _array_candidates(compute, found, sizes):
         cyc, busy = _array_cycles(compute, extents, shapes, cand)
-        if best is None:
+        if best is None or cyc < best[0]:
             best = (cyc, busy, cand)
-        elif scalar:
-            if cyc < best[0]:
-                best = (cyc, busy, cand)
-        else:
-            better = cyc < best[0]
-            best = (np.minimum(cyc, best[0]), np.where(better, busy, best[1]), cand)
-        if bool(np.all(best[0] <= floor)):
+        if best[0] <= floor:
             break
     assert best is not None
     return best
@@ -539,7 +531,6 @@ __all__ = [
     "Contraction",
     "contraction",
     "contractions",
-    "gemm_roles",
     "stationary_options",
     "step_shapes",
 ]

@@ -13,6 +13,7 @@ from mambalaya.model.energy import einsum_actions, layer_energy
 from mambalaya.model.latency import einsum_cycles, layer_latency
 from mambalaya.model.search import named_mapping
 from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+from small_cascades import gemm
 
 MAMBALAYA = load_arch("mambalaya")
 
@@ -41,18 +42,6 @@ def arch(**changes):
             node = node[p]
         node[leaf] = value
     return arch_from_dict(data)
-
-
-def gemm(m: int, k: int, n: int):
-    return loads_cascade(f"""
-ranks: {{M: {m}, K: {k}, N: {n}}}
-tensors:
-  A: {{ranks: [M, K], role: input}}
-  W: {{ranks: [K, N], role: weight}}
-  Y: {{ranks: [M, N], role: output}}
-einsums:
-  - Y[m,n] = A[m,k]*W[k,n]
-""")
 
 
 def test_a_256x256_gemm_tile_runs_at_full_utilisation() -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 import pytest
 
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
-from mambalaya.einsum import loads_cascade
+from mambalaya.einsum.stats import einsum_ops
 from mambalaya.model.latency import einsum_cycles
 from mambalaya.model.spatial import contraction
 from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.attention import AttentionConfig, attention_layer
+from small_cascades import gemm, matmul
 
 MAMBALAYA = load_arch("mambalaya")
 
@@ -23,20 +24,8 @@ def spec(base: str = "mambalaya", **compute):
     return arch_from_dict(data)
 
 
-def product_of_activations(m: int, k: int, n: int):
-    return loads_cascade(f"""
-ranks: {{M: {m}, K: {k}, N: {n}}}
-tensors:
-  P: {{ranks: [M, K], role: input}}
-  Q: {{ranks: [K, N], role: input}}
-  Y: {{ranks: [M, N], role: output}}
-einsums:
-  - Y[m,n] = P[m,k]*Q[k,n]
-""")
-
-
 def test_a_product_of_two_activations_runs_on_the_array_holding_either_side() -> None:
-    c = product_of_activations(4096, 256, 16)
+    c = matmul(4096, 256, 16, "P", "Q", "input")
     found = contraction(c, c.einsum("Y"))
     assert found is not None and found.on_array and not found.has_weight
     assert found.roles == {"K": ("K",), "N": ("N",), "M": ("M",), "S": ()}
@@ -77,21 +66,13 @@ def test_on_the_gpu_the_ssd_contractions_use_the_tensor_cores() -> None:
     c = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1024, batch=1, scan="chunked")
     for name in ("CB", "YDG", "ST", "YO"):
         cyc, sp = einsum_cycles(gpu.compute, c, c.einsum(name))
-        macs = c.einsum(name) and __import__("mambalaya.einsum.stats", fromlist=["einsum_ops"]).einsum_ops(c, c.einsum(name))["mac"]
+        macs = einsum_ops(c, c.einsum(name))["mac"]
         assert sp.unit == "array_2d" and cyc.array_2d == pytest.approx(macs / (gpu.compute.array_rows * gpu.compute.array_cols))
 
 
 def test_the_lanes_take_the_arrays_work_only_where_the_design_allows_and_it_is_faster() -> None:
     # a batch-1 GEMV: 1 of 256 columns on the array (16 folds of 1 cycle); 4096 MACs on 65536 lanes take 1 cycle
-    c = loads_cascade("""
-ranks: {B: 1, K: 4096, N: 1}
-tensors:
-  X: {ranks: [B, K], role: input}
-  W: {ranks: [K, N], role: weight}
-  Y: {ranks: [B, N], role: output}
-einsums:
-  - Y[b,n] = X[b,k]*W[k,n]
-""")
+    c = gemm(1, 4096, 1)
     fixed, sp = einsum_cycles(MAMBALAYA.compute, c, c.einsum("Y"))
     assert sp.unit == "array_2d" and fixed.array_2d == 16 and fixed.array_1d == 0
     free, sp = einsum_cycles(spec(gemm_in_1d_mode=True).compute, c, c.einsum("Y"))
@@ -100,15 +81,7 @@ einsums:
 
 def test_a_dataflow_switch_costs_cycles_per_step_and_can_change_the_choice() -> None:
     # N = 16 outputs: weight-stationary fills 1/16 of the columns; input-stationary fills the array
-    c = loads_cascade("""
-ranks: {M: 4096, K: 1536, N: 16}
-tensors:
-  A: {ranks: [M, K], role: input}
-  W: {ranks: [K, N], role: weight}
-  Y: {ranks: [M, N], role: output}
-einsums:
-  - Y[m,n] = A[m,k]*W[k,n]
-""")
+    c = gemm(4096, 1536, 16)
     ws = 6 * 4096  # 6 folds of K, each streaming the 4096 positions
     is_ = 4096 * 1536 * 16 // 256**2
     free, sp = einsum_cycles(spec(dataflow_switch_cycles=100).compute, c, c.einsum("Y"))
@@ -170,7 +143,6 @@ def test_the_figure_2_captions_hold_on_the_baseline_design(model) -> None:
 def test_attention_with_partly_rotated_heads_runs_both_score_products_on_the_array() -> None:
     """Bamba's scores are two products (the rotated and the pass-through channels), each scaled:
     both run on the array, and the scale is one multiply per score, not one per MAC."""
-    from mambalaya.einsum.stats import einsum_ops
     from mambalaya.model.spatial import contractions
 
     c = build_layer(PRESETS["bamba-9b"], phase="prefill", seq_len=256, batch=1, layer_type="attention")

@@ -98,13 +98,13 @@ def test_least_footprint_is_the_tables_least_without_building_it(layer: str) -> 
         assert any(when is not None for m in models for _, _, when in m.fp_terms)
 
 
-def _undominated_by_definition(traffic, fp, steps, cycles, model) -> np.ndarray:
-    """Every candidate that no other of the same model, steps and cycles beats or equals in
-    both traffic and footprint, an equal one of lower position excepted (pairwise)."""
+def _undominated_by_definition(traffic, fp, steps, cycles, model, buffer) -> np.ndarray:
+    """Every candidate that no other of the same model, steps, cycles and on-chip Einsum bytes
+    beats or equals in both traffic and footprint, an equal one of lower position excepted (pairwise)."""
     n = len(traffic)
     keep = []
     for i in range(n):
-        same = (steps == steps[i]) & (cycles == cycles[i]) & (model == model[i])
+        same = (steps == steps[i]) & (cycles == cycles[i]) & (model == model[i]) & (buffer == buffer[i])
         no_worse = same & (traffic <= traffic[i]) & (fp <= fp[i])
         better = (traffic < traffic[i]) | (fp < fp[i]) | (np.arange(n) < i)
         no_worse[i] = False
@@ -115,8 +115,8 @@ def _undominated_by_definition(traffic, fp, steps, cycles, model) -> np.ndarray:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_pick_tables_dominance_filter_keeps_exactly_the_undominated(seed: int) -> None:
-    """model/picks.py drops, per segment, candidates another of the same steps and cycles
-    beats or equals; checked pairwise on random tables of several segments (filtered in one
+    """model/picks.py drops, per segment, candidates another of the same steps, cycles and
+    on-chip Einsum bytes beats or equals; checked pairwise on random tables of several segments (filtered in one
     pass) full of ties (small integers), one with footprints too large for its shortcut (then
     integer ranks), some with class numbers beyond 16 bits."""
     from mambalaya.model import picks
@@ -126,15 +126,17 @@ def test_the_pick_tables_dominance_filter_keeps_exactly_the_undominated(seed: in
     steps_t = rng.integers(1, 4, tilings).astype(float)
     cycles_t = rng.integers(1, 4, tilings).astype(float)
     model_t = rng.integers(0, 3, tilings)
+    buffer_t = rng.integers(0, 3, tilings).astype(float)
     rows = int(rng.integers(1, 200))
     tiling = rng.integers(0, tilings, rows)
     traffic = rng.integers(0, 6, rows).astype(float)
     fp = rng.integers(0, 6, rows).astype(float) + (2.0**52 if seed % 10 == 9 else 0.0)
-    classes = picks._classes(steps_t, cycles_t, model_t)[tiling]
+    classes = picks._classes(steps_t, cycles_t, model_t, buffer_t)[tiling]
     if seed % 4 == 3:  # class numbers beyond 16 bits (no radix sort): the same classes, the same answer
         classes = classes + (1 << 16)
     got = picks._undominated(traffic, fp, classes)
-    assert np.array_equal(got, _undominated_by_definition(traffic, fp, steps_t[tiling], cycles_t[tiling], model_t[tiling]))
+    assert np.array_equal(got, _undominated_by_definition(traffic, fp, steps_t[tiling], cycles_t[tiling], model_t[tiling],
+                                                          buffer_t[tiling]))
 
 
 def test_only_small_tiling_grids_are_kept(monkeypatch) -> None:

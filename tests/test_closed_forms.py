@@ -13,9 +13,9 @@ import pytest
 from mambalaya.arch import load_arch
 from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group, footprint_bytes
 from mambalaya.model import candidates, picks, search
-from mambalaya.model.latency import group_seconds
+from mambalaya.model.latency import group_seconds, onchip_seconds
 from mambalaya.model.search import named_mapping
-from mambalaya.model.traffic import group_traffic
+from mambalaya.model.traffic import group_buffer_accesses, group_traffic
 from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.hybrid import hybrid_layer
 
@@ -39,9 +39,11 @@ def _layers():
 @pytest.mark.parametrize("name,cascade", list(_layers()), ids=lambda x: x if isinstance(x, str) else "")
 def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, cascade) -> None:
     """For contiguous segments of the layer whose traffic closed form claims exactness, and a
-    sample of each one's kept candidates: the closed-form traffic equals the general model's to the bit, the closed-form latency equals
-    ``group_seconds``, the footprint bound is at least the footprint, and a candidate that
-    keeps the tile-size-independent rules and whose bound fits is legal."""
+    sample of each one's kept candidates: the closed-form traffic equals the general model's to the
+    bit; the on-chip bytes (window halos and rotated boxes read again per tile included) and the
+    latency equal ``group_buffer_accesses`` and ``group_seconds`` (to 1e-12: summed in another
+    order); the footprint bound is at least the footprint; and a candidate that keeps the
+    tile-size-independent rules and whose bound fits is legal."""
     arch = load_arch("mambalaya")
     names = [e.name for e in cascade.einsums]
     rng = random.Random(7)
@@ -64,8 +66,12 @@ def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, c
             tiling = int(cand.kept_tiling[pos])
             comp = cycles[tiling:tiling + 1] / arch.clock_hz
             mem = cand.kept_traffic[pos:pos + 1] / arch.memory.offchip_bandwidth_bytes_per_s
-            latency, _ = search.combine(arch, comp, mem, 0.0 * mem, cand.steps[tiling:tiling + 1], len(einsums))
-            assert float(latency[0]) == group_seconds(arch, cascade, group, exact), (name, group)
+            onchip = model.onchip_bytes(cand.kept[pos:pos + 1], cand.kept_traffic[pos:pos + 1])
+            latency, _ = search.combine(arch, comp, mem, onchip_seconds(arch, onchip), cand.steps[tiling:tiling + 1],
+                                        len(einsums))
+            buffer = group_buffer_accesses(cascade, group, exact).total_bytes
+            assert float(onchip[0]) == pytest.approx(buffer, rel=1e-12), (name, group)  # halos and rotations included
+            assert float(latency[0]) == pytest.approx(group_seconds(arch, cascade, group, exact), rel=1e-12), (name, group)
             if search._legal_rules(cascade, group) and cand.kept_fp[pos] <= BUFFER:
                 check_group(cascade, group, BUFFER)
             else:
@@ -177,10 +183,10 @@ def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
     models = [candidates.cost_model(cascade, names[a:a + 3], candidates.tileable_ranks(cascade, names[a:a + 3]))
               for a in range(0, len(names) - 3, 2)]
     table = picks._table(models, arch.compute)
-    _, _, _, traffic, _, steps, cycles, n_einsums = table.arrays
+    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = table.arrays
     got = picks._latencies(table, arch)
     want, _ = combine(arch, cycles / arch.clock_hz, traffic / arch.memory.offchip_bandwidth_bytes_per_s,
-                      0.0 * traffic, steps, n_einsums)
+                      onchip_seconds(arch, traffic + buffer), steps, n_einsums)
     assert np.array_equal(got, want)
 
 

@@ -143,7 +143,7 @@ def test_layer_totals_without_rows_equal_those_with_rows(onchip_bw, mapping: str
     """Sweeps ask for the layer's totals only (``per_einsum=False``): the same floats as the
     full result, with and without an on-chip bandwidth (whose buffer bytes then count)."""
     arch = load_arch("mambalaya")
-    arch = arch.model_copy(update={"memory": arch.memory.model_copy(update={"onchip_bandwidth_bytes_per_cycle": onchip_bw})})
+    arch = arch.model_copy(update={"memory": arch.memory.model_copy(update={"onchip_bandwidth_bytes_per_cycle": onchip_bw, "onchip_banks": None, "onchip_bank_port_bytes": None})})
     cascade = mamba1_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4)
     m = named_mapping(mapping, cascade, 1 << 20, arch=arch)
     full = layer_latency(arch, cascade, m, n_layers=24)

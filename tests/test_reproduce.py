@@ -76,10 +76,15 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     # energy of the three designs, prefill and generation, by action; MARCA's gain over itself is 1
     en = pd.read_csv(out / "energy.csv")
     assert {"mambalaya", "marca-ideal", "geens-ideal"} <= set(en.design) and set(en.phase) == {"prefill", "generation"}
-    parts = en[["dram_j", "buffer_j", "register_j", "mac_j", "elementwise_j", "mfu_j"]].sum(axis=1)
+    parts = en[["dram_j", "buffer_j", "register_j", "mac_j", "elementwise_j", "mfu_j", "leakage_j"]].sum(axis=1)
     assert ((parts - en.layer_energy_j).abs() <= 1e-9 * en.layer_energy_j).all()
     assert (en[en.design == "marca-ideal"].energy_gain_vs_marca == 1.0).all()
-    assert "## Energy of the designs" in report
+    assert "## Energy and power of the designs" in report and "### Area per design" in report
+    ea = pd.read_csv(out / "geens_equal_area.csv")  # Geens et al.'s equal-area setup: every split at each length
+    assert set(ea.seq_len) == {64, 1024} and len(ea) == 2 * 2 * 19 and ea.ms_per_token.notna().all()
+    marca = ea[ea.memory_share == 0.8]
+    assert (marca.array == "64x128").all() and (marca.speedup_over_marca_point == 1.0).all()
+    assert "over MARCA at equal area" in report and "not modelled" not in report.split("## Geens")[1][:4000]
     # residency never adds weight bytes; the spatial utilisation of the timelines is a fraction
     res = pd.read_csv(out / "residency.csv")
     assert (res.weight_read_bytes <= res.weight_read_bytes_streamed).all()

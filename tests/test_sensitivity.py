@@ -27,7 +27,7 @@ def test_shipped_spec_names_every_documented_assumption() -> None:
                 "compute.one_d_ops_per_lane_per_cycle", "memory.onchip_buffer_bytes",
                 "compute.pipeline_wind_up_cycles", "compute.overlap_compute_units",
                 "memory.overlap_compute_and_memory", "batch", "scan", "compute.dataflows", "compute.dataflow_switch_cycles",
-                "compute.stationary_double_buffered"):
+                "compute.stationary_double_buffered", "memory.onchip_bandwidth_bytes_per_cycle"):
         assert key in keys, key
     for a in spec.assumptions:
         assert len(a.reason.split()) >= 5, a.key  # every range has a reason

@@ -35,6 +35,8 @@ def arch(**changes):
     """The mambalaya spec with dotted fields replaced (``compute__array_rows=...``), validated again."""
     data = arch_to_dict(MAMBALAYA)
     data["energy"] = dict(TEST_ENERGY)  # round numbers instead of the shipped (sourced) ones
+    data["memory"].update(onchip_banks=None, onchip_bank_port_bytes=None)  # unbounded unless a test sets a bandwidth
+    data["technology"] = None  # the energies as given (45 nm), no leakage: tests/test_physical.py checks the node
     for path, value in changes.items():
         node = data
         *parents, leaf = path.split("__")

@@ -221,6 +221,16 @@ _UNITS: dict[str, str] = {
     "compute.unary_cost_pe_ops": "ops/result",
     "compute.dataflows": "",
     "kernels.min_kernel_s": "s",
+    "technology.node_nm": "nm",
+    "technology.reference_node_nm": "nm",
+    "technology.energy_scale": "",
+    "technology.area_scale": "",
+    "technology.logic_leakage_w_per_mm2": "W/mm^2",
+    "technology.sram_leakage_w_per_mib": "W/MiB",
+    "area.mfu_um2": "um^2",
+    "area.register_um2_per_bit": "um^2/bit",
+    "area.sram_um2_per_bit": "um^2/bit",
+    "area.overhead_fraction": "",
     "kernels.compute_fraction": "",
     "kernels.offchip_fraction": "",
     "compute.dataflow_switch_cycles": "cycles",
@@ -231,6 +241,11 @@ _UNITS: dict[str, str] = {
     "memory.onchip_buffer_bytes": "bytes",
     "memory.offchip_bandwidth_bytes_per_s": "B/s",
     "memory.onchip_bandwidth_bytes_per_cycle": "B/cycle",
+    "memory.onchip_banks": "banks",
+    "memory.onchip_bank_port_bytes": "B/cycle/bank",
+    "memory.pe_local_bytes": "bytes/PE",
+    "memory.pe_local_bytes_per_cycle": "B/cycle/PE",
+    "memory.offchip_capacity_bytes": "bytes",
     "memory.overlap_compute_and_memory": "",
     "energy.dram_pj_per_bit": "pJ/bit",
     "energy.buffer_read_pj_per_bit": "pJ/bit",
@@ -293,14 +308,25 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
                     add(f"{path}.{key}", v, True, "pJ" if name != "mfu_pj" else "pJ/result")
             else:
                 add(path, value, True)
-    if spec.kernels is not None:
-        for name in type(spec.kernels).model_fields:
-            add(f"kernels.{name}", getattr(spec.kernels, name), True)
+    for section, unit in (("kernels", None), ("technology", None), ("area", "um^2")):
+        model = getattr(spec, section)
+        if model is None:
+            continue
+        for name in type(model).model_fields:
+            value = getattr(model, name)
+            if isinstance(value, dict):
+                for key, v in value.items():
+                    add(f"{section}.{name}.{key}", v, True, unit)
+            else:
+                add(f"{section}.{name}", value, True)
     derived = [
         ("derived.one_d_lanes", spec.compute.one_d_lanes_effective, "lanes", "1D-mode lanes (array_rows * array_cols unless one_d_lanes is set; 0 without 1D mode)"),
         ("derived.peak_macs_per_s", spec.peak_macs_per_s, "MAC/s", "array_rows * array_cols * clock_hz"),
         ("derived.peak_elementwise_ops_per_s", spec.peak_elementwise_ops_per_s, "ops/s", "(1D lanes * ops/lane/cycle + vector_lanes) * clock_hz"),
         ("derived.peak_bandwidth", spec.peak_bandwidth, "B/s", "memory.offchip_bandwidth_bytes_per_s"),
+        ("derived.onchip_bandwidth_bytes_per_cycle",
+         spec.memory.buffer_bandwidth_bytes_per_cycle if spec.memory.buffer_bandwidth_bytes_per_cycle is not None else "unbounded",
+         "B/cycle", "memory.onchip_bandwidth_bytes_per_cycle if given, else memory.onchip_banks * memory.onchip_bank_port_bytes"),
         ("derived.ridge_point_ops_per_byte", spec.ridge_point_ops_per_byte, "ops/byte", "2 * peak_macs_per_s / peak_bandwidth"),
     ]
     for path, value, unit, how in derived:

@@ -19,7 +19,6 @@ into one-paragraph :class:`~mambalaya.errors.SpecError` messages naming the fiel
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -27,6 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
 from mambalaya.arch.kernels import KernelSpec
+from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec
+from mambalaya.arch.quantities import (_BANDWIDTH_UNITS, _BYTE_UNITS, _HZ_UNITS, MAX_INT, _parse_byte_count,  # noqa: F401
+                                       _parse_float_quantity)
 from mambalaya.specio import FieldProblem
 
 #: Unary functions the cost model knows: those of the Einsum IR, as counted by
@@ -55,75 +57,9 @@ DEFAULT_UNARY_COST_CYCLES: dict[str, float] = {
 MAPPING_NAMES: tuple[str, ...] = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
 FUSION_CLASSES: tuple[str, ...] = ("RI", "RSb", "RSp", "RD")
 
-#: Upper bound of every integer field, so that derived floats stay exact and finite.
-MAX_INT = 2**53
 
 MappingName = Literal["unfused", "ssm-ri", "stitched", "optimal", "ideal"]
 FusionClass = Literal["RI", "RSb", "RSp", "RD"]
-
-
-# ---------------------------------------------------------------------------------------------
-# quantities with units
-
-
-_BYTE_UNITS: dict[str, int] = {
-    "": 1,
-    "B": 1,
-    "kB": 10**3,
-    "KB": 10**3,
-    "MB": 10**6,
-    "GB": 10**9,
-    "TB": 10**12,
-    "KiB": 2**10,
-    "MiB": 2**20,
-    "GiB": 2**30,
-    "TiB": 2**40,
-}
-_BANDWIDTH_UNITS: dict[str, int] = {f"{u}/s": m for u, m in _BYTE_UNITS.items() if u}
-_BANDWIDTH_UNITS[""] = 1
-_HZ_UNITS: dict[str, int] = {"": 1, "Hz": 1, "kHz": 10**3, "KHz": 10**3, "MHz": 10**6, "GHz": 10**9}
-
-_QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z/]*)\s*$")
-
-
-def _parse_quantity(value: str, units: dict[str, int], what: str) -> Decimal:
-    m = _QUANTITY.match(value)
-    if not m:
-        raise ValueError(f"cannot read {value!r} as {what} (a number optionally followed by one of: {_unit_list(units)})")
-    number, unit = m.groups()
-    if unit not in units:
-        raise ValueError(f"unknown unit {unit!r} in {value!r} (use one of: {_unit_list(units)})")
-    try:
-        amount = Decimal(number)
-    except InvalidOperation:  # pragma: no cover - the regex admits only decimal numbers
-        raise ValueError(f"cannot read {value!r} as {what}") from None
-    if amount and amount.adjusted() > 30:
-        raise ValueError(f"is too large (got {value if len(value) <= 40 else value[:37] + '...'!r})")
-    return amount * units[unit]
-
-
-def _unit_list(units: dict[str, int]) -> str:
-    return ", ".join(u for u in units if u)
-
-
-def _parse_float_quantity(value: Any, units: dict[str, int], what: str) -> Any:
-    if isinstance(value, str):
-        return float(_parse_quantity(value, units, what))
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
-        raise ValueError(f"is too large (got an integer of {len(str(abs(value)))} digits)")
-    return value
-
-
-def _parse_byte_count(value: Any) -> Any:
-    if isinstance(value, str):
-        amount = _parse_quantity(value, _BYTE_UNITS, "a byte size")
-    elif isinstance(value, float) and value == value and abs(value) != float("inf"):
-        amount = Decimal(value)
-    else:
-        return value  # ints pass; bools, None, nan and other types fail the strict int check
-    if amount != amount.to_integral_value():
-        raise ValueError(f"must be a whole number of bytes (got {value!r})")
-    return int(amount)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,6 +310,35 @@ class MemorySpec(BaseModel):
             "bandwidth. None: unbounded (the buffer never limits)."
         ),
     )
+    onchip_banks: PositiveInt | None = Field(
+        None,
+        description=(
+            "Banks of the on-chip buffer. With onchip_bank_port_bytes it sets the buffer's bandwidth "
+            "(banks x port bytes per cycle, every bank accessed once per cycle), unless "
+            "onchip_bandwidth_bytes_per_cycle gives the figure itself (a sweep or --set moving it)."
+        ),
+    )
+    onchip_bank_port_bytes: PositiveInt | None = Field(
+        None, description="Bytes one bank of the on-chip buffer reads or writes per cycle (its port width)."
+    )
+    pe_local_bytes: PositiveInt | None = Field(
+        None,
+        description=(
+            "The innermost level: storage per PE or lane (register file or scratchpad), in bytes. "
+            "Every MAC or elementwise operation reads its two operands from it and writes its result "
+            "to it; it must be smaller than the on-chip buffer."
+        ),
+    )
+    pe_local_bytes_per_cycle: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description=(
+            "Bytes per cycle one PE's local storage delivers; at least one operation's three operands "
+            "at the design width (the model does not slow a PE by its register ports, so less is refused)."
+        ),
+    )
+    offchip_capacity_bytes: PositiveInt | None = Field(
+        None, description="Capacity of the off-chip memory (DRAM/HBM) in bytes; must exceed the on-chip buffer."
+    )
     overlap_compute_and_memory: bool = Field(
         True,
         description=(
@@ -382,10 +347,34 @@ class MemorySpec(BaseModel):
         ),
     )
 
-    @field_validator("onchip_buffer_bytes", mode="before")
+    @field_validator("onchip_buffer_bytes", "pe_local_bytes", "offchip_capacity_bytes", mode="before")
     @classmethod
     def _bytes(cls, value: Any) -> Any:
-        return _parse_byte_count(value)
+        return value if value is None else _parse_byte_count(value)
+
+    @model_validator(mode="after")
+    def _levels_consistent(self) -> MemorySpec:
+        banked = (self.onchip_banks is not None, self.onchip_bank_port_bytes is not None)
+        if banked[0] != banked[1]:
+            missing, given = ("onchip_bank_port_bytes", "onchip_banks") if banked[0] else ("onchip_banks", "onchip_bank_port_bytes")
+            raise FieldProblem(missing, f"is missing while {given} is given: the buffer's bandwidth is banks x port bytes "
+                                        "per cycle, so give both (or neither, and onchip_bandwidth_bytes_per_cycle)")
+        if self.offchip_capacity_bytes is not None and self.offchip_capacity_bytes <= self.onchip_buffer_bytes:
+            raise FieldProblem(
+                "offchip_capacity_bytes",
+                f"({self.offchip_capacity_bytes} bytes) is not larger than the on-chip buffer it feeds "
+                f"(onchip_buffer_bytes, {self.onchip_buffer_bytes} bytes): a level must be larger than the one inside it",
+            )
+        return self
+
+    @property
+    def buffer_bandwidth_bytes_per_cycle(self) -> float | None:
+        """The on-chip buffer's bandwidth: the given figure, else banks x port bytes; None: unbounded."""
+        if self.onchip_bandwidth_bytes_per_cycle is not None:
+            return self.onchip_bandwidth_bytes_per_cycle
+        if self.onchip_banks is not None and self.onchip_bank_port_bytes is not None:
+            return float(self.onchip_banks * self.onchip_bank_port_bytes)
+        return None
 
     @field_validator("offchip_bandwidth_bytes_per_s", mode="before")
     @classmethod
@@ -433,65 +422,6 @@ class MappingPolicy(BaseModel):
         return self
 
 
-PicoJoules = Annotated[float, Field(ge=0)]
-
-
-class EnergySpec(BaseModel):
-    """Energy per action (mambalaya.model.energy), each value with its source in ``sources``.
-
-    Arithmetic energies are per operation at a width in bits (the widest of the Einsum's
-    operands and result); an Einsum at a width the tables lack is an error naming the table.
-    The buffer's energies are per bit at ``buffer_reference_bytes`` and scale with the buffer's
-    size as ``(size / reference) ** buffer_size_exponent``."""
-
-    model_config = _CONFIG
-
-    dram_pj_per_bit: PicoJoules = Field(description="Energy of moving one bit to or from off-chip memory (pJ/bit).")
-    buffer_read_pj_per_bit: PicoJoules = Field(description="On-chip buffer read energy per bit at buffer_reference_bytes (pJ/bit).")
-    buffer_write_pj_per_bit: PicoJoules = Field(description="On-chip buffer write energy per bit at buffer_reference_bytes (pJ/bit).")
-    buffer_reference_bytes: Annotated[int, Field(gt=0, le=MAX_INT)] = Field(
-        description="The buffer size the buffer energies are given at (bytes; YAML may say '1MiB')."
-    )
-    buffer_size_exponent: Annotated[float, Field(ge=0, le=2)] = Field(
-        0.5, description="Exponent of the buffer energy's growth with size (0.5: energy per bit grows as the square root of the size)."
-    )
-    register_pj_per_bit: PicoJoules = Field(
-        description="PE-local register access per bit; each MAC or elementwise operation reads two operands and writes one result at its width (pJ/bit)."
-    )
-    mac_pj: dict[int, PicoJoules] = Field(description="Energy of one multiply-accumulate by width in bits (pJ).")
-    elementwise_pj: dict[int, PicoJoules] = Field(description="Energy of one add, multiply, divide or max by width in bits (pJ).")
-    mfu_pj: dict[str, PicoJoules] = Field(
-        default_factory=dict,
-        description="Energy of one result of each nonlinear function on an MFU (pJ); needed for every function the cascade evaluates on an MFU.",
-    )
-
-    @field_validator("buffer_reference_bytes", mode="before")
-    @classmethod
-    def _reference_bytes(cls, value: Any) -> Any:
-        return _parse_byte_count(value)
-
-    @field_validator("mac_pj", "elementwise_pj", mode="before")
-    @classmethod
-    def _width_keys(cls, value: Any) -> Any:
-        """Widths written as text (a JSON round trip turns 16 into "16") are read as integers."""
-        if isinstance(value, dict):
-            return {int(k) if isinstance(k, str) and k.strip().isdigit() else k: v for k, v in value.items()}
-        return value
-
-    @field_validator("mfu_pj")
-    @classmethod
-    def _known_functions(cls, value: dict[str, float]) -> dict[str, float]:
-        for name in value:
-            if name not in UNARY_FUNCTIONS:
-                raise FieldProblem(name, f"unknown unary function (known: {', '.join(UNARY_FUNCTIONS)})")
-        return value
-
-    def buffer_pj_per_bit(self, size_bytes: float, write: bool) -> float:
-        """Buffer energy per bit for a buffer of ``size_bytes``."""
-        base = self.buffer_write_pj_per_bit if write else self.buffer_read_pj_per_bit
-        return base * (size_bytes / self.buffer_reference_bytes) ** self.buffer_size_exponent
-
-
 class ArchSpec(BaseModel):
     """One accelerator (or GPU roofline) for the latency model."""
 
@@ -517,6 +447,14 @@ class ArchSpec(BaseModel):
     energy: EnergySpec | None = Field(
         None, description="Energy per action (DRAM, buffer, registers, arithmetic, MFU functions); None: no energy model."
     )
+    technology: TechnologySpec | None = Field(
+        None,
+        description=(
+            "The design's technology node and the factors that scale the spec's energies and logic areas "
+            "to it, with leakage; None: energies and areas as given, no leakage."
+        ),
+    )
+    area: AreaSpec | None = Field(None, description="Area per component (mambalaya.model.area); None: no area model.")
     power_budget_w: float | None = Field(
         None,
         gt=0,
@@ -553,6 +491,24 @@ class ArchSpec(BaseModel):
             if key not in known:
                 where = f"sources.{key}" if re.fullmatch(r"[\w.\-]+", key) else f"sources[{key!r}]"
                 raise FieldProblem(where, "names no field of the spec (keys are field paths such as compute.array_rows)")
+        return self
+
+    @model_validator(mode="after")
+    def _pe_level_fits(self) -> ArchSpec:
+        mem = self.memory
+        if mem.pe_local_bytes is not None and mem.pe_local_bytes >= mem.onchip_buffer_bytes:
+            raise FieldProblem(
+                "memory.pe_local_bytes",
+                f"({mem.pe_local_bytes} bytes per PE) is not smaller than the on-chip buffer that feeds it "
+                f"(memory.onchip_buffer_bytes, {mem.onchip_buffer_bytes}): a level must be larger than the one inside it",
+            )
+        need = 3 * self.bits_per_element / 8
+        if mem.pe_local_bytes_per_cycle is not None and mem.pe_local_bytes_per_cycle < need:
+            raise FieldProblem(
+                "memory.pe_local_bytes_per_cycle",
+                f"({mem.pe_local_bytes_per_cycle:g}) is below one operation's two operands and result at "
+                f"{self.bits_per_element} bits ({need:g} bytes per cycle); the model runs one operation per PE per cycle",
+            )
         return self
 
     # derived ------------------------------------------------------------------------------
@@ -600,7 +556,8 @@ class ArchSpec(BaseModel):
 
 
 _SECTIONS: dict[str, type[BaseModel]] = {"compute": ComputeSpec, "memory": MemorySpec, "mappings": MappingPolicy,
-                                         "energy": EnergySpec, "kernels": KernelSpec}
+                                         "energy": EnergySpec, "kernels": KernelSpec, "technology": TechnologySpec,
+                                         "area": AreaSpec}
 
 
 def field_paths() -> list[str]:

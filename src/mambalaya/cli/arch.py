@@ -44,6 +44,12 @@ def arch_show_cmd(
         _emit(_rows_csv(arch_rows(spec)), output)
     else:
         _print_table(_rows_table(arch_rows(spec), f"architecture {spec.name}: {spec.description}"), output)
+        if spec.area is not None:
+            from mambalaya.model.area import area_rows, leakage_w
+
+            title = (f"area of {spec.name} by component (leakage {leakage_w(spec):.3g} W"
+                     + (f", power budget {spec.power_budget_w:g} W)" if spec.power_budget_w else ")"))
+            _print_table(_rows_table(area_rows(spec), title), output, append=True)
 
 
 @arch_app.command("list")

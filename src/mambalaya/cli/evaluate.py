@@ -141,8 +141,14 @@ def evaluate_cmd(
             verdict = ("no power budget in the spec" if budget is None else
                        f"OVER the {budget:g} W budget ({t['average_power_w'] / budget:.2f}x)" if t["over_power_budget"]
                        else f"within the {budget:g} W budget")
-            out_console.print(f"average power {t['average_power_w']:.4g} W: {verdict} (dynamic energy at the spec's "
-                              "per-action energies; leakage not modelled)", highlight=False)
+            node = (f"energies at {ev.arch.technology.node_nm:g} nm, leakage {t['leakage_w']:.3g} W included"
+                    if ev.arch.technology is not None else "energies as the spec gives them, no leakage (no technology section)")
+            throttled = (f"; held to the budget the layer takes {milliseconds(t['throttled_latency_s'])} ms"
+                         if t["over_power_budget"] else "")
+            out_console.print(f"average power {t['average_power_w']:.4g} W: {verdict} ({node}){throttled}", highlight=False)
+        if "area_mm2" in t:
+            out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
+                              f"{ev.arch.name}` has them one by one)", highlight=False)
 
 
 def _evaluate_hybrid(arch: Any, model: str, config: Any, phase: PhaseOption, seq_len: int, batch: int,

@@ -46,7 +46,12 @@ class Evaluation:
             "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
             "average_power_w": energy.average_power_w, "power_budget_w": self.arch.power_budget_w,
             "over_power_budget": over_budget(energy.average_power_w, self.arch.power_budget_w),
+            "leakage_w": energy.leakage_w, "throttled_latency_s": energy.throttled_latency_s,
         }
+        if self.arch.area is not None:
+            from mambalaya.model.area import total_area_mm2
+
+            extra["area_mm2"] = total_area_mm2(self.arch)
         return {
             "latency_s": r.latency_s,
             "model_latency_s": r.model_latency_s,

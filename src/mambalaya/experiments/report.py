@@ -16,7 +16,8 @@ import pandas as pd
 
 from mambalaya import __version__
 from mambalaya.experiments.evaluate import Evaluation
-from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_FUSION_SETUP, PUBLISHED as P
+from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, PUBLISHED as P
+from mambalaya.experiments.equal_area import best_splits
 from mambalaya.fusion.edges import classify_edges
 from mambalaya.workloads import PRESETS
 from mambalaya.experiments.report_parts import (_fig, _gap, _headline_section, _md_table, _units_section, _validation_section,
@@ -333,7 +334,7 @@ records; where the paper leaves a value open, the last columns say what we chose
 """
 
 
-def _geens_section(geens: pd.DataFrame) -> str:
+def _geens_section(geens: pd.DataFrame, equal_area: pd.DataFrame | None, areas: pd.DataFrame | None = None) -> str:
     s = GEENS_FUSION_SETUP
     best = geens.loc[geens.speedup_fused_vs_unfused.idxmax()]
     pre = geens[geens.seq_len > 1]
@@ -353,9 +354,47 @@ how MARCA's PEs cost nonlinear functions, so both are shown across their range:
 
 {_md_table(geens)}
 
-**Over MARCA at equal area, published {P['geens: vs MARCA at equal area']:g}×: not modelled.** It compares two splits of
-222 mm² between PEs and SRAM, both running their fused memory-aware schedule (their artifact,
-scripts/sweep_contour.py); mambalaya has no area model, so it cannot be reproduced.
+{_equal_area_paragraph(equal_area, areas)}
+"""
+
+
+def _marca_area_line(areas: pd.DataFrame | None) -> str:
+    """marca-original's component area under our area model beside the 222 mm^2 of theirs."""
+    if areas is None or areas.empty or "marca-original" not in set(areas.design):
+        return ""
+    a = areas[areas.design == "marca-original"].set_index("component").area_mm2
+    total = a["total"]
+    return (f"Their split is linear in area from MARCA's 222 mm² at 80% SRAM. Our area model (45 nm components, "
+            f"`mambalaya arch show marca-original`) gives marca-original {total:.0f} mm² "
+            f"({_gap(total, 222.0)} against 222 mm²), {a['on-chip buffer'] / total:.0%} of it SRAM and "
+            f"{a['2D-array PEs'] / total:.0%} PEs: at these component densities MARCA's 24 MiB and 8192 FP32 PEs are "
+            "not an 80/20 split, so the swept designs are their model's, not re-derived from ours.")
+
+
+def _equal_area_paragraph(rows: pd.DataFrame | None, areas: pd.DataFrame | None = None) -> str:
+    s, key = GEENS_AREA_SETUP, "geens: vs MARCA at equal area"
+    if rows is None or rows.empty:
+        return f"**Over MARCA at equal area, published {P[key]:g}×:** not run."
+    best = best_splits(rows)
+    lines = [f"- {b.variant}, L = {b.seq_len}: best split {b.best_memory_share:.0%} SRAM ({b.best_array} PEs, "
+             f"{b.best_sram_mib:.3g} MiB), {b.speedup:.2f}× over the MARCA point (gap {_gap(b.speedup, P[key])})"
+             for b in best.itertuples()]
+    shown = rows[rows.memory_share.isin([0.05, 0.2, 0.4, 0.6, 0.8, 0.9])][
+        ["variant", "seq_len", "memory_share", "array", "sram_mib", "ms_per_token", "bound", "speedup_over_marca_point"]]
+    return f"""**Over MARCA at equal area, published {P[key]:g}×.** {s.measures}: {s.hardware}; {s.model}, batch
+{s.batch}, {s.precision}, {s.phase}; every split runs `ssm-ri` with the tiles our search fits to its SRAM (their
+"Mem-Aware" schedule splits the channel rank instead). The ratio is the MARCA point's latency over the best
+split's (`geens_equal_area.csv`, every split; `mambalaya.experiments.equal_area`):
+
+{chr(10).join(lines)}
+
+{_marca_area_line(areas)}
+
+Their model leaves the SRAM's bandwidth unbounded; with marca-original's (an assumption, see its spec) the
+splits with little SRAM and many PEs become bound by it, and the gain shrinks. At L = 64 every split is
+bound by DRAM, so the split does not matter.
+
+{_md_table(shown)}
 """
 
 
@@ -404,34 +443,78 @@ def _energy_section(result) -> str:
     en = result.tables.get("energy")
     if en is None or en.empty:
         return "## Energy\n\nNo design of this run has an `energy` section, so no energy is reported.\n"
-    shown = en[["model", "phase", "design", "layer_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
-                "over_power_budget", "dram_j", "buffer_j", "mac_j", "elementwise_j", "mfu_j", "register_j",
-                "energy_gain_vs_marca"]]
+    shown = en[["model", "phase", "design", "layer_energy_j", "energy_per_token_j", "average_power_w", "power_budget_w",
+                "over_power_budget", "layer_latency_s", "throttled_latency_s", "dram_j", "buffer_j", "mac_j",
+                "register_j", "leakage_j", "energy_gain_vs_marca"]]
     over = en[en.over_power_budget.astype(bool)]
-    budget_note = ("" if over.empty else
-                   f"\n**{len(over)} of {len(en)} results draw more than their design's power budget** "
-                   f"(`power_budget_w`, the reference part's TDP; up to {over.average_power_w.max():.0f} W against "
-                   f"{over.power_budget_w.max():g} W): at 45 nm per-action energies and without leakage, the average "
-                   "power is not yet at the designs' node, so these flags say what the energies would have to be, "
-                   "not that a design is infeasible.\n")
+    budget_note = ("Every result is within its design's power budget (`power_budget_w`, the reference part's TDP)."
+                   if over.empty else
+                   f"**{len(over)} of {len(en)} results draw more than their design's power budget** (up to "
+                   f"{over.average_power_w.max():.0f} W against {over.power_budget_w.max():g} W): held to the budget, "
+                   "such a layer takes its energy over the budget (`throttled_latency_s`), and the ratios at equal "
+                   "power below use that latency.")
     top = en.assign(total=en.layer_energy_j).copy()
     share = (top.buffer_j / top.total).max()
-    return f"""## Energy of the designs
+    return f"""## Energy and power of the designs
 
 Per layer at L = {result.config.detail_seq_len} (prefill) and per generation step, each design under the mapping
 it runs (searched for latency), and `mambalaya (energy objective)`: the same design with its mapping searched for
-least energy (`--objective energy`). From the per-action energies in each arch spec's `energy` section (every
-value with its source in `architectures.csv`). Dynamic energy only, at 45 nm; `energy_gain_vs_marca` is MARCA
-(ideal)'s energy over the design's. The paper reports no energy figure, so there is no published value to set
-beside these. (`energy.csv`)
+least energy (`--objective energy`). The per-action energies are given at 45 nm (Horowitz) in each spec's `energy`
+section and scaled to the design's node by `technology.energy_scale` (Stillmaker and Baas, 45 to 7 nm: 0.0943; DRAM
+is not scaled); leakage is each design's static power (from its area, `technology.*_leakage_*`) over the latency.
+Every value has its source in `architectures.csv`. `energy_gain_vs_marca` is MARCA (ideal)'s energy over the
+design's. The paper reports no energy figure, so there is no published value to set beside these. (`energy.csv`)
+
+{budget_note}
 
 How to read it: on-chip buffer accesses take up to {share:.0%} of a layer's energy, and their price is the
 least certain value: 1.56 pJ/bit for 1 MB (Horowitz) grown as the square root of the size to the 50 MiB buffer
-(11 pJ/bit). A latency-optimal fused mapping with small tiles makes every Einsum re-read its weight tile from
-that buffer in every step, so it can spend more energy than running unfused even while moving far fewer DRAM
+(11 pJ/bit at 45 nm). A latency-optimal fused mapping with small tiles makes every Einsum re-read its weight tile
+from that buffer in every step, so it can spend more energy than running unfused even while moving far fewer DRAM
 bytes; the energy-objective row shows what a mapping chosen for energy costs. With a banked buffer whose
 access costs a bank's energy (`energy.buffer_size_exponent: 0`), buffer energy is 7x lower.
-{budget_note}
+
+{_md_table(shown)}
+
+{_equal_budget_paragraph(result)}
+"""
+
+
+def _equal_budget_paragraph(result) -> str:
+    """Area per design and the ratios at equal area and at equal power beside the equal-PE ones."""
+    areas = result.tables.get("areas")
+    en = result.tables.get("energy")
+    if areas is None or areas.empty:
+        return ""
+    totals = areas[areas.component == "total"].set_index("design").area_mm2
+    h100 = totals.reindex(["mambalaya", "marca-ideal", "geens-ideal"]).dropna()
+    same = len(h100) > 1 and (h100.max() - h100.min()) <= 1e-9 * h100.max()
+    lines = []
+    for (model, phase), g in en[en.design.isin(["mambalaya", "marca-ideal", "geens-ideal"])].groupby(["model", "phase"]):
+        by = g.set_index("design")
+        if "mambalaya" not in by.index:
+            continue
+        for base in ("marca-ideal", "geens-ideal"):
+            if base in by.index:
+                pe = by.layer_latency_s[base] / by.layer_latency_s["mambalaya"]
+                pw = by.throttled_latency_s[base] / by.throttled_latency_s["mambalaya"]
+                lines.append({"model": model, "phase": phase, "over": base, "equal_pe_count": pe,
+                              "equal_area": pe if same else float("nan"), "equal_power": pw})
+    shown = areas[["design", "component", "count", "area_mm2", "share"]]
+    area_text = (f"The three H100-like designs have the same components (64K PEs, 1024 MFUs, 0.5 kB of registers per "
+                 f"PE, a 50 MiB buffer), so the same area, {h100.iloc[0]:.1f} mm² at the node, and their ratios at "
+                 "equal area are their ratios at equal PE count." if same else
+                 "The H100-like designs differ in area; the equal-area column is left empty.")
+    return f"""### Area per design, and the ratios at equal area and at equal power
+
+Component areas at each design's node (`area` and `technology` sections; `areas.csv`): the PE array's MACs and
+the MFUs from Horowitz's 45 nm areas scaled by Stillmaker and Baas (0.059 to 7 nm), the registers and the buffer from
+CACTI-class SRAM densities. Control, interconnect and I/O are not modelled (`area.overhead_fraction` 0), so these
+are the components' areas, not a die's (the H100's is 814 mm²). {area_text} At equal power each design is held to
+its budget: a layer over it takes its energy over the budget.
+
+{_md_table(pd.DataFrame(lines)) if lines else ""}
+
 {_md_table(shown)}
 """
 
@@ -496,7 +579,7 @@ Where the mambalaya values come from:
 
 {_setups_section()}
 
-{_geens_section(geens)}
+{_geens_section(geens, t.get("geens_equal_area"), t.get("areas"))}
 
 {_validation_section(result)}
 

@@ -29,11 +29,13 @@ from mambalaya.arch import arch_rows, load_arch
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.validate import validate
-from mambalaya.experiments.claims import FAR_GAP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
+from mambalaya.experiments.claims import FAR_GAP, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
+from mambalaya.experiments.equal_area import geens_equal_area_rows
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan, over_budget
 from mambalaya.experiments.report import tornado_figures, write_figures, write_report
 from mambalaya.fusion.edges import classify_edges, edge_rows
 from mambalaya.fusion.mapping import mapping_to_dict
+from mambalaya.model.area import area_rows
 from mambalaya.model.latency import latency_rows
 from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS
@@ -281,8 +283,13 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
     result.tables["architectures"] = pd.DataFrame(
         [dict(r, design=d) for d in DESIGNS for r in arch_rows(specs[d])]
     )
+    result.tables["areas"] = pd.DataFrame(
+        [dict(r, design=d) for d in (*DESIGNS, "marca-original") for spec in [specs.get(d) or load_arch(d)]
+         if spec.area is not None for r in area_rows(spec)])
     tick("Geens et al.'s claim on its own workload")
     result.tables["geens_claims"] = _geens_rows()
+    tick("Geens et al.'s equal-area comparison")
+    result.tables["geens_equal_area"] = geens_equal_area_rows(seq_lens=GEENS_AREA_SETUP.seq_lens[1:])
     result.tables["scan_forms"] = _scan_form_rows(config)
     result.tables["validation"] = pd.DataFrame(validate().rows())  # published GPU kernels: about 2 s
     result.details = details
@@ -303,8 +310,9 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
 
 
 ENERGY_COLUMNS = ["model", "phase", "design", "mapping", "layer_latency_s", "layer_energy_j", "energy_per_token_j",
-                  "edp_js", "average_power_w", "power_budget_w", "over_power_budget", "dram_j", "buffer_j", "register_j",
-                  "mac_j", "elementwise_j", "mfu_j", "energy_gain_vs_marca"]
+                  "edp_js", "average_power_w", "power_budget_w", "over_power_budget", "throttled_latency_s", "leakage_w",
+                  "area_mm2", "dram_j", "buffer_j", "register_j", "mac_j", "elementwise_j", "mfu_j", "leakage_j",
+                  "energy_gain_vs_marca"]
 
 
 def _energy_rows(details: dict) -> pd.DataFrame:
@@ -321,6 +329,8 @@ def _energy_rows(details: dict) -> pd.DataFrame:
                      "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
                      "average_power_w": energy.average_power_w, "power_budget_w": ev.arch.power_budget_w,
                      "over_power_budget": over_budget(energy.average_power_w, ev.arch.power_budget_w),
+                     "throttled_latency_s": energy.throttled_latency_s, "leakage_w": energy.leakage_w,
+                     "area_mm2": ev.totals().get("area_mm2", float("nan")),
                      **{f"{k}_j": v for k, v in parts.items()}})
     df = pd.DataFrame(rows, columns=ENERGY_COLUMNS[:-1])
     base = df[df.design == "marca-ideal"].set_index(["model", "phase"]).layer_energy_j

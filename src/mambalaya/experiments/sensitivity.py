@@ -153,6 +153,8 @@ def base_value(assumption: Assumption, spec: ArchSpec, run: "RunSetup") -> Value
         node = node[part]
     if node is None and assumption.key == "compute.one_d_lanes":
         return spec.compute.one_d_lanes_effective
+    if node is None and assumption.key == "memory.onchip_bandwidth_bytes_per_cycle":
+        return spec.memory.buffer_bandwidth_bytes_per_cycle  # from the banks (None: unbounded)
     return node
 
 

@@ -19,7 +19,7 @@ from mambalaya.einsum.ir import rank_of_variable, rank_variable
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, tensors_read, tensors_written, window_halos
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
-from mambalaya.model.traffic import buffer_read_elements, read_steps, untiled_traffic
+from mambalaya.model.traffic import buffer_read_bytes_over_tilings, buffer_read_elements, read_steps, untiled_traffic
 
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
@@ -432,9 +432,44 @@ class GroupCostModel:
     def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
         """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
         off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
+        part = self.tiling_buffer_bytes()
+        return traffic + part[flat % len(part)]
+
+    def tiling_buffer_bytes(self) -> np.ndarray:
+        """Per tiling, the on-chip bytes its Einsums read and write, as
+        :func:`~mambalaya.model.traffic.group_buffer_accesses` counts them (window halos and
+        rotated boxes read again per tile included); kept."""
         if self._onchip is None:
-            self._onchip = self.einsum_buffer_bytes(self.grid()[1])
-        return traffic + self._onchip[flat % len(self._onchip)]
+            total = np.zeros(self.n_tilings)
+            for name in self.probe.einsums:
+                total += self._einsum_buffer_bytes(name)
+            self._onchip = total
+        return self._onchip
+
+    def _einsum_buffer_bytes(self, name: str) -> np.ndarray:
+        """One Einsum's on-chip reads and writes per tiling of this model's ranks: memoised on
+        the cascade per Einsum and ranks, which every group holding it and tiling them shares."""
+        cascade, ranks = self.cascade, self.ranks
+        memo = cascade.__dict__.setdefault("_einsum_buffer_bytes_memo", {})
+        key = (name, tuple(ranks))
+        hit = memo.get(key)
+        if hit is None:
+            e = cascade.einsum(name)
+            tiles, trips = self.grid()
+            probe = FusionGroup("probe", (name,), tuple(Loop(r, cascade.size(r)) for r in ranks))
+            hit = np.zeros(self.n_tilings)
+            for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
+                accs = [a for a in e.inputs if a.tensor == t]
+                hit += buffer_read_bytes_over_tilings(cascade, probe, t, accs, ranks, tiles, trips)
+            outs = {rank_of_variable(v) for v in e.output_variables}
+            repeat = np.ones(self.n_tilings)
+            for i, r in enumerate(ranks):
+                if r not in outs:
+                    repeat = repeat * trips[i]
+            hit += cascade.elements(name) * repeat * cascade.tensors[name].bits / 8
+            hit.flags.writeable = False
+            memo[key] = hit
+        return hit
 
     def cycles(self, compute: Any) -> np.ndarray:
         """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best

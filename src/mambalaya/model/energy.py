@@ -16,9 +16,14 @@ Per Einsum (the rows of :func:`mambalaya.model.latency.layer_latency`), the acti
   in its PE's registers, ``3 x width`` bits.
 
 Operations count every run of the Einsum (a loop over a rank it lacks recomputes it).
-Static (leakage) energy is not modelled: the spec's values are dynamic energies per action.
-Average power is the energy over the latency; a design with a ``power_budget_w`` flags a
-result above it (:mod:`mambalaya.experiments.evaluate`).
+
+The spec's energies are given at ``technology.reference_node_nm``; every on-chip action
+(arithmetic, MFU, registers, buffer) is scaled by ``technology.energy_scale`` to the design's
+node, DRAM not (its energy is spent in the DRAM dies). **Leakage**: the design's static power
+(:func:`mambalaya.model.area.leakage_w`, from its area) over each Einsum's share of the
+latency. Average power is the energy over the latency; a design with a ``power_budget_w``
+flags a result above it (:mod:`mambalaya.experiments.evaluate`), and its throttled latency
+is the energy over the budget where that is longer.
 The energy-delay product is the model's energy per pass times its latency per pass.
 """
 
@@ -29,6 +34,7 @@ from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
+from mambalaya.model.area import leakage_w
 from mambalaya.model.latency import EinsumLatency, LayerLatency
 from mambalaya.model.spatial import ELEMENTWISE_OPS
 
@@ -59,10 +65,12 @@ class EinsumEnergy:
     mac_pj: float
     elementwise_pj: float
     mfu_pj: float
+    leakage_pj: float = 0.0
 
     @property
     def total_pj(self) -> float:
-        return self.dram_pj + self.buffer_pj + self.register_pj + self.mac_pj + self.elementwise_pj + self.mfu_pj
+        return (self.dram_pj + self.buffer_pj + self.register_pj + self.mac_pj + self.elementwise_pj + self.mfu_pj
+                + self.leakage_pj)
 
 
 @dataclass(frozen=True)
@@ -74,6 +82,8 @@ class LayerEnergy:
     batch: int
     positions: int
     latency_s: float  # of one layer
+    leakage_w: float = 0.0
+    power_budget_w: float | None = None
 
     @property
     def layer_j(self) -> float:
@@ -94,12 +104,20 @@ class LayerEnergy:
         return self.layer_j / self.latency_s if self.latency_s else 0.0
 
     @property
+    def throttled_latency_s(self) -> float:
+        """The layer's latency held to the power budget: its energy over the budget where that
+        is longer than the latency (a design that cannot draw more runs slower), else the latency."""
+        if not self.power_budget_w:
+            return self.latency_s
+        return max(self.latency_s, self.layer_j / self.power_budget_w)
+
+    @property
     def edp_js(self) -> float:
         """Energy-delay product of one pass of the model (J x s)."""
         return self.model_j * self.n_layers * self.latency_s
 
     def by_component_j(self) -> dict[str, float]:
-        keys = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj")
+        keys = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
         return {k.removesuffix("_pj"): sum(getattr(e, k) for e in self.einsums) * 1e-12 for k in keys}
 
 
@@ -150,8 +168,13 @@ def compute_energy_pj(arch: Any, cascade: Cascade, name: str, ops: dict[str, int
     spec = require_energy(arch)
     width = einsum_width_bits(cascade, name)
     macs, elementwise, mfu = _arithmetic(arch, ops, runs)
-    return (_mac_pj(arch, spec, macs, width, name) + _elementwise_pj(arch, spec, elementwise, width, name)
-            + _mfu_pj(arch, spec, mfu, name) + 3 * width * (macs + elementwise) * spec.register_pj_per_bit)
+    return node_scale(arch) * (_mac_pj(arch, spec, macs, width, name) + _elementwise_pj(arch, spec, elementwise, width, name)
+                               + _mfu_pj(arch, spec, mfu, name) + 3 * width * (macs + elementwise) * spec.register_pj_per_bit)
+
+
+def node_scale(arch: Any) -> float:
+    """The factor from the spec's energies to the design's node (1 without a technology section)."""
+    return arch.technology.energy_scale if getattr(arch, "technology", None) is not None else 1.0
 
 
 def _mac_pj(arch: Any, spec: Any, macs: float, width: int, einsum: str) -> float:
@@ -175,10 +198,11 @@ def _mfu_pj(arch: Any, spec: Any, results: dict[str, float], einsum: str) -> flo
 
 
 def movement_pj_per_byte(arch: Any) -> tuple[float, float, float]:
-    """(DRAM, buffer read, buffer write) energy per byte on ``arch``."""
+    """(DRAM, buffer read, buffer write) energy per byte on ``arch``, the buffer's at the design's node."""
     spec = require_energy(arch)
-    size = arch.memory.onchip_buffer_bytes
-    return 8 * spec.dram_pj_per_bit, 8 * spec.buffer_pj_per_bit(size, write=False), 8 * spec.buffer_pj_per_bit(size, write=True)
+    size, scale = arch.memory.onchip_buffer_bytes, node_scale(arch)
+    return (8 * spec.dram_pj_per_bit, 8 * scale * spec.buffer_pj_per_bit(size, write=False),
+            8 * scale * spec.buffer_pj_per_bit(size, write=True))
 
 
 def _per_op(table: dict[int, float], width: int, field: str, arch: Any, einsum: str) -> float:
@@ -190,21 +214,26 @@ def _per_op(table: dict[int, float], width: int, field: str, arch: Any, einsum: 
     return table[width]
 
 
-def einsum_energy(arch: Any, cascade: Cascade, row: EinsumLatency) -> EinsumEnergy:
-    """Energy of one Einsum's actions on ``arch`` (which must have an ``energy`` section)."""
+def einsum_energy(arch: Any, cascade: Cascade, row: EinsumLatency, static_w: float | None = None) -> EinsumEnergy:
+    """Energy of one Einsum's actions on ``arch`` (which must have an ``energy`` section), at the
+    design's node, with the design's leakage (``static_w``, default :func:`leakage_w`) over the
+    Einsum's share of its group's latency."""
     spec = require_energy(arch)
     a = einsum_actions(arch, cascade, row)
     dram, buf_read, buf_write = movement_pj_per_byte(arch)
+    scale = node_scale(arch)
+    static_w = leakage_w(arch) if static_w is None else static_w
     return EinsumEnergy(
         einsum=row.einsum,
         fusion_group=row.fusion_group,
         actions=a,
         dram_pj=a.dram_bits / 8 * dram,
         buffer_pj=a.buffer_read_bits / 8 * buf_read + a.buffer_write_bits / 8 * buf_write,
-        register_pj=a.register_bits * spec.register_pj_per_bit,
-        mac_pj=_mac_pj(arch, spec, a.macs, a.width_bits, a.einsum),
-        elementwise_pj=_elementwise_pj(arch, spec, a.elementwise_ops, a.width_bits, a.einsum),
-        mfu_pj=_mfu_pj(arch, spec, a.mfu_results, a.einsum),
+        register_pj=scale * a.register_bits * spec.register_pj_per_bit,
+        mac_pj=scale * _mac_pj(arch, spec, a.macs, a.width_bits, a.einsum),
+        elementwise_pj=scale * _elementwise_pj(arch, spec, a.elementwise_ops, a.width_bits, a.einsum),
+        mfu_pj=scale * _mfu_pj(arch, spec, a.mfu_results, a.einsum),
+        leakage_pj=static_w * row.final_latency * 1e12,
     )
 
 
@@ -216,13 +245,15 @@ def require_energy(arch: Any) -> Any:
 
 def layer_energy(arch: Any, cascade: Cascade, result: LayerLatency) -> LayerEnergy:
     """Energy of a layer's latency result (same mapping, same actions)."""
-    rows = tuple(einsum_energy(arch, cascade, r) for r in result.einsums)
-    return LayerEnergy(arch.name, result.mapping, rows, result.n_layers, result.batch, result.positions, result.latency_s)
+    static_w = leakage_w(arch)
+    rows = tuple(einsum_energy(arch, cascade, r, static_w) for r in result.einsums)
+    return LayerEnergy(arch.name, result.mapping, rows, result.n_layers, result.batch, result.positions, result.latency_s,
+                       static_w, arch.power_budget_w)
 
 
 def energy_rows(energy: LayerEnergy) -> list[dict[str, Any]]:
     """The per-Einsum energy table (pJ), plus a ``total`` row."""
-    cols = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj")
+    cols = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
     rows = [
         {"einsum": e.einsum, "fusion_group": e.fusion_group, "width_bits": e.actions.width_bits,
          **{c: getattr(e, c) for c in cols}, "total_pj": e.total_pj}
@@ -244,5 +275,6 @@ __all__ = [
     "energy_rows",
     "layer_energy",
     "movement_pj_per_byte",
+    "node_scale",
     "require_energy",
 ]

@@ -259,7 +259,7 @@ def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitC
 
 def onchip_seconds(arch: Any, buffer_bytes: Any) -> Any:
     """Seconds the on-chip buffer needs for ``buffer_bytes`` (0 when its bandwidth is unbounded)."""
-    bw = arch.memory.onchip_bandwidth_bytes_per_cycle
+    bw = arch.memory.buffer_bandwidth_bytes_per_cycle
     return 0.0 * buffer_bytes if bw is None else buffer_bytes / (bw * arch.clock_hz)
 
 
@@ -332,7 +332,7 @@ def group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
 
 def _group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic) -> GroupLatency:
     buffer = None
-    if arch.memory.onchip_bandwidth_bytes_per_cycle is not None:
+    if arch.memory.buffer_bandwidth_bytes_per_cycle is not None:
         buffer = group_buffer_accesses(cascade, group, traffic)
     comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic,
                                                     0.0 if buffer is None else buffer.total_bytes)

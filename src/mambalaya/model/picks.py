@@ -10,8 +10,8 @@ footprint and the lowest index; only candidates whose footprint bound fits the b
 The caller checks each pick's legality and re-costs the rare segment whose first pick breaks a
 rule with the single-segment search (``tests/test_closed_forms.py`` compares the two).
 
-Only the latency objective without an on-chip bandwidth, and the traffic objective, are picked
-here: the others rank by the on-chip bytes too.
+Only the latency and traffic objectives are picked here: energy and EDP rank by the energy of
+the on-chip bytes too.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ class _Table:
     models: list[GroupCostModel] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
-    arrays: tuple[np.ndarray, ...] | None = None  # starts, segment, flat, traffic, fp, steps, cycles, n_einsums
+    arrays: tuple[np.ndarray, ...] | None = None  # starts, segment, flat, traffic, fp, steps, cycles, n_einsums, buffer
     per_arch: dict[tuple, tuple[np.ndarray, ...]] = field(default_factory=dict)  # see _latencies
     fits: dict[int, np.ndarray] = field(default_factory=dict)  # per buffer: the rows whose bound fits
 
@@ -67,18 +67,22 @@ class _Table:
             sizes = np.array([len(p[0]) for p in self.parts])
             starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
             segment = np.repeat(np.arange(len(self.parts)), sizes)
-            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(6)]
+            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(7)]
             self.arrays = (starts, segment, *joined)
             self.per_arch, self.fits = {}, {}
 
     def _add_pass(self, new: list[GroupCostModel]) -> None:
         """Append the undominated candidates of ``new`` (none in the table yet), found in one
-        pass over all their candidates: a class is (model, steps, cycles)."""
+        pass over all their candidates: a class is (model, steps, cycles, the Einsums' on-chip
+        bytes), so that within a class every latency term grows with the traffic."""
         cands = [m.candidates() for m in new]
         tiling_cycles = ([np.zeros(c.n_tilings) for c in cands] if self.compute is None
                          else cycles_together(new, self.compute))
+        tiling_buffer = ([np.zeros(c.n_tilings) for c in cands] if self.compute is None
+                         else [m.tiling_buffer_bytes() for m in new])
         tiling_class = _classes(np.concatenate([c.steps for c in cands]), np.concatenate(tiling_cycles),
-                                np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]))
+                                np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]),
+                                np.concatenate(tiling_buffer))
         tiling_start = np.cumsum([0] + [c.n_tilings for c in cands])
         kept_start = np.cumsum([0] + [c.kept.size for c in cands])
         rows = _undominated(np.concatenate([c.kept_traffic for c in cands]),
@@ -92,7 +96,8 @@ class _Table:
             mine = rows[cuts[k]:cuts[k + 1]] - kept_start[k]
             tiling = c.kept_tiling[mine]
             self.parts.append((c.kept[mine], c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling],
-                               tiling_cycles[k][tiling], np.full(mine.size, len(m.probe.einsums))))
+                               tiling_cycles[k][tiling], np.full(mine.size, len(m.probe.einsums)),
+                               tiling_buffer[k][tiling]))
 
 
 def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -108,11 +113,15 @@ def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.nda
     and position, for a sort on two keys instead of four."""
     if not len(traffic):
         return np.empty(0, dtype=np.int64)
-    # by class, then traffic, then position: a stable sort on traffic, then a stable one on the
-    # class (a radix sort where classes fit 16 bits), the same order as np.lexsort's, faster
+    # by class, then traffic, then position: a stable sort on traffic, then stable ones on the
+    # class (radix sorts on its two 16-bit halves), the same order as np.lexsort's, faster
     order = np.argsort(traffic, kind="stable")
     by_class = cls[order]
-    order = order[np.argsort(by_class.astype(np.uint16) if cls.max() < 1 << 16 else by_class, kind="stable")]
+    if cls.max() < 1 << 32:  # two stable 16-bit radix passes (low half, then high half)
+        order = order[np.argsort((by_class & 0xFFFF).astype(np.uint16), kind="stable")]
+        order = order[np.argsort((cls[order] >> 16).astype(np.uint16), kind="stable")]
+    else:
+        order = order[np.argsort(by_class, kind="stable")]
     c, t, f = cls[order], traffic[order], fp[order]
     first = np.r_[True, c[1:] != c[:-1]]
     # one running minimum serves every class once each class's footprints are raised above
@@ -129,13 +138,13 @@ def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.nda
     return np.sort(order[kept[np.r_[~superseded, True]]])
 
 
-def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray) -> np.ndarray:
+def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray, buffer: np.ndarray) -> np.ndarray:
     """An integer per tiling (of the models' concatenated tilings), equal where its model,
-    steps and cycles are."""
-    order = np.lexsort((cycles, steps, model))
-    m, s, c = model[order], steps[order], cycles[order]
+    steps, cycles and on-chip Einsum bytes are."""
+    order = np.lexsort((buffer, cycles, steps, model))
+    m, s, c, b = model[order], steps[order], cycles[order], buffer[order]
     ids = np.empty(len(order), dtype=np.int64)
-    ids[order] = np.cumsum(np.r_[False, (m[1:] != m[:-1]) | (s[1:] != s[:-1]) | (c[1:] != c[:-1])])
+    ids[order] = np.cumsum(np.r_[False, (m[1:] != m[:-1]) | (s[1:] != s[:-1]) | (c[1:] != c[:-1]) | (b[1:] != b[:-1])])
     return ids
 
 
@@ -164,11 +173,10 @@ def _table(models: list[GroupCostModel], compute: Any) -> _Table:
 
 
 def _latencies(table: _Table, arch: Any) -> np.ndarray:
-    """Every row's latency on ``arch``: :func:`~mambalaya.model.latency.combine` with no
-    on-chip term, its terms that do not depend on the bandwidth kept per architecture (the
-    same operations in the same order, so the same floats; ``tests/test_closed_forms.py``
-    compares them)."""
-    _, _, _, traffic, _, steps, cycles, n_einsums = table.arrays  # type: ignore[misc]
+    """Every row's latency on ``arch``: :func:`~mambalaya.model.latency.combine`, its terms
+    that do not depend on the bandwidths kept per architecture (the same operations in the
+    same order, so the same floats; ``tests/test_closed_forms.py`` compares them)."""
+    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = table.arrays  # type: ignore[misc]
     key = (arch.clock_hz, compute_hz(arch), arch.compute.pipeline_wind_up_cycles, arch.memory.overlap_compute_and_memory)
     if key not in table.per_arch:
         multi = steps > 1
@@ -176,10 +184,13 @@ def _latencies(table: _Table, arch: Any) -> np.ndarray:
         table.per_arch[key] = (cycles / compute_hz(arch), multi, fill, np.maximum(steps, 1))
     comp, multi, fill, at_least_one = table.per_arch[key]
     mem = traffic / offchip_bytes_per_s(arch)
+    bw = arch.memory.buffer_bandwidth_bytes_per_cycle
+    onchip = None if bw is None else (traffic + buffer) / (bw * arch.clock_hz)
     if arch.memory.overlap_compute_and_memory:
-        latency = np.maximum(comp, mem) + (np.minimum(comp, mem) / at_least_one * multi + fill)
+        slowest = np.maximum(comp, mem) if onchip is None else np.maximum(np.maximum(comp, mem), onchip)
+        latency = slowest + (np.minimum(comp, mem) / at_least_one * multi + fill)
     else:
-        latency = (comp + mem) + fill
+        latency = (comp + mem if onchip is None else np.maximum(comp + mem, onchip)) + fill
     return np.maximum(latency, min_group_s(arch)) if min_group_s(arch) else latency
 
 
@@ -188,7 +199,7 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     """The first candidate of each model's kept candidates in the objective's order (see the
     module doc), or None where no footprint bound fits the buffer."""
     table = _table(models, None if arch is None else arch.compute)
-    starts, segment, flat, traffic, fp, steps, _, _ = table.arrays  # type: ignore[misc]
+    starts, segment, flat, traffic, fp, steps, *_ = table.arrays  # type: ignore[misc]
     if buffer_bytes is None:
         ok = np.ones(len(traffic), dtype=bool)
     else:

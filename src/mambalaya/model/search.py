@@ -220,13 +220,14 @@ _RECOST_EVERY_PICK: contextvars.ContextVar[bool] = contextvars.ContextVar("recos
 def _closed_form_costs(arch: Any, objective: str) -> bool:
     """Whether a pick's costs may come from the closed forms (for a group whose traffic closed
     form is exact, :attr:`GroupCostModel.exact_traffic`). They equal the general model's where
-    the latency depends only on the off-chip traffic, the compute cycles and the steps
-    (``tests/test_closed_forms.py`` checks candidates of every layer kind); the on-chip
-    buffer term leaves window halos out and the energy closed form is a ranking, so an
-    architecture with an on-chip bandwidth, or an energy or EDP objective, re-costs each pick."""
+    the latency depends only on the off-chip traffic, the compute cycles, the on-chip bytes and
+    the steps (``tests/test_closed_forms.py`` checks candidates of every layer kind); the
+    on-chip closed form leaves window halos out, so a group bound by the buffer with a halo
+    disagrees and the search re-costs every pick (:func:`_recost_on_mismatch`). The energy
+    closed form is a ranking, so an energy or EDP objective re-costs each pick."""
     if not CLOSED_FORM_COSTS or _RECOST_EVERY_PICK.get():
         return False
-    return arch is None or (objective == "latency" and arch.memory.onchip_bandwidth_bytes_per_cycle is None)
+    return arch is None or objective == "latency"
 
 
 def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
@@ -289,7 +290,7 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
     if arch is None:
         order = np.lexsort((fp, steps, np.where(ok, traffic, np.inf)))
     else:
-        onchip_bw = arch.memory.onchip_bandwidth_bytes_per_cycle
+        onchip_bw = arch.memory.buffer_bandwidth_bytes_per_cycle
         need_buffer = objective != "latency" or onchip_bw is not None
         onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
         comp = model.cycles(arch.compute)[tiling] / compute_hz(arch)
@@ -398,7 +399,8 @@ class _ClosedFormMismatch(Exception):
 
 def _verify_closed_forms(cascade: Cascade, choices: list[GroupChoice], arch: Any) -> None:
     """Raise :class:`_ClosedFormMismatch` unless every choice costed by the closed forms has
-    the general model's traffic and latency, and a footprint within its bound. The finished
+    the general model's traffic and latency (to 1e-12: the on-chip bytes are summed in another
+    order), and a footprint within its bound. The finished
     mapping is costed again by the general model (the traffic is memoised), so this costs
     little; a mismatch (never seen on the shipped cascades) makes the search run again with
     every pick re-costed (:func:`_recost_on_mismatch`)."""
@@ -406,7 +408,7 @@ def _verify_closed_forms(cascade: Cascade, choices: list[GroupChoice], arch: Any
         if not c.closed_form:
             continue
         exact = group_traffic(cascade, c.group)
-        latency_ok = c.latency_s is None or group_seconds(arch, cascade, c.group) == c.latency_s
+        latency_ok = c.latency_s is None or math.isclose(group_seconds(arch, cascade, c.group), c.latency_s, rel_tol=1e-12)
         if exact.total_bytes != c.traffic_bytes or exact.footprint_bytes > c.footprint_bytes or not latency_ok:
             raise _ClosedFormMismatch(c.group)
 

@@ -592,6 +592,68 @@ def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, acce
     return total
 
 
+def buffer_read_bytes_over_tilings(cascade: Cascade, probe: FusionGroup, tensor: str, accesses: list[Access],
+                                   ranks: list[str], tiles: list[np.ndarray], trips: list[np.ndarray]) -> np.ndarray:
+    """:func:`buffer_read_elements` in bytes for every tiling of ``ranks`` at once (``tiles`` and
+    ``trips`` per rank and tiling; ``probe`` fuses every rank at its full size): the same box
+    sums, window halos and rotated boxes read again per tile included. A component whose boxes
+    tile its dimensions exactly (plain rank indices, no incoming state) sums to its untiled box
+    at any tile; the others are summed per distinct tile. A tiling whose boxes cannot be counted
+    without enumerating too many tiles (:class:`TrafficSizeError`) costs infinitely many bytes."""
+    n = len(tiles[0]) if tiles else 1
+    plan = _read_plan(cascade, probe, tensor, accesses, None)
+    own, every = np.ones(n), np.ones(n)
+    for dims, comp_ranks, bounds in plan.comps:
+        sums = _tiled_component_sums(cascade, tensor, plan.access_key, accesses, dims, comp_ranks, bounds,
+                                     [tiles[ranks.index(r)] for r in comp_ranks], n)
+        own *= sums[0]
+        every *= sums[0] + sums[1]
+    repeat = np.ones(n)
+    for i, r in enumerate(ranks):
+        if r not in plan.mentioned:
+            repeat = repeat * trips[i]
+    total = own * repeat * cascade.tensors[tensor].bits / 8
+    initial = cascade.tensors[tensor].initial
+    if initial is not None:
+        total = total + (every - own) * repeat * cascade.tensors[initial].bits / 8
+    return total
+
+
+def _tiled_component_sums(cascade: Cascade, tensor: str, access_key: Any, accesses: list[Access], dims: tuple[int, ...],
+                          comp_ranks: tuple[str, ...], bounds: tuple[tuple[int, int], ...], tiles: list[np.ndarray],
+                          n: int) -> tuple[Any, Any]:
+    """(own, incoming-state) box sums of one component for every tiling (scalars when the same for all)."""
+    def at(row: tuple[int, ...]) -> tuple[float, float]:
+        try:
+            own, init = _component_sums(cascade, tensor, access_key, accesses, dims,
+                                        tuple((r, int(t)) for r, t in zip(comp_ranks, row)), bounds, False)
+            return float(own), float(init)
+        except TrafficSizeError:
+            return math.inf, 0.0
+
+    full = tuple(cascade.size(r) for r in comp_ranks)
+    if not comp_ranks or _exact_tiling(accesses, dims, bounds):
+        return at(full)
+    combos = np.stack(tiles, axis=1)
+    unique, where = np.unique(combos, axis=0, return_inverse=True)
+    sums = np.array([at(tuple(row)) for row in unique.tolist()]).reshape(-1, 2)
+    where = where.reshape(-1)
+    return sums[where, 0], sums[where, 1]
+
+
+def _exact_tiling(accesses: list[Access], dims: tuple[int, ...], bounds: tuple[tuple[int, int], ...]) -> bool:
+    """Whether every access indexes each of ``dims`` by one rank variable alone (coefficient 1,
+    no offset) and none has rows below 0: then the boxes of any tiling sum to the untiled box."""
+    if any(lo < 0 for lo, _ in bounds):
+        return False
+    for a in accesses:
+        for p in dims:
+            idx = a.indices[p]
+            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
+                return False
+    return True
+
+
 def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> BufferAccesses:
     """Bytes the group moves through its on-chip buffer, at tile granularity.
 

@@ -359,3 +359,16 @@ def test_cli_sweep_exits_non_zero_only_when_every_point_failed(tmp_path) -> None
     assert r.exit_code == 1, r.output
     assert "4 failed" in r.stderr and "commonest errors:" in r.stderr
     assert "every one of the 4 points this sweep computed failed" in r.stderr.replace("\n", " ")
+
+
+def test_a_point_over_its_power_budget_is_flagged_with_its_throttled_latency() -> None:
+    """Points on a design with an energy section carry its power against its budget; a budget
+    set below the point's power flags it and gives the latency held to the budget."""
+    base = {"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
+            "mapping": "default"}
+    within, tight = evaluate_chunk([base, dict(base, power_budget_w=1e-3)])
+    assert not within.error and not tight.error
+    assert within.outputs["power_budget_w"] == 700 and not within.outputs["over_power_budget"]
+    assert within.outputs["throttled_latency_s"] == within.outputs["latency_s"]
+    assert tight.outputs["over_power_budget"]
+    assert tight.outputs["throttled_latency_s"] == pytest.approx(tight.outputs["layer_energy_j"] / 1e-3)

@@ -81,6 +81,10 @@ def _sweep_run(spec_path: Path, scheduler: str | None, workers: int | None, stor
         f"sweep {spec.name}: {summary.total} points ({summary.already_done} already in {summary.store}, "
         f"{summary.computed} computed, {summary.failed} failed) in {summary.seconds:.1f} s "
         f"({summary.points_per_s:.0f} points/s)", highlight=False, markup=False)
+    if summary.over_power_budget:
+        err_console.print(f"  {summary.over_power_budget} point{'s' if summary.over_power_budget > 1 else ''} draw more than "
+                          "their design's power budget (the store's over_power_budget and throttled_latency_s columns)",
+                          highlight=False, markup=False)
     for pid, error in summary.failures[:10]:
         err_console.print(f"  failed {pid}: {error}", highlight=False, markup=False)
     if summary.failed > 10:

@@ -215,8 +215,10 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     name = arch.mappings.default if point["mapping"] == "default" else point["mapping"]
     buffer = None if name == "ideal" else arch.memory.onchip_buffer_bytes
     mapping = named_mapping(name, cascade, buffer, arch=arch)
-    r = layer_latency(arch, cascade, mapping, n_layers=config.n_layers, per_einsum=False)
+    with_energy = arch.energy is not None
+    r = layer_latency(arch, cascade, mapping, n_layers=config.n_layers, per_einsum=with_energy)
     return {
+        **(_power_outputs(arch, cascade, r) if with_energy else {}),
         "latency_s": r.latency_s,
         "model_latency_s": r.model_latency_s,
         "offchip_bytes": r.offchip_bytes,
@@ -230,6 +232,18 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
         "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s,
         "mapping_used": mapping.name,
     }
+
+
+def _power_outputs(arch: Any, cascade: Any, result: Any) -> dict[str, Any]:
+    """A point's energy, average power against the design's budget, and throttled latency."""
+    from mambalaya.experiments.evaluate import over_budget
+    from mambalaya.model.energy import layer_energy
+
+    energy = layer_energy(arch, cascade, result)
+    return {"layer_energy_j": energy.layer_j, "energy_per_token_j": energy.per_token_j,
+            "average_power_w": energy.average_power_w, "power_budget_w": arch.power_budget_w,
+            "over_power_budget": over_budget(energy.average_power_w, arch.power_budget_w),
+            "throttled_latency_s": energy.throttled_latency_s}
 
 
 def evaluate_chunk(points: list[dict[str, Any]]) -> list[PointResult]:
@@ -319,6 +333,8 @@ class SweepSummary:
     seconds: float = 0.0
     #: How many points failed with each error message.
     error_counts: Counter[str] = field(default_factory=Counter)
+    #: How many computed points draw more than their design's power budget.
+    over_power_budget: int = 0
 
     @property
     def points_per_s(self) -> float:
@@ -469,6 +485,8 @@ def run_sweep(
             stored_chunks.add(k)
             for r in results:
                 summary.computed += 1
+                if r.error is None and r.outputs.get("over_power_budget"):
+                    summary.over_power_budget += 1
                 if r.error is not None:
                     summary.failed += 1
                     summary.error_counts[_POINT_PREFIX.sub("", r.error)] += 1

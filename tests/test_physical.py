@@ -172,3 +172,22 @@ def test_the_marca_point_of_the_split_is_marca() -> None:
     assert quarter.memory.offchip_bandwidth_bytes_per_s == pytest.approx(base.memory.offchip_bandwidth_bytes_per_s / 2)
     assert quarter.memory.onchip_buffer_bytes == int(0.25 * 30 * 2**20 * 0.5)
     assert quarter.compute.pe_count == pytest.approx(math.ceil(0.25 * 40960 * 0.5), rel=0.05)
+
+
+def test_specs_that_differ_only_in_energy_node_or_area_share_their_searches() -> None:
+    """The latency model never reads energy, technology, area or the budget: a spec moved in those
+    has the same latency key, the same mapping and the same latency, and a different energy."""
+    from mambalaya.arch.spec import latency_key, spec_key
+    from mambalaya.experiments.sensitivity import latency_blind, load_sensitivity_spec
+
+    base = load_arch("mambalaya")
+    moved = with_settings(base, ["technology.energy_scale=0.117", "area.sram_um2_per_bit=0.045", "power_budget_w=300"])
+    assert latency_key(moved) == latency_key(base) and spec_key(moved) != spec_key(base)
+    assert latency_key(with_settings(base, ["memory.onchip_banks=1024"])) != latency_key(base)
+    cfg = PRESETS["mamba-130m"]
+    a = evaluate(base, "mamba-130m", cfg, phase="prefill", seq_len=512, batch=4)
+    b = evaluate(moved, "mamba-130m", cfg, phase="prefill", seq_len=512, batch=4)
+    assert a.mapping.groups == b.mapping.groups and a.result.latency_s == b.result.latency_s
+    assert b.energy.layer_j > a.energy.layer_j
+    blind = {x.key for x in load_sensitivity_spec("h100-like").assumptions if latency_blind(x)}
+    assert blind == {"technology.energy_scale", "technology.logic_leakage_w_per_mm2"}

@@ -115,8 +115,8 @@ GEENS_AREA_SETUP = ClaimSetup(
     key="geens: vs MARCA at equal area",
     paper="Geens et al. (arXiv 2504.17333)",
     measures=(
-        "two splits of the same 222 mm^2 between PEs and SRAM, both running the fused memory-aware schedule: "
-        "not fusion against no fusion"
+        "splits of the same 222 mm^2 between PEs and SRAM, all running the fused memory-aware schedule "
+        "(not fusion against no fusion)"
     ),
     model="Mamba1-2.7B as Geens et al. build it (d_model 2560, d_state 64, 64 layers)",
     model_config=GEENS_MODEL,

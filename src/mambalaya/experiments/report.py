@@ -381,8 +381,8 @@ def _equal_area_paragraph(rows: pd.DataFrame | None, areas: pd.DataFrame | None 
              for b in best.itertuples()]
     shown = rows[rows.memory_share.isin([0.05, 0.2, 0.4, 0.6, 0.8, 0.9])][
         ["variant", "seq_len", "memory_share", "array", "sram_mib", "ms_per_token", "bound", "speedup_over_marca_point"]]
-    return f"""**Over MARCA at equal area, published {P[key]:g}×.** {s.measures}: {s.hardware}; {s.model}, batch
-{s.batch}, {s.precision}, {s.phase}; every split runs `ssm-ri` with the tiles our search fits to its SRAM (their
+    return f"""**Over MARCA at equal area, published {P[key]:g}×.** It measures {s.measures}. Setup: {s.hardware};
+{s.model}, batch {s.batch}, {s.precision}, {s.phase}; every split runs `ssm-ri` with the tiles our search fits to its SRAM (their
 "Mem-Aware" schedule splits the channel rank instead). The ratio is the MARCA point's latency over the best
 split's (`geens_equal_area.csv`, every split; `mambalaya.experiments.equal_area`):
 

@@ -19,7 +19,7 @@ from mambalaya.einsum.ir import rank_of_variable, rank_variable
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, tensors_read, tensors_written, window_halos
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
-from mambalaya.model.traffic import buffer_read_bytes_over_tilings, buffer_read_elements, read_steps, untiled_traffic
+from mambalaya.model.traffic import buffer_read_bytes_over_tilings, read_steps, untiled_traffic
 
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
@@ -290,12 +290,10 @@ class GroupCostModel:
         read_bytes, write_bytes = untiled_traffic(cascade, full.einsums)
         self.terms: list[tuple[float, list[int]]] = [(b, shape.unmentioned[t]) for t, b in read_bytes.items()]
         self.terms += [(b, shape.unwritten[t]) for t, b in write_bytes.items()]
-        self._buffer_terms: list[tuple[float, list[int]]] | None = None
         self._candidates: Candidates | None = None
         self._least_fp: float | None = None
         self._size: int | None = None
         self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
-        self._onchip: np.ndarray | None = None
         self._cycles: dict[str, np.ndarray] = {}
         self._options: list[tuple[tuple[int, ...], int]] | None = None
         self._tile_lists: list[list[int]] | None = None  # the tile options as Python ints (group_at)
@@ -432,19 +430,18 @@ class GroupCostModel:
     def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
         """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
         off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
-        part = self.tiling_buffer_bytes()
-        return traffic + part[flat % len(part)]
+        return traffic + self.tiling_buffer_bytes(flat % self.n_tilings)
 
-    def tiling_buffer_bytes(self) -> np.ndarray:
-        """Per tiling, the on-chip bytes its Einsums read and write, as
+    def tiling_buffer_bytes(self, tilings: np.ndarray | None = None) -> np.ndarray:
+        """Per tiling (all, or those at ``tilings``), the on-chip bytes its Einsums read and write, as
         :func:`~mambalaya.model.traffic.group_buffer_accesses` counts them (window halos and
-        rotated boxes read again per tile included); kept."""
-        if self._onchip is None:
-            total = np.zeros(self.n_tilings)
-            for name in self.probe.einsums:
-                total += self._einsum_buffer_bytes(name)
-            self._onchip = total
-        return self._onchip
+        rotated boxes read again per tile included): the sum of the Einsums' memoised arrays, in
+        the group's order (the same floats for any selection), not kept per group (memory)."""
+        total = np.zeros(self.n_tilings if tilings is None else len(tilings))
+        for name in self.probe.einsums:
+            part = self._einsum_buffer_bytes(name)
+            total += part if tilings is None else part[tilings]
+        return total
 
     def _einsum_buffer_bytes(self, name: str) -> np.ndarray:
         """One Einsum's on-chip reads and writes per tiling of this model's ranks: memoised on
@@ -477,26 +474,6 @@ class GroupCostModel:
         (:func:`~mambalaya.model.spatial.step_shapes`), the units combined as the latency model
         does. Memoised per compute section (by value); :func:`cycles_together` makes many."""
         return cycles_together([self], compute)[0]
-
-    def _buffer_closed_form(self) -> list[tuple[float, list[int]]]:
-        """On-chip buffer terms: each Einsum reads its operands' boxes and writes its output in
-        every step (model/traffic.py:group_buffer_accesses), so the same kind of closed form as
-        the traffic; window halos re-read per tile are left out here (exact once a tiling is
-        chosen). Built on first use: only architectures with an on-chip bandwidth need it."""
-        if self._buffer_terms is None:
-            cascade, ranks = self.cascade, self.ranks
-            terms = []
-            for e in (cascade.einsum(n) for n in self.probe.einsums):
-                for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
-                    accs = [a for a in e.inputs if a.tensor == t]
-                    b = buffer_read_elements(cascade, self.probe, t, accs)
-                    seen = {rank_of_variable(v) for a in accs for idx in a.indices for v in idx.variables}
-                    terms.append((b, [i for i, r in enumerate(ranks) if r not in seen]))
-                outs = {rank_of_variable(v) for v in e.output_variables}
-                b = cascade.elements(e.name) * cascade.tensors[e.name].bits / 8
-                terms.append((b, [i for i, r in enumerate(ranks) if r not in outs]))
-            self._buffer_terms = terms
-        return self._buffer_terms
 
     def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, frozenset[int]]]:
         """Residency candidates under a loop order (rank indices, outermost first): tensors
@@ -541,11 +518,6 @@ class GroupCostModel:
                 hi = a_hi if hi is None else np.maximum(hi, a_hi)
             total = total * np.minimum(valid, hi - lo + 1)
         return total
-
-    def einsum_buffer_bytes(self, trips: list[np.ndarray]) -> np.ndarray:
-        """On-chip buffer bytes the Einsums read and write, for every tiling (the fills and
-        drains, the off-chip bytes, come on top)."""
-        return _sum_of_products([self._buffer_closed_form()], trips)[0]
 
 
 #: Tiling grids of at most this many tilings are kept per cascade (:meth:`GroupCostModel.grid`):

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
-from mambalaya.arch.spec import spec_key
+from mambalaya.arch.spec import latency_key, spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
@@ -321,7 +321,7 @@ def group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
     if traffic is not None:
         return _group_totals(arch, cascade, group, traffic)
     memo = cascade.__dict__.setdefault("_group_totals_memo", {})
-    key = (spec_key(arch), group.einsums, group.loops, group.halo, group.resident)
+    key = (latency_key(arch), group.einsums, group.loops, group.halo, group.resident)
     hit = memo.get(key)
     if hit is None:
         hit = memo[key] = _group_totals(arch, cascade, group, group_traffic(cascade, group))

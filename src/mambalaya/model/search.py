@@ -68,7 +68,7 @@ from mambalaya.fusion.mapping import (
 )
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
 from mambalaya.arch.kernels import compute_hz, offchip_bytes_per_s
-from mambalaya.arch.spec import spec_key
+from mambalaya.arch.spec import latency_key, spec_key
 from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
 from mambalaya.model.candidates import (Candidates, GroupCostModel, build_candidates, cost_model, cycles_together,
                                         least_footprints, tileable_ranks, widened_ranks)
@@ -177,7 +177,8 @@ def best_group(
     memo = cascade.__dict__.setdefault("_best_group_memo", {})
     model = cost_model(cascade, einsums, ranks)
     closed = model.exact_traffic and _closed_form_costs(arch, objective)
-    key = (tuple(einsums), tuple(ranks), buffer_bytes, None if arch is None else spec_key(arch), objective, closed)
+    arch_key = None if arch is None else latency_key(arch) if objective == "latency" else spec_key(arch)
+    key = (tuple(einsums), tuple(ranks), buffer_bytes, arch_key, objective, closed)
     if stats is not None:
         stats.evaluations += model.size
         stats.groups_costed += 1

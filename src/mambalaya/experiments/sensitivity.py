@@ -303,8 +303,23 @@ def applicable(spec: SensitivitySpec, run: RunSetup) -> list[Assumption]:
     return [a for a in spec.assumptions if a.key != "scan" or mamba2]
 
 
+#: What a worker keeps of a setting's layers for the next: the arch-independent tables (traffic
+#: closed forms, tilings, reads); the results keyed by one setting's architecture are dropped,
+#: as no other setting asks for them (memory: a worker holding every setting's reached 11 GB).
+_PER_ARCH_MEMOS = ("_best_group_memo", "_group_totals_memo", "_group_cycles_memo", "_pick_tables_memo",
+                   "_grid_cycles_memo", "_einsum_cycles_memo")
+
+
 def _setting_task(designs: list[str], run: RunSetup, assumption: Assumption, value: Value) -> list[dict[str, Any]]:
-    return evaluate_setting({d: load_arch(d) for d in designs}, run, assumption, value)
+    from mambalaya.experiments.evaluate import _LAYERS
+
+    rows = evaluate_setting({d: load_arch(d) for d in designs}, run, assumption, value)
+    for cascade in _LAYERS.values():
+        for memo in _PER_ARCH_MEMOS:
+            cascade.__dict__.pop(memo, None)
+        for model in cascade.__dict__.get("_group_cost_model_memo", {}).values():
+            model._cycles.clear()  # per compute section
+    return rows
 
 
 def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor) -> dict[tuple[str, Any], Any]:

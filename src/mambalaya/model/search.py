@@ -66,6 +66,7 @@ from mambalaya.fusion.mapping import (
     check_mapping,
     unfused_mapping,
 )
+from mambalaya.model.area import leakage_w
 from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
 from mambalaya.arch.kernels import compute_hz, offchip_bytes_per_s
 from mambalaya.arch.spec import latency_key, spec_key
@@ -357,7 +358,8 @@ def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: 
     if objective == "latency":
         return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, group_seconds(arch, cascade, group))
     gl, rows = group_latency(arch, cascade, group, exact)
-    energy = sum(einsum_energy(arch, cascade, r).total_pj for r in rows)
+    static_w = leakage_w(arch)
+    energy = sum(einsum_energy(arch, cascade, r, static_w).total_pj for r in rows)
     return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, gl.latency, energy, objective)
 
 

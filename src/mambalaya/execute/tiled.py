@@ -82,6 +82,7 @@ from mambalaya.fusion.mapping import (
     group_einsums,
     intermediates,
     produced_in,
+    register_resident,
     tensors_written,
     window_halos,
 )
@@ -295,6 +296,7 @@ class _GroupRun:
         self.streamed_peak = 0.0
         self.buffer_reads: dict[str, float] = {}  # per Einsum: operand bytes read from the buffer
         self.buffer_writes: dict[str, float] = {}  # per Einsum: result bytes written to it
+        self.in_registers = register_resident(cascade, group)  # carried by the lanes, never in the buffer
         self.steps = 0
 
     # -- facts --------------------------------------------------------------------------
@@ -545,10 +547,11 @@ class _GroupRun:
 
     def _count_buffer(self, e: Einsum, ranges: dict, out_elements: int) -> None:
         """On-chip buffer accesses of one Einsum in one step: per input tensor (its own earlier
-        positions excepted) the bounding box of its accesses, clipped to the tensor and its
-        incoming-state rows (those at the state's width); its output tile written once."""
+        positions and tensors the lanes carry in registers excepted) the bounding box of its
+        accesses, clipped to the tensor and its incoming-state rows (those at the state's width);
+        its output tile written once, unless the lanes carry it."""
         read = 0.0
-        for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
+        for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in self.in_registers):
             accs = [a for a in e.inputs if a.tensor == t]
             box = []
             for p in range(len(self.c.shape(t))):
@@ -566,7 +569,8 @@ class _GroupRun:
             if below:
                 read += below * self._bits(self.c.tensors[t].initial)  # type: ignore[arg-type]
         self.buffer_reads[e.name] = self.buffer_reads.get(e.name, 0.0) + read
-        self.buffer_writes[e.name] = self.buffer_writes.get(e.name, 0.0) + out_elements * self._bits(e.name)
+        written = 0 if e.name in self.in_registers else out_elements * self._bits(e.name)
+        self.buffer_writes[e.name] = self.buffer_writes.get(e.name, 0.0) + written
 
     def _held(self) -> float:
         """Carried states, retained halos and resident tensors held between steps."""

@@ -168,6 +168,50 @@ def intermediates(cascade: Cascade, group: FusionGroup) -> list[str]:
     ]
 
 
+#: Einsum kinds that compute each output element from the same element of their inputs (no
+#: reduction, window or recurrence), so a lane can carry an element through a chain of them.
+POINTWISE_KINDS = frozenset({"elementwise", "unary", "broadcast", "copy"})
+
+
+def register_resident(cascade: Cascade, group: FusionGroup) -> frozenset[str]:
+    """Intermediates of the group that never reach its buffer: kept in the registers of the lane
+    that computes them. A tensor qualifies when it leaves neither the group nor the chip, its
+    producer is pointwise, and every reader in the group is pointwise and reads it at the reader's
+    own output element (the same variables, in order, no offset): the lane then carries each
+    element from producer to reader, holding one word per such tensor, whatever the tile.
+    Memoised per Einsums of the group (tiles, halos and residency do not change it)."""
+    memo = cascade.__dict__.setdefault("_register_resident_memo", {})
+    hit = memo.get(group.einsums)
+    if hit is None:
+        inside = produced_in(group)
+        leaving = set(tensors_written(cascade, group))
+        found = set()
+        for e in group_einsums(cascade, group):
+            if e.name in leaving or cascade.kind(e) not in POINTWISE_KINDS:
+                continue
+            readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
+            if readers and all(_reads_pointwise(cascade, c, e.name) for c in readers):
+                found.add(e.name)
+        hit = memo[group.einsums] = frozenset(found)
+    return hit
+
+
+def _reads_pointwise(cascade: Cascade, reader: Einsum, tensor: str) -> bool:
+    """Whether a pointwise ``reader`` reads ``tensor`` only at its own output element."""
+    if cascade.kind(reader) not in POINTWISE_KINDS:
+        return False
+    out = tuple(reader.output_variables)
+    for a in reader.inputs:
+        if a.tensor != tensor:
+            continue
+        if len(a.indices) != len(out):
+            return False
+        for idx, v in zip(a.indices, out):
+            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0] != (v, 1):
+                return False
+    return True
+
+
 def _extent(cascade: Cascade, group: FusionGroup, rank: str, *, full_inside_of: str | None = None) -> int:
     """On-chip extent of ``rank``: its tile if fused, else full. With ``full_inside_of=R``,
     ranks whose loop is inside ``R``'s loop count in full (their every tile needs its copy)."""

@@ -17,7 +17,8 @@ from mambalaya.arch.spec import spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable, rank_variable
 from mambalaya.einsum.stats import einsum_ops
-from mambalaya.fusion.mapping import FusionGroup, Loop, intermediates, tensors_read, tensors_written, window_halos
+from mambalaya.fusion.mapping import (FusionGroup, Loop, intermediates, register_resident, tensors_read, tensors_written,
+                                      window_halos)
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.model.traffic import buffer_read_bytes_over_tilings, read_steps, untiled_traffic
 
@@ -435,17 +436,23 @@ class GroupCostModel:
     def tiling_buffer_bytes(self, tilings: np.ndarray | None = None) -> np.ndarray:
         """Per tiling (all, or those at ``tilings``), the on-chip bytes its Einsums read and write, as
         :func:`~mambalaya.model.traffic.group_buffer_accesses` counts them (window halos and
-        rotated boxes read again per tile included): the sum of the Einsums' memoised arrays, in
-        the group's order (the same floats for any selection), not kept per group (memory)."""
+        rotated boxes read again per tile included, what the lanes carry in registers left out):
+        the sum of the Einsums' memoised arrays, in the group's order (the same floats for any
+        selection), not kept per group (memory)."""
+        lanes = register_resident(self.cascade, self.probe)
         total = np.zeros(self.n_tilings if tilings is None else len(tilings))
         for name in self.probe.einsums:
-            part = self._einsum_buffer_bytes(name)
+            reads, write = self._einsum_buffer_bytes(name)
+            part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
+            if name not in lanes:
+                part = part + write
             total += part if tilings is None else part[tilings]
         return total
 
-    def _einsum_buffer_bytes(self, name: str) -> np.ndarray:
-        """One Einsum's on-chip reads and writes per tiling of this model's ranks: memoised on
-        the cascade per Einsum and ranks, which every group holding it and tiling them shares."""
+    def _einsum_buffer_bytes(self, name: str) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
+        """One Einsum's on-chip reads (per tensor) and writes per tiling of this model's ranks:
+        memoised on the cascade per Einsum and ranks, which every group holding it and tiling
+        them shares."""
         cascade, ranks = self.cascade, self.ranks
         memo = cascade.__dict__.setdefault("_einsum_buffer_bytes_memo", {})
         key = (name, tuple(ranks))
@@ -454,18 +461,16 @@ class GroupCostModel:
             e = cascade.einsum(name)
             tiles, trips = self.grid()
             probe = FusionGroup("probe", (name,), tuple(Loop(r, cascade.size(r)) for r in ranks))
-            hit = np.zeros(self.n_tilings)
+            reads = []
             for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
                 accs = [a for a in e.inputs if a.tensor == t]
-                hit += buffer_read_bytes_over_tilings(cascade, probe, t, accs, ranks, tiles, trips)
+                reads.append((t, buffer_read_bytes_over_tilings(cascade, probe, t, accs, ranks, tiles, trips)))
             outs = {rank_of_variable(v) for v in e.output_variables}
             repeat = np.ones(self.n_tilings)
             for i, r in enumerate(ranks):
                 if r not in outs:
                     repeat = repeat * trips[i]
-            hit += cascade.elements(name) * repeat * cascade.tensors[name].bits / 8
-            hit.flags.writeable = False
-            memo[key] = hit
+            hit = memo[key] = (reads, cascade.elements(name) * repeat * cascade.tensors[name].bits / 8)
         return hit
 
     def cycles(self, compute: Any) -> np.ndarray:

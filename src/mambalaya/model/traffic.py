@@ -42,6 +42,7 @@ from mambalaya.fusion.mapping import (
     footprint_bytes,
     group_einsums,
     index_span,
+    register_resident,
     tensors_read,
     tensors_written,
     window_halos,
@@ -662,7 +663,9 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     is read once per step and Einsum, its reuse inside the tile happening in the PEs) and
     writes its output tile; every byte read from DRAM is written into the buffer (fill) and
     every byte written to DRAM is read from it (drain). A recurrence's reads of its own
-    earlier positions are not counted: its carried state lives in the lanes computing it.
+    earlier positions are not counted: its carried state lives in the lanes computing it. Nor
+    are the writes and reads of an intermediate that a pointwise chain carries in its lanes'
+    registers (:func:`~mambalaya.fusion.mapping.register_resident`).
     :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
     """
     memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
@@ -671,16 +674,17 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
         return memo[key]
     traffic = traffic or group_traffic(cascade, group)
     fused = {lp.rank: lp for lp in group.loops}
+    lanes = register_resident(cascade, group)
     reads: dict[str, float] = {}
     writes: dict[str, float] = {}
     for e in group_einsums(cascade, group):
         reads[e.name] = sum(
             buffer_read_elements(cascade, group, t, [a for a in e.inputs if a.tensor == t])
-            for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name)
+            for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in lanes)
         )
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
         repeat = math.prod(lp.trips(cascade.size(r)) for r, lp in fused.items() if r not in out_ranks)
-        writes[e.name] = cascade.elements(e.name) * repeat * cascade.tensors[e.name].bits / 8
+        writes[e.name] = 0.0 if e.name in lanes else cascade.elements(e.name) * repeat * cascade.tensors[e.name].bits / 8
     found = BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
     memo[key] = found
     return found

@@ -13,7 +13,7 @@ import pytest
 from mambalaya.arch import load_arch
 from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group, footprint_bytes
 from mambalaya.model import candidates, picks, search
-from mambalaya.model.latency import group_seconds, onchip_seconds
+from mambalaya.model.latency import combine, group_seconds, onchip_seconds
 from mambalaya.model.search import named_mapping
 from mambalaya.model.traffic import group_buffer_accesses, group_traffic
 from mambalaya.workloads import PRESETS, build_layer
@@ -67,7 +67,7 @@ def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, c
             comp = cycles[tiling:tiling + 1] / arch.clock_hz
             mem = cand.kept_traffic[pos:pos + 1] / arch.memory.offchip_bandwidth_bytes_per_s
             onchip = model.onchip_bytes(cand.kept[pos:pos + 1], cand.kept_traffic[pos:pos + 1])
-            latency, _ = search.combine(arch, comp, mem, onchip_seconds(arch, onchip), cand.steps[tiling:tiling + 1],
+            latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip), cand.steps[tiling:tiling + 1],
                                         len(einsums))
             buffer = group_buffer_accesses(cascade, group, exact).total_bytes
             assert float(onchip[0]) == pytest.approx(buffer, rel=1e-12), (name, group)  # halos and rotations included

@@ -9,18 +9,16 @@ import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from mambalaya.arch.spec import spec_key
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import rank_of_variable, rank_variable
-from mambalaya.einsum.stats import einsum_ops
-from mambalaya.fusion.mapping import (FusionGroup, Loop, intermediates, register_resident, tensors_read, tensors_written,
-                                      window_halos)
-from mambalaya.model.spatial import einsum_unit_cycles, step_shapes
-from mambalaya.model.traffic import buffer_read_bytes_over_tilings, read_steps, untiled_traffic
+from mambalaya.einsum.ir import rank_of_variable
+from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, window_halos)
+from mambalaya.model.closed_forms import _sum_of_products, _add_residency, cycles_together, einsum_grid_cycles
+from mambalaya.model.group_shape import _group_shape, _held_layout, _held_bytes, _keepable_under
+from mambalaya.model.traffic import buffer_read_bytes_over_tilings, untiled_traffic
 
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
@@ -89,160 +87,6 @@ def _rank_tile_options(cascade: Cascade, rank: str) -> np.ndarray:
         hit = memo[rank] = np.array(tile_options(cascade.size(rank)), dtype=np.int64)
         hit.flags.writeable = False
     return hit
-
-
-class _GroupShape(NamedTuple):
-    """What a candidate group's closed forms are made of that depends on its Einsums and tiled
-    ranks alone, not on any rank size (:func:`_group_shape`)."""
-
-    unmentioned: dict[str, list[int]]  # per tensor it may read: the tiled ranks its reads do not mention
-    mentioned: dict[str, frozenset[int]]  # ... and those they do
-    aligned: dict[str, bool]  # ... whether its reads are aligned (:func:`_reads_aligned`)
-    readable: frozenset[str]  # the tensors it reads off-chip (residency candidates)
-    unwritten: dict[str, list[int]]  # per tensor it writes: the tiled ranks its output does not index
-    orders: list[tuple[int, ...]]  # loop orders (rank indices, outermost first), the fixed one first
-    held: list[tuple[float, tuple[str, ...], list[int]]]  # footprint parts: :func:`_held_layout`
-    keep_under: dict[tuple[int, ...], frozenset[str]]  # per loop order, the tensors residency may keep (filled on use)
-
-
-def _group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]) -> _GroupShape:
-    """The :class:`_GroupShape` of a group of ``einsums`` tiling ``ranks``, memoised per cascade
-    structure (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`): a sweep's layers at
-    other lengths, batches or widths share it."""
-    memo = cascade.structure_memo.setdefault("group_shape", {})
-    key = (einsums, ranks)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = _make_group_shape(cascade, einsums, ranks)
-    return hit
-
-
-def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]) -> _GroupShape:
-    probe = FusionGroup("probe", einsums, ())
-    accesses, where = _read_accesses(cascade, einsums)
-    targets = [t for step in read_steps(cascade, probe) for t in (step[4], step[5]) if t is not None]
-    mentioned = {t: frozenset(i for i, r in enumerate(ranks) if r in _mentioned_ranks(cascade, t, where.get(t, ()),
-                                                                                       accesses.get(t, ())))
-                 for t in targets}
-    unwritten = {}
-    for t in tensors_written(cascade, probe):
-        outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
-        unwritten[t] = [i for i, r in enumerate(ranks) if r not in outs]
-    gen = set(cascade.generational_ranks)
-    free = [i for i, r in enumerate(ranks) if r not in gen]
-    tail = [i for i, r in enumerate(ranks) if r in gen]
-    orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
-    held = [_held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe)]
-    for name in einsums:
-        rec = cascade.recurrence(cascade.einsum(name))
-        if rec:
-            held.append(_held_layout(cascade, name, rec[0], rec[1], ranks))
-    return _GroupShape(
-        unmentioned={t: [i for i in range(len(ranks)) if i not in m] for t, m in mentioned.items()},
-        mentioned=mentioned,
-        aligned={t: _aligned_reads(cascade, t, where.get(t, ()), accesses.get(t, []), ranks) for t in targets},
-        readable=frozenset(tensors_read(cascade, probe)),
-        unwritten=unwritten,
-        orders=orders,
-        held=held,
-        keep_under={},
-    )
-
-
-def _held_layout(cascade: Cascade, tensor: str, skip_rank: str | None, rows: int, ranks: tuple[str, ...]
-                 ) -> tuple[float, tuple[str, ...], list[int]]:
-    """How a group tiling ``ranks`` holds ``rows`` of ``tensor`` (all but its rank
-    ``skip_rank``): (bytes per element times ``rows``, the ranks it holds whole, the indices
-    of the tiled ones). :func:`_held_bytes` makes the footprint term's fixed bytes."""
-    spec = cascade.tensors[tensor]
-    whole = tuple(r for r in spec.ranks if r != skip_rank and r not in ranks)
-    tiled = [ranks.index(r) for r in spec.ranks if r != skip_rank and r in ranks]
-    return rows * spec.bits / 8, whole, tiled
-
-
-def _held_bytes(cascade: Cascade, base: float, whole: tuple[str, ...]) -> float:
-    """``base`` times the size of each rank of ``whole`` in turn."""
-    for r in whole:
-        base *= cascade.size(r)
-    return base
-
-
-def _keepable_under(order: tuple[int, ...], seen: frozenset[int]) -> bool:
-    """Whether a tensor indexed by the ranks ``seen`` may stay resident under ``order`` (rank
-    indices, outermost first): a loop that does not index it runs inside the outermost loop
-    that does."""
-    pos = {i: n for n, i in enumerate(order)}
-    first = min((pos[i] for i in seen), default=-1)
-    return any(i not in seen and pos[i] > first for i in order)
-
-
-def _read_accesses(cascade: Cascade, einsums: tuple[str, ...]
-                   ) -> tuple[dict[str, list[Any]], dict[str, tuple[tuple[str, int], ...]]]:
-    """Per tensor a group of ``einsums`` reads off-chip, the accesses that read it (an access
-    to a recurrence's output also reads that output's initial value), and where each of those
-    accesses is (its Einsum and its position among that Einsum's inputs: a key that
-    determines them)."""
-    spec = cascade.tensors
-    inside = set(einsums)
-    out: dict[str, list[Any]] = {}
-    where: dict[str, tuple[tuple[str, int], ...]] = {}
-    for name in einsums:
-        for i, a in enumerate(cascade.einsum(name).inputs):
-            if a.tensor not in inside:
-                out.setdefault(a.tensor, []).append(a)
-                where[a.tensor] = where.get(a.tensor, ()) + ((name, i),)
-            initial = spec[a.tensor].initial
-            if initial:
-                out.setdefault(initial, []).append(a)
-                where[initial] = where.get(initial, ()) + ((name, i),)
-    return out, where
-
-
-def _mentioned_ranks(cascade: Cascade, tensor: str, where: tuple[tuple[str, int], ...], accesses: list[Any]
-                     ) -> frozenset[str]:
-    """The ranks of every variable in ``accesses`` (of ``tensor``, at ``where``:
-    :func:`_read_accesses`), memoised per cascade structure, tensor and accesses."""
-    memo = cascade.structure_memo.setdefault("mentioned_ranks", {})
-    key = (tensor, where)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = frozenset(rank_of_variable(v) for a in accesses for idx in a.indices for v in idx.variables)
-    return hit
-
-
-def _aligned_reads(cascade: Cascade, tensor: str, where: tuple[tuple[str, int], ...], accesses: list[Any],
-                   ranks: tuple[str, ...]) -> bool:
-    """:func:`_reads_aligned`, memoised per cascade structure, tensor, accesses (``where``:
-    :func:`_read_accesses`) and tileable ranks."""
-    memo = cascade.structure_memo.setdefault("aligned_reads", {})
-    key = (tensor, where, ranks)
-    hit = memo.get(key)
-    if hit is None:
-        hit = memo[key] = _reads_aligned(cascade, accesses, ranks)
-    return hit
-
-
-def _reads_aligned(cascade: Cascade, accesses: list[Any], ranks: tuple[str, ...]) -> bool:
-    """Whether every tile reads its own slice of a tensor read through ``accesses``: on each
-    dimension, the index of every access moves with at most one tileable rank (of ``ranks``),
-    that of the dimension, with coefficient 1 (plus offsets and ranks the group does not tile,
-    as a window's). Then the tensor's reads are its untiled bytes times the trips of the ranks
-    it does not mention, the closed form, for every tiling. A dimension indexed through
-    another rank (``ACS[s]`` on Q), a mirrored index (rotary ``1-u``) or a product of ranks
-    (``Q*c+q``) reads overlapping boxes, which only the general model counts; so do accesses
-    that differ in which dimensions move (``ACS[255]`` beside ``ACS[q]``: the fixed slice is
-    read again in every tile)."""
-    tileable = set(ranks)
-    signatures = set()
-    for a in accesses:
-        signature = []
-        for idx, rank in zip(a.indices, cascade.tensors[a.tensor].ranks):
-            moving = [(v, c) for v, c in idx.terms if rank_of_variable(v) in tileable]
-            if moving and moving != [(rank_variable(rank), 1)]:
-                return False
-            signature.append(bool(moving))
-        signatures.add(tuple(signature))
-    return len(signatures) <= 1
 
 
 @dataclass(frozen=True)
@@ -698,153 +542,6 @@ def _footprint_together(models: list[GroupCostModel], tiles: list[np.ndarray]) -
     return _sum_of_products(terms, extents + tiled)
 
 
-def _sum_of_products(terms: list[list[tuple[float, list[int]]]], factors: list[np.ndarray]) -> np.ndarray:
-    """Per model (rows), the sum over its terms ``(coefficient, factor indices)`` of the
-    coefficient times those per-tiling factors: each product taken in the order of its
-    indices, a factor the term does not use multiplying by one, the terms summed in the
-    model's order, a missing term adding zero. So a model's values are the same floats
-    whichever models share the pass (``tests/test_candidates.py``)."""
-    n = len(factors[0]) if factors else 1
-    width = max((len(ts) for ts in terms), default=0)
-    coef = np.zeros((len(terms), width))
-    uses = np.zeros((len(terms), width, len(factors)), dtype=bool)
-    for k, ts in enumerate(terms):
-        for t, (c, idxs) in enumerate(ts):
-            coef[k, t] = c
-            uses[k, t, idxs] = True
-    some, every = uses.any(axis=0).tolist(), uses.all(axis=0).tolist()
-    total = np.zeros((len(terms), n))
-    f = np.empty((len(terms), n))
-    for t in range(width):
-        f[:] = coef[:, t:t + 1]
-        for i, factor in enumerate(factors):  # in place; where a row does not use it, as if times one
-            if every[t][i]:
-                np.multiply(f, factor, out=f)
-            elif some[t][i]:
-                np.multiply(f, factor, out=f, where=uses[:, t, i:i + 1])
-        total += f
-    return total
-
-
-def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray], n: int,
-                   traffic0: np.ndarray, fp0: np.ndarray, traffic: np.ndarray, fp: np.ndarray) -> None:
-    """Fill the residency options (rows 1.. of each model, :meth:`GroupCostModel.options`'s
-    order) of ``traffic`` and ``fp``. Streamed, a tensor is read once per trip of every loop
-    that does not index it; resident, only per trip of those outside the innermost loop (of
-    more than one trip) that does index it (model/traffic.py). It holds its largest one-step
-    box (fusion/mapping.py:resident_bytes), here bounded from above: a dimension indexed by
-    several tiled ranks counts in full (:meth:`GroupCostModel._held_box`). Option ``(o, j)``
-    saves and holds the running sums over order ``o``'s first ``j`` residency candidates; the
-    per-tiling factors are shared by every model that needs them."""
-    chains = []  # (model row, first option row, [(bytes, saved-factor row, held row)])
-    factors: dict[tuple, int] = {}
-    factor_rows: list[np.ndarray] = []
-    held: dict[tuple, int] = {}
-    held_rows: list[np.ndarray] = []
-    for k, m in enumerate(models):
-        row = 1
-        readers_of: dict[str, tuple[str, ...]] = {}  # a held box depends on the Einsums reading it
-        for e in m.probe.einsums:
-            for t in dict.fromkeys(a.tensor for a in m.cascade.einsum(e).inputs if a.tensor != e):
-                readers_of[t] = readers_of.get(t, ()) + (e,)
-        for o in m.orders if m.ranks else []:
-            keep = m.keepable_for(o)
-            if not keep:
-                continue
-            links = []
-            for t, b, seen in keep:
-                key = (o, frozenset(seen))
-                if key not in factors:
-                    factors[key] = len(factor_rows)
-                    factor_rows.append(_saved_factor(trips, o, seen, len(m.ranks), n))
-                readers = (t, readers_of.get(t, ()))
-                if readers not in held:
-                    held[readers] = len(held_rows)
-                    held_rows.append(m._held_box(t, tiles))
-                links.append((b, factors[key], held[readers]))
-            chains.append((k, row, links))
-            row += len(links)
-    if not chains:
-        return
-    chains.sort(key=lambda c: -len(c[2]))  # longest first (stable): the chains still adding are a prefix
-    longest = len(chains[0][2])
-    coef = np.zeros((len(chains), longest))
-    saved_at = np.full((len(chains), longest), len(factor_rows))  # the last row: zeros
-    held_at = np.full((len(chains), longest), len(held_rows))
-    for c, (_, _, links) in enumerate(chains):
-        for j, (b, f, h) in enumerate(links):
-            coef[c, j], saved_at[c, j], held_at[c, j] = b, f, h
-    saved_rows = np.vstack(factor_rows + [np.zeros(n)])
-    held_all = np.vstack(held_rows + [np.zeros(n)])
-    model_of = np.array([c[0] for c in chains])
-    start = np.array([c[1] for c in chains])
-    live = [sum(1 for c in chains if len(c[2]) > j) for j in range(longest)]  # chains with a j-th link
-    saved_sum, held_sum = np.zeros((len(chains), n)), np.zeros((len(chains), n))
-    link = np.empty((len(chains), n))  # scratch (in place: no temporaries)
-    for j, k in enumerate(live):  # each chain's running sums, the same additions in the same order
-        np.take(saved_rows, saved_at[:k, j], axis=0, out=link[:k], mode="clip")  # (in range: unbuffered)
-        np.multiply(coef[:k, j:j + 1], link[:k], out=link[:k])
-        saved_sum[:k] += link[:k]
-        np.take(held_all, held_at[:k, j], axis=0, out=link[:k], mode="clip")
-        held_sum[:k] += link[:k]
-        rows, cols = model_of[:k], start[:k] + j
-        np.take(traffic0, rows, axis=0, out=link[:k], mode="clip")  # the chain's model's, streamed
-        traffic[rows, cols] = np.subtract(link[:k], saved_sum[:k], out=link[:k])
-        np.take(fp0, rows, axis=0, out=link[:k], mode="clip")
-        fp[rows, cols] = np.add(link[:k], held_sum[:k], out=link[:k])
-
-
-def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: frozenset[int], ranks: int, n: int) -> np.ndarray:
-    """Per tiling, a resident tensor's reads saved per byte (streamed minus resident trips,
-    :func:`_add_residency`), for a tensor indexed by the ranks ``seen`` under ``order``."""
-    pos = {i: k for k, i in enumerate(order)}
-    streamed = np.ones(n)
-    for i in range(ranks):
-        if i not in seen:
-            streamed = streamed * trips[i]
-    inner = np.full(n, -1)
-    for i in sorted(seen, key=pos.get):
-        inner = np.where(trips[i] > 1, pos[i], inner)
-    resident = np.ones(n)
-    for i in range(ranks):
-        if i not in seen:
-            resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
-    return streamed - resident
-
-
-def cycles_together(models: list[GroupCostModel], compute: Any) -> list[np.ndarray]:
-    """:meth:`GroupCostModel.cycles` of each model, made for those without them. A group's
-    per-unit sums add its Einsums' cycles in order, so a group one Einsum longer than another
-    of the list (met before it, tiling the same ranks) starts from that one's sums: the same
-    additions in the same order, so the same floats."""
-    key = spec_key(compute)
-    # per Einsums, (ranks, sums) of this call's groups not yet grown by one Einsum (memory: a
-    # group's sums are dropped once the next group has looked for them, whatever its ranks)
-    sums: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, Any]]] = {}
-    for m in models:
-        if key in m._cycles:
-            continue
-        einsums, ranks = m.probe.einsums, tuple(m.ranks)
-        shorter_ranks, total = sums.pop(einsums[:-1], (None, None))
-        if shorter_ranks != ranks:
-            total = None
-        start = len(einsums) - 1 if total is not None else 0
-        if total is None:
-            total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
-        tiles = m.grid()[0]
-        for name in einsums[start:]:
-            cyc = einsum_grid_cycles(compute, m.cascade, name, m.ranks, tiles)
-            total = {k: total[k] + cyc[k] for k in total}
-        sums[einsums] = (ranks, total)
-        array = total["array_2d"] + total["array_1d"]
-        if compute.overlap_compute_units:
-            cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
-        else:
-            cycles = array + total["vector"] + total["mfu"]
-        m._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (m.n_tilings,))
-    return [m._cycles[key] for m in models]
-
-
 def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "GroupCostModel":
     """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
     depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
@@ -854,21 +551,6 @@ def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "Group
         memo[key] = GroupCostModel(cascade, einsums, ranks)
     return memo[key]
 
-
-def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray]) -> dict[str, Any]:
-    """One Einsum's unit cycles for every tiling of ``ranks`` (the grid of
-    :meth:`GroupCostModel.grid`), memoised on the cascade: the grid depends only on the ranks,
-    so every candidate group of a search that tiles the same ranks shares it."""
-    memo = cascade.__dict__.setdefault("_grid_cycles_memo", {})
-    key = (spec_key(compute), name, tuple(ranks))
-    hit = memo.get(key)
-    if hit is None:
-        sizes = {r: cascade.size(r) for r in cascade.ranks}
-        e = cascade.einsum(name)
-        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))),
-                                    shapes_key=("grid", tuple(ranks)))
-        memo[key] = hit
-    return hit
 
 
 __all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints",

@@ -50,44 +50,35 @@ import functools
 import math
 import time
 from dataclasses import dataclass, replace
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
-    MappingError,
-    check_group,
-    check_group_rules,
     check_mapping,
     unfused_mapping,
 )
 from mambalaya.model.area import leakage_w
-from mambalaya.model.energy import compute_energy_pj, einsum_energy, movement_pj_per_byte, require_energy
-from mambalaya.arch.kernels import compute_hz, offchip_bytes_per_s
+from mambalaya.model.energy import einsum_energy, require_energy
 from mambalaya.arch.spec import latency_key, spec_key
-from mambalaya.model.latency import combine, group_latency, group_seconds, onchip_seconds
-from mambalaya.model.candidates import (Candidates, GroupCostModel, build_candidates, cost_model, cycles_together,
-                                        least_footprints, tileable_ranks, widened_ranks)
+from mambalaya.model.latency import group_latency, group_seconds
+from mambalaya.model.picking import (_FELL_THROUGH, LATENCY_TIE_TOLERANCE, GroupChoice, _Pick, _legal_pick,  # noqa: F401
+                                     _legal_rules, _pick)
+from mambalaya.model.segments import _visited_segments, _candidate_count, _least_edp, _least_traffic_within
+from mambalaya.model.candidates import (GroupCostModel, build_candidates, cost_model, cycles_together,
+                                        tileable_ranks, widened_ranks)
 from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
-from mambalaya.model.traffic import TrafficSizeError, group_traffic
+from mambalaya.model.traffic import group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
 
 #: What a search on an architecture minimises (``--objective``).
 OBJECTIVES = ("latency", "energy", "edp")
 
-#: When the search minimises latency, candidates (tilings of a group, or whole mappings) whose
-#: latency is within this fraction of the best are taken as tied, and the one moving the least
-#: off-chip traffic wins. A modelling rule, not a measured value: latency differences of this
-#: size are below what the model resolves (its wind-up and fill terms are estimates), while
-#: traffic differences among tied candidates are often several-fold (a compute-bound prefill
-#: layer at L = 65536 ties within 0.5% between mappings moving 0.43 TB and 1.56 TB).
-LATENCY_TIE_TOLERANCE = 0.005
 
 #: The cascade region (``Cascade.regions``) the fine-grained-fusion baseline fuses: Geens et
 #: al.'s "Fuse-All" group (discretisation, scan, readout) in the Mamba builders.
@@ -103,53 +94,6 @@ class SearchStats:
     @property
     def evaluations_per_s(self) -> float:
         return self.evaluations / self.seconds if self.seconds else float("inf")
-
-
-@dataclass(frozen=True)
-class GroupChoice:
-    group: FusionGroup
-    traffic_bytes: float
-    footprint_bytes: float
-    latency_s: float | None = None  # when chosen for an architecture
-    energy_pj: float | None = None  # when chosen for energy or EDP
-    objective: str = "latency"
-    #: costs from the closed forms (footprint_bytes is then their upper bound), verified
-    #: against the general model once the group is chosen (:func:`_verify_closed_forms`)
-    closed_form: bool = False
-
-    def cost(self) -> float:
-        """What the search minimises: traffic without an architecture; with one, the
-        objective's latency, energy or (for one group) energy x latency."""
-        if self.latency_s is None:
-            return self.traffic_bytes
-        if self.objective == "energy":
-            return self.energy_pj  # type: ignore[return-value]
-        if self.objective == "edp":
-            return self.latency_s * self.energy_pj  # type: ignore[operator]
-        return self.latency_s
-
-    def choice(self) -> GroupChoice:
-        return self
-
-
-class _Pick(NamedTuple):
-    """A segment's candidate picked from the pick table (:func:`_picked_together`), costed by
-    the closed forms: what a search needs of a :class:`GroupChoice` (:meth:`cost` and the
-    costs), whose group (:meth:`choice`) is made only for the segments the search keeps. A
-    search picks every segment at every point and keeps a few."""
-
-    model: GroupCostModel
-    flat: int
-    traffic_bytes: float
-    footprint_bytes: float
-    latency_s: float | None
-
-    def cost(self) -> float:
-        return self.traffic_bytes if self.latency_s is None else self.latency_s
-
-    def choice(self) -> GroupChoice:
-        return GroupChoice(self.model.group_at(self.flat), self.traffic_bytes, self.footprint_bytes, self.latency_s,
-                           closed_form=True)
 
 
 def best_group(
@@ -206,7 +150,6 @@ def _best_group(cascade: Cascade, model: "GroupCostModel", einsums: list[str], r
     return _choice(cascade, found, why, arch, objective)
 
 
-_FELL_THROUGH = "fell through"
 
 
 #: Take a picked group's traffic and latency from the closed forms (verified on the groups of
@@ -230,118 +173,6 @@ def _closed_form_costs(arch: Any, objective: str) -> bool:
     if not CLOSED_FORM_COSTS or _RECOST_EVERY_PICK.get():
         return False
     return arch is None or objective == "latency"
-
-
-def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
-    """Whether ``group`` keeps the rules that do not depend on its tile sizes
-    (:func:`~mambalaya.fusion.mapping.check_group_rules`), memoised per Einsums, tiled ranks,
-    halo and resident tensors."""
-    memo = cascade.__dict__.setdefault("_legal_rules_memo", {})
-    key = (group.einsums, frozenset(group.fused_ranks), group.halo, group.resident)
-    if key not in memo:
-        try:
-            check_group_rules(cascade, group)
-            memo[key] = True
-        except MappingError:
-            memo[key] = False
-    return memo[key]
-
-
-def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
-    """Whether ``model``'s candidate ``flat`` keeps the rules that do not depend on its tile
-    sizes (:func:`_legal_rules`); memoised per segment (on its cost model, one per Einsums
-    and tiled ranks of the cascade) and candidate, as a segment picks the same candidate at
-    many points of a sweep, and the verdict per
-    :meth:`~mambalaya.model.candidates.GroupCostModel.rule_key` (the candidates of one option
-    that tile the same ranks share it)."""
-    memo = model.__dict__.setdefault("_legal_picks_memo", {})
-    hit = memo.get(flat)
-    if hit is None:
-        verdicts = model.__dict__.setdefault("_rule_verdicts_memo", {})  # per GroupCostModel.rule_key
-        key = model.rule_key(flat)
-        hit = verdicts.get(key)
-        if hit is None:
-            hit = verdicts[key] = _legal_rules(cascade, model.group_at(flat))
-        memo[flat] = hit
-    return hit
-
-
-def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
-          fp: np.ndarray, einsums: list[str], ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str,
-          subset: bool, closed: bool = False) -> Any:
-    """The first legal candidate in the objective's order (a group), ``"buffer"`` if none fits,
-    ``"illegal"`` if none of the best few is legal. Over the candidates at ``flat`` (ascending
-    flat indices, with their ``traffic`` and ``fp``); when they are a ``subset`` (the kept
-    ones), :data:`_FELL_THROUGH` if its first fitting candidate is not legal.
-
-    With ``closed`` (:func:`_closed_form_costs`) the group comes back as a
-    :class:`GroupChoice` with its closed-form costs, and its legality is checked by the rules that do not depend on
-    tile sizes: its tiles are in range by construction, and its footprint bound fits.
-
-    Order: the objective (latency within the tie tolerance, energy, EDP, or traffic without
-    an architecture), then traffic, steps, latency, and the footprint last, so a candidate
-    that another beats or equals in traffic and footprint with the same tiling never comes
-    first: :meth:`Candidates.kept` drops those."""
-    n_tilings = cand.n_tilings
-    tiling = cand.kept_tiling if subset else flat % n_tilings
-    steps = cand.steps[tiling]
-    ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
-    if not ok.any():
-        return "buffer"
-    latency = None
-    if arch is None:
-        order = np.lexsort((fp, steps, np.where(ok, traffic, np.inf)))
-    else:
-        onchip_bw = arch.memory.buffer_bandwidth_bytes_per_cycle
-        need_buffer = objective != "latency" or onchip_bw is not None
-        onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
-        comp = model.cycles(arch.compute)[tiling] / compute_hz(arch)
-        mem = traffic / offchip_bytes_per_s(arch)
-        latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip) if onchip_bw else 0.0 * traffic,
-                             steps, len(einsums))
-        if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
-            best = np.min(np.where(ok, latency, np.inf))
-            tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
-            order = _tied_first(tied, traffic, steps, latency, fp)
-        else:
-            energy = _energy_of(arch, cascade, einsums, traffic, onchip)
-            value = energy if objective == "energy" else energy * latency
-            order = np.lexsort((fp, steps, traffic, np.where(ok, value, np.inf)))
-    for n, pick in enumerate(order[:_RECHECKS]):  # the closed forms bound the footprint from above: the first legal pick
-        if not ok[pick]:
-            break
-        candidate = model.group_at(int(flat[pick]))
-        if closed:
-            if _legal_rules(cascade, candidate):
-                return GroupChoice(candidate, float(traffic[pick]), float(fp[pick]),
-                                   None if latency is None else float(latency[pick]), closed_form=True)
-            if subset:
-                return _FELL_THROUGH
-            continue
-        try:
-            check_group(cascade, candidate, buffer_bytes)
-            group_traffic(cascade, candidate)  # (memoised) the general model must be able to cost it
-        except (MappingError, TrafficSizeError):
-            if subset:
-                return _FELL_THROUGH
-            continue
-        return candidate
-    return "illegal"
-
-
-def _tied_first(tied: np.ndarray, traffic: np.ndarray, steps: np.ndarray, latency: np.ndarray,
-                fp: np.ndarray) -> np.ndarray:
-    """The order ``np.lexsort((fp, latency, steps, np.where(tied, traffic, inf)))`` as far as
-    :func:`_pick` reads it (the first :data:`_RECHECKS`): the tied candidates by traffic, steps,
-    latency and footprint, then, only when fewer are tied, the others by steps, latency and
-    footprint (ties by index, as the stable sort keeps them). Sorting the few tied candidates
-    alone is what makes it cheap."""
-    first = np.flatnonzero(tied)
-    first = first[np.lexsort((fp[first], latency[first], steps[first], traffic[first]))]
-    if len(first) >= _RECHECKS:
-        return first
-    rest = np.flatnonzero(~tied)
-    return np.concatenate([first, rest[np.lexsort((fp[rest], latency[rest], steps[rest]))]])
 
 
 def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: str) -> GroupChoice | None:
@@ -370,20 +201,6 @@ PRUNE_DOMINATED = True
 #: Memoise :func:`best_group` per (group, buffer, architecture, objective); the tests compare
 #: against False.
 MEMOISE_GROUPS = True
-
-
-#: How many of the best candidates of a group's search are re-checked before it gives up: the
-#: first legal one is taken (a candidate fails only on a rule the closed forms do not see).
-_RECHECKS = 8
-
-
-def _energy_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndarray, buffer: np.ndarray) -> np.ndarray:
-    """Group energy for every tiling: arithmetic (which the tiling does not change) plus DRAM
-    and buffer bytes; the buffer's reads and writes at their mean energy (a ranking; the chosen
-    tiling's energy is recomputed exactly)."""
-    fixed = sum(compute_energy_pj(arch, cascade, n, einsum_ops(cascade, cascade.einsum(n))) for n in einsums)
-    dram, buf_read, buf_write = movement_pj_per_byte(arch)
-    return fixed + traffic * dram + buffer * (buf_read + buf_write) / 2
 
 
 def _finish(cascade: Cascade, name: str, choices: list[GroupChoice], buffer_bytes: int | None, description: str,
@@ -614,54 +431,6 @@ _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-del
 BATCH_PICKS = True
 
 
-def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | None
-                      ) -> tuple[list[tuple[int, int]], list[GroupCostModel], list[tuple[int, int]], list[GroupCostModel]]:
-    """The segments an optimal search visits whose closed forms are exact, with their cost
-    models, the segments where it stops growing (none of their candidates fits), and the cost
-    models of every segment visited that fits, in the order visited: for each end ``b``,
-    growing downwards until a segment does not fit. Memoised per buffer."""
-    memo = cascade.__dict__.setdefault("_visited_segments_memo", {})
-    key = (tuple(names), buffer_bytes)
-    if key not in memo:
-        visited, models, too_large, fitting = [], [], [], []
-        for b in range(1, len(names) + 1):
-            for a, model in _segments_ending_at(cascade, names, b, buffer_bytes is not None):
-                if buffer_bytes is not None and model.least_footprint() > buffer_bytes:
-                    too_large.append((a, b))
-                    break
-                fitting.append(model)
-                if model.exact_traffic:
-                    visited.append((a, b))
-                    models.append(model)
-        build_candidates(fitting)  # the search needs every one's table: built together
-        memo[key] = (visited, models, too_large, fitting)
-    return memo[key]
-
-
-def _segments_ending_at(cascade: Cascade, names: list[str], b: int, footprints: bool) -> Any:
-    """``(a, cost model)`` of the segments ``names[a:b]``, growing downwards (a = b - 1, ...),
-    made in runs of 2, 4, 8, ... segments; with ``footprints``, each run's least footprints
-    are found in one pass (:func:`least_footprints`). A walk that stops early (a segment too
-    large for the buffer) has made at most one run it did not need."""
-    a, run = b - 1, 2
-    while a >= 0:
-        starts = range(a, max(a - run, -1), -1)
-        made = [cost_model(cascade, names[x:b], tileable_ranks(cascade, names[x:b])) for x in starts]
-        if footprints:
-            least_footprints(made)
-        yield from zip(starts, made)
-        a, run = a - run, 2 * run
-
-
-def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
-    """Candidates of a segment (for :class:`SearchStats`), memoised on the cascade."""
-    memo = cascade.__dict__.setdefault("_candidate_count_memo", {})
-    key = tuple(einsums)
-    if key not in memo:
-        memo[key] = cost_model(cascade, einsums, tileable_ranks(cascade, einsums)).size
-    return memo[key]
-
-
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,
                      objective: str) -> dict[tuple[int, int], _Pick | str]:
     """The choices of the segments an optimal search visits (:func:`_visited_segments`), picked
@@ -723,66 +492,6 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
                 why = retry if hit is None else why
         choices.append(_need(None if hit is None or isinstance(hit, str) else hit.choice(), einsums, buffer_bytes, why))
     return choices
-
-
-def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[GroupChoice]:
-    """The grouping of least (sum of latencies) x (sum of energies) over the segments (their
-    choices, in order): a Pareto dynamic programme over (latency, energy), exact since the
-    product grows with both."""
-    front: list[list[tuple[float, float, tuple[GroupChoice, ...]]]] = [[] for _ in range(n + 1)]
-    front[0] = [(0.0, 0.0, ())]
-    ends: dict[int, list[tuple[int, GroupChoice]]] = {}
-    for (a, b), c in segments.items():
-        ends.setdefault(b, []).append((a, c))
-    for b in range(1, n + 1):
-        points = [(lat + c.latency_s, en + c.energy_pj, chosen + (c,))  # type: ignore[operator]
-                  for a, c in ends.get(b, []) for lat, en, chosen in front[a]]
-        points.sort(key=lambda p: (p[0], p[1]))
-        kept: list[tuple[float, float, tuple[GroupChoice, ...]]] = []
-        for p in points:
-            if not kept or p[1] < kept[-1][1]:
-                kept.append(p)
-        front[b] = kept
-    return list(min(front[n], key=lambda p: p[0] * p[1])[2])
-
-
-def _least_traffic_within(segments: dict[tuple[int, int], Any], n: int, latency_bound: float) -> list[Any]:
-    """The grouping of least off-chip traffic among those whose latency is at most
-    ``latency_bound`` (the best latency plus the tie tolerance), over the same segments (their
-    choices, :class:`GroupChoice` or :class:`_Pick`, in order).
-
-    A Pareto dynamic programme: for each prefix it keeps the (latency, traffic) points no other
-    partial grouping beats in both, dropping any that cannot finish within the bound (their
-    latency plus the least latency of the remaining suffix exceeds it). Returned in order."""
-    starts: dict[int, list[tuple[int, Any]]] = {}
-    for (a, b), c in segments.items():
-        starts.setdefault(a, []).append((b, c))
-    suffix = [math.inf] * (n + 1)  # least latency of Einsums b..n
-    suffix[n] = 0.0
-    for a in range(n - 1, -1, -1):
-        suffix[a] = min((c.cost() + suffix[b] for b, c in starts.get(a, ())), default=math.inf)
-    # front[b]: list of (latency, traffic, choices) non-dominated partial groupings of 0..b
-    front: list[list[tuple[float, float, tuple[Any, ...]]]] = [[] for _ in range(n + 1)]
-    front[0] = [(0.0, 0.0, ())]
-    ends: dict[int, list[tuple[int, Any]]] = {}
-    for (a, b), c in segments.items():
-        ends.setdefault(b, []).append((a, c))
-    for b in range(1, n + 1):
-        points = []
-        for a, c in ends.get(b, []):
-            for lat, traffic, chosen in front[a]:
-                total = lat + c.cost()
-                if total + suffix[b] <= latency_bound:
-                    points.append((total, traffic + c.traffic_bytes, chosen + (c,)))
-        points.sort(key=lambda p: (p[0], p[1]))
-        kept: list[tuple[float, float, tuple[Any, ...]]] = []
-        for p in points:
-            if not kept or p[1] < kept[-1][1]:
-                kept.append(p)
-        front[b] = kept
-    if not front[n]:  # pragma: no cover - the latency-optimal grouping always qualifies
-        raise SpecError("internal error: no grouping within the latency bound")
-    return list(min(front[n], key=lambda p: (p[1], p[0]))[2])
 
 
 def named_mapping(

@@ -15,7 +15,8 @@ from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_grou
 from mambalaya.model import candidates, picks, search
 from mambalaya.model.latency import combine, group_seconds, onchip_seconds
 from mambalaya.model.search import named_mapping
-from mambalaya.model.traffic import group_buffer_accesses, group_traffic
+from mambalaya.model.buffer import group_buffer_accesses
+from mambalaya.model.traffic import group_traffic
 from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.hybrid import hybrid_layer
 

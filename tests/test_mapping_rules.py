@@ -12,13 +12,10 @@ from mambalaya.fusion.mapping import (
     MappingError,
     check_group_rules,
     check_mapping,
-    dump_mapping,
     footprint_bytes,
-    load_mapping,
-    mapping_from_dict,
-    parse_bytes,
     unfused_mapping,
 )
+from mambalaya.fusion.mapping_file import dump_mapping, load_mapping, mapping_from_dict, parse_bytes
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
 
 CFG = Mamba1Config(d_model=16, d_state=4)

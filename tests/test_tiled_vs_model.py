@@ -20,7 +20,8 @@ from mambalaya.execute import execute
 from mambalaya.execute.tiled import run_tiled
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping
 from mambalaya.model.search import NAMED_MAPPINGS, named_mapping, tileable_ranks
-from mambalaya.model.traffic import group_buffer_accesses, mapping_traffic
+from mambalaya.model.buffer import group_buffer_accesses
+from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy

@@ -73,7 +73,7 @@ def evaluate_cmd(
     layer and the whole model on a design."""
     from mambalaya.experiments.evaluate import evaluate
     from mambalaya.arch import arch_to_dict
-    from mambalaya.fusion.mapping import mapping_to_dict
+    from mambalaya.fusion.mapping_file import mapping_to_dict
     from mambalaya.model.energy import energy_rows
     from mambalaya.model.latency import latency_rows
 
@@ -157,7 +157,7 @@ def _evaluate_hybrid(arch: Any, model: str, config: Any, phase: PhaseOption, seq
     """``evaluate`` on a hybrid model: each layer type's Einsum table, and the whole model."""
     from mambalaya.arch import arch_to_dict
     from mambalaya.experiments.hybrid import evaluate_hybrid
-    from mambalaya.fusion.mapping import mapping_to_dict
+    from mambalaya.fusion.mapping_file import mapping_to_dict
     from mambalaya.model.latency import latency_rows
 
     hv = evaluate_hybrid(arch, model, config, phase=phase.value, seq_len=seq_len, batch=batch, mapping=mapping,

@@ -33,7 +33,7 @@ from mambalaya.cli.options import (
 from mambalaya.formatting import whole
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.fusion.mapping import parse_bytes
+from mambalaya.fusion.mapping_file import parse_bytes
 
 from mambalaya.cli.common import (
     _emit,
@@ -58,7 +58,8 @@ def _resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None
     ``buffer`` if given, else against the file's own ``buffer_bytes``."""
     from dataclasses import replace
 
-    from mambalaya.fusion.mapping import check_mapping, load_mapping
+    from mambalaya.fusion.mapping import check_mapping
+    from mambalaya.fusion.mapping_file import load_mapping
     from mambalaya.model.search import NAMED_MAPPINGS, named_mapping
 
     if name in NAMED_MAPPINGS:
@@ -122,7 +123,7 @@ def map_cmd(
     save: Annotated[Optional[Path], typer.Option("--save", help="Write the mapping as YAML.")] = None,
 ) -> None:
     """Build or load a mapping; print its groups, traffic per tensor, off-chip bytes and footprints."""
-    from mambalaya.fusion.mapping import dump_mapping
+    from mambalaya.fusion.mapping_file import dump_mapping
     from mambalaya.model.search import SearchStats
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows

@@ -7,7 +7,8 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.fusion.mapping import Mapping, check_mapping, load_mapping
+from mambalaya.fusion.mapping import Mapping, check_mapping
+from mambalaya.fusion.mapping_file import load_mapping
 from mambalaya.model.latency import LayerLatency, layer_latency
 from mambalaya.model.energy import LayerEnergy, layer_energy
 from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, named_mapping

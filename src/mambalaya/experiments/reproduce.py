@@ -34,7 +34,7 @@ from mambalaya.experiments.equal_area import geens_equal_area_rows
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan, over_budget
 from mambalaya.experiments.report import tornado_figures, write_figures, write_report
 from mambalaya.fusion.edges import classify_edges, edge_rows
-from mambalaya.fusion.mapping import mapping_to_dict
+from mambalaya.fusion.mapping_file import mapping_to_dict
 from mambalaya.model.area import area_rows
 from mambalaya.model.latency import latency_rows
 from mambalaya.model.traffic import mapping_traffic

@@ -18,7 +18,8 @@ from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, window_halos)
 from mambalaya.model.closed_forms import _sum_of_products, _add_residency, cycles_together, einsum_grid_cycles
 from mambalaya.model.group_shape import _group_shape, _held_layout, _held_bytes, _keepable_under
-from mambalaya.model.traffic import buffer_read_bytes_over_tilings, untiled_traffic
+from mambalaya.model.buffer import buffer_read_bytes_over_tilings
+from mambalaya.model.traffic import untiled_traffic
 
 
 def tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
@@ -279,7 +280,7 @@ class GroupCostModel:
 
     def tiling_buffer_bytes(self, tilings: np.ndarray | None = None) -> np.ndarray:
         """Per tiling (all, or those at ``tilings``), the on-chip bytes its Einsums read and write, as
-        :func:`~mambalaya.model.traffic.group_buffer_accesses` counts them (window halos and
+        :func:`~mambalaya.model.buffer.group_buffer_accesses` counts them (window halos and
         rotated boxes read again per tile included, what the lanes carry in registers left out):
         the sum of the Einsums' memoised arrays, in the group's order (the same floats for any
         selection), not kept per group (memory)."""

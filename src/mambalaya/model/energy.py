@@ -3,7 +3,7 @@
 Per Einsum (the rows of :func:`mambalaya.model.latency.layer_latency`), the actions are
 
 * **DRAM** bits: the off-chip bytes attributed to it (its first reads in its group, its writes);
-* **buffer** reads and writes in bits (:func:`mambalaya.model.traffic.group_buffer_accesses`):
+* **buffer** reads and writes in bits (:func:`mambalaya.model.buffer.group_buffer_accesses`):
   its operands and results at tile granularity, and the fills and drains of its DRAM bytes;
   energy per bit at the arch's buffer size, scaled from the reference size given in the spec
   (``(size / reference) ** buffer_size_exponent``);

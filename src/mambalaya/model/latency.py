@@ -20,7 +20,7 @@ over the group's step shapes. The array runs one mode at a time, so its 2D and 1
 up; the MFUs (and a separate vector unit) run beside it when ``overlap_compute_units``. An
 Einsum's compute time is ``max(array, mfu, vector)`` cycles (their sum without overlap) over
 the clock; its memory time is its off-chip bytes over the bandwidth; its on-chip time is its
-buffer bytes (:func:`mambalaya.model.traffic.group_buffer_accesses`) over the on-chip
+buffer bytes (:func:`mambalaya.model.buffer.group_buffer_accesses`) over the on-chip
 bandwidth, when the arch gives one.
 
 A group's compute is the same sum over all its Einsums (every unit is shared by the group's
@@ -56,7 +56,8 @@ from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, Mapping
 from mambalaya.model.spatial import SpatialMapping, StepShape, einsum_runs, einsum_unit_cycles, step_shapes
-from mambalaya.model.traffic import BufferAccesses, GroupTraffic, group_buffer_accesses, group_traffic
+from mambalaya.model.buffer import BufferAccesses, group_buffer_accesses
+from mambalaya.model.traffic import GroupTraffic, group_traffic
 
 class ComputeLike(Protocol):  # the fields of mambalaya.arch.spec.ComputeSpec used here
     array_rows: int

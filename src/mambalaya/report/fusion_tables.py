@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.fusion.mapping import mapping_to_dict
+from mambalaya.fusion.mapping_file import mapping_to_dict
 from mambalaya.model.traffic import MappingTraffic
 
 

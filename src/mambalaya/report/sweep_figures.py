@@ -72,7 +72,7 @@ def pareto_figure(df: pd.DataFrame, *, x: str = "buffer_bytes", y: str = "latenc
 
 def _order(values) -> list:
     """Sort axis values numerically when they are numbers or byte sizes, else as text."""
-    from mambalaya.fusion.mapping import parse_bytes
+    from mambalaya.fusion.mapping_file import parse_bytes
 
     def key(v):
         try:

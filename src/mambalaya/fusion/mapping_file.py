@@ -1,0 +1,115 @@
+"""Mapping files: a mapping as plain data and YAML (:func:`mapping_to_dict`, :func:`dump_mapping`),
+read back with one-paragraph errors naming the field (:func:`mapping_from_dict`,
+:func:`load_mapping`), and buffer sizes written with units (:func:`parse_bytes`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from mambalaya.errors import SpecError
+from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping
+from mambalaya.specio import parse_yaml_text, read_spec_file
+
+
+_BYTE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
+
+
+def parse_bytes(text: str | int, *, what: str = "buffer") -> int:
+    """``32MiB`` -> 33554432; plain integers are bytes."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        s = str(text).strip().replace(" ", "")
+        num = s.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+        unit = s[len(num):].upper()
+        if unit not in _BYTE_UNITS or not num:
+            raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576")
+        try:
+            value = float(num) * _BYTE_UNITS[unit]
+        except ValueError:
+            raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576") from None
+        if not float(value).is_integer():
+            raise SpecError(f"{what} {text!r} is not a whole number of bytes")
+        value = int(value)
+    if value < 1:
+        raise SpecError(f"{what} must be positive, not {text!r}")
+    return value
+
+
+def mapping_to_dict(mapping: Mapping) -> dict:
+    return {
+        "name": mapping.name,
+        **({"description": mapping.description} if mapping.description else {}),
+        **({"buffer_bytes": mapping.buffer_bytes} if mapping.buffer_bytes else {}),
+        "groups": [
+            {
+                "name": g.name,
+                "einsums": list(g.einsums),
+                "loops": [{"rank": lp.rank, "tile": lp.tile} for lp in g.loops],
+                "halo": g.halo,
+                **({"resident": list(g.resident)} if g.resident else {}),
+            }
+            for g in mapping.groups
+        ],
+    }
+
+
+def dump_mapping(mapping: Mapping) -> str:
+    return yaml.safe_dump(mapping_to_dict(mapping), sort_keys=False, default_flow_style=None, width=100)
+
+
+def _field(d: dict, key: str, kinds, where: str, source: str, default=...):
+    if key not in d:
+        if default is ...:
+            raise SpecError(f"{where} needs the field {key!r}", source=source)
+        return default
+    value = d[key]
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        raise SpecError(f"{where}.{key} has the wrong type ({type(value).__name__})", source=source)
+    return value
+
+
+def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
+    if not isinstance(data, dict):
+        raise SpecError("a mapping file is a YAML mapping with 'groups'", source=source)
+    unknown = set(data) - {"name", "description", "buffer_bytes", "buffer", "groups"}
+    if unknown:
+        raise SpecError(f"unknown mapping field(s) {', '.join(sorted(map(str, unknown)))}", source=source)
+    groups = []
+    for n, gd in enumerate(_field(data, "groups", list, "mapping", source)):
+        where = f"groups[{n}]"
+        if not isinstance(gd, dict):
+            raise SpecError(f"{where} must be a mapping with 'einsums' and 'loops'", source=source)
+        extra = set(gd) - {"name", "einsums", "loops", "halo", "resident"}
+        if extra:
+            raise SpecError(f"{where} has unknown field(s) {', '.join(sorted(map(str, extra)))}", source=source)
+        einsums = _field(gd, "einsums", list, where, source)
+        if not all(isinstance(e, str) for e in einsums):
+            raise SpecError(f"{where}.einsums must be Einsum names", source=source)
+        loops = []
+        for m, ld in enumerate(_field(gd, "loops", list, where, source, default=[])):
+            lw = f"{where}.loops[{m}]"
+            if not isinstance(ld, dict):
+                raise SpecError(f"{lw} must be {{rank: R, tile: t}}", source=source)
+            loops.append(Loop(_field(ld, "rank", str, lw, source), _field(ld, "tile", int, lw, source)))
+        halo = _field(gd, "halo", str, where, source, default="retain")
+        resident = _field(gd, "resident", list, where, source, default=[])
+        if not all(isinstance(t, str) for t in resident):
+            raise SpecError(f"{where}.resident must list tensor names", source=source)
+        groups.append(FusionGroup(str(gd.get("name", f"G{n + 1}")), tuple(einsums), tuple(loops), halo,  # type: ignore[arg-type]
+                                  tuple(resident)))
+    buffer = data.get("buffer_bytes", data.get("buffer"))
+    return Mapping(
+        name=str(data.get("name", Path(source).stem)),
+        groups=tuple(groups),
+        buffer_bytes=None if buffer is None else parse_bytes(buffer),
+        description=str(data.get("description", "")),
+    )
+
+
+def load_mapping(path: str | Path) -> Mapping:
+    source = str(path)
+    data = parse_yaml_text(read_spec_file(source, "mapping file"), source=source)
+    return mapping_from_dict(data, source=source)

@@ -177,7 +177,7 @@ def test_the_marca_point_of_the_split_is_marca() -> None:
 def test_specs_that_differ_only_in_energy_node_or_area_share_their_searches() -> None:
     """The latency model never reads energy, technology, area or the budget: a spec moved in those
     has the same latency key, the same mapping and the same latency, and a different energy."""
-    from mambalaya.arch.spec import latency_key, spec_key
+    from mambalaya.arch.keys import latency_key, spec_key
     from mambalaya.experiments.sensitivity import latency_blind, load_sensitivity_spec
 
     base = load_arch("mambalaya")

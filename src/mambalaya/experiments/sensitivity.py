@@ -35,7 +35,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
-from mambalaya.arch.spec import NOT_LATENCY_FIELDS, _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
+from mambalaya.arch.keys import NOT_LATENCY_FIELDS
+from mambalaya.arch.quantities import _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
 from mambalaya.specio import FieldProblem, load_spec_text, read_spec_file
@@ -340,7 +341,7 @@ def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor) -> dict[tu
 
 def latency_blind(assumption: Assumption) -> bool:
     """Whether the assumption sets a field the latency model never reads (an energy, the node, an
-    area, a budget): its settings reuse every search of the base (:func:`~mambalaya.arch.spec.latency_key`)."""
+    area, a budget): its settings reuse every search of the base (:func:`~mambalaya.arch.keys.latency_key`)."""
     return assumption.key.split(".")[0] in NOT_LATENCY_FIELDS
 
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mambalaya.arch.spec import spec_key
+from mambalaya.arch.keys import spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.model.spatial import einsum_unit_cycles, step_shapes

@@ -50,7 +50,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
-from mambalaya.arch.spec import latency_key, spec_key
+from mambalaya.arch.keys import latency_key, spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops

@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
-from mambalaya.arch.spec import spec_key
+from mambalaya.arch.keys import spec_key
 from mambalaya.model.candidates import GroupCostModel, cycles_together
 
 

@@ -64,7 +64,7 @@ from mambalaya.fusion.mapping import (
 )
 from mambalaya.model.area import leakage_w
 from mambalaya.model.energy import einsum_energy, require_energy
-from mambalaya.arch.spec import latency_key, spec_key
+from mambalaya.arch.keys import latency_key, spec_key
 from mambalaya.model.latency import group_latency, group_seconds
 from mambalaya.model.picking import (_FELL_THROUGH, LATENCY_TIE_TOLERANCE, GroupChoice, _Pick, _legal_pick,  # noqa: F401
                                      _legal_rules, _pick)

@@ -58,18 +58,20 @@ from mambalaya.workloads.hf_loader import (
     WeightLoadError,
     a_from_log,
     as_layout,
+    fmt_shape,
+    read_layer,
+    resolve_dtype,
+    to_numpy,
+)
+from mambalaya.workloads.hf_config import (
     ConfigReading,
     config_format,
-    fmt_shape,
     padded_vocab,
     positive_int,
     positive_number,
     read_config_fields,
     read_config_json,
-    read_layer,
-    resolve_dtype,
     ssm_cfg_of,
-    to_numpy,
     true_or_false,
 )
 

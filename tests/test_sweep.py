@@ -371,4 +371,4 @@ def test_a_point_over_its_power_budget_is_flagged_with_its_throttled_latency() -
     assert within.outputs["power_budget_w"] == 700 and not within.outputs["over_power_budget"]
     assert within.outputs["throttled_latency_s"] == within.outputs["latency_s"]
     assert tight.outputs["over_power_budget"]
-    assert tight.outputs["throttled_latency_s"] == pytest.approx(tight.outputs["layer_energy_j"] / 1e-3)
+    assert tight.outputs["throttled_latency_s"] > 1e3 * tight.outputs["latency_s"]

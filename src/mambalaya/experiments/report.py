@@ -451,7 +451,7 @@ def _energy_section(result) -> str:
                    if over.empty else
                    f"**{len(over)} of {len(en)} results draw more than their design's power budget** (up to "
                    f"{over.average_power_w.max():.0f} W against {over.power_budget_w.max():g} W): held to the budget, "
-                   "such a layer takes its energy over the budget (`throttled_latency_s`), and the ratios at equal "
+                   "such a layer spreads its dynamic energy over the budget less leakage (`throttled_latency_s`), and the ratios at equal "
                    "power below use that latency.")
     top = en.assign(total=en.layer_energy_j).copy()
     share = (top.buffer_j / top.total).max()
@@ -511,7 +511,7 @@ Component areas at each design's node (`area` and `technology` sections; `areas.
 the MFUs from Horowitz's 45 nm areas scaled by Stillmaker and Baas (0.059 to 7 nm), the registers and the buffer from
 CACTI-class SRAM densities. Control, interconnect and I/O are not modelled (`area.overhead_fraction` 0), so these
 are the components' areas, not a die's (the H100's is 814 mm²). {area_text} At equal power each design is held to
-its budget: a layer over it takes its energy over the budget.
+its budget: a layer over it spreads its dynamic energy over the budget less its leakage.
 
 {_md_table(pd.DataFrame(lines)) if lines else ""}
 

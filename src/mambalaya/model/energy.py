@@ -23,7 +23,8 @@ node, DRAM not (its energy is spent in the DRAM dies). **Leakage**: the design's
 (:func:`mambalaya.model.area.leakage_w`, from its area) over each Einsum's share of the
 latency. Average power is the energy over the latency; a design with a ``power_budget_w``
 flags a result above it (:mod:`mambalaya.experiments.evaluate`), and its throttled latency
-is the energy over the budget where that is longer.
+is the dynamic energy over the budget less leakage, where that is longer
+(:attr:`LayerEnergy.throttled_latency_s`).
 The energy-delay product is the model's energy per pass times its latency per pass.
 """
 
@@ -105,11 +106,17 @@ class LayerEnergy:
 
     @property
     def throttled_latency_s(self) -> float:
-        """The layer's latency held to the power budget: its energy over the budget where that
-        is longer than the latency (a design that cannot draw more runs slower), else the latency."""
+        """The layer's latency held to the power budget: a design that cannot draw more runs
+        slower, its dynamic energy spread over the time t where dynamic power plus leakage is the
+        budget, ``t = dynamic / (budget - leakage)`` (leakage is drawn for the longer time too),
+        where that is longer than the latency; infinite when leakage alone exceeds the budget."""
         if not self.power_budget_w:
             return self.latency_s
-        return max(self.latency_s, self.layer_j / self.power_budget_w)
+        dynamic_j = self.layer_j - self.leakage_w * self.latency_s
+        headroom_w = self.power_budget_w - self.leakage_w
+        if headroom_w <= 0:
+            return float("inf")
+        return max(self.latency_s, dynamic_j / headroom_w)
 
     @property
     def edp_js(self) -> float:

@@ -20,6 +20,14 @@ from mambalaya.specio import FieldProblem
 _CONFIG = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
+def known_unary_names(table: dict[str, float]) -> dict[str, float]:
+    """A table keyed by unary function, refused with the first name the IR does not know."""
+    for name in table:
+        if name not in UNARY_FUNCTIONS:
+            raise FieldProblem(name, f"unknown unary function (known: {', '.join(UNARY_FUNCTIONS)})")
+    return table
+
+
 def _width_keys(value: Any) -> Any:
     """Widths written as text (a JSON round trip turns 16 into "16") are read as integers."""
     if isinstance(value, dict):
@@ -72,10 +80,7 @@ class EnergySpec(BaseModel):
     @field_validator("mfu_pj")
     @classmethod
     def _known_functions(cls, value: dict[str, float]) -> dict[str, float]:
-        for name in value:
-            if name not in UNARY_FUNCTIONS:
-                raise FieldProblem(name, f"unknown unary function (known: {', '.join(UNARY_FUNCTIONS)})")
-        return value
+        return known_unary_names(value)
 
     def buffer_pj_per_bit(self, size_bytes: float, write: bool) -> float:
         """Buffer energy per bit for a buffer of ``size_bytes``."""

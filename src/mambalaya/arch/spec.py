@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
 from mambalaya.arch.kernels import KernelSpec
-from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec
+from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec, known_unary_names
 from mambalaya.arch.quantities import (_BANDWIDTH_UNITS, _BYTE_UNITS, _HZ_UNITS, MAX_INT, _parse_byte_count,  # noqa: F401
                                        _parse_float_quantity)
 from mambalaya.specio import FieldProblem
@@ -222,10 +222,7 @@ class ComputeSpec(BaseModel):
     @field_validator("unary_cost_cycles", "unary_cost_pe_ops")
     @classmethod
     def _known_unary_names(cls, value: dict[str, float]) -> dict[str, float]:
-        for name in value:
-            if name not in UNARY_FUNCTIONS:
-                raise FieldProblem(name, f"unknown unary function (known: {', '.join(UNARY_FUNCTIONS)})")
-        return value
+        return known_unary_names(value)
 
     @model_validator(mode="after")
     def _consistent(self) -> ComputeSpec:

@@ -106,7 +106,7 @@ def geens_equal_area_rows(seq_lens: tuple[int, ...] = (64, 1024), area_fraction:
             try:
                 ev = evaluate(spec, "geens-mamba1-2.7b", cfg, phase="prefill", seq_len=L, batch=setup.batch,
                               mapping="ssm-ri")
-                row.update(ms_per_token=ev.result.model_latency_s / L * 1e3, bound=_bound(ev), error="")
+                row.update(ms_per_token=ev.result.model_latency_s / L * 1e3, bound=ev.result.bound, error="")
             except MambalayaError as err:
                 row.update(ms_per_token=float("nan"), bound="", error=str(err).split(";")[0][:160])
             found.append(row)
@@ -116,14 +116,6 @@ def geens_equal_area_rows(seq_lens: tuple[int, ...] = (64, 1024), area_fraction:
             r["speedup_over_marca_point"] = marca / r["ms_per_token"]
         rows.extend(found)
     return pd.DataFrame(rows)
-
-
-def _bound(ev: Any) -> str:
-    """What bounds the layer: the bound of the groups that take most of its time."""
-    by: dict[str, float] = {}
-    for g in ev.result.groups:
-        by[g.bound] = by.get(g.bound, 0.0) + g.latency
-    return max(by, key=by.get) if by else ""
 
 
 def best_splits(rows: pd.DataFrame) -> pd.DataFrame:

@@ -35,7 +35,7 @@ from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_s
 from mambalaya.experiments.report import tornado_figures, write_figures, write_report
 from mambalaya.fusion.edges import classify_edges, edge_rows
 from mambalaya.fusion.mapping_file import mapping_to_dict
-from mambalaya.model.area import area_rows
+from mambalaya.model.area import area_rows, total_area_mm2
 from mambalaya.model.latency import latency_rows
 from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS
@@ -330,7 +330,7 @@ def _energy_rows(details: dict) -> pd.DataFrame:
                      "average_power_w": energy.average_power_w, "power_budget_w": ev.arch.power_budget_w,
                      "over_power_budget": over_budget(energy.average_power_w, ev.arch.power_budget_w),
                      "throttled_latency_s": energy.throttled_latency_s, "leakage_w": energy.leakage_w,
-                     "area_mm2": ev.totals().get("area_mm2", float("nan")),
+                     "area_mm2": total_area_mm2(ev.arch) if ev.arch.area is not None else float("nan"),
                      **{f"{k}_j": v for k, v in parts.items()}})
     df = pd.DataFrame(rows, columns=ENERGY_COLUMNS[:-1])
     base = df[df.design == "marca-ideal"].set_index(["model", "phase"]).layer_energy_j

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
 from mambalaya.arch.keys import NOT_LATENCY_FIELDS
+from mambalaya.model.search import forget_architecture_results
 from mambalaya.arch.quantities import _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
@@ -304,22 +305,12 @@ def applicable(spec: SensitivitySpec, run: RunSetup) -> list[Assumption]:
     return [a for a in spec.assumptions if a.key != "scan" or mamba2]
 
 
-#: What a worker keeps of a setting's layers for the next: the arch-independent tables (traffic
-#: closed forms, tilings, reads); the results keyed by one setting's architecture are dropped,
-#: as no other setting asks for them (memory: a worker holding every setting's reached 11 GB).
-_PER_ARCH_MEMOS = ("_best_group_memo", "_group_totals_memo", "_group_cycles_memo", "_pick_tables_memo",
-                   "_grid_cycles_memo", "_einsum_cycles_memo")
-
-
 def _setting_task(designs: list[str], run: RunSetup, assumption: Assumption, value: Value) -> list[dict[str, Any]]:
     from mambalaya.experiments.evaluate import _LAYERS
 
     rows = evaluate_setting({d: load_arch(d) for d in designs}, run, assumption, value)
-    for cascade in _LAYERS.values():
-        for memo in _PER_ARCH_MEMOS:
-            cascade.__dict__.pop(memo, None)
-        for model in cascade.__dict__.get("_group_cost_model_memo", {}).values():
-            model._cycles.clear()  # per compute section
+    for cascade in _LAYERS.values():  # no other setting asks for this one's architecture (memory)
+        forget_architecture_results(cascade)
     return rows
 
 

@@ -318,6 +318,10 @@ class GroupCostModel:
             hit = memo[key] = (reads, cascade.elements(name) * repeat * cascade.tensors[name].bits / 8)
         return hit
 
+    def forget_cycles(self) -> None:
+        """Drop the cycles kept per compute section (:meth:`cycles`)."""
+        self._cycles.clear()
+
     def cycles(self, compute: Any) -> np.ndarray:
         """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best
         spatial mapping summed over the tiling's step shapes

@@ -277,3 +277,13 @@ def test_evaluate_reports_average_power_against_the_design_budget() -> None:
     lifted = runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--model", "mamba-130m", "-L", "2048", "-B", "64",
                                  "--set", "power_budget_w=1e6"])
     assert "within the 1e+06 W budget" in lifted.output
+
+
+def test_evaluate_says_when_the_buffer_bandwidth_is_unbounded() -> None:
+    """A spec without a buffer organisation gets an unbounded buffer: evaluate says so, never silently."""
+    args = ["evaluate", "--arch", "mambalaya", "--model", "mamba-130m", "-L", "256", "-B", "2"]
+    bounded = runner.invoke(app, args)
+    unbounded = runner.invoke(app, args + ["--set", "memory.onchip_banks=null", "--set", "memory.onchip_bank_port_bytes=null"])
+    assert bounded.exit_code == 0 and unbounded.exit_code == 0
+    assert "bandwidth is unbounded" not in bounded.output
+    assert "bandwidth is unbounded" in " ".join(unbounded.output.split())

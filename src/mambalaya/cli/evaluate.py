@@ -149,6 +149,10 @@ def evaluate_cmd(
         if "area_mm2" in t:
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
+        if ev.arch.memory.buffer_bandwidth_bytes_per_cycle is None:
+            out_console.print("note: the on-chip buffer's bandwidth is unbounded (the spec gives neither "
+                              "memory.onchip_banks with memory.onchip_bank_port_bytes nor "
+                              "memory.onchip_bandwidth_bytes_per_cycle), so no group is bound by it", highlight=False)
 
 
 def _evaluate_hybrid(arch: Any, model: str, config: Any, phase: PhaseOption, seq_len: int, batch: int,

@@ -125,7 +125,8 @@ def test_gpu_h100_numbers():
     assert 2 * s.peak_elementwise_ops_per_s == pytest.approx(66.9e12, rel=1e-3)
     assert s.peak_bandwidth == 3.35e12
     assert (s.kernels.min_kernel_s, s.kernels.compute_fraction, s.kernels.offchip_fraction) == (3e-6, 0.64, 0.89)
-    assert s.memory.onchip_buffer_bytes == 52428800
+    assert s.memory.onchip_buffer_bytes == 132 * 228 * 1024  # shared memory, staged by the 50 MiB L2
+    assert s.memory.levels["l2"].capacity_bytes == 52428800
     assert not s.compute.one_d_mode and s.compute.one_d_lanes_effective == 0
     assert s.ridge_point_ops_per_byte == pytest.approx(2 * 494.71488e12 / 3.35e12)
     assert s.unary_ops_per_s("exp") == 2112 * 1.83e9
@@ -136,7 +137,8 @@ def test_gpu_a100_numbers(name, bandwidth):
     s = load_arch(name)
     assert 2 * s.peak_macs_per_s == pytest.approx(312e12, rel=1e-3)  # dense BF16 tensor cores
     assert 2 * s.peak_elementwise_ops_per_s == pytest.approx(19.5e12, rel=1e-3)  # FP32 CUDA cores, 2 FLOPs per FMA
-    assert s.peak_bandwidth == bandwidth and s.memory.onchip_buffer_bytes == 40 * 2**20
+    assert s.peak_bandwidth == bandwidth and s.memory.levels["l2"].capacity_bytes == 40 * 2**20
+    assert s.memory.onchip_buffer_bytes == 108 * 164 * 1024  # shared memory
     assert s.unary_ops_per_s("exp") == 16 * 108 * 1.41e9
 
 

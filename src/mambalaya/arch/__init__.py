@@ -258,6 +258,10 @@ _UNITS: dict[str, str] = {
 }
 
 
+_LEVEL_UNITS = {"capacity_bytes": "bytes", "banks": "banks", "bank_port_bytes": "B/cycle/bank",
+                "bandwidth_bytes_per_cycle": "B/cycle"}
+
+
 def _source(spec: ArchSpec, path: str, given: bool) -> str:
     parts = path.split(".")
     for n in range(len(parts), 0, -1):
@@ -293,7 +297,12 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
             path = f"{section}.{name}"
             value = getattr(model, name)
             given = section in spec.model_fields_set and name in model.model_fields_set
-            if isinstance(value, dict):
+            if path == "memory.levels":
+                for level_name, level in value.items():
+                    for key in type(level).model_fields:
+                        if getattr(level, key) is not None:  # the organisation the level gives
+                            add(f"{path}.{level_name}.{key}", getattr(level, key), given, _LEVEL_UNITS[key])
+            elif isinstance(value, dict):
                 for fn in UNARY_FUNCTIONS:
                     if fn in value:
                         add(f"{path}.{fn}", value[fn], given, _UNITS[path])
@@ -327,6 +336,9 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
         ("derived.onchip_bandwidth_bytes_per_cycle",
          spec.memory.buffer_bandwidth_bytes_per_cycle if spec.memory.buffer_bandwidth_bytes_per_cycle is not None else "unbounded",
          "B/cycle", "memory.onchip_bandwidth_bytes_per_cycle if given, else memory.onchip_banks * memory.onchip_bank_port_bytes"),
+        *((f"derived.levels.{n}.bandwidth_bytes_per_cycle", level.bytes_per_cycle, "B/cycle",
+           f"memory.levels.{n}.bandwidth_bytes_per_cycle if given, else its banks * bank_port_bytes")
+          for n, level in spec.memory.levels.items()),
         ("derived.ridge_point_ops_per_byte", spec.ridge_point_ops_per_byte, "ops/byte", "2 * peak_macs_per_s / peak_bandwidth"),
     ]
     for path, value, unit, how in derived:

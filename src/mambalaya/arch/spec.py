@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
 from mambalaya.arch.kernels import KernelSpec
+from mambalaya.arch.levels import StagingLevel, check_capacities, check_level_names
 from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec, known_unary_names
 from mambalaya.arch.quantities import (_BANDWIDTH_UNITS, _BYTE_UNITS, _HZ_UNITS, MAX_INT, _parse_byte_count,  # noqa: F401
                                        _parse_float_quantity)
@@ -334,7 +335,15 @@ class MemorySpec(BaseModel):
         ),
     )
     offchip_capacity_bytes: PositiveInt | None = Field(
-        None, description="Capacity of the off-chip memory (DRAM/HBM) in bytes; must exceed the on-chip buffer."
+        None, description="Capacity of the off-chip memory (DRAM/HBM) in bytes; must exceed every on-chip level."
+    )
+    levels: dict[str, StagingLevel] = Field(
+        default_factory=dict,
+        description=(
+            "On-chip staging levels between DRAM and the on-chip buffer, by name, outermost first (a GPU's L2 "
+            "in front of its shared memory): each passes every off-chip byte and bounds a group by those bytes "
+            "over its bandwidth (mambalaya.arch.levels). Empty: DRAM feeds the buffer directly."
+        ),
     )
     overlap_compute_and_memory: bool = Field(
         True,
@@ -356,12 +365,8 @@ class MemorySpec(BaseModel):
             missing, given = ("onchip_bank_port_bytes", "onchip_banks") if banked[0] else ("onchip_banks", "onchip_bank_port_bytes")
             raise FieldProblem(missing, f"is missing while {given} is given: the buffer's bandwidth is banks x port bytes "
                                         "per cycle, so give both (or neither, and onchip_bandwidth_bytes_per_cycle)")
-        if self.offchip_capacity_bytes is not None and self.offchip_capacity_bytes <= self.onchip_buffer_bytes:
-            raise FieldProblem(
-                "offchip_capacity_bytes",
-                f"({self.offchip_capacity_bytes} bytes) is not larger than the on-chip buffer it feeds "
-                f"(onchip_buffer_bytes, {self.onchip_buffer_bytes} bytes): a level must be larger than the one inside it",
-            )
+        check_level_names(self.levels)
+        check_capacities(self.levels, self.onchip_buffer_bytes, self.offchip_capacity_bytes)
         return self
 
     @property
@@ -484,6 +489,8 @@ class ArchSpec(BaseModel):
     @model_validator(mode="after")
     def _sources_name_fields(self) -> ArchSpec:
         known = set(field_paths())
+        for name in self.memory.levels:  # a level's fields, by its name
+            known |= {f"memory.levels.{name}"} | {f"memory.levels.{name}.{f}" for f in StagingLevel.model_fields}
         for key in self.sources:
             if key not in known:
                 where = f"sources.{key}" if re.fullmatch(r"[\w.\-]+", key) else f"sources[{key!r}]"

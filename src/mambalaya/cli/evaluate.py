@@ -149,6 +149,12 @@ def evaluate_cmd(
         if "area_mm2" in t:
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
+        if ev.arch.memory.levels:
+            from mambalaya.model.latency import layer_level_seconds
+
+            level_s = layer_level_seconds(ev.arch, ev.result)
+            out_console.print("on-chip levels, each alone (DRAM " + f"{milliseconds(t['offchip_bytes'] / ev.result.bandwidth)} ms): "
+                              + "; ".join(f"{n} {milliseconds(v)} ms" for n, v in level_s.items()), highlight=False)
         if ev.arch.memory.buffer_bandwidth_bytes_per_cycle is None:
             out_console.print("note: the on-chip buffer's bandwidth is unbounded (the spec gives neither "
                               "memory.onchip_banks with memory.onchip_bank_port_bytes nor "

@@ -10,11 +10,12 @@ and ``technology`` section (the logic area factor and the leakage densities):
 * **vector lanes**: ``area.elementwise_um2[width]`` each, scaled;
 * **MFUs**: ``area.mfu_um2`` each, scaled;
 * **PE registers**: ``memory.pe_local_bytes`` per PE and lane, ``area.register_um2_per_bit``, scaled;
-* **on-chip buffer**: ``memory.onchip_buffer_bytes`` at ``area.sram_um2_per_bit`` (the design node's);
+* **on-chip buffer**: ``memory.onchip_buffer_bytes`` at ``area.sram_um2_per_bit`` (the design node's),
+  and each staging level (``memory.levels``) at its capacity, the same way;
 * **other**: ``area.overhead_fraction`` of the sum (control, interconnect).
 
 Leakage: ``technology.logic_leakage_w_per_mm2`` over the logic (everything but the buffer) plus
-``technology.sram_leakage_w_per_mib`` over the buffer, drawn for the whole latency
+``technology.sram_leakage_w_per_mib`` over the buffer and the staging levels, drawn for the whole latency
 (:mod:`mambalaya.model.energy` charges it).
 """
 
@@ -38,7 +39,7 @@ class ComponentArea:
 
     @property
     def is_sram(self) -> bool:
-        return self.component == "on-chip buffer"
+        return self.component == "on-chip buffer" or self.component.startswith("staging level ")
 
 
 def component_areas(arch: Any) -> list[ComponentArea]:
@@ -65,6 +66,9 @@ def component_areas(arch: Any) -> list[ComponentArea]:
         holders = c.pe_count + extra_lanes + c.vector_lanes
         add("PE registers", holders, 8 * m.pe_local_bytes * area.register_um2_per_bit * scale,
             "(PEs + lanes) x memory.pe_local_bytes x 8 x area.register_um2_per_bit x technology.area_scale")
+    for name, level in m.levels.items():
+        add(f"staging level {name}", 1, 8 * level.capacity_bytes * area.sram_um2_per_bit,
+            f"memory.levels.{name}.capacity_bytes x 8 x area.sram_um2_per_bit")
     add("on-chip buffer", 1, 8 * m.onchip_buffer_bytes * area.sram_um2_per_bit,
         "memory.onchip_buffer_bytes x 8 x area.sram_um2_per_bit")
     parts = sum(r.area_mm2 for r in rows)
@@ -84,7 +88,12 @@ def leakage_w(arch: Any) -> float:
         return 0.0
     rows = component_areas(arch)
     logic = sum(r.area_mm2 for r in rows if not r.is_sram)
-    return tech.logic_leakage_w_per_mm2 * logic + tech.sram_leakage_w_per_mib * arch.memory.onchip_buffer_bytes / 2**20
+    return tech.logic_leakage_w_per_mm2 * logic + tech.sram_leakage_w_per_mib * sram_bytes(arch) / 2**20
+
+
+def sram_bytes(arch: Any) -> int:
+    """The design's SRAM: the on-chip buffer and every staging level."""
+    return arch.memory.onchip_buffer_bytes + sum(level.capacity_bytes for level in arch.memory.levels.values())
 
 
 def area_rows(arch: Any) -> list[dict[str, Any]]:
@@ -108,4 +117,4 @@ def _per_width(table: dict[int, float], width: int, field: str, arch: Any) -> fl
     return table[width]
 
 
-__all__ = ["ComponentArea", "area_rows", "component_areas", "leakage_w", "total_area_mm2"]
+__all__ = ["ComponentArea", "area_rows", "component_areas", "leakage_w", "sram_bytes", "total_area_mm2"]

@@ -7,6 +7,8 @@ Per Einsum (the rows of :func:`mambalaya.model.latency.layer_latency`), the acti
   its operands and results at tile granularity, and the fills and drains of its DRAM bytes;
   energy per bit at the arch's buffer size, scaled from the reference size given in the spec
   (``(size / reference) ** buffer_size_exponent``);
+* **staging** levels (``memory.levels``, :mod:`mambalaya.arch.levels`): each DRAM byte is
+  written into every staging level and read out of it, at that level's size by the same rule;
 * **arithmetic**: its MACs (on whichever unit runs them) and elementwise operations (adds,
   multiplies, divides, maxima, the cheap unary functions, and the functions a design without
   MFUs evaluates as ``unary_cost_pe_ops`` elementwise operations), at the Einsum's width: the
@@ -67,11 +69,12 @@ class EinsumEnergy:
     elementwise_pj: float
     mfu_pj: float
     leakage_pj: float = 0.0
+    staging_pj: float = 0.0
 
     @property
     def total_pj(self) -> float:
-        return (self.dram_pj + self.buffer_pj + self.register_pj + self.mac_pj + self.elementwise_pj + self.mfu_pj
-                + self.leakage_pj)
+        return (self.dram_pj + self.staging_pj + self.buffer_pj + self.register_pj + self.mac_pj + self.elementwise_pj
+                + self.mfu_pj + self.leakage_pj)
 
 
 @dataclass(frozen=True)
@@ -124,8 +127,12 @@ class LayerEnergy:
         return self.model_j * self.n_layers * self.latency_s
 
     def by_component_j(self) -> dict[str, float]:
-        keys = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
-        return {k.removesuffix("_pj"): sum(getattr(e, k) for e in self.einsums) * 1e-12 for k in keys}
+        """Energy by action; ``staging`` only on a design with staging levels."""
+        keys = ("dram_pj", "staging_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
+        found = {k.removesuffix("_pj"): sum(getattr(e, k) for e in self.einsums) * 1e-12 for k in keys}
+        if not any(e.staging_pj for e in self.einsums):
+            del found["staging"]
+        return found
 
 
 def einsum_width_bits(cascade: Cascade, name: str) -> int:
@@ -212,6 +219,16 @@ def movement_pj_per_byte(arch: Any) -> tuple[float, float, float]:
             8 * scale * spec.buffer_pj_per_bit(size, write=True))
 
 
+def staging_pj_per_byte(arch: Any) -> float:
+    """Energy per off-chip byte spent in the staging levels (a write and a read in each, at its
+    size and the design's node); 0 without staging levels."""
+    spec = require_energy(arch)
+    scale = node_scale(arch)
+    return sum(8 * scale * (spec.buffer_pj_per_bit(level.capacity_bytes, write=False)
+                            + spec.buffer_pj_per_bit(level.capacity_bytes, write=True))
+               for level in arch.memory.levels.values())
+
+
 def _per_op(table: dict[int, float], width: int, field: str, arch: Any, einsum: str) -> float:
     if width not in table:
         raise SpecError(
@@ -235,6 +252,7 @@ def einsum_energy(arch: Any, cascade: Cascade, row: EinsumLatency, static_w: flo
         fusion_group=row.fusion_group,
         actions=a,
         dram_pj=a.dram_bits / 8 * dram,
+        staging_pj=a.dram_bits / 8 * staging_pj_per_byte(arch),
         buffer_pj=a.buffer_read_bits / 8 * buf_read + a.buffer_write_bits / 8 * buf_write,
         register_pj=scale * a.register_bits * spec.register_pj_per_bit,
         mac_pj=scale * _mac_pj(arch, spec, a.macs, a.width_bits, a.einsum),
@@ -260,7 +278,7 @@ def layer_energy(arch: Any, cascade: Cascade, result: LayerLatency) -> LayerEner
 
 def energy_rows(energy: LayerEnergy) -> list[dict[str, Any]]:
     """The per-Einsum energy table (pJ), plus a ``total`` row."""
-    cols = ("dram_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
+    cols = ("dram_pj", "staging_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
     rows = [
         {"einsum": e.einsum, "fusion_group": e.fusion_group, "width_bits": e.actions.width_bits,
          **{c: getattr(e, c) for c in cols}, "total_pj": e.total_pj}
@@ -283,5 +301,6 @@ __all__ = [
     "layer_energy",
     "movement_pj_per_byte",
     "node_scale",
+    "staging_pj_per_byte",
     "require_energy",
 ]

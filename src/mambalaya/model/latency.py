@@ -258,10 +258,35 @@ def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitC
     return memo[key]
 
 
-def onchip_seconds(arch: Any, buffer_bytes: Any) -> Any:
-    """Seconds the on-chip buffer needs for ``buffer_bytes`` (0 when its bandwidth is unbounded)."""
+def onchip_seconds(arch: Any, buffer_bytes: Any, offchip_bytes: Any = 0.0) -> Any:
+    """Seconds the on-chip levels need (scalars or arrays over tilings): the buffer's for
+    ``buffer_bytes`` (0 when its bandwidth is unbounded) or, when longer, a staging level's
+    (:mod:`mambalaya.arch.levels`) for the ``offchip_bytes`` that pass through it."""
     bw = arch.memory.buffer_bandwidth_bytes_per_cycle
-    return 0.0 * buffer_bytes if bw is None else buffer_bytes / (bw * arch.clock_hz)
+    seconds = 0.0 * buffer_bytes if bw is None else buffer_bytes / (bw * arch.clock_hz)
+    for level in arch.memory.levels.values():
+        seconds = _max(seconds, offchip_bytes / (level.bytes_per_cycle * arch.clock_hz))
+    return seconds
+
+
+def onchip_level_seconds(arch: Any, buffer_bytes: float, offchip_bytes: float) -> dict[str, float]:
+    """Each on-chip level's seconds for one group: ``buffer`` and every staging level by name."""
+    bw = arch.memory.buffer_bandwidth_bytes_per_cycle
+    found = {"buffer": 0.0 if bw is None else buffer_bytes / (bw * arch.clock_hz)}
+    for name, level in arch.memory.levels.items():
+        found[name] = offchip_bytes / (level.bytes_per_cycle * arch.clock_hz)
+    return found
+
+
+def layer_level_seconds(arch: Any, result: "LayerLatency") -> dict[str, float]:
+    """Each on-chip level's time summed over a layer's groups (``buffer``, then every staging
+    level by name): the time each level alone would need, whichever bounds each group."""
+    total: dict[str, float] = {}
+    for g in result.groups:
+        buffer_bytes = g.buffer.total_bytes if g.buffer is not None else 0.0
+        for name, s in onchip_level_seconds(arch, buffer_bytes, g.traffic.total_bytes).items():
+            total[name] = total.get(name, 0.0) + s
+    return total
 
 
 def combine(arch: Any, comp: Any, mem: Any, onchip: Any, steps: Any, n_einsums: int) -> tuple[Any, Any]:
@@ -308,7 +333,7 @@ def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
     total_cycles, _ = group_cycles(arch, cascade, group)
     comp = total_cycles.total(arch.compute.overlap_compute_units) / compute_hz(arch)
     mem = traffic.total_bytes / offchip_bytes_per_s(arch)
-    onchip = float(onchip_seconds(arch, buffer_bytes))
+    onchip = float(onchip_seconds(arch, buffer_bytes, traffic.total_bytes))
     latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
     return comp, mem, onchip, float(latency), float(wind)
 
@@ -333,7 +358,7 @@ def group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
 
 def _group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic) -> GroupLatency:
     buffer = None
-    if arch.memory.buffer_bandwidth_bytes_per_cycle is not None:
+    if arch.memory.buffer_bandwidth_bytes_per_cycle is not None:  # (staging levels need the traffic only)
         buffer = group_buffer_accesses(cascade, group, traffic)
     comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic,
                                                     0.0 if buffer is None else buffer.total_bytes)
@@ -372,7 +397,8 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     buf_writes = {name: buffer.einsum_write_bytes[name] + dram_reads[name] for name in group.einsums}
     on_bytes = {name: buf_reads[name] + buf_writes[name] for name in group.einsums}
     weights = [
-        max(cyc.total(overlap_units) / clock, attributed[e.name] / bw, float(onchip_seconds(arch, on_bytes[e.name])))
+        max(cyc.total(overlap_units) / clock, attributed[e.name] / bw,
+            float(onchip_seconds(arch, on_bytes[e.name], attributed[e.name])))
         for e, cyc, _ in per
     ]
     total_weight = sum(weights)
@@ -401,7 +427,7 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
                 buffer_read_bytes=buf_reads[e.name],
                 buffer_write_bytes=buf_writes[e.name],
                 runs=runs,
-                onchip_latency=float(onchip_seconds(arch, on_bytes[e.name])),
+                onchip_latency=float(onchip_seconds(arch, on_bytes[e.name], attributed[e.name])),
                 bound=gl.bound,
             )
         )

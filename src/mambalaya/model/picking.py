@@ -15,7 +15,7 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, MappingError, check_group, check_group_rules
 from mambalaya.model.candidates import Candidates, GroupCostModel
-from mambalaya.model.energy import compute_energy_pj, movement_pj_per_byte
+from mambalaya.model.energy import compute_energy_pj, movement_pj_per_byte, staging_pj_per_byte
 from mambalaya.model.latency import combine, onchip_seconds
 from mambalaya.model.traffic import TrafficSizeError, group_traffic
 
@@ -143,7 +143,7 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
         onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
         comp = model.cycles(arch.compute)[tiling] / compute_hz(arch)
         mem = traffic / offchip_bytes_per_s(arch)
-        latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip) if onchip_bw else 0.0 * traffic,
+        latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip if onchip_bw else 0.0 * traffic, traffic),
                              steps, len(einsums))
         if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
             best = np.min(np.where(ok, latency, np.inf))
@@ -201,4 +201,4 @@ def _energy_of(arch: Any, cascade: Cascade, einsums: list[str], traffic: np.ndar
     tiling's energy is recomputed exactly)."""
     fixed = sum(compute_energy_pj(arch, cascade, n, einsum_ops(cascade, cascade.einsum(n))) for n in einsums)
     dram, buf_read, buf_write = movement_pj_per_byte(arch)
-    return fixed + traffic * dram + buffer * (buf_read + buf_write) / 2
+    return fixed + traffic * (dram + staging_pj_per_byte(arch)) + buffer * (buf_read + buf_write) / 2

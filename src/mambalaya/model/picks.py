@@ -186,6 +186,9 @@ def _latencies(table: _Table, arch: Any) -> np.ndarray:
     mem = traffic / offchip_bytes_per_s(arch)
     bw = arch.memory.buffer_bandwidth_bytes_per_cycle
     onchip = None if bw is None else (traffic + buffer) / (bw * arch.clock_hz)
+    for level in arch.memory.levels.values():  # as latency.onchip_seconds charges them
+        staged = traffic / (level.bytes_per_cycle * arch.clock_hz)
+        onchip = staged if onchip is None else np.maximum(onchip, staged)
     if arch.memory.overlap_compute_and_memory:
         slowest = np.maximum(comp, mem) if onchip is None else np.maximum(np.maximum(comp, mem), onchip)
         latency = slowest + (np.minimum(comp, mem) / at_least_one * multi + fill)

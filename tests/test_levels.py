@@ -121,3 +121,18 @@ def test_a_slower_level_never_makes_a_layer_faster() -> None:
                           batch=4).result.latency_s for bw in (65536.0, 1024.0, 16.0)]
     assert latencies == sorted(latencies)
     assert latencies[2] > latencies[0]
+
+
+def test_a_pointwise_chain_s_register_carried_tiles_take_no_buffer_space() -> None:
+    from mambalaya.fusion.mapping import FusionGroup, Loop, footprint_bytes, register_resident
+    from mambalaya.model.candidates import _footprint_at, cost_model
+    from mambalaya.workloads import build_layer
+
+    c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2)
+    group = FusionGroup("g", ("Z", "G", "YD", "YG", "O"), (Loop("I", 32),))
+    assert register_resident(c, group) == {"G", "YD"}
+    # only the tiles of Z and YG (read by G and by the GEMM O, neither at a pointwise element of its own) stay
+    tile = {t: 2 * 32 * c.size("E") * c.tensors[t].bits / 8 for t in ("Z", "YG")}
+    assert footprint_bytes(c, group) == sum(tile.values())
+    model = cost_model(c, list(group.einsums), ["I"])  # the closed form the search bounds footprints with
+    assert _footprint_at(model, [32], [c.size("I")]) == pytest.approx(footprint_bytes(c, group), rel=1e-12)

@@ -458,7 +458,7 @@ class _GroupRun:
                 if e.name not in self.inter:
                     streamed += out.size * self._bits(e.name)
         # on-chip bytes with every Einsum of the step done
-        held_tiles = sum(tiles[t][1].size * self._bits(t) for t in self.inter)
+        held_tiles = sum(tiles[t][1].size * self._bits(t) for t in self.inter if t not in self.in_registers)
         self.peak = max(self.peak, held_tiles + transient_carry + self._held())
         self.streamed_peak = max(self.streamed_peak, streamed)
         for k, v in pending_halo.items():

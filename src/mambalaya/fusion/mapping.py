@@ -48,7 +48,8 @@ for ranks whose loop is inside the recurrence's loop, and one copy per tile of a
 it over a rank the recurrence lacks, since each recomputation carries its own chain), and each
 retained halo (``halo`` rows of the windowed tensor, extents and copies likewise), and each
 resident tensor's largest one-step box (:func:`resident_bytes`). Tensors streaming in from or
-out to DRAM are not counted.
+out to DRAM are not counted, nor an intermediate a pointwise chain carries in its lanes'
+registers (:func:`register_resident`): it is one word per lane, in the PE-local level.
 """
 
 from __future__ import annotations
@@ -285,7 +286,10 @@ def footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
 
 def _footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
     total = 0.0
+    lanes = register_resident(cascade, group)  # carried in the lanes' registers: no buffer space
     for t in intermediates(cascade, group):
+        if t in lanes:
+            continue
         spec = cascade.tensors[t]
         n = 1
         for r in spec.ranks:

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable, rank_variable
-from mambalaya.fusion.mapping import FusionGroup, intermediates, tensors_read, tensors_written
+from mambalaya.fusion.mapping import FusionGroup, intermediates, register_resident, tensors_read, tensors_written
 from mambalaya.model.traffic import read_steps
 
 
@@ -55,7 +55,8 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
     free = [i for i, r in enumerate(ranks) if r not in gen]
     tail = [i for i, r in enumerate(ranks) if r in gen]
     orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
-    held = [_held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe)]
+    lanes = register_resident(cascade, probe)  # no buffer space (fusion.mapping.footprint_bytes)
+    held = [_held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe) if t not in lanes]
     for name in einsums:
         rec = cascade.recurrence(cascade.einsum(name))
         if rec:

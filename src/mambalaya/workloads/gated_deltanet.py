@@ -150,6 +150,11 @@ class GatedDeltaNetConfig(BaseModel):
         return self.value_dim
 
     @property
+    def expand(self) -> float:
+        """The value width over d_model (``mambalaya models`` lists it beside Mamba's expand)."""
+        return self.value_dim / self.d_model
+
+    @property
     def d_state(self) -> int:
         """Key head dim: the state of a head is ``k_head_dim x v_head_dim``."""
         return self.k_head_dim

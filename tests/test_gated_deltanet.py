@@ -264,3 +264,15 @@ def test_bad_configs_weights_and_states_get_one_clear_error() -> None:
         gdn_layer(small, batch=1, seq_len=1, phase="decode", scan="chunked")
     with pytest.raises(SpecError, match="layer_type applies to hybrid models"):
         build_layer(small, phase="prefill", seq_len=4, batch=1, layer_type="attention")
+
+
+def test_the_delta_rule_update_is_counted_factored() -> None:
+    """H's contraction KB[n]*AD*H[p,m]*KN[m] is P*M MACs per head and position (the factors
+    without m multiply the sum once per output point), not P*N*M."""
+    from mambalaya.einsum.stats import einsum_ops
+
+    cfg = PRESETS["olmo-hybrid"]
+    c = gdn_layer(cfg, batch=2, seq_len=8)
+    points = 2 * 8 * cfg.num_v_heads * cfg.v_head_dim * cfg.k_head_dim
+    ops = einsum_ops(c, c.einsum("H"))
+    assert ops["mac"] == points and ops["mul"] == 4 * points and ops["add"] == 2 * points

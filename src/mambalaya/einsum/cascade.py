@@ -195,8 +195,7 @@ class Cascade:
         return out
 
     def is_history_recurrence(self, einsum: Einsum) -> bool:
-        """Whether the Einsum recurs by reading every earlier row of its generational rank
-        (forward substitution), not at a fixed distance ``v-c``."""
+        """Whether the Einsum recurs by reading every earlier row (forward substitution)."""
         rec = _recurrence_of(einsum, self.tensors[einsum.name]) if self.recurrence(einsum) else None
         return rec is not None and rec[1] == 0
 

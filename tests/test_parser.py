@@ -137,7 +137,7 @@ def test_cycle_between_two_einsums() -> None:
         "Y[b,i,e] = X[b,i,e]*Y[b,i,e]",
         "Y[b,i,e] = Y[b,i-1,e-1]",  # earlier at two ranks
         "Y[b,i,e] = Y[b,2*i-1,e]",  # not v-c
-        "Y[b,i,e] = Y[b,i-1,f]*X[b,i,e]",  # another variable elsewhere
+        "Y[b,i,e] = Y[b,i-1,f-1]*X[b,i,e]",  # a shifted other variable (a plain reduced one contracts the state)
     ],
 )
 def test_self_read_that_is_not_a_recurrence(line: str) -> None:

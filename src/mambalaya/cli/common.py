@@ -201,6 +201,10 @@ def _family_shape(cfg: ModelConfig) -> str:
         counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
         return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; mlp={cfg.d_ff}; "
                 f"mamba heads={cfg.mamba_heads} headdim={cfg.mamba_headdim}")
+    if cfg.family == "gated_deltanet":
+        counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
+        return (f"layers: {counts} (built: the {cfg.n_layers} linear_attention); k heads={cfg.num_k_heads} "
+                f"v heads={cfg.num_v_heads} head dims {cfg.k_head_dim}x{cfg.v_head_dim} chunk={cfg.chunk_size}")
     return f"headdim={cfg.headdim} nheads={cfg.nheads} ngroups={cfg.ngroups} chunk={cfg.chunk_size}"
 
 

@@ -4,6 +4,16 @@
 IR and raises :class:`~mambalaya.errors.SpecError` naming the Einsum and the tensor or rank
 at fault. A recurrence (an Einsum reading its own output at ``v-c`` of one rank, ``c >= 1``) is
 legal and makes that rank *generational*; every other cycle is an error.
+
+Two wider self-reads keep a recurrence causal (the gated delta rule needs both): a
+**contracting** read, at ``v-c`` of the generational rank and elsewhere at reduced variables of
+same-size ranks (``H[b,i-1,g,r,p,m]``: each element contracts the whole previous state along
+those ranks, which therefore cannot be tiled, :meth:`Cascade.contracted_state_ranks`); and a
+**history** read, the generational dimension at a reduced variable of a same-size rank and
+every other at the output's index (forward substitution ``TI[b,c,q,s] = EYE[q,s] -
+AS[b,c,q,t]*TI[b,c,t,s]``): step ``q`` reads every row computed so far, later rows read as
+zero, and the Einsum's values must give them no weight (a strictly-lower mask). Its distance
+is the rank's size: a tile carries every earlier row.
 """
 
 from __future__ import annotations
@@ -181,8 +191,27 @@ class Cascade:
         for e in self.einsums:
             rec = _recurrence_of(e, self.tensors[e.name])
             if rec:
-                out[e.name] = rec
+                out[e.name] = (rec[0], rec[1] or self.size(rec[0]))  # 0: a history read
         return out
+
+    def is_history_recurrence(self, einsum: Einsum) -> bool:
+        """Whether the Einsum recurs by reading every earlier row (forward substitution)."""
+        rec = _recurrence_of(einsum, self.tensors[einsum.name]) if self.recurrence(einsum) else None
+        return rec is not None and rec[1] == 0
+
+    def contracted_state_ranks(self, einsum: Einsum) -> tuple[str, ...]:
+        """Ranks of a recurrence's own state that it reads whole at every step (a contracting
+        read, ``H[b,i-1,g,r,p,m]``): a group holding it cannot tile them."""
+        if self.recurrence(einsum) is None or self.is_history_recurrence(einsum):
+            return ()
+        ranks = self.tensors[einsum.name].ranks
+        found: dict[str, None] = {}
+        for acc in einsum.inputs:
+            if acc.tensor == einsum.name:
+                for p, (a, b) in enumerate(zip(acc.indices, einsum.output.indices)):
+                    if a != b and a.plain_variable is not None:
+                        found.setdefault(ranks[p])
+        return tuple(found)
 
     @cached_property
     def generational_ranks(self) -> tuple[str, ...]:
@@ -422,31 +451,47 @@ def _has_self_access(e: Einsum) -> bool:
 
 
 def _recurrence_of(e: Einsum, spec: TensorSpec, fail=None) -> tuple[str, int] | None:
-    """The generational rank and distance of a recurrence; ``None`` if ``e`` is not one."""
+    """The generational rank and distance of a recurrence (distance 0: a history read, see the
+    module docstring); ``None`` if ``e`` is not one."""
     found: tuple[str, int] | None = None
+    outs = set(e.output_variables)
     for acc in e.inputs:
         if acc.tensor != e.name:
             continue
-        diffs = [p for p, (a, b) in enumerate(zip(acc.indices, e.output.indices)) if a != b]
-        ok = len(diffs) == 1
-        if ok:
-            p = diffs[0]
-            shifted = acc.indices[p].shifted_variable()
-            ok = shifted is not None and shifted[0] == e.output.indices[p].plain_variable and shifted[1] <= -1
-        if not ok:
+        shifted: list[tuple[int, int]] = []
+        other: list[int] = []
+        ok = True
+        for p, (a, b) in enumerate(zip(acc.indices, e.output.indices)):
+            if a == b:
+                continue
+            sv = a.shifted_variable()
+            if sv is not None and sv[0] == b.plain_variable and sv[1] <= -1:
+                shifted.append((p, -sv[1]))
+            elif a.plain_variable is not None and a.plain_variable not in outs:
+                other.append(p)
+            else:
+                ok = False
+        candidate: tuple[str, int] | None = None
+        if ok and len(shifted) == 1:  # v-c, possibly contracting other dimensions
+            candidate = (spec.ranks[shifted[0][0]], shifted[0][1])
+        elif ok and not shifted and len(other) == 1:  # a history read
+            candidate = (spec.ranks[other[0]], 0)
+        if candidate is None:
             if fail is None:
                 return None
             raise fail(
                 f"{e.name} reads itself at {acc}: a recurrence must read its own output at an earlier "
-                f"index (v-1, v-2, ...) of exactly one rank and at the output's indices elsewhere; "
-                "any other self-reference is a cycle",
+                f"index (v-1, v-2, ...) of exactly one rank and elsewhere at the output's indices or at "
+                "reduced variables (a contraction of the previous state), or read one rank at a reduced "
+                "variable and every other at the output's indices (a history read); any other "
+                "self-reference is a cycle",
                 e.name,
             )
-        candidate = (spec.ranks[p], -shifted[1])  # type: ignore[index]
-        if found is not None and found[0] != candidate[0]:
+        if found is not None and (found[0] != candidate[0] or (found[1] == 0) != (candidate[1] == 0)):
             if fail is None:
                 return None
-            raise fail(f"{e.name} recurs over two ranks ({found[0]} and {candidate[0]}); one is allowed", e.name)
+            raise fail(f"{e.name} recurs over two ranks or in two ways ({found[0]} and {candidate[0]}); one is allowed",
+                       e.name)
         found = candidate if found is None else (found[0], max(found[1], candidate[1]))
     return found
 

@@ -5,7 +5,9 @@ Counting rules (every number the tool prints comes from here):
 * An operator node counts once per point of the iteration space of the variables under it:
   ``X[b,i,d]*RS[b,i]*WN[d]`` is two multiplies per ``(b,i,d)``.
 * A reduced term that is a product counts its top multiply as a multiply-accumulate (MAC) per
-  point of the term's iteration space: ``XN[b,i,d]*WX[d,e]`` is ``B*I*D*E`` MACs. A scale by a
+  point of the term's iteration space: ``XN[b,i,d]*WX[d,e]`` is ``B*I*D*E`` MACs. Factors that
+  do not depend on the reduced variables are pulled out of the sum: ``KB[n]*H[p,m]*KN[m]`` is
+  ``P*M`` MACs and ``P*N`` multiplies, not ``P*N*M`` MACs. A scale by a
   constant or a parameter around the product (``QR*KR*scale``) multiplies the sum once per
   output point (``s * sum q k``), so it is one ``mul`` per output point and the MAC is the
   product under it. A reduced term that is not a product counts one ``add`` (sum) or ``max``
@@ -85,11 +87,41 @@ def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
                     for scale in scales:
                         ops["mul"] += _points(cascade, term_vars - reduced)
                         _count(cascade, scale, ops)
-                    _count(cascade, product, ops, top_is_mac=True)
+                    _count_reduced_product(cascade, product, reduced, term_vars, ops)
                     continue
             ops["add" if einsum.reduce_op == "sum" else "max"] += _points(cascade, term_vars)
         _count(cascade, term, ops)
     return {k: int(v) for k, v in ops.items() if v}
+
+
+def _factors(node: Expr) -> list[Expr]:
+    if isinstance(node, Binary) and node.op == "*":
+        return _factors(node.lhs) + _factors(node.rhs)
+    return [node]
+
+
+def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str], term_vars: set[str],
+                           ops: Counter) -> None:
+    """A reduced product: its factors that do not depend on the reduced variables multiply the
+    sum once per output point (``sum_m a[n] h[m] k[m] = a[n] sum_m h[m] k[m]``, the delta rule's
+    ``k beta (S^T k)``); the rest is the contraction, its top multiply a MAC per point."""
+    factors = _factors(product)
+    inner = [f for f in factors if set(expr_variables(f)) & reduced]
+    outer = [f for f in factors if not set(expr_variables(f)) & reduced]
+    if not outer or not inner:
+        _count(cascade, product, ops, top_is_mac=True)
+        return
+    for f in outer:
+        ops["mul"] += _points(cascade, term_vars - reduced)
+        _count(cascade, f, ops)
+    if len(inner) == 1:
+        ops["add"] += _points(cascade, expr_variables(inner[0]))
+        _count(cascade, inner[0], ops)
+        return
+    node = inner[0]
+    for f in inner[1:]:
+        node = Binary("*", node, f)
+    _count(cascade, node, ops, top_is_mac=True)
 
 
 def _index_values(idx: AffineIndex, cascade: Cascade, extent: int) -> int:

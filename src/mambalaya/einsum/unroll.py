@@ -111,6 +111,9 @@ def unroll_recurrences(cascade: Cascade, einsums: Iterable[str] | None = None) -
 
 def _plan(cascade: Cascade, e: Einsum) -> _Unrolled:
     rank, _ = cascade.recurrence(e)  # type: ignore[misc]
+    if cascade.is_history_recurrence(e) or cascade.contracted_state_ranks(e):
+        raise SpecError(f"cannot unroll {e.name!r}: it reads its state beyond v-c at the output's indices (a history "
+                        "or contracting read); only plain recurrences unroll", einsum=e.name)
     dim = cascade.tensors[e.name].ranks.index(rank)
     plan = _Unrolled(e.name, dim, cascade.size(rank))
     for t in range(plan.steps):

@@ -17,7 +17,9 @@ RD     both non-empty        both; a pass boundary on ranks in both (reduced, th
 =====  ====================  ===========================================================
 
 Dependency kinds, per dimension of T: ``aligned`` (``i`` <-> ``i``), ``recurrent`` (an Einsum
-reading its own output at ``i-c``), ``window`` (``i+k-3``: a halo of 3 rows), ``shifted``
+reading its own output at ``i-c``; ``recurrent(N, contracted)`` where it reads its previous
+state whole along a rank, ``recurrent(Q, history)`` where it reads every earlier row, see
+:mod:`mambalaya.einsum.cascade`), ``window`` (``i+k-3``: a halo of 3 rows), ``shifted``
 (``i-1`` into another Einsum: a halo of 1), ``select`` (a constant or another rank's variable
 indexes the dimension), ``reshape`` (mixed-radix digits re-index it, such as positions split
 into chunks ``4*c+q``), and ``reduce-then-reuse``: V reads T again after another reader of T
@@ -77,6 +79,9 @@ def _dimension_dependency(cascade: Cascade, acc: Access, dim: int, consumer: Ein
     idx = acc.indices[dim]
     own = rank.lower()
     coeffs = dict(idx.terms)
+    if acc.tensor == consumer.name and idx.plain_variable not in (None, own):  # a wider self-read
+        rec = cascade.recurrence(consumer)
+        return f"recurrent({rank}, {'history' if rec and rec[0] == rank else 'contracted'})"
     if coeffs.get(own) != 1:
         split = _reshape_ranks(cascade, idx)
         if split:

@@ -49,7 +49,7 @@ def _written_unreduced_ranks(cascade: Cascade, einsums: tuple[str, ...]) -> tupl
             e = cascade.einsum(name)
             outs = {rank_of_variable(v) for v in e.output_variables}
             common = outs if common is None else common & outs
-            reduced |= {rank_of_variable(v) for v in e.reduced_variables}
+            reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
         ranks = [r for r in cascade.ranks if r in (common or set()) - reduced]
         gen = set(cascade.generational_ranks)
         hit = memo[einsums] = tuple([r for r in ranks if r not in gen] + [r for r in ranks if r in gen])
@@ -68,7 +68,7 @@ def widened_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
     for name in einsums:
         e = cascade.einsum(name)
         written |= {rank_of_variable(v) for v in e.output_variables}
-        reduced |= {rank_of_variable(v) for v in e.reduced_variables}
+        reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
     gen = set(cascade.generational_ranks)
     ranks = [r for r in cascade.ranks if r in written - reduced and cascade.size(r) > 1]
     return [r for r in ranks if r not in gen] + [r for r in ranks if r in gen]

@@ -15,14 +15,16 @@ from mambalaya.workloads.mamba1 import PRESETS as MAMBA1_PRESETS
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer, parse_config
 from mambalaya.workloads.mamba2 import PRESETS as MAMBA2_PRESETS
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer, parse_mamba2_config
+from mambalaya.workloads.gated_deltanet import PRESETS as GDN_PRESETS
+from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer, parse_gdn_config
 from mambalaya.workloads.hybrid import PRESETS as HYBRID_PRESETS
 from mambalaya.workloads.hybrid import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 
-ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig]
+ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig]
 
 #: Every named model, by preset name.
-PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS}
+PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS, **GDN_PRESETS}
 
 SCANS = ("recurrent", "chunked")
 
@@ -45,6 +47,12 @@ def load_model_config(path: str | Path) -> ModelConfig:
         return parse_hybrid_config(data, source=str(path))
     if data.get("model_type") == "bamba":
         return hybrid_config_from_hf(data, source=str(path))
+    if data.get("family") == "gated_deltanet":
+        return parse_gdn_config(data, source=str(path))
+    if data.get("model_type") == "olmo_hybrid":
+        from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf
+
+        return gdn_config_from_hf(data, source=str(path))
     if _is_mamba2(data):
         if "d_model" not in data or "ssm_cfg" in data:
             from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
@@ -112,7 +120,9 @@ def build_layer(
     :func:`~mambalaya.workloads.hybrid.hybrid_layer`).
 
     ``scan`` picks Mamba-2's scan form: ``chunked`` (the SSD algorithm, the default in prefill)
-    or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan.
+    or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan. A
+    Gated DeltaNet model (``olmo-hybrid``) has the same two: ``chunked`` (the WY/UT chunked
+    delta rule, the default in prefill) and ``recurrent`` (:mod:`~mambalaya.workloads.gated_deltanet`).
     ``precision`` (a policy name, file or :class:`PrecisionPolicy`) sets each tensor's width,
     ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
     """
@@ -130,7 +140,11 @@ def build_layer(
         raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")
     if softmax != "three-pass":
         raise SpecError(f"softmax applies to the attention layers of hybrid models; {model.family} has none")
-    if isinstance(model, Mamba2Config):
+    if isinstance(model, GatedDeltaNetConfig):
+        form = scan or ("chunked" if phase == "prefill" else "recurrent")
+        cascade = gdn_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits, state_io=state_io,
+                            scan=form, name=name)
+    elif isinstance(model, Mamba2Config):
         form = scan or ("chunked" if phase == "prefill" else "recurrent")
         cascade = mamba2_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                                state_io=state_io, scan=form, name=name)  # type: ignore[arg-type]
@@ -144,5 +158,5 @@ def build_layer(
     return apply_policy(cascade, precision, bits, family=model.family)
 
 
-__all__ = ["PRESETS", "SCANS", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
+__all__ = ["PRESETS", "SCANS", "GatedDeltaNetConfig", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
            "load_model_config", "resolve_model"]

@@ -276,3 +276,38 @@ def test_the_delta_rule_update_is_counted_factored() -> None:
     points = 2 * 8 * cfg.num_v_heads * cfg.v_head_dim * cfg.k_head_dim
     ops = einsum_ops(c, c.einsum("H"))
     assert ops["mac"] == points and ops["mul"] == 4 * points and ops["add"] == 2 * points
+
+
+@pytest.mark.parametrize("scan", ["recurrent", "chunked"])
+def test_the_tiled_executor_runs_searched_mappings_and_moves_the_bytes_the_model_counts(scan: str) -> None:
+    """Each named mapping at a few buffers: outputs equal the untiled run, and the off-chip and
+    buffer bytes the tiled run moves equal the model's, its on-chip peak within the footprint."""
+    from mambalaya.execute import run_tiled
+    from mambalaya.model.buffer import group_buffer_accesses
+    from mambalaya.model.search import named_mapping
+    from mambalaya.model.traffic import mapping_traffic
+
+    cfg = GatedDeltaNetConfig(d_model=12, layer_types=("linear_attention",) * 2 + ("full_attention",),
+                              num_k_heads=2, num_v_heads=4, k_head_dim=4, v_head_dim=3, chunk_size=4, d_ff=8,
+                              n_heads=2, n_kv_heads=2, vocab_size=8)
+    rng = np.random.default_rng(5)
+    c = gdn_layer(cfg, batch=2, seq_len=16, scan=scan)
+    arrays = {t: rng.normal(0, 0.5, c.shape(t)) for t in c.external_tensors()}
+    arrays["A"] = -rng.uniform(0.1, 1.0, c.shape("A"))
+    arrays.update(gdn_constants(c))
+    ref = execute(c, arrays, dtype="float64")
+    tiled_groups = 0
+    for name in ("ssm-ri", "stitched", "optimal"):
+        for buffer in (4096, 1024):
+            m = named_mapping(name, c, buffer)
+            run = run_tiled(c, m, arrays)
+            for t, want in ref.items():
+                assert np.max(np.abs(run.outputs[t] - want)) <= 1e-12 * (np.max(np.abs(want)) or 1.0), (name, t)
+            for g in mapping_traffic(c, m).groups:
+                assert (run.group_read_bytes(g.group), run.group_write_bytes(g.group)) == (g.read_bytes, g.write_bytes)
+                assert run.onchip_peak_bytes[g.group] <= g.footprint_bytes
+            for group in m.groups:
+                buf = group_buffer_accesses(c, group)
+                assert run.group_buffer_bytes(group.name) == (buf.read_bytes, buf.write_bytes), (name, group.einsums)
+                tiled_groups += bool(group.loops)
+    assert tiled_groups >= 6

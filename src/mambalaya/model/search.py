@@ -68,6 +68,7 @@ from mambalaya.arch.keys import latency_key, spec_key
 from mambalaya.model.latency import group_latency, group_seconds
 from mambalaya.model.picking import (_FELL_THROUGH, LATENCY_TIE_TOLERANCE, GroupChoice, _Pick, _legal_pick,  # noqa: F401
                                      _legal_rules, _pick)
+from mambalaya.model.convex import convex_space
 from mambalaya.model.segments import _visited_segments, _candidate_count, _least_edp, _least_traffic_within
 from mambalaya.model.candidates import (GroupCostModel, build_candidates, cost_model, cycles_together,
                                         tileable_ranks, widened_ranks)
@@ -372,6 +373,18 @@ def optimal(
     partial grouping beats and takes the least product at the end."""
     stats = stats if stats is not None else SearchStats()
     t0 = time.perf_counter()
+    what = "off-chip traffic" if arch is None else f"{_OBJECTIVE_WORDS[objective]} on {arch.name}"
+    space = convex_space(cascade) if CONVEX_GROUPS else None
+    if space is not None:
+        from mambalaya.model.convex_search import convex_choices, convex_grouping
+
+        grouping = convex_grouping(space, convex_choices(cascade, space, buffer_bytes, stats, arch, objective),
+                                   arch, objective)
+        if grouping is None:
+            raise SpecError(f"no mapping of cascade {cascade.name!r} fits a buffer of {buffer_bytes:,} bytes")
+        stats.seconds += time.perf_counter() - t0
+        return _finish(cascade, "optimal", [c.choice() for c in grouping], buffer_bytes,
+                       f"least {what} over connected convex groups and tiles", arch)
     names = [e.name for e in cascade.einsums]
     n = len(names)
     segments: dict[tuple[int, int], GroupChoice | _Pick] = {}
@@ -408,9 +421,9 @@ def optimal(
     # mapping and report stays the same; the traffic grouping is handed on first group first.
     chosen: list[GroupChoice | _Pick] = []
     if arch is not None and objective == "edp":
-        chosen = _least_edp(segments, n)[::-1]
+        chosen = _least_edp(segments, range(n + 1))[::-1]
     elif arch is not None and objective == "latency":
-        chosen = _least_traffic_within(segments, n, best[n] * (1 + LATENCY_TIE_TOLERANCE))[::-1]
+        chosen = _least_traffic_within(segments, range(n + 1), best[n] * (1 + LATENCY_TIE_TOLERANCE))[::-1]
     else:
         b = n
         while b > 0:
@@ -419,12 +432,16 @@ def optimal(
             b = a
         chosen.reverse()
     stats.seconds += time.perf_counter() - t0
-    what = "off-chip traffic" if arch is None else f"{_OBJECTIVE_WORDS[objective]} on {arch.name}"
     return _finish(cascade, "optimal", [c.choice() for c in chosen], buffer_bytes,
-                   f"least {what} over contiguous groups and tiles", arch)
+                   f"least {what} over contiguous groups and tiles (its connected convex groups exceed the "
+                   "convex search's limits)" if CONVEX_GROUPS else f"least {what} over contiguous groups and tiles", arch)
 
 
 _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-delay product"}
+
+#: Search groupings over connected convex groups (:mod:`mambalaya.model.convex`) where the
+#: cascade's are few enough; the tests compare against False (contiguous groups only).
+CONVEX_GROUPS = True
 
 #: Pick the segments of an optimal search together (:mod:`mambalaya.model.picks`) where the
 #: closed forms cost the picks; the tests compare against False (one search per segment).

@@ -5,6 +5,7 @@ and least energy-delay product (:func:`_least_edp`). :mod:`mambalaya.model.searc
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from mambalaya.einsum.cascade import Cascade
@@ -63,61 +64,62 @@ def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
     return memo[key]
 
 
-def _least_edp(segments: dict[tuple[int, int], GroupChoice], n: int) -> list[GroupChoice]:
+def _least_edp(segments: dict[tuple[Any, Any], GroupChoice], states: Sequence[Any]) -> list[GroupChoice]:
     """The grouping of least (sum of latencies) x (sum of energies) over the segments (their
-    choices, in order): a Pareto dynamic programme over (latency, energy), exact since the
-    product grows with both."""
-    front: list[list[tuple[float, float, tuple[GroupChoice, ...]]]] = [[] for _ in range(n + 1)]
-    front[0] = [(0.0, 0.0, ())]
-    ends: dict[int, list[tuple[int, GroupChoice]]] = {}
+    choices, keyed by the states they join: prefix ends ``(a, b)`` for contiguous groups,
+    downsets for convex ones; ``states`` in an order where every segment goes forward, the
+    empty state first and the whole cascade last): a Pareto dynamic programme over (latency,
+    energy), exact since the product grows with both. Returned in order."""
+    front: dict[Any, list[tuple[float, float, tuple[GroupChoice, ...]]]] = {s: [] for s in states}
+    front[states[0]] = [(0.0, 0.0, ())]
+    ends: dict[Any, list[tuple[Any, GroupChoice]]] = {}
     for (a, b), c in segments.items():
         ends.setdefault(b, []).append((a, c))
-    for b in range(1, n + 1):
+    for b in states[1:]:
         points = [(lat + c.latency_s, en + c.energy_pj, chosen + (c,))  # type: ignore[operator]
                   for a, c in ends.get(b, []) for lat, en, chosen in front[a]]
-        points.sort(key=lambda p: (p[0], p[1]))
-        kept: list[tuple[float, float, tuple[GroupChoice, ...]]] = []
-        for p in points:
-            if not kept or p[1] < kept[-1][1]:
-                kept.append(p)
-        front[b] = kept
-    return list(min(front[n], key=lambda p: p[0] * p[1])[2])
+        front[b] = _pareto(points)
+    return list(min(front[states[-1]], key=lambda p: p[0] * p[1])[2])
 
 
-def _least_traffic_within(segments: dict[tuple[int, int], Any], n: int, latency_bound: float) -> list[Any]:
+def _pareto(points: list[tuple[float, float, Any]]) -> list[tuple[float, float, Any]]:
+    """The points no other beats or equals in both coordinates (ties: the first in order)."""
+    points.sort(key=lambda p: (p[0], p[1]))
+    kept: list[tuple[float, float, Any]] = []
+    for p in points:
+        if not kept or p[1] < kept[-1][1]:
+            kept.append(p)
+    return kept
+
+
+def _least_traffic_within(segments: dict[tuple[Any, Any], Any], states: Sequence[Any], latency_bound: float) -> list[Any]:
     """The grouping of least off-chip traffic among those whose latency is at most
     ``latency_bound`` (the best latency plus the tie tolerance), over the same segments (their
-    choices, :class:`GroupChoice` or :class:`_Pick`, in order).
+    choices, :class:`GroupChoice` or :class:`_Pick`, keyed and ordered as for :func:`_least_edp`).
 
-    A Pareto dynamic programme: for each prefix it keeps the (latency, traffic) points no other
+    A Pareto dynamic programme: for each state it keeps the (latency, traffic) points no other
     partial grouping beats in both, dropping any that cannot finish within the bound (their
-    latency plus the least latency of the remaining suffix exceeds it). Returned in order."""
-    starts: dict[int, list[tuple[int, Any]]] = {}
+    latency plus the least latency of the remaining Einsums exceeds it). Returned in order."""
+    starts: dict[Any, list[tuple[Any, Any]]] = {}
+    ends: dict[Any, list[tuple[Any, Any]]] = {}
     for (a, b), c in segments.items():
         starts.setdefault(a, []).append((b, c))
-    suffix = [math.inf] * (n + 1)  # least latency of Einsums b..n
-    suffix[n] = 0.0
-    for a in range(n - 1, -1, -1):
-        suffix[a] = min((c.cost() + suffix[b] for b, c in starts.get(a, ())), default=math.inf)
-    # front[b]: list of (latency, traffic, choices) non-dominated partial groupings of 0..b
-    front: list[list[tuple[float, float, tuple[Any, ...]]]] = [[] for _ in range(n + 1)]
-    front[0] = [(0.0, 0.0, ())]
-    ends: dict[int, list[tuple[int, Any]]] = {}
-    for (a, b), c in segments.items():
         ends.setdefault(b, []).append((a, c))
-    for b in range(1, n + 1):
+    suffix = {s: math.inf for s in states}  # least latency from the state to the whole cascade
+    suffix[states[-1]] = 0.0
+    for a in reversed(states[:-1]):
+        suffix[a] = min((c.cost() + suffix[b] for b, c in starts.get(a, ())), default=math.inf)
+    # front[b]: (latency, traffic, choices) of the non-dominated partial groupings reaching b
+    front: dict[Any, list[tuple[float, float, tuple[Any, ...]]]] = {s: [] for s in states}
+    front[states[0]] = [(0.0, 0.0, ())]
+    for b in states[1:]:
         points = []
         for a, c in ends.get(b, []):
             for lat, traffic, chosen in front[a]:
                 total = lat + c.cost()
                 if total + suffix[b] <= latency_bound:
                     points.append((total, traffic + c.traffic_bytes, chosen + (c,)))
-        points.sort(key=lambda p: (p[0], p[1]))
-        kept: list[tuple[float, float, tuple[Any, ...]]] = []
-        for p in points:
-            if not kept or p[1] < kept[-1][1]:
-                kept.append(p)
-        front[b] = kept
-    if not front[n]:  # pragma: no cover - the latency-optimal grouping always qualifies
+        front[b] = _pareto(points)
+    if not front[states[-1]]:  # pragma: no cover - the latency-optimal grouping always qualifies
         raise SpecError("internal error: no grouping within the latency bound")
-    return list(min(front[n], key=lambda p: (p[1], p[0]))[2])
+    return list(min(front[states[-1]], key=lambda p: (p[1], p[0]))[2])

@@ -1,0 +1,194 @@
+"""The optimal search over groups that are not contiguous in the cascade's order: connected
+convex groups (mambalaya.model.convex), exact against every set partition of small branched
+cascades, each group tiled by exhaustive enumeration."""
+
+from __future__ import annotations
+
+import pytest
+
+from mambalaya.arch import load_arch
+from mambalaya.einsum import loads_cascade
+from mambalaya.fusion.mapping import FusionGroup, Mapping, MappingError, check_mapping, group_order
+from mambalaya.model import convex, search
+from mambalaya.model.convex import convex_space
+from mambalaya.model.latency import layer_latency
+from mambalaya.model.search import named_mapping, optimal
+from mambalaya.model.traffic import mapping_traffic
+from mambalaya.workloads import PRESETS, build_layer
+
+from test_search import brute_force_group
+
+# Two branches from X (P1 -> S1, and P2) meet in M; R reduces P2 over the positions, so a
+# group holding R cannot tile them. In cascade order R sits between P2 and S1: the group
+# {P1, P2, S1, M, O} that leaves R out is not contiguous.
+BRANCHED = """
+ranks: {B: 2, I: 16, D: 4, E: 8}
+tensors:
+  X:  {ranks: [B, I, D], role: input}
+  W1: {ranks: [D, E], role: weight}
+  W2: {ranks: [D, E], role: weight}
+  W3: {ranks: [E, D], role: weight}
+  P1: {ranks: [B, I, E], role: intermediate}
+  P2: {ranks: [B, I, E], role: intermediate}
+  R:  {ranks: [B, E], role: output}
+  S1: {ranks: [B, I, E], role: intermediate}
+  M:  {ranks: [B, I, E], role: intermediate}
+  O:  {ranks: [B, I, D], role: output}
+einsums:
+  - P1[b,i,e] = X[b,i,d]*W1[d,e]
+  - P2[b,i,e] = X[b,i,d]*W2[d,e]
+  - R[b,e] = P2[b,i,e]
+  - S1[b,i,e] = silu(P1[b,i,e])
+  - M[b,i,e] = S1[b,i,e]*P2[b,i,e]
+  - O[b,i,d] = M[b,i,e]*W3[e,d]
+"""
+
+
+def _partitions(items: list[str]):
+    if not items:
+        yield []
+        return
+    first, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        for k in range(len(part)):
+            yield part[:k] + [[first] + part[k]] + part[k + 1:]
+        yield [[first]] + part
+
+
+def _legal_grouping(c, groups: list[list[str]]) -> bool:
+    space = convex_space(c)
+    bit = {n: 1 << i for i, n in enumerate(space.names)}
+    if any(sum(bit[n] for n in g) not in space.groups for g in groups):  # connected and convex
+        return False
+    try:
+        group_order(c, [FusionGroup(f"G{k}", tuple(g)) for k, g in enumerate(groups)])
+    except MappingError:
+        return False
+    return True
+
+
+def brute_force_partitions(c, buffer):
+    """Least traffic over every set partition of the Einsums into connected convex groups that
+    can run in some order, each group at its best tiling (exhaustive, general model)."""
+    names = [e.name for e in c.einsums]
+    best = None
+    for groups in _partitions(names):
+        groups = [[n for n in names if n in g] for g in groups]
+        if not _legal_grouping(c, groups):
+            continue
+        costs = [brute_force_group(c, g, buffer) for g in groups]
+        if any(x is None for x in costs):
+            continue
+        total = sum(costs)
+        best = total if best is None else min(best, total)
+    return best
+
+
+def test_the_space_is_every_connected_convex_set() -> None:
+    c = loads_cascade(BRANCHED)
+    space = convex_space(c)
+    bit = {n: 1 << i for i, n in enumerate(space.names)}
+    mask = lambda *ns: sum(bit[n] for n in ns)  # noqa: E731
+    assert mask("P1", "S1") in space.groups  # not contiguous, convex, connected
+    assert mask("P1", "M") not in space.groups  # not convex: M reads S1, which reads P1
+    assert mask("S1", "P2") not in space.groups  # convex, but they share no tensor
+    assert mask("P1", "P2") in space.groups  # both read X: fused, X is read once
+    assert mask("S1", "R") not in space.groups  # convex, but they share no tensor
+    assert mask("P1", "P2", "S1", "M", "O") in space.groups
+    assert space.downsets[0] == 0 and space.downsets[-1] == mask(*space.names)
+
+
+@pytest.mark.parametrize("buffer", [64, 128, 256, 1024, None])
+def test_optimal_equals_every_partition_enumerated(buffer) -> None:
+    c = loads_cascade(BRANCHED)
+    expected = brute_force_partitions(c, buffer)
+    if expected is None:
+        with pytest.raises(Exception):
+            optimal(c, buffer)
+        return
+    m = optimal(c, buffer)
+    assert "connected convex groups" in m.description
+    assert mapping_traffic(c, m).offchip_bytes == pytest.approx(expected, rel=0, abs=1e-9)
+
+
+def test_a_non_contiguous_group_beats_the_contiguous_optimum_and_runs() -> None:
+    c = loads_cascade(BRANCHED)
+    m = optimal(c, 256)
+    search.CONVEX_GROUPS = False
+    try:
+        contiguous = optimal(c, 256)
+    finally:
+        search.CONVEX_GROUPS = True
+    assert mapping_traffic(c, m).offchip_bytes < mapping_traffic(c, contiguous).offchip_bytes
+    names = [e.name for e in c.einsums]
+    assert any(names.index(g.einsums[-1]) - names.index(g.einsums[0]) + 1 > len(g.einsums) for g in m.groups)
+    assert [g.einsums for g in m.groups] == [("P1", "P2", "S1", "M", "O"), ("R",)]
+    check_mapping(c, Mapping("again", m.groups, 256, ""))  # legal as a mapping file would be
+
+
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_on_a_mamba_1_layer_the_convex_search_is_never_slower_than_the_contiguous_one(phase: str,
+                                                                                         monkeypatch) -> None:
+    arch = load_arch("mambalaya")
+    layer = lambda: build_layer(PRESETS["mamba-130m"], phase=phase, seq_len=512 if phase == "prefill" else 1,  # noqa: E731
+                                batch=8)
+    c = layer()
+    m = named_mapping("optimal", c, arch.memory.onchip_buffer_bytes, arch=arch)
+    assert "connected convex groups" in m.description
+    monkeypatch.setattr(search, "CONVEX_GROUPS", False)
+    c2 = layer()
+    m2 = named_mapping("optimal", c2, arch.memory.onchip_buffer_bytes, arch=arch)
+    tol = 1 + search.LATENCY_TIE_TOLERANCE
+    assert layer_latency(arch, c, m).latency_s <= layer_latency(arch, c2, m2).latency_s * tol
+
+
+def test_beyond_the_limits_the_search_is_contiguous_and_says_so(monkeypatch) -> None:
+    monkeypatch.setattr(convex, "CONVEX_GROUP_LIMIT", 5)
+    c = loads_cascade(BRANCHED)
+    assert convex_space(c) is None
+    m = optimal(c, 256)
+    assert "contiguous groups" in m.description and "limits" in m.description
+
+
+def test_every_grouping_the_partitions_allow_is_a_path_over_downsets() -> None:
+    """Each legal partition of the branched cascade is a chain of downsets of the space."""
+    c = loads_cascade(BRANCHED)
+    space = convex_space(c)
+    names = [e.name for e in c.einsums]
+    bit = {n: 1 << i for i, n in enumerate(space.names)}
+    count = 0
+    for groups in _partitions(names):
+        groups = [[n for n in names if n in g] for g in groups]
+        if not _legal_grouping(c, groups):
+            continue
+        order = group_order(c, [FusionGroup(f"G{k}", tuple(g)) for k, g in enumerate(groups)])
+        done = 0
+        for g in order:
+            m = sum(bit[n] for n in g.einsums)
+            assert (done, done | m) in space.groups[m]
+            done |= m
+        count += 1
+    assert count > 20
+
+
+def test_the_tiled_executor_runs_the_non_contiguous_grouping_and_moves_the_bytes_the_model_counts() -> None:
+    import numpy as np
+
+    from mambalaya.execute import execute, run_tiled
+    from mambalaya.model.buffer import group_buffer_accesses
+
+    c = loads_cascade(BRANCHED)
+    m = optimal(c, 256)
+    rng = np.random.default_rng(0)
+    arrays = {t: rng.standard_normal(c.shape(t)) for t in c.external_tensors()}
+    ref = execute(c, arrays, dtype="float64")
+    run = run_tiled(c, m, arrays)
+    for t, want in ref.items():
+        assert np.max(np.abs(run.outputs[t] - want)) <= 1e-12 * np.max(np.abs(want)), t
+    model = mapping_traffic(c, m)
+    assert run.offchip_bytes == model.offchip_bytes
+    for g in model.groups:
+        assert (run.group_read_bytes(g.group), run.group_write_bytes(g.group)) == (g.read_bytes, g.write_bytes)
+    for group in m.groups:
+        buf = group_buffer_accesses(c, group)
+        assert run.group_buffer_bytes(group.name) == (buf.read_bytes, buf.write_bytes)

@@ -561,7 +561,7 @@ mappings each design ran are in `mappings.json`.
   {cfg.batch}, prefill at L = {', '.join(str(x) for x in cfg.seq_lens)}, generation with I = 1.
 - **Designs** on the same H100-like budget, each with its own mapping built for its buffer and minimising its
   latency: `marca-ideal` unfused (algorithmic-minimum traffic); `geens-ideal` fusion of the SSM region only;
-  `mambalaya` fusion stitched across the whole cascade (the latency-optimal stitching over contiguous groups).
+  `mambalaya` fusion stitched across the whole cascade (the latency-optimal grouping: over connected convex groups where a cascade has few enough of them, as Mamba-1 does, else over contiguous ones; each mapping says which).
   `mambalaya-greedy` (the greedy stitching pass alone, on the same budget) is reported beside them. A Mamba-2
   prefill runs on each design in whichever scan form (chunked SSD or recurrent) is faster for it.
 - **End to end**: a request = prefill of L tokens + {cfg.generated_tokens} generated tokens, all layers

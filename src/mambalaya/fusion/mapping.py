@@ -63,6 +63,7 @@ from typing import Iterable, Literal
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade, stable_topological_order
 from mambalaya.einsum.ir import Access, Einsum, rank_of_variable
+from mambalaya.fusion.group_analysis import POINTWISE_KINDS, analyse  # noqa: F401  (POINTWISE_KINDS: public here too)
 
 HaloPolicy = Literal["retain", "recompute"]
 
@@ -135,79 +136,27 @@ def produced_in(group: FusionGroup) -> set[str]:
 
 def tensors_read(cascade: Cascade, group: FusionGroup) -> list[str]:
     """Tensors the group reads from off-chip, in first-use order (initial values included)."""
-    inside = produced_in(group)
-    out: dict[str, None] = {}
-    for e in group_einsums(cascade, group):
-        for t in e.input_tensors:
-            if t not in inside:
-                out.setdefault(t)
-    return list(out)
+    return list(analyse(cascade, group.einsums).reads)
 
 
 def tensors_written(cascade: Cascade, group: FusionGroup) -> list[str]:
     """Tensors the group produces that leave the chip: read by another group, or handed back."""
-    inside = produced_in(group)
-    handed_back = set(cascade.output_tensors())
-    out = []
-    for e in group_einsums(cascade, group):
-        readers = {c.name for c in cascade.consumers(e.name)}
-        if e.name in handed_back or readers - inside:
-            out.append(e.name)
-    return out
+    return list(analyse(cascade, group.einsums).writes)
 
 
 def intermediates(cascade: Cascade, group: FusionGroup) -> list[str]:
     """Tensors produced in the group and read by another Einsum of the group."""
-    inside = produced_in(group)
-    return [
-        e.name
-        for e in group_einsums(cascade, group)
-        if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name))
-    ]
-
-
-#: Einsum kinds that compute each output element from the same element of their inputs (no
-#: reduction, window or recurrence), so a lane can carry an element through a chain of them.
-POINTWISE_KINDS = frozenset({"elementwise", "unary", "broadcast", "copy"})
+    return list(analyse(cascade, group.einsums).intermediates)
 
 
 def register_resident(cascade: Cascade, group: FusionGroup) -> frozenset[str]:
     """Intermediates of the group that never reach its buffer: kept in the registers of the lane
-    that computes them. A tensor qualifies when it leaves neither the group nor the chip, its
-    producer is pointwise, and every reader in the group is pointwise and reads it at the reader's
-    own output element (the same variables, in order, no offset): the lane then carries each
-    element from producer to reader, holding one word per such tensor, whatever the tile.
-    Memoised per Einsums of the group (tiles, halos and residency do not change it)."""
-    memo = cascade.__dict__.setdefault("_register_resident_memo", {})
-    hit = memo.get(group.einsums)
-    if hit is None:
-        inside = produced_in(group)
-        leaving = set(tensors_written(cascade, group))
-        found = set()
-        for e in group_einsums(cascade, group):
-            if e.name in leaving or cascade.kind(e) not in POINTWISE_KINDS:
-                continue
-            readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
-            if readers and all(_reads_pointwise(cascade, c, e.name) for c in readers):
-                found.add(e.name)
-        hit = memo[group.einsums] = frozenset(found)
-    return hit
-
-
-def _reads_pointwise(cascade: Cascade, reader: Einsum, tensor: str) -> bool:
-    """Whether a pointwise ``reader`` reads ``tensor`` only at its own output element."""
-    if cascade.kind(reader) not in POINTWISE_KINDS:
-        return False
-    out = tuple(reader.output_variables)
-    for a in reader.inputs:
-        if a.tensor != tensor:
-            continue
-        if len(a.indices) != len(out):
-            return False
-        for idx, v in zip(a.indices, out):
-            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0] != (v, 1):
-                return False
-    return True
+    that computes them (:attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.in_registers`). A
+    tensor qualifies when it leaves neither the group nor the chip, its producer is pointwise,
+    and every reader in the group is pointwise and reads it at the reader's own output element:
+    the lane then carries each element from producer to reader, holding one word per such
+    tensor, whatever the tile."""
+    return analyse(cascade, group.einsums).in_registers
 
 
 def _extent(cascade: Cascade, group: FusionGroup, rank: str, *, full_inside_of: str | None = None) -> int:

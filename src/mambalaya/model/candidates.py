@@ -16,6 +16,7 @@ import numpy as np
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, window_halos)
+from mambalaya.fusion.group_analysis import analyse
 from mambalaya.model.closed_forms import _sum_of_products, _add_residency, cycles_together, einsum_grid_cycles
 from mambalaya.model.group_shape import _group_shape, _held_layout, _held_bytes, _keepable_under
 from mambalaya.model.buffer import buffer_read_bytes_over_tilings
@@ -38,22 +39,10 @@ def _tileable_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
 
 
 def _written_unreduced_ranks(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[str, ...]:
-    """Ranks every Einsum of ``einsums`` writes and none reduces, generational ones last,
-    memoised per cascade structure (the sizes decide only which of them are tileable)."""
-    memo = cascade.structure_memo.setdefault("written_unreduced_ranks", {})
-    hit = memo.get(einsums)
-    if hit is None:
-        common: set[str] | None = None
-        reduced: set[str] = set()
-        for name in einsums:
-            e = cascade.einsum(name)
-            outs = {rank_of_variable(v) for v in e.output_variables}
-            common = outs if common is None else common & outs
-            reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
-        ranks = [r for r in cascade.ranks if r in (common or set()) - reduced]
-        gen = set(cascade.generational_ranks)
-        hit = memo[einsums] = tuple([r for r in ranks if r not in gen] + [r for r in ranks if r in gen])
-    return hit
+    """Ranks every Einsum of ``einsums`` writes and none reduces, generational ones last
+    (:attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.tileable`; the sizes decide only
+    which of them are tileable)."""
+    return analyse(cascade, einsums).tileable
 
 
 def widened_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
@@ -63,15 +52,7 @@ def widened_ranks(cascade: Cascade, einsums: list[str]) -> list[str]:
     count both, and the tiled executor agrees byte for byte). A fixed grouping that fits no
     buffer over :func:`tileable_ranks` tries these (the search keeps to the narrower set: it
     costs every contiguous segment)."""
-    written: set[str] = set()
-    reduced: set[str] = set()
-    for name in einsums:
-        e = cascade.einsum(name)
-        written |= {rank_of_variable(v) for v in e.output_variables}
-        reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
-    gen = set(cascade.generational_ranks)
-    ranks = [r for r in cascade.ranks if r in written - reduced and cascade.size(r) > 1]
-    return [r for r in ranks if r not in gen] + [r for r in ranks if r in gen]
+    return [r for r in analyse(cascade, tuple(einsums)).widened if cascade.size(r) > 1]
 
 
 def tile_options(size: int) -> list[int]:

@@ -1,0 +1,110 @@
+"""One analysis of a group: what a set of Einsums is when it runs as one loop nest, whatever its
+tiles, loop order or residency.
+
+:func:`analyse` answers it once per group shape (the group's Einsums) and cascade structure, and
+everything that asks about a group asks it: the legality rules and the footprint
+(:mod:`mambalaya.fusion.mapping`), the traffic and buffer models (:mod:`mambalaya.model.traffic`,
+:mod:`mambalaya.model.buffer`), the search's candidate tables (:mod:`mambalaya.model.candidates`)
+and the tiled executor (:mod:`mambalaya.execute.tiled`). What depends on the tiles (the tile
+boxes, the footprint, the traffic of a tiling) is computed from it by those modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Einsum, rank_of_variable
+
+#: Einsum kinds that compute each output element from the same element of their inputs (no
+#: reduction, window or recurrence), so a lane can carry an element through a chain of them.
+POINTWISE_KINDS = frozenset({"elementwise", "unary", "broadcast", "copy"})
+
+
+@dataclass(frozen=True)
+class GroupAnalysis:
+    """The facts of one group shape (see the module doc)."""
+
+    einsums: tuple[str, ...]
+    #: tensors the group reads from off chip, in first-use order (initial values included)
+    reads: tuple[str, ...]
+    #: tensors the group produces that leave the chip: read by another group, or handed back
+    writes: tuple[str, ...]
+    #: tensors produced in the group and read by another Einsum of the group
+    intermediates: tuple[str, ...]
+    #: intermediates a pointwise chain carries in its lanes' registers, never in the buffer
+    in_registers: frozenset[str]
+    #: ranks every Einsum writes and none reduces (a recurrence's contracted state ranks count
+    #: as reduced), generational ones last: what the group tiles (those of more than one element)
+    tileable: tuple[str, ...]
+    #: ranks some Einsum writes and none reduces, generational ones last: what a fixed grouping
+    #: may tile when a member lacks a rank (it then re-runs per tile)
+    widened: tuple[str, ...]
+
+
+def analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
+    """The group of ``einsums`` analysed, memoised per cascade structure (sizes do not change it)."""
+    memo = cascade.structure_memo.setdefault("group_analysis", {})
+    hit = memo.get(einsums)
+    if hit is None:
+        hit = memo[einsums] = _analyse(cascade, einsums)
+    return hit
+
+
+def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
+    inside = set(einsums)
+    members = [cascade.einsum(n) for n in einsums]
+    reads: dict[str, None] = {}
+    for e in members:
+        for t in e.input_tensors:
+            if t not in inside:
+                reads.setdefault(t)
+    handed_back = set(cascade.output_tensors())
+    writes = tuple(e.name for e in members
+                   if e.name in handed_back or {c.name for c in cascade.consumers(e.name)} - inside)
+    inter = tuple(e.name for e in members
+                  if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name)))
+    lanes = frozenset(e.name for e in members if _carried_in_lanes(cascade, e, inside, set(writes)))
+    common: set[str] | None = None
+    written: set[str] = set()
+    reduced: set[str] = set()
+    for e in members:
+        outs = {rank_of_variable(v) for v in e.output_variables}
+        common = outs if common is None else common & outs
+        written |= outs
+        reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
+    return GroupAnalysis(einsums, tuple(reads), writes, inter, lanes,
+                         _generational_last(cascade, (common or set()) - reduced),
+                         _generational_last(cascade, written - reduced))
+
+
+def _generational_last(cascade: Cascade, ranks: set[str]) -> tuple[str, ...]:
+    gen = set(cascade.generational_ranks)
+    ordered = [r for r in cascade.ranks if r in ranks]
+    return tuple([r for r in ordered if r not in gen] + [r for r in ordered if r in gen])
+
+
+def _carried_in_lanes(cascade: Cascade, e: Einsum, inside: set[str], leaving: set[str]) -> bool:
+    """Whether a lane carries ``e``'s result to its readers: it leaves neither the group nor the
+    chip, ``e`` is pointwise, and every reader in the group is pointwise and reads it at the
+    reader's own output element (the same variables, in order, no offset)."""
+    if e.name in leaving or cascade.kind(e) not in POINTWISE_KINDS:
+        return False
+    readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
+    return bool(readers) and all(_reads_pointwise(cascade, c, e.name) for c in readers)
+
+
+def _reads_pointwise(cascade: Cascade, reader: Einsum, tensor: str) -> bool:
+    """Whether a pointwise ``reader`` reads ``tensor`` only at its own output element."""
+    if cascade.kind(reader) not in POINTWISE_KINDS:
+        return False
+    out = tuple(reader.output_variables)
+    for a in reader.inputs:
+        if a.tensor != tensor:
+            continue
+        if len(a.indices) != len(out):
+            return False
+        for idx, v in zip(a.indices, out):
+            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0] != (v, 1):
+                return False
+    return True

@@ -192,3 +192,22 @@ def test_the_tiled_executor_runs_the_non_contiguous_grouping_and_moves_the_bytes
     for group in m.groups:
         buf = group_buffer_accesses(c, group)
         assert run.group_buffer_bytes(group.name) == (buf.read_bytes, buf.write_bytes)
+
+
+def test_the_chunked_ssd_s_best_grouping_is_not_contiguous(monkeypatch) -> None:
+    """The SSD of Mamba-2's chunked scan alone (what a fused kernel runs): the search finds the
+    scores CB apart from the rest, which no contiguous grouping can express, and is faster."""
+    from mambalaya.einsum.select import sub_cascade
+
+    arch = load_arch("mambalaya")
+    ssd = ["XDT", "ACS", "LD", "CB", "YDG", "DC", "ST", "CD", "HC", "DO", "YO"]
+    layer = lambda: sub_cascade(build_layer(PRESETS["mamba2-2.7b"], phase="prefill", seq_len=8192, batch=64,  # noqa: E731
+                                            scan="chunked"), ssd)
+    c = layer()
+    m = named_mapping("optimal", c, 16 << 20, arch=arch)
+    assert ("CB",) in [g.einsums for g in m.groups]
+    monkeypatch.setattr(search, "CONVEX_GROUPS", False)
+    c2 = layer()
+    m2 = named_mapping("optimal", c2, 16 << 20, arch=arch)
+    assert ("CB",) not in [g.einsums for g in m2.groups]
+    assert layer_latency(arch, c, m).latency_s < layer_latency(arch, c2, m2).latency_s / 1.05

@@ -9,36 +9,20 @@ from typing import Annotated, Optional
 import typer
 
 from mambalaya.cli.options import (
-    DEFAULT_BITS,
-    DEFAULT_CASCADE_BATCH,
-    DEFAULT_CASCADE_MODEL,
-    DEFAULT_SEQ_LEN,
-    LayerTypeOpt,
-    BatchOpt,
-    BitsOpt,
     BufferOpt,
     Format,
     FormatOpt,
     ImageOutOpt,
-    ModelOpt,
     OutlineMappingOpt,
     OutOpt,
-    PhaseOpt,
-    PhaseOption,
-    PrecisionOpt,
-    ScanOpt,
-    SeqLenOpt,
-    StateIoOpt,
-    UnrollFlag,
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
 from mambalaya.workloads import PRESETS
 
+from mambalaya.cli.layer_options import LayerArgs, layer_options
 from mambalaya.cli.common import (
     _emit,
     _family_shape,
-    _model_layer,
-    _policy_name,
     _print_stats,
     _provenance,
     _rows_csv,
@@ -84,50 +68,30 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
 
 @cascade_app.command("show")
 @user_errors
-def show_cmd(
-    model: ModelOpt = DEFAULT_CASCADE_MODEL,
-    phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
-    bits: BitsOpt = DEFAULT_BITS,
-    precision: PrecisionOpt = None,
-    state_io: StateIoOpt = None,
-    scan: ScanOpt = None,
-    layer_type: LayerTypeOpt = None,
-    unroll: UnrollFlag = False,
-    fmt: FormatOpt = Format.table,
-    output: OutOpt = None,
-) -> None:
+@layer_options()
+def show_cmd(layer: LayerArgs, fmt: FormatOpt = Format.table, output: OutOpt = None) -> None:
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
-    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
-                       precision=_policy_name(precision))
+    config, cascade = layer.build()
+    prov = _provenance(layer.model, config, cascade, **layer.run_fields())
+    kind = layer.layer_type
     title = (
-        f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {_width_text(bits, precision)}; "
-        f"{_shape_text(config)}; {config.n_layers} layers"
-        + (f" (totals count the {config.layer_counts()[layer_type]} {layer_type} layers)" if layer_type else "")
+        f"{layer.title(cascade)}, {_width_text(layer.bits, layer.precision)}; {_shape_text(config)}; "
+        f"{config.n_layers} layers"
+        + (f" (totals count the {config.layer_counts()[kind]} {kind} layers)" if kind else "")
     )
-    n_layers = config.layer_counts().get(layer_type, 0) if layer_type and config.family == "bamba" else config.n_layers
+    n_layers = config.layer_counts().get(kind, 0) if kind and config.family == "bamba" else config.n_layers
     _print_stats(cascade, n_layers, fmt, output, prov, title)
 
 
 @cascade_app.command("dump")
 @user_errors
+@layer_options()
 def dump_cmd(
-    model: ModelOpt = DEFAULT_CASCADE_MODEL,
-    phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
-    bits: BitsOpt = DEFAULT_BITS,
-    precision: PrecisionOpt = None,
-    state_io: StateIoOpt = None,
-    scan: ScanOpt = None,
-    layer_type: LayerTypeOpt = None,
-    unroll: UnrollFlag = False,
+    layer: LayerArgs,
     output: OutOpt = None,
 ) -> None:
     """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+    _, cascade = layer.build()
     _emit(dump_cascade(cascade), output)
 
 
@@ -147,18 +111,10 @@ def check_cmd(
 
 @cascade_app.command("diagram")
 @user_errors
+@layer_options()
 def diagram_cmd(
+    layer: LayerArgs,
     output: ImageOutOpt = Path("cascade.svg"),
-    model: ModelOpt = DEFAULT_CASCADE_MODEL,
-    phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
-    bits: BitsOpt = DEFAULT_BITS,
-    precision: PrecisionOpt = None,
-    state_io: StateIoOpt = None,
-    scan: ScanOpt = None,
-    layer_type: LayerTypeOpt = None,
-    unroll: UnrollFlag = False,
     cascade_file: Annotated[Optional[Path], typer.Option("--cascade", help="Draw this cascade file instead of a model layer.")] = None,
     weights: Annotated[bool, typer.Option("--weights/--no-weights", help="Draw weight tensors.")] = True,
     classes: Annotated[bool, typer.Option("--classes/--no-classes", help="Label edges with their fusion class.")] = False,
@@ -173,8 +129,8 @@ def diagram_cmd(
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"
     else:
-        _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
-        title = f"{model} {phase.value}: I={cascade.size('I')}, batch={batch}"
+        _, cascade = layer.build()
+        title = layer.title(cascade)
     labels = None
     if classes:
         labels = {e.key: e.fusion_class for e in classify_edges(cascade) if e.producer != e.consumer}

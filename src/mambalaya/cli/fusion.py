@@ -9,36 +9,20 @@ from typing import Annotated, Optional
 import typer
 
 from mambalaya.cli.options import (
-    DEFAULT_BITS,
-    DEFAULT_CASCADE_BATCH,
-    DEFAULT_CASCADE_MODEL,
-    DEFAULT_SEQ_LEN,
-    LayerTypeOpt,
-    BatchOpt,
-    BitsOpt,
     BufferOpt,
     Format,
     FormatOpt,
     MappingOpt,
-    ModelOpt,
     OutOpt,
-    PhaseOpt,
-    PhaseOption,
-    PrecisionOpt,
-    ScanOpt,
-    SeqLenOpt,
-    StateIoOpt,
-    UnrollFlag,
 )
 from mambalaya.formatting import whole
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping_file import parse_bytes
 
+from mambalaya.cli.layer_options import LayerArgs, layer_options
 from mambalaya.cli.common import (
     _emit,
-    _model_layer,
-    _policy_name,
     _print_table,
     _provenance,
     _rows_csv,
@@ -74,17 +58,9 @@ def _resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None
 
 @fusion_app.command("classes")
 @user_errors
+@layer_options()
 def classes_cmd(
-    model: ModelOpt = DEFAULT_CASCADE_MODEL,
-    phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
-    bits: BitsOpt = DEFAULT_BITS,
-    precision: PrecisionOpt = None,
-    state_io: StateIoOpt = None,
-    scan: ScanOpt = None,
-    layer_type: LayerTypeOpt = None,
-    unroll: UnrollFlag = False,
+    layer: LayerArgs,
     inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state.")] = True,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
@@ -92,30 +68,22 @@ def classes_cmd(
     """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+    _, cascade = layer.build()
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
         _emit(json.dumps(edges_json(edges), indent=2), output)
     elif fmt == Format.csv:
         _emit(_rows_csv(edge_rows(edges)), output)
     else:
-        title = f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}: edges (producer '-' = layer input or incoming state)"
+        title = f"{layer.title(cascade)}: edges (producer '-' = layer input or incoming state)"
         _print_table(_rows_table(edge_rows(edges), title), output)
 
 
 @fusion_app.command("map")
 @user_errors
+@layer_options()
 def map_cmd(
-    model: ModelOpt = DEFAULT_CASCADE_MODEL,
-    phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
-    bits: BitsOpt = DEFAULT_BITS,
-    precision: PrecisionOpt = None,
-    state_io: StateIoOpt = None,
-    scan: ScanOpt = None,
-    layer_type: LayerTypeOpt = None,
-    unroll: UnrollFlag = False,
+    layer: LayerArgs,
     mapping: MappingOpt = "stitched",
     buffer: BufferOpt = None,
     fmt: FormatOpt = Format.table,
@@ -128,22 +96,21 @@ def map_cmd(
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
-    config, cascade = _model_layer(model, phase, seq_len, batch, bits, state_io, scan, unroll, precision, layer_type)
+    config, cascade = layer.build()
     stats = SearchStats()
     m = _resolve_mapping(mapping, cascade, buffer, stats)
     buffer_bytes = m.buffer_bytes
     traffic = mapping_traffic(cascade, m)
     if save is not None:
         _emit(dump_mapping(m), save)
-    prov = _provenance(model, config, cascade, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits,
-                       precision=_policy_name(precision), mapping=mapping, buffer_bytes=buffer_bytes)
+    prov = _provenance(layer.model, config, cascade, **layer.run_fields(), mapping=mapping, buffer_bytes=buffer_bytes)
     if fmt == Format.json:
         _emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
         return
     if fmt == Format.csv:
         _emit(_rows_csv(group_rows(traffic)) + "\n" + _rows_csv(tensor_rows(cascade, traffic)), output)
         return
-    head = (f"{model}: {phase.value}, I={cascade.size('I')}, batch={batch}, {_width_text(bits, precision)}; mapping {m.name} "
+    head = (f"{layer.title(cascade)}, {_width_text(layer.bits, layer.precision)}; mapping {m.name} "
             f"({m.description}); buffer {f'{buffer_bytes:,} bytes' if buffer_bytes else 'unbounded'}")
     _print_table(_rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"), output)
     _print_table(_rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor"), output, append=True)
@@ -155,22 +122,16 @@ def map_cmd(
 
 @fusion_app.command("pareto")
 @user_errors
+@layer_options(state_io=False, unroll=False)
 def pareto_cmd(
-    model: ModelOpt = DEFAULT_CASCADE_MODEL,
-    phase: PhaseOpt = PhaseOption.prefill,
-    seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
-    batch: BatchOpt = DEFAULT_CASCADE_BATCH,
-    bits: BitsOpt = DEFAULT_BITS,
-    precision: PrecisionOpt = None,
-    scan: ScanOpt = None,
-    layer_type: LayerTypeOpt = None,
+    layer: LayerArgs,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
     from mambalaya.model.search import pareto_frontier
 
-    _, cascade = _model_layer(model, phase, seq_len, batch, bits, None, scan, precision=precision, layer_type=layer_type)
+    _, cascade = layer.build()
     rows = [
         {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
         for p in pareto_frontier(cascade)
@@ -182,4 +143,4 @@ def pareto_cmd(
     elif fmt == Format.csv:
         _emit(_rows_csv(rows), output)
     else:
-        _print_table(_rows_table(rows, f"{model} {phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)
+        _print_table(_rows_table(rows, f"{layer.model} {layer.phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)

@@ -32,7 +32,7 @@ from mambalaya.cli.options import (
     UnrollFlag,
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
-from mambalaya.workloads import PRESETS
+from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
 
 from mambalaya.cli.common import (
     _emit,
@@ -66,9 +66,9 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
                 "family": cfg.family,
                 "d_model": cfg.d_model,
                 "n_layers": cfg.n_layers,
-                "d_state": cfg.mamba_d_state if cfg.family == "bamba" else cfg.d_state,
-                "expand": cfg.mamba_expand if cfg.family == "bamba" else cfg.expand,
-                "d_conv": cfg.mamba_d_conv if cfg.family == "bamba" else cfg.d_conv,
+                "d_state": cfg.mamba_d_state if cfg.family in HYBRID_FAMILIES else cfg.d_state,
+                "expand": cfg.mamba_expand if cfg.family in HYBRID_FAMILIES else cfg.expand,
+                "d_conv": cfg.mamba_d_conv if cfg.family in HYBRID_FAMILIES else cfg.d_conv,
                 "shape": shape,
                 "vocab_size": cfg.vocab_size,
                 "parameters": cfg.model_parameters(),
@@ -107,7 +107,7 @@ def show_cmd(
         f"{_shape_text(config)}; {config.n_layers} layers"
         + (f" (totals count the {config.layer_counts()[layer_type]} {layer_type} layers)" if layer_type else "")
     )
-    n_layers = config.layer_counts().get(layer_type, 0) if layer_type and config.family == "bamba" else config.n_layers
+    n_layers = config.layer_counts().get(layer_type, 0) if layer_type and config.family in HYBRID_FAMILIES else config.n_layers
     _print_stats(cascade, n_layers, fmt, output, prov, title)
 
 

@@ -264,5 +264,34 @@ def moe_family_layer(
     return chain_cascades(mixer, ffn, prefix=MLP_PREFIX, name=name or f"{config.family}-{layer_type}-{phase}")
 
 
-__all__ = ["MOE_FAMILIES", "MOE_LAYER_TYPES", "MoEHybridConfig", "jamba_mamba_layer", "moe_family_layer",
+__all__ = ["MOE_FAMILIES", "MOE_LAYER_TYPES", "MOE_PRESETS", "MOE_PUBLISHED_PARAMETERS_B", "MoEHybridConfig", "jamba_mamba_layer", "moe_family_layer",
            "parse_moe_hybrid_config"]
+
+
+#: Presets. ``jamba-v0.1`` (ai21labs/Jamba-v0.1): transformers 5.25's ``JambaConfig`` defaults,
+#: which its docstring says give that model (32 layers, hidden 4096, attention every 8th layer
+#: from 4, MoE every 2nd from 1 with 16 experts, top-2, of 14336; 32 heads, 8 KV heads; Mamba
+#: d_state 16, expand 2, dt_rank 256; vocabulary 65536, untied). Its model card: 52B total
+#: parameters, 12B active. ``granite-4.0-h-tiny`` (ibm-granite/granite-4.0-h-tiny): hidden 1536,
+#: 40 layers with attention at 5, 15, 25, 35, 12 heads, 4 KV heads, 64 experts of 512, top-6,
+#: shared MLP 1024, Mamba-2 48 heads of 64, d_state 128, 1 group, chunk 256, vocabulary 100352,
+#: tied embeddings -- as its config.json is quoted (verbatim, the quoting file says) in a public
+#: test file found by the code search; no rotary embedding (NoPE, stated on the model's
+#: description pages); the model card publishes 7B parameters, 1B active. Its multipliers are
+#: left at 1: they change values, not the work, apart from one multiply per residual element.
+MOE_PRESETS: dict[str, MoEHybridConfig] = {
+    "jamba-v0.1": MoEHybridConfig(
+        family="jamba", d_model=4096,
+        layer_types=tuple(("attention" if i % 8 == 4 else "mamba") + ("-moe" if i % 2 == 1 else "")
+                          for i in range(32)),  # type: ignore[misc]
+        d_ff=14336, n_experts=16, top_k=2, n_heads=32, n_kv_heads=8, mamba_d_state=16, vocab_size=65536,
+        tie_embeddings=False, norm_eps=1e-6),
+    "granite-4.0-h-tiny": MoEHybridConfig(
+        family="granitemoehybrid", d_model=1536,
+        layer_types=tuple(("attention" if i in (5, 15, 25, 35) else "mamba") + "-moe" for i in range(40)),  # type: ignore[misc]
+        d_ff=512, n_experts=64, top_k=6, shared_d_ff=1024, n_heads=12, n_kv_heads=4, mamba_d_state=128,
+        mamba_heads=48, mamba_headdim=64, vocab_size=100352, tie_embeddings=True, norm_eps=1e-5),
+}
+#: Published totals (billions) and active parameters, from the model cards quoted above.
+MOE_PUBLISHED_PARAMETERS_B: dict[str, tuple[float, float]] = {"jamba-v0.1": (52.0, 12.0),
+                                                              "granite-4.0-h-tiny": (7.0, 1.0)}

@@ -101,3 +101,147 @@ def test_granite_layers_match_transformers(granite_reference: dict, scan: str) -
     residual_multiplier on both branches), each with the top-3-then-softmax MoE of 5 experts and
     the shared MLP: outputs and carried states equal transformers within 1e-5."""
     _run_all(granite_reference, "granitemoehybrid", scan=scan)
+
+
+# --------------------------------------------------------------------------------------------
+# cost: the routed work, the expert weights a pass reads, decode is weight-bound
+
+def _moe_cfg(**kw):
+    from mambalaya.workloads.moe import MoEConfig
+
+    return MoEConfig(**{"d_model": 64, "d_ff": 96, "n_experts": 16, "top_k": 2, "router": "softmax-topk", **kw})
+
+
+def test_routed_einsums_count_only_the_selected_experts() -> None:
+    """The experts' MACs are tokens*top_k*D*F per projection (not tokens*n_experts*...), the
+    combine tokens*top_k*D; the router stays dense (every expert's logit, every comparison)."""
+    from mambalaya.einsum.stats import cascade_stats
+    from mambalaya.workloads.moe import moe_layer
+
+    b, L, d, f, n, k = 3, 5, 64, 96, 16, 2
+    per = {r.name: r for r in cascade_stats(moe_layer(_moe_cfg(), batch=b, seq_len=L)).einsums}
+    assert per["GT"].ops["mac"] == per["UP"].ops["mac"] == b * L * k * d * f
+    assert per["EO"].ops["mac"] == b * L * k * f * d
+    assert per["MO"].ops["mac"] == b * L * k * d
+    assert per["LG"].ops["mac"] == b * L * d * n and per["NB"].ops["step"] == b * L * n * n
+
+
+@pytest.mark.parametrize("batch, read", [(1, 2), (4, 8), (8, 16), (64, 16)])
+def test_decode_reads_the_weights_of_min_experts_tokens_topk(batch: int, read: int) -> None:
+    """Uniform routing: a decode step reads min(n_experts, batch*top_k) experts' weights, once."""
+    from mambalaya.model.search import named_mapping
+    from mambalaya.model.traffic import mapping_traffic
+    from mambalaya.workloads.moe import moe_layer
+
+    c = moe_layer(_moe_cfg(), batch=batch, seq_len=1, phase="decode")
+    assert c.params["moe_experts_read"] == read
+    traffic = mapping_traffic(c, named_mapping("unfused", c, None))
+    expert_bytes = 64 * 96 * 2  # one expert's one projection, 16-bit
+    for w in ("WG", "WU", "WDN"):
+        assert traffic.by_tensor[w][0] == read * expert_bytes
+
+
+def test_moe_decode_is_weight_bound_on_the_experts_used() -> None:
+    """jamba-v0.1's MoE block, one decode step at batch 1 on the Mambalaya design: the two
+    selected experts' weights (2/16 of all) are more than 95% of the MoE block's off-chip bytes,
+    and more than 70% of the whole Mamba + MoE layer's with the optimal mapping."""
+    from mambalaya.arch import load_arch
+    from mambalaya.experiments.hybrid import evaluate_hybrid
+    from mambalaya.workloads import PRESETS
+    from mambalaya.workloads.moe import moe_layer
+
+    cfg = PRESETS["jamba-v0.1"]
+    moe = moe_layer(cfg.moe(), batch=1, seq_len=1, phase="decode")
+    from mambalaya.model.search import named_mapping
+    from mambalaya.model.traffic import mapping_traffic
+
+    traffic = mapping_traffic(moe, named_mapping("unfused", moe, None))
+    experts = sum(traffic.by_tensor[w][0] for w in ("WG", "WU", "WDN"))
+    assert experts / traffic.offchip_bytes > 0.95
+    assert experts == 2 * 3 * cfg.d_model * cfg.d_ff * 2
+    ev = evaluate_hybrid(load_arch("mambalaya"), "jamba-v0.1", cfg, phase="decode", seq_len=1024, batch=1)
+    layer = ev.layers["mamba-moe"].result
+    # the whole Mamba+MoE layer: the Mamba-1 mixer's weights are most of the rest (77% here)
+    assert layer.offchip_bytes >= experts and experts / layer.offchip_bytes > 0.7
+
+
+def test_routing_histogram_file(tmp_path) -> None:
+    """A histogram file sets the experts read (those with tokens, at most tokens*top_k); bad ones
+    are one SpecError naming the entry."""
+    from mambalaya.workloads.moe import load_routing_histogram
+
+    good = tmp_path / "h.yaml"
+    good.write_text("fractions: [0.5, 0.25, 0.25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]\n")
+    hist = load_routing_histogram(good, 16)
+    assert _moe_cfg(routing=hist).experts_read(64) == 3 and _moe_cfg(routing=hist).experts_read(1) == 2
+    cases = {"[0.5, 0.5]": "has 2 fractions but the model has 16 experts",
+             "[" + ", ".join(["-0.1"] + ["0.1"] * 11 + ["0"] * 4) + "]": r"routing histogram\[0\] is -0.1",
+             "[" + ", ".join(["0.1"] * 16) + "]": "sums to 1.6"}
+    for text, message in cases.items():
+        bad = tmp_path / "bad.json"
+        bad.write_text(text)
+        with pytest.raises(SpecError, match=message):
+            load_routing_histogram(bad, 16)
+
+
+# --------------------------------------------------------------------------------------------
+# presets and config.json
+
+@requires_hf
+@pytest.mark.parametrize("name", ["jamba-v0.1", "granite-4.0-h-tiny"])
+def test_preset_parameters_match_published_and_transformers(name: str) -> None:
+    """The count from the shapes rounds to the published total, and equals transformers' module
+    built on the meta device from the same config (plus the LM head when untied)."""
+    import torch
+    import hf_reference_moe as hf
+    from mambalaya.workloads.moe_families import MOE_PRESETS, MOE_PUBLISHED_PARAMETERS_B
+
+    cfg = MOE_PRESETS[name]
+    assert round(cfg.model_parameters() / 1e9) == MOE_PUBLISHED_PARAMETERS_B[name][0]
+    if name == "jamba-v0.1":
+        fields: dict = {}
+    else:
+        fields = dict(hidden_size=1536, num_hidden_layers=40, num_attention_heads=12, num_key_value_heads=4,
+                      intermediate_size=512, shared_intermediate_size=1024, num_local_experts=64, num_experts_per_tok=6,
+                      vocab_size=100352, tie_word_embeddings=True, mamba_d_state=128, mamba_n_heads=48, mamba_d_head=64,
+                      layer_types=["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)])
+    with torch.device("meta"):
+        config, model = hf.build_hf_model(cfg.family, **fields)
+    head = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
+    assert sum(p.numel() for p in model.parameters()) + head == cfg.model_parameters()
+    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+
+    assert moe_config_from_hf(config.to_dict()).model_copy(update={"norm_eps": cfg.norm_eps}).layer_types == cfg.layer_types
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"model_type": "mixtral"}, "field model_type is 'mixtral'"),
+    ({"layer_types": ["mamba", "cross_attention"]}, r"field layer_types\[1\] is 'cross_attention'"),
+    ({"num_experts_per_tok": 6}, "num_experts_per_tok = 6 exceeds num_local_experts = 5"),
+    ({"hidden_act": "gelu"}, "field hidden_act is 'gelu'"),
+    ({"router_jitter": 0.1}, "field router_jitter is not a field"),
+    ({"position_embedding_type": "alibi"}, "field position_embedding_type is 'alibi'"),
+])
+def test_granite_config_errors(tmp_path, change: dict, message: str) -> None:
+    from mambalaya.workloads import load_model_config
+
+    data = {"model_type": "granitemoehybrid", **GRANITE_SMALL, **change}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(data))
+    with pytest.raises(SpecError, match=message):
+        load_model_config(path)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"num_experts_per_tok": 5}, "num_experts_per_tok = 5 exceeds num_experts = 4"),
+    ({"layers_block_type": ["mamba", "mamba", "mamba", "attention"]}, "field layers_block_type disagrees"),
+    ({"attn_layer_offset": 2}, "attn_layer_offset = 2 must be smaller than attn_layer_period = 2"),
+    ({"mamba_proj_bias": True}, "field mamba_proj_bias is True"),
+])
+def test_jamba_config_errors(tmp_path, change: dict, message: str) -> None:
+    from mambalaya.workloads import load_model_config
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "jamba", **JAMBA_SMALL, **change}))
+    with pytest.raises(SpecError, match=message):
+        load_model_config(path)

@@ -215,7 +215,6 @@ def test_preset_parameters_match_published_and_transformers(name: str) -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"model_type": "mixtral"}, "field model_type is 'mixtral'"),
     ({"layer_types": ["mamba", "cross_attention"]}, r"field layer_types\[1\] is 'cross_attention'"),
     ({"num_experts_per_tok": 6}, "num_experts_per_tok = 6 exceeds num_local_experts = 5"),
     ({"hidden_act": "gelu"}, "field hidden_act is 'gelu'"),
@@ -230,6 +229,13 @@ def test_granite_config_errors(tmp_path, change: dict, message: str) -> None:
     path.write_text(json.dumps(data))
     with pytest.raises(SpecError, match=message):
         load_model_config(path)
+
+
+def test_unknown_model_type_is_refused() -> None:
+    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+
+    with pytest.raises(SpecError, match="field model_type is 'mixtral'"):
+        moe_config_from_hf({"model_type": "mixtral", **GRANITE_SMALL})
 
 
 @pytest.mark.parametrize("change, message", [

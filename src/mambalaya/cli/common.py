@@ -197,6 +197,12 @@ def _family_shape(cfg: ModelConfig) -> str:
     """The shape fields only one model family has."""
     if cfg.family == "mamba1":
         return f"dt_rank={cfg.dt_rank_value}"
+    if cfg.family in ("jamba", "granitemoehybrid"):
+        counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
+        mamba = (f"mamba heads={cfg.mamba_heads} headdim={cfg.mamba_headdim}" if cfg.mamba_heads else "mamba-1")
+        return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; {cfg.n_experts} experts of "
+                f"{cfg.d_ff}, top-{cfg.top_k}" + (f", shared mlp={cfg.shared_d_ff}" if cfg.shared_d_ff else "")
+                + f"; {mamba}; routing {'uniform' if cfg.routing == 'uniform' else 'histogram'}")
     if cfg.family in HYBRID_FAMILIES:
         counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
         return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; mlp={cfg.d_ff}; "

@@ -52,6 +52,7 @@ DEFAULT_UNARY_COST_CYCLES: dict[str, float] = {
     "neg": 0.0,
     "square": 0.0,
     "abs": 0.0,
+    "step": 0.0,
     "relu": 0.0,
 }
 

@@ -17,7 +17,7 @@ from mambalaya.cli.options import (
     OutOpt,
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
-from mambalaya.workloads import PRESETS
+from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
 
 from mambalaya.cli.layer_options import LayerArgs, layer_options
 from mambalaya.cli.common import (
@@ -50,9 +50,9 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
                 "family": cfg.family,
                 "d_model": cfg.d_model,
                 "n_layers": cfg.n_layers,
-                "d_state": cfg.mamba_d_state if cfg.family == "bamba" else cfg.d_state,
-                "expand": cfg.mamba_expand if cfg.family == "bamba" else cfg.expand,
-                "d_conv": cfg.mamba_d_conv if cfg.family == "bamba" else cfg.d_conv,
+                "d_state": cfg.mamba_d_state if cfg.family in HYBRID_FAMILIES else cfg.d_state,
+                "expand": cfg.mamba_expand if cfg.family in HYBRID_FAMILIES else cfg.expand,
+                "d_conv": cfg.mamba_d_conv if cfg.family in HYBRID_FAMILIES else cfg.d_conv,
                 "shape": shape,
                 "vocab_size": cfg.vocab_size,
                 "parameters": cfg.model_parameters(),
@@ -79,7 +79,7 @@ def show_cmd(layer: LayerArgs, fmt: FormatOpt = Format.table, output: OutOpt = N
         f"{config.n_layers} layers"
         + (f" (totals count the {config.layer_counts()[kind]} {kind} layers)" if kind else "")
     )
-    n_layers = config.layer_counts().get(kind, 0) if kind and config.family == "bamba" else config.n_layers
+    n_layers = config.layer_counts().get(kind, 0) if kind and config.family in HYBRID_FAMILIES else config.n_layers
     _print_stats(cascade, n_layers, fmt, output, prov, title)
 
 

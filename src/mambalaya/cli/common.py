@@ -31,7 +31,7 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.report.tables import cascade_json, cascade_rows
-from mambalaya.workloads import PRESETS, SCANS, ModelConfig, build_layer, resolve_model
+from mambalaya.workloads import HYBRID_FAMILIES, PRESETS, SCANS, ModelConfig, build_layer, resolve_model
 
 
 
@@ -197,7 +197,13 @@ def _family_shape(cfg: ModelConfig) -> str:
     """The shape fields only one model family has."""
     if cfg.family == "mamba1":
         return f"dt_rank={cfg.dt_rank_value}"
-    if cfg.family == "bamba":
+    if cfg.family in ("jamba", "granitemoehybrid"):
+        counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
+        mamba = (f"mamba heads={cfg.mamba_heads} headdim={cfg.mamba_headdim}" if cfg.mamba_heads else "mamba-1")
+        return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; {cfg.n_experts} experts of "
+                f"{cfg.d_ff}, top-{cfg.top_k}" + (f", shared mlp={cfg.shared_d_ff}" if cfg.shared_d_ff else "")
+                + f"; {mamba}; routing {'uniform' if cfg.routing == 'uniform' else 'histogram'}")
+    if cfg.family in HYBRID_FAMILIES:
         counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
         return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; mlp={cfg.d_ff}; "
                 f"mamba heads={cfg.mamba_heads} headdim={cfg.mamba_headdim}")
@@ -210,7 +216,7 @@ def _family_shape(cfg: ModelConfig) -> str:
 
 def _shape_text(cfg: ModelConfig) -> str:
     """One line of a model's shape, for table titles."""
-    if cfg.family == "bamba":
+    if cfg.family in HYBRID_FAMILIES:
         return f"{cfg.family}, d_model={cfg.d_model}, {_family_shape(cfg)}"
     return (f"{cfg.family}, d_model={cfg.d_model}, d_inner={cfg.d_inner}, d_state={cfg.d_state}, "
             f"{_family_shape(cfg)}, d_conv={cfg.d_conv}")

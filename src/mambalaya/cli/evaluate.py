@@ -34,7 +34,7 @@ from mambalaya.cli.options import (
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
 from mambalaya.errors import MambalayaError
-from mambalaya.workloads import resolve_model
+from mambalaya.workloads import HYBRID_FAMILIES, resolve_model
 
 from mambalaya.cli.common import (
     Objective,
@@ -79,7 +79,7 @@ def evaluate_cmd(
 
     config = resolve_model(model)
     arch = _design(arch, settings)
-    if config.family == "bamba":
+    if config.family in HYBRID_FAMILIES:
         if objective != Objective.latency:
             raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "
                                  "layers are searched for latency")
@@ -226,7 +226,7 @@ def compare_cmd(
     if not names:
         raise MambalayaError("--archs names no design")
     config = resolve_model(model)
-    if config.family == "bamba":
+    if config.family in HYBRID_FAMILIES:
         from mambalaya.experiments.hybrid import hybrid_compare_rows
 
         rows = hybrid_compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
@@ -241,7 +241,7 @@ def compare_cmd(
         _emit(_rows_csv(rows), output)
     else:
         title = f"{model} {phase.value}, batch {batch}: each design with its own mapping; speedup over {baseline}"
-        if config.family == "bamba":  # the table keeps what compares; csv and json hold every column
+        if config.family in HYBRID_FAMILIES:  # the table keeps what compares; csv and json hold every column
             keep = ("seq_len", "arch", "model_latency_s", "tokens_per_s", "mamba_mapping", "attention_mapping",
                     "attention_share", f"speedup_vs_{baseline}")
             rows = [{k: r[k] for k in keep if k in r} for r in rows]

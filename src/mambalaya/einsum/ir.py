@@ -30,8 +30,12 @@ UNARY_FUNCTIONS: tuple[str, ...] = (
     "sigmoid",
     "tanh",
     "abs",
+    "step",
     "relu",
 )
+#: ``step(x)`` is the Heaviside step, 1 where ``x > 0`` and 0 elsewhere: the comparison a
+#: mixture-of-experts router needs to pick its top-k experts (``workloads/moe.py``), counted as
+#: one elementwise operation like ``relu``.
 BINARY_OPERATORS: tuple[str, ...] = ("+", "-", "*", "/")
 #: Element-wise functions of two values, written ``max(a, b)``: the running maximum of an
 #: online softmax (``M[b,i,t] = max(M[b,i,t-1], S[b,i,t])``). A :class:`Binary` node with

@@ -16,6 +16,9 @@ Counting rules (every number the tool prints comes from here):
   GEMM's bias is ``B*I*E`` adds, not ``B*I*E*R``.
 * Unary functions are counted each under its own name (``exp``, ``silu``, ...). A copy counts
   nothing. ``ops_total`` = 2 per MAC + 1 per other operation.
+* A mixture-of-experts block's routed Einsums count the operations and elements of the
+  token-expert pairs and experts that exist, not of their dense form
+  (:mod:`mambalaya.einsum.routing`).
 * Unfused traffic is the algorithmic minimum: each tensor an Einsum reads is read once (the
   elements its accesses reach, e.g. one position of ``H`` for ``HN[b,e,n] = H[b,I-1,e,n]``),
   the rows of an initial value (incoming state) an index reaches below 0 are read, and the output is
@@ -28,6 +31,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.routing import scaled_ops, tensor_scale
 from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables, peel_scales
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
@@ -60,7 +64,7 @@ def einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
     """
     memo = cascade.__dict__.setdefault("_einsum_ops_memo", {})
     if einsum.name not in memo:
-        memo[einsum.name] = _einsum_ops(cascade, einsum)
+        memo[einsum.name] = scaled_ops(cascade, einsum.name, _einsum_ops(cascade, einsum))
     return dict(memo[einsum.name])
 
 
@@ -157,7 +161,7 @@ def einsum_reads(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
         if init is not None and rows:
             elements = rows * cascade.elements(init) // cascade.initial_axis(acc.tensor)[1]  # type: ignore[index]
             reads[init] = max(reads.get(init, 0), elements)
-    return reads
+    return {t: int(round(n * tensor_scale(cascade, t))) for t, n in reads.items()}
 
 
 def _history_rows(cascade: Cascade, acc: Access) -> int:
@@ -214,7 +218,7 @@ class CascadeStats:
 def einsum_stats(cascade: Cascade, einsum: Einsum) -> EinsumStats:
     reads = einsum_reads(cascade, einsum)
     bits = {t: cascade.tensors[t].bits for t in reads}
-    out_elems = cascade.elements(einsum.name)
+    out_elems = int(round(cascade.elements(einsum.name) * tensor_scale(cascade, einsum.name)))
     return EinsumStats(
         number=cascade.position(einsum.name),
         name=einsum.name,

@@ -53,6 +53,7 @@ UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sigmoid": _sigmoid,
     "tanh": np.tanh,
     "abs": np.abs,
+    "step": lambda x: (x > 0).astype(x.dtype),
     "relu": lambda x: np.maximum(x, 0),
 }
 

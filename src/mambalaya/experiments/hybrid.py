@@ -82,7 +82,7 @@ def layer_mapping(spec: ArchSpec, layer_type: str, mapping: str | None) -> str:
     if mapping is not None:
         return mapping
     own = spec.mappings.default
-    if layer_type == "attention" and own not in SEARCHED_MAPPINGS:
+    if layer_type.split("-")[0] == "attention" and own not in SEARCHED_MAPPINGS:
         return "unfused"
     return own
 
@@ -111,14 +111,14 @@ def evaluate_hybrid(
     layers: dict[str, Evaluation] = {}
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
-        if layer_type == "mamba":
+        if layer_type.split("-")[0] == "mamba":  # also a MoE family's "mamba-moe"
             forms = [scan] if scan or phase != "prefill" else ["chunked", "recurrent"]
         found, errors = [], []
         for form in forms:
-            cascade = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
-                                   bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
-                                   name=f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
-            try:
+            try:  # (a form the layer does not have, Jamba's Mamba-1 chunked, is refused here)
+                cascade = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
+                                       bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
+                                       name=f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
                                               n_layers=count))

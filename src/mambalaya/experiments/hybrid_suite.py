@@ -32,6 +32,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.experiments.hybrid import HybridEvaluation, evaluate_hybrid
 from mambalaya.workloads import resolve_model
 from mambalaya.workloads.hybrid import HybridConfig
+from mambalaya.workloads.moe_families import MOE_FAMILIES
 
 HYBRID_DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal", "gpu-h100")
 STUDIED = "mambalaya"
@@ -66,7 +67,9 @@ def suite_steps(config: HybridSuiteConfig) -> int:
 
 def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
     return {"model": model, "phase": ev.phase, "seq_len": ev.seq_len, "batch": ev.batch, "arch": ev.arch.name,
-            "precision": next(iter(ev.layers.values())).precision.name, **ev.totals()}
+            "precision": next(iter(ev.layers.values())).precision.name, **ev.totals(),
+            # a MoE family's attention layers are "attention" and "attention-moe": their share together
+            "attention_share": sum(ev.share_of_time(t) for t in ev.layers if t.split("-")[0] == "attention")}
 
 
 def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
@@ -96,7 +99,7 @@ def run_hybrid_suite(config: HybridSuiteConfig, progress: Callable[[str], None] 
     rows = []
     for model in config.models:
         cfg = resolve_model(model)
-        if not isinstance(cfg, HybridConfig):
+        if not isinstance(cfg, HybridConfig) and cfg.family not in MOE_FAMILIES:
             raise MambalayaError(f"model {model!r} is not a hybrid model (family {cfg.family}); the hybrid suite "
                                  "takes hybrid presets (bamba-9b) or Bamba config files")
         for phase in config.phases:

@@ -54,6 +54,7 @@ from typing import Any, Callable
 
 
 from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.workloads import HYBRID_FAMILIES
 from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.experiments.store import PointResult, ResultStore, model_fingerprint, point_id
 
@@ -96,7 +97,7 @@ def _decode_reads_context(model: str, memo: dict[str, bool]) -> bool:
         from mambalaya.workloads import resolve_model
 
         try:
-            memo[model] = resolve_model(model).family == "bamba"
+            memo[model] = resolve_model(model).family in HYBRID_FAMILIES
         except MambalayaError:
             memo[model] = False
     return memo[model]
@@ -195,7 +196,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
     arch = _arch_for(point)
     config = resolve_model(str(point["model"]))
-    if config.family == "bamba":
+    if config.family in HYBRID_FAMILIES:
         from mambalaya.experiments.hybrid import evaluate_hybrid, point_outputs
 
         hv = evaluate_hybrid(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=int(point["seq_len"]),

@@ -74,6 +74,7 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from mambalaya.einsum.routing import einsum_scale
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum, rank_of_variable
 from mambalaya.model.contraction import (
@@ -381,7 +382,10 @@ def einsum_unit_cycles(
                 memo[key] = best_1d
         cycles[where] = cycles[where] + best_1d[0] * elementwise / full_points / per_lane
     macs_on_array: Any = bool(on_array)
-    if best_2d is not None:
+    if best_2d is not None:  # a MoE block's routed Einsum runs its dense form's share (einsum.routing)
+        route = float(einsum_scale(cascade, einsum.name))
+        if route != 1:
+            best_2d = (best_2d[0] * route, best_2d[1] if best_2d[1] is None else best_2d[1] * route, *best_2d[2:])
         cycles["array_2d"] = best_2d[0]
         if macs_on_lanes:
             lane_macs = best_1d[0] * macs_on_lanes / full_points / per_lane  # type: ignore[index]

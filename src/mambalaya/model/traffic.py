@@ -36,6 +36,7 @@ from typing import Any
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.ir import Access, Einsum, rank_of_variable
+from mambalaya.einsum.routing import tensor_scale
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
@@ -485,8 +486,8 @@ def _apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dic
     reads: dict[str, float] = {}
 
     def add_read(t: str, elements: int) -> None:
-        if elements:
-            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8
+        if elements:  # a MoE block's expert weights and tensors: the part that exists (einsum.routing)
+            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8 * float(tensor_scale(cascade, t))
 
     for t, accs, self_only, key, own_to, init_to in steps:
         own, init = read(t, accs, self_only, key)
@@ -514,7 +515,7 @@ def _group_writes(cascade: Cascade, group: FusionGroup) -> dict[str, float]:
 
 def _written_bytes(cascade: Cascade, tensor: str, repeat: int) -> float:
     """Bytes of ``tensor`` written ``repeat`` times over."""
-    return cascade.elements(tensor) * repeat * cascade.tensors[tensor].bits / 8
+    return cascade.elements(tensor) * repeat * cascade.tensors[tensor].bits / 8 * float(tensor_scale(cascade, tensor))
 
 
 def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[str, float], dict[str, float]]:

@@ -19,12 +19,15 @@ from mambalaya.workloads.gated_deltanet import PRESETS as GDN_PRESETS
 from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer, parse_gdn_config
 from mambalaya.workloads.hybrid import PRESETS as HYBRID_PRESETS
 from mambalaya.workloads.hybrid import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
+from mambalaya.workloads.moe_families import MOE_FAMILIES, MOE_PRESETS, MoEHybridConfig, moe_family_layer
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 
-ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig]
+ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig, MoEHybridConfig]
+#: Families whose models interleave layer types (evaluated per layer type).
+HYBRID_FAMILIES: tuple[str, ...] = ("bamba", *MOE_FAMILIES)
 
 #: Every named model, by preset name.
-PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS, **GDN_PRESETS}
+PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS, **GDN_PRESETS, **MOE_PRESETS}
 
 SCANS = ("recurrent", "chunked")
 
@@ -47,6 +50,14 @@ def load_model_config(path: str | Path) -> ModelConfig:
         return parse_hybrid_config(data, source=str(path))
     if data.get("model_type") == "bamba":
         return hybrid_config_from_hf(data, source=str(path))
+    if data.get("family") in MOE_FAMILIES:
+        from mambalaya.workloads.moe_families import parse_moe_hybrid_config
+
+        return parse_moe_hybrid_config(data, source=str(path))
+    if data.get("model_type") in MOE_FAMILIES:
+        from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+
+        return moe_config_from_hf(data, source=str(path))
     if data.get("family") == "gated_deltanet":
         return parse_gdn_config(data, source=str(path))
     if data.get("model_type") == "olmo_hybrid":
@@ -126,6 +137,15 @@ def build_layer(
     ``precision`` (a policy name, file or :class:`PrecisionPolicy`) sets each tensor's width,
     ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
     """
+    if isinstance(model, MoEHybridConfig):
+        if layer_type is None or layer_type not in model.layer_counts():
+            raise SpecError(f"a {model.family} model has layers of types {', '.join(model.layer_counts())}; name the "
+                            "one to build (layer_type, --layer-type)")
+        if state_io is False:
+            raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
+        cascade = moe_family_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
+                                   softmax=softmax, name=name)  # type: ignore[arg-type]
+        return cascade if precision is None else apply_policy(cascade, precision, bits, family="bamba")
     if isinstance(model, HybridConfig):
         if layer_type is None or layer_type not in model.layer_counts():
             what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"
@@ -158,5 +178,5 @@ def build_layer(
     return apply_policy(cascade, precision, bits, family=model.family)
 
 
-__all__ = ["PRESETS", "SCANS", "GatedDeltaNetConfig", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
+__all__ = ["HYBRID_FAMILIES", "PRESETS", "SCANS", "MoEHybridConfig", "GatedDeltaNetConfig", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
            "load_model_config", "resolve_model"]

@@ -1,0 +1,50 @@
+"""One step of one layer of a Jamba or Granite 4 hybrid model, as
+:func:`~mambalaya.execute.layers.run_hybrid_layer` runs Bamba's: build the cascade, give it
+its constants and state, run it, and hand back the output ``[B, L, D]`` and the state the next
+step reads (SSM and conv states, or the whole KV cache)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from mambalaya.errors import SpecError
+from mambalaya.execute.layers import LayerStep
+from mambalaya.execute.numpy_exec import carry_states, execute
+from mambalaya.workloads.attention import Softmax, append_kv
+from mambalaya.workloads.hybrid import hybrid_inputs
+from mambalaya.workloads.mamba2 import chunked_output_to_positions
+from mambalaya.workloads.moe_families import MLP_PREFIX, MoEHybridConfig, moe_family_layer
+
+
+def run_moe_family_layer(config: MoEHybridConfig, layer: int, x: Any, weights: Mapping[str, np.ndarray], *,
+                         state: Mapping[str, np.ndarray] | None = None, scan: str | None = None,
+                         softmax: Softmax = "three-pass", dtype: str = "float32") -> LayerStep:
+    """Run layer ``layer`` on ``x`` ``[B, L, D]``: a prefill without ``state``, else one decode step."""
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < config.n_layers:
+        raise SpecError(f"layer {layer!r} is not a layer of this model (layers 0..{config.n_layers - 1})")
+    layer_type = config.layer_types[layer]
+    x = np.asarray(x)
+    if x.ndim != 3 or x.shape[2] != config.d_model:
+        raise SpecError(f"x has shape {x.shape}; a layer of this model reads [batch, positions, {config.d_model}]")
+    batch, length = int(x.shape[0]), int(x.shape[1])
+    phase = "prefill" if state is None else "decode"
+    if phase == "decode" and length != 1:
+        raise SpecError(f"with a state, a layer runs one decode step, of one position; x has {length}")
+    mamba = layer_type.startswith("mamba")
+    if mamba and phase == "prefill" and scan is None and config.family == "granitemoehybrid":
+        scan = "chunked" if length % config.mamba_chunk_size == 0 else "recurrent"
+    cascade = moe_family_layer(config, layer_type, batch=batch, seq_len=length if phase == "prefill" else None,
+                               phase=phase, scan=scan, softmax=softmax, state=state)
+    arrays = {"X": x, **weights, **hybrid_inputs(cascade, config, state=state)}  # type: ignore[arg-type]
+    results = execute(cascade, arrays, dtype=dtype)
+    output = results[MLP_PREFIX + "XO"]
+    if "C" in cascade.tensors[MLP_PREFIX + "XO"].ranks:
+        output = chunked_output_to_positions(output, length)
+    carried = carry_states(cascade, results) if mamba else append_kv(cascade, dict(state) if state else None, results)
+    return LayerStep(cascade, output, carried, results)
+
+
+__all__ = ["run_moe_family_layer"]

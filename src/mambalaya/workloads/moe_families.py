@@ -28,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.compose import chain_cascades
-from mambalaya.einsum.ir import Access, Binary, Einsum, Param, Rank, Role, TensorSpec
+from mambalaya.einsum.ir import Binary, Einsum, Param, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.workloads.attention import AttentionConfig, Softmax, attention_layer
 from mambalaya.workloads.checks import validated_config

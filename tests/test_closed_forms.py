@@ -229,3 +229,19 @@ def test_a_pick_the_general_model_cannot_count_gives_way_to_the_next(monkeypatch
         group_traffic(cascade, uncountable)
     mapping = named_mapping("optimal", cascade, SMALL_BUFFER, arch=arch)
     assert layer_latency(arch, cascade, mapping).latency_s > 0
+
+
+def test_an_uncountable_tiling_of_a_tensor_with_an_initial_value_costs_infinity_not_nan() -> None:
+    """A KV cache of 10^8 rows (an initial value) has tilings whose boxes cannot be counted: their
+    on-chip bytes are infinite. They used to come out as inf - inf = NaN, which numpy's minima
+    propagate through a pick table; now no NaN is computed on the way (warnings are errors)."""
+    import warnings
+
+    from mambalaya.experiments.hybrid import evaluate_hybrid
+    from mambalaya.workloads import PRESETS as ALL_PRESETS
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        hv = evaluate_hybrid(load_arch("mambalaya"), "bamba-9b", ALL_PRESETS["bamba-9b"], phase="decode",
+                             seq_len=100_000_000, batch=1)
+    assert all(np.isfinite(ev.result.latency_s) for ev in hv.layers.values())

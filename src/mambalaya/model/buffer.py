@@ -74,8 +74,10 @@ def buffer_read_bytes_over_tilings(cascade: Cascade, probe: FusionGroup, tensor:
             repeat = repeat * trips[i]
     total = own * repeat * cascade.tensors[tensor].bits / 8
     initial = cascade.tensors[tensor].initial
-    if initial is not None:
-        total = total + (every - own) * repeat * cascade.tensors[initial].bits / 8
+    if initial is not None:  # an uncountable tiling (own infinite) stays infinite, never inf - inf = NaN
+        uncounted = np.isinf(own)
+        incoming = np.where(uncounted, 0.0, every - np.where(uncounted, 0.0, own))
+        total = total + incoming * repeat * cascade.tensors[initial].bits / 8
     return total
 
 

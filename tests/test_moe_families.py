@@ -251,3 +251,26 @@ def test_jamba_config_errors(tmp_path, change: dict, message: str) -> None:
     path.write_text(json.dumps({"model_type": "jamba", **JAMBA_SMALL, **change}))
     with pytest.raises(SpecError, match=message):
         load_model_config(path)
+
+
+def test_evaluate_takes_a_routing_histogram_file_and_refuses_it_without_experts(tmp_path) -> None:
+    """--routing FILE: two hot experts of 16 in a batch-64 decode step read two experts' weights,
+    not all 16, so the MoE layers move far fewer bytes; a model without experts is refused."""
+    import re
+
+    from test_cli import invoke
+
+    hist = tmp_path / "hot.yaml"
+    hist.write_text("fractions: [0.5, 0.5" + ", 0" * 14 + "]\nsource: two hot experts\n")
+    runs = {}
+    for label, extra in (("uniform", ()), ("hot", ("--routing", str(hist)))):
+        out = invoke("evaluate", "--model", "jamba-v0.1", "--phase", "decode", "-B", "64", *extra)
+        assert out.exit_code == 0, out.output
+        runs[label] = int(re.search(r"off-chip ([\d,]+) B per pass", out.output).group(1).replace(",", ""))
+    assert runs["hot"] < runs["uniform"] / 3
+    out = invoke("evaluate", "--model", "mamba-130m", "--routing", str(hist))
+    assert out.exit_code == 1 and "no mixture-of-experts layer" in out.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("fractions: [0.5, 0.6" + ", 0" * 14 + "]\n")
+    out = invoke("evaluate", "--model", "jamba-v0.1", "--phase", "decode", "--routing", str(bad))
+    assert out.exit_code == 1 and "bad.yaml" in out.output

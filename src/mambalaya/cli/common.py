@@ -237,3 +237,14 @@ def _int_list(text: str, what: str) -> list[int]:
     if not values or any(v < 1 for v in values):
         raise MambalayaError(f"{what} must list positive integers, not {text!r}")
     return values
+
+
+def _with_routing(config: Any, routing: Path | None, model: str) -> Any:
+    """``config`` with the routing histogram of ``--routing`` (a mixture-of-experts model's)."""
+    if routing is None:
+        return config
+    if not getattr(config, "n_experts", 0):
+        raise MambalayaError(f"--routing {routing}: model {model!r} has no mixture-of-experts layer to route")
+    from mambalaya.workloads.moe import load_routing_histogram
+
+    return config.model_copy(update={"routing": load_routing_histogram(routing, config.n_experts)})

@@ -10,6 +10,7 @@ import typer
 
 from mambalaya import __version__
 from mambalaya.cli.options import (
+    RoutingOpt,
     DEFAULT_BASELINE,
     DEFAULT_DESIGN,
     DEFAULT_DESIGN_BATCH,
@@ -37,6 +38,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.workloads import HYBRID_FAMILIES, resolve_model
 
 from mambalaya.cli.common import (
+    _with_routing,
     Objective,
     _design,
     _emit,
@@ -66,6 +68,7 @@ def evaluate_cmd(
     precision: ArchPrecisionOpt = None,
     objective: Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")] = Objective.latency,
     settings: SetOpt = None,
+    routing: RoutingOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -77,7 +80,7 @@ def evaluate_cmd(
     from mambalaya.model.energy import energy_rows
     from mambalaya.model.latency import latency_rows
 
-    config = resolve_model(model)
+    config = _with_routing(resolve_model(model), routing, model)
     arch = _design(arch, settings)
     if config.family in HYBRID_FAMILIES:
         if objective != Objective.latency:

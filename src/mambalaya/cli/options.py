@@ -109,3 +109,5 @@ ImageOutOpt = Annotated[Path, typer.Option("--output", "-o", help="Image file: .
 AccelForgeOutOpt = Annotated[Path, typer.Option("--output", "-o", help="Folder for workload.yaml, arch.yaml, mapping_unfused.yaml.")]
 ReproduceOutDirOpt = Annotated[Path, typer.Option("--out", help="Output folder for tables, figures, report.md and report.html.")]
 SensitivityOutDirOpt = Annotated[Optional[Path], typer.Option("--out", help="Folder for sensitivity.csv and the tornado chart (PNG and SVG).")]
+
+RoutingOpt = Annotated[Optional[Path], typer.Option("--routing", help="A mixture-of-experts model's routing histogram (YAML/JSON: one token fraction per expert, summing to 1) instead of uniform routing: how many tokens each expert gets, and which experts' weights are read.")]

@@ -211,3 +211,24 @@ def test_the_chunked_ssd_s_best_grouping_is_not_contiguous(monkeypatch) -> None:
     m2 = named_mapping("optimal", c2, 16 << 20, arch=arch)
     assert ("CB",) not in [g.einsums for g in m2.groups]
     assert layer_latency(arch, c, m).latency_s < layer_latency(arch, c2, m2).latency_s / 1.05
+
+
+@pytest.mark.parametrize("objective", ["energy", "edp"])
+def test_the_convex_search_is_never_worse_for_energy_or_edp(objective: str, monkeypatch) -> None:
+    from mambalaya.model.energy import layer_energy
+
+    arch = load_arch("mambalaya")
+
+    def cost(c, m) -> float:
+        lat = layer_latency(arch, c, m)
+        energy = layer_energy(arch, c, lat).layer_j
+        return energy if objective == "energy" else energy * lat.latency_s
+
+    layer = lambda: build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2)  # noqa: E731
+    c = layer()
+    m = optimal(c, 1 << 20, arch=arch, objective=objective)
+    assert "connected convex groups" in m.description
+    monkeypatch.setattr(search, "CONVEX_GROUPS", False)
+    c2 = layer()
+    m2 = optimal(c2, 1 << 20, arch=arch, objective=objective)
+    assert cost(c, m) <= cost(c2, m2) * (1 + 1e-9)

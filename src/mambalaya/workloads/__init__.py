@@ -20,11 +20,13 @@ from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer, p
 from mambalaya.workloads.hybrid import PRESETS as HYBRID_PRESETS
 from mambalaya.workloads.hybrid import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
+from mambalaya.workloads.families import FamilyModel, build_family_layer
+from mambalaya.workloads.dense_families import FAMILY_PRESETS, family_config_from_hf
 
-ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig]
+ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig, FamilyModel]
 
 #: Every named model, by preset name.
-PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS, **GDN_PRESETS}
+PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS, **GDN_PRESETS, **FAMILY_PRESETS}
 
 SCANS = ("recurrent", "chunked")
 
@@ -53,6 +55,9 @@ def load_model_config(path: str | Path) -> ModelConfig:
         from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf
 
         return gdn_config_from_hf(data, source=str(path))
+    family = family_config_from_hf(data, source=str(path))
+    if family is not None:
+        return family
     if _is_mamba2(data):
         if "d_model" not in data or "ssm_cfg" in data:
             from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
@@ -126,6 +131,9 @@ def build_layer(
     ``precision`` (a policy name, file or :class:`PrecisionPolicy`) sets each tensor's width,
     ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
     """
+    if isinstance(model, FamilyModel):
+        return build_family_layer(model, phase=phase, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
+                                  name=name, scan=scan, precision=precision, layer_type=layer_type, softmax=softmax)
     if isinstance(model, HybridConfig):
         if layer_type is None or layer_type not in model.layer_counts():
             what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"

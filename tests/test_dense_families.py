@@ -1,0 +1,196 @@
+"""Dense hybrid families (Nemotron-H, OLMo-Hybrid as a whole model) against transformers: small
+random models (float32, CPU, eager attention), every layer type's output and carried state after
+a prefill and decode steps; the presets' parameter counts against the published ones and against
+transformers' modules built on the meta device; config.json dispatch and refusals."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+
+import numpy as np
+import pytest
+
+from mambalaya.errors import SpecError
+from mambalaya.workloads import PRESETS, build_layer, load_model_config, resolve_model
+from mambalaya.workloads.attention import cache_from_hf
+from mambalaya.workloads.families import run_family_layer
+from mambalaya.workloads.hf_weights_families import load_nemotron_h_layer
+from mambalaya.workloads.hf_weights_mamba2 import mamba2_states_from_hf
+from mambalaya.workloads.nemotron_h import (
+    PUBLISHED_PARAMETERS_B as NH_PUBLISHED,
+    NemotronHModel,
+    nemotron_h_config_from_hf,
+)
+
+requires_hf = pytest.mark.skipif(
+    importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
+    reason="needs torch and transformers",
+)
+TOL = 1e-5
+
+
+def rel_err(ours: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.max(np.abs(np.asarray(ours) - ref)) / np.max(np.abs(ref)))
+
+
+def _meta_parameters(model_class, config) -> int:
+    import torch
+
+    with torch.device("meta"):
+        model = model_class(config)
+    return sum(p.numel() for p in model.parameters())
+
+
+# --------------------------------------------------------------------------------------------
+# Nemotron-H
+# --------------------------------------------------------------------------------------------
+
+NH_TYPES = ["linear_attention", "full_attention", "mlp", "linear_attention", "full_attention"]
+
+
+def _nemotron_hf_config(**fields):
+    from transformers import NemotronHConfig
+
+    base = dict(vocab_size=16, hidden_size=32, layers_block_type=NH_TYPES, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=8, intermediate_size=48, mamba_num_heads=8, mamba_head_dim=8,
+                n_groups=2, ssm_state_size=8, chunk_size=4, conv_kernel=4, layer_norm_epsilon=1e-5,
+                attn_implementation="eager")
+    return NemotronHConfig(**{**base, **fields})
+
+
+@pytest.fixture(scope="module")
+def nemotron_reference() -> dict:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHModel as HFModel
+    from hf_reference_families import run_hf_layers
+
+    kinds = {"linear_attention": "recurrent", "full_attention": "attention", "mlp": "stateless"}
+    return run_hf_layers(HFModel, _nemotron_hf_config(), [kinds[t] for t in NH_TYPES], seq_len=8, n_decode=3,
+                         seed=5)
+
+
+def _compare_states(config, kind: str, ours: dict, theirs: dict) -> None:
+    if kind == "attention":
+        expected = cache_from_hf(config.attention_config(), theirs["key"], theirs["value"])
+    else:
+        expected = mamba2_states_from_hf(theirs["conv"], theirs["ssm"])
+    assert set(ours) == set(expected), (set(ours), set(expected))
+    for t in expected:
+        assert rel_err(ours[t], expected[t]) <= TOL, (t, rel_err(ours[t], expected[t]))
+
+
+@requires_hf
+@pytest.mark.parametrize("scan,softmax", [("chunked", "three-pass"), ("recurrent", "online")])
+def test_nemotron_h_layers_match_transformers(nemotron_reference: dict, scan: str, softmax: str) -> None:
+    """Every Nemotron-H layer type (Mamba-2, NoPE attention, squared-ReLU MLP), from the
+    config.json through our reader and the weights through our loader: the output of a prefill of
+    8 tokens and 3 decode steps equals transformers' within 1e-5 (relative to the largest value),
+    and the carried conv + SSM states and KV cache equal transformers' cache after every step."""
+    config = nemotron_h_config_from_hf(nemotron_reference["config"])
+    assert config.layer_types == ("mamba", "attention", "mlp", "mamba", "attention")
+    for k, kind in enumerate(config.layer_types):
+        layer = nemotron_reference["layers"][k]
+        weights = load_nemotron_h_layer(nemotron_reference["state_dict"], k, config)
+        state = None
+        for n, x in enumerate(layer["inputs"]):
+            step = run_family_layer(config, k, x, weights, state=state, scan=scan if n == 0 else None, softmax=softmax)
+            err = rel_err(step.output, layer["outputs"][n])
+            assert err <= TOL, (k, kind, n, err)
+            if kind != "mlp":
+                _compare_states(config, kind, step.state, layer["caches"][n])
+            else:
+                assert step.state == {}
+            state = step.state if kind != "mlp" else None
+
+
+@requires_hf
+def test_nemotron_h_wrong_mixer_would_fail(nemotron_reference: dict) -> None:
+    """The comparison can fail: a gated SiLU MLP (Bamba's) in place of the squared ReLU, or the
+    attention with a rotary embedding, is far from transformers' output."""
+    from mambalaya.workloads.attention import AttentionConfig, attention_layer, attention_constants
+    from mambalaya.execute import execute
+
+    config = nemotron_h_config_from_hf(nemotron_reference["config"])
+    layer = nemotron_reference["layers"][1]
+    x = layer["inputs"][0]
+    w = load_nemotron_h_layer(nemotron_reference["state_dict"], 1, config)
+    roped = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, partial_rotary_factor=1.0)
+    c = attention_layer(roped, batch=x.shape[0], seq_len=x.shape[1])
+    from mambalaya.workloads.attention import weights_from_projections
+
+    sd = nemotron_reference["state_dict"]
+    wr = weights_from_projections(roped, norm=sd["layers.1.norm.weight"], q_proj=sd["layers.1.mixer.q_proj.weight"],
+                                  k_proj=sd["layers.1.mixer.k_proj.weight"], v_proj=sd["layers.1.mixer.v_proj.weight"],
+                                  o_proj=sd["layers.1.mixer.o_proj.weight"])
+    out = execute(c, {"X": x, **wr, **attention_constants(c, roped)}, dtype="float32")["XO"]
+    assert rel_err(out, layer["outputs"][0]) > 1e-3
+    assert set(w) == {"WN", "WQB", "WKB", "WV", "WO"}  # no rotated channels
+
+
+@requires_hf
+def test_nemotron_h_8b_parameters() -> None:
+    """nemotron-h-8b: the count from our module shapes equals transformers' NemotronHModel +
+    LM head built on the meta device from the same config, and the published 8B (within 2%)."""
+    cfg = PRESETS["nemotron-h-8b"]
+    from transformers.models.nemotron_h.modeling_nemotron_h import NemotronHModel as HFModel
+
+    hf = _nemotron_hf_config(hidden_size=4096, layers_block_type=[
+        {"mamba": "linear_attention", "attention": "full_attention", "mlp": "mlp"}[t] for t in cfg.layer_types],
+        num_attention_heads=32, num_key_value_heads=8, head_dim=128, intermediate_size=21504, mamba_num_heads=128,
+        mamba_head_dim=64, n_groups=8, ssm_state_size=128, chunk_size=128, vocab_size=131072)
+    assert nemotron_h_config_from_hf({**hf.to_dict(), "model_type": "nemotron_h"}) == cfg
+    head = hf.vocab_size * hf.hidden_size  # NemotronHForCausalLM's untied lm_head
+    assert cfg.model_parameters() == _meta_parameters(HFModel, hf) + head == 8_100_852_736
+    assert abs(cfg.model_parameters() / 1e9 - NH_PUBLISHED["nemotron-h-8b"]) / NH_PUBLISHED["nemotron-h-8b"] < 0.02
+    assert cfg.layer_counts() == {"mamba": 24, "attention": 4, "mlp": 24}
+
+
+def test_nemotron_h_config_json_refusals(tmp_path) -> None:
+    """The older pattern string is read; MoE, an unknown layer type, a bias, another activation
+    and an unknown field are each one SpecError naming the field."""
+    base = {"model_type": "nemotron_h", "hidden_size": 64, "hybrid_override_pattern": "M*-M",
+            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 96,
+            "mamba_num_heads": 8, "mamba_head_dim": 16, "n_groups": 2, "ssm_state_size": 16, "vocab_size": 100}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(base))
+    cfg = load_model_config(path)
+    assert isinstance(cfg, NemotronHModel) and cfg.layer_types == ("mamba", "attention", "mlp", "mamba")
+    cases = {
+        "hybrid_override_pattern[1]": {"hybrid_override_pattern": "MEM"},
+        "layers_block_type[0]": {"layers_block_type": ["moe", "mlp"]},
+        "layers_block_type[1]": {"layers_block_type": ["mlp", "linear"]},
+        "mlp_bias": {"mlp_bias": True},
+        "mlp_hidden_act": {"mlp_hidden_act": "silu"},
+        "time_step_limit": {"time_step_limit": [0.0, 0.1]},
+        "flux_capacitor": {"flux_capacitor": 1},
+        "mamba_head_dim": {"mamba_head_dim": 12},
+    }
+    for field, change in cases.items():
+        with pytest.raises(SpecError) as err:
+            nemotron_h_config_from_hf({**base, **change})
+        assert f"field {field}" in str(err.value) or f"fields {field}" in str(err.value) \
+            or field in str(err.value), (field, str(err.value))
+    # MoE refused even when named in the pattern only: the message says MoE
+    with pytest.raises(SpecError, match="MoE"):
+        nemotron_h_config_from_hf({**base, "hybrid_override_pattern": "ME"})
+
+
+def test_unknown_model_type_is_refused(tmp_path) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    with pytest.raises(SpecError, match="model_type"):
+        load_model_config(path)
+
+
+def test_nemotron_h_preset_builds_and_evaluates_every_layer_type() -> None:
+    cfg = resolve_model("nemotron-h-8b")
+    for t in ("mamba", "attention", "mlp"):
+        for phase in ("prefill", "decode"):
+            c = build_layer(cfg, phase=phase, seq_len=256, batch=1, layer_type=t, precision="reference-kernels")
+            assert c.einsums
+    with pytest.raises(SpecError, match="layer_type"):
+        build_layer(cfg, phase="prefill", seq_len=256, batch=1)
+    with pytest.raises(SpecError, match="scan"):
+        build_layer(cfg, phase="prefill", seq_len=256, batch=1, layer_type="mlp", scan="chunked")

@@ -33,6 +33,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
 from mambalaya.workloads import PRESETS
+from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.common import (
     _emit,
@@ -107,7 +108,7 @@ def show_cmd(
         f"{_shape_text(config)}; {config.n_layers} layers"
         + (f" (totals count the {config.layer_counts()[layer_type]} {layer_type} layers)" if layer_type else "")
     )
-    n_layers = config.layer_counts().get(layer_type, 0) if layer_type and config.family == "bamba" else config.n_layers
+    n_layers = config.layer_counts().get(layer_type, 0) if layer_type and is_hybrid(config) else config.n_layers
     _print_stats(cascade, n_layers, fmt, output, prov, title)
 
 

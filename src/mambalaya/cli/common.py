@@ -32,6 +32,7 @@ from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.report.tables import cascade_json, cascade_rows
 from mambalaya.workloads import PRESETS, SCANS, ModelConfig, build_layer, resolve_model
+from mambalaya.workloads.families import is_hybrid
 
 
 
@@ -197,6 +198,8 @@ def _family_shape(cfg: ModelConfig) -> str:
     """The shape fields only one model family has."""
     if cfg.family == "mamba1":
         return f"dt_rank={cfg.dt_rank_value}"
+    if hasattr(cfg, "shape_text"):  # a dense hybrid family (workloads.families)
+        return cfg.shape_text()
     if cfg.family == "bamba":
         counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
         return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; mlp={cfg.d_ff}; "
@@ -210,7 +213,7 @@ def _family_shape(cfg: ModelConfig) -> str:
 
 def _shape_text(cfg: ModelConfig) -> str:
     """One line of a model's shape, for table titles."""
-    if cfg.family == "bamba":
+    if is_hybrid(cfg):
         return f"{cfg.family}, d_model={cfg.d_model}, {_family_shape(cfg)}"
     return (f"{cfg.family}, d_model={cfg.d_model}, d_inner={cfg.d_inner}, d_state={cfg.d_state}, "
             f"{_family_shape(cfg)}, d_conv={cfg.d_conv}")

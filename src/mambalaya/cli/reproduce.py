@@ -30,6 +30,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.errors import MambalayaError
 from mambalaya.workloads import PRESETS, resolve_model
+from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.common import (
     Suite,
@@ -73,7 +74,7 @@ def reproduce_cmd(
     for m in names:
         if m not in PRESETS:
             raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
-        if PRESETS[m].family == "bamba":
+        if is_hybrid(PRESETS[m]):
             raise MambalayaError(f"{m} is a hybrid model: the paper's evaluation is of Mamba models; use "
                                  f"`mambalaya reproduce --suite hybrid --models {m}`")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else ReproduceConfig.seq_lens
@@ -155,7 +156,7 @@ def sensitivity_cmd(
     if design == baseline:
         raise MambalayaError("--design and --baseline name the same design; a ratio needs two")
     config = resolve_model(model)
-    if config.family == "bamba":
+    if is_hybrid(config):
         raise MambalayaError(f"{model} is a hybrid model: the sensitivity study covers Mamba models; for a hybrid "
                              "model use `mambalaya compare` or `mambalaya reproduce --suite hybrid`")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)

@@ -24,6 +24,7 @@ from typing import Any
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.evaluate import Evaluation, cached_layer, evaluate_cascade, resolve_policy
+from mambalaya.workloads.families import scanned_layer_types
 from mambalaya.workloads.hybrid import HybridConfig
 from mambalaya.workloads.precision import PrecisionPolicy
 
@@ -111,7 +112,7 @@ def evaluate_hybrid(
     layers: dict[str, Evaluation] = {}
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
-        if layer_type == "mamba":
+        if layer_type in scanned_layer_types(config):
             forms = [scan] if scan or phase != "prefill" else ["chunked", "recurrent"]
         found, errors = [], []
         for form in forms:

@@ -32,6 +32,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.experiments.hybrid import HybridEvaluation, evaluate_hybrid
 from mambalaya.workloads import resolve_model
 from mambalaya.workloads.hybrid import HybridConfig
+from mambalaya.workloads.families import is_hybrid
 
 HYBRID_DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal", "gpu-h100")
 STUDIED = "mambalaya"
@@ -96,7 +97,7 @@ def run_hybrid_suite(config: HybridSuiteConfig, progress: Callable[[str], None] 
     rows = []
     for model in config.models:
         cfg = resolve_model(model)
-        if not isinstance(cfg, HybridConfig):
+        if not is_hybrid(cfg):
             raise MambalayaError(f"model {model!r} is not a hybrid model (family {cfg.family}); the hybrid suite "
                                  "takes hybrid presets (bamba-9b) or Bamba config files")
         for phase in config.phases:

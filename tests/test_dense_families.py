@@ -194,3 +194,122 @@ def test_nemotron_h_preset_builds_and_evaluates_every_layer_type() -> None:
         build_layer(cfg, phase="prefill", seq_len=256, batch=1)
     with pytest.raises(SpecError, match="scan"):
         build_layer(cfg, phase="prefill", seq_len=256, batch=1, layer_type="mlp", scan="chunked")
+
+
+# --------------------------------------------------------------------------------------------
+# OLMo-Hybrid, the whole model
+# --------------------------------------------------------------------------------------------
+
+OH_TYPES = ["linear_attention", "full_attention", "linear_attention", "full_attention"]
+
+
+def _olmo_hf_config(**fields):
+    from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
+
+    base = dict(vocab_size=16, pad_token_id=0, hidden_size=32, intermediate_size=48, num_hidden_layers=len(OH_TYPES),
+                num_attention_heads=4, num_key_value_heads=2, layer_types=OH_TYPES, linear_num_key_heads=2,
+                linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=6, rms_norm_eps=1e-6,
+                attn_implementation="eager")
+    return OlmoHybridConfig(**{**base, **fields})
+
+
+@pytest.fixture(scope="module", params=["rope", "nope"])
+def olmo_reference(request) -> dict:
+    """transformers' OlmoHybridModel with the default rotary embedding (theta 500 here), or with
+    none (``rope_theta`` null: NoPE)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.olmo_hybrid.modeling_olmo_hybrid import OlmoHybridModel as HFModel
+    from hf_reference_families import run_hf_layers
+
+    kinds = {"linear_attention": "recurrent", "full_attention": "attention"}
+    rope = {"rope_type": "default", "rope_theta": 500.0 if request.param == "rope" else None}
+    return run_hf_layers(HFModel, _olmo_hf_config(rope_parameters=rope), [kinds[t] for t in OH_TYPES], seq_len=8,
+                         n_decode=3, seed=9)
+
+
+@requires_hf
+@pytest.mark.parametrize("scan,softmax", [("chunked", "three-pass"), ("recurrent", "online")])
+def test_olmo_hybrid_layers_match_transformers(olmo_reference: dict, scan: str, softmax: str) -> None:
+    """Both OLMo-Hybrid layer types with their MLPs (Gated DeltaNet pre-norm; attention with
+    QK-norm, no rotary, post-norm), config.json and weights through our reader and loader: the
+    output of a prefill of 8 tokens and 3 decode steps equals transformers' within 1e-5, and the
+    carried conv + recurrent states and the KV cache (normalised keys, values) equal its cache."""
+    from mambalaya.workloads.hf_weights_families import load_olmo_hybrid_layer
+    from mambalaya.workloads.hf_weights_gdn import gdn_state_from_hf
+    from mambalaya.workloads.olmo_hybrid import olmo_hybrid_config_from_hf
+
+    config = olmo_hybrid_config_from_hf(olmo_reference["config"])
+    config = config.model_copy(update={"mixer": config.mixer.model_copy(update={"chunk_size": 4})})
+    assert config.layer_types == ("gdn", "attention", "gdn", "attention")
+    for k, kind in enumerate(config.layer_types):
+        layer = olmo_reference["layers"][k]
+        weights = load_olmo_hybrid_layer(olmo_reference["state_dict"], k, config)
+        state = None
+        for n, x in enumerate(layer["inputs"]):
+            step = run_family_layer(config, k, x, weights, state=state, scan=scan if n == 0 else None, softmax=softmax)
+            err = rel_err(step.output, layer["outputs"][n])
+            assert err <= TOL, (k, kind, n, err)
+            cache = layer["caches"][n]
+            if kind == "attention":
+                expected = cache_from_hf(config.attention_config(), cache["key"], cache["value"])
+            else:
+                expected = gdn_state_from_hf(config.mixer, cache["conv"], cache["ssm"])
+            assert set(step.state) == set(expected)
+            for t in expected:
+                assert rel_err(step.state[t], expected[t]) <= TOL, (k, n, t)
+            state = step.state
+
+
+@requires_hf
+def test_olmo_hybrid_post_norm_matters(olmo_reference: dict) -> None:
+    """The comparison can fail: without the attention's post-norm (its weight all ones and the
+    norm skipped is not the same) the output is far from transformers'."""
+    from mambalaya.workloads.hf_weights_families import load_olmo_hybrid_layer
+    from mambalaya.workloads.olmo_hybrid import olmo_hybrid_config_from_hf
+
+    config = olmo_hybrid_config_from_hf(olmo_reference["config"])
+    weights = load_olmo_hybrid_layer(olmo_reference["state_dict"], 1, config)
+    x = olmo_reference["layers"][1]["inputs"][0]
+    wrong = {**weights, "WQN": np.ones_like(weights["WQN"])}  # q_norm weight dropped
+    step = run_family_layer(config, 1, x, wrong)
+    assert rel_err(step.output, olmo_reference["layers"][1]["outputs"][0]) > 1e-3
+
+
+@requires_hf
+def test_olmo_hybrid_7b_parameters() -> None:
+    """olmo-hybrid-7b: our count = transformers' OlmoHybridModel + LM head on the meta device,
+    and the published 7B within 7%."""
+    from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
+    from transformers.models.olmo_hybrid.modeling_olmo_hybrid import OlmoHybridModel as HFModel
+    from mambalaya.workloads.olmo_hybrid import PUBLISHED_PARAMETERS_B, olmo_hybrid_config_from_hf
+
+    cfg = PRESETS["olmo-hybrid-7b"]
+    hf = OlmoHybridConfig()
+    assert olmo_hybrid_config_from_hf({**hf.to_dict(), "model_type": "olmo_hybrid"}) == cfg
+    assert cfg.model_parameters() == _meta_parameters(HFModel, hf) + hf.vocab_size * hf.hidden_size
+    assert abs(cfg.model_parameters() / 1e9 - PUBLISHED_PARAMETERS_B["olmo-hybrid-7b"]) / 7.0 < 0.07
+    assert cfg.layer_counts() == {"gdn": 24, "attention": 8}
+
+
+def test_olmo_hybrid_refusals() -> None:
+    from mambalaya.workloads.olmo_hybrid import olmo_hybrid_config_from_hf
+
+    base = {"model_type": "olmo_hybrid", "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
+            "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+            "linear_value_head_dim": 8, "intermediate_size": 64, "vocab_size": 100}
+    assert olmo_hybrid_config_from_hf(base).layer_counts() == {"gdn": 3, "attention": 1}
+    assert olmo_hybrid_config_from_hf(base).rope_theta == 10000.0  # as OlmoHybridConfig standardises it
+    assert olmo_hybrid_config_from_hf({**base, "rope_parameters": {"rope_theta": None}}).rope_theta is None
+    with pytest.raises(SpecError, match="field rope_parameters.rope_type"):
+        olmo_hybrid_config_from_hf({**base, "rope_parameters": {"rope_type": "yarn", "rope_theta": 10000.0}})
+    with pytest.raises(SpecError, match="field rope_parameters.partial_rotary_factor"):
+        olmo_hybrid_config_from_hf({**base, "rope_parameters": {"rope_theta": 1e4, "partial_rotary_factor": 0.5}})
+    with pytest.raises(SpecError, match="field attention_bias"):
+        olmo_hybrid_config_from_hf({**base, "attention_bias": True})
+    with pytest.raises(SpecError, match=r"field layer_types\[1\] is 'mlp'"):
+        olmo_hybrid_config_from_hf({**base, "layer_types": ["linear_attention", "mlp", "full_attention",
+                                                            "linear_attention"]})
+    cfg = resolve_model("olmo-hybrid-7b")
+    with pytest.raises(SpecError, match="chunk size"):
+        build_layer(cfg, phase="prefill", seq_len=100, batch=1, layer_type="gdn", scan="chunked")

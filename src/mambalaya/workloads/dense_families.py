@@ -14,9 +14,10 @@ from mambalaya.errors import SpecError
 from mambalaya.workloads.families import FamilyModel
 from mambalaya.workloads.nemotron_h import PRESETS as NEMOTRON_H_PRESETS
 from mambalaya.workloads.nemotron_h import nemotron_h_config_from_hf
+from mambalaya.workloads.olmo_hybrid import PRESETS as OLMO_HYBRID_PRESETS
 
 #: Every dense family's preset, by name.
-FAMILY_PRESETS: dict[str, FamilyModel] = {**NEMOTRON_H_PRESETS}
+FAMILY_PRESETS: dict[str, FamilyModel] = {**NEMOTRON_H_PRESETS, **OLMO_HYBRID_PRESETS}
 
 #: ``model_type`` -> the reader of that family's config.json.
 READERS: dict[str, Callable[..., FamilyModel]] = {"nemotron_h": nemotron_h_config_from_hf}

@@ -144,7 +144,7 @@ def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, A
     out.update(gdn_constants(cascade) if "EYE" in cascade.tensors else mamba2_constants(cascade))
     incoming = [t for t in cascade.external_tensors() if cascade.tensors[t].role == Role.STATE]
     if state is None:
-        if "M" in cascade.ranks or cascade.description.split(";")[0].split(",")[1:2] == [" decode"]:
+        if ", decode," in cascade.description.split(";")[0] + ",":  # the first block's builder names its phase
             raise SpecError(f"cascade {cascade.name} is a decode step: it continues from the state its prefill left "
                             f"({', '.join(incoming)}); pass state=")
         return {**out, **{t: np.zeros(cascade.shape(t)) for t in incoming}}

@@ -24,6 +24,7 @@ from mambalaya.workloads.attention import weights_from_projections
 from mambalaya.workloads.hf_loader import LayerKeys, WeightLoadError, as_layout, read_layer, resolve_dtype
 from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_layer
 from mambalaya.workloads.nemotron_h import NemotronHModel
+from mambalaya.workloads.olmo_hybrid import OlmoHybridModel
 
 _NH_ATTENTION = ("norm.weight", "mixer.q_proj.weight", "mixer.k_proj.weight", "mixer.v_proj.weight",
                  "mixer.o_proj.weight")
@@ -86,4 +87,72 @@ def load_nemotron_h_layer(source: Any, layer: int, config: NemotronHModel, dtype
     return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
 
 
-__all__ = ["NEMOTRON_H_KEYS", "load_nemotron_h_layer"]
+_OH_MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
+_OH_GDN = ("input_layernorm.weight", "post_attention_layernorm.weight", *_OH_MLP,
+           *(f"linear_attn.{k}" for k in ("q_proj.weight", "k_proj.weight", "v_proj.weight", "g_proj.weight",
+                                          "a_proj.weight", "b_proj.weight", "o_proj.weight", "conv1d.weight", "A_log",
+                                          "dt_bias", "o_norm.weight")))
+_OH_ATTENTION = ("post_attention_layernorm.weight", "post_feedforward_layernorm.weight", *_OH_MLP,
+                 *(f"self_attn.{k}.weight" for k in ("q_proj", "k_proj", "v_proj", "o_proj", "q_norm", "k_norm")))
+_OH_SCOPE = "mambalaya models OLMo-Hybrid layers with no projection biases."
+OLMO_HYBRID_KEYS: dict[str, LayerKeys] = {
+    "gdn": LayerKeys(family="OLMo-Hybrid Gated DeltaNet", required=_OH_GDN, scope=_OH_SCOPE,
+                     block="an OLMo-Hybrid linear-attention layer (input_layernorm, linear_attn, "
+                           "post_attention_layernorm, mlp)",
+                     unsupported={k: "an attention weight, but the config makes this a linear-attention layer"
+                                  for k in _OH_ATTENTION if k.startswith("self_attn")}),
+    "attention": LayerKeys(family="OLMo-Hybrid attention", required=_OH_ATTENTION, scope=_OH_SCOPE,
+                           block="an OLMo-Hybrid attention layer (self_attn, post_attention_layernorm, mlp, "
+                                 "post_feedforward_layernorm)",
+                           unsupported={k.replace("weight", "bias"): "a bias, which mambalaya does not model"
+                                        for k in _OH_ATTENTION if "_proj" in k}),
+}
+
+
+def load_olmo_hybrid_layer(source: Any, layer: int, config: OlmoHybridModel, dtype: Any = "float32"
+                           ) -> dict[str, np.ndarray]:
+    """Layer ``layer`` of an OLMo-Hybrid checkpoint as the weights of its layer cascade (the MLP
+    block's with the ``FF_`` prefix), each C-contiguous of ``dtype``."""
+    from mambalaya.workloads.hf_weights_gdn import gdn_weights
+
+    out_dtype = resolve_dtype(dtype, "OLMo-Hybrid")
+    layer = _check_layer(layer, config.n_layers, "OLMo-Hybrid")
+    kind = config.layer_types[layer]
+    tensors = read_layer(source, layer, OLMO_HYBRID_KEYS[kind])
+    tensors.require_floating()
+    m = config.mixer
+    d, f = m.d_model, m.d_ff
+    tensors.require_shapes({"mlp.gate_proj.weight": (f, d), "mlp.up_proj.weight": (f, d),
+                            "mlp.down_proj.weight": (d, f), "post_attention_layernorm.weight": (d,)},
+                           f"hidden_size={d}, intermediate_size={f}")
+    mlp = {"FF_WG": tensors["mlp.gate_proj.weight"].T, "FF_WU": tensors["mlp.up_proj.weight"].T,
+           "FF_WDN": tensors["mlp.down_proj.weight"].T}
+    if kind == "gdn":
+        mixer = {k[len("linear_attn."):]: tensors[k] for k in _OH_GDN if k.startswith("linear_attn.")}
+        try:
+            weights = gdn_weights(m, mixer, tensors["input_layernorm.weight"], dtype="float64")
+        except SpecError as err:
+            raise WeightLoadError(f"{tensors.where}: {err}") from None
+        weights.update(mlp, FF_WN=tensors["post_attention_layernorm.weight"])
+    else:
+        hd = m.head_dim or d // m.n_heads
+        g, r = m.n_kv_heads, m.n_heads // m.n_kv_heads
+        tensors.require_shapes({"self_attn.q_proj.weight": (m.n_heads * hd, d), "self_attn.k_proj.weight": (g * hd, d),
+                                "self_attn.v_proj.weight": (g * hd, d), "self_attn.o_proj.weight": (d, m.n_heads * hd),
+                                "self_attn.q_norm.weight": (m.n_heads * hd,), "self_attn.k_norm.weight": (g * hd,),
+                                "post_feedforward_layernorm.weight": (d,)},
+                               f"hidden_size={d}, num_attention_heads={m.n_heads}, num_key_value_heads={g}, "
+                               f"head_dim={hd}")
+        ch = (2, hd // 2) if config.rope_theta is not None else (hd,)  # rotated: halves x frequencies
+        weights = {"WQ": tensors["self_attn.q_proj.weight"].T.reshape(d, g, r, *ch),
+                   "WK": tensors["self_attn.k_proj.weight"].T.reshape(d, g, *ch),
+                   "WV": tensors["self_attn.v_proj.weight"].T.reshape(d, g, hd),
+                   "WQN": tensors["self_attn.q_norm.weight"].reshape(g, r, *ch),
+                   "WKN": tensors["self_attn.k_norm.weight"].reshape(g, *ch),
+                   "WO": tensors["self_attn.o_proj.weight"].T.reshape(g, r, hd, d),
+                   "WPN": tensors["post_attention_layernorm.weight"],
+                   **mlp, "FF_WN": tensors["post_feedforward_layernorm.weight"]}
+    return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
+
+
+__all__ = ["NEMOTRON_H_KEYS", "OLMO_HYBRID_KEYS", "load_nemotron_h_layer", "load_olmo_hybrid_layer"]

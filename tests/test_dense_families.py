@@ -313,3 +313,54 @@ def test_olmo_hybrid_refusals() -> None:
     cfg = resolve_model("olmo-hybrid-7b")
     with pytest.raises(SpecError, match="chunk size"):
         build_layer(cfg, phase="prefill", seq_len=100, batch=1, layer_type="gdn", scan="chunked")
+
+
+# --------------------------------------------------------------------------------------------
+# the hybrid suite and the command line
+# --------------------------------------------------------------------------------------------
+
+def test_hybrid_suite_runs_every_dense_family(tmp_path) -> None:
+    """`reproduce --suite hybrid` includes every family by default; Nemotron-H and OLMo-Hybrid
+    evaluate on every design, each layer type under its mapping (MLP layers unfused on the
+    fixed Mamba mappings), and the speedups are the latency ratios."""
+    from typer.testing import CliRunner
+
+    import pandas as pd
+
+    from mambalaya.cli import app
+    from mambalaya.experiments.hybrid_suite import HYBRID_MODELS, HybridSuiteConfig
+
+    assert HybridSuiteConfig().models == HYBRID_MODELS == ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b")
+    out = CliRunner().invoke(app, ["reproduce", "--suite", "hybrid", "--models", "nemotron-h-8b,olmo-hybrid-7b",
+                                   "--seq-lens", "2048", "--batch", "1", "--no-figures", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    latency = pd.read_csv(tmp_path / "hybrid" / "hybrid_latency.csv")
+    assert len(latency) == 2 * 2 * 4
+    nh = latency[(latency["model"] == "nemotron-h-8b") & (latency["phase"] == "prefill")].set_index("arch")
+    assert nh.loc["geens-ideal", "mlp_mapping"] == "unfused" and nh.loc["geens-ideal", "mamba_mapping"] == "ssm-ri"
+    assert nh.loc["mambalaya", "mlp_mapping"] == "optimal"
+    total = sum(nh.loc["mambalaya", f"{t}_layer_latency_s"] * nh.loc["mambalaya", f"{t}_layers"]
+                for t in ("mamba", "attention", "mlp"))
+    assert np.isclose(total, nh.loc["mambalaya", "model_latency_s"])
+    oh = latency[(latency["model"] == "olmo-hybrid-7b") & (latency["arch"] == "mambalaya")]
+    assert set(oh["gdn_layers"]) == {24} and set(oh["attention_layers"]) == {8}
+    speedups = pd.read_csv(tmp_path / "hybrid" / "hybrid_speedups.csv")
+    assert (speedups["speedup"] > 0).all() and len(speedups) == 2 * 2 * 3
+    report = (tmp_path / "hybrid" / "report.md").read_text()
+    assert "## nemotron-h-8b" in report and "## olmo-hybrid-7b" in report
+
+
+def test_cli_lists_and_evaluates_the_presets() -> None:
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["models", "--format", "csv"])
+    assert listed.exit_code == 0
+    for name in ("nemotron-h-8b", "olmo-hybrid-7b"):
+        assert name in listed.output
+        for phase in ("prefill", "decode"):
+            out = runner.invoke(app, ["evaluate", "--model", name, "--arch", "mambalaya", "--phase", phase,
+                                      "-L", "2048", "--batch", "2"])
+            assert out.exit_code == 0 and "model (" in out.output, out.output[-500:]

@@ -26,8 +26,8 @@ __all__ = ["run_hf_layers"]
 
 def run_hf_layers(model_class: Any, config: Any, kinds: Sequence[str], *, batch: int = 2, seq_len: int = 8,
                   n_decode: int = 3, seed: int = 0) -> dict[str, Any]:
-    """``kinds[k]``: ``"attention"`` (KV cache), ``"recurrent"`` (conv and SSM state) or
-    ``"stateless"`` for layer ``k``. Returns ``config`` (a dict), ``state_dict`` (numpy float32)
+    """``kinds[k]``: ``"attention"`` (KV cache), ``"recurrent"`` (conv and SSM state), ``"both"``
+    or ``"stateless"`` for layer ``k``. Returns ``config`` (a dict), ``state_dict`` (numpy float32)
     and per layer ``{"inputs", "outputs", "caches"}``."""
     import torch
     from transformers import DynamicCache
@@ -58,11 +58,15 @@ def run_hf_layers(model_class: Any, config: Any, kinds: Sequence[str], *, batch:
             model(inputs_embeds=torch.from_numpy(x[:, start:stop]), cache=cache, use_cache=True,
                   position_ids=torch.arange(start, stop).unsqueeze(0))
             for k, kind in enumerate(kinds):
-                if kind == "attention":
+                if kind in ("attention", "both"):
                     layer = cache.layers[k]
                     records[k]["caches"].append({"key": layer.keys.numpy().copy(), "value": layer.values.numpy().copy()})
-                elif kind == "recurrent":
-                    records[k]["caches"].append({"conv": cache.get_conv_state(k).numpy().copy(),
-                                                 "ssm": cache.get_recurrent_state(k).numpy().copy()})
+                if kind in ("recurrent", "both"):
+                    entry = {"conv": cache.get_conv_state(k).numpy().copy(),
+                             "ssm": cache.get_recurrent_state(k).numpy().copy()}
+                    if kind == "both":  # one layer with a KV cache and SSM states (Falcon-H1)
+                        records[k]["caches"][-1].update(entry)
+                    else:
+                        records[k]["caches"].append(entry)
     return {"config": config.to_dict(), "state_dict": {k: v.astype(np.float32) for k, v in sd.items()},
             "layers": records}

@@ -330,7 +330,7 @@ def test_hybrid_suite_runs_every_dense_family(tmp_path) -> None:
     from mambalaya.cli import app
     from mambalaya.experiments.hybrid_suite import HYBRID_MODELS, HybridSuiteConfig
 
-    assert HybridSuiteConfig().models == HYBRID_MODELS == ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b")
+    assert HybridSuiteConfig().models == HYBRID_MODELS == ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b")
     out = CliRunner().invoke(app, ["reproduce", "--suite", "hybrid", "--models", "nemotron-h-8b,olmo-hybrid-7b",
                                    "--seq-lens", "2048", "--batch", "1", "--no-figures", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
@@ -358,9 +358,120 @@ def test_cli_lists_and_evaluates_the_presets() -> None:
     runner = CliRunner()
     listed = runner.invoke(app, ["models", "--format", "csv"])
     assert listed.exit_code == 0
-    for name in ("nemotron-h-8b", "olmo-hybrid-7b"):
+    for name in ("nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b"):
         assert name in listed.output
         for phase in ("prefill", "decode"):
             out = runner.invoke(app, ["evaluate", "--model", name, "--arch", "mambalaya", "--phase", phase,
                                       "-L", "2048", "--batch", "2"])
             assert out.exit_code == 0 and "model (" in out.output, out.output[-500:]
+
+
+# --------------------------------------------------------------------------------------------
+# Falcon-H1
+# --------------------------------------------------------------------------------------------
+
+FH_MULTIPLIERS = dict(attention_in_multiplier=0.7, attention_out_multiplier=1.3, key_multiplier=0.6,
+                      ssm_in_multiplier=1.2, ssm_out_multiplier=0.8, mlp_multipliers=[0.9, 1.4],
+                      ssm_multipliers=[1.1, 0.7, 1.5, 0.6, 1.3], embedding_multiplier=2.0, lm_head_multiplier=0.5)
+
+
+def _falcon_hf_config(**fields):
+    from transformers import FalconH1Config
+
+    base = dict(vocab_size=16, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+                num_key_value_heads=2, head_dim=8, mamba_d_ssm=64, mamba_n_heads=8, mamba_d_state=8,
+                mamba_n_groups=2, mamba_chunk_size=4, rms_norm_eps=1e-5,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000.0}, attn_implementation="eager",
+                **FH_MULTIPLIERS)
+    return FalconH1Config(**{**base, **fields})
+
+
+@pytest.fixture(scope="module", params=[False, True], ids=["no-mamba-norm", "mamba-norm"])
+def falcon_reference(request) -> dict:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Model as HFModel
+    from hf_reference_families import run_hf_layers
+
+    cfg = _falcon_hf_config(mamba_rms_norm=request.param, mamba_norm_before_gate=False)
+    return run_hf_layers(HFModel, cfg, ["both", "both"], seq_len=8, n_decode=3, seed=13)
+
+
+@requires_hf
+@pytest.mark.parametrize("scan,softmax", [("chunked", "three-pass"), ("recurrent", "online")])
+def test_falcon_h1_parallel_layer_matches_transformers(falcon_reference: dict, scan: str, softmax: str) -> None:
+    """A Falcon-H1 layer (Mamba-2 and attention side by side on one normed input, then the MLP) as
+    ONE cascade, every multiplier set to a value other than 1 and folded into the weights by our
+    loader, the config.json through our reader: the output of a prefill of 8 tokens and 3 decode
+    steps equals transformers' within 1e-5, and the carried conv + SSM states and the KV cache
+    equal transformers' cache after every step; with and without the mixer's gated RMSNorm."""
+    from mambalaya.workloads.falcon_h1 import falcon_h1_config_from_hf, multipliers_from_hf
+    from mambalaya.workloads.hf_weights_families import load_falcon_h1_layer
+
+    data = falcon_reference["config"]
+    config = falcon_h1_config_from_hf(data)
+    assert config.layer_types == ("parallel", "parallel")
+    for k in range(2):
+        layer = falcon_reference["layers"][k]
+        weights = load_falcon_h1_layer(falcon_reference["state_dict"], k, config, multipliers_from_hf(data))
+        state = None
+        for n, x in enumerate(layer["inputs"]):
+            step = run_family_layer(config, k, x, weights, state=state, scan=scan if n == 0 else None, softmax=softmax)
+            err = rel_err(step.output, layer["outputs"][n])
+            assert err <= TOL, (k, n, err)
+            cache = layer["caches"][n]
+            expected = {**mamba2_states_from_hf(cache["conv"], cache["ssm"]),
+                        **cache_from_hf(config.attention_config(), cache["key"], cache["value"])}
+            assert set(step.state) == set(expected)
+            for t in expected:
+                assert rel_err(step.state[t], expected[t]) <= TOL, (k, n, t)
+            state = step.state
+
+
+@requires_hf
+def test_falcon_h1_multipliers_matter(falcon_reference: dict) -> None:
+    """The comparison can fail: the same weights without the multipliers folded in are far from
+    transformers' output."""
+    from mambalaya.workloads.falcon_h1 import falcon_h1_config_from_hf, multipliers_from_hf
+    from mambalaya.workloads.hf_weights_families import load_falcon_h1_layer
+
+    config = falcon_h1_config_from_hf(falcon_reference["config"])
+    layer = falcon_reference["layers"][0]
+    for name in ("key_multiplier", "ssm_in_multiplier", "attention_out_multiplier"):
+        wrong = {**multipliers_from_hf(falcon_reference["config"]), name: 1.0}
+        weights = load_falcon_h1_layer(falcon_reference["state_dict"], 0, config, wrong)
+        step = run_family_layer(config, 0, layer["inputs"][0], weights, scan="recurrent")
+        assert rel_err(step.output, layer["outputs"][0]) > 1e-3, name
+
+
+@requires_hf
+def test_falcon_h1_7b_parameters() -> None:
+    """falcon-h1-7b: our count = transformers' FalconH1Model + LM head on the meta device from
+    the same config, and the published 7B within 10%."""
+    from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Model as HFModel
+    from mambalaya.workloads.falcon_h1 import PUBLISHED_PARAMETERS_B, falcon_h1_config_from_hf
+
+    cfg = PRESETS["falcon-h1-7b"]
+    hf = _falcon_hf_config(hidden_size=3072, num_hidden_layers=44, num_attention_heads=12, num_key_value_heads=2,
+                           head_dim=128, intermediate_size=12288, vocab_size=130048, mamba_d_ssm=3072,
+                           mamba_n_heads=24, mamba_d_state=256, mamba_n_groups=1, mamba_chunk_size=128,
+                           rope_parameters={"rope_type": "default", "rope_theta": 1e11})
+    assert falcon_h1_config_from_hf(hf.to_dict()) == cfg
+    assert cfg.model_parameters() == _meta_parameters(HFModel, hf) + hf.vocab_size * hf.hidden_size
+    assert abs(cfg.model_parameters() / 1e9 - PUBLISHED_PARAMETERS_B["falcon-h1-7b"]) / 7.0 < 0.10
+
+
+def test_falcon_h1_refusals() -> None:
+    from mambalaya.workloads.falcon_h1 import falcon_h1_config_from_hf
+
+    base = {"model_type": "falcon_h1", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+            "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 48, "mamba_d_ssm": 64, "mamba_n_heads": 8,
+            "mamba_d_state": 8, "vocab_size": 16}
+    assert falcon_h1_config_from_hf(base).layer_counts() == {"parallel": 2}
+    for field, change in {"mamba_norm_before_gate": {"mamba_rms_norm": True},
+                          "mamba_d_ssm": {"mamba_d_ssm": 48, "mamba_n_heads": 8},
+                          "attention_bias": {"attention_bias": True},
+                          "rope_parameters": {"rope_parameters": {"rope_type": "yarn", "factor": 2.0}},
+                          "sliding_window_size": {"sliding_window_size": 4}}.items():
+        with pytest.raises(SpecError, match=f"field {field}"):
+            falcon_h1_config_from_hf({**base, **change})

@@ -2,7 +2,7 @@
 model (Mamba-2 layers interleaved with attention, each followed by an MLP), prefill and
 generation, as the context grows and the KV cache with it.
 
-For each model (default :data:`HYBRID_MODELS`: Bamba, Nemotron-H and OLMo-Hybrid), each context length L (default 2^11 .. 2^20), both
+For each model (default :data:`HYBRID_MODELS`: Bamba, Nemotron-H, OLMo-Hybrid and Falcon-H1), each context length L (default 2^11 .. 2^20), both
 phases (prefill of L tokens; one decode step with L tokens in the KV cache) and each design
 (the three H100-like designs of the paper's evaluation and the H100 roofline), it evaluates
 every layer type on the design (:func:`~mambalaya.experiments.hybrid.evaluate_hybrid`: Mamba
@@ -36,7 +36,7 @@ from mambalaya.workloads.families import is_hybrid
 
 HYBRID_DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal", "gpu-h100")
 #: The hybrid presets the suite evaluates by default, one per family.
-HYBRID_MODELS = ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b")
+HYBRID_MODELS = ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b")
 STUDIED = "mambalaya"
 
 

@@ -85,6 +85,10 @@ class FamilyModel(BaseModel):
         (its rotary tables), or None."""
         return None
 
+    def constants(self, cascade: Cascade) -> dict[str, np.ndarray]:
+        """Constant inputs of a layer cascade only this family has (none here)."""
+        return {}
+
     def shape_text(self) -> str:
         counts = ", ".join(f"{n} {t}" for t, n in self.layer_counts().items())
         return f"layers: {counts}"
@@ -142,6 +146,7 @@ def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, A
             or "COS" in cascade.tensors:
         out.update(attention_constants(cascade, model.attention_config()))
     out.update(gdn_constants(cascade) if "EYE" in cascade.tensors else mamba2_constants(cascade))
+    out.update(model.constants(cascade))
     incoming = [t for t in cascade.external_tensors() if cascade.tensors[t].role == Role.STATE]
     if state is None:
         if ", decode," in cascade.description.split(";")[0] + ",":  # the first block's builder names its phase

@@ -6,6 +6,10 @@ tensor layouts of its layer cascade, through the shared loader core
   ``norm.weight`` and the mixer: the Mamba-2 mixer's ``mixer.in_proj``, ``mixer.conv1d``, ...
   (a ``Mamba2Block``'s keys: :func:`~mambalaya.workloads.hf_weights_mamba2.load_mamba2_layer`),
   the attention's ``mixer.{q,k,v,o}_proj.weight``, or the MLP's ``mixer.{up,down}_proj.weight``.
+* Falcon-H1 (``model.layers.{i}.``): ``input_layernorm``, ``mamba.*`` (the Mamba-2 mixer's
+  names, ``norm.weight`` only with ``mamba_rms_norm``), ``self_attn.{q,k,v,o}_proj``,
+  ``pre_ff_layernorm`` and ``feed_forward.{gate,up,down}_proj``; every multiplier is folded into
+  the weight it scales (:mod:`~mambalaya.workloads.falcon_h1`).
 * OLMo-Hybrid (``model.layers.{i}.``): a Gated DeltaNet layer holds ``input_layernorm``,
   ``linear_attn.*`` (:func:`~mambalaya.workloads.hf_weights_gdn.gdn_weights`),
   ``post_attention_layernorm`` (the MLP's pre-norm) and ``mlp.{gate,up,down}_proj``; an
@@ -23,6 +27,7 @@ from mambalaya.errors import SpecError
 from mambalaya.workloads.attention import weights_from_projections
 from mambalaya.workloads.hf_loader import LayerKeys, WeightLoadError, as_layout, read_layer, resolve_dtype
 from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_layer
+from mambalaya.workloads.falcon_h1 import FalconH1Model
 from mambalaya.workloads.nemotron_h import NemotronHModel
 from mambalaya.workloads.olmo_hybrid import OlmoHybridModel
 
@@ -155,4 +160,63 @@ def load_olmo_hybrid_layer(source: Any, layer: int, config: OlmoHybridModel, dty
     return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
 
 
-__all__ = ["NEMOTRON_H_KEYS", "OLMO_HYBRID_KEYS", "load_nemotron_h_layer", "load_olmo_hybrid_layer"]
+_FH_MAMBA = ("mamba.in_proj.weight", "mamba.conv1d.weight", "mamba.conv1d.bias", "mamba.dt_bias", "mamba.A_log",
+             "mamba.D", "mamba.out_proj.weight")
+_FH_COMMON = ("input_layernorm.weight", "pre_ff_layernorm.weight", "feed_forward.gate_proj.weight",
+              "feed_forward.up_proj.weight", "feed_forward.down_proj.weight", "self_attn.q_proj.weight",
+              "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight", *_FH_MAMBA)
+
+
+def falcon_h1_keys(config: FalconH1Model) -> LayerKeys:
+    norm = ("mamba.norm.weight",) if config.mamba_rms_norm else ()
+    return LayerKeys(family="Falcon-H1", required=_FH_COMMON + norm, scope="mambalaya models Falcon-H1 layers with "
+                     "no projection biases and a conv bias.",
+                     block="a Falcon-H1 layer (input_layernorm, mamba, self_attn, pre_ff_layernorm, feed_forward)",
+                     unsupported={"mamba.norm.weight": "the mixer's gated RMSNorm, but the config has mamba_rms_norm "
+                                                       "false"})
+
+
+def load_falcon_h1_layer(source: Any, layer: int, config: FalconH1Model, multipliers: dict[str, Any],
+                         dtype: Any = "float32") -> dict[str, np.ndarray]:
+    """Layer ``layer`` of a Falcon-H1 checkpoint as the weights of its one-cascade layer, with
+    ``multipliers`` (:func:`~mambalaya.workloads.falcon_h1.multipliers_from_hf` of its
+    config.json) folded into the weights they scale."""
+    from mambalaya.workloads.attention import weights_from_projections
+
+    out_dtype = resolve_dtype(dtype, "Falcon-H1")
+    layer = _check_layer(layer, config.n_layers, "Falcon-H1")
+    tensors = read_layer(source, layer, falcon_h1_keys(config))
+    tensors.require_floating()
+    c, mu = config, multipliers
+    d, f, e, gn = c.d_model, c.d_ff, c.mamba_d_ssm, c.mamba_ngroups * c.mamba_d_state
+    tensors.require_shapes({"mamba.in_proj.weight": (2 * e + 2 * gn + c.mamba_heads, d),
+                            "feed_forward.gate_proj.weight": (f, d), "feed_forward.down_proj.weight": (d, f)},
+                           f"hidden_size={d}, mamba_d_ssm={e}, intermediate_size={f}")
+    z, x, b, cc, dt = (float(v) for v in mu["ssm_multipliers"])
+    mup = np.concatenate([np.full(e, z), np.full(e, x), np.full(gn, b), np.full(gn, cc), np.full(c.mamba_heads, dt)])
+    block = {"norm.weight": tensors["input_layernorm.weight"],
+             "mixer.norm.weight": tensors["mamba.norm.weight"] if c.mamba_rms_norm else np.ones(e)}
+    block.update({"mixer." + k[len("mamba."):]: tensors[k] for k in _FH_MAMBA})
+    block["mixer.in_proj.weight"] = tensors["mamba.in_proj.weight"] * (mu["ssm_in_multiplier"] * mup)[:, None]
+    block["mixer.out_proj.weight"] = tensors["mamba.out_proj.weight"] * mu["ssm_out_multiplier"]
+    weights = load_mamba2_layer(block, layer, "float64", ngroups=c.mamba_ngroups, d_state=c.mamba_d_state)
+    if not c.mamba_rms_norm:
+        weights.pop("WGN")
+    att, a_in = c.attention_config(), mu["attention_in_multiplier"]
+    try:
+        proj = weights_from_projections(att, norm=np.ones(d), q_proj=tensors["self_attn.q_proj.weight"] * a_in,
+                                        k_proj=tensors["self_attn.k_proj.weight"] * (a_in * mu["key_multiplier"]),
+                                        v_proj=tensors["self_attn.v_proj.weight"] * a_in,
+                                        o_proj=tensors["self_attn.o_proj.weight"] * mu["attention_out_multiplier"])
+    except SpecError as err:
+        raise WeightLoadError(f"{tensors.where}: {err}") from None
+    gate, down = (float(v) for v in mu["mlp_multipliers"])
+    weights.update(WAQ=proj["WQA"], WAK=proj["WKA"], WAV=proj["WV"], WAO=proj["WO"],
+                   FF_WN=tensors["pre_ff_layernorm.weight"], FF_WG=tensors["feed_forward.gate_proj.weight"].T * gate,
+                   FF_WU=tensors["feed_forward.up_proj.weight"].T,
+                   FF_WDN=tensors["feed_forward.down_proj.weight"].T * down)
+    return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
+
+
+__all__ = ["NEMOTRON_H_KEYS", "OLMO_HYBRID_KEYS", "falcon_h1_keys", "load_falcon_h1_layer", "load_nemotron_h_layer",
+           "load_olmo_hybrid_layer"]

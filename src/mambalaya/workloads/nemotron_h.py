@@ -313,7 +313,7 @@ def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> Nem
 #: Mamba heads of 64 channels, state 128, 8 groups, conv 4, chunk 128, vocab 131072, untied,
 #: layer_norm_epsilon 1e-5 (the same sizes are NemotronHConfig's defaults, and Table 1 of the
 #: Nemotron-H paper, arXiv 2504.03624, lists 52 layers: 24 Mamba-2, 4 attention, 24 FFN). The
-#: model card names it an 8B model; counted from the module shapes: 8,096,587,776 parameters
+#: model card names it an 8B model; counted from the module shapes: 8,100,852,736 parameters
 #: (tests/test_dense_families.py checks it against transformers' modules on the meta device).
 NEMOTRON_H_8B_PATTERN = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
 PRESETS: dict[str, NemotronHModel] = {

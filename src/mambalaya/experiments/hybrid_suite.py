@@ -156,6 +156,12 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _share(x: Any) -> str:
+    """A share of the time; '-' where the model has no separate attention layer (Falcon-H1's
+    parallel layer holds its attention beside the Mamba mixer)."""
+    return "-" if pd.isna(x) else f"{x:.1%}"
+
+
 def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: dict) -> Path:
     latency, speedups = result.tables["hybrid_latency"], result.tables["hybrid_speedups"]
     lines = [
@@ -192,7 +198,7 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
                   "|---|---|" + "---|" * (len(set(s["baseline"])) + 1)]
         for (phase, L), g in s.groupby(["phase", "seq_len"], sort=False):
             cells = [f"{_fmt(v)}x" for v in g["speedup"]]
-            lines.append(f"| {phase} | {L} | " + " | ".join(cells) + f" | {g['studied_attention_share'].iloc[0]:.1%} |")
+            lines.append(f"| {phase} | {L} | " + " | ".join(cells) + f" | {_share(g['studied_attention_share'].iloc[0])} |")
         lines.append("")
         m = latency[latency["model"] == model]
         types = list(cfg.layer_counts())  # type: ignore[union-attr]
@@ -201,7 +207,7 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
                   "| phase | L | design | latency (s) | attention share | mappings | cascades |", "|---|---|---|---|---|---|---|"]
         for _, r in m.iterrows():
             lines.append(f"| {r['phase']} | {r['seq_len']} | {r['arch']} | {_fmt(r['model_latency_s'])} | "
-                         f"{r.get('attention_share', 0.0):.1%} | "
+                         f"{_share(r.get('attention_share', 0.0))} | "
                          + " / ".join(str(r.get(f"{t}_mapping", "-")) for t in types) + " | "
                          + ", ".join(str(r.get(f"{t}_cascade", "-")) for t in types) + " |")
         lines.append("")

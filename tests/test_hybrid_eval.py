@@ -154,8 +154,8 @@ def test_sweep_points_of_a_hybrid_model(tmp_path) -> None:
 
 
 def test_reproduce_hybrid_suite_writes_tables_figures_and_reports(tmp_path) -> None:
-    out = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--seq-lens", "2048", "--batch", "1", "--out",
-                              str(tmp_path)])
+    out = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--models", "bamba-9b", "--seq-lens", "2048", "--batch",
+                              "1", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     folder = tmp_path / "hybrid"
     latency = pd.read_csv(folder / "hybrid_latency.csv")

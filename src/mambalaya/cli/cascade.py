@@ -18,6 +18,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
 from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
+from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.layer_options import LayerArgs, layer_options
 from mambalaya.cli.common import (
@@ -79,7 +80,7 @@ def show_cmd(layer: LayerArgs, fmt: FormatOpt = Format.table, output: OutOpt = N
         f"{config.n_layers} layers"
         + (f" (totals count the {config.layer_counts()[kind]} {kind} layers)" if kind else "")
     )
-    n_layers = config.layer_counts().get(kind, 0) if kind and config.family in HYBRID_FAMILIES else config.n_layers
+    n_layers = config.layer_counts().get(kind, 0) if kind and is_hybrid(config) else config.n_layers
     _print_stats(cascade, n_layers, fmt, output, prov, title)
 
 

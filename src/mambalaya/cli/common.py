@@ -31,7 +31,8 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.report.tables import cascade_json, cascade_rows
-from mambalaya.workloads import HYBRID_FAMILIES, PRESETS, SCANS, ModelConfig, build_layer, resolve_model
+from mambalaya.workloads import PRESETS, SCANS, ModelConfig, build_layer, resolve_model
+from mambalaya.workloads.families import is_hybrid
 
 
 
@@ -203,7 +204,9 @@ def _family_shape(cfg: ModelConfig) -> str:
         return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; {cfg.n_experts} experts of "
                 f"{cfg.d_ff}, top-{cfg.top_k}" + (f", shared mlp={cfg.shared_d_ff}" if cfg.shared_d_ff else "")
                 + f"; {mamba}; routing {'uniform' if cfg.routing == 'uniform' else 'histogram'}")
-    if cfg.family in HYBRID_FAMILIES:
+    if hasattr(cfg, "shape_text"):  # a dense hybrid family (workloads.families)
+        return cfg.shape_text()
+    if cfg.family == "bamba":
         counts = ", ".join(f"{n} {t}" for t, n in cfg.layer_counts().items())
         return (f"layers: {counts}; attention heads={cfg.n_heads} kv={cfg.n_kv_heads}; mlp={cfg.d_ff}; "
                 f"mamba heads={cfg.mamba_heads} headdim={cfg.mamba_headdim}")
@@ -216,7 +219,7 @@ def _family_shape(cfg: ModelConfig) -> str:
 
 def _shape_text(cfg: ModelConfig) -> str:
     """One line of a model's shape, for table titles."""
-    if cfg.family in HYBRID_FAMILIES:
+    if is_hybrid(cfg):
         return f"{cfg.family}, d_model={cfg.d_model}, {_family_shape(cfg)}"
     return (f"{cfg.family}, d_model={cfg.d_model}, d_inner={cfg.d_inner}, d_state={cfg.d_state}, "
             f"{_family_shape(cfg)}, d_conv={cfg.d_conv}")

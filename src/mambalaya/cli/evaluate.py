@@ -35,7 +35,8 @@ from mambalaya.cli.options import (
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
 from mambalaya.errors import MambalayaError
-from mambalaya.workloads import HYBRID_FAMILIES, resolve_model
+from mambalaya.workloads import resolve_model
+from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.common import (
     _with_routing,
@@ -82,7 +83,7 @@ def evaluate_cmd(
 
     config = _with_routing(resolve_model(model), routing, model)
     arch = _design(arch, settings)
-    if config.family in HYBRID_FAMILIES:
+    if is_hybrid(config):
         if objective != Objective.latency:
             raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "
                                  "layers are searched for latency")
@@ -229,7 +230,7 @@ def compare_cmd(
     if not names:
         raise MambalayaError("--archs names no design")
     config = resolve_model(model)
-    if config.family in HYBRID_FAMILIES:
+    if is_hybrid(config):
         from mambalaya.experiments.hybrid import hybrid_compare_rows
 
         rows = hybrid_compare_rows(names, model, config, phase=phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"),
@@ -244,9 +245,9 @@ def compare_cmd(
         _emit(_rows_csv(rows), output)
     else:
         title = f"{model} {phase.value}, batch {batch}: each design with its own mapping; speedup over {baseline}"
-        if config.family in HYBRID_FAMILIES:  # the table keeps what compares; csv and json hold every column
-            keep = ("seq_len", "arch", "model_latency_s", "tokens_per_s", "mamba_mapping", "attention_mapping",
-                    "attention_share", f"speedup_vs_{baseline}")
+        if is_hybrid(config):  # the table keeps what compares; csv and json hold every column
+            keep = ("seq_len", "arch", "model_latency_s", "tokens_per_s",
+                    *(f"{t}_mapping" for t in config.layer_counts()), "attention_share", f"speedup_vs_{baseline}")
             rows = [{k: r[k] for k in keep if k in r} for r in rows]
             title += " (whole model; --format csv for each layer type's latency, cascade and share)"
         _print_table(_rows_table(rows, title), output)

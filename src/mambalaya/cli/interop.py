@@ -30,6 +30,7 @@ from mambalaya.formatting import whole
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.workloads import resolve_model
+from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.common import (
     _design,
@@ -57,7 +58,7 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
         raise MambalayaError("AccelForge cannot express the scan's recurrence over I: export the decode step "
                              "(--phase decode) or a prefill with the scan unrolled (--unroll-scan T)")
     family = resolve_model(model).family
-    if family == "bamba":
+    if is_hybrid(resolve_model(model)):
         raise MambalayaError(f"{model} is a hybrid model: the AccelForge export covers Mamba-1 and Mamba-2 layers")
     _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None,
                               "recurrent" if family == "mamba2" else None, precision=precision)

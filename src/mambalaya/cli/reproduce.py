@@ -29,7 +29,8 @@ from mambalaya.cli.options import (
     SensitivitySeqLensOpt,
 )
 from mambalaya.errors import MambalayaError
-from mambalaya.workloads import HYBRID_FAMILIES, PRESETS, resolve_model
+from mambalaya.workloads import PRESETS, resolve_model
+from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.common import (
     Suite,
@@ -50,7 +51,7 @@ from mambalaya.cli.common import (
 def reproduce_cmd(
     out: ReproduceOutDirOpt = Path("results"),
     suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/; --models, --seq-lens, --batch, --figures and --precision apply to it, the other options to the paper suite only.")] = Suite.paper,
-    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b).")] = None,
+    models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b,nemotron-h-8b,olmo-hybrid-7b,falcon-h1-7b,jamba-v0.1,granite-4.0-h-tiny).")] = None,
     seq_lens: ReproduceSeqLensOpt = None,
     batch: BatchOpt = DEFAULT_DESIGN_BATCH,
     generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
@@ -67,13 +68,15 @@ def reproduce_cmd(
     from mambalaya.experiments.reproduce import DESIGNS, EXTRA_DESIGNS, ReproduceConfig, run_reproduce
 
     if suite == Suite.hybrid:
-        _reproduce_hybrid(out, models or "bamba-9b", seq_lens, batch, figures, precision)
+        from mambalaya.experiments.hybrid_suite import HYBRID_MODELS
+
+        _reproduce_hybrid(out, models or ",".join(HYBRID_MODELS), seq_lens, batch, figures, precision)
         return
     names = tuple(m.strip() for m in (models or "mamba-1.4b,mamba2-2.7b").split(",") if m.strip())
     for m in names:
         if m not in PRESETS:
             raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
-        if PRESETS[m].family in HYBRID_FAMILIES:
+        if is_hybrid(PRESETS[m]):
             raise MambalayaError(f"{m} is a hybrid model: the paper's evaluation is of Mamba models; use "
                                  f"`mambalaya reproduce --suite hybrid --models {m}`")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else ReproduceConfig.seq_lens
@@ -155,7 +158,7 @@ def sensitivity_cmd(
     if design == baseline:
         raise MambalayaError("--design and --baseline name the same design; a ratio needs two")
     config = resolve_model(model)
-    if config.family in HYBRID_FAMILIES:
+    if is_hybrid(config):
         raise MambalayaError(f"{model} is a hybrid model: the sensitivity study covers Mamba models; for a hybrid "
                              "model use `mambalaya compare` or `mambalaya reproduce --suite hybrid`")
     lens = tuple(_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)

@@ -5,7 +5,8 @@ Mappings (the question a designer asks: how much of the Mamba speedup survives i
 
 * A Mamba layer runs the design's own mapping, as in the paper's evaluation: MARCA unfused,
   Geens et al. fusing the SSM region (``ssm-ri``), Mambalaya the optimal search.
-* An attention layer runs unfused on a design whose own mapping is a fixed Mamba-specific one
+* An attention layer (and a layer with no SSM region at all, such as Nemotron-H's MLP layers)
+  runs unfused on a design whose own mapping is a fixed Mamba-specific one
   (MARCA's ``unfused``, Geens et al.'s ``ssm-ri``, which fuses only an SSM region, absent from
   attention): neither paper describes an attention fusion, so their attention runs one Einsum
   at a time. On a design whose own mapping is a search (Mambalaya's ``optimal``) it runs the
@@ -24,11 +25,15 @@ from typing import Any
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.evaluate import Evaluation, cached_layer, evaluate_cascade, resolve_policy
+from mambalaya.workloads.families import scanned_layer_types
 from mambalaya.workloads.hybrid import HybridConfig
 from mambalaya.workloads.precision import PrecisionPolicy
 
 #: The designs' own mappings that are searches (they fuse attention as they fuse Mamba).
 SEARCHED_MAPPINGS = ("optimal", "stitched")
+#: Layer types with no SSM region: a fixed Mamba-specific mapping (MARCA's, Geens et al.'s) runs
+#: them unfused (attention; Nemotron-H's separate MLP layers).
+NO_SSM_REGION = ("attention", "mlp")
 
 
 @dataclass(frozen=True)
@@ -82,7 +87,7 @@ def layer_mapping(spec: ArchSpec, layer_type: str, mapping: str | None) -> str:
     if mapping is not None:
         return mapping
     own = spec.mappings.default
-    if layer_type.split("-")[0] == "attention" and own not in SEARCHED_MAPPINGS:
+    if (layer_type in NO_SSM_REGION or layer_type.split("-")[0] == "attention") and own not in SEARCHED_MAPPINGS:
         return "unfused"
     return own
 
@@ -111,7 +116,7 @@ def evaluate_hybrid(
     layers: dict[str, Evaluation] = {}
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
-        if layer_type.split("-")[0] == "mamba":  # also a MoE family's "mamba-moe"
+        if layer_type in scanned_layer_types(config):
             forms = [scan] if scan or phase != "prefill" else ["chunked", "recurrent"]
         found, errors = [], []
         for form in forms:

@@ -2,7 +2,7 @@
 model (Mamba-2 layers interleaved with attention, each followed by an MLP), prefill and
 generation, as the context grows and the KV cache with it.
 
-For each model (default ``bamba-9b``), each context length L (default 2^11 .. 2^20), both
+For each model (default :data:`HYBRID_MODELS`: Bamba, Nemotron-H, OLMo-Hybrid and Falcon-H1), each context length L (default 2^11 .. 2^20), both
 phases (prefill of L tokens; one decode step with L tokens in the KV cache) and each design
 (the three H100-like designs of the paper's evaluation and the H100 roofline), it evaluates
 every layer type on the design (:func:`~mambalaya.experiments.hybrid.evaluate_hybrid`: Mamba
@@ -31,16 +31,17 @@ from mambalaya.arch import load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.hybrid import HybridEvaluation, evaluate_hybrid
 from mambalaya.workloads import resolve_model
-from mambalaya.workloads.hybrid import HybridConfig
-from mambalaya.workloads.moe_families import MOE_FAMILIES
+from mambalaya.workloads.families import is_hybrid
 
 HYBRID_DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal", "gpu-h100")
+#: The hybrid presets the suite evaluates by default, one per family.
+HYBRID_MODELS = ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b", "jamba-v0.1", "granite-4.0-h-tiny")
 STUDIED = "mambalaya"
 
 
 @dataclass
 class HybridSuiteConfig:
-    models: tuple[str, ...] = ("bamba-9b",)
+    models: tuple[str, ...] = HYBRID_MODELS
     batch: int = 64
     seq_lens: tuple[int, ...] = tuple(2**k for k in range(11, 21))
     phases: tuple[str, ...] = ("prefill", "decode")
@@ -99,9 +100,9 @@ def run_hybrid_suite(config: HybridSuiteConfig, progress: Callable[[str], None] 
     rows = []
     for model in config.models:
         cfg = resolve_model(model)
-        if not isinstance(cfg, HybridConfig) and cfg.family not in MOE_FAMILIES:
+        if not is_hybrid(cfg):
             raise MambalayaError(f"model {model!r} is not a hybrid model (family {cfg.family}); the hybrid suite "
-                                 "takes hybrid presets (bamba-9b) or Bamba config files")
+                                 f"takes hybrid presets ({', '.join(HYBRID_MODELS)}) or their config files")
         for phase in config.phases:
             for L in config.seq_lens:
                 for d in config.designs:
@@ -156,6 +157,12 @@ def _fmt(x: float) -> str:
     return f"{x:.3g}"
 
 
+def _share(x: Any) -> str:
+    """A share of the time; '-' where the model has no separate attention layer (Falcon-H1's
+    parallel layer holds its attention beside the Mamba mixer)."""
+    return "-" if pd.isna(x) else f"{x:.1%}"
+
+
 def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: dict) -> Path:
     latency, speedups = result.tables["hybrid_latency"], result.tables["hybrid_speedups"]
     lines = [
@@ -192,17 +199,18 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
                   "|---|---|" + "---|" * (len(set(s["baseline"])) + 1)]
         for (phase, L), g in s.groupby(["phase", "seq_len"], sort=False):
             cells = [f"{_fmt(v)}x" for v in g["speedup"]]
-            lines.append(f"| {phase} | {L} | " + " | ".join(cells) + f" | {g['studied_attention_share'].iloc[0]:.1%} |")
+            lines.append(f"| {phase} | {L} | " + " | ".join(cells) + f" | {_share(g['studied_attention_share'].iloc[0])} |")
         lines.append("")
         m = latency[latency["model"] == model]
+        types = list(cfg.layer_counts())  # type: ignore[union-attr]
         lines += ["Whole-model latency (s) per design, with the attention layers' share of it and the mappings "
-                  "(mamba / attention):", "",
+                  f"({' / '.join(types)}):", "",
                   "| phase | L | design | latency (s) | attention share | mappings | cascades |", "|---|---|---|---|---|---|---|"]
         for _, r in m.iterrows():
             lines.append(f"| {r['phase']} | {r['seq_len']} | {r['arch']} | {_fmt(r['model_latency_s'])} | "
-                         f"{r.get('attention_share', 0.0):.1%} | {r.get('mamba_mapping', '-')} / "
-                         f"{r.get('attention_mapping', '-')} | {r.get('mamba_cascade', '-')}, "
-                         f"{r.get('attention_cascade', '-')} |")
+                         f"{_share(r.get('attention_share', 0.0))} | "
+                         + " / ".join(str(r.get(f"{t}_mapping", "-")) for t in types) + " | "
+                         + ", ".join(str(r.get(f"{t}_cascade", "-")) for t in types) + " |")
         lines.append("")
         for fig in (p for p in result.figures if p.suffix == ".png" and p.name.startswith(model)):
             lines += [f"![{fig.stem}](figures/{fig.name}) ([SVG](figures/{fig.with_suffix('.svg').name}))", ""]
@@ -214,5 +222,5 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
     return path
 
 
-__all__ = ["HYBRID_DESIGNS", "HybridSuiteConfig", "HybridSuiteResult", "run_hybrid_suite", "speedup_rows",
+__all__ = ["HYBRID_DESIGNS", "HYBRID_MODELS", "HybridSuiteConfig", "HybridSuiteResult", "run_hybrid_suite", "speedup_rows",
            "suite_steps"]

@@ -54,9 +54,9 @@ from typing import Any, Callable
 
 
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.workloads import HYBRID_FAMILIES
 from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.experiments.store import PointResult, ResultStore, model_fingerprint, point_id
+from mambalaya.workloads.families import is_hybrid
 
 #: The most points one sweep spec may hold (about 1 GB of point records in the coordinator).
 MAX_SWEEP_POINTS = 1_000_000
@@ -97,7 +97,7 @@ def _decode_reads_context(model: str, memo: dict[str, bool]) -> bool:
         from mambalaya.workloads import resolve_model
 
         try:
-            memo[model] = resolve_model(model).family in HYBRID_FAMILIES
+            memo[model] = is_hybrid(resolve_model(model))
         except MambalayaError:
             memo[model] = False
     return memo[model]
@@ -196,7 +196,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
     arch = _arch_for(point)
     config = resolve_model(str(point["model"]))
-    if config.family in HYBRID_FAMILIES:
+    if is_hybrid(config):
         from mambalaya.experiments.hybrid import evaluate_hybrid, point_outputs
 
         hv = evaluate_hybrid(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=int(point["seq_len"]),

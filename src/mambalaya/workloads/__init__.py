@@ -21,13 +21,17 @@ from mambalaya.workloads.hybrid import PRESETS as HYBRID_PRESETS
 from mambalaya.workloads.hybrid import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
 from mambalaya.workloads.moe_families import MOE_FAMILIES, MOE_PRESETS, MoEHybridConfig, moe_family_layer
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
+from mambalaya.workloads.families import FamilyModel, build_family_layer
+from mambalaya.workloads.dense_families import FAMILY_PRESETS, family_config_from_hf
 
-ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig, MoEHybridConfig]
-#: Families whose models interleave layer types (evaluated per layer type).
+ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig, MoEHybridConfig, FamilyModel]
+#: Families whose models interleave layer types (evaluated per layer type), besides the dense
+#: families of :mod:`mambalaya.workloads.families` (see :func:`~mambalaya.workloads.families.is_hybrid`).
 HYBRID_FAMILIES: tuple[str, ...] = ("bamba", *MOE_FAMILIES)
 
 #: Every named model, by preset name.
-PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS, **GDN_PRESETS, **MOE_PRESETS}
+PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_PRESETS, **GDN_PRESETS, **MOE_PRESETS,
+                                   **FAMILY_PRESETS}
 
 SCANS = ("recurrent", "chunked")
 
@@ -64,6 +68,9 @@ def load_model_config(path: str | Path) -> ModelConfig:
         from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf
 
         return gdn_config_from_hf(data, source=str(path))
+    family = family_config_from_hf(data, source=str(path))
+    if family is not None:
+        return family
     if _is_mamba2(data):
         if "d_model" not in data or "ssm_cfg" in data:
             from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
@@ -146,6 +153,9 @@ def build_layer(
         cascade = moe_family_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
                                    softmax=softmax, name=name)  # type: ignore[arg-type]
         return cascade if precision is None else apply_policy(cascade, precision, bits, family="bamba")
+    if isinstance(model, FamilyModel):
+        return build_family_layer(model, phase=phase, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
+                                  name=name, scan=scan, precision=precision, layer_type=layer_type, softmax=softmax)
     if isinstance(model, HybridConfig):
         if layer_type is None or layer_type not in model.layer_counts():
             what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"

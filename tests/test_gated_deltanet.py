@@ -311,3 +311,56 @@ def test_the_tiled_executor_runs_searched_mappings_and_moves_the_bytes_the_model
                 assert run.group_buffer_bytes(group.name) == (buf.read_bytes, buf.write_bytes), (name, group.einsums)
                 tiled_groups += bool(group.loops)
     assert tiled_groups >= 6
+
+
+# ---------------------------------------------------------------------------------------------
+# precision: the reference-kernels policy's gated_deltanet entries (fla's kernels)
+
+
+@pytest.mark.parametrize("phase, scan", [("prefill", "recurrent"), ("prefill", "chunked"), ("decode", "recurrent")])
+def test_reference_kernels_keep_the_state_and_decays_in_float32(phase: str, scan: str) -> None:
+    model = PRESETS["olmo-hybrid"]
+    kw = dict(phase=phase, seq_len=1 if phase == "decode" else 128, batch=1, scan=scan,
+              state_io=True if phase == "prefill" else None)
+    ref = build_layer(model, precision="reference-kernels", **kw)
+    uni = build_layer(model, precision="uniform", **kw)
+    assert {s.bits for s in uni.tensors.values()} == {16}
+    bits = {n: s.bits for n, s in ref.tensors.items()}
+    wide = {"H0", "HN", "GL", "A", "SS", "RS", "SG", "RG", "GZ"}
+    wide |= {"ACS", "LD", "DO", "DC", "CD", "KK", "QK", "AS", "YI", "YO"} if scan == "chunked" else {"H", "AD", "KB"}
+    for name in wide & set(bits):
+        assert bits[name] == 32, name
+    assert {"H0", "ACS" if scan == "chunked" else "H"} <= set(bits)
+    # written by fla in the model dtype: the activations, TI, U, W, the chunk-boundary states and
+    # the output; the residual stream stays in the model dtype in OLMo-Hybrid
+    for name in {"X", "XO", "XN", "QN", "KN", "V", "BETA", "TI", "U", "W", "HC", "YD", "YN", "WQ"} & set(bits):
+        assert bits[name] == 16, name
+    # a design of another width moves only the 'design' tensors
+    eight = build_layer(model, precision="reference-kernels", bits=8, **kw)
+    assert {n for n, s in eight.tensors.items() if s.bits == 32} == {n for n, b in bits.items() if b == 32}
+
+
+def test_a_policy_naming_no_gated_deltanet_tensor_is_refused(tmp_path) -> None:
+    from mambalaya.workloads.precision import load_policy
+
+    path = tmp_path / "p.yaml"
+    path.write_text("name: p\nfamilies: {gated_deltanet: {H: 32, DELTA: 32}}\n")
+    with pytest.raises(SpecError, match="families.gated_deltanet.DELTA"):
+        load_policy(path)
+    path.write_text("name: p\nfamilies: {gated_deltanet: {HC: 32}}\n")
+    c = build_layer(PRESETS["olmo-hybrid"], phase="prefill", seq_len=128, batch=1, scan="chunked", precision=path)
+    assert c.tensors["HC"].bits == 32 and c.tensors["H0" if "H0" in c.tensors else "ACS"].bits == 16
+
+
+def test_cascade_show_with_reference_kernels() -> None:
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    r = CliRunner().invoke(app, ["cascade", "show", "--model", "olmo-hybrid", "--seq-len", "256",
+                                 "--precision", "reference-kernels", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["provenance"]["precision"] == "reference-kernels"
+    r = CliRunner().invoke(app, ["cascade", "show", "--model", "olmo-hybrid", "--precision", "reference-kernels"])
+    assert r.exit_code == 0 and "reference-kernels" in r.output, r.output

@@ -17,6 +17,7 @@ from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.hybrid import HybridConfig, hybrid_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
+from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer
 from mambalaya.workloads.precision import (
     apply_policy,
     family_tensor_names,
@@ -40,12 +41,21 @@ FLOAT32 = {
     "bamba": {"XC", "BC", "CC", "SS", "RS", "DELTA", "A", "DS", "AD", "BX", "H", "YS", "ACS", "LD", "CB", "YDG", "DC",
               "ST", "CD", "DO", "YO", "H0", "HN", "GZ", "YG", "SG", "RG", "MX", "EX", "SM", "MR", "CF", "LR", "OR",
               "FF_SS", "FF_RS"},
+    # Gated DeltaNet (fla's kernels under transformers' olmo_hybrid): the norms' statistics, the
+    # conv before SiLU, the log decay and its cumulative sums and decays, the state and the
+    # carried state, the in-chunk products and on-chip output accumulators in float32; the
+    # residual stream, TI, U, W and the chunk-boundary states HC as written (the model dtype)
+    "gated_deltanet": {"SS", "RS", "AI", "A", "GL", "QC", "KC", "VC", "SQ", "RQ", "SK", "RK", "AD", "KB", "H", "ACS",
+                       "LD", "DO", "DC", "CD", "KK", "QK", "AS", "ST", "YI", "YO", "H0", "HN", "SG", "RG", "GZ"},
 }
 
 CFG1 = Mamba1Config(d_model=16)
 CFG2 = Mamba2Config(d_model=64, headdim=16, d_state=8, chunk_size=4)
 CFG3 = HybridConfig(d_model=32, layer_types=("mamba", "attention"), d_ff=48, n_heads=4, n_kv_heads=2, mamba_heads=4,
                     mamba_headdim=16, mamba_d_state=8, mamba_chunk_size=4, vocab_size=16)
+CFG4 = GatedDeltaNetConfig(d_model=32, layer_types=("linear_attention", "full_attention"), num_k_heads=2,
+                           num_v_heads=4, k_head_dim=8, v_head_dim=8, chunk_size=4, d_ff=48, n_heads=4, n_kv_heads=2,
+                           vocab_size=16)
 FORMS = {
     "mamba1 prefill": mamba1_layer(CFG1, batch=1, seq_len=4),
     "mamba1 prefill with state": mamba1_layer(CFG1, batch=1, seq_len=4, state_io=True),
@@ -57,6 +67,9 @@ FORMS = {
     "bamba mamba decode": hybrid_layer(CFG3, "mamba", batch=1, seq_len=8, phase="decode"),
     "bamba attention": hybrid_layer(CFG3, "attention", batch=1, seq_len=8),
     "bamba attention online decode": hybrid_layer(CFG3, "attention", batch=1, seq_len=8, phase="decode", softmax="online"),
+    "gated_deltanet recurrent": gdn_layer(CFG4, batch=1, seq_len=8, scan="recurrent", state_io=True),
+    "gated_deltanet chunked": gdn_layer(CFG4, batch=1, seq_len=8, scan="chunked", state_io=True),
+    "gated_deltanet decode": gdn_layer(CFG4, batch=1, seq_len=1, phase="decode"),
 }
 
 
@@ -99,7 +112,7 @@ def test_every_named_width_has_a_source() -> None:
     for family, entries in policy.families.items():
         for tensor in entries:
             source = policy.sources.get(f"{family}.{tensor}", "")
-            assert any(x in source for x in ("ss ", "hf ", "causal-conv1d", "flash-attention")), tensor
+            assert any(x in source for x in ("ss ", "hf ", "fla ", "causal-conv1d", "flash-attention")), tensor
             assert any(x in source for x in (".py", ".cuh", ".cpp", ".cu", ".h ")), tensor
     assert policy.sources["default"]
     rows = policy_rows(policy, FORMS["mamba1 prefill"], 16)
@@ -127,6 +140,7 @@ def test_unfused_traffic_moves_by_exactly_the_widened_tensors() -> None:
 
 @pytest.mark.parametrize("text, field", [
     ("name: p\nfamilies: {mamba1: {NOPE: 32}}\n", "families.mamba1.NOPE"),
+    ("name: p\nfamilies: {gated_deltanet: {DELTA: 32}}\n", "families.gated_deltanet.DELTA"),
     ("name: p\nfamilies: {mamba1: {H: 0}}\n", "families.mamba1.H"),
     ("name: p\nfamilies: {mamba1: {H: 16.5}}\n", "families.mamba1.H"),
     ("name: p\ndefault: sixteen\n", "default"),

@@ -52,7 +52,7 @@ from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
 from mambalaya.specio import FieldProblem, load_spec_text, read_spec_file
 
-FAMILIES: tuple[str, ...] = ("mamba1", "mamba2", "bamba")
+FAMILIES: tuple[str, ...] = ("mamba1", "mamba2", "bamba", "gated_deltanet")
 DESIGN = "design"
 #: Widths above this are refused (no datatype of interest is wider than float64).
 MAX_BITS = 64
@@ -67,7 +67,7 @@ def _width(value: Any) -> Any:
 
 
 Width = Annotated[Union[int, str], BeforeValidator(_width)]
-Family = Literal["mamba1", "mamba2", "bamba"]
+Family = Literal["mamba1", "mamba2", "bamba", "gated_deltanet"]
 
 
 class PrecisionPolicy(BaseModel):
@@ -125,7 +125,8 @@ class PrecisionPolicy(BaseModel):
 @lru_cache(maxsize=None)
 def family_tensor_names(family: str) -> frozenset[str]:
     """Every tensor name of the family's layer cascades: prefill with and without state, decode,
-    and (Mamba-2) both scan forms; (Bamba) both layer types, scan forms and softmax forms."""
+    and (Mamba-2, Gated DeltaNet) both scan forms; (Bamba) both layer types, scan forms and
+    softmax forms."""
     from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
     from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 
@@ -152,6 +153,17 @@ def family_tensor_names(family: str) -> frozenset[str]:
                     for softmax in ("three-pass", "online") if layer_type == "attention" else ("three-pass",):
                         names |= set(hybrid_layer(cfg3, layer_type, batch=1, seq_len=4, phase=phase, scan=form,
                                                   softmax=softmax).tensors)  # type: ignore[arg-type]
+    elif family == "gated_deltanet":
+        from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer
+
+        cfg4 = GatedDeltaNetConfig(d_model=16, layer_types=("linear_attention",), num_k_heads=1, num_v_heads=2,
+                                   k_head_dim=4, v_head_dim=4, chunk_size=2, d_ff=8, n_heads=2, n_kv_heads=1,
+                                   vocab_size=8)
+        for scan in ("recurrent", "chunked"):
+            for phase, state_io in (("prefill", False), ("prefill", True), ("decode", None)):
+                if phase == "decode" and scan == "chunked":
+                    continue
+                names |= set(gdn_layer(cfg4, batch=1, seq_len=4, phase=phase, state_io=state_io, scan=scan).tensors)
     else:
         raise SpecError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
     return frozenset(names)
@@ -212,11 +224,14 @@ def loads_policy(text: str, *, source: str = "<string>", shipped: bool = False) 
 
 
 def cascade_family(cascade: Cascade) -> str:
-    """``mamba1``, ``mamba2`` or ``bamba``, from the cascade's tensors (a hybrid layer has its
-    MLP block, prefixed ``FF_``; an attention block has scores ``SC``, an MLP block ``HM``;
-    Mamba-2 has heads: rank ``G``)."""
+    """``mamba1``, ``mamba2``, ``bamba`` or ``gated_deltanet``, from the cascade's tensors (a
+    hybrid layer has its MLP block, prefixed ``FF_``; an attention block has scores ``SC``, an
+    MLP block ``HM``; a Gated DeltaNet layer has the write strength ``BETA`` and normalised keys
+    ``KN``; Mamba-2 has heads: rank ``G``)."""
     if {"FF_XO", "SC", "HM"} & set(cascade.tensors):  # a hybrid layer, or its attention or MLP block alone
         return "bamba"
+    if {"BETA", "KN"} <= set(cascade.tensors):
+        return "gated_deltanet"
     return "mamba2" if "G" in cascade.ranks and "P" in cascade.ranks else "mamba1"
 
 

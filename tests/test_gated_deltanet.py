@@ -364,3 +364,13 @@ def test_cascade_show_with_reference_kernels() -> None:
     assert doc["provenance"]["precision"] == "reference-kernels"
     r = CliRunner().invoke(app, ["cascade", "show", "--model", "olmo-hybrid", "--precision", "reference-kernels"])
     assert r.exit_code == 0 and "reference-kernels" in r.output, r.output
+
+
+def test_the_ssm_ri_mapping_names_the_region_it_fuses() -> None:
+    """ssm-ri's description names the cascade's own ssm region, not Mamba-1's tensors."""
+    from mambalaya.model.search import named_mapping
+
+    c = build_layer(PRESETS["olmo-hybrid"], phase="prefill", seq_len=64, batch=1)
+    m = named_mapping("ssm-ri", c, None)
+    region = [e.name for e in c.einsums if e.name in set(c.regions["ssm"])]
+    assert m.description.startswith(f"RI fusion of {', '.join(region)} ") and "AD, BX" not in m.description

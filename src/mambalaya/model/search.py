@@ -306,7 +306,8 @@ def ssm_ri(cascade: Cascade, buffer_bytes: int | None = None, *, arch: Any = Non
         elif region not in segments:  # the region runs where its first Einsum would
             segments.append(region)
     choices = _best_groups(cascade, segments, buffer_bytes, arch, objective)
-    return _finish(cascade, "ssm-ri", choices, buffer_bytes, "RI fusion of AD, BX, H, YS (Geens et al.); rest unfused", arch)
+    return _finish(cascade, "ssm-ri", choices, buffer_bytes,
+                   f"RI fusion of {', '.join(region)} (the ssm region, as Geens et al. fuse it); rest unfused", arch)
 
 
 @_recost_on_mismatch

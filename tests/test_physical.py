@@ -195,4 +195,4 @@ def test_specs_that_differ_only_in_energy_node_or_area_share_their_searches() ->
     assert a.mapping.groups == b.mapping.groups and a.result.latency_s == b.result.latency_s
     assert b.energy.layer_j > a.energy.layer_j
     blind = {x.key for x in load_sensitivity_spec("h100-like").assumptions if latency_blind(x)}
-    assert blind == {"technology.energy_scale", "technology.logic_leakage_w_per_mm2"}
+    assert blind == {"technology.energy_scale", "technology.logic_leakage_w_per_mm2", "technology.sram_leakage_w_per_mib"}

@@ -172,7 +172,9 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         f"context lengths {', '.join(str(L) for L in config.seq_lens)}; phases {', '.join(config.phases)} (a decode "
         "step's L is the context already in the KV cache). Tensor widths: "
         + (f"the `{config.precision}` precision policy on every design."
-           if config.precision else "each design's own precision policy (its spec's `precision`), `bamba` family."),
+           if config.precision else "each design's own precision policy (its spec's `precision`), under the `bamba` "
+           "family's entries, except OLMo-Hybrid's delta-rule layers (`gated_deltanet`'s). A tensor the family's "
+           "entries do not name (Jamba's Mamba-1 tensors, a router's) takes the design width."),
         "",
         "**Method.** Every layer type of the model is one cascade (its mixer block, then its MLP block) evaluated on "
         "each design; the whole model's latency is the sum over layers (embedding and LM head excluded, as "

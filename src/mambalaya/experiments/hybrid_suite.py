@@ -174,7 +174,7 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         + (f"the `{config.precision}` precision policy on every design."
            if config.precision else "each design's own precision policy (its spec's `precision`), under the `bamba` "
            "family's entries, except OLMo-Hybrid's delta-rule layers (`gated_deltanet`'s). A tensor the family's "
-           "entries do not name (Jamba's Mamba-1 tensors, a router's) takes the design width."),
+           "entries do not name (a router's, for instance) takes the design width."),
         "",
         "**Method.** Every layer type of the model is one cascade (its mixer block, then its MLP block) evaluated on "
         "each design; the whole model's latency is the sum over layers (embedding and LM head excluded, as "

@@ -35,7 +35,8 @@ from mambalaya.workloads.families import is_hybrid
 
 HYBRID_DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal", "gpu-h100")
 #: The hybrid presets the suite evaluates by default, one per family.
-HYBRID_MODELS = ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b", "jamba-v0.1", "granite-4.0-h-tiny")
+HYBRID_MODELS = ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b", "zamba2-2.7b", "jamba-v0.1",
+                 "granite-4.0-h-tiny")
 STUDIED = "mambalaya"
 
 

@@ -70,8 +70,10 @@ def suite_steps(config: HybridSuiteConfig) -> int:
 def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
     return {"model": model, "phase": ev.phase, "seq_len": ev.seq_len, "batch": ev.batch, "arch": ev.arch.name,
             "precision": next(iter(ev.layers.values())).precision.name, **ev.totals(),
-            # a MoE family's attention layers are "attention" and "attention-moe": their share together
-            "attention_share": sum(ev.share_of_time(t) for t in ev.layers if t.split("-")[0] == "attention")}
+            # a MoE family's attention layers are "attention" and "attention-moe": their share together;
+            # NaN (reported '-') where attention sits inside another layer type (Falcon-H1, Zamba2)
+            "attention_share": sum(ev.share_of_time(t) for t in ev.layers if t.split("-")[0] == "attention")
+            if any(t.split("-")[0] == "attention" for t in ev.layers) else float("nan")}
 
 
 def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
@@ -141,6 +143,8 @@ def _write_figures(config: HybridSuiteConfig, speedups: pd.DataFrame) -> list[Pa
         table = speedups[speedups["model"] == model]
         for name, draw in (("speedup_vs_length", hybrid_speedup_vs_length),
                            ("speedup_vs_attention_share", hybrid_speedup_vs_attention_share)):
+            if name.endswith("attention_share") and table["baseline_attention_share"].isna().all():
+                continue  # no separate attention layer: no share to plot against
             fig = draw(table, model=model)
             paths += save_figure(fig, config.out / "figures" / f"{model}_{name}")
             plt.close(fig)
@@ -160,7 +164,7 @@ def _fmt(x: float) -> str:
 
 def _share(x: Any) -> str:
     """A share of the time; '-' where the model has no separate attention layer (Falcon-H1's
-    parallel layer holds its attention beside the Mamba mixer)."""
+    parallel layer holds its attention beside the Mamba mixer, Zamba2's hybrid layer before it)."""
     return "-" if pd.isna(x) else f"{x:.1%}"
 
 

@@ -13,8 +13,8 @@ on Mambalaya) and writes, under ``results/hybrid/``:
   type's latency, mapping, cascade and share of the time;
 * ``hybrid_speedups.csv``: Mambalaya's speedup over each other design, with the share of that
   design's time in attention;
-* two figures (speedup against L; speedup against the attention share) and ``report.md`` /
-  ``report.html`` naming every input.
+* two figures (speedup against L; speedup against the attention share, for a model with
+  attention layers) and ``report.md`` / ``report.html`` naming every input.
 """
 
 from __future__ import annotations

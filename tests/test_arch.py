@@ -266,9 +266,10 @@ def test_unknown_unary():
 
 def test_mfu_free_design_needs_pe_op_costs():
     d = with_("compute.mfu_units", 0)
-    msg = rejects(d, "compute.unary_cost_pe_ops", "missing", "exp", "softplus")
+    msg = rejects(d, "compute.unary_cost_pe_ops", "missing", "exp", "softplus", "gelu")
     assert "neg" not in msg.split("missing:")[1]
-    d["compute"]["unary_cost_pe_ops"] = {fn: 8 for fn in ("exp", "log", "sqrt", "rsqrt", "silu", "softplus", "sigmoid", "tanh")}
+    d["compute"]["unary_cost_pe_ops"] = {fn: 8 for fn in ("exp", "log", "sqrt", "rsqrt", "silu", "softplus", "sigmoid", "tanh",
+                                                          "gelu")}
     spec = arch_from_dict(d)
     assert spec.unary_ops_per_s("exp") == spec.peak_elementwise_ops_per_s / 8
 

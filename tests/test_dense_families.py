@@ -331,7 +331,7 @@ def test_hybrid_suite_runs_every_dense_family(tmp_path) -> None:
     from mambalaya.experiments.hybrid_suite import HYBRID_MODELS, HybridSuiteConfig
 
     assert HybridSuiteConfig().models == HYBRID_MODELS == ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b",
-                                                         "jamba-v0.1", "granite-4.0-h-tiny")
+                                                         "zamba2-2.7b", "jamba-v0.1", "granite-4.0-h-tiny")
     out = CliRunner().invoke(app, ["reproduce", "--suite", "hybrid", "--models", "nemotron-h-8b,olmo-hybrid-7b",
                                    "--seq-lens", "2048", "--batch", "1", "--no-figures", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output

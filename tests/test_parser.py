@@ -299,7 +299,7 @@ def test_binary_max_and_min_functions() -> None:
     assert np.array_equal(execute(c, {"X": x, "W": np.zeros(c.shape("W"))})["M"], np.maximum(np.maximum.accumulate(x, axis=1), 0.0))
     with pytest.raises(SpecError, match="expected ',' between the two arguments of max"):
         parse_einsum("M[b] = max(X[b])")
-    with pytest.raises(SpecError, match="known: .*relu, max, min"):
+    with pytest.raises(SpecError, match="known: .*relu, gelu, max, min"):
         parse_einsum("M[b] = maxi(X[b], 1)")
 
 

@@ -39,7 +39,7 @@ UNARY_FUNCTIONS: tuple[str, ...] = IR_UNARY_FUNCTIONS
 #: Documented default MFU costs (cycles of one MFU per result). Functions at 0 run as one
 #: elementwise operation on the 1D mode / vector unit instead of an MFU. The non-zero values
 #: are assumptions (a pipelined MFU evaluating exp/log/sqrt/rsqrt in one pass, sigmoid/tanh/
-#: SiLU in two, softplus = log1p(exp(.)) plus a max in four); shipped specs spell them out.
+#: SiLU/GELU in two, softplus = log1p(exp(.)) plus a max in four); shipped specs spell them out.
 DEFAULT_UNARY_COST_CYCLES: dict[str, float] = {
     "exp": 1.0,
     "log": 1.0,
@@ -54,6 +54,10 @@ DEFAULT_UNARY_COST_CYCLES: dict[str, float] = {
     "abs": 0.0,
     "step": 0.0,
     "relu": 0.0,
+    # Assumption: gelu = 0.5*x*(1 + erf(x/sqrt(2))) as one MFU function like SiLU (x times a
+    # sigmoid-shaped function): an erf pass plus the multiply, 2 cycles; range 1-4 (erf by a
+    # polynomial or rational approximation of several steps).
+    "gelu": 2.0,
 }
 
 MAPPING_NAMES: tuple[str, ...] = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
@@ -121,9 +125,9 @@ class ComputeSpec(BaseModel):
         default_factory=lambda: dict(DEFAULT_UNARY_COST_CYCLES),
         description=(
             "Cycles of one MFU per result, for each unary function (exp, log, sqrt, rsqrt, silu, "
-            "softplus, sigmoid, tanh, neg, square, abs, relu). 0 means the function is a plain "
+            "softplus, sigmoid, tanh, gelu, neg, square, abs, relu). 0 means the function is a plain "
             "elementwise operation (one op on the 1D mode / vector unit, not an MFU). Entries given "
-            "override the documented defaults (exp/log/sqrt/rsqrt 1, silu/sigmoid/tanh 2, softplus 4, "
+            "override the documented defaults (exp/log/sqrt/rsqrt 1, silu/sigmoid/tanh/gelu 2, softplus 4, "
             "neg/square/abs/relu 0)."
         ),
     )

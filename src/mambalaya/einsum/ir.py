@@ -32,10 +32,13 @@ UNARY_FUNCTIONS: tuple[str, ...] = (
     "abs",
     "step",
     "relu",
+    "gelu",
 )
 #: ``step(x)`` is the Heaviside step, 1 where ``x > 0`` and 0 elsewhere: the comparison a
 #: mixture-of-experts router needs to pick its top-k experts (``workloads/moe.py``), counted as
-#: one elementwise operation like ``relu``.
+#: one elementwise operation like ``relu``. ``gelu(x)`` is the exact GELU, ``0.5*x*(1 + erf(x/sqrt(2)))``
+#: (transformers' ``ACT2FN['gelu']``, ``torch.nn.functional.gelu`` without the tanh approximation),
+#: the activation of Zamba2's shared MLPs.
 BINARY_OPERATORS: tuple[str, ...] = ("+", "-", "*", "/")
 #: Element-wise functions of two values, written ``max(a, b)``: the running maximum of an
 #: online softmax (``M[b,i,t] = max(M[b,i,t-1], S[b,i,t])``). A :class:`Binary` node with

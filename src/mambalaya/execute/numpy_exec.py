@@ -13,6 +13,8 @@ initial value (:attr:`TensorSpec.initial`) or zero: the source array is padded o
 
 from __future__ import annotations
 
+import math
+
 import string
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -41,6 +43,17 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.exp(-np.logaddexp(0, -x))
 
 
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    """The exact GELU, 0.5*x*(1 + erf(x/sqrt(2))), with math.erf element by element (in double
+    precision, the result cast back to x's dtype)."""
+    x = np.asarray(x)
+    erf = _ERF(x.astype(np.float64) / math.sqrt(2.0)).astype(np.float64)
+    return (0.5 * x * (1.0 + erf)).astype(x.dtype)
+
+
 UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "exp": np.exp,
     "log": np.log,
@@ -55,6 +68,7 @@ UNARY_NUMPY: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "abs": np.abs,
     "step": lambda x: (x > 0).astype(x.dtype),
     "relu": lambda x: np.maximum(x, 0),
+    "gelu": _gelu,
 }
 
 #: The element-wise functions of two values (:data:`~mambalaya.einsum.ir.BINARY_FUNCTIONS`).

@@ -13,8 +13,8 @@ on Mambalaya) and writes, under ``results/hybrid/``:
   type's latency, mapping, cascade and share of the time;
 * ``hybrid_speedups.csv``: Mambalaya's speedup over each other design, with the share of that
   design's time in attention;
-* two figures (speedup against L; speedup against the attention share) and ``report.md`` /
-  ``report.html`` naming every input.
+* two figures (speedup against L; speedup against the attention share, for a model with
+  attention layers) and ``report.md`` / ``report.html`` naming every input.
 """
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from mambalaya.workloads.families import is_hybrid
 
 HYBRID_DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal", "gpu-h100")
 #: The hybrid presets the suite evaluates by default, one per family.
-HYBRID_MODELS = ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b", "jamba-v0.1", "granite-4.0-h-tiny")
+HYBRID_MODELS = ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b", "zamba2-2.7b", "jamba-v0.1",
+                 "granite-4.0-h-tiny")
 STUDIED = "mambalaya"
 
 
@@ -69,8 +70,10 @@ def suite_steps(config: HybridSuiteConfig) -> int:
 def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
     return {"model": model, "phase": ev.phase, "seq_len": ev.seq_len, "batch": ev.batch, "arch": ev.arch.name,
             "precision": next(iter(ev.layers.values())).precision.name, **ev.totals(),
-            # a MoE family's attention layers are "attention" and "attention-moe": their share together
-            "attention_share": sum(ev.share_of_time(t) for t in ev.layers if t.split("-")[0] == "attention")}
+            # a MoE family's attention layers are "attention" and "attention-moe": their share together;
+            # NaN (reported '-') where attention sits inside another layer type (Falcon-H1, Zamba2)
+            "attention_share": sum(ev.share_of_time(t) for t in ev.layers if t.split("-")[0] == "attention")
+            if any(t.split("-")[0] == "attention" for t in ev.layers) else float("nan")}
 
 
 def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
@@ -140,6 +143,8 @@ def _write_figures(config: HybridSuiteConfig, speedups: pd.DataFrame) -> list[Pa
         table = speedups[speedups["model"] == model]
         for name, draw in (("speedup_vs_length", hybrid_speedup_vs_length),
                            ("speedup_vs_attention_share", hybrid_speedup_vs_attention_share)):
+            if name.endswith("attention_share") and table["baseline_attention_share"].isna().all():
+                continue  # no separate attention layer: no share to plot against
             fig = draw(table, model=model)
             paths += save_figure(fig, config.out / "figures" / f"{model}_{name}")
             plt.close(fig)
@@ -159,7 +164,7 @@ def _fmt(x: float) -> str:
 
 def _share(x: Any) -> str:
     """A share of the time; '-' where the model has no separate attention layer (Falcon-H1's
-    parallel layer holds its attention beside the Mamba mixer)."""
+    parallel layer holds its attention beside the Mamba mixer, Zamba2's hybrid layer before it)."""
     return "-" if pd.isna(x) else f"{x:.1%}"
 
 

@@ -391,7 +391,8 @@ def _scan_form_rows(config: ReproduceConfig) -> pd.DataFrame:
 #: Geens et al.'s model of MARCA costs exp, sigmoid, sqrt, div and reciprocal one elementwise
 #: operation each and softplus nothing (their artifact: Stream ae6a7788, OP_TYPE_TO_PARSER).
 #: SiLU is sigmoid and a multiply (2), rsqrt a sqrt and a reciprocal (2), and softplus 1, the
-#: least ``unary_cost_pe_ops`` admits (theirs: 0).
+#: least ``unary_cost_pe_ops`` admits (theirs: 0). A function their model does not cost (gelu,
+#: which no Mamba-1 layer evaluates) keeps marca-original's own cost.
 GEENS_UNARY_PE_OPS = {"exp": 1.0, "log": 1.0, "sqrt": 1.0, "rsqrt": 2.0, "silu": 2.0, "softplus": 1.0,
                       "sigmoid": 1.0, "tanh": 1.0}
 
@@ -408,7 +409,7 @@ def _geens_rows() -> pd.DataFrame:
     cfg = parse_config(dict(setup.model_config), source="Geens et al.'s Mamba1-2.7B")
     spec = load_arch("marca-original")
     theirs = arch_to_dict(spec)
-    theirs["compute"]["unary_cost_pe_ops"] = dict(GEENS_UNARY_PE_OPS)
+    theirs["compute"]["unary_cost_pe_ops"] = {**spec.compute.unary_cost_pe_ops, **GEENS_UNARY_PE_OPS}
     variants = {"marca-original spec costs": spec,
                 "Geens et al.'s costs": arch_from_dict(theirs, source="marca-original with Geens et al.'s unary costs")}
     rows = []

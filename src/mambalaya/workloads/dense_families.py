@@ -17,13 +17,16 @@ from mambalaya.workloads.families import FamilyModel
 from mambalaya.workloads.nemotron_h import PRESETS as NEMOTRON_H_PRESETS
 from mambalaya.workloads.nemotron_h import nemotron_h_config_from_hf
 from mambalaya.workloads.olmo_hybrid import PRESETS as OLMO_HYBRID_PRESETS
+from mambalaya.workloads.zamba2 import PRESETS as ZAMBA2_PRESETS
+from mambalaya.workloads.zamba2 import zamba2_config_from_hf
 
 #: Every dense family's preset, by name.
-FAMILY_PRESETS: dict[str, FamilyModel] = {**NEMOTRON_H_PRESETS, **OLMO_HYBRID_PRESETS, **FALCON_H1_PRESETS}
+FAMILY_PRESETS: dict[str, FamilyModel] = {**NEMOTRON_H_PRESETS, **OLMO_HYBRID_PRESETS, **FALCON_H1_PRESETS,
+                                         **ZAMBA2_PRESETS}
 
 #: ``model_type`` -> the reader of that family's config.json.
 READERS: dict[str, Callable[..., FamilyModel]] = {"nemotron_h": nemotron_h_config_from_hf,
-                                                  "falcon_h1": falcon_h1_config_from_hf}
+                                                  "falcon_h1": falcon_h1_config_from_hf, "zamba2": zamba2_config_from_hf}
 
 #: The model types other readers of mambalaya take (Mamba-1, Mamba-2, Bamba, OLMo-Hybrid's mixer, Jamba, Granite 4).
 OTHER_MODEL_TYPES: tuple[str, ...] = ("mamba", "mamba2", "bamba", "olmo_hybrid", "jamba", "granitemoehybrid")

@@ -188,9 +188,12 @@ def _cache_length(state: Mapping[str, Any] | None) -> int | None:
 
 def run_family_layer(model: FamilyModel, layer: int | str, x: Any, weights: Mapping[str, np.ndarray], *,
                      state: Mapping[str, np.ndarray] | None = None, scan: str | None = None,
-                     softmax: str = "three-pass", dtype: str = "float32") -> FamilyStep:
+                     softmax: str = "three-pass", dtype: str = "float32",
+                     inputs: Mapping[str, Any] | None = None) -> FamilyStep:
     """Run layer ``layer`` (its index, or a layer type) of ``model`` on ``x`` ``[B, L, D]``:
-    a prefill from a fresh cache without ``state``, else one decode step continuing from it."""
+    a prefill from a fresh cache without ``state``, else one decode step continuing from it.
+    ``inputs``: the layer's other per-position inputs, by name (Zamba2's hybrid layers read the
+    original embeddings ``EMB`` ``[B, L, D]``)."""
     from mambalaya.execute.numpy_exec import carry_states, execute
     from mambalaya.workloads.attention import append_kv
     from mambalaya.workloads.mamba2 import chunked_output_to_positions
@@ -213,7 +216,16 @@ def run_family_layer(model: FamilyModel, layer: int | str, x: Any, weights: Mapp
     if phase == "decode" and layer_type in model.SCANNED:
         scan = None
     cascade = model.layer(layer_type, batch=batch, seq_len=seq_len, phase=phase, scan=scan, softmax=softmax)
-    arrays = {"X": x, **weights, **family_inputs(cascade, model, state=state)}
+    wanted = [t for t in cascade.external_tensors() if cascade.tensors[t].role == Role.INPUT and t != "X"
+              and cascade.tensors[t].ranks[:2] == ("B", "I")]
+    given = dict(inputs or {})
+    if sorted(given) != sorted(wanted):
+        raise SpecError(f"cascade {cascade.name} reads the per-position inputs {', '.join(wanted) or 'none'} besides X; "
+                        f"inputs= gives {', '.join(sorted(given)) or 'none'}")
+    for t, arr in given.items():
+        if tuple(np.shape(arr)) != cascade.shape(t):
+            raise SpecError(f"input {t} has shape {tuple(np.shape(arr))}; cascade {cascade.name} reads {cascade.shape(t)}")
+    arrays = {"X": x, **given, **weights, **family_inputs(cascade, model, state=state)}
     results = execute(cascade, arrays, dtype=dtype)
     out_name = next(t for t, s in cascade.tensors.items() if s.role == Role.OUTPUT)
     output = results[out_name]

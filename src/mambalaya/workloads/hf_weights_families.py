@@ -30,6 +30,7 @@ from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_layer
 from mambalaya.workloads.falcon_h1 import FalconH1Model
 from mambalaya.workloads.nemotron_h import NemotronHModel
 from mambalaya.workloads.olmo_hybrid import OlmoHybridModel
+from mambalaya.workloads.zamba2 import Zamba2Model
 
 _NH_ATTENTION = ("norm.weight", "mixer.q_proj.weight", "mixer.k_proj.weight", "mixer.v_proj.weight",
                  "mixer.o_proj.weight")
@@ -218,5 +219,67 @@ def load_falcon_h1_layer(source: Any, layer: int, config: FalconH1Model, multipl
     return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
 
 
+def _zamba2_tensor(state: Any, key: str, shape: tuple[int, ...]) -> np.ndarray:
+    for prefix in ("model.", ""):
+        if prefix + key in state:
+            value = state[prefix + key]
+            arr = np.asarray(value.detach().float().numpy() if hasattr(value, "detach") else value, dtype=np.float64)
+            if arr.shape != shape:
+                raise WeightLoadError(f"Zamba2 weight {prefix + key} has shape {arr.shape}; the config gives {shape}")
+            return arr
+    raise WeightLoadError(f"the Zamba2 state dict has no {key} (nor model.{key})")
+
+
+def load_zamba2_layer(state: Any, layer: int, config: Zamba2Model, dtype: Any = "float32") -> dict[str, np.ndarray]:
+    """Layer ``layer`` of a Zamba2 state dict (``Zamba2ForCausalLM``'s ``model.layers.*`` or
+    ``Zamba2Model``'s ``layers.*``; tensors or arrays) as the weights of its cascade. A hybrid
+    layer's shared block is read where the checkpoint keeps it, under the first hybrid layer of
+    that block (transformers ties the later uses to it); its adapters are the use's (index
+    ``j``, the layer's rank among the hybrid layers)."""
+    out_dtype = resolve_dtype(dtype, "Zamba2")
+    layer = _check_layer(layer, config.n_layers, "Zamba2")
+    c, hybrid = config, config.layer_types[layer] == "hybrid"
+    d, f, r, hd = c.d_model, c.d_ff, c.adapter_rank, c.head_dim
+    y, v, e = c.n_kv_heads, c.n_heads // c.n_kv_heads, c.expand * c.d_model
+    at = f"layers.{layer}.mamba_decoder." if hybrid else f"layers.{layer}."
+    gn, k = c.mamba_ngroups * c.mamba_d_state, c.mamba_d_conv
+    conv = e + 2 * gn
+    shapes = {"mamba.in_proj.weight": (e + conv + c.mamba_heads, d), "mamba.conv1d.weight": (conv, 1, k),
+              "mamba.conv1d.bias": (conv,), "mamba.dt_bias": (c.mamba_heads,), "mamba.A_log": (c.mamba_heads,),
+              "mamba.D": (c.mamba_heads,), "mamba.norm.weight": (e,), "mamba.out_proj.weight": (d, e)}
+    block = {"norm.weight": _zamba2_tensor(state, at + "input_layernorm.weight", (d,))}
+    block.update({"mixer." + name[len("mamba."):]: _zamba2_tensor(state, at + name, shape)
+                  for name, shape in shapes.items()})
+    weights = load_mamba2_layer(block, layer, "float64", ngroups=c.mamba_ngroups, d_state=c.mamba_d_state)
+    if hybrid:
+        mem, use = c.shared_block_of(layer)
+        first = c.hybrid_layer_ids[mem]
+        sb = f"layers.{first}.shared_transformer."
+
+        def t(key: str, shape: tuple[int, ...]) -> np.ndarray:
+            return _zamba2_tensor(state, sb + key, shape)
+
+        q = t("self_attn.q_proj.weight", (c.n_heads * hd, 2 * d)).T
+        kk = t("self_attn.k_proj.weight", (y * hd, 2 * d)).T
+        vv = t("self_attn.v_proj.weight", (y * hd, 2 * d)).T
+        norm = t("input_layernorm.weight", (2 * d,))
+        gate_up = t("feed_forward.gate_up_proj.weight", (2 * f, d))
+        lm0 = t(f"feed_forward.gate_up_proj_adapter_list.{use}.0.weight", (r, d))
+        lm1 = t(f"feed_forward.gate_up_proj_adapter_list.{use}.1.weight", (2 * f, r))
+        weights.update(
+            WAN=norm[:d], WAE=norm[d:], WAQ=q[:d].reshape(d, y, v, 2, hd // 2), WAQE=q[d:].reshape(d, y, v, 2, hd // 2),
+            WAK=kk[:d].reshape(d, y, 2, hd // 2), WAKE=kk[d:].reshape(d, y, 2, hd // 2), WAV=vv[:d].reshape(d, y, hd),
+            WAVE=vv[d:].reshape(d, y, hd), WAO=t("self_attn.o_proj.weight", (d, c.n_heads * hd)).T.reshape(y, v, hd, d),
+            WFN=t("pre_ff_layernorm.weight", (d,)), WFG=gate_up[:f].T, WFU=gate_up[f:].T,
+            WFD=t("feed_forward.down_proj.weight", (d, f)).T, WLM=lm0.T, WLG=lm1[:f].T, WLU=lm1[f:].T,
+            WTL=_zamba2_tensor(state, f"layers.{layer}.linear.weight", (d, d)).T)
+        if c.attention_adapter:
+            for p, shape in (("Q", (y, v, 2, hd // 2)), ("K", (y, 2, hd // 2)), ("V", (y, hd))):
+                a0 = t(f"self_attn.linear_{p.lower()}_adapter_list.{use}.0.weight", (r, 2 * d)).T
+                a1 = t(f"self_attn.linear_{p.lower()}_adapter_list.{use}.1.weight", (2 * d, r)).T
+                weights.update({f"WL{p}X": a0[:d], f"WL{p}E": a0[d:], f"WL{p}U": a1.reshape(r, *shape)})
+    return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
+
+
 __all__ = ["NEMOTRON_H_KEYS", "OLMO_HYBRID_KEYS", "falcon_h1_keys", "load_falcon_h1_layer", "load_nemotron_h_layer",
-           "load_olmo_hybrid_layer"]
+           "load_olmo_hybrid_layer", "load_zamba2_layer"]

@@ -43,7 +43,7 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.workloads.attention import AttentionConfig
-from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel
+from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel, check_known_fields, positive_int
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.mlp import MLPConfig, mlp_layer
 
@@ -261,10 +261,7 @@ READ = set(DEFAULTS) | set(MULTIPLIERS) | {"head_dim", "rope_parameters", "rope_
 
 
 def _int(data: dict, key: str, source: str) -> int:
-    value = data.get(key, DEFAULTS.get(key))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
-    return value
+    return positive_int(data, key, DEFAULTS, source)
 
 
 def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> FalconH1Model:
@@ -272,13 +269,7 @@ def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> Falc
     ``FalconH1Config`` reads it; every problem is one SpecError naming the field."""
     if not isinstance(data, dict) or data.get("model_type") != "falcon_h1":
         raise SpecError("a Falcon-H1 config is a mapping with model_type 'falcon_h1'", source=source)
-    for key in data:
-        if key not in READ and key not in INERT and key not in MODELLED:
-            raise SpecError(f"field {key} is not a FalconH1Config field mambalaya knows (transformers 5.25); it "
-                            "cannot tell whether it changes a layer", source=source)
-    for key, (value, why) in MODELLED.items():
-        if key in data and data[key] != value:
-            raise SpecError(f"field {key} is {data[key]!r}; mambalaya models {value!r} ({why})", source=source)
+    check_known_fields(data, "FalconH1Config", READ, INERT, MODELLED, source)
     for key in ("layers_block_type", "layer_types"):
         if data.get(key) is not None and any(t != "hybrid" for t in data[key]):
             raise SpecError(f"field {key} lists a layer that is not 'hybrid'; every FalconH1Config layer is one",

@@ -101,6 +101,27 @@ class FamilyModel(BaseModel):
         return layer_type
 
 
+def positive_int(data: dict, key: str, defaults: dict, source: str) -> int:
+    """A config.json field (or its transformers default) that must be a positive integer."""
+    value = data.get(key, defaults.get(key))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
+    return value
+
+
+def check_known_fields(data: dict, config_class: str, read: set, inert: set, modelled: dict, source: str) -> None:
+    """Every field of a family's config.json is one mambalaya reads, one that cannot change a
+    layer, or one whose value it models (``modelled``: field -> (value, why)); anything else is
+    refused by name."""
+    for key in data:
+        if key not in read and key not in inert and key not in modelled:
+            raise SpecError(f"field {key} is not a {config_class} field mambalaya knows (transformers 5.25); it "
+                            "cannot tell whether it changes a layer", source=source)
+    for key, (value, why) in modelled.items():
+        if key in data and data[key] != value:
+            raise SpecError(f"field {key} is {data[key]!r}; mambalaya models {value!r} ({why})", source=source)
+
+
 def is_hybrid(config: Any) -> bool:
     """Whether ``config`` is a model of several layer types evaluated layer type by layer type
     (Bamba, a mixture-of-experts hybrid family, or a dense hybrid family)."""

@@ -34,7 +34,7 @@ from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.workloads.attention import AttentionConfig, attention_layer
 from mambalaya.workloads.checks import check_layer_args, validated_config
-from mambalaya.workloads.families import FamilyModel
+from mambalaya.workloads.families import FamilyModel, check_known_fields, positive_int
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 
 #: transformers' layer type names -> mambalaya's; pattern characters -> transformers' names.
@@ -211,10 +211,7 @@ READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "hybrid_override_pat
 
 
 def _int(data: dict, key: str, source: str) -> int:
-    value = data.get(key, DEFAULTS.get(key))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
-    return value
+    return positive_int(data, key, DEFAULTS, source)
 
 
 def nemotron_layer_types(data: dict, source: str) -> tuple[str, ...]:
@@ -262,13 +259,7 @@ def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> Nem
         if old in data:
             data[new] = data.pop(old)
     types = nemotron_layer_types(data, source)
-    for key in data:
-        if key not in READ and key not in INERT and key not in MODELLED:
-            raise SpecError(f"field {key} is not a NemotronHConfig field mambalaya knows (transformers 5.25); it "
-                            "cannot tell whether it changes a layer", source=source)
-    for key, (value, why) in MODELLED.items():
-        if key in data and data[key] != value:
-            raise SpecError(f"field {key} is {data[key]!r}; mambalaya models {value!r} ({why})", source=source)
+    check_known_fields(data, "NemotronHConfig", READ, INERT, MODELLED, source)
     for key, value in (("mlp_hidden_act", "relu2"), ("mamba_hidden_act", "silu")):
         if data.get(key, value) != value:
             raise SpecError(f"field {key} is {data[key]!r}; mambalaya models {value!r}", source=source)

@@ -55,7 +55,7 @@ from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.workloads.attention import AttentionConfig
 from mambalaya.workloads.falcon_h1 import _ATT_TENSORS, _ONLINE, _REGION, _THREE_PASS
-from mambalaya.workloads.families import FamilyModel
+from mambalaya.workloads.families import FamilyModel, check_known_fields, positive_int
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
@@ -349,10 +349,7 @@ HF_LAYER_TYPES = {"linear_attention": "mamba", "mamba": "mamba", "hybrid": "hybr
 
 
 def _int(data: dict, key: str, source: str) -> int:
-    value = data.get(key, DEFAULTS.get(key))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
-    return value
+    return positive_int(data, key, DEFAULTS, source)
 
 
 def _flag(data: dict, key: str, source: str) -> bool:
@@ -392,13 +389,7 @@ def zamba2_config_from_hf(data: dict, *, source: str = "config.json") -> Zamba2M
     ``Zamba2Config`` reads it; every problem is one SpecError naming the field."""
     if not isinstance(data, dict) or data.get("model_type") != "zamba2":
         raise SpecError("a Zamba2 config is a mapping with model_type 'zamba2'", source=source)
-    for key in data:
-        if key not in READ and key not in INERT and key not in MODELLED:
-            raise SpecError(f"field {key} is not a Zamba2Config field mambalaya knows (transformers 5.25); it cannot "
-                            "tell whether it changes a layer", source=source)
-    for key, (value, why) in MODELLED.items():
-        if key in data and data[key] != value:
-            raise SpecError(f"field {key} is {data[key]!r}; mambalaya models {value!r} ({why})", source=source)
+    check_known_fields(data, "Zamba2Config", READ, INERT, MODELLED, source)
     types = zamba2_layer_types(data, source)
     if "num_hidden_layers" in data and _int(data, "num_hidden_layers", source) != len(types):
         raise SpecError(f"field num_hidden_layers is {data['num_hidden_layers']}, but the layer pattern lists "

@@ -164,6 +164,7 @@ def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, A
     for a prefill from a fresh cache."""
     from mambalaya.workloads.attention import attention_constants
     from mambalaya.workloads.gated_deltanet import gdn_constants
+    from mambalaya.workloads.hybrid import incoming_state
     from mambalaya.workloads.mamba2 import mamba2_constants
 
     out: dict[str, np.ndarray] = {}
@@ -172,23 +173,8 @@ def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, A
         out.update(attention_constants(cascade, model.attention_config()))
     out.update(gdn_constants(cascade) if "EYE" in cascade.tensors else mamba2_constants(cascade))
     out.update(model.constants(cascade))
-    incoming = [t for t in cascade.external_tensors() if cascade.tensors[t].role == Role.STATE]
-    if state is None:
-        if ", decode," in cascade.description.split(";")[0] + ",":  # the first block's builder names its phase
-            raise SpecError(f"cascade {cascade.name} is a decode step: it continues from the state its prefill left "
-                            f"({', '.join(incoming)}); pass state=")
-        return {**out, **{t: np.zeros(cascade.shape(t)) for t in incoming}}
-    missing = [t for t in incoming if t not in state]
-    extra = [t for t in state if t not in incoming]
-    if missing or extra:
-        raise SpecError(f"cascade {cascade.name} reads the incoming state {', '.join(incoming) or 'nothing'}; the state "
-                        f"given lacks {', '.join(missing) or 'nothing'} and has extra {', '.join(extra) or 'nothing'}")
-    for t in incoming:
-        if tuple(np.shape(state[t])) != cascade.shape(t):
-            raise SpecError(f"state tensor {t} has shape {tuple(np.shape(state[t]))}; cascade {cascade.name} reads it "
-                            f"as {cascade.shape(t)} ({', '.join(cascade.tensors[t].ranks)})")
-        out[t] = np.asarray(state[t])
-    return out
+    decode = ", decode," in cascade.description.split(";")[0] + ","  # the first block's builder names its phase
+    return {**out, **incoming_state(cascade, state, decode=decode)}
 
 
 @dataclass(frozen=True)

@@ -389,17 +389,24 @@ def hybrid_inputs(cascade: Cascade, config: HybridConfig, *, state: Mapping[str,
     from mambalaya.workloads.mamba2 import mamba2_constants
 
     out = attention_constants(cascade, config) if "T" in cascade.ranks else mamba2_constants(cascade)
+    return {**out, **incoming_state(cascade, state, decode=_is_decode(cascade))}
+
+
+def incoming_state(cascade: Cascade, state: Mapping[str, Any] | None, *, decode: bool) -> dict[str, np.ndarray]:
+    """The cascade's incoming state tensors: ``state``, which must hold exactly them, each of its
+    shape; without it, zeros for a prefill (a fresh cache) and an error for a decode step."""
     incoming = [t for t in cascade.external_tensors() if cascade.tensors[t].role == Role.STATE]
     if state is None:
-        if _is_decode(cascade):
+        if decode:
             raise SpecError(f"cascade {cascade.name} is a decode step: it continues from the state its prefill left "
                             f"({', '.join(incoming)}); pass state=")
-        return {**out, **{t: np.zeros(cascade.shape(t)) for t in incoming}}
+        return {t: np.zeros(cascade.shape(t)) for t in incoming}
     missing = [t for t in incoming if t not in state]
     extra = [t for t in state if t not in incoming]
     if missing or extra:
         raise SpecError(f"cascade {cascade.name} reads the incoming state {', '.join(incoming) or 'nothing'}; the state "
                         f"given lacks {', '.join(missing) or 'nothing'} and has extra {', '.join(extra) or 'nothing'}")
+    out = {}
     for t in incoming:
         if tuple(np.shape(state[t])) != cascade.shape(t):
             raise SpecError(f"state tensor {t} has shape {tuple(np.shape(state[t]))}; cascade {cascade.name} reads it "

@@ -232,3 +232,87 @@ def test_the_convex_search_is_never_worse_for_energy_or_edp(objective: str, monk
     c2 = layer()
     m2 = optimal(c2, 1 << 20, arch=arch, objective=objective)
     assert cost(c, m) <= cost(c2, m2) * (1 + 1e-9)
+
+
+def _every_group_costed(c, space, buffer, arch):
+    import numpy as np
+
+    from mambalaya.model import convex_search
+
+    costed = convex_search._Costed(c, space, buffer, None, arch, "latency")
+    costed.add(np.arange(space.masks.size))
+    return costed, convex_search.convex_grouping(space, costed, arch, "latency")
+
+
+@pytest.mark.parametrize("arch_name", ["mambalaya", "gpu-h100", None])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_the_lazy_search_equals_costing_every_group_and_its_bounds_hold(arch_name, phase) -> None:
+    """Costing only the groups the lower bounds cannot rule out (mambalaya.model.convex_search)
+    chooses exactly what costing every connected convex group chooses, on a Mamba-1 layer and
+    on designs with and without kernel floors and staging levels; and every bound is at most
+    the cost the search finds for its group."""
+    import numpy as np
+
+    from mambalaya.model import convex_search
+    from mambalaya.model.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
+
+    arch = None if arch_name is None else load_arch(arch_name)
+    buffer = 1 << 20
+    layer = lambda: build_layer(PRESETS["mamba-130m"], phase=phase, seq_len=512 if phase == "prefill" else 1,  # noqa: E731
+                                batch=8)
+    c = layer()
+    space = convex_space(c)
+    stats = search.SearchStats()
+    lazy = convex_search.convex_optimal(c, space, buffer, stats, arch, "latency")
+    assert 0 < stats.groups_costed < space.masks.size  # the bounds rule groups out
+    c2 = layer()
+    costed, every = _every_group_costed(c2, space, buffer, arch)
+    assert [x.choice() for x in lazy] == [x.choice() for x in every]
+    bound = traffic_lower_bounds(c2, space)
+    if arch is not None:
+        bound = latency_lower_bounds(arch, bound, cycles_lower_bounds(c2, space, arch.compute))
+    finite = np.isfinite(costed.cost)
+    assert finite.sum() > 100
+    assert (bound[finite] <= costed.cost[finite] * (1 + 1e-12)).all()
+
+
+def test_a_bound_that_lies_would_change_the_choice(monkeypatch) -> None:
+    """The exactness test can fail: bounds above the costs (every group's bound times 5) rule
+    out groups the best grouping needs."""
+    from mambalaya.model import convex_search
+
+    arch = load_arch("mambalaya")
+    c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=8)
+    space = convex_space(c)
+    right = convex_search.convex_optimal(c, space, 1 << 20, None, arch, "latency")
+    real = convex_search.latency_lower_bounds
+    monkeypatch.setattr(convex_search, "latency_lower_bounds", lambda *a: real(*a) * 5)
+    wrong = convex_search.convex_optimal(c, space, 1 << 20, None, arch, "latency")
+    assert sum(x.cost() for x in wrong) > sum(x.cost() for x in right)
+
+
+def test_beyond_the_default_limits_optimal_convex_still_searches_every_group(monkeypatch) -> None:
+    """Where a cascade has more connected convex groups than the default search takes on (the
+    Mamba-2 layers: 10,584 recurrent, 103,636 chunked), ``optimal`` keeps to contiguous groups
+    and names ``optimal-convex``, which searches them all and finds what the convex search
+    finds within the limits. Here the limit is lowered below a Mamba-1 layer's 855 groups."""
+    from mambalaya.model import convex_search
+
+    arch = load_arch("mambalaya")
+    layer = lambda: build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=8)  # noqa: E731
+    within = named_mapping("optimal", layer(), 1 << 20, arch=arch)
+    monkeypatch.setattr(convex, "CONVEX_GROUP_LIMIT", 50)
+    c = layer()
+    assert convex_space(c) is None and convex_space(c, widest=True).masks.size == 855
+    m = named_mapping("optimal", c, 1 << 20, arch=arch)
+    assert "contiguous" in m.description and "optimal-convex" in m.description
+    c2 = layer()
+    wide = named_mapping("optimal-convex", c2, 1 << 20, arch=arch)
+    assert wide.name == "optimal-convex" and "connected convex groups" in wide.description
+    assert wide.groups == within.groups
+    check_mapping(c2, Mapping("again", wide.groups, wide.buffer_bytes, ""))
+    tol = 1 + search.LATENCY_TIE_TOLERANCE
+    assert layer_latency(arch, c2, wide).latency_s <= layer_latency(arch, c, m).latency_s * tol
+    monkeypatch.setattr(convex_search, "EXHAUSTIVE_GROUP_LIMIT", 50)
+    with pytest.raises(Exception, match="optimal-convex minimises energy"):
+        named_mapping("optimal-convex", layer(), 1 << 20, arch=arch, objective="energy")

@@ -90,6 +90,9 @@ def check_run(c, key, mapping):
 @pytest.mark.parametrize("name", [m for m in NAMED_MAPPINGS if m != "ideal"])
 @pytest.mark.parametrize("buffer", [256, 2048, 1 << 20])
 def test_named_mappings(key, name, buffer) -> None:
+    if name == "optimal-convex" and not key.startswith(("mamba2-recurrent", "mamba2-decode")):
+        pytest.skip("optimal-convex is optimal on the Mamba-1 layers (within the default search's limits) and "
+                    "slow on the chunked ones; the Mamba-2 recurrent layers exercise it")
     c = CASCADES[key]
     try:
         m = named_mapping(name, c, buffer)

@@ -60,11 +60,11 @@ DEFAULT_UNARY_COST_CYCLES: dict[str, float] = {
     "gelu": 2.0,
 }
 
-MAPPING_NAMES: tuple[str, ...] = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
+MAPPING_NAMES: tuple[str, ...] = ("unfused", "ssm-ri", "stitched", "optimal", "optimal-convex", "ideal")
 FUSION_CLASSES: tuple[str, ...] = ("RI", "RSb", "RSp", "RD")
 
 
-MappingName = Literal["unfused", "ssm-ri", "stitched", "optimal", "ideal"]
+MappingName = Literal["unfused", "ssm-ri", "stitched", "optimal", "optimal-convex", "ideal"]
 FusionClass = Literal["RI", "RSb", "RSp", "RD"]
 
 
@@ -398,7 +398,7 @@ class MappingPolicy(BaseModel):
         description=(
             "The mapping this design runs: unfused (every Einsum alone: the algorithmic minimum of "
             "traffic), ssm-ri (RI fusion of the SSM region only), stitched (greedy stitching), optimal "
-            "(least-traffic search) or ideal (one group, unbounded buffer: a lower bound)."
+            "(least-traffic search), optimal-convex (the same over every connected convex group) or ideal (one group, unbounded buffer: a lower bound)."
         )
     )
     fusion_classes: list[FusionClass] = Field(

@@ -26,66 +26,121 @@ caller searches contiguous groups instead and says so.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
 
-#: Largest number of downsets, and of connected convex groups, the convex search takes on (the
-#: Mamba-1 layer: 99 downsets and 855 groups in prefill, 192 and 1,272 in decode).
+#: The space ``optimal`` searches convexly by default: at most this many downsets and connected
+#: convex groups (the Mamba-1 layer: 99 downsets and 855 groups in prefill, 192 and 1,272 in
+#: decode). A wider cascade is searched over contiguous groups unless asked for
+#: (``optimal-convex``).
 DOWNSET_LIMIT = 2000
 CONVEX_GROUP_LIMIT = 1500
 
+#: The widest space ``optimal-convex`` takes on: downsets, (downset, downset) pairs one inside
+#: the other, and connected convex groups. The chunked Mamba-2 layer, the widest shipped, has
+#: 5,007 downsets, 368,305 pairs that differ by a connected convex group and 103,636 such
+#: groups. Masks are 63-bit integers, so a cascade of more than 63 Einsums is searched over
+#: contiguous groups.
+WIDEST_DOWNSETS = 20_000
+WIDEST_PAIRS = 4_000_000
+WIDEST_GROUPS = 1_000_000
+MAX_EINSUMS = 63
 
-@dataclass(frozen=True)
+
+@dataclass(frozen=True, eq=False)
 class ConvexSpace:
     """The downsets of a cascade (bit masks over its Einsums in cascade order, by size: the
-    empty set first, the whole cascade last) and its connected convex groups, each with the
-    pairs of downsets it joins."""
+    empty set first, the whole cascade last), its connected convex groups (by size, then mask)
+    and every pair of downsets ``D1`` inside ``D2`` whose difference is one of them (``src``,
+    ``dst`` index the downsets, ``group`` the groups; by ``dst``, then ``src``)."""
 
     names: tuple[str, ...]
-    downsets: tuple[int, ...]
-    groups: dict[int, tuple[tuple[int, int], ...]]  # group mask -> (D1, D2) with D2 - D1 = group
+    downsets: np.ndarray
+    masks: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    group: np.ndarray
 
     def einsums(self, mask: int) -> list[str]:
         """The group's Einsums, in cascade order."""
         return [n for i, n in enumerate(self.names) if mask >> i & 1]
 
+    @cached_property
+    def groups(self) -> dict[int, tuple[tuple[int, int], ...]]:
+        """Group mask -> the (D1, D2) pairs it joins, D2 - D1 = group."""
+        out: dict[int, list[tuple[int, int]]] = {int(m): [] for m in self.masks}
+        d = self.downsets.tolist()
+        for a, b, g in zip(self.src.tolist(), self.dst.tolist(), self.group.tolist()):
+            out[int(self.masks[g])].append((d[a], d[b]))
+        return {m: tuple(p) for m, p in out.items()}
+
+    @cached_property
+    def levels(self) -> np.ndarray:
+        """Each downset's size."""
+        return _popcount(self.downsets)
+
+    @cached_property
+    def by_src(self) -> np.ndarray:
+        """The pairs in order of ``src`` (then ``dst``)."""
+        return np.lexsort((self.dst, self.src))
+
 
 _SPACES: dict[tuple, ConvexSpace | None] = {}
 
 
-def convex_space(cascade: Cascade) -> ConvexSpace | None:
-    """The cascade's downsets and connected convex groups, or None beyond the limits.
-    Memoised per dependency structure (every length and batch of a layer shares it)."""
+def convex_space(cascade: Cascade, *, widest: bool = False) -> ConvexSpace | None:
+    """The cascade's downsets and connected convex groups, or None beyond the limits (the
+    default search's, or with ``widest`` those of ``optimal-convex``). Memoised per dependency
+    structure (every length and batch of a layer shares it)."""
     names = tuple(e.name for e in cascade.einsums)
+    if len(names) > MAX_EINSUMS:
+        return None
     bit = {n: 1 << i for i, n in enumerate(names)}
     preds = tuple(sum(bit[t] for t in set(e.input_tensors) if t in bit and t != e.name) for e in cascade.einsums)
     links = _links(cascade, names, bit)
-    key = (names, preds, links, DOWNSET_LIMIT, CONVEX_GROUP_LIMIT)
+    limits = (WIDEST_DOWNSETS, WIDEST_PAIRS, WIDEST_GROUPS) if widest else (DOWNSET_LIMIT, None, CONVEX_GROUP_LIMIT)
+    key = (names, preds, links, limits)
     if key not in _SPACES:
-        _SPACES[key] = _convex_space(names, preds, links)
+        _SPACES[key] = _convex_space(names, preds, links, *limits)
     return _SPACES[key]
 
 
-def _convex_space(names: tuple[str, ...], preds: tuple[int, ...], links: tuple[int, ...]) -> ConvexSpace | None:
-    downsets = _downsets(list(preds))
-    if downsets is None:
+def _convex_space(names: tuple[str, ...], preds: tuple[int, ...], links: tuple[int, ...], downset_limit: int,
+                  pair_limit: int | None, group_limit: int) -> ConvexSpace | None:
+    listed = _downsets(list(preds), downset_limit)
+    if listed is None:
         return None
-    groups: dict[int, list[tuple[int, int]]] = {}
-    for d2 in downsets:
-        for d1 in downsets:
-            if d1 & ~d2 or d1 == d2:
-                continue
-            g = d2 & ~d1
-            if g in groups:
-                groups[g].append((d1, d2))
-            elif _connected(g, links):
-                if len(groups) >= CONVEX_GROUP_LIMIT:
-                    return None
-                groups[g] = [(d1, d2)]
-    return ConvexSpace(names, tuple(downsets), {g: tuple(p) for g, p in groups.items()})
+    downsets = np.array(listed, dtype=np.int64)
+    src_parts, dst_parts = [], []
+    pairs = 0
+    for j in range(1, len(downsets)):  # every D1 inside D2 = downsets[j] (a subset comes earlier)
+        inside = np.flatnonzero(downsets[:j] & ~downsets[j] == 0)
+        src_parts.append(inside)
+        dst_parts.append(np.full(inside.size, j, dtype=np.int64))
+        pairs += inside.size
+        if pair_limit is not None and pairs > pair_limit:
+            return None
+    src, dst = np.concatenate(src_parts), np.concatenate(dst_parts)
+    diff = downsets[dst] & ~downsets[src]
+    unique, group = np.unique(diff, return_inverse=True)
+    keep = _connected(unique, links)
+    if keep.sum() > group_limit:
+        return None
+    # groups by size, then mask; pairs of connected groups only
+    sizes = _popcount(unique[keep])
+    order = np.lexsort((unique[keep], sizes))
+    masks = unique[keep][order]
+    renumber = np.full(unique.size, -1, dtype=np.int64)
+    renumber[np.flatnonzero(keep)[order]] = np.arange(masks.size)
+    group = renumber[group.reshape(-1)]
+    ok = group >= 0
+    return ConvexSpace(names, downsets, masks, src[ok], dst[ok], group[ok])
 
 
-def _downsets(preds: list[int]) -> list[int] | None:
+def _downsets(preds: list[int], limit: int) -> list[int] | None:
     """Every set of Einsums closed under predecessors, by size (None beyond the limit)."""
     seen = {0}
     frontier = [0]
@@ -98,7 +153,7 @@ def _downsets(preds: list[int]) -> list[int] | None:
                     if e not in seen:
                         seen.add(e)
                         grown.append(e)
-                        if len(seen) > DOWNSET_LIMIT:
+                        if len(seen) > limit:
                             return None
         frontier = grown
     return sorted(seen, key=lambda d: (bin(d).count("1"), d))
@@ -122,14 +177,27 @@ def _links(cascade: Cascade, names: tuple[str, ...], bit: dict[str, int]) -> tup
     return tuple(links)
 
 
-def _connected(mask: int, links: tuple[int, ...]) -> bool:
-    first = mask & -mask
-    seen, stack = first, [first.bit_length() - 1]
-    while stack:
-        near = links[stack.pop()] & mask & ~seen
-        while near:
-            b = near & -near
-            near ^= b
-            seen |= b
-            stack.append(b.bit_length() - 1)
-    return seen == mask
+def _connected(masks: np.ndarray, links: tuple[int, ...]) -> np.ndarray:
+    """Whether each mask's Einsums are connected by ``links``: a search from each mask's lowest
+    Einsum, grown over all masks at once until none grows."""
+    seen = masks & -masks
+    todo = np.arange(masks.size)
+    while todo.size:
+        s, g = seen[todo], masks[todo]
+        grown = s.copy()
+        for i, near in enumerate(links):
+            grown |= np.where(s >> i & 1 == 1, near, 0)
+        grown &= g
+        changed = grown != s
+        seen[todo] = grown
+        todo = todo[changed]
+    return seen == masks
+
+
+def _popcount(values: np.ndarray) -> np.ndarray:
+    counts = np.zeros(values.shape, dtype=np.int64)
+    v = values.copy()
+    while v.any():
+        counts += v & 1
+        v >>= 1
+    return counts

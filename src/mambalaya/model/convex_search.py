@@ -1,69 +1,189 @@
-"""The optimal search over connected convex groups (:mod:`mambalaya.model.convex`): every such
-group costed by the tile search of :func:`mambalaya.model.search.best_group` (the groups whose
-closed forms are exact picked together, :mod:`mambalaya.model.picks`), then a dynamic programme
-over the cascade's downsets with the same objective, tie rule and EDP pass as the contiguous
-search."""
+"""The optimal search over connected convex groups (:mod:`mambalaya.model.convex`), exact
+without costing every group.
+
+A grouping is a path over the cascade's downsets, each step a group, and its cost the sum of
+its groups' costs (latency on an architecture, off-chip bytes without one). Every group has a
+lower bound that needs no candidate table (:mod:`mambalaya.model.convex_bounds`). The search
+costs groups lazily, as a shortest-path search with lower bounds does:
+
+1. Find the shortest path with each group at its cost if costed, else at its bound; cost the
+   groups of that path that were not; repeat until the path is all costed. Its cost is then
+   the optimum: every other path costs at least its bounded sum, which is at least this one.
+2. A grouping the tie rule may still choose (latency within the tie tolerance of the optimum,
+   :func:`~mambalaya.model.segments._least_traffic_within`; or an equal traffic) holds only
+   groups whose best path, with this group at its bound and the rest of the path at the
+   shortest prefix and suffix, is within that bound; those are costed too.
+3. The dynamic programmes of the exhaustive search run over the costed groups, in the same
+   order, and so choose what they would choose over every group.
+
+Costing a group is :func:`~mambalaya.model.search.best_group`'s tile search, the groups of a
+round picked together where their closed forms are exact (:mod:`mambalaya.model.picks`). A
+group whose least footprint exceeds the buffer costs infinity, and so does every group holding
+it (adding an Einsum only adds on-chip data). The energy and EDP objectives have no bound here:
+they cost every group, up to :data:`EXHAUSTIVE_GROUP_LIMIT` groups.
+"""
 
 from __future__ import annotations
 
 import math
 from typing import Any
 
+import numpy as np
+
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.model.candidates import build_candidates, cost_model, cycles_together, tileable_ranks
 from mambalaya.model.convex import ConvexSpace
+from mambalaya.model.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
 from mambalaya.model.picking import LATENCY_TIE_TOLERANCE, GroupChoice, _Pick
 from mambalaya.model.segments import _least_edp, _least_traffic_within
 
+#: Most groups the energy and EDP objectives cost (every one; the Mamba-1 layer has 855 in
+#: prefill, 1,272 in decode). Beyond it they search contiguous groups.
+EXHAUSTIVE_GROUP_LIMIT = 1500
 
-def convex_choices(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None, stats: Any, arch: Any,
-                   objective: str) -> dict[int, GroupChoice | _Pick]:
-    """The chosen tiling of every connected convex group that fits the buffer, by group mask.
-    A group whose least footprint exceeds the buffer, and every group holding it, is left out
-    (adding an Einsum only adds on-chip data, see :func:`~mambalaya.model.search.best_group`)."""
-    from mambalaya.model import search
+#: Relative slack on the bound of step 2, so that a group is never left out by a rounding
+#: difference between two sums of the same costs (costing one more group is always safe).
+_BOUND_SLACK = 1e-9
 
-    masks = sorted(space.groups, key=lambda m: (bin(m).count("1"), m))
-    too_large: list[int] = []
-    fitting: list[tuple[int, Any]] = []
-    for m in masks:
-        if any(t & m == t for t in too_large):
+
+class _Costed:
+    """The groups of a space costed so far: ``cost`` per group (NaN where not yet, infinity
+    where no tiling fits or the best breaks a rule) and the choice of each finite one."""
+
+    def __init__(self, cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None, stats: Any, arch: Any,
+                 objective: str) -> None:
+        self.cascade, self.space, self.buffer_bytes = cascade, space, buffer_bytes
+        self.stats, self.arch, self.objective = stats, arch, objective
+        self.cost = np.full(space.masks.size, np.nan)
+        self.choices: dict[int, GroupChoice | _Pick] = {}
+
+    def add(self, wanted: np.ndarray) -> None:
+        """Cost the groups ``wanted`` (indices) not costed yet, smallest first."""
+        from mambalaya.model import search
+
+        masks = self.space.masks
+        fitting: list[tuple[int, Any]] = []
+        for i in np.sort(wanted).tolist():  # groups are in order of size
+            if not np.isnan(self.cost[i]):
+                continue
+            m = int(masks[i])
+            einsums = self.space.einsums(m)
+            model = cost_model(self.cascade, einsums, tileable_ranks(self.cascade, einsums))
+            if self.buffer_bytes is not None and model.least_footprint() > self.buffer_bytes:
+                self.cost[masks & m == m] = math.inf  # it and every group holding it
+                continue
+            fitting.append((i, model))
+        if not fitting:
+            return
+        build_candidates([model for _, model in fitting])
+        together: dict[Any, Any] = {}
+        if search.BATCH_PICKS and search._closed_form_costs(self.arch, self.objective):
+            if self.arch is not None:
+                cycles_together([model for _, model in fitting], self.arch.compute)
+            exact = [(i, model) for i, model in fitting if model.exact_traffic]
+            together = search._picked_together(self.cascade, [i for i, _ in exact], [model for _, model in exact],
+                                               self.buffer_bytes, self.arch)
+        for i, model in fitting:
+            hit = together.get(i)
+            if self.stats is not None:
+                self.stats.evaluations += model.size
+                self.stats.groups_costed += 1
+            if hit is None:
+                hit = search.best_group(self.cascade, self.space.einsums(int(masks[i])), self.buffer_bytes,
+                                        arch=self.arch, objective=self.objective)
+            if hit is None or isinstance(hit, str):
+                self.cost[i] = math.inf
+            else:
+                self.cost[i] = hit.cost()
+                self.choices[i] = hit
+
+
+def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None, stats: Any, arch: Any,
+                   objective: str) -> list[GroupChoice | _Pick] | None | str:
+    """The best grouping over the space's groups (see the module doc), in the order
+    :func:`convex_grouping` hands it on; None if no grouping fits the buffer; ``"limits"`` for
+    an energy or EDP objective on a space of more than :data:`EXHAUSTIVE_GROUP_LIMIT` groups."""
+    costed = _Costed(cascade, space, buffer_bytes, stats, arch, objective)
+    if arch is not None and objective != "latency":
+        if space.masks.size > EXHAUSTIVE_GROUP_LIMIT:
+            return "limits"
+        costed.add(np.arange(space.masks.size))
+        return convex_grouping(space, costed, arch, objective)
+    bound = traffic_lower_bounds(cascade, space)
+    if arch is not None:
+        bound = latency_lower_bounds(arch, bound, cycles_lower_bounds(cascade, space, arch.compute))
+    tolerance = (1 + (LATENCY_TIE_TOLERANCE if arch is not None else 0.0)) * (1 + _BOUND_SLACK)
+    while True:
+        mixed = np.where(np.isnan(costed.cost), bound, costed.cost)
+        prefix, _ = _prefix(space, mixed)
+        if prefix[-1] == math.inf:
+            return None
+        suffix = _suffix(space, mixed)
+        through = prefix[space.src] + mixed[space.group] + suffix[space.dst]
+        least = np.full(space.masks.size, math.inf)
+        np.minimum.at(least, space.group, through)
+        wanted = np.isnan(costed.cost) & (least <= prefix[-1] * tolerance)
+        if not wanted.any():
+            break
+        costed.add(np.flatnonzero(wanted))
+    return convex_grouping(space, costed, arch, objective)
+
+
+def _prefix(space: ConvexSpace, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The least cost from the empty downset to each downset, and the pair that reaches it
+    (the first of the least, in pair order), level by level of the downsets' sizes."""
+    best = np.full(space.downsets.size, math.inf)
+    best[0] = 0.0
+    back = np.full(space.downsets.size, -1)
+    dst_level = space.levels[space.dst]
+    cuts = np.searchsorted(dst_level, np.arange(1, int(space.levels[-1]) + 2))
+    for lo, hi in zip(cuts[:-1], cuts[1:]):
+        if lo == hi:
             continue
-        einsums = space.einsums(m)
-        model = cost_model(cascade, einsums, tileable_ranks(cascade, einsums))
-        if buffer_bytes is not None and model.least_footprint() > buffer_bytes:
-            too_large.append(m)
+        dst = space.dst[lo:hi]
+        total = best[space.src[lo:hi]] + cost[space.group[lo:hi]]
+        starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
+        least = np.minimum.reduceat(total, starts)
+        best[dst[starts]] = least
+        run = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, dst.size]))
+        hit = np.flatnonzero(total == least[run])
+        first = hit[np.r_[True, run[hit][1:] != run[hit][:-1]]]
+        back[dst[first]] = lo + first
+    return best, back
+
+
+def _suffix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:
+    """The least cost from each downset to the whole cascade, level by level downwards."""
+    best = np.full(space.downsets.size, math.inf)
+    best[-1] = 0.0
+    order = space.by_src
+    src = space.src[order]
+    cuts = np.searchsorted(space.levels[src], np.arange(0, int(space.levels[-1]) + 1))
+    for lo, hi in reversed(list(zip(cuts[:-1], cuts[1:]))):
+        if lo == hi:
             continue
-        fitting.append((m, model))
-    build_candidates([model for _, model in fitting])
-    together: dict[Any, Any] = {}
-    if search.BATCH_PICKS and search._closed_form_costs(arch, objective):
-        if arch is not None:
-            cycles_together([model for _, model in fitting], arch.compute)
-        exact = [(m, model) for m, model in fitting if model.exact_traffic]
-        together = search._picked_together(cascade, [m for m, _ in exact], [model for _, model in exact],
-                                           buffer_bytes, arch)
-    found: dict[int, GroupChoice | _Pick] = {}
-    for m, model in fitting:
-        hit = together.get(m)
-        if stats is not None:
-            stats.evaluations += model.size
-            stats.groups_costed += 1
-        if hit is None:
-            hit = search.best_group(cascade, space.einsums(m), buffer_bytes, arch=arch, objective=objective)
-        if hit is not None and not isinstance(hit, str):
-            found[m] = hit
-    return found
+        rows = order[lo:hi]
+        here = src[lo:hi]
+        total = cost[space.group[rows]] + best[space.dst[rows]]
+        starts = np.flatnonzero(np.r_[True, here[1:] != here[:-1]])
+        best[here[starts]] = np.minimum.reduceat(total, starts)
+    return best
 
 
-def convex_grouping(space: ConvexSpace, choices: dict[int, GroupChoice | _Pick], arch: Any,
+def convex_grouping(space: ConvexSpace, costed: _Costed, arch: Any,
                     objective: str) -> list[GroupChoice | _Pick] | None:
-    """The best grouping over the downsets (None if no grouping covers the cascade), in the
+    """The best grouping over the costed groups (None if none covers the cascade), in the
     order the contiguous search hands its groups on (last group first for an architecture's
-    latency or EDP, first group first for traffic or energy)."""
-    segments = {pair: c for m, c in choices.items() for pair in space.groups[m]}
-    states = space.downsets
-    best = {d: math.inf for d in states}
+    latency or EDP, first group first for traffic or energy). Segments are offered to the
+    dynamic programmes group by group in the space's order, each group's pairs by ``dst`` then
+    ``src``, whichever groups were costed."""
+    rows = np.flatnonzero(np.isfinite(costed.cost[space.group]) & ~np.isnan(costed.cost[space.group]))
+    rows = rows[np.lexsort((space.src[rows], space.dst[rows], space.group[rows]))]
+    d = space.downsets.tolist()
+    segments = {(d[a], d[b]): costed.choices[g]
+                for a, b, g in zip(space.src[rows].tolist(), space.dst[rows].tolist(), space.group[rows].tolist())}
+    states = d
+    best = {s: math.inf for s in states}
     back: dict[int, tuple[int, Any]] = {}
     best[0] = 0.0
     ends: dict[int, list[tuple[int, Any]]] = {}

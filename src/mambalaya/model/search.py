@@ -68,14 +68,17 @@ from mambalaya.arch.keys import latency_key, spec_key
 from mambalaya.model.latency import group_latency, group_seconds
 from mambalaya.model.picking import (_FELL_THROUGH, LATENCY_TIE_TOLERANCE, GroupChoice, _Pick, _legal_pick,  # noqa: F401
                                      _legal_rules, _pick)
+from mambalaya.model import convex
 from mambalaya.model.convex import convex_space
+from mambalaya.model import convex_search
+from mambalaya.model.convex_search import convex_optimal
 from mambalaya.model.segments import _visited_segments, _candidate_count, _least_edp, _least_traffic_within
 from mambalaya.model.candidates import (GroupCostModel, build_candidates, cost_model, cycles_together,
                                         tileable_ranks, widened_ranks)
 from mambalaya.model.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 from mambalaya.model.traffic import group_traffic
 
-NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "ideal")
+NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "optimal-convex", "ideal")
 
 #: What a search on an architecture minimises (``--objective``).
 OBJECTIVES = ("latency", "energy", "edp")
@@ -365,8 +368,12 @@ def optimal(
     *,
     arch: Any = None,
     objective: str = "latency",
+    groups: str = "auto",
 ) -> Mapping:
-    """The least-traffic mapping over contiguous groupings and tile sizes (see the module doc);
+    """The least-traffic mapping over groupings and tile sizes (see the module doc). The groups
+    are connected convex sets of Einsums (:mod:`mambalaya.model.convex`) where the cascade has
+    few enough of them (``groups="auto"``) or always (``"convex"``, the ``optimal-convex``
+    mapping), else contiguous segments of the cascade;
     with ``arch``, the least-latency (or least-energy, or least energy-delay product) one on
     that architecture (tile sizes chosen by the same objective). Latency and energy add over
     groups, so the dynamic programme is exact for them; the EDP of a layer is the product of
@@ -375,17 +382,24 @@ def optimal(
     stats = stats if stats is not None else SearchStats()
     t0 = time.perf_counter()
     what = "off-chip traffic" if arch is None else f"{_OBJECTIVE_WORDS[objective]} on {arch.name}"
-    space = convex_space(cascade) if CONVEX_GROUPS else None
+    widest = groups == "convex"
+    space = convex_space(cascade, widest=widest) if CONVEX_GROUPS or widest else None
+    if widest and space is None:
+        raise SpecError(f"cascade {cascade.name!r} is too wide for optimal-convex (more than "
+                        f"{convex.WIDEST_DOWNSETS:,} downsets, {convex.WIDEST_GROUPS:,} connected convex groups or "
+                        f"{convex.MAX_EINSUMS} Einsums): use the optimal mapping, which searches contiguous groups")
     if space is not None:
-        from mambalaya.model.convex_search import convex_choices, convex_grouping
-
-        grouping = convex_grouping(space, convex_choices(cascade, space, buffer_bytes, stats, arch, objective),
-                                   arch, objective)
+        grouping = convex_optimal(cascade, space, buffer_bytes, stats, arch, objective)
         if grouping is None:
             raise SpecError(f"no mapping of cascade {cascade.name!r} fits a buffer of {buffer_bytes:,} bytes")
-        stats.seconds += time.perf_counter() - t0
-        return _finish(cascade, "optimal", [c.choice() for c in grouping], buffer_bytes,
-                       f"least {what} over connected convex groups and tiles", arch)
+        if grouping == "limits" and widest:
+            raise SpecError(f"optimal-convex minimises {_OBJECTIVE_WORDS[objective]} by costing every connected convex "
+                            f"group, at most {convex_search.EXHAUSTIVE_GROUP_LIMIT:,}; cascade {cascade.name!r} has "
+                            f"{space.masks.size:,}: use --objective latency, or the optimal mapping")
+        if grouping != "limits":
+            stats.seconds += time.perf_counter() - t0
+            return _finish(cascade, "optimal-convex" if widest else "optimal", [c.choice() for c in grouping],
+                           buffer_bytes, f"least {what} over connected convex groups and tiles", arch)
     names = [e.name for e in cascade.einsums]
     n = len(names)
     segments: dict[tuple[int, int], GroupChoice | _Pick] = {}
@@ -435,7 +449,8 @@ def optimal(
     stats.seconds += time.perf_counter() - t0
     return _finish(cascade, "optimal", [c.choice() for c in chosen], buffer_bytes,
                    f"least {what} over contiguous groups and tiles (its connected convex groups exceed the "
-                   "convex search's limits)" if CONVEX_GROUPS else f"least {what} over contiguous groups and tiles", arch)
+                   "default search's limits: the optimal-convex mapping searches them)" if CONVEX_GROUPS
+                   else f"least {what} over contiguous groups and tiles", arch)
 
 
 _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-delay product"}
@@ -532,6 +547,8 @@ def named_mapping(
         return stitched(cascade, buffer_bytes, stats, arch=arch, objective=objective)
     if name == "optimal":
         return optimal(cascade, buffer_bytes, stats, arch=arch, objective=objective)
+    if name == "optimal-convex":
+        return optimal(cascade, buffer_bytes, stats, arch=arch, objective=objective, groups="convex")
     raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or a mapping YAML file")
 
 

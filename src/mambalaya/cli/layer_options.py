@@ -1,9 +1,14 @@
-"""The layer a command builds, declared once: ``@layer_options()`` gives a command the options
-that name a model layer (``--model --phase --seq-len --batch --bits --precision --state-io
---scan --layer-type --unroll``) and hands it one :class:`LayerArgs` as its ``layer`` parameter.
+"""Option sets declared once, each a dataclass a command receives as one parameter.
 
-Typer reads a command's options from its signature, so the decorator writes those parameters
-into the signature it shows (before the command's own) and packs them on the way in."""
+* ``@layer_options()`` gives a command the options that name a model layer (``--model --phase
+  --seq-len --batch --bits --precision --state-io --scan --layer-type --unroll``) as one
+  :class:`LayerArgs`, its ``layer`` parameter (the cascade and fusion commands).
+* ``@design_options()`` gives a command the options that set up a workload on designs
+  (``--model --phase --batch --scan --precision --set --routing``) as one :class:`DesignArgs`,
+  its ``run`` parameter (``evaluate`` and ``compare``).
+
+Typer reads a command's options from its signature, so :func:`_option_group` writes those
+parameters into the signature it shows (before the command's own) and packs them on the way in."""
 
 from __future__ import annotations
 
@@ -12,9 +17,12 @@ import inspect
 from dataclasses import dataclass, fields
 from typing import Any, Callable
 
-from mambalaya.cli.options import (DEFAULT_BITS, DEFAULT_CASCADE_BATCH, DEFAULT_CASCADE_MODEL, DEFAULT_SEQ_LEN, BatchOpt,
-                                   BitsOpt, LayerTypeOpt, ModelOpt, PhaseOpt, PhaseOption, PrecisionOpt, ScanOpt,
-                                   SeqLenOpt, StateIoOpt, UnrollFlag)
+from pathlib import Path
+
+from mambalaya.cli.options import (DEFAULT_BITS, DEFAULT_CASCADE_BATCH, DEFAULT_CASCADE_MODEL, DEFAULT_DESIGN_BATCH,
+                                   DEFAULT_DESIGN_MODEL, DEFAULT_SEQ_LEN, ArchPrecisionOpt, BatchOpt, BitsOpt,
+                                   LayerTypeOpt, ModelOpt, PhaseOpt, PhaseOption, PrecisionOpt, RoutingOpt, ScanOpt,
+                                   SeqLenOpt, SetOpt, StateIoOpt, UnrollFlag)
 
 
 @dataclass(frozen=True)
@@ -49,27 +57,69 @@ class LayerArgs:
                             self.unroll, self.precision, self.layer_type)
 
 
-_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "seq_len": SeqLenOpt, "batch": BatchOpt, "bits": BitsOpt,
-                "precision": PrecisionOpt, "state_io": StateIoOpt, "scan": ScanOpt, "layer_type": LayerTypeOpt,
-                "unroll": UnrollFlag}
+_LAYER_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "seq_len": SeqLenOpt, "batch": BatchOpt, "bits": BitsOpt,
+                      "precision": PrecisionOpt, "state_io": StateIoOpt, "scan": ScanOpt, "layer_type": LayerTypeOpt,
+                      "unroll": UnrollFlag}
 
 
 def layer_options(*, state_io: bool = True, unroll: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Give the decorated command the layer options (without ``--state-io`` or ``--unroll``
     where it has no use for them) as one ``layer: LayerArgs`` parameter."""
-    left_out = {"state_io"} - ({"state_io"} if state_io else set()) | ({"unroll"} - ({"unroll"} if unroll else set()))
-    names = [f.name for f in fields(LayerArgs) if f.name not in left_out]
-    defaults = {f.name: f.default for f in fields(LayerArgs)}
+    left_out = ({"state_io"} - ({"state_io"} if state_io else set())) | ({"unroll"} - ({"unroll"} if unroll else set()))
+    return _option_group(LayerArgs, _LAYER_ANNOTATIONS, "layer", left_out)
+
+
+@dataclass(frozen=True)
+class DesignArgs:
+    """The options that set up a workload on designs, as the command line gave them."""
+
+    model: str = DEFAULT_DESIGN_MODEL
+    phase: PhaseOption = PhaseOption.prefill
+    batch: int = DEFAULT_DESIGN_BATCH
+    scan: str | None = None
+    precision: str | None = None
+    settings: list[str] | None = None
+    routing: Path | None = None
+
+    def config(self) -> Any:
+        """The model's config, with the ``--routing`` histogram where one is given."""
+        from mambalaya.cli.common import _with_routing
+        from mambalaya.workloads import resolve_model
+
+        return _with_routing(resolve_model(self.model), self.routing, self.model)
+
+    def design(self, name: str) -> Any:
+        """The design ``name`` with the ``--set`` changes."""
+        from mambalaya.cli.common import _design
+
+        return _design(name, self.settings)
+
+
+_DESIGN_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "batch": BatchOpt, "scan": ScanOpt,
+                       "precision": ArchPrecisionOpt, "settings": SetOpt, "routing": RoutingOpt}
+
+
+def design_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give the decorated command the workload options as one ``run: DesignArgs`` parameter."""
+    return _option_group(DesignArgs, _DESIGN_ANNOTATIONS, "run", set())
+
+
+def _option_group(cls: type, annotations: dict[str, Any], param: str,
+                  left_out: set[str]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A decorator that shows ``cls``'s fields (but ``left_out``, which keep their defaults) as
+    options and hands the command one ``cls`` as its ``param`` parameter."""
+    names = [f.name for f in fields(cls) if f.name not in left_out]
+    defaults = {f.name: f.default for f in fields(cls)}
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
-        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != "layer"]
-        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n], annotation=_ANNOTATIONS[n])
+        own = [p for p in inspect.signature(command, eval_str=True).parameters.values() if p.name != param]
+        added = [inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=defaults[n], annotation=annotations[n])
                  for n in names]
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            layer = LayerArgs(**{n: kwargs.pop(n) for n in names})
-            return command(layer=layer, **kwargs)
+            packed = cls(**{n: kwargs.pop(n) for n in names})
+            return command(**{param: packed}, **kwargs)
 
         run.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
             added + [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in own])

@@ -13,7 +13,7 @@ A sweep spec (YAML)::
       phase: [prefill, decode]
       seq_len: [2048, 16384]
       batch: [64]
-      mapping: [default]            # default = the design's own; or unfused, ssm-ri, stitched, optimal, ideal
+      mapping: [default]            # default = the design's own; or unfused, ssm-ri, stitched, optimal, optimal-convex, ideal
     fixed:                          # optional: values every point shares
       compute.mfu_units: 2048
       precision: reference-kernels  # or swept: precision: [uniform, reference-kernels]

@@ -20,6 +20,7 @@ from mambalaya.fusion.group_analysis import analyse
 from mambalaya.model.closed_forms import _sum_of_products, _add_residency, cycles_together, einsum_grid_cycles
 from mambalaya.model.group_shape import _group_shape, _held_layout, _held_bytes, _keepable_under
 from mambalaya.model.buffer import buffer_read_bytes_over_tilings
+from mambalaya.model.irregular_reads import irregular_read_bytes, times_trips
 from mambalaya.model.traffic import untiled_traffic
 
 
@@ -134,10 +135,20 @@ class GroupCostModel:
         #: before its appended rows, which stays on chip too and the residency closed form does
         #: not count); and bytes below 2^53 (beyond, floats summed in another order than the
         #: general model's may differ)
-        most = sum(b * math.prod(cascade.size(ranks[i]) for i in idxs) for b, idxs in self.terms)
-        self.exact_traffic = (all(shape.aligned[t] for t in read_bytes)
-                              and not any(cascade.tensors[t].initial for t, _, _ in self._reads)
-                              and most < 2**53)
+        #: the reads whose tile boxes overlap (not aligned): their bytes in one pass at every
+        #: tiling (:mod:`mambalaya.model.irregular_reads`) times the trips of the loops they do
+        #: not mention, where those can be counted (else the closed form is not exact)
+        self.irregular = [t for t in read_bytes if not shape.aligned[t]]
+        self._irregular_bytes: dict[str, np.ndarray | None] | None = None
+        whole = math.prod(cascade.size(r) for r in ranks)
+        most = sum(b * (whole if t in self.irregular else math.prod(cascade.size(ranks[i]) for i in shape.unmentioned[t]))
+                   for t, b in read_bytes.items())
+        most += sum(b * math.prod(cascade.size(ranks[i]) for i in shape.unwritten[t]) for t, b in write_bytes.items())
+        self.exact_traffic = (not any(cascade.tensors[t].initial for t, _, _ in self._reads)
+                              and most < 2**53 and (not self.irregular or self._irregular_factors() is not None))
+        if self.exact_traffic and self.irregular:  # their terms come from the per-tiling bytes instead
+            self.terms = [(b, shape.unmentioned[t]) for t, b in read_bytes.items() if t not in self.irregular]
+            self.terms += [(b, shape.unwritten[t]) for t, b in write_bytes.items()]
         # loop orders: the fixed one first, then every other order of the ranks that are not
         # generational, the generational ones still innermost (so footprints do not change)
         self.orders = shape.orders
@@ -151,6 +162,18 @@ class GroupCostModel:
             for (t, rank), rows in window_halos(cascade, full).items():
                 base, whole, tiled = _held_layout(cascade, t, rank, rows, tuple(ranks))
                 self.fp_terms.append((_held_bytes(cascade, base, whole), tiled, ranks.index(rank)))
+
+    def _irregular_factors(self) -> dict[str, np.ndarray] | None:
+        """Per irregular read, its bytes in one pass at every tiling; None if one cannot be
+        counted that way (then the traffic closed form is not exact)."""
+        if self._irregular_bytes is None:
+
+            tiles = self.grid()[0]
+            self._irregular_bytes = {t: irregular_read_bytes(self.cascade, self.probe.einsums, tuple(self.ranks), t, tiles)
+                                     for t in self.irregular}
+        if any(v is None for v in self._irregular_bytes.values()):
+            return None
+        return self._irregular_bytes  # type: ignore[return-value]
 
     def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per tileable rank, its tile and its trips in every tiling (the tilings in C order of
@@ -512,8 +535,15 @@ def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray],
 
 
 def _traffic_together(models: list[GroupCostModel], trips: list[np.ndarray]) -> np.ndarray:
-    """Each term's untiled bytes times the trips of the ranks it does not mention, summed."""
-    return _sum_of_products([m.terms for m in models], trips)
+    """Each term's untiled bytes times the trips of the ranks it does not mention, summed; and
+    each exact model's irregular reads, their per-tiling bytes times those trips (integers below
+    2^53 in floats: exact in any order)."""
+    total = _sum_of_products([m.terms for m in models], trips)
+    for k, m in enumerate(models):
+        if m.exact_traffic and m.irregular:
+            for t, per_tiling in m._irregular_factors().items():  # type: ignore[union-attr]
+                total[k] += times_trips(per_tiling, trips, m._shape.unmentioned[t])
+    return total
 
 
 def _footprint_together(models: list[GroupCostModel], tiles: list[np.ndarray]) -> np.ndarray:

@@ -72,11 +72,16 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
             if not keep:
                 continue
             links = []
+            irregular = m._irregular_factors() if m.exact_traffic and m.irregular else {}
             for t, b, seen in keep:
                 key = (o, frozenset(seen))
                 if key not in factors:
                     factors[key] = len(factor_rows)
                     factor_rows.append(_saved_factor(trips, o, seen, len(m.ranks), n))
+                if t in irregular:  # its bytes per pass differ by tiling: a row of its own, times one
+                    b, key = 1.0, (o, frozenset(seen), id(m), t)
+                    factors[key] = len(factor_rows)
+                    factor_rows.append(factor_rows[factors[(o, frozenset(seen))]] * irregular[t])
                 readers = (t, readers_of.get(t, ()))
                 if readers not in held:
                     held[readers] = len(held_rows)

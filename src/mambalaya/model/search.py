@@ -20,7 +20,8 @@ The candidate tables live in :mod:`mambalaya.model.candidates`.
 
 **Closed-form costs, verified.** Where a group's traffic closed form is exact for every tiling
 (:attr:`~mambalaya.model.candidates.GroupCostModel.exact_traffic`: every tile reads its own
-slice of each tensor) and the objective is latency without an on-chip bandwidth (or traffic),
+slice of each tensor, or a tensor's overlapping reads are counted per tile combination,
+:mod:`mambalaya.model.irregular_reads`) and the objective is latency without an on-chip bandwidth (or traffic),
 a pick's traffic and latency are the closed forms' and its legality is checked by the rules
 that do not depend on tile sizes (its tiles are in range by construction and its footprint
 bound fits). Otherwise every pick is re-checked by :func:`~mambalaya.fusion.mapping.check_group`

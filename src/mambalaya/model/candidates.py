@@ -130,20 +130,20 @@ class GroupCostModel:
         # under an outer channel loop); largest first
         self._reads = [(t, b, shape.mentioned[t])
                        for t, b in sorted(read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in shape.readable]
-        #: whether the traffic closed form is exact for every tiling: every read aligned
-        #: (:func:`_reads_aligned`); no residency candidate with an initial value (a KV cache
-        #: before its appended rows, which stays on chip too and the residency closed form does
-        #: not count); and bytes below 2^53 (beyond, floats summed in another order than the
-        #: general model's may differ)
-        #: the reads whose tile boxes overlap (not aligned): their bytes in one pass at every
-        #: tiling (:mod:`mambalaya.model.irregular_reads`) times the trips of the loops they do
-        #: not mention, where those can be counted (else the closed form is not exact)
+        #: the reads whose tile boxes overlap (not aligned, :func:`_reads_aligned`): their bytes
+        #: in one pass at every tiling (:mod:`mambalaya.model.irregular_reads`) times the trips
+        #: of the loops they do not mention
         self.irregular = [t for t in read_bytes if not shape.aligned[t]]
         self._irregular_bytes: dict[str, np.ndarray | None] | None = None
         whole = math.prod(cascade.size(r) for r in ranks)
         most = sum(b * (whole if t in self.irregular else math.prod(cascade.size(ranks[i]) for i in shape.unmentioned[t]))
                    for t, b in read_bytes.items())
         most += sum(b * math.prod(cascade.size(ranks[i]) for i in shape.unwritten[t]) for t, b in write_bytes.items())
+        #: whether the traffic closed form is exact for every tiling: every read aligned or
+        #: counted per tile combination (:meth:`_irregular_factors`); no residency candidate
+        #: with an initial value (a KV cache before its appended rows, which stays on chip too
+        #: and the residency closed form does not count); and bytes below 2^53 (beyond, floats
+        #: summed in another order than the general model's may differ)
         self.exact_traffic = (not any(cascade.tensors[t].initial for t, _, _ in self._reads)
                               and most < 2**53 and (not self.irregular or self._irregular_factors() is not None))
         if self.exact_traffic and self.irregular:  # their terms come from the per-tiling bytes instead
@@ -167,7 +167,6 @@ class GroupCostModel:
         """Per irregular read, its bytes in one pass at every tiling; None if one cannot be
         counted that way (then the traffic closed form is not exact)."""
         if self._irregular_bytes is None:
-
             tiles = self.grid()[0]
             self._irregular_bytes = {t: irregular_read_bytes(self.cascade, self.probe.einsums, tuple(self.ranks), t, tiles)
                                      for t in self.irregular}

@@ -4,17 +4,20 @@ without costing every group.
 A grouping is a path over the cascade's downsets, each step a group, and its cost the sum of
 its groups' costs (latency on an architecture, off-chip bytes without one). Every group has a
 lower bound that needs no candidate table (:mod:`mambalaya.model.convex_bounds`). The search
-costs groups lazily, as a shortest-path search with lower bounds does:
+costs groups lazily, as a shortest-path search with lower bounds does. Each group is valued at
+its cost if costed, else at its bound; in each round, every uncosted group is costed whose best
+path (the shortest prefix to it, it, the shortest suffix after it) is within the tie rule's
+bound of the current shortest path (the tie tolerance with an architecture,
+:func:`~mambalaya.model.segments._least_traffic_within`; equality without). When no uncosted
+group is left within it:
 
-1. Find the shortest path with each group at its cost if costed, else at its bound; cost the
-   groups of that path that were not; repeat until the path is all costed. Its cost is then
-   the optimum: every other path costs at least its bounded sum, which is at least this one.
-2. A grouping the tie rule may still choose (latency within the tie tolerance of the optimum,
-   :func:`~mambalaya.model.segments._least_traffic_within`; or an equal traffic) holds only
-   groups whose best path, with this group at its bound and the rest of the path at the
-   shortest prefix and suffix, is within that bound; those are costed too.
-3. The dynamic programmes of the exhaustive search run over the costed groups, in the same
-   order, and so choose what they would choose over every group.
+* the shortest path holds costed groups only (its own groups are within the bound), so its cost
+  is the optimum: every other path costs at least its valued sum;
+* every grouping the tie rule may still choose holds costed groups only: an uncosted group in
+  it would have a best path no longer than that grouping, within the bound.
+
+The dynamic programmes of the exhaustive search then run over the costed groups, in the same
+order, and so choose what they would choose over every group.
 
 Costing a group is :func:`~mambalaya.model.search.best_group`'s tile search, the groups of a
 round picked together where their closed forms are exact (:mod:`mambalaya.model.picks`). A
@@ -115,7 +118,7 @@ def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | Non
     tolerance = (1 + (LATENCY_TIE_TOLERANCE if arch is not None else 0.0)) * (1 + _BOUND_SLACK)
     while True:
         mixed = np.where(np.isnan(costed.cost), bound, costed.cost)
-        prefix, _ = _prefix(space, mixed)
+        prefix = _prefix(space, mixed)
         if prefix[-1] == math.inf:
             return None
         suffix = _suffix(space, mixed)
@@ -129,12 +132,11 @@ def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | Non
     return convex_grouping(space, costed, arch, objective)
 
 
-def _prefix(space: ConvexSpace, cost: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The least cost from the empty downset to each downset, and the pair that reaches it
-    (the first of the least, in pair order), level by level of the downsets' sizes."""
+def _prefix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:
+    """The least cost from the empty downset to each downset, level by level of the downsets'
+    sizes (a pair joins a smaller downset to a larger one; pairs are in order of ``dst``)."""
     best = np.full(space.downsets.size, math.inf)
     best[0] = 0.0
-    back = np.full(space.downsets.size, -1)
     dst_level = space.levels[space.dst]
     cuts = np.searchsorted(dst_level, np.arange(1, int(space.levels[-1]) + 2))
     for lo, hi in zip(cuts[:-1], cuts[1:]):
@@ -143,13 +145,8 @@ def _prefix(space: ConvexSpace, cost: np.ndarray) -> tuple[np.ndarray, np.ndarra
         dst = space.dst[lo:hi]
         total = best[space.src[lo:hi]] + cost[space.group[lo:hi]]
         starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
-        least = np.minimum.reduceat(total, starts)
-        best[dst[starts]] = least
-        run = np.repeat(np.arange(starts.size), np.diff(np.r_[starts, dst.size]))
-        hit = np.flatnonzero(total == least[run])
-        first = hit[np.r_[True, run[hit][1:] != run[hit][:-1]]]
-        back[dst[first]] = lo + first
-    return best, back
+        best[dst[starts]] = np.minimum.reduceat(total, starts)
+    return best
 
 
 def _suffix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:

@@ -92,8 +92,8 @@ PlotBaselineOpt = Annotated[str, typer.Option("--baseline", help="plot: design t
 SensitivityDesignOpt = Annotated[str, typer.Option("--design", help="The design whose speedup is studied.")]
 PlotDesignOpt = Annotated[str, typer.Option("--design", help="plot: design whose speedup is mapped.")]
 
-MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, stitched, optimal, ideal, or a mapping YAML file.")]
-DesignMappingOpt = Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, ideal, or a mapping file.")]
+MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, stitched, optimal, optimal-convex (every non-contiguous group too; slower), ideal, or a mapping YAML file.")]
+DesignMappingOpt = Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, optimal-convex, ideal, or a mapping file.")]
 OutlineMappingOpt = Annotated[Optional[str], typer.Option("--mapping", help="Outline the fusion groups of this mapping (name or file).")]
 AccelForgeMappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, or mapper (AccelForge's mapper picks a fused mapping).")]
 BufferOpt = Annotated[Optional[str], typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576 (default: 32MiB, or a mapping file's own).")]

@@ -135,6 +135,9 @@ class GroupCostModel:
         #: of the loops they do not mention
         self.irregular = [t for t in read_bytes if not shape.aligned[t]]
         self._irregular_bytes: dict[str, np.ndarray | None] | None = None
+        # bound on every term's bytes at any tiling: an overlapping read's, its untiled bytes
+        # times every tiled rank's size (loose: a layer past it is searched one group at a time,
+        # which for a few designs per layer is also the cheaper way)
         whole = math.prod(cascade.size(r) for r in ranks)
         most = sum(b * (whole if t in self.irregular else math.prod(cascade.size(ranks[i]) for i in shape.unmentioned[t]))
                    for t, b in read_bytes.items())

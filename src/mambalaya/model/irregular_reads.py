@@ -63,12 +63,13 @@ def irregular_read_bytes(cascade: Cascade, einsums: tuple[str, ...], ranks: tupl
     """Per tiling of the grid (``tiles``: each rank's tile in every tiling), the bytes counted to
     ``key`` (a tensor or an initial value) that a group of ``einsums`` reads in one pass over
     the irregular ranks of its reads; None where the combinations are too many or the general
-    model cannot count one. Memoised on the cascade per Einsums, ranks and key."""
+    model cannot count one. Memoised on the cascade per key, reading accesses and irregular ranks."""
     memo = cascade.__dict__.setdefault("_irregular_read_memo", {})
     steps = _steps_to(cascade, einsums, key)
-    memo_key = (key, tuple(s[3] for s in steps), ranks)  # the reads depend on the accesses, not the other members
+    chosen = _chosen_ranks(cascade, steps, ranks)
+    memo_key = (key, tuple(s[3] for s in steps), chosen)  # the reads depend on the accesses, not the other members
     if memo_key not in memo:
-        memo[memo_key] = _per_combination(cascade, einsums, ranks, key, steps)
+        memo[memo_key] = _per_combination(cascade, einsums, chosen, key, steps)
     found = memo[memo_key]
     if found is None:
         return None
@@ -88,14 +89,18 @@ def _steps_to(cascade: Cascade, einsums: tuple[str, ...], key: str) -> list[Any]
     return memo[(einsums, key)]
 
 
-def _per_combination(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...], key: str,
-                     steps: list[Any]) -> tuple[tuple[str, ...], list[np.ndarray], np.ndarray] | None:
-    from mambalaya.model.candidates import _rank_tile_options
-
+def _chosen_ranks(cascade: Cascade, steps: list[Any], ranks: tuple[str, ...]) -> tuple[str, ...]:
+    """The irregular ranks (of ``ranks``, in their order) of the reads of ``steps``."""
     found: set[str] = set()
     for tensor, accesses, *_ in steps:
         found |= set(irregular_ranks(cascade, accesses, tensor, ranks))
-    chosen = tuple(r for r in ranks if r in found)
+    return tuple(r for r in ranks if r in found)
+
+
+def _per_combination(cascade: Cascade, einsums: tuple[str, ...], chosen: tuple[str, ...], key: str,
+                     steps: list[Any]) -> tuple[tuple[str, ...], list[np.ndarray], np.ndarray] | None:
+    from mambalaya.model.candidates import _rank_tile_options
+
     options = [np.asarray(_rank_tile_options(cascade, r)) for r in chosen]
     if math.prod(len(o) for o in options) > MAX_COMBINATIONS:
         return None

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from mambalaya.fusion.mapping import parse_bytes
+from mambalaya.fusion.mapping_file import parse_bytes
 from mambalaya.model.search import SearchStats, optimal, stitched
 from mambalaya.model.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer

@@ -68,6 +68,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
+from mambalaya.workloads.masks import causal_mask
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -366,10 +367,7 @@ def attention_constants(cascade: Cascade, config: "AttentionConfig | Any", *, st
     if "COS" in cascade.tensors:
         out["COS"], out["SIN"] = rotary_tables(config, positions)
     if "CM" in cascade.tensors and cascade.tensors["CM"].ranks == ("I", "T"):
-        i, t = cascade.shape("CM")
-        mask = np.zeros((i, t))
-        mask[np.triu_indices(i, k=1, m=t)] = -np.inf
-        out["CM"] = mask
+        out["CM"] = causal_mask(*cascade.shape("CM"))
     return out
 
 

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 from pydantic import Field, PositiveInt, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
@@ -147,14 +146,6 @@ class FalconH1Model(FamilyModel):
         mamba = self.mamba2().layer_parameters() - (0 if self.mamba_rms_norm else self.mamba_d_ssm)
         attention = self.attention_config().layer_parameters() - self.d_model  # its norm is the shared one
         return mamba + attention + self.d_model + 3 * self.d_model * self.d_ff
-
-    def constants(self, cascade: Cascade) -> dict[str, np.ndarray]:
-        if "AMK" not in cascade.tensors:
-            return {}
-        i, t = cascade.shape("AMK")
-        mask = np.zeros((i, t))
-        mask[np.triu_indices(i, k=1, m=t)] = -np.inf
-        return {"AMK": mask}
 
     def shape_text(self) -> str:
         return (f"{super().shape_text()} (Mamba-2 and attention side by side); attention heads={self.n_heads} "

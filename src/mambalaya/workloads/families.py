@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, PositiveInt
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
+from mambalaya.workloads.masks import causal_mask
 
 #: The prefix of the second block's tensors in a layer made of two blocks (as Bamba's ``FF_``).
 SECOND_PREFIX = "FF_"
@@ -86,8 +87,10 @@ class FamilyModel(BaseModel):
         return None
 
     def constants(self, cascade: Cascade) -> dict[str, np.ndarray]:
-        """Constant inputs of a layer cascade only this family has (none here)."""
-        return {}
+        """Constant inputs of a layer cascade only this family has: the causal mask ``AMK`` of a
+        layer that runs attention inside one cascade (Falcon-H1's parallel block, Zamba2's
+        shared block)."""
+        return {"AMK": causal_mask(*cascade.shape("AMK"))} if "AMK" in cascade.tensors else {}
 
     def shape_text(self) -> str:
         counts = ", ".join(f"{n} {t}" for t, n in self.layer_counts().items())

@@ -77,6 +77,7 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
+from mambalaya.workloads.masks import causal_mask
 
 LINEAR, FULL = "linear_attention", "full_attention"
 
@@ -453,9 +454,7 @@ def gdn_constants(cascade: Cascade) -> dict[str, np.ndarray]:
     if "LM" not in cascade.tensors:
         return {}
     q, s = cascade.shape("LM")
-    lm = np.zeros((q, s))
-    lm[np.triu_indices(q, k=1, m=s)] = -np.inf
-    return {"LM": lm, "SL": np.tril(np.ones((q, s)), k=-1), "EYE": np.eye(q, s)}
+    return {"LM": causal_mask(q, s), "SL": np.tril(np.ones((q, s)), k=-1), "EYE": np.eye(q, s)}
 
 
 __all__ = ["CONSTANTS", "FRONT", "PRESETS", "SCAN_CHUNKED", "SCAN_RECURRENT", "WEIGHTS", "GatedDeltaNetConfig",

@@ -80,6 +80,7 @@ from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
+from mambalaya.workloads.masks import causal_mask
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -446,10 +447,7 @@ def mamba2_constants(cascade: Cascade) -> dict[str, np.ndarray]:
     chunked form (0 where ``s <= q``, ``-inf`` above the diagonal), ``{}`` for the recurrent one."""
     out: dict[str, np.ndarray] = {}
     if "LM" in cascade.tensors:
-        q, s = cascade.shape("LM")
-        mask = np.zeros((q, s))
-        mask[np.triu_indices(q, k=1, m=s)] = -np.inf
-        out["LM"] = mask
+        out["LM"] = causal_mask(*cascade.shape("LM"))
     return out
 
 

@@ -46,7 +46,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, ClassVar, Literal
 
-import numpy as np
 from pydantic import Field, PositiveInt, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
@@ -199,14 +198,6 @@ class Zamba2Model(FamilyModel):
     def extra_parameters(self) -> int:
         """The shared blocks, each once (transformers builds min(num_mem_blocks, hybrid layers))."""
         return min(self.num_mem_blocks, len(self.hybrid_layer_ids)) * self.shared_block_parameters()
-
-    def constants(self, cascade: Cascade) -> dict[str, np.ndarray]:
-        if "AMK" not in cascade.tensors:
-            return {}
-        i, t = cascade.shape("AMK")
-        mask = np.zeros((i, t))
-        mask[np.triu_indices(i, k=1, m=t)] = -np.inf
-        return {"AMK": mask}
 
     def shape_text(self) -> str:
         return (f"{super().shape_text()}; {min(self.num_mem_blocks, len(self.hybrid_layer_ids))} shared blocks "

@@ -20,6 +20,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("USE_HUB_KERNELS", "0")
 
 from hf_reference_bamba import _random_state_dict  # noqa: E402
+from hf_reference_families import drive_layers  # noqa: E402
 
 
 def build_hf_model(family: str, **fields: Any):
@@ -37,7 +38,6 @@ def build_hf_model(family: str, **fields: Any):
 def run_hf_moe(family: str, *, batch: int = 2, seq_len: int = 8, n_decode: int = 3, seed: int = 0,
                **fields: Any) -> dict[str, Any]:
     import torch
-    from transformers import DynamicCache
 
     config, model = build_hf_model(family, **fields)
     sd = _random_state_dict(model, seed)
@@ -46,31 +46,13 @@ def run_hf_moe(family: str, *, batch: int = 2, seq_len: int = 8, n_decode: int =
             sd[name] = np.log(np.random.default_rng(seed).uniform(1.0, 16.0, size=sd[name].shape))
     with torch.no_grad():
         model.load_state_dict({k: torch.from_numpy(v).float() for k, v in sd.items()}, strict=True)
-    n = len(model.layers)
-    records: list[dict[str, list]] = [{"inputs": [], "outputs": [], "caches": []} for _ in range(n)]
 
-    def hook(k):
-        def record(module, args, kwargs, output):
-            records[k]["inputs"].append(args[0].detach().numpy().copy())
-            out = output[0] if isinstance(output, tuple) else output
-            records[k]["outputs"].append(out.detach().numpy().copy())
-        return record
+    def caches(cache: Any, k: int) -> dict[str, np.ndarray]:
+        lc = cache.layers[k]
+        if hasattr(lc, "keys") and not hasattr(lc, "conv_states"):
+            return {"key": lc.keys.numpy().copy(), "value": lc.values.numpy().copy()}
+        return {"conv": lc.conv_states[0].numpy().copy(), "ssm": lc.recurrent_states[0].numpy().copy()}
 
-    for k, layer in enumerate(model.layers):
-        layer.register_forward_hook(hook(k), with_kwargs=True)
-    rng = np.random.default_rng(seed + 1_000_003)
-    x = rng.standard_normal((batch, seq_len + n_decode, config.hidden_size)).astype(np.float32)
-    cache = DynamicCache(config=config)
-    with torch.no_grad():
-        for start, stop in [(0, seq_len)] + [(seq_len + s, seq_len + s + 1) for s in range(n_decode)]:
-            model(inputs_embeds=torch.from_numpy(x[:, start:stop]), cache=cache, use_cache=True,
-                  position_ids=torch.arange(start, stop).unsqueeze(0))
-            for k in range(n):
-                lc = cache.layers[k]
-                if hasattr(lc, "keys") and not hasattr(lc, "conv_states"):
-                    records[k]["caches"].append({"key": lc.keys.numpy().copy(), "value": lc.values.numpy().copy()})
-                else:
-                    records[k]["caches"].append({"conv": lc.conv_states[0].numpy().copy(),
-                                                 "ssm": lc.recurrent_states[0].numpy().copy()})
+    records, _ = drive_layers(model, config, caches, batch=batch, seq_len=seq_len, n_decode=n_decode, seed=seed)
     return {"config": config.to_dict(), "state_dict": {k: v.astype(np.float32) for k, v in sd.items()},
             "layers": records}

@@ -19,6 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("USE_HUB_KERNELS", "0")
 
 from hf_reference_bamba import _random_state_dict  # noqa: E402
+from hf_reference_families import drive_layers  # noqa: E402
 
 __all__ = ["run_hf_zamba2"]
 
@@ -30,7 +31,7 @@ def run_hf_zamba2(config: Any, *, batch: int = 2, seq_len: int = 16, n_decode: i
     and ``state_dict`` (numpy float64, as the model holds it); ``state_dict`` given: those weights
     instead of seeded ones."""
     import torch
-    from transformers import DynamicCache, Zamba2Model
+    from transformers import Zamba2Model
 
     torch.manual_seed(seed)
     config._attn_implementation = "eager"
@@ -39,29 +40,12 @@ def run_hf_zamba2(config: Any, *, batch: int = 2, seq_len: int = 16, n_decode: i
     with torch.no_grad():
         model.load_state_dict({k: torch.from_numpy(v).float() for k, v in sd.items()}, strict=True)
     held = {k: v.detach().double().numpy().copy() for k, v in model.state_dict().items()}
-    records: list[dict[str, list]] = [{"inputs": [], "outputs": [], "caches": []} for _ in model.layers]
 
-    def hook(k: int):
-        def record(module, args, kwargs, output):
-            x = args[0] if args else kwargs["hidden_states"]
-            records[k]["inputs"].append(x.detach().numpy().copy())
-            out = output[0] if isinstance(output, tuple) else output
-            records[k]["outputs"].append(out.detach().numpy().copy())
-        return record
+    def caches(cache: Any, k: int) -> dict[str, np.ndarray]:
+        entry = {"conv": cache.get_conv_state(k).numpy().copy(), "ssm": cache.get_recurrent_state(k).numpy().copy()}
+        if config.layers_block_type[k] == "hybrid":
+            entry.update(key=cache.layers[k].keys.numpy().copy(), value=cache.layers[k].values.numpy().copy())
+        return entry
 
-    for k, layer in enumerate(model.layers):
-        layer.register_forward_hook(hook(k), with_kwargs=True)
-    rng = np.random.default_rng(seed + 1_000_003)
-    x = rng.standard_normal((batch, seq_len + n_decode, config.hidden_size)).astype(np.float32)
-    cache = DynamicCache(config=config)
-    with torch.no_grad():
-        for start, stop in [(0, seq_len)] + [(seq_len + s, seq_len + s + 1) for s in range(n_decode)]:
-            model(inputs_embeds=torch.from_numpy(x[:, start:stop]), cache=cache, use_cache=True,
-                  position_ids=torch.arange(start, stop).unsqueeze(0))
-            for k, kind in enumerate(config.layers_block_type):
-                entry = {"conv": cache.get_conv_state(k).numpy().copy(),
-                         "ssm": cache.get_recurrent_state(k).numpy().copy()}
-                if kind == "hybrid":
-                    entry.update(key=cache.layers[k].keys.numpy().copy(), value=cache.layers[k].values.numpy().copy())
-                records[k]["caches"].append(entry)
+    records, x = drive_layers(model, config, caches, batch=batch, seq_len=seq_len, n_decode=n_decode, seed=seed)
     return {"state_dict": held, "embeddings": x, "layers": records}

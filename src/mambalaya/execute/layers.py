@@ -43,6 +43,21 @@ class LayerStep:
     results: dict[str, np.ndarray]
 
 
+def layer_input(x: Any, d_model: int, state: Any, runner: str, hint: str = "") -> tuple[np.ndarray, int, int, str]:
+    """``x`` as an array with its batch, its length and the phase a layer runner takes from it
+    (a prefill without ``state``, else a decode step of one position); a clear error where
+    ``x`` is not ``[batch, positions, d_model]`` or a decode step has more than one position.
+    ``runner`` names the caller in that error, ``hint`` adds to it."""
+    x = np.asarray(x)
+    if x.ndim != 3 or x.shape[2] != d_model:
+        raise SpecError(f"x has shape {x.shape}; a layer of this model reads [batch, positions, {d_model}]")
+    batch, length = int(x.shape[0]), int(x.shape[1])
+    phase = "prefill" if state is None else "decode"
+    if phase == "decode" and length != 1:
+        raise SpecError(f"with a state, {runner} runs one decode step, of one position; x has {length}{hint}")
+    return x, batch, length, phase
+
+
 def run_hybrid_layer(
     config: HybridConfig,
     layer: int | str,
@@ -61,14 +76,8 @@ def run_hybrid_layer(
     prefill uses ``scan`` (default: chunked when ``L`` is a multiple of the chunk size, else
     recurrent; both compute the same values)."""
     layer_type = _layer_type(config, layer)
-    x = np.asarray(x)
-    if x.ndim != 3 or x.shape[2] != config.d_model:
-        raise SpecError(f"x has shape {x.shape}; a layer of this model reads [batch, positions, {config.d_model}]")
-    batch, length = int(x.shape[0]), int(x.shape[1])
-    phase = "prefill" if state is None else "decode"
-    if phase == "decode" and length != 1:
-        raise SpecError(f"with a state, run_hybrid_layer runs one decode step, of one position; x has {length} "
-                        "(an attention prefill starts from an empty cache: leave state out for a prompt)")
+    x, batch, length, phase = layer_input(x, config.d_model, state, "run_hybrid_layer",
+                                          " (an attention prefill starts from an empty cache: leave state out for a prompt)")
     if layer_type == "mamba" and phase == "prefill" and scan is None:
         scan = "chunked" if length % config.mamba_chunk_size == 0 else "recurrent"
     cascade = hybrid_layer(config, layer_type, batch=batch, seq_len=length if phase == "prefill" else None,

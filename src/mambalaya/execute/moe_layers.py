@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.errors import SpecError
-from mambalaya.execute.layers import LayerStep
+from mambalaya.execute.layers import LayerStep, layer_input
 from mambalaya.execute.numpy_exec import carry_states, execute
 from mambalaya.workloads.attention import Softmax, append_kv
 from mambalaya.workloads.hybrid import hybrid_inputs
@@ -26,13 +26,7 @@ def run_moe_family_layer(config: MoEHybridConfig, layer: int, x: Any, weights: M
     if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < config.n_layers:
         raise SpecError(f"layer {layer!r} is not a layer of this model (layers 0..{config.n_layers - 1})")
     layer_type = config.layer_types[layer]
-    x = np.asarray(x)
-    if x.ndim != 3 or x.shape[2] != config.d_model:
-        raise SpecError(f"x has shape {x.shape}; a layer of this model reads [batch, positions, {config.d_model}]")
-    batch, length = int(x.shape[0]), int(x.shape[1])
-    phase = "prefill" if state is None else "decode"
-    if phase == "decode" and length != 1:
-        raise SpecError(f"with a state, a layer runs one decode step, of one position; x has {length}")
+    x, batch, length, phase = layer_input(x, config.d_model, state, "a layer")
     mamba = layer_type.startswith("mamba")
     if mamba and phase == "prefill" and scan is None and config.family == "granitemoehybrid":
         scan = "chunked" if length % config.mamba_chunk_size == 0 else "recurrent"

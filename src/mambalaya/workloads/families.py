@@ -204,6 +204,7 @@ def run_family_layer(model: FamilyModel, layer: int | str, x: Any, weights: Mapp
     a prefill from a fresh cache without ``state``, else one decode step continuing from it.
     ``inputs``: the layer's other per-position inputs, by name (Zamba2's hybrid layers read the
     original embeddings ``EMB`` ``[B, L, D]``)."""
+    from mambalaya.execute.layers import layer_input
     from mambalaya.execute.numpy_exec import carry_states, execute
     from mambalaya.workloads.attention import append_kv
     from mambalaya.workloads.mamba2 import chunked_output_to_positions
@@ -214,13 +215,7 @@ def run_family_layer(model: FamilyModel, layer: int | str, x: Any, weights: Mapp
         raise SpecError(f"layer {layer!r} is not a layer of this model (layers 0..{model.n_layers - 1})")
     else:
         layer_type = model.layer_types[int(layer)]
-    x = np.asarray(x)
-    if x.ndim != 3 or x.shape[2] != model.d_model:
-        raise SpecError(f"x has shape {x.shape}; a layer of this model reads [batch, positions, {model.d_model}]")
-    batch, length = int(x.shape[0]), int(x.shape[1])
-    phase = "prefill" if state is None else "decode"
-    if phase == "decode" and length != 1:
-        raise SpecError(f"with a state, run_family_layer runs one decode step, of one position; x has {length}")
+    x, batch, length, phase = layer_input(x, model.d_model, state, "run_family_layer")
     cached = _cache_length(state)
     seq_len = length if phase == "prefill" else (cached if cached is not None else 1)
     if phase == "decode" and layer_type in model.SCANNED:

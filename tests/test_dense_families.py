@@ -71,14 +71,24 @@ def nemotron_reference() -> dict:
                          seed=5)
 
 
-def _compare_states(config, kind: str, ours: dict, theirs: dict) -> None:
-    if kind == "attention":
-        expected = cache_from_hf(config.attention_config(), theirs["key"], theirs["value"])
-    else:
-        expected = mamba2_states_from_hf(theirs["conv"], theirs["ssm"])
-    assert set(ours) == set(expected), (set(ours), set(expected))
-    for t in expected:
-        assert rel_err(ours[t], expected[t]) <= TOL, (t, rel_err(ours[t], expected[t]))
+def _steps_match(config, k: int, layer: dict, weights: dict, scan: str, softmax: str, expected_state) -> None:
+    """Layer ``k`` run on each recorded input (a prefill, then decode steps carrying our state):
+    its output equals transformers' within TOL, and its carried state equals transformers'
+    cache converted by ``expected_state(cache)``. ``expected_state`` None: a layer that carries
+    no state (each step then runs as a prefill of its positions)."""
+    state = None
+    for n, x in enumerate(layer["inputs"]):
+        step = run_family_layer(config, k, x, weights, state=state, scan=scan if n == 0 else None, softmax=softmax)
+        err = rel_err(step.output, layer["outputs"][n])
+        assert err <= TOL, (k, n, err)
+        if expected_state is None:
+            assert step.state == {}
+            continue
+        expected = expected_state(layer["caches"][n])
+        assert set(step.state) == set(expected), (set(step.state), set(expected))
+        for t in expected:
+            assert rel_err(step.state[t], expected[t]) <= TOL, (k, n, t, rel_err(step.state[t], expected[t]))
+        state = step.state
 
 
 @requires_hf
@@ -93,16 +103,11 @@ def test_nemotron_h_layers_match_transformers(nemotron_reference: dict, scan: st
     for k, kind in enumerate(config.layer_types):
         layer = nemotron_reference["layers"][k]
         weights = load_nemotron_h_layer(nemotron_reference["state_dict"], k, config)
-        state = None
-        for n, x in enumerate(layer["inputs"]):
-            step = run_family_layer(config, k, x, weights, state=state, scan=scan if n == 0 else None, softmax=softmax)
-            err = rel_err(step.output, layer["outputs"][n])
-            assert err <= TOL, (k, kind, n, err)
-            if kind != "mlp":
-                _compare_states(config, kind, step.state, layer["caches"][n])
-            else:
-                assert step.state == {}
-            state = step.state if kind != "mlp" else None
+        expected_state = {
+            "attention": lambda cache: cache_from_hf(config.attention_config(), cache["key"], cache["value"]),
+            "mamba": lambda cache: mamba2_states_from_hf(cache["conv"], cache["ssm"]),
+        }.get(kind)  # an MLP carries none
+        _steps_match(config, k, layer, weights, scan, softmax, expected_state)
 
 
 @requires_hf
@@ -245,20 +250,11 @@ def test_olmo_hybrid_layers_match_transformers(olmo_reference: dict, scan: str, 
     for k, kind in enumerate(config.layer_types):
         layer = olmo_reference["layers"][k]
         weights = load_olmo_hybrid_layer(olmo_reference["state_dict"], k, config)
-        state = None
-        for n, x in enumerate(layer["inputs"]):
-            step = run_family_layer(config, k, x, weights, state=state, scan=scan if n == 0 else None, softmax=softmax)
-            err = rel_err(step.output, layer["outputs"][n])
-            assert err <= TOL, (k, kind, n, err)
-            cache = layer["caches"][n]
-            if kind == "attention":
-                expected = cache_from_hf(config.attention_config(), cache["key"], cache["value"])
-            else:
-                expected = gdn_state_from_hf(config.mixer, cache["conv"], cache["ssm"])
-            assert set(step.state) == set(expected)
-            for t in expected:
-                assert rel_err(step.state[t], expected[t]) <= TOL, (k, n, t)
-            state = step.state
+        if kind == "attention":
+            expected_state = lambda cache: cache_from_hf(config.attention_config(), cache["key"], cache["value"])  # noqa: E731
+        else:
+            expected_state = lambda cache: gdn_state_from_hf(config.mixer, cache["conv"], cache["ssm"])  # noqa: E731
+        _steps_match(config, k, layer, weights, scan, softmax, expected_state)
 
 
 @requires_hf
@@ -416,18 +412,9 @@ def test_falcon_h1_parallel_layer_matches_transformers(falcon_reference: dict, s
     for k in range(2):
         layer = falcon_reference["layers"][k]
         weights = load_falcon_h1_layer(falcon_reference["state_dict"], k, config, multipliers_from_hf(data))
-        state = None
-        for n, x in enumerate(layer["inputs"]):
-            step = run_family_layer(config, k, x, weights, state=state, scan=scan if n == 0 else None, softmax=softmax)
-            err = rel_err(step.output, layer["outputs"][n])
-            assert err <= TOL, (k, n, err)
-            cache = layer["caches"][n]
-            expected = {**mamba2_states_from_hf(cache["conv"], cache["ssm"]),
-                        **cache_from_hf(config.attention_config(), cache["key"], cache["value"])}
-            assert set(step.state) == set(expected)
-            for t in expected:
-                assert rel_err(step.state[t], expected[t]) <= TOL, (k, n, t)
-            state = step.state
+        _steps_match(config, k, layer, weights, scan, softmax, lambda cache: {  # both states in one layer
+            **mamba2_states_from_hf(cache["conv"], cache["ssm"]),
+            **cache_from_hf(config.attention_config(), cache["key"], cache["value"])})
 
 
 @requires_hf

@@ -34,3 +34,15 @@ def check_layer_args(phase: str, *, batch: Any, seq_len: Any, bits: Any) -> None
 
 
 __all__ = ["check_layer_args", "validated_config"]
+
+
+def chunk_padding_free_form(scan: str | None, phase: str, seq_len: int | None, chunk_size: int, why: str) -> str:
+    """The scan form of a layer that runs more than its scan on the positions (default: chunked
+    in prefill, recurrent in decode). The chunked scan pads ``L`` to a multiple of the chunk
+    size, which the rest of such a layer would count too: a clear error there, ``why`` saying
+    what would count the padded rows."""
+    form = scan or ("chunked" if phase == "prefill" else "recurrent")
+    if form == "chunked" and seq_len % chunk_size:  # type: ignore[operator]
+        raise SpecError(f"the chunked scan pads L = {seq_len} to a multiple of the chunk size {chunk_size}, and {why}; "
+                        "use the recurrent scan (scan='recurrent', --scan recurrent) or a multiple of the chunk size")
+    return form

@@ -42,6 +42,7 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.workloads.attention import AttentionConfig
+from mambalaya.workloads.checks import chunk_padding_free_form
 from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel, check_known_fields, positive_int
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.mlp import MLPConfig, mlp_layer
@@ -166,12 +167,8 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
     if softmax not in _REGION:
         raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
     c, decode = config, phase == "decode"
-    form = scan or ("chunked" if phase == "prefill" else "recurrent")
-    if form == "chunked" and seq_len % c.mamba_chunk_size:
-        raise SpecError(
-            f"the chunked scan pads L = {seq_len} to a multiple of the chunk size {c.mamba_chunk_size}, and the "
-            "attention and MLP of the layer would then count the padded rows too; use the recurrent scan "
-            "(scan='recurrent', --scan recurrent) or a multiple of the chunk size")
+    form = chunk_padding_free_form(scan, phase, seq_len, c.mamba_chunk_size,
+                                   "the attention and MLP of the layer would then count the padded rows too")
     mixer = mamba2_layer(c.mamba2(), batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                          state_io=True, scan=form)  # type: ignore[arg-type]
     chunked = "Q" in mixer.ranks

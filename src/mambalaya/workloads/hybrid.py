@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
-from mambalaya.workloads.checks import validated_config
+from mambalaya.workloads.checks import chunk_padding_free_form, validated_config
 from mambalaya.workloads.hf_fields import (
     BAMBA_DEFAULT_THETA,
     BAMBA_DEFAULTS,
@@ -330,12 +330,8 @@ def hybrid_layer(
         mixer = attention_layer(config.attention(), batch=batch, seq_len=seq_len, phase=phase,  # type: ignore[arg-type]
                                 bits=bits, softmax=softmax)
     else:
-        form = scan or ("chunked" if phase == "prefill" else "recurrent")
-        if form == "chunked" and seq_len % config.mamba_chunk_size:
-            raise SpecError(
-                f"the chunked scan pads L = {seq_len} to a multiple of the chunk size {config.mamba_chunk_size}, and a "
-                "hybrid layer's MLP would then count the padded rows too (the real model drops them before its MLP); "
-                "use the recurrent scan (scan='recurrent', --scan recurrent) or a multiple of the chunk size")
+        form = chunk_padding_free_form(scan, phase, seq_len, config.mamba_chunk_size, "a hybrid layer's MLP would "
+                                       "then count the padded rows too (the real model drops them before its MLP)")
         mixer = mamba2_layer(config.mamba2(), batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                              state_io=True, scan=form)  # type: ignore[arg-type]
     chunk = mixer.size("Q") if "Q" in mixer.ranks else None  # the chunked scan writes [B,C,Q,D]

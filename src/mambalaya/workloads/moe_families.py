@@ -31,7 +31,7 @@ from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Binary, Einsum, Param, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.workloads.attention import AttentionConfig, Softmax, attention_layer
-from mambalaya.workloads.checks import validated_config
+from mambalaya.workloads.checks import chunk_padding_free_form, validated_config
 from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.mlp import MLPConfig, mlp_layer
@@ -246,12 +246,8 @@ def moe_family_layer(
             raise SpecError(f"Jamba's Mamba layers are Mamba-1, which has only the recurrent scan, not scan={scan!r}")
         mixer = jamba_mamba_layer(config.mamba1(), batch=batch, seq_len=seq_len, phase=phase, bits=bits)
     else:
-        form = scan or ("chunked" if phase == "prefill" else "recurrent")
-        if form == "chunked" and seq_len % config.mamba_chunk_size:
-            raise SpecError(
-                f"the chunked scan pads L = {seq_len} to a multiple of the chunk size {config.mamba_chunk_size}, and "
-                "the feed-forward block would then count the padded rows too; use the recurrent scan "
-                "(scan='recurrent', --scan recurrent) or a multiple of the chunk size")
+        form = chunk_padding_free_form(scan, phase, seq_len, config.mamba_chunk_size,
+                                       "the feed-forward block would then count the padded rows too")
         mixer = mamba2_layer(config.mamba2(), batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                              state_io=True, scan=form)  # type: ignore[arg-type]
     mixer = _scaled_residual(mixer, config.residual_multiplier)

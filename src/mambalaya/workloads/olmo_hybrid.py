@@ -45,7 +45,7 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.workloads.attention import ATTENTION_REGION, ONLINE, THREE_PASS, AttentionConfig
-from mambalaya.workloads.checks import check_layer_args
+from mambalaya.workloads.checks import check_layer_args, chunk_padding_free_form
 from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.gated_deltanet import LINEAR, GatedDeltaNetConfig, gdn_layer
 from mambalaya.workloads.gated_deltanet import PRESETS as GDN_PRESETS
@@ -262,12 +262,8 @@ class OlmoHybridModel(FamilyModel):
             return chain_cascades(first, second, prefix=SECOND_PREFIX, name=name)
         if layer_type != "gdn":
             raise SpecError(f"layer type {layer_type!r} is not one of OLMo-Hybrid's ({', '.join(self.LAYER_TYPES)})")
-        form = scan or ("chunked" if phase == "prefill" else "recurrent")
-        if form == "chunked" and seq_len % m.chunk_size:
-            raise SpecError(
-                f"the chunked scan pads L = {seq_len} to a multiple of the chunk size {m.chunk_size}, and the layer's "
-                "MLP would then count the padded rows too (the real model drops them before its MLP); use the "
-                "recurrent scan (scan='recurrent', --scan recurrent) or a multiple of the chunk size")
+        form = chunk_padding_free_form(scan, phase, seq_len, m.chunk_size, "the layer's MLP would then count the "
+                                       "padded rows too (the real model drops them before its MLP)")
         first = gdn_layer(m, batch=batch, seq_len=seq_len, phase=phase, bits=bits, state_io=True, scan=form)
         chunk = first.size("Q") if "Q" in first.ranks else None
         second = mlp_layer(MLPConfig(d_model=m.d_model, d_ff=m.d_ff, norm_eps=m.norm_eps), batch=batch,

@@ -303,14 +303,9 @@ def attention_layer(
     for src, (cache, new) in _CACHED.items():
         if src not in tensors:
             continue
-        spec = tensors[src]
-        out_ranks = spec.ranks
-        if decode:
-            in_ranks = tuple("M" if r == "I" else r for r in spec.ranks)
-            tensors[cache] = TensorSpec(cache, in_ranks, _ST, bits, description=f"cached {spec.description}s")
-            tensors[src] = TensorSpec(src, spec.ranks, _X, bits, initial=cache, description=spec.description)
+        out_ranks = tensors[src].ranks
+        tensors.update(kv_cache_tensors(tensors[src], cache, new if cache_out else None, decode=decode))
         if cache_out:
-            tensors[new] = TensorSpec(new, out_ranks, _ST, bits, description=f"{spec.description}, appended to the cache")
             idx = ",".join(r.lower() for r in out_ranks)
             einsums.append(parse_einsum(f"{new}[{idx}] = {src}[{idx}]", sizes=sizes))
     return build_cascade(
@@ -336,6 +331,22 @@ def rotary_tables(config: AttentionConfig, positions: np.ndarray) -> tuple[np.nd
     angles = np.outer(np.asarray(positions, dtype=np.float64), inv_freq)
     sin = np.sin(angles)
     return np.cos(angles), np.stack([-sin, sin])
+
+
+def kv_cache_tensors(spec: TensorSpec, cache: str, new: str | None, *, decode: bool) -> dict[str, TensorSpec]:
+    """The tensors a key or value ``spec`` (written at the layer's positions ``I``) needs with a
+    KV cache: in decode, the cache read ``cache`` (over the cached positions ``M``) and ``spec``
+    again with that cache as its initial value; with ``new``, the rows appended to the cache.
+    Every layer that runs attention (here, and Falcon-H1's, OLMo-Hybrid's and Zamba2's blocks)
+    declares its cache this way."""
+    out: dict[str, TensorSpec] = {}
+    if decode:
+        out[cache] = TensorSpec(cache, tuple("M" if r == "I" else r for r in spec.ranks), _ST, spec.bits,
+                                description=f"cached {spec.description}s")
+        out[spec.name] = TensorSpec(spec.name, spec.ranks, _X, spec.bits, initial=cache, description=spec.description)
+    if new is not None:
+        out[new] = TensorSpec(new, spec.ranks, _ST, spec.bits, description=f"{spec.description}, appended to the cache")
+    return out
 
 
 def attention_constants(cascade: Cascade, config: "AttentionConfig | Any", *, start: int | None = None) -> dict[str, np.ndarray]:

@@ -41,7 +41,7 @@ from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
-from mambalaya.workloads.attention import AttentionConfig
+from mambalaya.workloads.attention import AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import chunk_padding_free_form
 from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel, check_known_fields, positive_int
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
@@ -201,12 +201,7 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
                     if n in used})
     tensors["XO"] = mixer.tensors["XO"]
     for src, cache, new in (("AKR", "KC0A", "KNA"), ("AV", "VC0", "VN")):
-        spec = tensors[src]
-        if decode:
-            tensors[cache] = TensorSpec(cache, tuple("M" if r == "I" else r for r in spec.ranks), _ST, bits,
-                                        description=f"cached {spec.description}s")
-            tensors[src] = TensorSpec(src, spec.ranks, _X, bits, initial=cache, description=spec.description)
-        tensors[new] = TensorSpec(new, spec.ranks, _ST, bits, description=f"{spec.description}, appended to the cache")
+        tensors.update(kv_cache_tensors(tensors[src], cache, new, decode=decode))
     block = build_cascade(
         name=f"falcon-h1-block-{phase}",
         params={**mixer.params, "ascale": c.head_dim ** -0.5, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,

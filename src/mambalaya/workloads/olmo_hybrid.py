@@ -44,7 +44,7 @@ from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
-from mambalaya.workloads.attention import ATTENTION_REGION, ONLINE, THREE_PASS, AttentionConfig
+from mambalaya.workloads.attention import ATTENTION_REGION, ONLINE, THREE_PASS, AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import check_layer_args, chunk_padding_free_form
 from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.gated_deltanet import LINEAR, GatedDeltaNetConfig, gdn_layer
@@ -144,12 +144,7 @@ def olmo_attention_block(config: GatedDeltaNetConfig, *, batch: int, seq_len: in
     used = {e.name for e in einsums} | {x for e in einsums for x in e.input_tensors}
     tensors = {n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in specs.items() if n in used}
     for src, cache, new in cached:
-        spec = tensors[src]
-        if decode:
-            tensors[cache] = TensorSpec(cache, tuple("M" if r == "I" else r for r in spec.ranks), _ST, bits,
-                                        description=f"cached {spec.description}s")
-            tensors[src] = TensorSpec(src, spec.ranks, _X, bits, initial=cache, description=spec.description)
-        tensors[new] = TensorSpec(new, spec.ranks, _ST, bits, description=f"{spec.description}, appended to the cache")
+        tensors.update(kv_cache_tensors(tensors[src], cache, new, decode=decode))
     return build_cascade(
         name=name or f"olmo-attention-{phase}",
         params={"batch": batch, "L": seq_len, "hidden_size": c.d_model, "n_heads": c.n_heads,

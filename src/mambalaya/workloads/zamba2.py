@@ -52,7 +52,7 @@ from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
-from mambalaya.workloads.attention import AttentionConfig
+from mambalaya.workloads.attention import AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.falcon_h1 import _ATT_TENSORS, _ONLINE, _REGION, _THREE_PASS
 from mambalaya.workloads.families import FamilyModel, check_known_fields, positive_int
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
@@ -293,12 +293,7 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
         new["WAO"] = replace(new["WAO"], description="shared o_proj")
         key = "AKR" if c.mem_rope else "AK"
         for src, cache, out in ((key, "KC0A", "KNA"), ("AV", "VC0", "VN")):
-            spec = new[src]
-            if decode:
-                new[cache] = TensorSpec(cache, tuple("M" if r == "I" else r for r in spec.ranks), _ST, bits,
-                                        description=f"cached {spec.description}s")
-                new[src] = TensorSpec(src, spec.ranks, _X, bits, initial=cache, description=spec.description)
-            new[out] = TensorSpec(out, spec.ranks, _ST, bits, description=f"{spec.description}, appended to the cache")
+            new.update(kv_cache_tensors(new[src], cache, out, decode=decode))
         tensors = {**new, **tensors}
     what = ("shared transformer block (attention over [x, embeddings], gelu MLP, LoRA) then Mamba-2 layer" if hybrid
             else "Mamba-2 layer")

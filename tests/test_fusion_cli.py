@@ -49,6 +49,8 @@ def test_map_table_orders_mappings() -> None:
 def test_bad_mapping_inputs() -> None:
     r = invoke("fusion", "map", "--mapping", "greedy")
     assert r.exit_code == 1 and "unknown mapping" in r.stderr and "stitched" in r.stderr
+    r = invoke("evaluate", "-m", "mamba-130m", "--mapping", "optimal-convexx")  # evaluate says the same
+    assert r.exit_code == 1 and "unknown mapping" in r.stderr and "optimal-convex," in r.stderr
     r = invoke("fusion", "map", "--mapping", "stitched", "--buffer", "lots")
     assert r.exit_code == 1 and "not a size" in r.stderr
     r = invoke("fusion", "map", "--mapping", "stitched", "--buffer", "1B")

@@ -43,14 +43,11 @@ def _resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None
     from dataclasses import replace
 
     from mambalaya.fusion.mapping import check_mapping
-    from mambalaya.fusion.mapping_file import load_mapping
-    from mambalaya.model.search import NAMED_MAPPINGS, named_mapping
+    from mambalaya.model.search import NAMED_MAPPINGS, load_mapping_file, named_mapping
 
     if name in NAMED_MAPPINGS:
         return named_mapping(name, cascade, parse_bytes(buffer or DEFAULT_BUFFER), stats)
-    if not Path(name).exists():
-        raise MambalayaError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or the path of a mapping YAML file")
-    mapping = load_mapping(name)
+    mapping = load_mapping_file(name)
     if buffer is not None:
         mapping = replace(mapping, buffer_bytes=parse_bytes(buffer))
     return check_mapping(cascade, mapping)

@@ -8,10 +8,9 @@ from typing import Any
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping, check_mapping
-from mambalaya.fusion.mapping_file import load_mapping
 from mambalaya.model.latency import LayerLatency, layer_latency
 from mambalaya.model.energy import LayerEnergy, layer_energy
-from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, named_mapping
+from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, load_mapping_file, named_mapping
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import ModelConfig, build_layer
 from mambalaya.workloads.precision import PrecisionPolicy, load_policy
@@ -84,7 +83,7 @@ def resolve_mapping(name: str | None, cascade: Cascade, arch: ArchSpec, stats: S
     buffer = arch.memory.onchip_buffer_bytes
     if name in NAMED_MAPPINGS:
         return named_mapping(name, cascade, None if name == "ideal" else buffer, stats, arch=arch, objective=objective)
-    mapping = load_mapping(name)
+    mapping = load_mapping_file(name)
     if mapping.buffer_bytes is None:
         from dataclasses import replace
 

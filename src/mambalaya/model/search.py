@@ -553,6 +553,19 @@ def named_mapping(
     raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or a mapping YAML file")
 
 
+def load_mapping_file(name: str) -> Mapping:
+    """The mapping YAML file ``name`` (given where a named mapping could be); a name that is
+    neither a named mapping nor an existing file is one error that lists the named mappings."""
+    from pathlib import Path
+
+    from mambalaya.fusion.mapping_file import load_mapping
+
+    if not Path(name).exists():
+        raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or the path of a mapping "
+                        "YAML file")
+    return load_mapping(name)
+
+
 @dataclass(frozen=True)
 class ParetoPoint:
     buffer_bytes: int
@@ -599,6 +612,7 @@ def forget_architecture_results(cascade: Cascade) -> None:
 
 __all__ = [
     "NAMED_MAPPINGS",
+    "load_mapping_file",
     "forget_architecture_results",
     "OBJECTIVES",
     "GroupChoice",

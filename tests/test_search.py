@@ -12,10 +12,10 @@ from mambalaya.model.search import (
     SearchStats,
     named_mapping,
     optimal,
-    pareto_frontier,
     stitched,
     tileable_ranks,
 )
+from mambalaya.model.pareto import pareto_frontier
 from mambalaya.model.traffic import group_traffic, mapping_traffic
 from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
 

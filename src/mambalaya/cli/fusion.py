@@ -126,7 +126,7 @@ def pareto_cmd(
     output: OutOpt = None,
 ) -> None:
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
-    from mambalaya.model.search import pareto_frontier
+    from mambalaya.model.pareto import pareto_frontier
 
     _, cascade = layer.build()
     rows = [

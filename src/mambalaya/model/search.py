@@ -566,63 +566,16 @@ def load_mapping_file(name: str) -> Mapping:
     return load_mapping(name)
 
 
-@dataclass(frozen=True)
-class ParetoPoint:
-    buffer_bytes: int
-    footprint_bytes: float
-    traffic_bytes: float
-    groups: int
-
-
-def pareto_frontier(cascade: Cascade, buffers: list[int] | None = None) -> list[ParetoPoint]:
-    """Optimal traffic at each buffer size (default 64 KiB .. 4 GiB in factors of 2), keeping
-    the points no smaller buffer matches."""
-    buffers = buffers or [1 << k for k in range(16, 33)]
-    points: list[ParetoPoint] = []
-    for cap in sorted(buffers):
-        try:
-            m = optimal(cascade, cap)
-        except SpecError:
-            continue
-        groups = [group_traffic(cascade, g) for g in m.groups]
-        traffic = sum(g.total_bytes for g in groups)
-        fp = max(g.footprint_bytes for g in groups)
-        if points and traffic >= points[-1].traffic_bytes:
-            continue
-        points.append(ParetoPoint(cap, fp, traffic, len(groups)))
-    return points
-
-
-#: The results a cascade keeps per architecture (or compute section): choices, group totals,
-#: cycles and pick tables. The architecture-free tables (traffic closed forms, tilings, reads)
-#: are not among them.
-_ARCHITECTURE_MEMOS = ("_best_group_memo", "_group_totals_memo", "_group_cycles_memo", "_pick_tables_memo",
-                       "_grid_cycles_memo", "_einsum_cycles_memo")
-
-
-def forget_architecture_results(cascade: Cascade) -> None:
-    """Drop what ``cascade`` keeps per architecture, keeping its architecture-free tables: for a
-    process that moves on to architectures no earlier one shares (a sensitivity worker), whose
-    memory would otherwise grow with every setting."""
-    for memo in _ARCHITECTURE_MEMOS:
-        cascade.__dict__.pop(memo, None)
-    for model in cascade.__dict__.get("_group_cost_model_memo", {}).values():
-        model.forget_cycles()
-
-
 __all__ = [
     "NAMED_MAPPINGS",
     "load_mapping_file",
-    "forget_architecture_results",
     "OBJECTIVES",
     "GroupChoice",
-    "ParetoPoint",
     "SearchStats",
     "best_group",
     "ideal",
     "named_mapping",
     "optimal",
-    "pareto_frontier",
     "ssm_ri",
     "stitched",
     "tileable_ranks",

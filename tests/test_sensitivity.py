@@ -132,3 +132,30 @@ def test_sensitivity_cli_writes_tornado_and_csv(tmp_path) -> None:
     assert (tmp_path / "what_would_it_take.csv").exists()
     bad = runner.invoke(app, ["sensitivity", "--design", "mambalaya", "--baseline", "mambalaya"])
     assert bad.exit_code == 1 and "same design" in bad.stderr
+
+
+def test_what_would_it_take_in_two_processes_matches_one() -> None:
+    """With an executor, the searches run two at a time (one here, one in the executor's
+    process); every row is the same as when one process runs them in turn."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    spec = S.SensitivitySpec(name="t", designs=["mambalaya", "marca-ideal"], assumptions=[
+        S.Assumption(key="compute.mfu_units", low=256, high=4096, reason="a test range of MFU counts"),
+        S.Assumption(key="compute.one_d_lanes", low=256, high=4096, reason="a test range of 1D lanes"),
+        S.Assumption(key="memory.onchip_bandwidth_bytes_per_cycle", low=1024, high=65536, reason="a test range"),
+    ])
+    model = "mamba-130m"
+    run = S.RunSetup(models=(model,), configs={model: PRESETS[model]}, seq_lens=(512,), batch=4, phases=("prefill",))
+    ratios = S.pair_ratio("mambalaya", "marca-ideal")
+    label = S.pair_label(model, "prefill", "mambalaya", "marca-ideal")
+    base = S.run_sensitivity(spec, run, ratios).base[label]
+    published = {label: base * 1.3}
+    alone = S.run_sensitivity(spec, run, ratios, published=published, far=0.0)
+    with ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        prefetched = S.prefetch_settings(spec, run, pool)
+        together = S.run_sensitivity(spec, run, ratios, published=published, far=0.0, prefetched=prefetched,
+                                     executor=pool)
+    assert alone.take and together.take == alone.take
+    assert together.rows == alone.rows
+    assert S._run_searches([1, 2, 3], lambda job, at: at(job), (lambda x: 10 * x, lambda x: 10 * x)) == [10, 20, 30]

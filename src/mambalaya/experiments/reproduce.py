@@ -179,9 +179,11 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
         from mambalaya.experiments.sensitivity import load_sensitivity_spec, prefetch_settings
 
         pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=multiprocessing.get_context("spawn"))
-        prefetched = prefetch_settings(load_sensitivity_spec(config.sensitivity), _sensitivity_run(config), pool)
+        # the precision setting the comparison pass evaluates (at every L) is answered here, from its memos
+        here = frozenset({("precision", config.compare_precision)}) if config.compare_precision else frozenset()
+        prefetched = prefetch_settings(load_sensitivity_spec(config.sensitivity), _sensitivity_run(config), pool, here)
     try:
-        _run(config, result, specs, tick, prefetched)
+        _run(config, result, specs, tick, prefetched, pool)
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -194,7 +196,7 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
     return result
 
 
-def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, prefetched: dict) -> None:
+def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, prefetched: dict, pool: Any = None) -> None:
     out = config.out
     latency_rows_all: list[dict[str, Any]] = []
     details: dict[tuple[str, str, str], Evaluation] = {}
@@ -297,7 +299,7 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
         tick("figures")
         result.figures = write_figures(result, details, specs)
     if config.sensitivity:  # its settings ran in the background meanwhile (config.workers)
-        sens = _sensitivity(config, result.tables["latency"], tick, prefetched)
+        sens = _sensitivity(config, result.tables["latency"], tick, prefetched, pool)
         result.tables["sensitivity"] = pd.DataFrame(sens.rows)
         result.tables["what_would_it_take"] = pd.DataFrame(sens.take, columns=TAKE_COLUMNS)
         if config.figures:
@@ -511,7 +513,8 @@ def _sensitivity_run(config: ReproduceConfig):
                     batch=config.batch, generated_tokens=config.generated_tokens)
 
 
-def _sensitivity(config: ReproduceConfig, latency: pd.DataFrame, tick: Callable[[str], None], prefetched: dict | None = None):
+def _sensitivity(config: ReproduceConfig, latency: pd.DataFrame, tick: Callable[[str], None], prefetched: dict | None = None,
+                 pool: Any = None):
     """The sensitivity study of the headline ratios (main policy, ``sensitivity_seq_lens``)."""
     from mambalaya.experiments.sensitivity import load_sensitivity_spec, run_sensitivity
 
@@ -534,7 +537,7 @@ def _sensitivity(config: ReproduceConfig, latency: pd.DataFrame, tick: Callable[
             if abs(gap(main[k][0], PUBLISHED[k])) > FAR_GAP:
                 published[f"{m}: {k}"] = PUBLISHED[k]
     return run_sensitivity(spec, run, ratios, published=published, far=0.0, progress=tick, prefetched=prefetched,
-                           models_of=lambda ratio: (ratio.split(": ", 1)[0],))
+                           models_of=lambda ratio: (ratio.split(": ", 1)[0],), executor=pool)
 
 
 __all__ = ["ReproduceConfig", "ReproduceResult", "run_reproduce"]

@@ -24,7 +24,10 @@ monotonically between the evaluated points, which it checks only at those points
 
 from __future__ import annotations
 
+import functools
 import math
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources
@@ -247,6 +250,7 @@ def run_sensitivity(
     progress: Callable[[str], None] | None = None,
     prefetched: dict[tuple[str, Any], Any] | None = None,
     models_of: Callable[[str], tuple[str, ...]] | None = None,
+    executor: Any = None,
 ) -> SensitivityResult:
     """Every assumption at its low and high value; then, for each ratio in ``published`` more
     than ``far`` away from ours, what single assumption in range would take it there.
@@ -254,7 +258,9 @@ def run_sensitivity(
     ``prefetched`` maps ``(assumption key, value)`` to a future of :func:`evaluate_setting`'s
     rows, computed elsewhere (see :func:`prefetch_settings`). ``models_of(ratio)`` names the
     models a ratio depends on, so that the what-would-it-take search evaluates only those (the
-    ratio function must then accept tables of a subset of the models)."""
+    ratio function must then accept tables of a subset of the models). With ``executor`` (the
+    one that ran the prefetched settings), the what-would-it-take searches run two at a time:
+    one evaluating here, one in the executor's processes."""
     tick = progress or (lambda _m: None)
     specs = {d: load_arch(d) for d in spec.designs}
     probe = specs[spec.designs[0]]
@@ -264,9 +270,16 @@ def run_sensitivity(
     result = SensitivityResult(base)
     cache: dict[tuple[str, Any], dict[str, float]] = {}
 
-    def at(a: Assumption, value: Value, models: tuple[str, ...] | None = None) -> dict[str, float]:
+    def here(setup: RunSetup, a: Assumption, value: Value) -> list[dict[str, Any]]:
+        return evaluate_setting(specs, setup, a, value)
+
+    def there(setup: RunSetup, a: Assumption, value: Value) -> list[dict[str, Any]]:
+        return executor.submit(_setting_task, list(spec.designs), setup, a, value).result()
+
+    def at(a: Assumption, value: Value, models: tuple[str, ...] | None = None, rows_of=here) -> dict[str, float]:
         """The ratios with ``a`` at ``value``; ``models`` restricts the evaluation to the models
-        a ratio needs (the bisection's points), whose ratios alone are then returned."""
+        a ratio needs (the bisection's points), whose ratios alone are then returned;
+        ``rows_of`` evaluates a setting (here, or in the executor)."""
         if _key(value) == _key(base_value(a, probe, run)):
             return base
         key = (a.key, _key(value))
@@ -281,7 +294,7 @@ def run_sensitivity(
             cache[key] = ratios(pd.DataFrame(found.result()))
             return cache[key]
         setup = run if models is None else replace(run, models=models)
-        got = ratios(pd.DataFrame(evaluate_setting(specs, setup, a, value)))
+        got = ratios(pd.DataFrame(rows_of(setup, a, value)))
         cache[key if models is None else sub] = got
         return got
 
@@ -295,7 +308,8 @@ def run_sensitivity(
             result.rows.append({"assumption": a.name, "key": a.key, "end": end, "value": value, "base_value": b,
                                 "ratio": ratio, "ours": v, "base": base.get(ratio), "reason": " ".join(a.reason.split())})
     if published:
-        result.take = _what_would_it_take(spec, run, probe, base, published, far, at, models_of)
+        evaluators = (at,) if executor is None else (at, functools.partial(at, rows_of=there))
+        result.take = _what_would_it_take(spec, run, probe, base, published, far, evaluators, models_of)
     return result
 
 
@@ -314,18 +328,22 @@ def _setting_task(designs: list[str], run: RunSetup, assumption: Assumption, val
     return rows
 
 
-def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor) -> dict[tuple[str, Any], Any]:
+def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor,
+                      answered_here: frozenset[tuple[str, Any]] = frozenset()) -> dict[tuple[str, Any], Any]:
     """Submit every low and high setting that differs from the base to ``executor`` (a
-    ``concurrent.futures`` executor); pass the result to :func:`run_sensitivity`."""
+    ``concurrent.futures`` executor); pass the result to :func:`run_sensitivity`. Left to the
+    caller's process: the latency-blind settings (answered from the memos of its base run) and
+    the ``(key, value)`` settings of ``answered_here`` (ones whose layers it evaluates anyway,
+    such as ``reproduce``'s pass of every design under another precision policy)."""
     probe = load_arch(spec.designs[0])
     out = {}
     for a in applicable(spec, run):
-        if latency_blind(a):  # the caller's own process answers these from the memos of its base run
+        if latency_blind(a):
             continue
         for end in ("low", "high"):
             value = getattr(a, end)
             key = (a.key, _key(value))
-            if _key(value) != _key(base_value(a, probe, run)) and key not in out:
+            if _key(value) != _key(base_value(a, probe, run)) and key not in out and key not in answered_here:
                 out[key] = executor.submit(_setting_task, list(spec.designs), run, a, value)
     return out
 
@@ -340,17 +358,21 @@ def _key(value: Any) -> Any:
     return round(value, 12) if isinstance(value, float) else value
 
 
-def _what_would_it_take(spec, run, probe, base, published, far, at, models_of) -> list[dict[str, Any]]:
+def _what_would_it_take(spec, run, probe, base, published, far, evaluators, models_of) -> list[dict[str, Any]]:
+    far_ratios = {ratio: target for ratio, target in published.items()
+                  if (ours := base.get(ratio)) is not None and math.isfinite(ours) and abs(ours - target) / target > far}
+    searches = [(ratio, a) for ratio in far_ratios for a in applicable(spec, run)]
+
+    def search(job: tuple[str, Assumption], at: Callable) -> dict[str, Any]:
+        ratio, a = job
+        models = models_of(ratio) if models_of else None
+        return _closest(a, base_value(a, probe, run), ratio, far_ratios[ratio], base[ratio], lambda x, v: at(x, v, models))
+
+    found = dict(zip(searches, _run_searches(searches, search, evaluators)))
     rows = []
-    for ratio, target in published.items():
-        ours = base.get(ratio)
-        if ours is None or not math.isfinite(ours) or abs(ours - target) / target <= far:
-            continue
-        candidates = []
-        for a in applicable(spec, run):
-            models = models_of(ratio) if models_of else None
-            candidates.append(_closest(a, base_value(a, probe, run), ratio, target, base[ratio],
-                                       lambda x, v: at(x, v, models)))
+    for ratio, target in far_ratios.items():
+        ours = base[ratio]
+        candidates = [found[(ratio, a)] for a in applicable(spec, run)]
         reached = [c for c in candidates if c["reaches"]]
         straddle = [c for c in candidates if c.get("between")]
         pool = reached or candidates
@@ -375,6 +397,30 @@ def _what_would_it_take(spec, run, probe, base, published, far, at, models_of) -
             "all": "; ".join(f"{c['assumption']}: {c['ratio_at']:.2f}x at {_fmt(c['value'])}" for c in candidates),
         })
     return rows
+
+
+def _run_searches(jobs: list, search: Callable, evaluators: tuple[Callable, ...]) -> list[Any]:
+    """``search(job, at)`` of every job, in order, with one thread per evaluator taking the next
+    job as it frees (one evaluator: in turn, here). Each result depends only on its job: the
+    evaluators give the same ratios (the same code on the same settings)."""
+    if len(evaluators) == 1:
+        return [search(job, evaluators[0]) for job in jobs]
+    results: list[Any] = [None] * len(jobs)
+    lock = threading.Lock()
+    pending = iter(range(len(jobs)))
+
+    def worker(at: Callable) -> None:
+        while True:
+            with lock:
+                n = next(pending, None)
+            if n is None:
+                return
+            results[n] = search(jobs[n], at)
+
+    with ThreadPoolExecutor(max_workers=len(evaluators)) as threads:
+        for done in [threads.submit(worker, at) for at in evaluators]:
+            done.result()  # re-raises an evaluation's error
+    return results
 
 
 def _fmt(value: Any) -> str:

@@ -4,6 +4,7 @@ read from its source (function-local ones too), so a late import cannot hide a c
 from __future__ import annotations
 
 import ast
+import importlib
 import importlib.util
 import pkgutil
 from pathlib import Path
@@ -39,9 +40,47 @@ def _report_modules() -> list[str]:
     ]
 
 
-def test_report_writers_never_import_reproduce() -> None:
-    back = sorted(m for m in _imports("mambalaya.experiments.report") if m.startswith("mambalaya.experiments.reproduce"))
-    assert back == [], "experiments/report.py must take the tables from its caller, not import reproduce"
+@pytest.mark.parametrize("writer", ["mambalaya.experiments.report", "mambalaya.experiments.report_figures"])
+def test_report_writers_never_import_reproduce(writer: str) -> None:
+    back = sorted(m for m in _imports(writer) if m.startswith("mambalaya.experiments.reproduce"))
+    assert back == [], f"{writer} must take the tables from its caller, not import reproduce"
+
+
+#: Each pipeline package (spec -> cascade -> mapping -> cost -> table -> figure) and the later
+#: stages it must not import.
+LATER_STAGES = {
+    "einsum": ("fusion", "model", "experiments", "report", "cli"),
+    "arch": ("fusion", "model", "experiments", "report", "cli"),
+    "fusion": ("model", "experiments", "report", "cli"),
+    "model": ("experiments", "report", "cli"),
+    "report": ("experiments", "cli"),
+    "experiments": ("cli",),
+}
+
+
+def _package_modules(package: str) -> list[str]:
+    pkg = importlib.import_module(f"mambalaya.{package}")
+    return [pkg.__name__] + [m.name for m in pkgutil.walk_packages(pkg.__path__, prefix=f"{pkg.__name__}.")]
+
+
+def _later_imports(package: str, later: tuple[str, ...]) -> dict[str, list[str]]:
+    """Per module of ``mambalaya.<package>``, what it imports from ``mambalaya.<later...>``."""
+    found = {}
+    for module in _package_modules(package):
+        hits = sorted(i for i in _imports(module) if i.split(".")[0] == "mambalaya" and i.split(".")[1:2] and i.split(".")[1] in later)
+        if hits:
+            found[module] = hits
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(LATER_STAGES))
+def test_a_stage_never_imports_a_later_one(package: str) -> None:
+    wrong = _later_imports(package, LATER_STAGES[package])
+    assert not wrong, f"{package} imports from later stages: {wrong}"
+
+
+def test_the_stage_check_sees_imports() -> None:
+    assert _later_imports("cli", ("experiments",))  # the CLI calls the experiments: the check can fail
 
 
 @pytest.mark.parametrize("module", _report_modules())

@@ -1,4 +1,4 @@
-"""Figures and ``report.md`` of `mambalaya reproduce`.
+"""``report.md`` of `mambalaya reproduce` (its figures: :mod:`mambalaya.experiments.report_figures`).
 
 Data flows one way: :mod:`mambalaya.experiments.reproduce` computes the tables and calls the
 writers here with its result; this module reads that result and the published values of
@@ -9,7 +9,6 @@ are imported inside the writers so that a run without figures does not load matp
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from pathlib import Path
 
 import pandas as pd
@@ -18,119 +17,9 @@ from mambalaya import __version__
 from mambalaya.experiments.evaluate import Evaluation
 from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, PUBLISHED as P
 from mambalaya.experiments.equal_area import best_splits
-from mambalaya.fusion.edges import classify_edges
 from mambalaya.workloads import PRESETS
 from mambalaya.experiments.report_parts import (_fig, _gap, _headline_section, _md_table, _units_section, _validation_section,
                                                 unfused_share)
-
-
-def write_figures(result, details: dict[tuple[str, str, str], Evaluation], specs: dict) -> list[Path]:
-    from mambalaya.report import figures as F
-
-    out = result.config.out / "figures"
-    paths: list[Path] = []
-    for model in result.config.models:
-        paths += _model_figures(result, details, specs, model, out)
-    e2e = result.tables["end_to_end"].groupby(["model", "baseline"], as_index=False)["speedup"].mean()
-    published = {f"{m} vs {b}": P[f"end-to-end vs {b}"] for m in result.config.models for b in ("marca-ideal", "geens-ideal")}
-    fig = F.end_to_end_figure(
-        e2e, published=published,
-        title=f"end to end (prefill L + {result.config.generated_tokens} generated tokens), mean over L",
-    )
-    paths += F.save_figure(fig, out / "end_to_end")
-    if "validation" in result.tables:
-        from mambalaya.report.figures.validation import validation_figure
-
-        paths += F.save_figure(validation_figure(result.tables["validation"]), out / "validation")
-    return paths
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_")
-
-
-def tornado_figures(result, out: Path) -> list[Path]:
-    """One tornado chart per ratio of the sensitivity study (PNG and SVG)."""
-    from mambalaya.report import figures as F
-    from mambalaya.report.sensitivity_figures import tornado_figure
-
-    sens = result.tables.get("sensitivity")
-    if sens is None or sens.empty:
-        return []
-    paths: list[Path] = []
-    for ratio in dict.fromkeys(sens.ratio):
-        key = ratio.split(": ", 1)[-1]
-        fig = tornado_figure(sens, ratio, published=P.get(key), title=ratio)
-        paths += F.save_figure(fig, out / f"tornado_{_slug(ratio)}")
-    return paths
-
-
-def _model_figures(result, details, specs, model: str, out: Path) -> list[Path]:
-    from mambalaya.report import figures as F
-    from mambalaya.report.diagram import draw_cascade
-
-    t = result.tables
-    cfg = result.config
-    paths: list[Path] = []
-    mb = specs["mambalaya"]
-    roof = t["roofline"][t["roofline"].model == model]
-    if not roof.empty:
-        fig = F.roofline_figure(
-            roof,
-            peak_ops_per_s=2 * mb.peak_macs_per_s,
-            peak_elementwise_ops_per_s=mb.peak_elementwise_ops_per_s,
-            bandwidth_bytes_per_s=mb.memory.offchip_bandwidth_bytes_per_s,
-            title=f"{model} prefill L={cfg.detail_seq_len}, batch {cfg.batch}: Einsums on the mambalaya budget",
-        )
-        paths += F.save_figure(fig, out / f"roofline_{model}")
-    tl = t["timeline"]
-    for phase in ("prefill", "generation"):
-        for design, label in (("marca-ideal", "unfused (marca-ideal)"), ("mambalaya", "fused (mambalaya)")):
-            rows = tl[(tl.model == model) & (tl.phase == phase) & (tl.design == design)]
-            if rows.empty:
-                continue
-            fig = F.utilisation_timeline_figure(rows, title=f"{model} {phase}, one layer: {label}")
-            paths += F.save_figure(fig, out / f"utilisation_{phase}_{design}_{model}")
-    sp = t["speedups"][t["speedups"].model == model]
-    # a generation step does not depend on the context length (the state has a fixed size):
-    # draw its speedup across the same L axis as prefill
-    gen = sp[sp.phase == "generation"]
-    spread = pd.concat([gen.assign(seq_len=L) for L in cfg.seq_lens], ignore_index=True)
-    sp = pd.concat([sp[sp.phase == "prefill"], spread], ignore_index=True)
-    fig = F.speedup_figure(
-        sp[["seq_len", "baseline", "phase", "speedup"]],
-        title=f"{model}, batch {cfg.batch}: mambalaya layer speedup",
-        published={"prefill vs marca-ideal": P["prefill vs marca-ideal"], "generation vs marca-ideal": P["generation vs marca-ideal"],
-                   "prefill vs geens-ideal": P["prefill vs geens-ideal (max)"]},
-    )
-    paths += F.save_figure(fig, out / f"speedup_vs_seq_len_{model}")
-    tr = t["traffic_by_tensor"]
-    tr = tr[(tr.model == model) & (tr.phase == "prefill")]
-    order = {"marca-ideal": "unfused", "geens-ideal": "ssm-ri", "mambalaya-greedy": "stitched",
-             "mambalaya": "optimal", "mambalaya/ideal": "ideal"}
-    tr = tr[tr.design.isin(order)].assign(mapping=lambda d: d.design.map(order))
-    fig = F.traffic_by_tensor_figure(tr[["mapping", "tensor", "role", "read_bytes", "write_bytes"]],
-                                     title=f"{model} prefill L={cfg.detail_seq_len}: off-chip traffic by tensor")
-    paths += F.save_figure(fig, out / f"traffic_by_tensor_{model}")
-    ein = t["einsums"]
-    ein = ein[(ein.model == model) & (ein.phase == "prefill") & (ein.einsum != "total")
-              & ein.design.isin(["marca-ideal", "geens-ideal", "mambalaya-greedy", "mambalaya"])]
-    kinds: dict[str, str] = {}
-    for d in ("marca-ideal", "geens-ideal", "mambalaya-greedy", "mambalaya"):
-        c = details[(model, "prefill", d)].cascade
-        kinds.update({e.name: c.kind(e) for e in c.einsums})
-    bd = ein.assign(kind=ein.einsum.map(kinds), final_latency_s=ein.final_latency)[["design", "einsum", "kind", "final_latency_s"]]
-    fig = F.latency_breakdown_figure(bd, title=f"{model} prefill L={cfg.detail_seq_len}: latency by Einsum")
-    paths += F.save_figure(fig, out / f"latency_breakdown_{model}")
-    ev = details[(model, "prefill", "mambalaya")]
-    labels = {e.key: e.fusion_class for e in classify_edges(ev.cascade) if e.producer != e.consumer}
-    groups = {e: n for n, g in enumerate(ev.mapping.groups) for e in g.einsums}
-    for ext in ("png", "svg"):
-        p = out / f"cascade_{model}.{ext}"
-        draw_cascade(ev.cascade, p, edge_labels=labels, groups=groups,
-                     title=f"{model} prefill: fusion classes and mambalaya's groups")
-        paths.append(p)
-    return paths
 
 
 def _gap_text(cfg, model: str, details) -> str:

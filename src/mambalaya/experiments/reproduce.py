@@ -32,7 +32,8 @@ from mambalaya.experiments.validate import validate
 from mambalaya.experiments.claims import FAR_GAP, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
 from mambalaya.experiments.equal_area import geens_equal_area_rows
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan, over_budget
-from mambalaya.experiments.report import tornado_figures, write_figures, write_report
+from mambalaya.experiments.report import write_report
+from mambalaya.experiments.report_figures import tornado_figures, write_figures
 from mambalaya.fusion.edges import classify_edges, edge_rows
 from mambalaya.fusion.mapping_file import mapping_to_dict
 from mambalaya.model.area import area_rows, total_area_mm2

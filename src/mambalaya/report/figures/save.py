@@ -32,7 +32,14 @@ def save_figure(fig: Figure, base_path: str | os.PathLike[str]) -> list[Path]:
         raise MambalayaError(f"save_figure: cannot create directory {str(base.parent)!r}: {err}") from err
     png = base.with_name(base.name + ".png")
     svg = base.with_name(base.name + ".svg")
+    engine = fig.get_layout_engine()
     with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "mambalaya"}):
         fig.savefig(png, format="png", dpi=PNG_DPI)
-        fig.savefig(svg, format="svg", metadata={"Date": None})
+        if engine is not None:  # the first save's layout (sizes in points) serves the second: laid out once
+            fig.set_layout_engine("none")
+        try:
+            fig.savefig(svg, format="svg", metadata={"Date": None})
+        finally:
+            if engine is not None:
+                fig.set_layout_engine(engine)
     return [png, svg]

@@ -316,3 +316,60 @@ def test_beyond_the_default_limits_optimal_convex_still_searches_every_group(mon
     monkeypatch.setattr(convex_search, "EXHAUSTIVE_GROUP_LIMIT", 50)
     with pytest.raises(Exception, match="optimal-convex minimises energy"):
         named_mapping("optimal-convex", layer(), 1 << 20, arch=arch, objective="energy")
+
+
+def _contiguous(preset: str, phase: str, arch, buffer: int, *, lazy: bool, monkeypatch, scan: str | None = None):
+    """The contiguous search's mapping and the segments it costed, lazily or costing every one."""
+    monkeypatch.setattr(search, "CONVEX_GROUPS", False)
+    monkeypatch.setattr(search, "LAZY_SEGMENTS", lazy)
+    c = build_layer(PRESETS[preset], phase=phase, seq_len=1000 if phase == "prefill" else 1, batch=4, scan=scan)
+    stats = search.SearchStats()
+    return optimal(c, buffer, stats, arch=arch), stats.groups_costed
+
+
+@pytest.mark.parametrize("arch_name", ["mambalaya", "gpu-h100", None])
+@pytest.mark.parametrize("preset,phase,scan", [("mamba2-130m", "prefill", "chunked"), ("mamba2-130m", "decode", None),
+                                               ("mamba-130m", "prefill", None)])
+def test_the_lazy_contiguous_search_equals_costing_every_segment(arch_name, preset, phase, scan, monkeypatch) -> None:
+    """The contiguous search costs only the segments the lower bounds cannot rule out (the lazy
+    search over the prefixes, convex_search.segment_choices) and chooses exactly the mapping
+    costing every segment chooses: Mamba-2 chunked prefill and decode and a Mamba-1 layer, on
+    designs with and without kernel floors and staging levels and without a design (traffic),
+    at a roomy and a tight buffer."""
+    arch = None if arch_name is None else load_arch(arch_name)
+    for buffer in (32 << 20, 1 << 20):
+        every, all_costed = _contiguous(preset, phase, arch, buffer, lazy=False, monkeypatch=monkeypatch, scan=scan)
+        lazy, costed = _contiguous(preset, phase, arch, buffer, lazy=True, monkeypatch=monkeypatch, scan=scan)
+        assert lazy.groups == every.groups and lazy.description == every.description
+        assert costed <= all_costed
+
+
+def test_the_lazy_contiguous_search_rules_segments_out_and_needs_true_bounds(monkeypatch) -> None:
+    """On a chunked Mamba-2 prefill the bounds rule most segments out; a bound that lies (a
+    hundred times the true one on the best grouping's own segments) keeps the search from
+    costing them and changes the choice, so the test above can fail."""
+    import numpy as np
+
+    from mambalaya.model import convex_search
+    from mambalaya.model.convex import contiguous_space
+
+    arch = load_arch("mambalaya")
+    every, all_costed = _contiguous("mamba2-130m", "prefill", arch, 32 << 20, lazy=False, monkeypatch=monkeypatch,
+                                    scan="chunked")
+    lazy, costed = _contiguous("mamba2-130m", "prefill", arch, 32 << 20, lazy=True, monkeypatch=monkeypatch,
+                               scan="chunked")
+    assert costed < all_costed / 2
+    space = contiguous_space(build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1000, batch=4, scan="chunked"))
+    bit = {n: 1 << i for i, n in enumerate(space.names)}
+    best_segments = np.flatnonzero(np.isin(space.masks, [sum(bit[e] for e in g.einsums) for g in lazy.groups]))
+    assert best_segments.size == len(lazy.groups)
+    real = convex_search.latency_lower_bounds
+
+    def lying(*args):
+        bound = real(*args).copy()
+        bound[best_segments] *= 100
+        return bound
+
+    monkeypatch.setattr(convex_search, "latency_lower_bounds", lying)
+    wrong, _ = _contiguous("mamba2-130m", "prefill", arch, 32 << 20, lazy=True, monkeypatch=monkeypatch, scan="chunked")
+    assert wrong.groups != lazy.groups

@@ -19,6 +19,11 @@ group is left within it:
 The dynamic programmes of the exhaustive search then run over the costed groups, in the same
 order, and so choose what they would choose over every group.
 
+The contiguous search (:func:`mambalaya.model.search.optimal` beyond the convex limits) runs the
+same lazy costing over :func:`~mambalaya.model.convex.contiguous_space`, the prefixes of the
+cascade's order as downsets and its segments as groups (:func:`segment_choices`), and then its
+own dynamic programmes over the costed segments.
+
 Costing a group is :func:`~mambalaya.model.search.best_group`'s tile search, the groups of a
 round picked together where their closed forms are exact (:mod:`mambalaya.model.picks`). A
 group whose least footprint exceeds the buffer costs infinity, and so does every group holding
@@ -35,7 +40,8 @@ import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.model.candidates import build_candidates, cost_model, cycles_together, tileable_ranks
-from mambalaya.model.convex import ConvexSpace
+from mambalaya.errors import SpecError
+from mambalaya.model.convex import ConvexSpace, contiguous_space
 from mambalaya.model.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
 from mambalaya.model.picking import LATENCY_TIE_TOLERANCE, GroupChoice, _Pick
 from mambalaya.model.segments import _least_edp, _least_traffic_within
@@ -106,12 +112,23 @@ def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | Non
     """The best grouping over the space's groups (see the module doc), in the order
     :func:`convex_grouping` hands it on; None if no grouping fits the buffer; ``"limits"`` for
     an energy or EDP objective on a space of more than :data:`EXHAUSTIVE_GROUP_LIMIT` groups."""
-    costed = _Costed(cascade, space, buffer_bytes, stats, arch, objective)
     if arch is not None and objective != "latency":
         if space.masks.size > EXHAUSTIVE_GROUP_LIMIT:
             return "limits"
+        costed = _Costed(cascade, space, buffer_bytes, stats, arch, objective)
         costed.add(np.arange(space.masks.size))
         return convex_grouping(space, costed, arch, objective)
+    lazy = lazily_costed(cascade, space, buffer_bytes, stats, arch, objective)
+    return None if lazy is None else convex_grouping(space, lazy, arch, objective)
+
+
+def lazily_costed(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None, stats: Any,
+                  arch: Any, objective: str = "latency") -> _Costed | None:
+    """The space's groups costed as the module doc says, for the least latency on ``arch`` (the
+    least off-chip traffic without one): every group that could be in a grouping the tie rule
+    may choose is costed, the others are left uncosted (NaN). None if no grouping fits the
+    buffer. ``objective`` is the latency (the traffic without ``arch``): the others have no bound."""
+    costed = _Costed(cascade, space, buffer_bytes, stats, arch, objective)
     bound = traffic_lower_bounds(cascade, space)
     if arch is not None:
         bound = latency_lower_bounds(arch, bound, cycles_lower_bounds(cascade, space, arch.compute))
@@ -127,9 +144,27 @@ def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | Non
         np.minimum.at(least, space.group, through)
         wanted = np.isnan(costed.cost) & (least <= prefix[-1] * tolerance)
         if not wanted.any():
-            break
+            return costed
         costed.add(np.flatnonzero(wanted))
-    return convex_grouping(space, costed, arch, objective)
+
+
+def segment_choices(cascade: Cascade, buffer_bytes: int | None, stats: Any, arch: Any,
+                    objective: str) -> dict[tuple[int, int], GroupChoice | _Pick] | None:
+    """For the contiguous search (:func:`mambalaya.model.search.optimal`): the choice of every
+    segment ``names[a:b]`` of the cascade's order, keyed ``(a, b)``, that the lazy search over
+    :func:`~mambalaya.model.convex.contiguous_space` costed and that maps. The others are in no
+    grouping the search's dynamic programmes could choose (the module doc's argument, the
+    segments being the groups and the prefixes the downsets). None where it does not apply
+    (energy and EDP have no bound; more than 63 Einsums); no grouping fitting the buffer is the
+    usual error."""
+    space = contiguous_space(cascade) if arch is None or objective == "latency" else None
+    if space is None:
+        return None
+    costed = lazily_costed(cascade, space, buffer_bytes, stats, arch, objective)
+    if costed is None:
+        raise SpecError(f"no mapping of cascade {cascade.name!r} fits a buffer of {buffer_bytes:,} bytes")
+    return {(a, b): costed.choices[g] for a, b, g in zip(space.src.tolist(), space.dst.tolist(), space.group.tolist())
+            if g in costed.choices}
 
 
 def _prefix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:

@@ -41,7 +41,10 @@ its writes of tensors needed outside) depends on the segment alone, so
 contiguous in the topological order are not considered; the space includes every mapping the
 greedy stitching, ``ssm-ri`` and ``unfused`` produce, so the optimum is never worse than they
 are. ``tests/test_search.py`` checks it against exhaustive enumeration of the same space
-(every tiling, loop order and residency prefix, costed by the general model).
+(every tiling, loop order and residency prefix, costed by the general model). For latency and
+traffic it costs only the segments lower bounds cannot rule out (the lazy search of
+:mod:`mambalaya.model.convex_search` over the prefixes as downsets), and chooses what costing
+every segment chooses (``tests/test_convex.py``).
 """
 
 from __future__ import annotations
@@ -407,7 +410,8 @@ def optimal(
     best = [math.inf] * (n + 1)
     back: list[tuple[int, GroupChoice | _Pick] | None] = [None] * (n + 1)
     best[0] = 0.0
-    batched = _batched_choices(cascade, names, buffer_bytes, arch, objective)
+    lazy = convex_search.segment_choices(cascade, buffer_bytes, stats, arch, objective) if LAZY_SEGMENTS else None
+    batched = {} if lazy is not None else _batched_choices(cascade, names, buffer_bytes, arch, objective)
     for b in range(1, n + 1):
         for a in range(b - 1, -1, -1):
             if best[a] == math.inf:
@@ -415,7 +419,11 @@ def optimal(
             why: list[str] = []
             hit = batched.get((a, b))
             choice: GroupChoice | _Pick | None
-            if hit is None:
+            if lazy is not None:  # a segment left uncosted is in no grouping the DP could choose
+                choice = lazy.get((a, b))
+                if choice is None:
+                    continue
+            elif hit is None:
                 choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective)
             else:
                 choice, why = (None, [hit]) if isinstance(hit, str) else (hit, why)
@@ -463,6 +471,12 @@ CONVEX_GROUPS = True
 #: Pick the segments of an optimal search together (:mod:`mambalaya.model.picks`) where the
 #: closed forms cost the picks; the tests compare against False (one search per segment).
 BATCH_PICKS = True
+
+
+#: Cost only the contiguous segments the lower bounds cannot rule out (the lazy search of
+#: :mod:`mambalaya.model.convex_search` over :func:`~mambalaya.model.convex.contiguous_space`);
+#: the tests compare against False (every segment the search visits costed).
+LAZY_SEGMENTS = True
 
 
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,

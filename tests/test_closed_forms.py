@@ -172,8 +172,8 @@ def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(lay
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
-    """model/picks.py keeps the bandwidth-independent terms of the latency per architecture;
-    its latencies are the very floats ``combine`` gives."""
+    """model/picks.py computes the latency of many rows at once; its latencies are the very
+    floats ``combine`` gives."""
     from mambalaya.model import picks
     from mambalaya.model.latency import combine
 
@@ -184,8 +184,9 @@ def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
     models = [candidates.cost_model(cascade, names[a:a + 3], candidates.tileable_ranks(cascade, names[a:a + 3]))
               for a in range(0, len(names) - 3, 2)]
     table = picks._table(models, arch.compute)
-    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = table.arrays
-    got = picks._latencies(table, arch)
+    rows = table.rows(list(range(len(table.parts))))
+    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = rows
+    got = picks._latencies(rows, arch)
     want, _ = combine(arch, cycles / arch.clock_hz, traffic / arch.memory.offchip_bandwidth_bytes_per_s,
                       onchip_seconds(arch, traffic + buffer), steps, n_einsums)
     assert np.array_equal(got, want)

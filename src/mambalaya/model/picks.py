@@ -39,16 +39,15 @@ class SegmentPick(NamedTuple):
 
 @dataclass
 class _Table:
-    """The kept candidates of the segments of one layer searched so far, concatenated one
-    segment after another; a segment met later is appended (a larger buffer fits longer ones)."""
+    """The kept candidates of the segments of one layer searched so far, one part per segment
+    (its rows: flat index, traffic, footprint bound, steps, cycles, Einsums, on-chip bytes); a
+    segment met later is added (a larger buffer fits longer ones, a lazy search costs more).
+    A pick reads the parts of the segments it asks for only."""
 
     compute: Any
     models: list[GroupCostModel] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
-    arrays: tuple[np.ndarray, ...] | None = None  # starts, segment, flat, traffic, fp, steps, cycles, n_einsums, buffer
-    per_arch: dict[tuple, tuple[np.ndarray, ...]] = field(default_factory=dict)  # see _latencies
-    fits: dict[int, np.ndarray] = field(default_factory=dict)  # per buffer: the rows whose bound fits
 
     def add(self, models: list[GroupCostModel]) -> None:
         new = list({id(m): m for m in models if id(m) not in self.index}.values())
@@ -63,13 +62,15 @@ class _Table:
             rows += size
         if part:
             self._add_pass(part)
-        if new or self.arrays is None:
-            sizes = np.array([len(p[0]) for p in self.parts])
-            starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
-            segment = np.repeat(np.arange(len(self.parts)), sizes)
-            joined = [np.concatenate([p[k] for p in self.parts]) for k in range(7)]
-            self.arrays = (starts, segment, *joined)
-            self.per_arch, self.fits = {}, {}
+
+    def rows(self, segments: list[int]) -> tuple[np.ndarray, ...]:
+        """The rows of ``segments`` (segment numbers), one after another: their starts, each
+        row's position in ``segments``, then the parts' arrays concatenated."""
+        parts = [self.parts[s] for s in segments]
+        sizes = np.array([len(p[0]) for p in parts], dtype=np.int64)
+        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        position = np.repeat(np.arange(len(parts)), sizes)
+        return (starts, position, *(np.concatenate([p[k] for p in parts]) for k in range(7)))
 
     def _add_pass(self, new: list[GroupCostModel]) -> None:
         """Append the undominated candidates of ``new`` (none in the table yet), found in one
@@ -172,17 +173,15 @@ def _table(models: list[GroupCostModel], compute: Any) -> _Table:
     return memo[key]
 
 
-def _latencies(table: _Table, arch: Any) -> np.ndarray:
-    """Every row's latency on ``arch``: :func:`~mambalaya.model.latency.combine`, its terms
-    that do not depend on the bandwidths kept per architecture (the same operations in the
-    same order, so the same floats; ``tests/test_closed_forms.py`` compares them)."""
-    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = table.arrays  # type: ignore[misc]
-    key = (arch.clock_hz, compute_hz(arch), arch.compute.pipeline_wind_up_cycles, arch.memory.overlap_compute_and_memory)
-    if key not in table.per_arch:
-        multi = steps > 1
-        fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
-        table.per_arch[key] = (cycles / compute_hz(arch), multi, fill, np.maximum(steps, 1))
-    comp, multi, fill, at_least_one = table.per_arch[key]
+def _latencies(rows: tuple[np.ndarray, ...], arch: Any) -> np.ndarray:
+    """Each row's latency on ``arch`` (rows as :meth:`_Table.rows` gives them):
+    :func:`~mambalaya.model.latency.combine`, the same operations in the same order, so the
+    same floats (``tests/test_closed_forms.py`` compares them)."""
+    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = rows
+    comp = cycles / compute_hz(arch)
+    multi = steps > 1
+    fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
+    at_least_one = np.maximum(steps, 1)
     mem = traffic / offchip_bytes_per_s(arch)
     bw = arch.memory.buffer_bandwidth_bytes_per_cycle
     onchip = None if bw is None else (traffic + buffer) / (bw * arch.clock_hz)
@@ -202,23 +201,19 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     """The first candidate of each model's kept candidates in the objective's order (see the
     module doc), or None where no footprint bound fits the buffer."""
     table = _table(models, None if arch is None else arch.compute)
-    starts, segment, flat, traffic, fp, steps, *_ = table.arrays  # type: ignore[misc]
-    if buffer_bytes is None:
-        ok = np.ones(len(traffic), dtype=bool)
-    else:
-        if buffer_bytes not in table.fits:
-            table.fits[buffer_bytes] = fp <= buffer_bytes
-        ok = table.fits[buffer_bytes]
+    segments = list(dict.fromkeys(table.index[id(m)] for m in models))
+    rows_of = table.rows(segments)
+    starts, segment, flat, traffic, fp, steps, *_ = rows_of
+    ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     latency = None
     if arch is None:
         mask, keys = ok, (traffic, steps, fp)
     else:
-        latency = _latencies(table, arch)
-        best = np.minimum.reduceat(np.where(ok, latency, np.inf), starts)
+        latency = _latencies(rows_of, arch)
+        best = np.minimum.reduceat(np.where(ok, latency, np.inf), starts) if len(starts) else np.empty(0)
         mask = ok & (latency <= best[segment] * (1 + tie_tolerance))
         keys = (traffic, steps, latency, fp)
     rows = np.flatnonzero(mask)
-    wanted = {table.index[id(m)]: n for n, m in enumerate(models)}
     picks: list[SegmentPick | None] = [None] * len(models)
     if rows.size == 0:
         return picks
@@ -231,12 +226,9 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     seg = segment[rows]
     rows = rows[np.r_[True, seg[1:] != seg[:-1]]]  # the lowest index left in each segment
     latencies = [None] * len(rows) if latency is None else latency[rows].tolist()
-    for s, f, t, b, lat in zip(segment[rows].tolist(), flat[rows].tolist(), traffic[rows].tolist(),
-                               fp[rows].tolist(), latencies):
-        n = wanted.get(s)
-        if n is not None:  # else a segment of another buffer's search
-            picks[n] = SegmentPick(f, t, b, lat)
-    return picks
+    found = {segments[k]: SegmentPick(f, t, b, lat) for k, f, t, b, lat in zip(
+        segment[rows].tolist(), flat[rows].tolist(), traffic[rows].tolist(), fp[rows].tolist(), latencies)}
+    return [found.get(table.index[id(m)]) for m in models]
 
 
 __all__ = ["MAX_BATCH_CANDIDATES", "SegmentPick", "batch_size", "segment_picks"]

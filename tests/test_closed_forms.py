@@ -9,6 +9,8 @@ import random
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mambalaya.arch import load_arch
 from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group, footprint_bytes
@@ -284,3 +286,18 @@ def test_overlapping_reads_have_exact_closed_forms(name: str, cascade) -> None:
         xdt = cascade.einsum("XDT")
         accesses = [a for a in xdt.inputs if a.tensor == "U"]
         assert irregular_ranks(cascade, accesses, "U", ("B", "C", "Q", "H")) == ("C", "Q")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(st.sampled_from([1, 2, 4, 8, 64, 1000, 1 << 40]), min_size=1, max_size=40), min_size=1,
+                max_size=4).filter(lambda cols: len({len(c) for c in cols}) == 1))
+def test_distinct_rows_are_numpys_unique_rows(columns) -> None:
+    """The buffer closed forms count each distinct combination of tiles once
+    (model.buffer.distinct_rows): the same rows, order and inverse as ``np.unique(axis=0)``."""
+    from mambalaya.model.buffer import distinct_rows
+
+    cols = [np.array(c, dtype=np.int64) for c in columns]
+    rows, where = distinct_rows(cols)
+    want, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)
+    assert rows == [tuple(r) for r in want.tolist()]
+    assert np.array_equal(where, inverse.reshape(-1))

@@ -178,9 +178,27 @@ def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[st
     key = (spec_key(compute), name, tuple(ranks))
     hit = memo.get(key)
     if hit is None:
-        sizes = {r: cascade.size(r) for r in cascade.ranks}
         e = cascade.einsum(name)
-        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), step_shapes(sizes, list(zip(ranks, tiles))),
+        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), _grid_step_shapes(cascade, ranks, tiles),
                                     shapes_key=("grid", tuple(ranks)))
         memo[key] = hit
     return hit
+
+
+def _grid_step_shapes(cascade: Cascade, ranks: list[str], tiles: list[np.ndarray]) -> list[Any]:
+    """:func:`~mambalaya.model.spatial.step_shapes` of every tiling of ``ranks`` (the grid's
+    ``tiles``), memoised on the cascade per ranks: they depend on the sizes alone, and every
+    Einsum and compute section costed over that grid reads them (read-only)."""
+    memo = cascade.__dict__.setdefault("_grid_step_shapes_memo", {})
+    key = tuple(ranks)
+    hit = memo.get(key)
+    if hit is None:
+        hit = step_shapes({r: cascade.size(r) for r in cascade.ranks}, list(zip(ranks, tiles)))
+        if not tiles or len(tiles[0]) <= KEPT_SHAPES_TILINGS:
+            memo[key] = hit
+    return hit
+
+
+#: Step shapes of grids of at most this many tilings are kept per cascade (memory, as
+#: :data:`mambalaya.model.candidates.KEPT_GRID_TILINGS` keeps the grids themselves).
+KEPT_SHAPES_TILINGS = 1 << 16

@@ -186,8 +186,8 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
     try:
         _run(config, result, specs, tick, prefetched, pool)
     finally:
-        if pool is not None:
-            pool.shutdown(cancel_futures=True)
+        if pool is not None:  # its process ends while the report is written
+            pool.shutdown(wait=False, cancel_futures=True)
     result.seconds = time.perf_counter() - t0
     tick("report")
     result.report = write_report(result, result.details, specs)
@@ -304,7 +304,7 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
         result.tables["sensitivity"] = pd.DataFrame(sens.rows)
         result.tables["what_would_it_take"] = pd.DataFrame(sens.take, columns=TAKE_COLUMNS)
         if config.figures:
-            result.figures += tornado_figures(result, config.out / "figures")
+            result.figures += tornado_figures(result, config.out / "figures", pool)
 
     for name, df in result.tables.items():
         df.to_csv(out / f"{name}.csv", index=False)

@@ -117,8 +117,8 @@ def _undominated_by_definition(traffic, fp, steps, cycles, model, buffer) -> np.
 def test_the_pick_tables_dominance_filter_keeps_exactly_the_undominated(seed: int) -> None:
     """model/picks.py drops, per segment, candidates another of the same steps, cycles and
     on-chip Einsum bytes beats or equals; checked pairwise on random tables of several segments (filtered in one
-    pass) full of ties (small integers), one with footprints too large for its shortcut (then
-    integer ranks), some with class numbers beyond 16 bits."""
+    pass) full of ties (small integers), some with footprints too large for its float shortcut
+    (then 64-bit integers, or integer ranks), some with class numbers beyond 16 bits."""
     from mambalaya.model import picks
 
     rng = np.random.default_rng(seed)
@@ -130,7 +130,9 @@ def test_the_pick_tables_dominance_filter_keeps_exactly_the_undominated(seed: in
     rows = int(rng.integers(1, 200))
     tiling = rng.integers(0, tilings, rows)
     traffic = rng.integers(0, 6, rows).astype(float)
-    fp = rng.integers(0, 6, rows).astype(float) + (2.0**52 if seed % 10 == 9 else 0.0)
+    # footprints the float shortcut holds exactly; too large for it (whole: 64-bit integers);
+    # too large for those; fractional and too large for floats (both: integer ranks)
+    fp = rng.integers(0, 6, rows).astype(float) + {9: 2.0**52, 8: 2.0**61, 7: 2.0**50 + 0.5}.get(seed % 10, 0.0)
     classes = picks._classes(steps_t, cycles_t, model_t, buffer_t)[tiling]
     if seed % 4 == 3:  # class numbers beyond 16 bits (no radix sort): the same classes, the same answer
         classes = classes + (1 << 16)

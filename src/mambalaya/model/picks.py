@@ -127,13 +127,19 @@ def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.nda
     first = np.r_[True, c[1:] != c[:-1]]
     # one running minimum serves every class once each class's footprints are raised above
     # all later classes' (by whole multiples of a span above every footprint); where that
-    # addition is not exact, integer ranks of the footprints instead
+    # addition is not exact in floats, in 64-bit integers (whole footprints), else integer
+    # ranks of the footprints instead
     span = float(f.max()) + 1.0
     raised = f + (c[-1] - c) * span
     if not np.array_equal(raised - (c[-1] - c) * span, f):
-        ranks = np.unique(f, return_inverse=True)[1].reshape(-1)
-        raised = ranks + (c[-1] - c) * (len(f) + 1.0)
-    before = np.r_[np.inf, np.minimum.accumulate(raised)[:-1]]
+        if span * (float(c[-1]) + 1.0) < 2.0**62 and np.array_equal(f, np.floor(f)):
+            raised = f.astype(np.int64) + (c[-1] - c) * np.int64(span)
+        else:
+            ranks = np.unique(f, return_inverse=True)[1].reshape(-1)
+            raised = ranks + (c[-1] - c) * (len(f) + 1.0)
+    before = np.empty_like(raised)  # the least raised footprint before each row (the first row is kept anyway)
+    before[0] = raised[0]
+    before[1:] = np.minimum.accumulate(raised)[:-1]
     kept = np.flatnonzero(first | (raised < before))
     superseded = (c[kept[1:]] == c[kept[:-1]]) & (t[kept[1:]] == t[kept[:-1]])
     return np.sort(order[kept[np.r_[~superseded, True]]])

@@ -175,19 +175,23 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
     out.mkdir(parents=True, exist_ok=True)
     specs = {d: load_arch(d) for d in DESIGNS}
 
-    pool, prefetched = None, {}
+    background = _Background()
     if config.sensitivity and config.workers > 0:
-        from mambalaya.experiments.sensitivity import load_sensitivity_spec, prefetch_settings
+        from mambalaya.experiments.sensitivity import _setting_task, load_sensitivity_spec, prefetch_settings
 
-        pool = ProcessPoolExecutor(max_workers=config.workers, mp_context=multiprocessing.get_context("spawn"))
-        # the precision setting the comparison pass evaluates (at every L) is answered here, from its memos
-        here = frozenset({("precision", config.compare_precision)}) if config.compare_precision else frozenset()
-        prefetched = prefetch_settings(load_sensitivity_spec(config.sensitivity), _sensitivity_run(config), pool, here)
+        pool = background.pool = ProcessPoolExecutor(max_workers=config.workers,
+                                                     mp_context=multiprocessing.get_context("spawn"))
+        # first the comparison pass (every design at every L under the other policy), then the
+        # sensitivity settings: its precision setting then finds that pass's tables there
+        comparison = _comparison_run(config, specs)
+        if comparison is not None:
+            background.compared = pool.submit(_setting_task, list(DESIGNS), comparison, None, None)
+        background.prefetched = prefetch_settings(load_sensitivity_spec(config.sensitivity), _sensitivity_run(config), pool)
     try:
-        _run(config, result, specs, tick, prefetched, pool)
+        _run(config, result, specs, tick, background)
     finally:
-        if pool is not None:  # its process ends while the report is written
-            pool.shutdown(wait=False, cancel_futures=True)
+        if background.pool is not None:  # its process ends while the report is written
+            background.pool.shutdown(wait=False, cancel_futures=True)
     result.seconds = time.perf_counter() - t0
     tick("report")
     result.report = write_report(result, result.details, specs)
@@ -197,7 +201,29 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
     return result
 
 
-def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, prefetched: dict, pool: Any = None) -> None:
+@dataclass
+class _Background:
+    """What a worker process computes while this one runs the main grid: the comparison pass
+    (a future of its rows) and the sensitivity settings (futures by setting)."""
+
+    pool: Any = None
+    compared: Any = None
+    prefetched: dict = field(default_factory=dict)
+
+
+def _comparison_run(config: ReproduceConfig, specs: dict):
+    """Every design at every L under the comparison policy, as a sensitivity run (None: no
+    comparison, or the policy is the main result's)."""
+    from mambalaya.experiments.sensitivity import RunSetup
+
+    main_policy = config.precision or _main_policy(specs)
+    if not config.compare_precision or config.compare_precision == main_policy:
+        return None
+    return RunSetup(models=config.models, configs={m: PRESETS[m] for m in config.models}, seq_lens=config.seq_lens,
+                    batch=config.batch, generated_tokens=config.generated_tokens, precision=config.compare_precision)
+
+
+def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, background: _Background) -> None:
     out = config.out
     latency_rows_all: list[dict[str, Any]] = []
     details: dict[tuple[str, str, str], Evaluation] = {}
@@ -234,13 +260,13 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
 
     # the headline ratios under the main policy, and under the comparison policy
     alt = None
-    if config.compare_precision and config.compare_precision != main_policy:
-        from mambalaya.experiments.sensitivity import RunSetup, evaluate_setting
+    comparison = _comparison_run(config, specs)
+    if comparison is not None:
+        from mambalaya.experiments.sensitivity import evaluate_setting
 
         tick(f"every design at every L, precision {config.compare_precision}")
-        run = RunSetup(models=config.models, configs={m: PRESETS[m] for m in config.models}, seq_lens=config.seq_lens,
-                       batch=config.batch, generated_tokens=config.generated_tokens, precision=config.compare_precision)
-        alt = pd.DataFrame(evaluate_setting({d: specs[d] for d in DESIGNS}, run, None, None))
+        alt = pd.DataFrame(background.compared.result() if background.compared is not None
+                           else evaluate_setting({d: specs[d] for d in DESIGNS}, comparison, None, None))
         failed = alt[alt.error != ""]
         if not failed.empty:
             raise MambalayaError(f"under precision {config.compare_precision}: {failed.error.iloc[0]}")
@@ -300,11 +326,11 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, pr
         tick("figures")
         result.figures = write_figures(result, details, specs)
     if config.sensitivity:  # its settings ran in the background meanwhile (config.workers)
-        sens = _sensitivity(config, result.tables["latency"], tick, prefetched, pool)
+        sens = _sensitivity(config, result.tables["latency"], tick, background.prefetched, background.pool)
         result.tables["sensitivity"] = pd.DataFrame(sens.rows)
         result.tables["what_would_it_take"] = pd.DataFrame(sens.take, columns=TAKE_COLUMNS)
         if config.figures:
-            result.figures += tornado_figures(result, config.out / "figures", pool)
+            result.figures += tornado_figures(result, config.out / "figures", background.pool)
 
     for name, df in result.tables.items():
         df.to_csv(out / f"{name}.csv", index=False)

@@ -328,13 +328,11 @@ def _setting_task(designs: list[str], run: RunSetup, assumption: Assumption, val
     return rows
 
 
-def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor,
-                      answered_here: frozenset[tuple[str, Any]] = frozenset()) -> dict[tuple[str, Any], Any]:
+def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor) -> dict[tuple[str, Any], Any]:
     """Submit every low and high setting that differs from the base to ``executor`` (a
-    ``concurrent.futures`` executor); pass the result to :func:`run_sensitivity`. Left to the
-    caller's process: the latency-blind settings (answered from the memos of its base run) and
-    the ``(key, value)`` settings of ``answered_here`` (ones whose layers it evaluates anyway,
-    such as ``reproduce``'s pass of every design under another precision policy)."""
+    ``concurrent.futures`` executor); pass the result to :func:`run_sensitivity`. The
+    latency-blind settings are left to the caller's process (answered from the memos of its
+    base run)."""
     probe = load_arch(spec.designs[0])
     out = {}
     for a in applicable(spec, run):
@@ -343,7 +341,7 @@ def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor,
         for end in ("low", "high"):
             value = getattr(a, end)
             key = (a.key, _key(value))
-            if _key(value) != _key(base_value(a, probe, run)) and key not in out and key not in answered_here:
+            if _key(value) != _key(base_value(a, probe, run)) and key not in out:
                 out[key] = executor.submit(_setting_task, list(spec.designs), run, a, value)
     return out
 

@@ -123,6 +123,7 @@ class GroupCostModel:
         self._size: int | None = None
         self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
         self._cycles: dict[str, np.ndarray] = {}
+        self._tiling_buffer: np.ndarray | None = None  # tiling_buffer_bytes, made on first use
         self._options: list[tuple[tuple[int, ...], int]] | None = None
         self._tile_lists: list[list[int]] | None = None  # the tile options as Python ints (group_at)
         # residency candidates: tensors read off-chip that some loop of the fixed order does
@@ -289,16 +290,20 @@ class GroupCostModel:
         :func:`~mambalaya.model.buffer.group_buffer_accesses` counts them (window halos and
         rotated boxes read again per tile included, what the lanes carry in registers left out):
         the sum of the Einsums' memoised arrays, in the group's order (the same floats for any
-        selection), not kept per group (memory)."""
-        lanes = register_resident(self.cascade, self.probe)
-        total = np.zeros(self.n_tilings if tilings is None else len(tilings))
-        for name in self.probe.einsums:
-            reads, write = self._einsum_buffer_bytes(name)
-            part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
-            if name not in lanes:
-                part = part + write
-            total += part if tilings is None else part[tilings]
-        return total
+        selection), kept per group (one float per tiling: every compute section's pick table
+        reads it)."""
+        if self._tiling_buffer is None:
+            lanes = register_resident(self.cascade, self.probe)
+            total = np.zeros(self.n_tilings)
+            for name in self.probe.einsums:
+                reads, write = self._einsum_buffer_bytes(name)
+                part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
+                if name not in lanes:
+                    part = part + write
+                total += part
+            total.flags.writeable = False
+            self._tiling_buffer = total
+        return self._tiling_buffer if tilings is None else self._tiling_buffer[tilings]
 
     def _einsum_buffer_bytes(self, name: str) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
         """One Einsum's on-chip reads (per tensor) and writes per tiling of this model's ranks:

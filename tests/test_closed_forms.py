@@ -153,8 +153,8 @@ def _count_mismatches(monkeypatch) -> list[int]:
 def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(layer: str, arch_name, buffer: int,
                                                                             monkeypatch) -> None:
     """The optimal search picks its segments together (model/picks.py); with its pick table
-    filtered in many small passes, and with one search per segment, it gives the same mapping
-    and the same count of candidates searched."""
+    filtered from the first pick, in many small passes, never, or as it grows, and with one
+    search per segment, it gives the same mapping and the same count of candidates searched."""
     arch = load_arch(arch_name) if arch_name else None
 
     def run():
@@ -166,7 +166,13 @@ def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(lay
         return tuple((g.einsums, g.loops, g.resident) for g in m.groups), (stats.evaluations, stats.groups_costed)
 
     together = run()
-    monkeypatch.setattr(picks, "PICK_PASS_ROWS", 50)  # the pick table filtered in many small passes
+    monkeypatch.setattr(picks, "FILTER_AFTER_PICKS", 1)  # the pick table filtered from its first pick
+    assert run() == together
+    monkeypatch.setattr(picks, "PICK_PASS_ROWS", 50)  # in many small passes
+    assert run() == together
+    monkeypatch.setattr(picks, "FILTER_AFTER_PICKS", 10**9)  # never filtered
+    assert run() == together
+    monkeypatch.setattr(picks, "UNFILTERED_ROWS", 100)  # filtered as it grows past 100 rows
     assert run() == together
     monkeypatch.setattr(search, "BATCH_PICKS", False)
     assert run() == together

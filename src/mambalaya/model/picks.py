@@ -42,15 +42,37 @@ class _Table:
     """The kept candidates of the segments of one layer searched so far, one part per segment
     (its rows: flat index, traffic, footprint bound, steps, cycles, Einsums, on-chip bytes); a
     segment met later is added (a larger buffer fits longer ones, a lazy search costs more).
-    A pick reads the parts of the segments it asks for only."""
+    A pick reads the parts of the segments it asks for only.
+
+    A new table keeps every kept candidate; once it has served :data:`FILTER_AFTER_PICKS` picks
+    (a sweep's points on one layer and compute section), its dominated candidates are dropped
+    (:func:`_undominated`) and those of segments added later too: filtering costs about as much
+    as a few picks save, and drops only candidates that never come first."""
 
     compute: Any
     models: list[GroupCostModel] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    picks: int = 0  # segment_picks calls served
+    filtered: bool = False
+    size: int = 0  # rows in all parts
+
+    def picked(self) -> None:
+        """Count one pick; at :data:`FILTER_AFTER_PICKS`, filter every part."""
+        self.picks += 1
+        if not self.filtered and self.picks >= FILTER_AFTER_PICKS:
+            self._filter()
+
+    def _filter(self) -> None:
+        """Drop the dominated candidates of every part (the same segments in the same order)."""
+        models = self.models
+        self.models, self.index, self.parts, self.size, self.filtered = [], {}, [], 0, True
+        self.add(models)
 
     def add(self, models: list[GroupCostModel]) -> None:
         new = list({id(m): m for m in models if id(m) not in self.index}.values())
+        if not self.filtered and self.size + batch_size(new) > UNFILTERED_ROWS:  # memory
+            self._filter()
         part: list[GroupCostModel] = []
         rows = 0
         for m in new:  # in passes of at most PICK_PASS_ROWS kept candidates (memory), unless one holds more
@@ -73,22 +95,26 @@ class _Table:
         return (starts, position, *(np.concatenate([p[k] for p in parts]) for k in range(7)))
 
     def _add_pass(self, new: list[GroupCostModel]) -> None:
-        """Append the undominated candidates of ``new`` (none in the table yet), found in one
-        pass over all their candidates: a class is (model, steps, cycles, the Einsums' on-chip
-        bytes), so that within a class every latency term grows with the traffic."""
+        """Append the candidates of ``new`` (none in the table yet); in a filtered table only
+        the undominated ones, found in one pass over all their candidates: a class is (model,
+        steps, cycles, the Einsums' on-chip bytes), so that within a class every latency term
+        grows with the traffic."""
         cands = [m.candidates() for m in new]
         tiling_cycles = ([np.zeros(c.n_tilings) for c in cands] if self.compute is None
                          else cycles_together(new, self.compute))
         tiling_buffer = ([np.zeros(c.n_tilings) for c in cands] if self.compute is None
                          else [m.tiling_buffer_bytes() for m in new])
-        tiling_class = _classes(np.concatenate([c.steps for c in cands]), np.concatenate(tiling_cycles),
-                                np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]),
-                                np.concatenate(tiling_buffer))
-        tiling_start = np.cumsum([0] + [c.n_tilings for c in cands])
         kept_start = np.cumsum([0] + [c.kept.size for c in cands])
-        rows = _undominated(np.concatenate([c.kept_traffic for c in cands]),
-                            np.concatenate([c.kept_fp for c in cands]),
-                            np.concatenate([tiling_class[tiling_start[k] + c.kept_tiling] for k, c in enumerate(cands)]))
+        if self.filtered:
+            tiling_class = _classes(np.concatenate([c.steps for c in cands]), np.concatenate(tiling_cycles),
+                                    np.repeat(np.arange(len(new)), [c.n_tilings for c in cands]),
+                                    np.concatenate(tiling_buffer))
+            tiling_start = np.cumsum([0] + [c.n_tilings for c in cands])
+            rows = _undominated(np.concatenate([c.kept_traffic for c in cands]),
+                                np.concatenate([c.kept_fp for c in cands]),
+                                np.concatenate([tiling_class[tiling_start[k] + c.kept_tiling] for k, c in enumerate(cands)]))
+        else:
+            rows = np.arange(kept_start[-1])
         cuts = np.searchsorted(rows, kept_start)
         for k, m in enumerate(new):
             self.index[id(m)] = len(self.models)
@@ -99,6 +125,7 @@ class _Table:
             self.parts.append((c.kept[mine], c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling],
                                tiling_cycles[k][tiling], np.full(mine.size, len(m.probe.einsums)),
                                tiling_buffer[k][tiling]))
+            self.size += mine.size
 
 
 def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -159,6 +186,12 @@ def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray, buffer: n
 #: arrays of this many; one pass for all of a Mamba layer's groups at L = 2^20 took 26 MB more).
 PICK_PASS_ROWS = 1 << 18
 
+#: Picks a pick table serves before its dominated candidates are dropped (see :class:`_Table`),
+#: and the most rows it holds unfiltered (memory: seven arrays of this many). Speed and memory
+#: only: the picks are the same either way (``tests/test_closed_forms.py``).
+FILTER_AFTER_PICKS = 8
+UNFILTERED_ROWS = 1 << 20
+
 #: Above this many kept candidates in all, the segments are picked one by one (memory: the
 #: table copies the undominated ones, about a sixth of them on the Mamba layers).
 MAX_BATCH_CANDIDATES = 4_000_000
@@ -207,6 +240,7 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     """The first candidate of each model's kept candidates in the objective's order (see the
     module doc), or None where no footprint bound fits the buffer."""
     table = _table(models, None if arch is None else arch.compute)
+    table.picked()
     segments = list(dict.fromkeys(table.index[id(m)] for m in models))
     rows_of = table.rows(segments)
     starts, segment, flat, traffic, fp, steps, *_ = rows_of

@@ -5,7 +5,10 @@ allows it, and a dataflow switch costs what the design declares."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 from mambalaya.einsum.stats import einsum_ops
@@ -155,3 +158,18 @@ def test_attention_with_partly_rotated_heads_runs_both_score_products_on_the_arr
     macs_ideal = ops["mac"] / MAMBALAYA.compute.pe_count
     assert sp.unit == "array_2d" and cyc.array_2d == pytest.approx(macs_ideal, rel=0.01)
     assert cyc.array_1d < cyc.array_2d / 10
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=2**53 - 1), min_size=1, max_size=20),
+       st.integers(min_value=1, max_value=2**40))
+def test_lane_passes_round_up_exactly(values, divisor) -> None:
+    """The lanes' passes (model.spatial._ceil_div) are ceil(values / divisor) exactly for whole
+    floats below 2^53, as the float floor division gave them; above, the floor division."""
+    from mambalaya.model.spatial import _ceil_div
+
+    floats = np.array(values, dtype=float)
+    assert np.array_equal(_ceil_div(floats, divisor), -(-floats // divisor))
+    assert [int(x) for x in _ceil_div(floats, divisor)] == [-(-int(v) // divisor) for v in floats]
+    big = np.array([2.0**60, 2.0**60 + 2**8])
+    assert np.array_equal(_ceil_div(big, divisor), -(-big // divisor))

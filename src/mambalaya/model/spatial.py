@@ -279,8 +279,17 @@ def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ran
             col = mask[:, k].reshape((-1,) + (1,) * nd)
             on = on * np.where(col, ext, 1)
             off = off * np.where(col, 1, ext)
-        total = total + np.asarray(sh.count) * (-(-on // lanes)) * off
+        total = total + np.asarray(sh.count) * _ceil_div(on, lanes) * off
     return np.asarray(total)
+
+
+def _ceil_div(values: Any, divisor: int) -> Any:
+    """``ceil(values / divisor)`` of whole numbers: for floats below 2^53 (exact integers) by a
+    true division and ceil, which is exact there and far cheaper than a float floor division;
+    otherwise ``-(-values // divisor)``."""
+    if isinstance(values, np.ndarray) and values.dtype == np.float64 and values.size and values.max() < 2.0**53:
+        return np.ceil(values / divisor)
+    return -(-values // divisor)
 
 
 def _split_ops(compute: Any, ops: dict[str, int]) -> tuple[float, float, float]:

@@ -242,19 +242,22 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     table = _table(models, None if arch is None else arch.compute)
     table.picked()
     segments = list(dict.fromkeys(table.index[id(m)] for m in models))
-    rows_of = table.rows(segments)
-    starts, segment, flat, traffic, fp, steps, *_ = rows_of
-    ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
+    _, segment, flat, traffic, fp, steps, cycles, n_einsums, buffer = table.rows(segments)
+    if buffer_bytes is not None:  # only the rows whose footprint bound fits compete
+        fit = np.flatnonzero(fp <= buffer_bytes)
+        segment, flat, traffic, fp, steps, cycles, n_einsums, buffer = (
+            a[fit] for a in (segment, flat, traffic, fp, steps, cycles, n_einsums, buffer))
+    picks: list[SegmentPick | None] = [None] * len(models)
+    if not len(segment):
+        return picks
     latency = None
     if arch is None:
-        mask, keys = ok, (traffic, steps, fp)
+        rows, keys = np.arange(len(segment)), (traffic, steps, fp)
     else:
-        latency = _latencies(rows_of, arch)
-        best = np.minimum.reduceat(np.where(ok, latency, np.inf), starts) if len(starts) else np.empty(0)
-        mask = ok & (latency <= best[segment] * (1 + tie_tolerance))
-        keys = (traffic, steps, latency, fp)
-    rows = np.flatnonzero(mask)
-    picks: list[SegmentPick | None] = [None] * len(models)
+        latency = _latencies((None, segment, flat, traffic, fp, steps, cycles, n_einsums, buffer), arch)
+        firsts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
+        best = np.repeat(np.minimum.reduceat(latency, firsts), np.diff(np.r_[firsts, len(segment)]))
+        rows, keys = np.flatnonzero(latency <= best * (1 + tie_tolerance)), (traffic, steps, latency, fp)
     if rows.size == 0:
         return picks
     for key in keys:  # narrow the rows of each segment to those least in each key in turn

@@ -255,23 +255,30 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
         rows, keys = np.arange(len(segment)), (traffic, steps, fp)
     else:
         latency = _latencies((None, segment, flat, traffic, fp, steps, cycles, n_einsums, buffer), arch)
-        firsts = np.flatnonzero(np.r_[True, segment[1:] != segment[:-1]])
-        best = np.repeat(np.minimum.reduceat(latency, firsts), np.diff(np.r_[firsts, len(segment)]))
+        firsts = _run_starts(segment)
+        best = np.repeat(np.minimum.reduceat(latency, firsts), np.diff(np.append(firsts, len(segment))))
         rows, keys = np.flatnonzero(latency <= best * (1 + tie_tolerance)), (traffic, steps, latency, fp)
     if rows.size == 0:
         return picks
     for key in keys:  # narrow the rows of each segment to those least in each key in turn
         values = key[rows]
         seg = segment[rows]
-        firsts = np.flatnonzero(np.r_[True, seg[1:] != seg[:-1]])
+        firsts = _run_starts(seg)
         least = np.minimum.reduceat(values, firsts)
-        rows = rows[values == np.repeat(least, np.diff(np.r_[firsts, len(rows)]))]
-    seg = segment[rows]
-    rows = rows[np.r_[True, seg[1:] != seg[:-1]]]  # the lowest index left in each segment
+        rows = rows[values == np.repeat(least, np.diff(np.append(firsts, len(rows))))]
+    rows = rows[_run_starts(segment[rows])]  # the lowest index left in each segment
     latencies = [None] * len(rows) if latency is None else latency[rows].tolist()
     found = {segments[k]: SegmentPick(f, t, b, lat) for k, f, t, b, lat in zip(
         segment[rows].tolist(), flat[rows].tolist(), traffic[rows].tolist(), fp[rows].tolist(), latencies)}
     return [found.get(table.index[id(m)]) for m in models]
+
+
+def _run_starts(values: np.ndarray) -> np.ndarray:
+    """Positions where a run of equal values starts (the first always; ``values`` non-empty)."""
+    change = np.empty(len(values), dtype=bool)
+    change[0] = True
+    np.not_equal(values[1:], values[:-1], out=change[1:])
+    return np.flatnonzero(change)
 
 
 __all__ = ["MAX_BATCH_CANDIDATES", "SegmentPick", "batch_size", "segment_picks"]

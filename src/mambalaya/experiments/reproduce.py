@@ -177,7 +177,7 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
 
     background = _Background()
     if config.sensitivity and config.workers > 0:
-        from mambalaya.experiments.sensitivity import _setting_task, load_sensitivity_spec, prefetch_settings
+        from mambalaya.experiments.sensitivity import setting_task, load_sensitivity_spec, prefetch_settings
 
         pool = background.pool = ProcessPoolExecutor(max_workers=config.workers,
                                                      mp_context=multiprocessing.get_context("spawn"))
@@ -185,7 +185,7 @@ def run_reproduce(config: ReproduceConfig, progress: Callable[[str], None] | Non
         # sensitivity settings: its precision setting then finds that pass's tables there
         comparison = _comparison_run(config, specs)
         if comparison is not None:
-            background.compared = pool.submit(_setting_task, list(DESIGNS), comparison, None, None)
+            background.compared = pool.submit(setting_task, list(DESIGNS), comparison, None, None)
         background.prefetched = prefetch_settings(load_sensitivity_spec(config.sensitivity), _sensitivity_run(config), pool)
     try:
         _run(config, result, specs, tick, background)

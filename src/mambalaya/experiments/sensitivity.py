@@ -274,7 +274,7 @@ def run_sensitivity(
         return evaluate_setting(specs, setup, a, value)
 
     def there(setup: RunSetup, a: Assumption, value: Value) -> list[dict[str, Any]]:
-        return executor.submit(_setting_task, list(spec.designs), setup, a, value).result()
+        return executor.submit(setting_task, list(spec.designs), setup, a, value).result()
 
     def at(a: Assumption, value: Value, models: tuple[str, ...] | None = None, rows_of=here) -> dict[str, float]:
         """The ratios with ``a`` at ``value``; ``models`` restricts the evaluation to the models
@@ -319,7 +319,11 @@ def applicable(spec: SensitivitySpec, run: RunSetup) -> list[Assumption]:
     return [a for a in spec.assumptions if a.key != "scan" or mamba2]
 
 
-def _setting_task(designs: list[str], run: RunSetup, assumption: Assumption, value: Value) -> list[dict[str, Any]]:
+def setting_task(designs: list[str], run: RunSetup, assumption: Assumption | None,
+                 value: Value | None) -> list[dict[str, Any]]:
+    """:func:`evaluate_setting` of the named designs, as a task for another process (what it
+    returns is rows only); afterwards the process forgets the per-architecture results of its
+    layers, keeping their tables (no later setting asks for this architecture)."""
     from mambalaya.experiments.evaluate import _LAYERS
 
     rows = evaluate_setting({d: load_arch(d) for d in designs}, run, assumption, value)
@@ -342,7 +346,7 @@ def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor) -> dict[tu
             value = getattr(a, end)
             key = (a.key, _key(value))
             if _key(value) != _key(base_value(a, probe, run)) and key not in out:
-                out[key] = executor.submit(_setting_task, list(spec.designs), run, a, value)
+                out[key] = executor.submit(setting_task, list(spec.designs), run, a, value)
     return out
 
 
@@ -504,5 +508,6 @@ __all__ = [
     "pair_ratio",
     "prefetch_settings",
     "run_sensitivity",
+    "setting_task",
     "with_setting",
 ]

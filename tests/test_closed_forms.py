@@ -192,9 +192,8 @@ def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
     models = [candidates.cost_model(cascade, names[a:a + 3], candidates.tileable_ranks(cascade, names[a:a + 3]))
               for a in range(0, len(names) - 3, 2)]
     table = picks._table(models, arch.compute)
-    rows = table.rows(list(range(len(table.parts))))
-    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = rows
-    got = picks._latencies(rows, arch)
+    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = table.rows(list(range(len(table.parts))))
+    got = picks.row_latencies(arch, traffic, steps, cycles, n_einsums, buffer)
     want, _ = combine(arch, cycles / arch.clock_hz, traffic / arch.memory.offchip_bandwidth_bytes_per_s,
                       onchip_seconds(arch, traffic + buffer), steps, n_einsums)
     assert np.array_equal(got, want)

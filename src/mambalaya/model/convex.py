@@ -27,7 +27,7 @@ limits. The downsets are enumerated in Python, the pairs and groups with numpy.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -110,7 +110,7 @@ def convex_space(cascade: Cascade, *, widest: bool = False) -> ConvexSpace | Non
     return _SPACES[key]
 
 
-_CONTIGUOUS: dict[int, ConvexSpace] = {}
+_CONTIGUOUS: dict[tuple[str, ...], ConvexSpace] = {}
 
 
 def contiguous_space(cascade: Cascade) -> ConvexSpace | None:
@@ -119,23 +119,21 @@ def contiguous_space(cascade: Cascade) -> ConvexSpace | None:
     downsets (prefix ``k`` is index ``k``), every segment ``names[a:b]`` is a group, connected or
     not, joining prefix ``a`` to prefix ``b`` (one pair each). What the contiguous search
     (:func:`mambalaya.model.search.optimal`) searches; None beyond :data:`MAX_EINSUMS`."""
-    n = len(cascade.einsums)
+    names = tuple(e.name for e in cascade.einsums)
+    n = len(names)
     if n > MAX_EINSUMS:
         return None
-    if n not in _CONTIGUOUS:
+    if names not in _CONTIGUOUS:  # memoised per order of Einsums (every length and batch of a layer)
         segments = sorted(((a, b) for a in range(n) for b in range(a + 1, n + 1)),
                           key=lambda s: (s[1] - s[0], ((1 << s[1]) - 1) ^ ((1 << s[0]) - 1)))  # by size, then mask
         number = {s: g for g, s in enumerate(segments)}
         pairs = sorted(segments, key=lambda s: (s[1], s[0]))  # by dst, then src
-        _CONTIGUOUS[n] = ConvexSpace(
-            tuple(e.name for e in cascade.einsums),
-            np.array([(1 << k) - 1 for k in range(n + 1)], dtype=np.int64),
+        _CONTIGUOUS[names] = ConvexSpace(
+            names, np.array([(1 << k) - 1 for k in range(n + 1)], dtype=np.int64),
             np.array([((1 << b) - 1) ^ ((1 << a) - 1) for a, b in segments], dtype=np.int64),
             np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64),
             np.array([number[s] for s in pairs], dtype=np.int64))
-    space = _CONTIGUOUS[n]
-    names = tuple(e.name for e in cascade.einsums)
-    return space if space.names == names else replace(space, names=names)
+    return _CONTIGUOUS[names]
 
 
 def _convex_space(names: tuple[str, ...], preds: tuple[int, ...], links: tuple[int, ...], downset_limit: int,

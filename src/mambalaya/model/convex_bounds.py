@@ -15,7 +15,7 @@ optimal grouping and stay exact.
   among them): per Einsum and unit, the least over its own grid bounds it in any group. With
   units that overlap, the group's cycles are at least the largest unit's sum of those least
   cycles; with units in series, the sum of each Einsum's least total.
-* **Latency** is :func:`~mambalaya.model.picks._latencies`' formula at those bounds with one
+* **Latency** is :func:`~mambalaya.model.picks.row_latencies`' formula at those bounds with one
   step and no on-chip Einsum bytes: every term of it grows with the traffic, the cycles and
   the on-chip bytes, and the pipeline terms of several steps only add.
 
@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
 from mambalaya.arch.keys import spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.model.candidates import cost_model, tileable_ranks
 from mambalaya.model.closed_forms import einsum_grid_cycles
 from mambalaya.model.convex import ConvexSpace
+from mambalaya.model.picks import row_latencies
 from mambalaya.model.traffic import _written_bytes, untiled_traffic
 
 
@@ -90,26 +90,11 @@ def _einsum_least_cycles(cascade: Cascade, name: str, compute: Any) -> tuple[flo
 
 
 def latency_lower_bounds(arch: Any, traffic_bytes: np.ndarray, cycles: np.ndarray) -> np.ndarray:
-    """Seconds no tiling of each group beats on ``arch``, from its traffic and cycle bounds."""
-    return _latency(arch, traffic_bytes, cycles, np.ones_like(cycles), np.ones_like(cycles))
-
-
-def _latency(arch: Any, traffic: np.ndarray, cycles: np.ndarray, steps: np.ndarray, n_einsums: np.ndarray) -> np.ndarray:
-    """:func:`~mambalaya.model.picks._latencies`' formula with no on-chip Einsum bytes: every
-    term grows with the traffic, the cycles and those bytes."""
-    comp = cycles / compute_hz(arch)
-    mem = traffic / offchip_bytes_per_s(arch)
-    multi = steps > 1
-    fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
-    bw = arch.memory.buffer_bandwidth_bytes_per_cycle
-    onchip = np.zeros_like(mem) if bw is None else traffic / (bw * arch.clock_hz)
-    for level in arch.memory.levels.values():
-        onchip = np.maximum(onchip, traffic / (level.bytes_per_cycle * arch.clock_hz))
-    if arch.memory.overlap_compute_and_memory:
-        latency = np.maximum(np.maximum(comp, mem), onchip) + (np.minimum(comp, mem) / np.maximum(steps, 1) * multi + fill)
-    else:
-        latency = np.maximum(comp + mem, onchip) + fill
-    return np.maximum(latency, min_group_s(arch))
+    """Seconds no tiling of each group beats on ``arch``, from its traffic and cycle bounds: the
+    picks' latency (:func:`~mambalaya.model.picks.row_latencies`) at one step and no on-chip
+    Einsum bytes, every term of which grows with the traffic, the cycles and those bytes."""
+    one = np.ones_like(cycles)
+    return row_latencies(arch, traffic_bytes, one, cycles, one, np.zeros_like(cycles))
 
 
 __all__ = ["cycles_lower_bounds", "latency_lower_bounds", "traffic_lower_bounds"]

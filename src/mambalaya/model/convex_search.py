@@ -209,7 +209,7 @@ def convex_grouping(space: ConvexSpace, costed: _Costed, arch: Any,
     latency or EDP, first group first for traffic or energy). Segments are offered to the
     dynamic programmes group by group in the space's order, each group's pairs by ``dst`` then
     ``src``, whichever groups were costed."""
-    rows = np.flatnonzero(np.isfinite(costed.cost[space.group]) & ~np.isnan(costed.cost[space.group]))
+    rows = np.flatnonzero(np.isfinite(costed.cost[space.group]))
     rows = rows[np.lexsort((space.src[rows], space.dst[rows], space.group[rows]))]
     d = space.downsets.tolist()
     segments = {(d[a], d[b]): costed.choices[g]

@@ -212,11 +212,12 @@ def _table(models: list[GroupCostModel], compute: Any) -> _Table:
     return memo[key]
 
 
-def _latencies(rows: tuple[np.ndarray, ...], arch: Any) -> np.ndarray:
-    """Each row's latency on ``arch`` (rows as :meth:`_Table.rows` gives them):
-    :func:`~mambalaya.model.latency.combine`, the same operations in the same order, so the
-    same floats (``tests/test_closed_forms.py`` compares them)."""
-    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = rows
+def row_latencies(arch: Any, traffic: np.ndarray, steps: np.ndarray, cycles: np.ndarray, n_einsums: np.ndarray,
+                  buffer: np.ndarray) -> np.ndarray:
+    """Each candidate's latency on ``arch`` from its off-chip traffic, steps, compute cycles,
+    Einsums and on-chip Einsum bytes: :func:`~mambalaya.model.latency.combine`, the same
+    operations in the same order, so the same floats (``tests/test_closed_forms.py`` compares
+    them). The convex search's lower bounds use it too (:mod:`mambalaya.model.convex_bounds`)."""
     comp = cycles / compute_hz(arch)
     multi = steps > 1
     fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
@@ -254,7 +255,7 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     if arch is None:
         rows, keys = np.arange(len(segment)), (traffic, steps, fp)
     else:
-        latency = _latencies((None, segment, flat, traffic, fp, steps, cycles, n_einsums, buffer), arch)
+        latency = row_latencies(arch, traffic, steps, cycles, n_einsums, buffer)
         firsts = _run_starts(segment)
         best = np.repeat(np.minimum.reduceat(latency, firsts), np.diff(np.append(firsts, len(segment))))
         rows, keys = np.flatnonzero(latency <= best * (1 + tie_tolerance)), (traffic, steps, latency, fp)
@@ -281,4 +282,4 @@ def _run_starts(values: np.ndarray) -> np.ndarray:
     return np.flatnonzero(change)
 
 
-__all__ = ["MAX_BATCH_CANDIDATES", "SegmentPick", "batch_size", "segment_picks"]
+__all__ = ["MAX_BATCH_CANDIDATES", "SegmentPick", "batch_size", "row_latencies", "segment_picks"]

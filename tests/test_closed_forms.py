@@ -192,11 +192,47 @@ def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
     models = [candidates.cost_model(cascade, names[a:a + 3], candidates.tileable_ranks(cascade, names[a:a + 3]))
               for a in range(0, len(names) - 3, 2)]
     table = picks._table(models, arch.compute)
-    _, _, _, traffic, _, steps, cycles, n_einsums, buffer = table.rows(list(range(len(table.parts))))
+    _, _, traffic, _, steps, cycles, n_einsums, buffer, _ = table.rows(list(range(len(table.parts))))
     got = picks.row_latencies(arch, traffic, steps, cycles, n_einsums, buffer)
     want, _ = combine(arch, cycles / arch.clock_hz, traffic / arch.memory.offchip_bandwidth_bytes_per_s,
                       onchip_seconds(arch, traffic + buffer), steps, n_einsums)
     assert np.array_equal(got, want)
+
+
+def test_contenders_pick_what_every_fitting_row_picks(monkeypatch) -> None:
+    """A pick table hands a pick only each tiling's least-traffic fitting row, kept per buffer
+    for the last few buffers (picks._Table.contenders); the picks equal those over every fitting
+    row, at more buffers than it keeps (some met again), at two bandwidths, filtered or not."""
+    cascade = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=1000, batch=4)
+    names = [e.name for e in cascade.einsums]
+    models = [candidates.cost_model(cascade, names[a:b], candidates.tileable_ranks(cascade, names[a:b]))
+              for a in range(len(names)) for b in range(a + 1, min(a + 4, len(names)) + 1)]
+    candidates.build_candidates(models)
+    base = load_arch("mambalaya")
+    archs = [base, base.model_copy(update={"memory": base.memory.model_copy(
+        update={"offchip_bandwidth_bytes_per_s": base.memory.offchip_bandwidth_bytes_per_s / 8})})]
+    buffers = [1 << 20, 4 << 20, 256 << 10, 16 << 20, 64 << 20, 4 << 20, 1 << 20, None]
+    assert len(set(buffers)) > picks.FITTED_BUFFERS
+
+    def every_fitting(self, segments, buffer_bytes):
+        position, *cols = self.rows(segments)
+        fit = np.ones(len(position), bool) if buffer_bytes is None else cols[2] <= buffer_bytes
+        return tuple(c[fit] for c in (position, *cols))
+
+    def all_picks():
+        out = []
+        for filtered_from in (10**9, 1):
+            monkeypatch.setattr(picks, "FILTER_AFTER_PICKS", filtered_from)
+            cascade.__dict__.pop("_pick_tables_memo", None)
+            for buffer in buffers:
+                for arch in archs:
+                    out.append(picks.segment_picks(models, buffer, arch, 0.005))
+        return out
+
+    fewer = all_picks()
+    assert sum(p is not None for row in fewer for p in row) > len(models)  # most segments fit somewhere
+    monkeypatch.setattr(picks._Table, "contenders", every_fitting)
+    assert all_picks() == fewer
 
 
 @pytest.mark.parametrize("mapping", ["unfused", "ssm-ri"])

@@ -358,8 +358,11 @@ def _layer_key(p: dict[str, Any]) -> tuple:
 def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]]]:
     """Tasks of about ``size`` points, sorted so a task shares its cascade. The points of one
     layer stay in one task up to 4 x ``size`` (its worker then builds the layer's candidate
-    tables once, where two workers would each build them); a larger layer is split evenly."""
-    key = lambda p: (*_layer_key(p), str(p["mapping"]), str(p["arch"]))  # noqa: E731
+    tables once, where two workers would each build them); a larger layer is split evenly.
+    Within a layer and design, the points of one buffer size are next to each other: a pick
+    table keeps the contenders of the few buffers used last (:data:`~mambalaya.model.picks.FITTED_BUFFERS`)."""
+    key = lambda p: (*_layer_key(p), str(p["mapping"]), str(p["arch"]),  # noqa: E731
+                     str(p.get("memory.onchip_buffer_bytes", "")))
     ordered = sorted(points, key=key)
     layers: list[list[dict[str, Any]]] = []
     for p in ordered:

@@ -9,7 +9,8 @@ from mambalaya.einsum.cascade import Cascade
 #: cycles and pick tables. The architecture-free tables (traffic closed forms, tilings, reads)
 #: are not among them.
 _ARCHITECTURE_MEMOS = ("_best_group_memo", "_group_totals_memo", "_group_cycles_memo", "_pick_tables_memo",
-                       "_grid_cycles_memo", "_einsum_cycles_memo", "_least_cycles_memo")
+                       "_grid_cycles_memo", "_einsum_cycles_memo", "_least_cycles_memo",
+                       "_cycles_bounds_memo")
 
 
 def forget_architecture_results(cascade: Cascade) -> None:

@@ -39,7 +39,25 @@ from mambalaya.model.traffic import _written_bytes, untiled_traffic
 
 
 def traffic_lower_bounds(cascade: Cascade, space: ConvexSpace) -> np.ndarray:
-    """Per group of ``space`` (in its order), the least off-chip bytes any tiling moves."""
+    """Per group of ``space`` (in its order), the least off-chip bytes any tiling moves;
+    memoised on the cascade per space (a sweep searches one layer at many buffers and
+    bandwidths). Read-only: the caller must not write to it."""
+    return _on_cascade(cascade, "_traffic_bounds_memo", (id(space),), space, lambda: _traffic_bounds(cascade, space))
+
+
+def _on_cascade(cascade: Cascade, memo_name: str, key: tuple, space: ConvexSpace, make: Any) -> np.ndarray:
+    """A bound array memoised on ``cascade`` under ``key`` (which holds ``id(space)``: the space
+    is kept with it, so its id is never reused while the entry lives), made read-only."""
+    memo = cascade.__dict__.setdefault(memo_name, {})
+    hit = memo.get(key)
+    if hit is None:
+        bounds = make()
+        bounds.flags.writeable = False
+        hit = memo[key] = (space, bounds)
+    return hit[1]
+
+
+def _traffic_bounds(cascade: Cascade, space: ConvexSpace) -> np.ndarray:
     masks = space.masks
     bit = {n: 1 << i for i, n in enumerate(space.names)}
     # (tensor, is it a member's own earlier value) -> [readers mask, producer mask, least bytes]
@@ -63,7 +81,13 @@ def traffic_lower_bounds(cascade: Cascade, space: ConvexSpace) -> np.ndarray:
 
 
 def cycles_lower_bounds(cascade: Cascade, space: ConvexSpace, compute: Any) -> np.ndarray:
-    """Per group of ``space``, the fewest compute cycles any tiling takes on ``compute``."""
+    """Per group of ``space``, the fewest compute cycles any tiling takes on ``compute``;
+    memoised on the cascade per space and compute section (read-only, like the traffic's)."""
+    return _on_cascade(cascade, "_cycles_bounds_memo", (id(space), spec_key(compute)), space,
+                       lambda: _cycles_bounds(cascade, space, compute))
+
+
+def _cycles_bounds(cascade: Cascade, space: ConvexSpace, compute: Any) -> np.ndarray:
     unit_least = {k: np.zeros(len(space.names)) for k in ("array", "vector", "mfu", "total")}
     for i, name in enumerate(space.names):
         a, b, c = _einsum_least_cycles(cascade, name, compute)

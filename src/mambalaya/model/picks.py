@@ -56,6 +56,8 @@ class _Table:
     picks: int = 0  # segment_picks calls served
     filtered: bool = False
     size: int = 0  # rows in all parts
+    # per buffer (None: no buffer), the segments' contenders there (:meth:`contenders`), most recent last
+    fitted: dict[int | None, dict[int, tuple[np.ndarray, ...]]] = field(default_factory=dict)
 
     def picked(self) -> None:
         """Count one pick; at :data:`FILTER_AFTER_PICKS`, filter every part."""
@@ -67,6 +69,7 @@ class _Table:
         """Drop the dominated candidates of every part (the same segments in the same order)."""
         models = self.models
         self.models, self.index, self.parts, self.size, self.filtered = [], {}, [], 0, True
+        self.fitted = {}
         self.add(models)
 
     def add(self, models: list[GroupCostModel]) -> None:
@@ -86,13 +89,45 @@ class _Table:
             self._add_pass(part)
 
     def rows(self, segments: list[int]) -> tuple[np.ndarray, ...]:
-        """The rows of ``segments`` (segment numbers), one after another: their starts, each
-        row's position in ``segments``, then the parts' arrays concatenated."""
-        parts = [self.parts[s] for s in segments]
-        sizes = np.array([len(p[0]) for p in parts], dtype=np.int64)
-        starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        position = np.repeat(np.arange(len(parts)), sizes)
-        return (starts, position, *(np.concatenate([p[k] for p in parts]) for k in range(7)))
+        """The rows of ``segments`` (segment numbers), one after another: each row's position in
+        ``segments``, then the parts' arrays concatenated (flat index, traffic, footprint bound,
+        steps, cycles, Einsums, on-chip bytes, tiling)."""
+        return _concatenated([self.parts[s] for s in segments])
+
+    def contenders(self, segments: list[int], buffer_bytes: int | None) -> tuple[np.ndarray, ...]:
+        """:meth:`rows` of ``segments`` restricted to the rows that can come first at
+        ``buffer_bytes``: those whose footprint bound fits, and of those only the least traffic
+        of each tiling. The rows of one tiling share its steps, cycles, Einsums and on-chip
+        bytes, so its least traffic has the least latency of them (every term of
+        :func:`row_latencies` grows with the traffic): where another is within the tie
+        tolerance so is it, and it comes before it in traffic. (A tiling's kept candidates
+        differ in traffic, :func:`~mambalaya.model.candidates.kept_candidates`.) Kept per
+        segment and buffer, for the :data:`FITTED_BUFFERS` buffers used last: the points of a
+        sweep at other bandwidths, and the later rounds of a search, pick them again."""
+        fitted = self.fitted.pop(buffer_bytes, None)
+        if fitted is None:
+            fitted = {}
+            while len(self.fitted) >= FITTED_BUFFERS:
+                del self.fitted[next(iter(self.fitted))]
+        self.fitted[buffer_bytes] = fitted
+        missing = [s for s in segments if s not in fitted]
+        if missing:
+            fitted.update(zip(missing, self._contenders(missing, buffer_bytes)))
+        return _concatenated([fitted[s] for s in segments])
+
+    def _contenders(self, segments: list[int], buffer_bytes: int | None) -> list[tuple[np.ndarray, ...]]:
+        """Each segment's contenders (:meth:`contenders`), found in one pass over their rows."""
+        position, *cols = self.rows(segments)
+        traffic, fp, tiling = cols[1], cols[2], cols[7]
+        fit = np.arange(len(fp)) if buffer_bytes is None else np.flatnonzero(fp <= buffer_bytes)
+        first_tiling = np.cumsum([0] + [self.models[s].candidates().n_tilings for s in segments])
+        key = first_tiling[position[fit]] + tiling[fit]  # one number per (segment, tiling)
+        least = np.full(first_tiling[-1], np.inf)
+        np.minimum.at(least, key, traffic[fit])
+        kept = fit[traffic[fit] == least[key]]
+        cuts = np.searchsorted(position[kept], np.arange(len(segments) + 1))
+        kept_cols = [c[kept] for c in cols]
+        return [tuple(c[a:b] for c in kept_cols) for a, b in zip(cuts[:-1], cuts[1:])]
 
     def _add_pass(self, new: list[GroupCostModel]) -> None:
         """Append the candidates of ``new`` (none in the table yet); in a filtered table only
@@ -124,8 +159,15 @@ class _Table:
             tiling = c.kept_tiling[mine]
             self.parts.append((c.kept[mine], c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling],
                                tiling_cycles[k][tiling], np.full(mine.size, len(m.probe.einsums)),
-                               tiling_buffer[k][tiling]))
+                               tiling_buffer[k][tiling], tiling))
             self.size += mine.size
+
+
+def _concatenated(parts: list[tuple[np.ndarray, ...]]) -> tuple[np.ndarray, ...]:
+    """Each row's position in ``parts``, then the parts' arrays concatenated column by column."""
+    sizes = [len(p[0]) for p in parts]
+    position = np.repeat(np.arange(len(parts)), sizes)
+    return (position, *(np.concatenate([p[k] for p in parts]) for k in range(len(parts[0]))))
 
 
 def _undominated(traffic: np.ndarray, fp: np.ndarray, cls: np.ndarray) -> np.ndarray:
@@ -192,6 +234,10 @@ PICK_PASS_ROWS = 1 << 18
 FILTER_AFTER_PICKS = 8
 UNFILTERED_ROWS = 1 << 20
 
+#: Buffers whose contenders a pick table keeps (:meth:`_Table.contenders`), the most recently
+#: used: a sweep's points are ordered by buffer within a layer (speed and memory only).
+FITTED_BUFFERS = 4
+
 #: Above this many kept candidates in all, the segments are picked one by one (memory: the
 #: table copies the undominated ones, about a sixth of them on the Mamba layers).
 MAX_BATCH_CANDIDATES = 4_000_000
@@ -243,11 +289,8 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     table = _table(models, None if arch is None else arch.compute)
     table.picked()
     segments = list(dict.fromkeys(table.index[id(m)] for m in models))
-    _, segment, flat, traffic, fp, steps, cycles, n_einsums, buffer = table.rows(segments)
-    if buffer_bytes is not None:  # only the rows whose footprint bound fits compete
-        fit = np.flatnonzero(fp <= buffer_bytes)
-        segment, flat, traffic, fp, steps, cycles, n_einsums, buffer = (
-            a[fit] for a in (segment, flat, traffic, fp, steps, cycles, n_einsums, buffer))
+    # only the rows whose footprint bound fits compete, and of a tiling only its least traffic
+    segment, flat, traffic, fp, steps, cycles, n_einsums, buffer, _ = table.contenders(segments, buffer_bytes)
     picks: list[SegmentPick | None] = [None] * len(models)
     if not len(segment):
         return picks

@@ -89,6 +89,33 @@ class ConvexSpace:
         """The pairs in order of ``src`` (then ``dst``)."""
         return np.lexsort((self.dst, self.src))
 
+    @cached_property
+    def upward_levels(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per size of ``dst`` (the smallest first, empty ones left out): its pairs' ``src``,
+        ``group``, the positions among them where a new ``dst`` starts, and those ``dst``. A
+        shortest-path pass from the empty downset reduces each level's pairs at those starts."""
+        dst_level = self.levels[self.dst]
+        cuts = np.searchsorted(dst_level, np.arange(1, int(self.levels[-1]) + 2))
+        return [_level(self.src[lo:hi], self.group[lo:hi], self.dst[lo:hi])
+                for lo, hi in zip(cuts[:-1].tolist(), cuts[1:].tolist()) if lo < hi]
+
+    @cached_property
+    def downward_levels(self) -> list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """Per size of ``src`` (the largest first, empty ones left out): its pairs' ``dst``,
+        ``group``, the positions among them where a new ``src`` starts, and those ``src``; for
+        a shortest-path pass from the whole cascade down."""
+        order = self.by_src
+        src = self.src[order]
+        cuts = np.searchsorted(self.levels[src], np.arange(0, int(self.levels[-1]) + 1))
+        return [_level(self.dst[order[lo:hi]], self.group[order[lo:hi]], src[lo:hi])
+                for lo, hi in reversed(list(zip(cuts[:-1].tolist(), cuts[1:].tolist()))) if lo < hi]
+
+
+def _level(other: np.ndarray, group: np.ndarray, end: np.ndarray) -> tuple[np.ndarray, ...]:
+    """One level's pairs (see :attr:`ConvexSpace.upward_levels`), ``end`` in runs."""
+    starts = np.flatnonzero(np.concatenate([[True], end[1:] != end[:-1]]))
+    return other, group, starts, end[starts]
+
 
 _SPACES: dict[tuple, ConvexSpace | None] = {}
 

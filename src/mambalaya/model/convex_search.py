@@ -172,15 +172,8 @@ def _prefix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:
     sizes (a pair joins a smaller downset to a larger one; pairs are in order of ``dst``)."""
     best = np.full(space.downsets.size, math.inf)
     best[0] = 0.0
-    dst_level = space.levels[space.dst]
-    cuts = np.searchsorted(dst_level, np.arange(1, int(space.levels[-1]) + 2))
-    for lo, hi in zip(cuts[:-1], cuts[1:]):
-        if lo == hi:
-            continue
-        dst = space.dst[lo:hi]
-        total = best[space.src[lo:hi]] + cost[space.group[lo:hi]]
-        starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]])
-        best[dst[starts]] = np.minimum.reduceat(total, starts)
+    for src, group, starts, dst in space.upward_levels:
+        best[dst] = np.minimum.reduceat(best[src] + cost[group], starts)
     return best
 
 
@@ -188,17 +181,8 @@ def _suffix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:
     """The least cost from each downset to the whole cascade, level by level downwards."""
     best = np.full(space.downsets.size, math.inf)
     best[-1] = 0.0
-    order = space.by_src
-    src = space.src[order]
-    cuts = np.searchsorted(space.levels[src], np.arange(0, int(space.levels[-1]) + 1))
-    for lo, hi in reversed(list(zip(cuts[:-1], cuts[1:]))):
-        if lo == hi:
-            continue
-        rows = order[lo:hi]
-        here = src[lo:hi]
-        total = cost[space.group[rows]] + best[space.dst[rows]]
-        starts = np.flatnonzero(np.r_[True, here[1:] != here[:-1]])
-        best[here[starts]] = np.minimum.reduceat(total, starts)
+    for dst, group, starts, src in space.downward_levels:
+        best[src] = np.minimum.reduceat(cost[group] + best[dst], starts)
     return best
 
 

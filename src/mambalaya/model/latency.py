@@ -380,7 +380,7 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     traffic = traffic or group_traffic(cascade, group)
     buffer = group_buffer_accesses(cascade, group, traffic)
     _, per = group_cycles(arch, cascade, group)
-    shapes = group_shapes(cascade, group)
+    runs = _group_runs(cascade, group)
     comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic, buffer.total_bytes)
     # attribute traffic: reads to the first reader in the group, writes to the producer
     dram_reads = {name: 0.0 for name in group.einsums}
@@ -407,8 +407,7 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     gl = GroupLatency(group.name, group.einsums, traffic.steps, traffic, comp, mem, wind, latency, buffer, onchip,
                       min_group_s(arch))
     rows = []
-    for (e, cyc, spatial), w in zip(per, weights):
-        runs = einsum_runs(cascade, e, shapes)
+    for (e, cyc, spatial), w, e_runs in zip(per, weights, runs):
         share = latency * (w / total_weight) if total_weight else latency / len(per)
         rows.append(
             EinsumLatency(
@@ -426,12 +425,24 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
                 spatial=spatial,
                 buffer_read_bytes=buf_reads[e.name],
                 buffer_write_bytes=buf_writes[e.name],
-                runs=runs,
+                runs=e_runs,
                 onchip_latency=float(onchip_seconds(arch, on_bytes[e.name], attributed[e.name])),
                 bound=gl.bound,
             )
         )
     return gl, rows
+
+
+def _group_runs(cascade: Cascade, group: FusionGroup) -> list[Any]:
+    """How many times each member's iteration space runs over the group's steps
+    (:func:`~mambalaya.model.spatial.einsum_runs`), in the group's order; memoised on the
+    cascade per group (no architecture in it): a sweep costs the same groups at many points."""
+    memo = cascade.__dict__.setdefault("_group_runs_memo", {})
+    key = (group.einsums, group.loops)
+    if key not in memo:
+        shapes = group_shapes(cascade, group)
+        memo[key] = [einsum_runs(cascade, cascade.einsum(n), shapes) for n in group.einsums]
+    return memo[key]
 
 
 def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: int = 1,

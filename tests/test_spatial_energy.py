@@ -287,3 +287,37 @@ def test_energy_widths_survive_a_json_round_trip() -> None:
     spec = load_arch("mambalaya")
     again = arch_from_dict(json.loads(json.dumps(arch_to_dict(spec))))  # JSON turns the width keys into text
     assert again.energy == spec.energy and set(again.energy.mac_pj) == {16, 32}
+
+
+@pytest.mark.parametrize("switch", [0.0, 64.0])
+def test_designs_that_differ_in_dataflows_share_each_operands_array_cycles_exactly(switch: float) -> None:
+    """Over a grid of tilings, an Einsum's array cycles are kept per stationary operand
+    (model/spatial.py), so designs that differ only in their dataflows share them. Each
+    design's cycles equal those it gets on a cascade no other design has costed, with and
+    without a dataflow switch charge; the designs' least cycles do differ."""
+    import numpy as np
+
+    from mambalaya.model.candidates import cost_model, tileable_ranks
+    from mambalaya.model.closed_forms import einsum_grid_cycles
+
+    computes = [MAMBALAYA.compute.model_copy(update={"dataflows": flows, "dataflow_switch_cycles": switch})
+                for flows in (("weight-stationary", "output-stationary", "input-stationary"),
+                              ("weight-stationary", "input-stationary"), ("input-stationary",),
+                              ("output-stationary", "weight-stationary"))]
+
+    def layer():
+        return mamba1_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=1000, batch=4)
+
+    shared = layer()
+    names = ["XI", "DL", "O"]  # GEMMs against weights (in_proj, x_proj, out_proj)
+
+    together, alone = [], []
+    for compute in computes:
+        for name in names:
+            ranks = tileable_ranks(shared, [name])
+            tiles = cost_model(shared, [name], ranks).grid()[0]
+            together.append(einsum_grid_cycles(compute, shared, name, ranks, tiles)["array_2d"])
+            fresh = layer()
+            alone.append(einsum_grid_cycles(compute, fresh, name, ranks, cost_model(fresh, [name], ranks).grid()[0])["array_2d"])
+    assert all(np.array_equal(a, b) for a, b in zip(together, alone))
+    assert not all(np.array_equal(together[k], together[k + len(names)]) for k in range(len(names) * (len(computes) - 1)))

@@ -378,7 +378,7 @@ def einsum_unit_cycles(
                compute.stationary_double_buffered, einsum.name, shapes_key)
         best_2d = memo.get(key) if memo is not None else None
         if best_2d is None:
-            best_2d = _array_part(compute, sizes, shapes, terms, scalar)
+            best_2d = _array_part(compute, sizes, shapes, terms, scalar, memo, (einsum.name, shapes_key))
             if memo is not None:
                 memo[key] = best_2d
     best_1d = None
@@ -418,15 +418,15 @@ def einsum_unit_cycles(
 
 
 def _array_part(compute: Any, sizes: dict[str, int], shapes: list[StepShape], terms: tuple[Contraction, ...],
-                scalar: bool) -> tuple:
+                scalar: bool, memo: dict | None = None, key: tuple = ()) -> tuple:
     """(cycles, busy fold-cycles, candidate, contraction) of the array's work on an Einsum: the
     sum over its contractions, each in its best mapping (they run one after the other); the
     candidate and contraction shown are the longest one's. Over tilings, the cycles only."""
     cycles: Any = 0.0
     busy: Any = 0.0
     longest = None
-    for found in terms:
-        cyc, b, cand = _best_array_mapping(compute, sizes, shapes, found, scalar)
+    for k, found in enumerate(terms):
+        cyc, b, cand = _best_array_mapping(compute, sizes, shapes, found, scalar, memo, (*key, k))
         cycles = cycles + cyc
         if scalar:
             busy = busy + b
@@ -438,13 +438,14 @@ def _array_part(compute: Any, sizes: dict[str, int], shapes: list[StepShape], te
     return cycles, busy, longest[1], longest[2]
 
 
-def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepShape], found: Any, scalar: bool) -> tuple:
+def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepShape], found: Any, scalar: bool,
+                        memo: dict | None = None, key: tuple = ()) -> tuple:
     """(cycles, busy fold-cycles, candidate) of the fastest spatial mapping over every allowed
     dataflow; over tilings, the least cycles only (:func:`_least_array_cycles`)."""
     ranks = {r for role in found.roles.values() for r in role}
     extents = [{r: _extent(sh, sizes, r) for r in ranks} for sh in shapes]
     if not scalar:
-        return _least_array_cycles(compute, extents, shapes, found, sizes), None, None
+        return _least_array_cycles(compute, extents, shapes, found, sizes, memo, key), None, None
     # no mapping beats every PE busy in every fold: once the best reaches it, stop (a later
     # candidate could only tie, and a tie keeps the earlier one)
     floor: Any = 0
@@ -462,14 +463,39 @@ def _best_array_mapping(compute: Any, sizes: dict[str, int], shapes: list[StepSh
 
 
 def _least_array_cycles(compute: Any, extents: list[dict[str, Any]], shapes: list[StepShape], found: Contraction,
-                        sizes: dict[str, int]) -> np.ndarray:
+                        sizes: dict[str, int], memo: dict | None = None, key: tuple = ()) -> np.ndarray:
     """The least cycles over every candidate of :func:`_array_candidates`, for arrays of
     tilings, without visiting the candidates one by one. With ``X_r`` and ``X_c`` the extents
     on the rows and columns (subsets of two roles) and ``S`` the stationary operand's other
     ranks, ``folds = f_r f_c S`` where ``f_r = ceil(X_r/R) x (the row role's ranks left off the
     array)`` and ``f_c`` likewise: a product of a row factor and a column factor, each an
     integer computed once per subset and combined for all pairs at once. The same integers
-    as :func:`_array_cycles`, so the same floats while they stay below 2^53."""
+    as :func:`_array_cycles`, so the same floats while they stay below 2^53.
+
+    The least is taken per stationary operand (:func:`_side_least_cycles`) and then over the
+    design's options: with a ``memo`` (and the ``key`` naming the contraction and step shapes),
+    each operand's least is kept per array, buffering and switch charge, so designs that
+    differ only in their dataflows share it (a minimum is the same float in any order)."""
+    best: Any = None
+    first = compute.dataflows[0]
+    for dataflow, side in stationary_options(compute, found):
+        switch = compute.dataflow_switch_cycles if dataflow != first else 0.0
+        side_key = None if memo is None else (
+            "array-side", compute.array_rows, compute.array_cols, compute.stationary_double_buffered, side, switch, *key)
+        least = None if memo is None else memo.get(side_key)
+        if least is None:
+            least = _side_least_cycles(compute, extents, shapes, found, sizes, side, switch)
+            if memo is not None:
+                memo[side_key] = least
+        best = least if best is None else np.minimum(best, least)
+    return best
+
+
+def _side_least_cycles(compute: Any, extents: list[dict[str, Any]], shapes: list[StepShape], found: Contraction,
+                       sizes: dict[str, int], side: str, switch_cycles: float) -> np.ndarray:
+    """:func:`_least_array_cycles` of one stationary operand (``side``), ``switch_cycles``
+    charged per step (a dataflow other than the design's first): the least over its
+    candidates, which depends on the design's array and buffering, not on its other dataflows."""
     roles = {role: tuple(r for r in ranks if sizes[r] > 1) for role, ranks in found.roles.items()}
     n = max((np.size(v) for ext in extents for v in ext.values()), default=1)
     n = max(n, max(np.size(sh.count) for sh in shapes))
@@ -479,34 +505,32 @@ def _least_array_cycles(compute: Any, extents: list[dict[str, Any]], shapes: lis
 
     count = per_shape([sh.count for sh in shapes])
     best: Any = None
-    first = compute.dataflows[0]
-    for dataflow, side in stationary_options(compute, found):
-        a, b, stationary, streamed_roles = _STATIONARY_ROLES[side]
-        others = tuple(r for role in stationary if role not in (a, b) for r in roles[role])
-        stream = tuple(r for role in streamed_roles for r in roles[role])
-        weight = count * per_shape([_product(ext, stream) * _product(ext, others) for ext in extents])
-        switch = (count * (compute.dataflow_switch_cycles if dataflow != first else 0.0)).sum(axis=0)
+    a, b, stationary, streamed_roles = _STATIONARY_ROLES[side]
+    others = tuple(r for role in stationary if role not in (a, b) for r in roles[role])
+    stream = tuple(r for role in streamed_roles for r in roles[role])
+    weight = count * per_shape([_product(ext, stream) * _product(ext, others) for ext in extents])
+    switch = (count * switch_cycles).sum(axis=0)
 
-        def factors(role: str, dim: int) -> np.ndarray:  # (subsets, shapes, tilings)
-            out = []
-            for sub in _subsets(list(roles[role])):
-                left = tuple(r for r in roles[role] if r not in sub)
-                out.append(per_shape([np.ceil(np.asarray(_product(ext, sub), dtype=float) / dim) * _product(ext, left)
-                                      for ext in extents]))
-            return np.stack(out)
+    def factors(role: str, dim: int) -> np.ndarray:  # (subsets, shapes, tilings)
+        out = []
+        for sub in _subsets(list(roles[role])):
+            left = tuple(r for r in roles[role] if r not in sub)
+            out.append(per_shape([np.ceil(np.asarray(_product(ext, sub), dtype=float) / dim) * _product(ext, left)
+                                  for ext in extents]))
+        return np.stack(out)
 
-        for row_role, col_role in ((a, b), (b, a)):
-            u, v = factors(row_role, compute.array_rows), factors(col_role, compute.array_cols)
-            cyc = np.einsum("st,ist,jst->ijt", weight, u, v) + switch
-            if not compute.stationary_double_buffered:
-                # each fold loads, fills and drains alone: S (2 f_c X_rows_role + f_r X_cols_role - 2 f_r f_c)
-                w = count * per_shape([_product(ext, others) for ext in extents])
-                rows_all = per_shape([_product(ext, roles[row_role]) for ext in extents])
-                cols_all = per_shape([_product(ext, roles[col_role]) for ext in extents])
-                cyc = (cyc + 2 * np.einsum("st,jst->jt", w * rows_all, v)[None] + np.einsum("st,ist->it", w * cols_all, u)[:, None]
-                       - 2 * np.einsum("st,ist,jst->ijt", w, u, v))
-            least = cyc.reshape(-1, n).min(axis=0)
-            best = least if best is None else np.minimum(best, least)
+    for row_role, col_role in ((a, b), (b, a)):
+        u, v = factors(row_role, compute.array_rows), factors(col_role, compute.array_cols)
+        cyc = np.einsum("st,ist,jst->ijt", weight, u, v) + switch
+        if not compute.stationary_double_buffered:
+            # each fold loads, fills and drains alone: S (2 f_c X_rows_role + f_r X_cols_role - 2 f_r f_c)
+            w = count * per_shape([_product(ext, others) for ext in extents])
+            rows_all = per_shape([_product(ext, roles[row_role]) for ext in extents])
+            cols_all = per_shape([_product(ext, roles[col_role]) for ext in extents])
+            cyc = (cyc + 2 * np.einsum("st,jst->jt", w * rows_all, v)[None] + np.einsum("st,ist->it", w * cols_all, u)[:, None]
+                   - 2 * np.einsum("st,ist,jst->ijt", w, u, v))
+        least = cyc.reshape(-1, n).min(axis=0)
+        best = least if best is None else np.minimum(best, least)
     return best
 
 

@@ -103,6 +103,22 @@ def kept_candidates(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
     return kept.astype(np.int32) if traffic.size < 2**31 else kept  # memory holds millions of them
 
 
+def least_traffic_fitting(key: np.ndarray, n_keys: int, traffic: np.ndarray, fp: np.ndarray,
+                          buffer_bytes: int | None) -> np.ndarray:
+    """Positions (ascending) of the candidates whose footprint bound fits ``buffer_bytes`` (all
+    with None) and whose traffic is the least of the fitting ones with the same ``key`` (a
+    tiling, numbered below ``n_keys``). Of one tiling's kept candidates only that one can come
+    first in the search's order, for any architecture and the latency or traffic objective:
+    they share the steps, compute cycles and Einsums' on-chip bytes, so its latency is the least
+    of them (every term grows with the traffic); where another is within the tie tolerance so
+    is it, and it comes first in traffic (a tiling's kept candidates differ in traffic,
+    :func:`kept_candidates`)."""
+    fit = np.arange(len(fp)) if buffer_bytes is None else np.flatnonzero(fp <= buffer_bytes)
+    least = np.full(n_keys, np.inf)
+    np.minimum.at(least, key[fit], traffic[fit])
+    return fit[traffic[fit] == least[key[fit]]]
+
+
 class GroupCostModel:
     """Closed forms of one group's traffic and footprint as functions of its tile sizes."""
 
@@ -237,6 +253,22 @@ class GroupCostModel:
                 options.extend((o, j + 1) for j in range(len(self.keepable_for(o))))
             self._options = options
         return self._options
+
+    def contenders(self, buffer_bytes: int | None) -> tuple[np.ndarray, ...]:
+        """The kept candidates that can come first at ``buffer_bytes`` for the latency or
+        traffic objective (:func:`least_traffic_fitting`): their flat indices, traffic,
+        footprint bounds and tilings. Kept for the :data:`CONTENDER_BUFFERS` buffers used last
+        (a sweep's points at other bandwidths search the group again)."""
+        memo: dict[int | None, tuple[np.ndarray, ...]] = self.__dict__.setdefault("_contenders_memo", {})
+        hit = memo.pop(buffer_bytes, None)
+        if hit is None:
+            c = self.candidates()
+            at = least_traffic_fitting(c.kept_tiling, c.n_tilings, c.kept_traffic, c.kept_fp, buffer_bytes)
+            hit = (c.kept[at], c.kept_traffic[at], c.kept_fp[at], c.kept_tiling[at])
+            while len(memo) >= CONTENDER_BUFFERS:
+                del memo[next(iter(memo))]
+        memo[buffer_bytes] = hit
+        return hit
 
     def least_footprint(self) -> float:
         """The least footprint bound of any candidate (:attr:`Candidates.least_fp`), without
@@ -565,6 +597,11 @@ def _footprint_together(models: list[GroupCostModel], tiles: list[np.ndarray]) -
     return _sum_of_products(terms, extents + tiled)
 
 
+#: Buffers whose contenders a group's cost model keeps (:meth:`GroupCostModel.contenders`), the
+#: most recently used (speed and memory only).
+CONTENDER_BUFFERS = 4
+
+
 def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "GroupCostModel":
     """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
     depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
@@ -576,5 +613,5 @@ def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "Group
 
 
 
-__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints",
+__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints", "least_traffic_fitting",
            "tile_options", "tileable_ranks", "widened_ranks"]

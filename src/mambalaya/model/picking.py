@@ -114,11 +114,12 @@ def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
 
 def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
           fp: np.ndarray, einsums: list[str], ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str,
-          subset: bool, closed: bool = False) -> Any:
+          subset: bool, closed: bool = False, tiling: np.ndarray | None = None) -> Any:
     """The first legal candidate in the objective's order (a group), ``"buffer"`` if none fits,
     ``"illegal"`` if none of the best few is legal. Over the candidates at ``flat`` (ascending
     flat indices, with their ``traffic`` and ``fp``); when they are a ``subset`` (the kept
-    ones), :data:`_FELL_THROUGH` if its first fitting candidate is not legal.
+    ones, or fewer: only the first is checked), :data:`_FELL_THROUGH` if its first fitting
+    candidate is not legal. ``tiling``: each candidate's tiling (default: its flat index's).
 
     With ``closed`` (:func:`_closed_form_costs`) the group comes back as a
     :class:`GroupChoice` with its closed-form costs, and its legality is checked by the rules that do not depend on
@@ -129,7 +130,7 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
     that another beats or equals in traffic and footprint with the same tiling never comes
     first: :meth:`Candidates.kept` drops those."""
     n_tilings = cand.n_tilings
-    tiling = cand.kept_tiling if subset else flat % n_tilings
+    tiling = flat % n_tilings if tiling is None else tiling
     steps = cand.steps[tiling]
     ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     if not ok.any():

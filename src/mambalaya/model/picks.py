@@ -23,7 +23,7 @@ import numpy as np
 
 from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
 from mambalaya.arch.keys import spec_key
-from mambalaya.model.candidates import GroupCostModel, cycles_together
+from mambalaya.model.candidates import GroupCostModel, cycles_together, least_traffic_fitting
 
 
 class SegmentPick(NamedTuple):
@@ -40,8 +40,8 @@ class SegmentPick(NamedTuple):
 @dataclass
 class _Table:
     """The kept candidates of the segments of one layer searched so far, one part per segment
-    (its rows: flat index, traffic, footprint bound, steps, cycles, Einsums, on-chip bytes); a
-    segment met later is added (a larger buffer fits longer ones, a lazy search costs more).
+    (its rows: flat index, traffic, footprint bound, tiling) and the segment's tilings (per
+    tiling: steps, cycles, on-chip Einsum bytes); a segment met later is added (a larger buffer fits longer ones, a lazy search costs more).
     A pick reads the parts of the segments it asks for only.
 
     A new table keeps every kept candidate; once it has served :data:`FILTER_AFTER_PICKS` picks
@@ -53,6 +53,7 @@ class _Table:
     models: list[GroupCostModel] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
+    tilings: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # per segment, as the module says
     picks: int = 0  # segment_picks calls served
     filtered: bool = False
     size: int = 0  # rows in all parts
@@ -68,7 +69,7 @@ class _Table:
     def _filter(self) -> None:
         """Drop the dominated candidates of every part (the same segments in the same order)."""
         models = self.models
-        self.models, self.index, self.parts, self.size, self.filtered = [], {}, [], 0, True
+        self.models, self.index, self.parts, self.tilings, self.size, self.filtered = [], {}, [], [], 0, True
         self.fitted = {}
         self.add(models)
 
@@ -90,18 +91,25 @@ class _Table:
 
     def rows(self, segments: list[int]) -> tuple[np.ndarray, ...]:
         """The rows of ``segments`` (segment numbers), one after another: each row's position in
-        ``segments``, then the parts' arrays concatenated (flat index, traffic, footprint bound,
-        steps, cycles, Einsums, on-chip bytes, tiling)."""
-        return _concatenated([self.parts[s] for s in segments])
+        ``segments``, then its flat index, traffic, footprint bound, steps, cycles, Einsums,
+        on-chip Einsum bytes and tiling."""
+        position, flat, traffic, fp, tiling = _concatenated([self.parts[s] for s in segments])
+        steps, cycles, buffer = self._per_tiling(segments, position, tiling)
+        return position, flat, traffic, fp, steps, cycles, self._einsums(segments)[position], buffer, tiling
+
+    def _per_tiling(self, segments: list[int], position: np.ndarray, tiling: np.ndarray) -> list[np.ndarray]:
+        """Steps, cycles and on-chip Einsum bytes of rows (positions in ``segments``, tilings)."""
+        first = np.cumsum([0] + [len(self.tilings[s][0]) for s in segments])[position] + tiling
+        return [np.concatenate([self.tilings[s][k] for s in segments])[first] for k in range(3)]
+
+    def _einsums(self, segments: list[int]) -> np.ndarray:
+        return np.array([len(self.models[s].probe.einsums) for s in segments], dtype=np.int64)
 
     def contenders(self, segments: list[int], buffer_bytes: int | None) -> tuple[np.ndarray, ...]:
         """:meth:`rows` of ``segments`` restricted to the rows that can come first at
         ``buffer_bytes``: those whose footprint bound fits, and of those only the least traffic
-        of each tiling. The rows of one tiling share its steps, cycles, Einsums and on-chip
-        bytes, so its least traffic has the least latency of them (every term of
-        :func:`row_latencies` grows with the traffic): where another is within the tie
-        tolerance so is it, and it comes before it in traffic. (A tiling's kept candidates
-        differ in traffic, :func:`~mambalaya.model.candidates.kept_candidates`.) Kept per
+        of each tiling, the only one of them that can come first
+        (:func:`~mambalaya.model.candidates.least_traffic_fitting` says why). Kept per
         segment and buffer, for the :data:`FITTED_BUFFERS` buffers used last: the points of a
         sweep at other bandwidths, and the later rounds of a search, pick them again."""
         fitted = self.fitted.pop(buffer_bytes, None)
@@ -116,18 +124,16 @@ class _Table:
         return _concatenated([fitted[s] for s in segments])
 
     def _contenders(self, segments: list[int], buffer_bytes: int | None) -> list[tuple[np.ndarray, ...]]:
-        """Each segment's contenders (:meth:`contenders`), found in one pass over their rows."""
-        position, *cols = self.rows(segments)
-        traffic, fp, tiling = cols[1], cols[2], cols[7]
-        fit = np.arange(len(fp)) if buffer_bytes is None else np.flatnonzero(fp <= buffer_bytes)
-        first_tiling = np.cumsum([0] + [self.models[s].candidates().n_tilings for s in segments])
-        key = first_tiling[position[fit]] + tiling[fit]  # one number per (segment, tiling)
-        least = np.full(first_tiling[-1], np.inf)
-        np.minimum.at(least, key, traffic[fit])
-        kept = fit[traffic[fit] == least[key]]
-        cuts = np.searchsorted(position[kept], np.arange(len(segments) + 1))
-        kept_cols = [c[kept] for c in cols]
-        return [tuple(c[a:b] for c in kept_cols) for a, b in zip(cuts[:-1], cuts[1:])]
+        """Each segment's contenders (:meth:`contenders`), found in one pass over their rows; the
+        per-tiling columns are read for the contenders only."""
+        position, flat, traffic, fp, tiling = _concatenated([self.parts[s] for s in segments])
+        kept = least_traffic_fitting(np.cumsum([0] + [len(self.tilings[s][0]) for s in segments])[position] + tiling,
+                                     sum(len(self.tilings[s][0]) for s in segments), traffic, fp, buffer_bytes)
+        position, tiling = position[kept], tiling[kept]
+        steps, cycles, buffer = self._per_tiling(segments, position, tiling)
+        cols = (flat[kept], traffic[kept], fp[kept], steps, cycles, self._einsums(segments)[position], buffer, tiling)
+        cuts = np.searchsorted(position, np.arange(len(segments) + 1))
+        return [tuple(c[a:b] for c in cols) for a, b in zip(cuts[:-1], cuts[1:])]
 
     def _add_pass(self, new: list[GroupCostModel]) -> None:
         """Append the candidates of ``new`` (none in the table yet); in a filtered table only
@@ -156,10 +162,11 @@ class _Table:
             self.models.append(m)
             c = cands[k]
             mine = rows[cuts[k]:cuts[k + 1]] - kept_start[k]
-            tiling = c.kept_tiling[mine]
-            self.parts.append((c.kept[mine], c.kept_traffic[mine], c.kept_fp[mine], c.steps[tiling],
-                               tiling_cycles[k][tiling], np.full(mine.size, len(m.probe.einsums)),
-                               tiling_buffer[k][tiling], tiling))
+            if mine.size == c.kept.size:  # every kept candidate: the table's own arrays (read-only)
+                self.parts.append((c.kept, c.kept_traffic, c.kept_fp, c.kept_tiling))
+            else:
+                self.parts.append((c.kept[mine], c.kept_traffic[mine], c.kept_fp[mine], c.kept_tiling[mine]))
+            self.tilings.append((c.steps, tiling_cycles[k], tiling_buffer[k]))
             self.size += mine.size
 
 
@@ -229,9 +236,11 @@ def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray, buffer: n
 PICK_PASS_ROWS = 1 << 18
 
 #: Picks a pick table serves before its dominated candidates are dropped (see :class:`_Table`),
-#: and the most rows it holds unfiltered (memory: seven arrays of this many). Speed and memory
-#: only: the picks are the same either way (``tests/test_closed_forms.py``).
-FILTER_AFTER_PICKS = 8
+#: and the most rows it holds unfiltered (memory: four arrays of this many). Speed and memory
+#: only: the picks are the same either way (``tests/test_closed_forms.py``). Since picks read only
+#: each tiling's contenders (:meth:`_Table.contenders`), filtering earlier cost more than it saved
+#: (the *any* sweep grid: 17.8 s in one process filtering after 8 picks, 16.5 s after 32).
+FILTER_AFTER_PICKS = 32
 UNFILTERED_ROWS = 1 << 20
 
 #: Buffers whose contenders a pick table keeps (:meth:`_Table.contenders`), the most recently

@@ -147,9 +147,11 @@ def best_group(
 def _best_group(cascade: Cascade, model: "GroupCostModel", einsums: list[str], ranks: list[str], buffer_bytes: int | None,
                 why: list[str], arch: Any, objective: str, closed: bool) -> GroupChoice | None:
     cand = model.candidates()
-    if PRUNE_DOMINATED:
-        found = _pick(cascade, model, cand, cand.kept, cand.kept_traffic, cand.kept_fp, einsums, ranks, buffer_bytes,
-                      arch, objective, subset=True, closed=closed)
+    if PRUNE_DOMINATED:  # of the kept candidates only the first matters; for latency or traffic, its contenders
+        flat, traffic, fp, tiling = (model.contenders(buffer_bytes) if arch is None or objective == "latency"
+                                     else (cand.kept, cand.kept_traffic, cand.kept_fp, cand.kept_tiling))
+        found = _pick(cascade, model, cand, flat, traffic, fp, einsums, ranks, buffer_bytes, arch, objective,
+                      subset=True, closed=closed, tiling=tiling)
         if found is not _FELL_THROUGH:  # else the best kept candidate broke a rule: search them all
             return _choice(cascade, found, why, arch, objective)
     *_, traffic, fp = model.full_table()

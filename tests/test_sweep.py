@@ -278,18 +278,30 @@ def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked(monkeypatch) -> N
 
     points = [{"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
                "mapping": "default", "memory.onchip_buffer_bytes": b} for b in ("4MiB", "8MiB")]
-    tuned: list[bool] = []
-    monkeypatch.setattr(sweep, "_tune_allocator", lambda: tuned.append(True))
+    tuned: list[str] = []
+    monkeypatch.setattr(sweep, "_tune_allocator", lambda: tuned.append("allocator"))
+    monkeypatch.setattr(sweep, "_tune_collector", lambda: tuned.append("collector"))
     assert gc.get_freeze_count() == 0
     plain = sweep._chunk_task(points)
     assert gc.get_freeze_count() == 0 and not tuned
     try:
         frozen = sweep._chunk_task(points, own_worker=True)
-        assert gc.get_freeze_count() > 0 and tuned
+        assert gc.get_freeze_count() > 0 and tuned == ["allocator", "collector"]
     finally:
         gc.unfreeze()
     assert [r.outputs for r in frozen] == [r.outputs for r in plain]
     assert all(r.error is None for r in plain)
+
+
+def test_the_collector_tuning_raises_only_the_young_threshold() -> None:
+    from mambalaya.experiments import sweep
+
+    before = gc.get_threshold()
+    try:
+        assert sweep._tune_collector.__wrapped__() == (sweep.COLLECTOR_YOUNG_THRESHOLD, *before[1:])
+        assert sweep.COLLECTOR_YOUNG_THRESHOLD > before[0]
+    finally:
+        gc.set_threshold(*before)
 
 
 _MMAPPED_BY_A_MIB = """

@@ -275,6 +275,7 @@ def _chunk_task(points: list[dict[str, Any]], *, own_worker: bool = False) -> li
     them would now outlive the worker's sweep, and the chunks leave none."""
     if own_worker:
         _tune_allocator()
+        _tune_collector()
     results = evaluate_chunk(points)
     if own_worker:
         gc.collect(1)
@@ -312,6 +313,25 @@ def _tune_allocator() -> bool:
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return (mallopt(_M_MMAP_THRESHOLD, ALLOCATOR_MMAP_THRESHOLD_BYTES) == 1
             and mallopt(_M_TRIM_THRESHOLD, ALLOCATOR_TRIM_THRESHOLD_BYTES) == 1)
+
+
+#: The young-generation threshold of the cyclic garbage collector in a sweep's own workers
+#: (Python's default is 700 allocations): a point allocates hundreds of thousands of short-lived
+#: objects that reference counting frees, and each young collection traverses the objects
+#: allocated since the last. Measured, not a model constant: the *any* grid in one process took
+#: 16.0 s of CPU with the default and 15.6 s with this (15.7 s with the collector off).
+COLLECTOR_YOUNG_THRESHOLD = 50_000
+
+
+@functools.lru_cache(maxsize=1)
+def _tune_collector() -> tuple[int, ...]:
+    """Raise this process's young-generation collection threshold to
+    :data:`COLLECTOR_YOUNG_THRESHOLD` (a worker of the sweep's own cluster, once); returns the
+    thresholds now set. Cycles among a chunk's garbage are still collected, only less often;
+    the chunks leave none behind (:func:`_chunk_task`)."""
+    _, middle, old = gc.get_threshold()
+    gc.set_threshold(COLLECTOR_YOUNG_THRESHOLD, middle, old)
+    return gc.get_threshold()
 
 
 # ----------------------------------------------------------------------------------------------

@@ -71,13 +71,16 @@ class _Costed:
         from mambalaya.model import search
 
         masks = self.space.masks
+        models = _space_models(self.cascade, self.space)
         fitting: list[tuple[int, Any]] = []
         for i in np.sort(wanted).tolist():  # groups are in order of size
             if not np.isnan(self.cost[i]):
                 continue
             m = int(masks[i])
-            einsums = self.space.einsums(m)
-            model = cost_model(self.cascade, einsums, tileable_ranks(self.cascade, einsums))
+            model = models[i]
+            if model is None:
+                einsums = self.space.einsums(m)
+                model = models[i] = cost_model(self.cascade, einsums, tileable_ranks(self.cascade, einsums))
             if self.buffer_bytes is not None and model.least_footprint() > self.buffer_bytes:
                 self.cost[masks & m == m] = math.inf  # it and every group holding it
                 continue
@@ -105,6 +108,18 @@ class _Costed:
             else:
                 self.cost[i] = hit.cost()
                 self.choices[i] = hit
+
+
+def _space_models(cascade: Cascade, space: ConvexSpace) -> list[Any]:
+    """The cost model of each group of ``space`` met so far on ``cascade`` (None for the
+    others), by group index: the searches of a sweep's points on one layer look them up without
+    rebuilding each group's Einsums and ranks. Kept on the cascade with the space (whose id the
+    key holds, so it is never reused while the entry lives)."""
+    memo = cascade.__dict__.setdefault("_space_models_memo", {})
+    hit = memo.get(id(space))
+    if hit is None:
+        hit = memo[id(space)] = (space, [None] * space.masks.size)
+    return hit[1]
 
 
 def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None, stats: Any, arch: Any,

@@ -46,7 +46,7 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import Executor, ProcessPoolExecutor, as_completed
+from concurrent.futures import FIRST_COMPLETED, Executor, ProcessPoolExecutor, as_completed, wait
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -470,12 +470,62 @@ def _local_pool(workers: int) -> Iterator[Executor]:
 
 
 def _submit_chunks(executor: Executor, chunks: list[list[dict[str, Any]]], own_worker: bool,
-                   record: Callable[[int, list[PointResult]], None]) -> None:
-    """Submit every chunk to ``executor`` (its :func:`_chunk_task`) and ``record(index,
-    results)`` each as it finishes: the one run loop of local and cluster sweeps."""
-    futures = {executor.submit(_chunk_task, chunk, own_worker=own_worker): k for k, chunk in enumerate(chunks)}
-    for fut in as_completed(futures):
-        record(futures[fut], fut.result())
+                   record: Callable[[int, list[PointResult]], None], in_flight: int | None = None) -> None:
+    """Submit the chunks to ``executor`` (its :func:`_chunk_task`) and ``record(index,
+    results)`` each as it finishes: the one run loop of local and cluster sweeps. With
+    ``in_flight`` (a local pool: its workers plus one queued), only that many are submitted at
+    a time, the next being the one :class:`_Costliest` expects to take longest, so that the last
+    chunks to run are short ones and no worker waits long for the other at the end (a
+    scheduling choice only: every chunk runs once, whatever the order). Otherwise (a Dask
+    cluster, which schedules its own queue) all at once, in order."""
+    if in_flight is None:
+        futures = {executor.submit(_chunk_task, chunk, own_worker=own_worker): k for k, chunk in enumerate(chunks)}
+        for fut in as_completed(futures):
+            record(futures[fut], fut.result())
+        return
+    costliest = _Costliest(chunks)
+    running: dict[Any, int] = {}
+    while costliest.pending or running:
+        while costliest.pending and len(running) < in_flight:
+            k = costliest.take()
+            running[executor.submit(_chunk_task, chunks[k], own_worker=own_worker)] = k
+        finished, _ = wait(running, return_when=FIRST_COMPLETED)
+        for fut in finished:
+            results = fut.result()
+            costliest.learn(results)
+            record(running.pop(fut), results)
+
+
+class _Costliest:
+    """Which pending chunk to submit next: the one whose points are expected to take longest,
+    at the seconds per point measured so far for each of their models and phases (a model not
+    yet measured: the slowest measured, so an unknown costly model is not left for the end;
+    before any measurement, the chunks' order)."""
+
+    def __init__(self, chunks: list[list[dict[str, Any]]]) -> None:
+        self.kinds = [Counter(self._kind(p) for p in chunk) for chunk in chunks]  # points per kind, per chunk
+        self.pending = list(range(len(chunks)))
+        self.seconds: dict[tuple[str, str], list[float]] = {}
+
+    @staticmethod
+    def _kind(point: dict[str, Any]) -> tuple[str, str]:
+        return str(point.get("model")), str(point.get("phase"))
+
+    def learn(self, results: list[PointResult]) -> None:
+        for r in results:
+            total = self.seconds.setdefault(self._kind(r.point), [0.0, 0])
+            total[0] += r.seconds
+            total[1] += 1
+
+    def take(self) -> int:
+        k = self.pending[0]
+        if self.seconds:
+            rates = {kind: s / n for kind, (s, n) in self.seconds.items()}
+            slowest = max(rates.values())
+            expected = [sum(n * rates.get(kind, slowest) for kind, n in self.kinds[j].items()) for j in self.pending]
+            k = self.pending[max(range(len(expected)), key=lambda i: (expected[i], -i))]
+        self.pending.remove(k)
+        return k
 
 
 def run_sweep(
@@ -553,7 +603,8 @@ def _run_locally(chunks: list[list[dict[str, Any]]], workers: int,
             return
         try:
             with _local_pool(min(workers, len(pending))) as pool:
-                _submit_chunks(pool, [chunks[k] for k in pending], True, functools.partial(_record_at, record, pending))
+                _submit_chunks(pool, [chunks[k] for k in pending], True, functools.partial(_record_at, record, pending),
+                               in_flight=min(workers, len(pending)) + 1)
             return
         except BrokenProcessPool:
             continue

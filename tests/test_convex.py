@@ -276,6 +276,28 @@ def test_the_lazy_search_equals_costing_every_group_and_its_bounds_hold(arch_nam
     assert (bound[finite] <= costed.cost[finite] * (1 + 1e-12)).all()
 
 
+@pytest.mark.parametrize("arch_name,buffer", [("mambalaya", 1 << 20), ("geens-ideal", 4 << 20), ("gpu-h100", 1 << 18)])
+def test_the_tie_programme_reads_only_the_pairs_within_the_tie_and_chooses_the_same(arch_name, buffer,
+                                                                                   monkeypatch) -> None:
+    """convex_grouping hands the least-traffic-within-the-tie programme only the pairs on some
+    path within the tie (convex_search._within_tie); with every costed group it chooses what it
+    chooses when handed every pair, and the pairs it leaves out are most of them. (On geens-ideal and
+    gpu-h100 here, keeping only the pairs of the shortest paths would choose otherwise.)"""
+    import numpy as np
+
+    from mambalaya.model import convex_search
+
+    arch = load_arch(arch_name)
+    c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=1000, batch=4)
+    space = convex_space(c)
+    costed, kept = _every_group_costed(c, space, buffer, arch)
+    rows = np.flatnonzero(np.isfinite(costed.cost[space.group]))
+    assert convex_search._within_tie(space, costed.cost, rows).sum() < rows.size / 2
+    monkeypatch.setattr(convex_search, "_within_tie", lambda space, cost, rows: np.ones(rows.size, bool))
+    every = convex_search.convex_grouping(space, costed, arch, "latency")
+    assert [x.choice() for x in kept] == [x.choice() for x in every]
+
+
 def test_a_bound_that_lies_would_change_the_choice(monkeypatch) -> None:
     """The exactness test can fail: bounds above the costs (every group's bound times 5) rule
     out groups the best grouping needs."""

@@ -201,6 +201,20 @@ def _suffix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:
     return best
 
 
+def _within_tie(space: ConvexSpace, cost: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Which of the pairs at ``rows`` (of costed groups) lie on some path no longer than the
+    shortest times the tie tolerance: the only pairs the least-traffic-within-the-tie programme
+    (:func:`~mambalaya.model.segments._least_traffic_within`) can use. Its partial paths to a
+    pair's start are no shorter than the shortest prefix, summed in the same order (float sums
+    grow with their terms), and its suffix bound is this suffix, so a pair left out here fails
+    its own test (with :data:`_BOUND_SLACK` for sums of the same costs in another order: a pair
+    kept beyond it is only tested again); the pairs kept keep their order."""
+    costs = np.where(np.isnan(cost), np.inf, cost)
+    prefix, suffix = _prefix(space, costs), _suffix(space, costs)
+    through = prefix[space.src[rows]] + costs[space.group[rows]] + suffix[space.dst[rows]]
+    return through <= prefix[-1] * (1 + LATENCY_TIE_TOLERANCE) * (1 + _BOUND_SLACK)
+
+
 def convex_grouping(space: ConvexSpace, costed: _Costed, arch: Any,
                     objective: str) -> list[GroupChoice | _Pick] | None:
     """The best grouping over the costed groups (None if none covers the cascade), in the
@@ -209,6 +223,8 @@ def convex_grouping(space: ConvexSpace, costed: _Costed, arch: Any,
     dynamic programmes group by group in the space's order, each group's pairs by ``dst`` then
     ``src``, whichever groups were costed."""
     rows = np.flatnonzero(np.isfinite(costed.cost[space.group]))
+    if arch is not None and objective == "latency":
+        rows = rows[_within_tie(space, costed.cost, rows)]
     rows = rows[np.lexsort((space.src[rows], space.dst[rows], space.group[rows]))]
     d = space.downsets.tolist()
     segments = {(d[a], d[b]): costed.choices[g]

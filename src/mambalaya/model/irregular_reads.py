@@ -99,7 +99,7 @@ def _chosen_ranks(cascade: Cascade, steps: list[Any], ranks: tuple[str, ...]) ->
 
 def _per_combination(cascade: Cascade, einsums: tuple[str, ...], chosen: tuple[str, ...], key: str,
                      steps: list[Any]) -> tuple[tuple[str, ...], list[np.ndarray], np.ndarray] | None:
-    from mambalaya.model.candidates import _rank_tile_options
+    from mambalaya.model.tile_ranks import _rank_tile_options
 
     options = [np.asarray(_rank_tile_options(cascade, r)) for r in chosen]
     if math.prod(len(o) for o in options) > MAX_COMBINATIONS:

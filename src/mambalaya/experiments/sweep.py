@@ -447,7 +447,6 @@ def _submit_chunks(executor: Executor, chunks: list[list[dict[str, Any]]], own_w
             record(running.pop(fut), results)
 
 
-
 def run_sweep(
     spec: SweepSpec,
     *,

@@ -41,8 +41,9 @@ class SegmentPick(NamedTuple):
 class _Table:
     """The kept candidates of the segments of one layer searched so far, one part per segment
     (its rows: flat index, traffic, footprint bound, tiling) and the segment's tilings (per
-    tiling: steps, cycles, on-chip Einsum bytes); a segment met later is added (a larger buffer fits longer ones, a lazy search costs more).
-    A pick reads the parts of the segments it asks for only.
+    tiling: steps, cycles, on-chip Einsum bytes); a segment met later is added (a larger
+    buffer fits longer ones, a lazy search costs more). A pick reads the contenders of the
+    segments it asks for only (:meth:`contenders`).
 
     A new table keeps every kept candidate; once it has served :data:`FILTER_AFTER_PICKS` picks
     (a sweep's points on one layer and compute section), its dominated candidates are dropped
@@ -53,7 +54,7 @@ class _Table:
     models: list[GroupCostModel] = field(default_factory=list)
     index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
-    tilings: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # per segment, as the module says
+    tilings: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # per segment: steps, cycles, on-chip bytes
     picks: int = 0  # segment_picks calls served
     filtered: bool = False
     size: int = 0  # rows in all parts
@@ -238,8 +239,9 @@ PICK_PASS_ROWS = 1 << 18
 #: Picks a pick table serves before its dominated candidates are dropped (see :class:`_Table`),
 #: and the most rows it holds unfiltered (memory: four arrays of this many). Speed and memory
 #: only: the picks are the same either way (``tests/test_closed_forms.py``). Since picks read only
-#: each tiling's contenders (:meth:`_Table.contenders`), filtering earlier cost more than it saved
-#: (the *any* sweep grid: 17.8 s in one process filtering after 8 picks, 16.5 s after 32).
+#: each tiling's contenders (:meth:`_Table.contenders`), filtering after 8 picks cost about what it
+#: saved or more (the *any* sweep grid in one process, best of three: 17.8 s after 8 picks,
+#: 16.5 s after 32, 16.8 s never; runs vary by about 5%).
 FILTER_AFTER_PICKS = 32
 UNFILTERED_ROWS = 1 << 20
 

@@ -387,22 +387,24 @@ def test_a_point_over_its_power_budget_is_flagged_with_its_throttled_latency() -
 
 
 def test_a_local_sweep_submits_the_chunks_expected_to_take_longest_first() -> None:
-    """Local chunks go out a few at a time (sweep._Costliest): in order until a chunk has
-    finished, then the one whose points' models were measured slowest (an unmeasured model
-    counting as the slowest measured), so short chunks run last."""
+    """Local chunks go out a few at a time (sweep._Costliest): first one chunk of each model not
+    yet submitted, in order, so each is measured early; then the chunk whose points' models
+    were measured slowest (one submitted but not yet measured counting as the slowest
+    measured), so short chunks run last."""
     from mambalaya.experiments.store import PointResult
     from mambalaya.experiments.sweep import _Costliest
 
     def chunk(model: str, n: int) -> list[dict]:
         return [{"model": model, "phase": "prefill", "seq_len": k} for k in range(n)]
 
-    chunks = [chunk("fast", 4), chunk("slow", 4), chunk("fast", 6), chunk("slow", 2), chunk("new", 3)]
+    chunks = [chunk("fast", 4), chunk("fast", 5), chunk("slow", 4), chunk("fast", 6), chunk("slow", 2), chunk("new", 3),
+              chunk("new", 1)]
     order = _Costliest(chunks)
-    assert order.take() == 0  # nothing measured yet: the chunks' order
+    assert [order.take(), order.take(), order.take()] == [0, 2, 5]  # one of each model, in order
+    assert order.take() == 1  # nothing measured yet: the chunks' order
     order.learn([PointResult("a", p, {}, None, 0.01, "w") for p in chunks[0]])
-    assert order.take() == 2  # only "fast" known: an unknown model counts as it, and chunk 2 has the most points
-    order.learn([PointResult("b", p, {}, None, 1.0, "w") for p in chunks[1][:1]])
-    assert order.take() == 1  # "slow" measured at 1 s a point: its 4 points first
-    assert order.take() == 4  # "new" counts as the slowest measured: 3 s, before "slow"'s 2 points
-    assert order.take() == 3
+    assert order.take() == 3  # every model counts as "fast" (the slowest measured): the most points
+    order.learn([PointResult("b", p, {}, None, 1.0, "w") for p in chunks[2][:1]])
+    assert order.take() == 4  # "slow" measured at 1 s a point: its 2 points (2 s) before "new"'s 1 (1 s)
+    assert order.take() == 6
     assert not order.pending

@@ -66,15 +66,17 @@ def _tune_collector() -> tuple[int, ...]:
 
 
 class _Costliest:
-    """Which pending chunk to submit next: the one whose points are expected to take longest,
-    at the seconds per point measured so far for each of their models and phases (a model not
-    yet measured: the slowest measured, so an unknown costly model is not left for the end;
-    before any measurement, the chunks' order)."""
+    """Which pending chunk to submit next. First, in the chunks' order, one chunk of each model
+    and phase not submitted yet (so that every kind is measured early); then the one whose
+    points are expected to take longest, at the seconds per point measured so far for each of
+    their models and phases (a kind submitted but not yet measured counts as the slowest
+    measured)."""
 
     def __init__(self, chunks: list[list[dict[str, Any]]]) -> None:
         self.kinds = [Counter(self._kind(p) for p in chunk) for chunk in chunks]  # points per kind, per chunk
         self.pending = list(range(len(chunks)))
         self.seconds: dict[tuple[str, str], list[float]] = {}
+        self.submitted: set[tuple[str, str]] = set()
 
     @staticmethod
     def _kind(point: dict[str, Any]) -> tuple[str, str]:
@@ -87,11 +89,13 @@ class _Costliest:
             total[1] += 1
 
     def take(self) -> int:
-        k = self.pending[0]
-        if self.seconds:
+        new = [j for j in self.pending if not self.submitted.issuperset(self.kinds[j])]
+        k = new[0] if new else self.pending[0]
+        if not new and self.seconds:
             rates = {kind: s / n for kind, (s, n) in self.seconds.items()}
             slowest = max(rates.values())
             expected = [sum(n * rates.get(kind, slowest) for kind, n in self.kinds[j].items()) for j in self.pending]
             k = self.pending[max(range(len(expected)), key=lambda i: (expected[i], -i))]
         self.pending.remove(k)
+        self.submitted.update(self.kinds[k])
         return k

@@ -238,11 +238,10 @@ PICK_PASS_ROWS = 1 << 18
 
 #: Picks a pick table serves before its dominated candidates are dropped (see :class:`_Table`),
 #: and the most rows it holds unfiltered (memory: four arrays of this many). Speed and memory
-#: only: the picks are the same either way (``tests/test_closed_forms.py``). Since picks read only
-#: each tiling's contenders (:meth:`_Table.contenders`), filtering after 8 picks cost about what it
-#: saved or more (the *any* sweep grid in one process, best of three: 17.8 s after 8 picks,
-#: 16.5 s after 32, 16.8 s never; runs vary by about 5%).
-FILTER_AFTER_PICKS = 32
+#: only: the picks are the same either way (``tests/test_closed_forms.py``). Filtering after 32
+#: picks instead was no faster in the *any* sweep grid (8.17 against 8.20 s, whole command) and
+#: took 967 MB a worker instead of 673 MB.
+FILTER_AFTER_PICKS = 8
 UNFILTERED_ROWS = 1 << 20
 
 #: Buffers whose contenders a pick table keeps (:meth:`_Table.contenders`), the most recently

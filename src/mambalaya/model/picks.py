@@ -95,13 +95,18 @@ class _Table:
         ``segments``, then its flat index, traffic, footprint bound, steps, cycles, Einsums,
         on-chip Einsum bytes and tiling."""
         position, flat, traffic, fp, tiling = _concatenated([self.parts[s] for s in segments])
-        steps, cycles, buffer = self._per_tiling(segments, position, tiling)
+        steps, cycles, buffer = self._per_tiling(segments, self._tiling_starts(segments)[position] + tiling)
         return position, flat, traffic, fp, steps, cycles, self._einsums(segments)[position], buffer, tiling
 
-    def _per_tiling(self, segments: list[int], position: np.ndarray, tiling: np.ndarray) -> list[np.ndarray]:
-        """Steps, cycles and on-chip Einsum bytes of rows (positions in ``segments``, tilings)."""
-        first = np.cumsum([0] + [len(self.tilings[s][0]) for s in segments])[position] + tiling
-        return [np.concatenate([self.tilings[s][k] for s in segments])[first] for k in range(3)]
+    def _tiling_starts(self, segments: list[int]) -> np.ndarray:
+        """Where each segment's tilings start in ``segments``' tilings one after another (and,
+        last, how many there are in all)."""
+        return np.cumsum([0] + [len(self.tilings[s][0]) for s in segments])
+
+    def _per_tiling(self, segments: list[int], at: np.ndarray) -> list[np.ndarray]:
+        """Steps, cycles and on-chip Einsum bytes at tilings ``at`` (numbered over ``segments``'
+        tilings one after another, :meth:`_tiling_starts`)."""
+        return [np.concatenate([self.tilings[s][k] for s in segments])[at] for k in range(3)]
 
     def _einsums(self, segments: list[int]) -> np.ndarray:
         return np.array([len(self.models[s].probe.einsums) for s in segments], dtype=np.int64)
@@ -128,10 +133,11 @@ class _Table:
         """Each segment's contenders (:meth:`contenders`), found in one pass over their rows; the
         per-tiling columns are read for the contenders only."""
         position, flat, traffic, fp, tiling = _concatenated([self.parts[s] for s in segments])
-        kept = least_traffic_fitting(np.cumsum([0] + [len(self.tilings[s][0]) for s in segments])[position] + tiling,
-                                     sum(len(self.tilings[s][0]) for s in segments), traffic, fp, buffer_bytes)
+        starts = self._tiling_starts(segments)
+        at = starts[position] + tiling  # one number per (segment, tiling)
+        kept = least_traffic_fitting(at, int(starts[-1]), traffic, fp, buffer_bytes)
         position, tiling = position[kept], tiling[kept]
-        steps, cycles, buffer = self._per_tiling(segments, position, tiling)
+        steps, cycles, buffer = self._per_tiling(segments, at[kept])
         cols = (flat[kept], traffic[kept], fp[kept], steps, cycles, self._einsums(segments)[position], buffer, tiling)
         cuts = np.searchsorted(position, np.arange(len(segments) + 1))
         return [tuple(c[a:b] for c in cols) for a, b in zip(cuts[:-1], cuts[1:])]

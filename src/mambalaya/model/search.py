@@ -419,13 +419,12 @@ def optimal(
             if best[a] == math.inf:
                 continue
             why: list[str] = []
-            hit = batched.get((a, b))
             choice: GroupChoice | _Pick | None
             if lazy is not None:  # a segment left uncosted is in no grouping the DP could choose
                 choice = lazy.get((a, b))
                 if choice is None:
                     continue
-            elif hit is None:
+            elif (hit := batched.get((a, b))) is None:
                 choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective)
             else:
                 choice, why = (None, [hit]) if isinstance(hit, str) else (hit, why)

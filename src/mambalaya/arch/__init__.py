@@ -162,9 +162,15 @@ def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
         value = yaml.safe_load(raw)
     except yaml.YAMLError:
         value = raw.strip()
-    if isinstance(value, str) and _EXPONENT_ONLY.fullmatch(value.strip()):  # YAML 1.1 reads 2e-6 as text
-        value = float(value)
-    return field, value
+    return field, exponent_number(value)
+
+
+def exponent_number(value: Any) -> Any:
+    """``value``, or the number it spells when it is text such as ``2e-6`` or ``1E12``, which
+    YAML 1.1 (PyYAML) reads as text for want of a decimal point."""
+    if isinstance(value, str) and _EXPONENT_ONLY.fullmatch(value.strip()):
+        return float(value)
+    return value
 
 
 def with_settings(spec: ArchSpec, settings: list[str] | tuple[str, ...], option: str = "--set") -> ArchSpec:

@@ -120,12 +120,12 @@ def _sweep_plot(store_path: Path, output: Path | None, x: str, y: str, baseline:
     from mambalaya.report.sweep_figures import pareto_figure, speedup_heatmap_figure, speedup_table
 
     with ResultStore(store_path, create=False) as st:
-        df = st.dataframe()
+        df, inputs = st.dataframe(), st.input_columns()
     if df.empty:
         raise MambalayaError(f"{store_path} holds no points yet")
     out = output or store_path.with_name(store_path.stem + "_plots")
     paths = save_figure(pareto_figure(df, title=f"{store_path.name}: on-chip buffer vs layer latency"), out / "pareto")
-    table = speedup_table(df, x=x, y=y, baseline=baseline, design=design)
+    table = speedup_table(df, x=x, y=y, baseline=baseline, design=design, inputs=inputs)
     paths += save_figure(
         speedup_heatmap_figure(table, x=x, y=y, title=f"{design} over {baseline}\n(geometric mean over the other axes)"),
         out / "speedup_heatmap",

@@ -8,7 +8,8 @@ would add a dependency for what SQLite already does; ``mambalaya sweep export --
 gives Parquet to those who want it.
 
 Each row holds the point's id (a hash of its inputs), every input (as JSON and, for the common
-axes, as columns), every output figure, its status (``ok`` or ``failed`` with the error), and
+axes, as columns), every output figure (as JSON and, for the common ones, as columns: an output
+computed is never dropped), its status (``ok`` or ``failed`` with the error), and
 timing. The ``meta`` table records the fingerprint of the model code that wrote the store; a
 store written by a different model is refused rather than mixed.
 """
@@ -44,7 +45,16 @@ OUTPUT_COLUMNS = (
     "pes",
     "bandwidth_bytes_per_s",
     "attention_share",  # a hybrid model's share of time in attention layers (empty for pure Mamba models)
+    # on a design with an energy section (empty otherwise)
+    "layer_energy_j",
+    "energy_per_token_j",
+    "average_power_w",
+    "power_budget_w",
+    "over_power_budget",  # 1 or 0
+    "throttled_latency_s",
 )
+#: Output columns that hold text: the mapping each point ran (a hybrid model's, per layer type).
+TEXT_OUTPUT_COLUMNS = ("mapping_used",)
 
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -55,6 +65,8 @@ CREATE TABLE IF NOT EXISTS points (
     inputs TEXT NOT NULL,
     {", ".join(f"{c} {'INTEGER' if c in ('seq_len', 'batch') else 'TEXT'}" for c in INPUT_COLUMNS)},
     {", ".join(f"{c} REAL" for c in OUTPUT_COLUMNS)},
+    {", ".join(f"{c} TEXT" for c in TEXT_OUTPUT_COLUMNS)},
+    outputs TEXT,
     seconds REAL,
     worker TEXT,
     finished_at TEXT NOT NULL
@@ -155,10 +167,12 @@ class ResultStore:
             out = r.outputs or {}
             rows.append(
                 (r.id, "ok" if r.error is None else "failed", r.error, json.dumps(r.point, sort_keys=True),
-                 *(r.point.get(c) for c in INPUT_COLUMNS), *(out.get(c) for c in OUTPUT_COLUMNS),
+                 *(r.point.get(c) for c in INPUT_COLUMNS), *(_real(out.get(c)) for c in OUTPUT_COLUMNS),
+                 *(out.get(c) for c in TEXT_OUTPUT_COLUMNS), json.dumps(out, sort_keys=True, default=_plain) if out else None,
                  r.seconds, r.worker, _now())
             )
-        cols = ("id", "status", "error", "inputs", *INPUT_COLUMNS, *OUTPUT_COLUMNS, "seconds", "worker", "finished_at")
+        cols = ("id", "status", "error", "inputs", *INPUT_COLUMNS, *OUTPUT_COLUMNS, *TEXT_OUTPUT_COLUMNS, "outputs",
+                "seconds", "worker", "finished_at")
         with self.db:
             cur = self.db.executemany(
                 f"INSERT OR IGNORE INTO points ({', '.join(cols)}) VALUES ({', '.join('?' for _ in cols)})", rows
@@ -168,16 +182,38 @@ class ResultStore:
     def meta(self) -> dict[str, str]:
         return dict(self.db.execute("SELECT key, value FROM meta"))
 
+    def input_columns(self) -> list[str]:
+        """The dataframe's columns that are the points' inputs: the common axes and every field
+        any point's inputs name (the rest are outputs and bookkeeping)."""
+        named = {key for (text,) in self.db.execute("SELECT inputs FROM points") for key in json.loads(text)}
+        return [*INPUT_COLUMNS, *sorted(named - set(INPUT_COLUMNS))]
+
     def dataframe(self) -> "pd.DataFrame":
-        """Every row, with every input field flattened into its own column."""
+        """Every row, with every input field and every output (those without a column of their
+        own too, such as a hybrid model's share of time in each layer type) in its own column."""
         import pandas as pd
 
         df = pd.read_sql_query("SELECT * FROM points ORDER BY finished_at, id", self.db)
         if df.empty:
             return df
-        inputs = pd.json_normalize(df["inputs"].map(json.loads), sep=".")
-        extra = [c for c in inputs.columns if c not in df.columns]
-        return pd.concat([df.drop(columns=["inputs"]), inputs[extra]], axis=1)
+        parts = [df.drop(columns=[c for c in ("inputs", "outputs") if c in df.columns])]
+        for column in ("inputs", "outputs"):
+            if column in df.columns:
+                flat = pd.json_normalize(df[column].map(lambda text: json.loads(text) if isinstance(text, str) else {}), sep=".")
+                parts.append(flat[[c for c in flat.columns if all(c not in p.columns for p in parts)]])
+        return pd.concat(parts, axis=1)
+
+
+def _plain(value: Any) -> Any:
+    """A numpy scalar among a point's outputs, as the Python number JSON writes."""
+    if hasattr(value, "item"):
+        return value.item()
+    raise TypeError(f"a sweep output of type {type(value).__name__} cannot be stored")
+
+
+def _real(value: Any) -> Any:
+    """A figure as SQLite stores it in a REAL column (a flag as 1 or 0)."""
+    return int(value) if isinstance(value, bool) else value
 
 
 def _now() -> str:

@@ -106,6 +106,8 @@ def _decode_reads_context(model: str, memo: dict[str, bool]) -> bool:
 
 
 def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> SweepSpec:
+    from mambalaya.arch import exponent_number
+
     path = Path(path)
     data = parse_yaml_text(read_spec_file(str(path), "sweep spec"), source=str(path))
     if not isinstance(data, dict):
@@ -120,6 +122,7 @@ def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> Swe
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
             raise SpecError(f"grid.{k} must be a non-empty list, not {v!r}", source=str(path))
+        grid[k] = v = [exponent_number(x) for x in v]  # 1e-3 is a number, as on --set
         for x in v:
             if not isinstance(x, (str, int, float)) or isinstance(x, bool) and k not in _BOOL_FIELDS:
                 raise SpecError(f"grid.{k} has value {x!r}; values are numbers or text", source=str(path))
@@ -133,6 +136,7 @@ def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> Swe
     fixed = data.get("fixed", {}) or {}
     if not isinstance(fixed, dict):
         raise SpecError("'fixed' must map fields to single values", source=str(path))
+    fixed = {k: exponent_number(v) for k, v in fixed.items()}
     chunk = data.get("chunk_size", 32)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
         raise SpecError(f"chunk_size must be a positive integer, not {chunk!r}", source=str(path))
@@ -141,14 +145,14 @@ def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> Swe
         if key not in POINT_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
             raise SpecError(
                 f"{key!r} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
-                "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision)", source=str(path))
+                "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision / power_budget_w)", source=str(path))
     if "model" not in grid and "model" not in fixed:
         raise SpecError("no model: give 'model' in 'grid' (a list of presets or config files) or in 'fixed'",
                         source=str(path))
     return SweepSpec(str(data.get("name", path.stem)), store_path, grid, fixed, chunk, str(path))
 
 
-_TOP_ARCH_FIELDS = ("clock_hz", "bits_per_element", "precision")
+_TOP_ARCH_FIELDS = ("clock_hz", "bits_per_element", "precision", "power_budget_w")
 _BOOL_FIELDS = ("compute.one_d_mode", "compute.overlap_compute_units", "memory.overlap_compute_and_memory")
 
 
@@ -218,10 +222,9 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     name = arch.mappings.default if point["mapping"] == "default" else point["mapping"]
     buffer = None if name == "ideal" else arch.memory.onchip_buffer_bytes
     mapping = named_mapping(name, cascade, buffer, arch=arch)
-    with_energy = arch.energy is not None
-    r = layer_latency(arch, cascade, mapping, n_layers=config.n_layers, per_einsum=with_energy)
+    r = layer_latency(arch, cascade, mapping, n_layers=config.n_layers, per_einsum=False)
     return {
-        **(_power_outputs(arch, cascade, r) if with_energy else {}),
+        **(_power_outputs(arch, cascade, mapping, r) if arch.energy is not None else {}),
         "latency_s": r.latency_s,
         "model_latency_s": r.model_latency_s,
         "offchip_bytes": r.offchip_bytes,
@@ -237,12 +240,14 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _power_outputs(arch: Any, cascade: Any, result: Any) -> dict[str, Any]:
-    """A point's energy, average power against the design's budget, and throttled latency."""
+def _power_outputs(arch: Any, cascade: Any, mapping: Any, result: Any) -> dict[str, Any]:
+    """A point's energy, average power against the design's budget, and throttled latency, from
+    the groups' dynamic energies (memoised across the points that share them) and the leakage
+    over the layer's latency (:func:`~mambalaya.model.energy.layer_energy_totals`)."""
     from mambalaya.experiments.evaluate import over_budget
-    from mambalaya.model.energy import layer_energy
+    from mambalaya.model.energy import layer_energy_totals
 
-    energy = layer_energy(arch, cascade, result)
+    energy = layer_energy_totals(arch, cascade, mapping, result)
     return {"layer_energy_j": energy.layer_j, "energy_per_token_j": energy.per_token_j,
             "average_power_w": energy.average_power_w, "power_budget_w": arch.power_budget_w,
             "over_power_budget": over_budget(energy.average_power_w, arch.power_budget_w),

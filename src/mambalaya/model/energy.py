@@ -35,10 +35,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from mambalaya.arch.keys import dynamic_energy_key
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.stats import einsum_ops
 from mambalaya.errors import SpecError
+from mambalaya.fusion.mapping import FusionGroup, Mapping
 from mambalaya.model.area import leakage_w
-from mambalaya.model.latency import EinsumLatency, LayerLatency
+from mambalaya.model.buffer import group_buffer_accesses
+from mambalaya.model.latency import EinsumLatency, LayerLatency, attributed_bytes, group_runs
+from mambalaya.model.traffic import group_traffic
 from mambalaya.model.spatial import ELEMENTWISE_OPS
 
 ACTIONS = ("dram_bits", "buffer_read_bits", "buffer_write_bits", "register_bits", "macs", "elementwise_ops")
@@ -77,21 +82,19 @@ class EinsumEnergy:
                 + self.mfu_pj + self.leakage_pj)
 
 
-@dataclass(frozen=True)
-class LayerEnergy:
-    arch: str
-    mapping: str
-    einsums: tuple[EinsumEnergy, ...]
+class _PassFigures:
+    """The figures derived from a layer's energy (``layer_j``) and latency."""
+
     n_layers: int
     batch: int
     positions: int
-    latency_s: float  # of one layer
-    leakage_w: float = 0.0
-    power_budget_w: float | None = None
+    latency_s: float
+    leakage_w: float
+    power_budget_w: float | None
 
     @property
     def layer_j(self) -> float:
-        return sum(e.total_pj for e in self.einsums) * 1e-12
+        raise NotImplementedError
 
     @property
     def model_j(self) -> float:
@@ -126,6 +129,23 @@ class LayerEnergy:
         """Energy-delay product of one pass of the model (J x s)."""
         return self.model_j * self.n_layers * self.latency_s
 
+
+@dataclass(frozen=True)
+class LayerEnergy(_PassFigures):
+    arch: str
+    mapping: str
+    einsums: tuple[EinsumEnergy, ...]
+    n_layers: int
+    batch: int
+    positions: int
+    latency_s: float  # of one layer
+    leakage_w: float = 0.0
+    power_budget_w: float | None = None
+
+    @property
+    def layer_j(self) -> float:
+        return sum(e.total_pj for e in self.einsums) * 1e-12
+
     def by_component_j(self) -> dict[str, float]:
         """Energy by action; ``staging`` only on a design with staging levels."""
         keys = ("dram_pj", "staging_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
@@ -133,6 +153,25 @@ class LayerEnergy:
         if not any(e.staging_pj for e in self.einsums):
             del found["staging"]
         return found
+
+
+@dataclass(frozen=True)
+class LayerEnergyTotals(_PassFigures):
+    """A layer's energy as a total only (:func:`layer_energy_totals`)."""
+
+    arch: str
+    mapping: str
+    total_pj: float
+    n_layers: int
+    batch: int
+    positions: int
+    latency_s: float  # of one layer
+    leakage_w: float = 0.0
+    power_budget_w: float | None = None
+
+    @property
+    def layer_j(self) -> float:
+        return self.total_pj * 1e-12
 
 
 def einsum_width_bits(cascade: Cascade, name: str) -> int:
@@ -162,14 +201,20 @@ def _arithmetic(arch: Any, ops: dict[str, int], runs: float) -> tuple[float, flo
 
 def einsum_actions(arch: Any, cascade: Cascade, row: EinsumLatency) -> EinsumActions:
     """The actions one Einsum of a layer's latency result performs (see the module doc)."""
-    width = einsum_width_bits(cascade, row.einsum)
-    macs, elementwise, mfu = _arithmetic(arch, row.ops, row.runs)
+    return _actions(arch, cascade, row.einsum, row.ops, row.runs, row.total_traffic, row.buffer_read_bytes,
+                    row.buffer_write_bytes)
+
+
+def _actions(arch: Any, cascade: Cascade, name: str, ops: dict[str, int], runs: Any, dram_bytes: float,
+             buffer_read_bytes: float, buffer_write_bytes: float) -> EinsumActions:
+    width = einsum_width_bits(cascade, name)
+    macs, elementwise, mfu = _arithmetic(arch, ops, runs)
     return EinsumActions(
-        einsum=row.einsum,
+        einsum=name,
         width_bits=width,
-        dram_bits=8 * row.total_traffic,
-        buffer_read_bits=8 * row.buffer_read_bytes,
-        buffer_write_bits=8 * row.buffer_write_bytes,
+        dram_bits=8 * dram_bytes,
+        buffer_read_bits=8 * buffer_read_bytes,
+        buffer_write_bits=8 * buffer_write_bytes,
         register_bits=3 * width * (macs + elementwise),
         macs=macs,
         elementwise_ops=elementwise,
@@ -242,14 +287,17 @@ def einsum_energy(arch: Any, cascade: Cascade, row: EinsumLatency, static_w: flo
     """Energy of one Einsum's actions on ``arch`` (which must have an ``energy`` section), at the
     design's node, with the design's leakage (``static_w``, default :func:`leakage_w`) over the
     Einsum's share of its group's latency."""
+    static_w = leakage_w(arch) if static_w is None else static_w
+    return _energy_of(arch, einsum_actions(arch, cascade, row), row.fusion_group, static_w * row.final_latency * 1e12)
+
+
+def _energy_of(arch: Any, a: EinsumActions, fusion_group: str, leakage_pj: float) -> EinsumEnergy:
     spec = require_energy(arch)
-    a = einsum_actions(arch, cascade, row)
     dram, buf_read, buf_write = movement_pj_per_byte(arch)
     scale = node_scale(arch)
-    static_w = leakage_w(arch) if static_w is None else static_w
     return EinsumEnergy(
-        einsum=row.einsum,
-        fusion_group=row.fusion_group,
+        einsum=a.einsum,
+        fusion_group=fusion_group,
         actions=a,
         dram_pj=a.dram_bits / 8 * dram,
         staging_pj=a.dram_bits / 8 * staging_pj_per_byte(arch),
@@ -258,8 +306,40 @@ def einsum_energy(arch: Any, cascade: Cascade, row: EinsumLatency, static_w: flo
         mac_pj=scale * _mac_pj(arch, spec, a.macs, a.width_bits, a.einsum),
         elementwise_pj=scale * _elementwise_pj(arch, spec, a.elementwise_ops, a.width_bits, a.einsum),
         mfu_pj=scale * _mfu_pj(arch, spec, a.mfu_results, a.einsum),
-        leakage_pj=static_w * row.final_latency * 1e12,
+        leakage_pj=leakage_pj,
     )
+
+
+def group_dynamic_pj(arch: Any, cascade: Cascade, group: FusionGroup) -> float:
+    """The dynamic energy of one group's actions (every member's energy but leakage, as
+    :func:`einsum_energy` counts it): no latency enters it, so it is memoised on the cascade
+    per group and per the arch fields it reads (:func:`~mambalaya.arch.keys.dynamic_energy_key`;
+    a sweep costs the same groups at many bandwidths)."""
+    memo = cascade.__dict__.setdefault("_group_dynamic_pj_memo", {})
+    key = (dynamic_energy_key(arch), group.einsums, group.loops, group.halo, group.resident)
+    hit = memo.get(key)
+    if hit is None:
+        traffic = group_traffic(cascade, group)
+        dram, buf_reads, buf_writes = attributed_bytes(cascade, group, traffic,
+                                                       group_buffer_accesses(cascade, group, traffic))
+        hit = memo[key] = sum(
+            _energy_of(arch, _actions(arch, cascade, name, einsum_ops(cascade, cascade.einsum(name)), runs, dram[name],
+                                      buf_reads[name], buf_writes[name]), group.name, 0.0).total_pj
+            for name, runs in zip(group.einsums, group_runs(cascade, group))
+        )
+    return hit
+
+
+def layer_energy_totals(arch: Any, cascade: Cascade, mapping: Mapping, result: LayerLatency) -> "LayerEnergyTotals":
+    """The totals of :func:`layer_energy` without its per-Einsum rows (sweeps): each group's
+    dynamic energy (:func:`group_dynamic_pj`) plus the design's leakage over the layer's
+    latency, which is what the rows' leakage shares sum to. ``result`` may be costed with or
+    without its rows; the totals equal :func:`layer_energy`'s up to the order of summation."""
+    dynamic_pj = sum(group_dynamic_pj(arch, cascade, g) for g in mapping.groups)
+    static_w = leakage_w(arch)
+    return LayerEnergyTotals(arch.name, result.mapping, dynamic_pj + static_w * result.latency_s * 1e12,
+                             result.n_layers, result.batch, result.positions, result.latency_s, static_w,
+                             arch.power_budget_w)
 
 
 def require_energy(arch: Any) -> Any:
@@ -298,7 +378,9 @@ __all__ = [
     "einsum_energy",
     "einsum_width_bits",
     "energy_rows",
+    "group_dynamic_pj",
     "layer_energy",
+    "layer_energy_totals",
     "movement_pj_per_byte",
     "node_scale",
     "staging_pj_per_byte",

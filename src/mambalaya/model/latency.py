@@ -380,21 +380,9 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     traffic = traffic or group_traffic(cascade, group)
     buffer = group_buffer_accesses(cascade, group, traffic)
     _, per = group_cycles(arch, cascade, group)
-    runs = _group_runs(cascade, group)
+    runs = group_runs(cascade, group)
     comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic, buffer.total_bytes)
-    # attribute traffic: reads to the first reader in the group, writes to the producer
-    dram_reads = {name: 0.0 for name in group.einsums}
-    for t, b in traffic.read_bytes.items():
-        reader = next(
-            (n for n in group.einsums if t in cascade.einsum(n).input_tensors or t in cascade.initial_reads(cascade.einsum(n))),
-            group.einsums[0],
-        )
-        dram_reads[reader] += b
-    attributed = {name: dram_reads[name] + traffic.write_bytes.get(name, 0.0) for name in group.einsums}
-    # buffer bytes: the Einsum's own reads and writes, plus the fills (writes) of what it reads
-    # off-chip and the drains (reads) of what it writes off-chip
-    buf_reads = {name: buffer.einsum_read_bytes[name] + traffic.write_bytes.get(name, 0.0) for name in group.einsums}
-    buf_writes = {name: buffer.einsum_write_bytes[name] + dram_reads[name] for name in group.einsums}
+    attributed, buf_reads, buf_writes = attributed_bytes(cascade, group, traffic, buffer)
     on_bytes = {name: buf_reads[name] + buf_writes[name] for name in group.einsums}
     weights = [
         max(cyc.total(overlap_units) / clock, attributed[e.name] / bw,
@@ -433,7 +421,26 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     return gl, rows
 
 
-def _group_runs(cascade: Cascade, group: FusionGroup) -> list[Any]:
+def attributed_bytes(cascade: Cascade, group: FusionGroup, traffic: GroupTraffic,
+                     buffer: BufferAccesses) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+    """Per Einsum of the group: its off-chip bytes (each tensor's reads go to its first reader
+    in the group, writes to the producer), its buffer reads and its buffer writes (its own
+    operands and results, plus the fills of what it reads off chip and the drains of what it
+    writes off chip)."""
+    dram_reads = {name: 0.0 for name in group.einsums}
+    for t, b in traffic.read_bytes.items():
+        reader = next(
+            (n for n in group.einsums if t in cascade.einsum(n).input_tensors or t in cascade.initial_reads(cascade.einsum(n))),
+            group.einsums[0],
+        )
+        dram_reads[reader] += b
+    attributed = {name: dram_reads[name] + traffic.write_bytes.get(name, 0.0) for name in group.einsums}
+    buf_reads = {name: buffer.einsum_read_bytes[name] + traffic.write_bytes.get(name, 0.0) for name in group.einsums}
+    buf_writes = {name: buffer.einsum_write_bytes[name] + dram_reads[name] for name in group.einsums}
+    return attributed, buf_reads, buf_writes
+
+
+def group_runs(cascade: Cascade, group: FusionGroup) -> list[Any]:
     """How many times each member's iteration space runs over the group's steps
     (:func:`~mambalaya.model.spatial.einsum_runs`), in the group's order; memoised on the
     cascade per group (no architecture in it): a sweep costs the same groups at many points."""

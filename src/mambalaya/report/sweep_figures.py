@@ -87,8 +87,11 @@ def _order(values) -> list:
     return sorted(values, key=key)
 
 
-def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: str, by: str = "arch") -> pd.DataFrame:
-    """Geometric-mean speedup of ``design`` over ``baseline`` per (x, y), over every other axis."""
+def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: str, inputs: list[str],
+                  by: str = "arch") -> pd.DataFrame:
+    """Geometric-mean speedup of ``design`` over ``baseline`` per (x, y), over every other axis;
+    ``inputs`` names the columns that are the points' inputs (a point is matched with the
+    baseline's point of equal other inputs)."""
     ok = df[df.status == "ok"] if "status" in df else df
     for col in (x, y):
         if col not in ok:
@@ -97,7 +100,7 @@ def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: st
     for d in (baseline, design):
         if d not in designs:
             raise MambalayaError(f"no successful points for {by}={d!r} (have: {', '.join(sorted(map(str, designs)))})")
-    inputs = [c for c in ok.columns if c not in _NON_INPUT and c != by]
+    inputs = [c for c in inputs if c in ok.columns and c != by]
     base = ok[ok[by] == baseline].set_index(inputs)["latency_s"]
     mine = ok[ok[by] == design].set_index(inputs)["latency_s"]
     joined = pd.concat([base.rename("base"), mine.rename("mine")], axis=1, join="inner").dropna().reset_index()
@@ -106,11 +109,6 @@ def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: st
     joined["log_speedup"] = np.log(joined["base"] / joined["mine"])
     table = joined.groupby([y, x])["log_speedup"].mean().map(np.exp).unstack(x)
     return table.loc[_order(table.index), _order(table.columns)]
-
-
-_NON_INPUT = {"id", "status", "error", "latency_s", "model_latency_s", "offchip_bytes", "compute_util", "mem_util",
-              "tokens_per_s", "groups", "peak_footprint_bytes", "buffer_bytes", "pes", "bandwidth_bytes_per_s",
-              "seconds", "worker", "finished_at", "mapping_used"}
 
 
 def speedup_heatmap_figure(table: pd.DataFrame, *, x: str, y: str, title: str) -> Figure:

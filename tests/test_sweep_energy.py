@@ -1,0 +1,121 @@
+"""A sweep point's energy from its groups (model.energy.layer_energy_totals) against the
+per-Einsum energy every other command reports, and the store keeping every output a point has."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, with_settings
+from mambalaya.experiments.store import OUTPUT_COLUMNS, TEXT_OUTPUT_COLUMNS, ResultStore
+from mambalaya.experiments.sweep import evaluate_point, run_sweep, load_sweep_spec
+from mambalaya.model.energy import group_dynamic_pj, layer_energy, layer_energy_totals
+from mambalaya.model.latency import layer_latency
+from mambalaya.model.search import named_mapping
+from mambalaya.workloads import PRESETS, build_layer
+
+
+def _staged_with_energy():
+    """gpu-h100's staging levels (L2, shared memory) with mambalaya's energy, technology and
+    area sections: no shipped design has both, and the staging energy must be counted too."""
+    data = arch_to_dict(load_arch("gpu-h100"))
+    donor = arch_to_dict(load_arch("mambalaya"))
+    for section in ("energy", "technology", "area"):
+        data[section] = donor.get(section)
+    return arch_from_dict(data, source="test: staged design with energy")
+
+
+DESIGNS = ["mambalaya", "marca-ideal", "geens-ideal", "marca-original", "staged"]
+
+
+@pytest.mark.parametrize("design", DESIGNS)
+@pytest.mark.parametrize("model, scan", [("mamba-130m", None), ("mamba2-130m", "chunked")])
+def test_the_totals_equal_the_per_einsum_energy(design: str, model: str, scan: str | None) -> None:
+    """At two bandwidths and two buffers: the layer's energy, average power and throttled
+    latency from the groups' dynamic energies plus the leakage over the latency equal those
+    summed over the per-Einsum rows (to the order of summation), with and without the rows
+    costed; the staged design's staging energy is in both."""
+    base = _staged_with_energy() if design == "staged" else load_arch(design)
+    cascade = build_layer(PRESETS[model], phase="prefill", seq_len=640, batch=2, scan=scan)
+    for settings in ([], ["memory.offchip_bandwidth_bytes_per_s=0.5e12"], ["memory.onchip_buffer_bytes=3MiB"],
+                     ["power_budget_w=1e-4"]):
+        arch = with_settings(base, settings)
+        mapping = named_mapping(arch.mappings.default, cascade, arch.memory.onchip_buffer_bytes, arch=arch)
+        rows = layer_latency(arch, cascade, mapping)
+        full = layer_energy(arch, cascade, rows)
+        assert full.layer_j > 0
+        if design == "staged":
+            assert sum(e.staging_pj for e in full.einsums) > 0
+        for result in (rows, layer_latency(arch, cascade, mapping, per_einsum=False)):
+            totals = layer_energy_totals(arch, cascade, mapping, result)
+            for figure in ("layer_j", "per_token_j", "average_power_w", "throttled_latency_s", "edp_js"):
+                assert math.isclose(getattr(totals, figure), getattr(full, figure), rel_tol=1e-12), (settings, figure)
+
+
+def test_a_groups_dynamic_energy_is_shared_across_bandwidths_but_not_buffers() -> None:
+    """The memo's key leaves out only what dynamic energy never reads: a point at another
+    off-chip bandwidth reuses a group's energy; one at another buffer size (whose energy per
+    bit differs) or another node's energy scale does not."""
+    cascade = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=2)
+    arch = load_arch("mambalaya")
+    group = named_mapping("optimal", cascade, arch.memory.onchip_buffer_bytes, arch=arch).groups[0]
+    first = group_dynamic_pj(arch, cascade, group)
+    faster = with_settings(arch, ["memory.offchip_bandwidth_bytes_per_s=9e12"])
+    assert group_dynamic_pj(faster, cascade, group) == first
+    memo = cascade.__dict__["_group_dynamic_pj_memo"]
+    assert len(memo) == 1
+    for other in (["memory.onchip_buffer_bytes=96MiB"], ["technology.energy_scale=0.5"]):
+        assert group_dynamic_pj(with_settings(arch, other), cascade, group) != first, other
+    assert len(memo) == 3
+
+
+def test_the_store_keeps_every_output_of_a_point(tmp_path) -> None:
+    """Every output a point computes is in the store's table (energy and power included, as
+    columns; any other in the outputs' JSON), equal to the point's own."""
+    spec_path = tmp_path / "s.yaml"
+    spec_path.write_text("""
+name: kept
+chunk_size: 2
+grid:
+  arch: [mambalaya, gpu-h100]
+  model: [mamba-130m]
+  phase: [prefill]
+  seq_len: [512]
+  batch: [2]
+  power_budget_w: [1e-3]
+""")
+    spec = load_sweep_spec(spec_path)
+    summary = run_sweep(spec, workers=1)
+    assert summary.failed == 0
+    with ResultStore(spec.store, create=False) as st:
+        df = st.dataframe().set_index("arch")
+    assert {"layer_energy_j", "average_power_w", "over_power_budget", "throttled_latency_s",
+            "mapping_used"} <= set(OUTPUT_COLUMNS + TEXT_OUTPUT_COLUMNS)
+    for point in spec.points():
+        out = evaluate_point(point)
+        row = df.loc[point["arch"]]
+        for name, value in out.items():
+            assert name in df.columns, name
+            if isinstance(value, str):
+                assert row[name] == value, name
+            else:
+                assert float(row[name]) == float(value), name
+    assert df.loc["mambalaya", "over_power_budget"] == 1
+    assert math.isnan(df.loc["gpu-h100", "layer_energy_j"])  # no energy section: empty, not zero
+
+
+def test_the_speedup_map_matches_points_on_their_inputs_only() -> None:
+    """Outputs that differ between designs (a hybrid model's attention share, the mapping used,
+    the energy) do not keep a point from its baseline's: only the named inputs match them."""
+    import pandas as pd
+
+    from mambalaya.report.sweep_figures import speedup_table
+
+    rows = [{"status": "ok", "arch": arch, "model": "m", "seq_len": L, "buffer": b, "latency_s": t,
+             "attention_share": share, "mapping_used": used, "layer_energy_j": t * 3}
+            for arch, scale, share, used in (("base", 2.0, 0.5, "unfused"), ("mine", 1.0, 0.25, "optimal"))
+            for L in (1, 2) for b in (8, 16) for t in (scale * L * b,)]
+    table = speedup_table(pd.DataFrame(rows), x="seq_len", y="buffer", baseline="base", design="mine",
+                          inputs=["arch", "model", "seq_len", "buffer"])
+    assert table.shape == (2, 2) and (abs(table - 2.0) < 1e-12).all().all()

@@ -119,3 +119,16 @@ def test_the_speedup_map_matches_points_on_their_inputs_only() -> None:
     table = speedup_table(pd.DataFrame(rows), x="seq_len", y="buffer", baseline="base", design="mine",
                           inputs=["arch", "model", "seq_len", "buffer"])
     assert table.shape == (2, 2) and (abs(table - 2.0) < 1e-12).all().all()
+
+
+def test_a_sweep_spec_reads_numbers_with_exponents_as_numbers(tmp_path) -> None:
+    """YAML 1.1 reads 1e-3 and 2.039e12 as text; a sweep spec, like --set, reads them as numbers
+    (a bandwidth swept as [1e12, 2.039e12] is one type, and power_budget_w takes 1e-3)."""
+    path = tmp_path / "n.yaml"
+    path.write_text("grid:\n  arch: [mambalaya]\n  model: [mamba-130m]\n  power_budget_w: [1e-3, 700]\n"
+                    "  memory.offchip_bandwidth_bytes_per_s: [1e12, 2.039e12, 4.0e+12, 8TB/s]\n"
+                    "fixed:\n  clock_hz: 1.5e9\n")
+    points = load_sweep_spec(path).points()
+    assert {p["power_budget_w"] for p in points} == {1e-3, 700}
+    assert {p["memory.offchip_bandwidth_bytes_per_s"] for p in points} == {1e12, 2.039e12, 4e12, "8TB/s"}
+    assert {p["clock_hz"] for p in points} == {1.5e9}

@@ -148,7 +148,9 @@ def set_fields(data: dict[str, Any], values: dict[str, Any], *, what: str = "arc
     return data
 
 
-_EXPONENT_ONLY = re.compile(r"[+-]?\d+[eE][+-]?\d+")
+#: A number with an exponent that YAML 1.1 (PyYAML) reads as text: one without a decimal point
+#: (``1e-3``) or without the exponent's sign (``2.039e12``).
+_EXPONENT_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+")
 
 
 def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
@@ -166,9 +168,9 @@ def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
 
 
 def exponent_number(value: Any) -> Any:
-    """``value``, or the number it spells when it is text such as ``2e-6`` or ``1E12``, which
-    YAML 1.1 (PyYAML) reads as text for want of a decimal point."""
-    if isinstance(value, str) and _EXPONENT_ONLY.fullmatch(value.strip()):
+    """``value``, or the number it spells when it is text such as ``2e-6``, ``1E12`` or
+    ``2.039e12``, which YAML 1.1 (PyYAML) reads as text (:data:`_EXPONENT_NUMBER`)."""
+    if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
         return float(value)
     return value
 

@@ -336,7 +336,7 @@ def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]
     layer stay in one task up to 4 x ``size`` (its worker then builds the layer's candidate
     tables once, where two workers would each build them); a larger layer is split evenly.
     Within a layer and design, the points of one buffer size are next to each other: a pick
-    table keeps the contenders of the few buffers used last (:data:`~mambalaya.model.picks.FITTED_BUFFERS`)."""
+    table keeps the contenders of the buffer used last (:data:`~mambalaya.model.picks.FITTED_BUFFERS`)."""
     key = lambda p: (*_layer_key(p), str(p["mapping"]), str(p["arch"]),  # noqa: E731
                      str(p.get("memory.onchip_buffer_bytes", "")))
     ordered = sorted(points, key=key)

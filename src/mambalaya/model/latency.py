@@ -346,13 +346,20 @@ def group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Group
     search verifies the groups it chose, and the layer's latency costs them again."""
     if traffic is not None:
         return _group_totals(arch, cascade, group, traffic)
+    hit = _memoised_totals(arch, cascade, group)
+    if hit.group != group.name:
+        hit = replace(hit, group=group.name, traffic=group_traffic(cascade, group))
+    return hit
+
+
+def _memoised_totals(arch: Any, cascade: Cascade, group: FusionGroup) -> GroupLatency:
+    """:func:`group_totals` of the group's own traffic, memoised, under the name of the equal
+    group met first."""
     memo = cascade.__dict__.setdefault("_group_totals_memo", {})
     key = (latency_key(arch), group.einsums, group.loops, group.halo, group.resident)
     hit = memo.get(key)
     if hit is None:
         hit = memo[key] = _group_totals(arch, cascade, group, group_traffic(cascade, group))
-    if hit.group != group.name:
-        hit = replace(hit, group=group.name, traffic=group_traffic(cascade, group))
     return hit
 
 
@@ -368,7 +375,9 @@ def _group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: Grou
 
 def group_seconds(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> float:
     """The latency of one group, as :func:`group_latency` reports it (the search's inner loop)."""
-    return group_totals(arch, cascade, group, traffic).latency
+    if traffic is not None:
+        return _group_totals(arch, cascade, group, traffic).latency
+    return _memoised_totals(arch, cascade, group).latency
 
 
 def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,

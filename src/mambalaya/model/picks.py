@@ -45,10 +45,9 @@ class _Table:
     buffer fits longer ones, a lazy search costs more). A pick reads the contenders of the
     segments it asks for only (:meth:`contenders`).
 
-    A new table keeps every kept candidate; once it has served :data:`FILTER_AFTER_PICKS` picks
-    (a sweep's points on one layer and compute section), its dominated candidates are dropped
-    (:func:`_undominated`) and those of segments added later too: filtering costs about as much
-    as a few picks save, and drops only candidates that never come first."""
+    A table keeps every kept candidate until it holds more than :data:`UNFILTERED_ROWS` rows
+    (memory); then its dominated candidates are dropped (:func:`_undominated`), and those of
+    segments added later too. Filtering drops only candidates that never come first."""
 
     compute: Any
     models: list[GroupCostModel] = field(default_factory=list)
@@ -62,9 +61,9 @@ class _Table:
     fitted: dict[int | None, dict[int, tuple[np.ndarray, ...]]] = field(default_factory=dict)
 
     def picked(self) -> None:
-        """Count one pick; at :data:`FILTER_AFTER_PICKS`, filter every part."""
+        """Count one pick; at :data:`FILTER_AFTER_PICKS` (when set), filter every part."""
         self.picks += 1
-        if not self.filtered and self.picks >= FILTER_AFTER_PICKS:
+        if not self.filtered and FILTER_AFTER_PICKS is not None and self.picks >= FILTER_AFTER_PICKS:
             self._filter()
 
     def _filter(self) -> None:
@@ -242,18 +241,20 @@ def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray, buffer: n
 #: arrays of this many; one pass for all of a Mamba layer's groups at L = 2^20 took 26 MB more).
 PICK_PASS_ROWS = 1 << 18
 
-#: Picks a pick table serves before its dominated candidates are dropped (see :class:`_Table`),
-#: and the most rows it holds unfiltered (memory: four arrays of this many). Speed and memory
-#: only: the picks are the same either way (``tests/test_closed_forms.py``). Filtering after 32
-#: picks instead was no faster in the *any* sweep grid (8.17 against 8.20 s, whole command) and
-#: took 967 MB a worker instead of 673 MB; ``reproduce`` was about 1.7 s faster (44.7-45.0 s
-#: against 46.6 s), within its minute either way.
-FILTER_AFTER_PICKS = 8
+#: Picks a pick table serves before its dominated candidates are dropped (see :class:`_Table`;
+#: None: only when it grows past :data:`UNFILTERED_ROWS`), and the most rows it holds
+#: unfiltered (memory: four arrays of this many). Speed and memory only: the picks are the
+#: same either way (``tests/test_closed_forms.py``). Filtering after 8 picks (the setting
+#: until issue 29's last stop) cost more than it saved once a pick reads only contenders: on
+#: the *any* sweep grid, 2 workers, the whole command took 8.0-8.3 s with it and 7.6-7.8 s
+#: without (with :data:`FITTED_BUFFERS` at 1, 661 MB a worker against 676-692 MB).
+FILTER_AFTER_PICKS: int | None = None
 UNFILTERED_ROWS = 1 << 20
 
 #: Buffers whose contenders a pick table keeps (:meth:`_Table.contenders`), the most recently
-#: used: a sweep's points are ordered by buffer within a layer (speed and memory only).
-FITTED_BUFFERS = 4
+#: used: a sweep's points are ordered by buffer within a layer, so one suffices (speed and
+#: memory only; an unfiltered table's contenders are about three times a filtered one's).
+FITTED_BUFFERS = 1
 
 #: Above this many kept candidates in all, the segments are picked one by one (memory: the
 #: table copies the undominated ones, about a sixth of them on the Mamba layers).

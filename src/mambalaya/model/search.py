@@ -193,7 +193,7 @@ def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: 
     if isinstance(found, GroupChoice):  # costed by the closed forms already
         return found
     group = found
-    exact = group_traffic(cascade, group)
+    exact = group_traffic(cascade, group, named=False)
     if arch is None:
         return GroupChoice(group, exact.total_bytes, exact.footprint_bytes)
     if objective == "latency":
@@ -242,7 +242,7 @@ def _verify_closed_forms(cascade: Cascade, choices: list[GroupChoice], arch: Any
     for c in choices:
         if not c.closed_form:
             continue
-        exact = group_traffic(cascade, c.group)
+        exact = group_traffic(cascade, c.group, named=False)
         latency_ok = c.latency_s is None or math.isclose(group_seconds(arch, cascade, c.group), c.latency_s, rel_tol=1e-12)
         if exact.total_bytes != c.traffic_bytes or exact.footprint_bytes > c.footprint_bytes or not latency_ok:
             raise _ClosedFormMismatch(c.group)

@@ -422,16 +422,18 @@ def _tile_rows(cascade, accesses, dims, rank, tile, size, bounds, retained, dtyp
     return n_own, n_all
 
 
-def group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:
+def group_traffic(cascade: Cascade, group: FusionGroup, *, named: bool = True) -> GroupTraffic:
     """Predicted off-chip bytes read and written by one group, and its on-chip footprint.
 
-    Memoised on the (immutable) cascade, keyed by the (immutable) group."""
+    Memoised on the (immutable) cascade, keyed by the (immutable) group. With ``named=False``
+    the result may carry the name of an equal group met first (for callers that read only its
+    figures: renaming copies it)."""
     memo = cascade.__dict__.setdefault("_group_traffic_memo", {})
     key = (group.einsums, group.loops, group.halo, group.resident)
     if key not in memo:
         memo[key] = _group_traffic(cascade, group)
     found = memo[key]
-    if found.group != group.name:
+    if named and found.group != group.name:
         from dataclasses import replace
 
         found = replace(found, group=group.name)

@@ -5,6 +5,8 @@ group and segment."""
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -154,7 +156,7 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
             energy = _energy_of(arch, cascade, einsums, traffic, onchip)
             value = energy if objective == "energy" else energy * latency
             order = np.lexsort((fp, steps, traffic, np.where(ok, value, np.inf)))
-    for n, pick in enumerate(order[:_RECHECKS]):  # the closed forms bound the footprint from above: the first legal pick
+    for pick in itertools.islice(order, _RECHECKS):  # the closed forms bound the footprint from above: the first legal pick
         if not ok[pick]:
             break
         candidate = model.group_at(int(flat[pick]))
@@ -177,18 +179,19 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
 
 
 def _tied_first(tied: np.ndarray, traffic: np.ndarray, steps: np.ndarray, latency: np.ndarray,
-                fp: np.ndarray) -> np.ndarray:
+                fp: np.ndarray) -> Iterator[int]:
     """The order ``np.lexsort((fp, latency, steps, np.where(tied, traffic, inf)))`` as far as
-    :func:`_pick` reads it (the first :data:`_RECHECKS`): the tied candidates by traffic, steps,
-    latency and footprint, then, only when fewer are tied, the others by steps, latency and
-    footprint (ties by index, as the stable sort keeps them). Sorting the few tied candidates
-    alone is what makes it cheap."""
+    :func:`_pick` reads it: the tied candidates by traffic, steps, latency and footprint, then,
+    only when :func:`_pick` reads past them (fewer than :data:`_RECHECKS` are tied and none of
+    them was legal), the others by steps, latency and footprint (ties by index, as the stable
+    sort keeps them). Sorting the few tied candidates alone, and the rest only when it is read,
+    is what makes it cheap."""
     first = np.flatnonzero(tied)
-    first = first[np.lexsort((fp[first], latency[first], steps[first], traffic[first]))]
+    yield from first[np.lexsort((fp[first], latency[first], steps[first], traffic[first]))]
     if len(first) >= _RECHECKS:
-        return first
+        return
     rest = np.flatnonzero(~tied)
-    return np.concatenate([first, rest[np.lexsort((fp[rest], latency[rest], steps[rest]))]])
+    yield from rest[np.lexsort((fp[rest], latency[rest], steps[rest]))]
 
 
 #: How many of the best candidates of a group's search are re-checked before it gives up: the

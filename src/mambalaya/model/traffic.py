@@ -352,18 +352,21 @@ def _boxes(cascade: Cascade, accesses: Any, p: int, spans: dict[str, tuple[np.nd
     steps: a variable of a rank in ``spans`` runs over that rank's (first, last) rows of each
     step; any other variable spans its whole range."""
     sizes = cascade.variable_sizes
-    lo = np.full(n, _INT64_MAX)
-    hi = np.full(n, _INT64_MIN)
-    for acc in accesses:
+    lo: Any = _INT64_MAX
+    hi: Any = _INT64_MIN
+    for acc in accesses:  # exact integers: Python ints where no rank of ``spans`` enters, int64 arrays where one does
         idx = acc.indices[p]
-        acc_lo = np.full(n, idx.const, dtype=np.int64)
-        acc_hi = np.full(n, idx.const, dtype=np.int64)
+        acc_lo = acc_hi = idx.const
         for v, c in idx.terms:
-            first, last = spans.get(rank_of_variable(v), (0, sizes[v] - 1))
-            acc_lo = acc_lo + np.minimum(c * first, c * last)
-            acc_hi = acc_hi + np.maximum(c * first, c * last)
+            span = spans.get(rank_of_variable(v))
+            if span is None:
+                whole = c * (sizes[v] - 1)
+                acc_lo, acc_hi = acc_lo + min(0, whole), acc_hi + max(0, whole)
+            else:
+                a, b = c * span[0], c * span[1]
+                acc_lo, acc_hi = acc_lo + np.minimum(a, b), acc_hi + np.maximum(a, b)
         lo, hi = np.minimum(lo, acc_lo), np.maximum(hi, acc_hi)
-    return lo, hi
+    return np.broadcast_to(np.asarray(lo, dtype=np.int64), (n,)), np.broadcast_to(np.asarray(hi, dtype=np.int64), (n,))
 
 
 def _tile_span(rank: str, tile: int, size: int, t: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:

@@ -82,19 +82,23 @@ class EinsumEnergy:
                 + self.mfu_pj + self.leakage_pj)
 
 
-class _PassFigures:
-    """The figures derived from a layer's energy (``layer_j``) and latency."""
+@dataclass(frozen=True)
+class LayerEnergyTotals:
+    """A layer's energy as a total (``total_pj``), and the figures derived from it and its latency."""
 
+    arch: str
+    mapping: str
+    total_pj: float
     n_layers: int
     batch: int
     positions: int
-    latency_s: float
-    leakage_w: float
-    power_budget_w: float | None
+    latency_s: float  # of one layer
+    leakage_w: float = 0.0
+    power_budget_w: float | None = None
 
     @property
     def layer_j(self) -> float:
-        raise NotImplementedError
+        return self.total_pj * 1e-12
 
     @property
     def model_j(self) -> float:
@@ -131,20 +135,10 @@ class _PassFigures:
 
 
 @dataclass(frozen=True)
-class LayerEnergy(_PassFigures):
-    arch: str
-    mapping: str
-    einsums: tuple[EinsumEnergy, ...]
-    n_layers: int
-    batch: int
-    positions: int
-    latency_s: float  # of one layer
-    leakage_w: float = 0.0
-    power_budget_w: float | None = None
+class LayerEnergy(LayerEnergyTotals):
+    """A layer's energy with its per-Einsum rows (``total_pj`` is their sum, in their order)."""
 
-    @property
-    def layer_j(self) -> float:
-        return sum(e.total_pj for e in self.einsums) * 1e-12
+    einsums: tuple[EinsumEnergy, ...] = ()
 
     def by_component_j(self) -> dict[str, float]:
         """Energy by action; ``staging`` only on a design with staging levels."""
@@ -153,25 +147,6 @@ class LayerEnergy(_PassFigures):
         if not any(e.staging_pj for e in self.einsums):
             del found["staging"]
         return found
-
-
-@dataclass(frozen=True)
-class LayerEnergyTotals(_PassFigures):
-    """A layer's energy as a total only (:func:`layer_energy_totals`)."""
-
-    arch: str
-    mapping: str
-    total_pj: float
-    n_layers: int
-    batch: int
-    positions: int
-    latency_s: float  # of one layer
-    leakage_w: float = 0.0
-    power_budget_w: float | None = None
-
-    @property
-    def layer_j(self) -> float:
-        return self.total_pj * 1e-12
 
 
 def einsum_width_bits(cascade: Cascade, name: str) -> int:
@@ -330,7 +305,7 @@ def group_dynamic_pj(arch: Any, cascade: Cascade, group: FusionGroup) -> float:
     return hit
 
 
-def layer_energy_totals(arch: Any, cascade: Cascade, mapping: Mapping, result: LayerLatency) -> "LayerEnergyTotals":
+def layer_energy_totals(arch: Any, cascade: Cascade, mapping: Mapping, result: LayerLatency) -> LayerEnergyTotals:
     """The totals of :func:`layer_energy` without its per-Einsum rows (sweeps): each group's
     dynamic energy (:func:`group_dynamic_pj`) plus the design's leakage over the layer's
     latency, which is what the rows' leakage shares sum to. ``result`` may be costed with or
@@ -352,8 +327,8 @@ def layer_energy(arch: Any, cascade: Cascade, result: LayerLatency) -> LayerEner
     """Energy of a layer's latency result (same mapping, same actions)."""
     static_w = leakage_w(arch)
     rows = tuple(einsum_energy(arch, cascade, r, static_w) for r in result.einsums)
-    return LayerEnergy(arch.name, result.mapping, rows, result.n_layers, result.batch, result.positions, result.latency_s,
-                       static_w, arch.power_budget_w)
+    return LayerEnergy(arch.name, result.mapping, sum(e.total_pj for e in rows), result.n_layers, result.batch,
+                       result.positions, result.latency_s, static_w, arch.power_budget_w, einsums=rows)
 
 
 def energy_rows(energy: LayerEnergy) -> list[dict[str, Any]]:
@@ -373,6 +348,7 @@ __all__ = [
     "EinsumActions",
     "EinsumEnergy",
     "LayerEnergy",
+    "LayerEnergyTotals",
     "compute_energy_pj",
     "einsum_actions",
     "einsum_energy",

@@ -233,12 +233,9 @@ def _verify_closed_forms(cascade: Cascade, choices: list[GroupChoice], arch: Any
     order), and a footprint within its bound. The finished
     mapping is costed again by the general model (the traffic is memoised), so this costs
     little; a mismatch makes the search run again with every pick re-costed
-    (:func:`_recost_on_mismatch`). Seen on the shipped cascades once: the chunked Mamba-2
-    output group tiled over B, C and Q (Q inside C), whose retained halo of the chunk states
-    ``HC`` the general model keeps once per Q tile (:func:`~mambalaya.fusion.mapping._held_bytes`)
-    and the closed form once (its footprint terms do not depend on the loop order), 1-3 MiB
-    less; at 24 MiB on mambalaya, 7 of the sweep benchmark's *any* grid points run again
-    (``tests/test_closed_forms.py::test_a_footprint_the_closed_forms_underestimate_is_searched_again``)."""
+    (:func:`_recost_on_mismatch`). One case is known on the shipped cascades: a retained halo
+    under an inner loop, which the general model holds once per inner tile and the closed form
+    once (``docs/fusion.md``, Re-checking; a test pins it)."""
     for c in choices:
         if not c.closed_form:
             continue

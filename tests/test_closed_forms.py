@@ -184,7 +184,7 @@ def test_a_footprint_the_closed_forms_underestimate_is_searched_again(monkeypatc
 def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(layer: str, arch_name, buffer: int,
                                                                             monkeypatch) -> None:
     """The optimal search picks its segments together (model/picks.py); with its pick table
-    filtered from the first pick, in many small passes, never, or as it grows, and with one
+    filtered from its first row, in many small passes, never, or as it grows, and with one
     search per segment, it gives the same mapping and the same count of candidates searched."""
     arch = load_arch(arch_name) if arch_name else None
 
@@ -197,11 +197,11 @@ def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(lay
         return tuple((g.einsums, g.loops, g.resident) for g in m.groups), (stats.evaluations, stats.groups_costed)
 
     together = run()
-    monkeypatch.setattr(picks, "FILTER_AFTER_PICKS", 1)  # the pick table filtered from its first pick
+    monkeypatch.setattr(picks, "UNFILTERED_ROWS", 0)  # the pick table filtered from its first row
     assert run() == together
     monkeypatch.setattr(picks, "PICK_PASS_ROWS", 50)  # in many small passes
     assert run() == together
-    monkeypatch.setattr(picks, "FILTER_AFTER_PICKS", 10**9)  # never filtered
+    monkeypatch.setattr(picks, "UNFILTERED_ROWS", 10**12)  # never filtered
     assert run() == together
     monkeypatch.setattr(picks, "UNFILTERED_ROWS", 100)  # filtered as it grows past 100 rows
     assert run() == together
@@ -252,8 +252,8 @@ def test_contenders_pick_what_every_fitting_row_picks(monkeypatch) -> None:
 
     def all_picks():
         out = []
-        for filtered_from in (10**9, 1):
-            monkeypatch.setattr(picks, "FILTER_AFTER_PICKS", filtered_from)
+        for unfiltered_rows in (10**12, 0):  # never filtered, filtered from the first row
+            monkeypatch.setattr(picks, "UNFILTERED_ROWS", unfiltered_rows)
             cascade.__dict__.pop("_pick_tables_memo", None)
             for buffer in buffers:
                 for arch in archs:

@@ -54,17 +54,10 @@ class _Table:
     index: dict[int, int] = field(default_factory=dict)  # id(model) -> its segment number
     parts: list[tuple[np.ndarray, ...]] = field(default_factory=list)
     tilings: list[tuple[np.ndarray, ...]] = field(default_factory=list)  # per segment: steps, cycles, on-chip bytes
-    picks: int = 0  # segment_picks calls served
     filtered: bool = False
     size: int = 0  # rows in all parts
     # per buffer (None: no buffer), the segments' contenders there (:meth:`contenders`), most recent last
     fitted: dict[int | None, dict[int, tuple[np.ndarray, ...]]] = field(default_factory=dict)
-
-    def picked(self) -> None:
-        """Count one pick; at :data:`FILTER_AFTER_PICKS` (when set), filter every part."""
-        self.picks += 1
-        if not self.filtered and FILTER_AFTER_PICKS is not None and self.picks >= FILTER_AFTER_PICKS:
-            self._filter()
 
     def _filter(self) -> None:
         """Drop the dominated candidates of every part (the same segments in the same order)."""
@@ -241,14 +234,12 @@ def _classes(steps: np.ndarray, cycles: np.ndarray, model: np.ndarray, buffer: n
 #: arrays of this many; one pass for all of a Mamba layer's groups at L = 2^20 took 26 MB more).
 PICK_PASS_ROWS = 1 << 18
 
-#: Picks a pick table serves before its dominated candidates are dropped (see :class:`_Table`;
-#: None: only when it grows past :data:`UNFILTERED_ROWS`), and the most rows it holds
-#: unfiltered (memory: four arrays of this many). Speed and memory only: the picks are the
-#: same either way (``tests/test_closed_forms.py``). Filtering after 8 picks (the setting
-#: until issue 29's last stop) cost more than it saved once a pick reads only contenders: on
-#: the *any* sweep grid, 2 workers, the whole command took 8.0-8.3 s with it and 7.6-7.8 s
-#: without (with :data:`FITTED_BUFFERS` at 1, 661 MB a worker against 676-692 MB).
-FILTER_AFTER_PICKS: int | None = None
+#: The most rows a pick table holds unfiltered (memory: four arrays of this many); past it, its
+#: dominated candidates are dropped (see :class:`_Table`). Speed and memory only: the picks are
+#: the same either way (``tests/test_closed_forms.py``). Filtering every table once it had
+#: served 8 picks (until issue 29's last stop) cost more than it saved once a pick reads only
+#: contenders: on the *any* sweep grid, 2 workers, the whole command took 8.0-8.3 s with it and
+#: 7.6-7.8 s without (with :data:`FITTED_BUFFERS` at 1, 661 MB a worker against 676-692 MB).
 UNFILTERED_ROWS = 1 << 20
 
 #: Buffers whose contenders a pick table keeps (:meth:`_Table.contenders`), the most recently
@@ -305,7 +296,6 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     """The first candidate of each model's kept candidates in the objective's order (see the
     module doc), or None where no footprint bound fits the buffer."""
     table = _table(models, None if arch is None else arch.compute)
-    table.picked()
     segments = list(dict.fromkeys(table.index[id(m)] for m in models))
     # only the rows whose footprint bound fits compete, and of a tiling only its least traffic
     segment, flat, traffic, fp, steps, cycles, n_einsums, buffer, _ = table.contenders(segments, buffer_bytes)

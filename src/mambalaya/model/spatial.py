@@ -271,14 +271,15 @@ def _lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ran
             dtype: Any = float
         else:  # one shape: int64 while exact, else Python ints
             dtype = np.int64 if math.prod(exts) * max(1, sh.count) < 2**62 else object
-        exts = [np.asarray(e, dtype=dtype) for e in exts]
-        nd = max((e.ndim for e in exts), default=0)
-        on = np.ones((len(candidates),) + (1,) * nd, dtype=dtype)
-        off = np.ones_like(on)
+        tail = np.broadcast_shapes(*(np.shape(e) for e in exts)) if exts else ()
+        stacked = np.empty((len(exts),) + tail, dtype=dtype)  # (ranks, tilings...)
         for k, ext in enumerate(exts):
-            col = mask[:, k].reshape((-1,) + (1,) * nd)
-            on = on * np.where(col, ext, 1)
-            off = off * np.where(col, 1, ext)
+            stacked[k] = ext
+        picked = mask.reshape(mask.shape + (1,) * len(tail))  # (candidates, ranks, 1...)
+        # the ranks' extents multiplied in their order (a product along the ranks axis), on
+        # the lanes for ``on`` and in time for ``off``
+        on = np.where(picked, stacked, 1).prod(axis=1, dtype=dtype)
+        off = np.where(picked, 1, stacked).prod(axis=1, dtype=dtype)
         total = total + np.asarray(sh.count) * _ceil_div(on, lanes) * off
     return np.asarray(total)
 
@@ -501,7 +502,10 @@ def _side_least_cycles(compute: Any, extents: list[dict[str, Any]], shapes: list
     n = max(n, max(np.size(sh.count) for sh in shapes))
 
     def per_shape(values: list[Any]) -> np.ndarray:  # (shapes, tilings)
-        return np.stack([np.broadcast_to(np.asarray(v, dtype=float), (n,)) for v in values])
+        out = np.empty((len(values), n))
+        for k, v in enumerate(values):
+            out[k] = v
+        return out
 
     count = per_shape([sh.count for sh in shapes])
     best: Any = None

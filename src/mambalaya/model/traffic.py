@@ -272,6 +272,13 @@ def _representatives(cascade: Cascade, tensor: str, accesses: tuple[Access, ...]
     return reps, weights
 
 
+def _mesh(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """``np.meshgrid(*arrays, indexing="ij")``, each raveled (one array: itself)."""
+    if len(arrays) == 1:
+        return [np.asarray(arrays[0]).ravel()]
+    return [m.ravel() for m in np.meshgrid(*arrays, indexing="ij")]
+
+
 def _multi_rank_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...], dims: tuple[int, ...],
                      tiles: tuple[tuple[str, int], ...], bounds: dict[int, tuple[int, int]]) -> tuple[int, int]:
     """Box sums of a component whose dimensions depend on several fused ranks (or none), over
@@ -284,13 +291,13 @@ def _multi_rank_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...]
             f"the traffic of tensor {tensor!r} needs {combos:,} tile combinations of ranks "
             f"{', '.join(r for r, _ in tiles)} (tiles {', '.join(f'{r}={t}' for r, t in tiles)}): its accesses do not "
             f"move by a common step from tile to tile, so regular tiles cannot be counted once; use larger tiles")
-    mesh = np.meshgrid(*[idx for idx, _ in reps], indexing="ij") if reps else []
+    mesh = _mesh([idx for idx, _ in reps])
     spans: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for (r, tile), m in zip(tiles, mesh):
-        spans.update(_tile_span(r, tile, cascade.size(r), m.ravel()))
+        spans.update(_tile_span(r, tile, cascade.size(r), m))
     weight = np.ones(combos, dtype=_exact_dtype(math.prod(-(-cascade.size(r) // t) for r, t in tiles)))
-    for m in (np.meshgrid(*[w for _, w in reps], indexing="ij") if reps else []):
-        weight = weight * m.ravel()
+    for m in _mesh([w for _, w in reps]):
+        weight = weight * m
     bound = math.prod(bounds[p][1] - bounds[p][0] + 1 for p in dims) * math.prod(
         -(-cascade.size(r) // t) for r, t in tiles)
     dtype = _exact_dtype(bound)
@@ -366,7 +373,15 @@ def _boxes(cascade: Cascade, accesses: Any, p: int, spans: dict[str, tuple[np.nd
                 a, b = c * span[0], c * span[1]
                 acc_lo, acc_hi = acc_lo + np.minimum(a, b), acc_hi + np.maximum(a, b)
         lo, hi = np.minimum(lo, acc_lo), np.maximum(hi, acc_hi)
-    return np.broadcast_to(np.asarray(lo, dtype=np.int64), (n,)), np.broadcast_to(np.asarray(hi, dtype=np.int64), (n,))
+    return _steps_long(lo, n), _steps_long(hi, n)
+
+
+def _steps_long(bound: Any, n: int) -> np.ndarray:
+    """``bound`` (a Python integer, or an int64 array over the ``n`` steps) as an int64 array
+    over them: the array itself when it is one (callers never write to it)."""
+    if isinstance(bound, np.ndarray) and bound.shape == (n,) and bound.dtype == np.int64:
+        return bound
+    return np.broadcast_to(np.asarray(bound, dtype=np.int64), (n,))
 
 
 def _tile_span(rank: str, tile: int, size: int, t: np.ndarray) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -485,6 +500,16 @@ def read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
     return steps
 
 
+def _scale(cascade: Cascade, tensor: str) -> float:
+    """:func:`~mambalaya.einsum.routing.tensor_scale` as a float, memoised on the cascade
+    (every traffic count of every candidate group reads it)."""
+    memo = cascade.__dict__.setdefault("_tensor_scale_memo", {})
+    hit = memo.get(tensor)
+    if hit is None:
+        hit = memo[tensor] = float(tensor_scale(cascade, tensor))
+    return hit
+
+
 def _apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dict[str, float]:
     """Bytes per tensor of :func:`read_steps`, each step's (own, initial) elements from
     ``read``; a tensor read no element of is left out."""
@@ -492,7 +517,7 @@ def _apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dic
 
     def add_read(t: str, elements: int) -> None:
         if elements:  # a MoE block's expert weights and tensors: the part that exists (einsum.routing)
-            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8 * float(tensor_scale(cascade, t))
+            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8 * _scale(cascade, t)
 
     for t, accs, self_only, key, own_to, init_to in steps:
         own, init = read(t, accs, self_only, key)
@@ -520,7 +545,7 @@ def _group_writes(cascade: Cascade, group: FusionGroup) -> dict[str, float]:
 
 def _written_bytes(cascade: Cascade, tensor: str, repeat: int) -> float:
     """Bytes of ``tensor`` written ``repeat`` times over."""
-    return cascade.elements(tensor) * repeat * cascade.tensors[tensor].bits / 8 * float(tensor_scale(cascade, tensor))
+    return cascade.elements(tensor) * repeat * cascade.tensors[tensor].bits / 8 * _scale(cascade, tensor)
 
 
 def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[str, float], dict[str, float]]:

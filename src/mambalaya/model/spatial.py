@@ -545,9 +545,26 @@ def _best_lane_mapping(cascade: Cascade, einsum: Einsum, lanes: int, sizes: dict
     all_ranks, candidates = _lane_candidates(cascade, einsum)
     if _fits_one_pass(lanes, sizes, shapes, candidates[0]):
         candidates = candidates[:1]  # every point on a lane at once: nothing beats it
-    every = _lane_cycles(lanes, sizes, shapes, all_ranks, candidates)
-    k = int(np.argmin(every)) if scalar else 0
-    return (float(every[k]) if scalar else every.min(axis=0), candidates[k])
+    if scalar:
+        every = _scalar_lane_cycles(lanes, sizes, shapes, all_ranks, candidates)
+        k = every.index(min(every))  # the first least, as np.argmin
+        return float(every[k]), candidates[k]
+    return _lane_cycles(lanes, sizes, shapes, all_ranks, candidates).min(axis=0), candidates[0]
+
+
+def _scalar_lane_cycles(lanes: int, sizes: dict[str, int], shapes: list[StepShape], ranks: list[str],
+                        candidates: list[tuple[str, ...]]) -> list[int]:
+    """:func:`_lane_cycles` of step shapes without arrays (a chosen group's) in exact Python
+    integers, the same as its int64 or object arithmetic (numpy's per-call cost would dominate)."""
+    per_shape = [(int(sh.count), [int(_extent(sh, sizes, r)) for r in ranks]) for sh in shapes]
+    every = []
+    for c in candidates:
+        total = 0
+        for count, exts in per_shape:
+            on = math.prod(e for r, e in zip(ranks, exts) if r in c)
+            total += count * -(-on // lanes) * math.prod(e for r, e in zip(ranks, exts) if r not in c)
+        every.append(total)
+    return every
 
 
 def _roofline_cycles(compute: Any, cycles: dict[str, Any], where: str, lane_rate: float, scale: Any, on_array: bool,

@@ -274,9 +274,7 @@ def _representatives(cascade: Cascade, tensor: str, accesses: tuple[Access, ...]
 
 def _mesh(arrays: list[np.ndarray]) -> list[np.ndarray]:
     """``np.meshgrid(*arrays, indexing="ij")``, each raveled (one array: itself)."""
-    if len(arrays) == 1:
-        return [np.asarray(arrays[0]).ravel()]
-    return [m.ravel() for m in np.meshgrid(*arrays, indexing="ij")]
+    return [np.asarray(arrays[0]).ravel()] if len(arrays) == 1 else [m.ravel() for m in np.meshgrid(*arrays, indexing="ij")]
 
 
 def _multi_rank_sums(cascade: Cascade, tensor: str, accesses: tuple[Access, ...], dims: tuple[int, ...],
@@ -377,8 +375,7 @@ def _boxes(cascade: Cascade, accesses: Any, p: int, spans: dict[str, tuple[np.nd
 
 
 def _steps_long(bound: Any, n: int) -> np.ndarray:
-    """``bound`` (a Python integer, or an int64 array over the ``n`` steps) as an int64 array
-    over them: the array itself when it is one (callers never write to it)."""
+    """``bound`` as an int64 array over ``n`` steps (itself if one: callers never write to it)."""
     if isinstance(bound, np.ndarray) and bound.shape == (n,) and bound.dtype == np.int64:
         return bound
     return np.broadcast_to(np.asarray(bound, dtype=np.int64), (n,))
@@ -501,8 +498,7 @@ def read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
 
 
 def _scale(cascade: Cascade, tensor: str) -> float:
-    """:func:`~mambalaya.einsum.routing.tensor_scale` as a float, memoised on the cascade
-    (every traffic count of every candidate group reads it)."""
+    """:func:`~mambalaya.einsum.routing.tensor_scale` as a float, memoised on the cascade."""
     memo = cascade.__dict__.setdefault("_tensor_scale_memo", {})
     hit = memo.get(tensor)
     if hit is None:

@@ -293,6 +293,35 @@ def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked(monkeypatch) -> N
     assert all(r.error is None for r in plain)
 
 
+def test_a_worker_frees_the_memos_of_the_cascades_it_drops(monkeypatch) -> None:
+    """Past KEPT_CASCADES layers a worker drops its cascades. Their memos (cost models,
+    candidate tables) refer back to them, and a worker's chunk freezes what it leaves
+    (gc.freeze), where the collector never looks: they must be freed when the cascade is
+    dropped, not left frozen for the worker's life."""
+    import weakref
+
+    from mambalaya.experiments import sweep
+
+    monkeypatch.setattr(sweep, "_tune_allocator", lambda: None)
+    monkeypatch.setattr(sweep, "_tune_collector", lambda: None)
+    monkeypatch.setattr(sweep, "KEPT_CASCADES", 0)
+    monkeypatch.setattr(sweep, "_CASCADES", {})
+    point = {"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
+             "mapping": "default", "memory.onchip_buffer_bytes": "8MiB"}
+    try:
+        assert sweep._chunk_task([point], own_worker=True)[0].error is None
+        (cascade,) = sweep._CASCADES.values()
+        models = list(cascade.__dict__["_group_cost_model_memo"].values())
+        assert models and models[0].cascade is cascade  # a cycle: the cascade holds them, they hold it
+        alive = [weakref.ref(m) for m in models] + [weakref.ref(cascade)]
+        del cascade, models
+        assert sweep._chunk_task([{**point, "seq_len": 512}], own_worker=True)[0].error is None
+        assert len(sweep._CASCADES) == 1
+        assert not [ref for ref in alive if ref() is not None]
+    finally:
+        gc.unfreeze()
+
+
 def test_the_collector_tuning_raises_only_the_young_threshold() -> None:
     from mambalaya.experiments import sweep
 

@@ -161,6 +161,8 @@ _BOOL_FIELDS = ("compute.one_d_mode", "compute.overlap_compute_units", "memory.o
 # ----------------------------------------------------------------------------------------------
 
 _CASCADES: dict[tuple, Any] = {}
+#: Layers whose cascades (and memos) a worker keeps; past it they are all dropped (memory).
+KEPT_CASCADES = 64
 _ARCHS: dict[str, Any] = {}
 
 
@@ -196,6 +198,7 @@ def _build_arch(point: dict[str, Any]):
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Every output figure of one point (raises on an impossible configuration)."""
     from mambalaya.experiments.evaluate import resolve_policy
+    from mambalaya.model.architecture_memos import forget_results
     from mambalaya.model.latency import layer_latency
     from mambalaya.model.search import named_mapping
     from mambalaya.workloads import build_layer, resolve_model
@@ -213,7 +216,9 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     key = (point["model"], point["phase"], int(point["seq_len"]), int(point["batch"]), arch.bits_per_element,
            arch.precision)
     if key not in _CASCADES:
-        if len(_CASCADES) > 64:
+        if len(_CASCADES) > KEPT_CASCADES:
+            for kept in _CASCADES.values():
+                forget_results(kept)  # their memos refer back to them: freed now, not frozen (_chunk_task)
             _CASCADES.clear()
         _CASCADES[key] = build_layer(config, phase=point["phase"], seq_len=int(point["seq_len"]),
                                      batch=int(point["batch"]), bits=arch.bits_per_element,
@@ -278,8 +283,9 @@ def _chunk_task(points: list[dict[str, Any]], *, own_worker: bool = False) -> li
     collection). What it leaves is the memos of its layers (cascades, cost models, candidate
     tables: some 25,000 objects a layer) and they live as long as the worker; every full
     collection would traverse them all again, about 0.6 s of a 6.8 s realistic sweep
-    (docs/sweeps.md). Freed by reference counting as before; only a reference cycle among
-    them would now outlive the worker's sweep, and the chunks leave none."""
+    (docs/sweeps.md). A cascade and its memos refer to each other, so a cascade the worker
+    drops (past :data:`KEPT_CASCADES`) has its memos dropped first, and reference counting frees
+    them (frozen, a cycle would stay for the worker's life)."""
     if own_worker:
         _tune_allocator()
         _tune_collector()

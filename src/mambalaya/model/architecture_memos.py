@@ -23,4 +23,14 @@ def forget_architecture_results(cascade: Cascade) -> None:
         model.forget_cycles()
 
 
-__all__ = ["forget_architecture_results"]
+def forget_results(cascade: Cascade) -> None:
+    """Drop every memo ``cascade`` keeps (its ``*_memo`` entries, architecture-free ones
+    included), for a process done with it. Its cost models and tables refer back to it, a
+    reference cycle: a cascade dropped with its memos would wait for the cyclic collector, and
+    in a sweep's worker, whose memos :func:`gc.freeze` moves out of the collector's reach,
+    stay for the life of the process."""
+    for name in [k for k in cascade.__dict__ if k.endswith("_memo") and k != "structure_memo"]:
+        del cascade.__dict__[name]
+
+
+__all__ = ["forget_architecture_results", "forget_results"]

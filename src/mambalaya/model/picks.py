@@ -58,15 +58,12 @@ class _Table:
     size: int = 0  # rows in all parts
     # per buffer (None: no buffer), the segments' contenders there (:meth:`contenders`), most recent last
     fitted: dict[int | None, dict[int, tuple[np.ndarray, ...]]] = field(default_factory=dict)
-    # the last contenders handed out, gathered: (buffer, segments, arrays); a sweep's points at
-    # other bandwidths ask a fixed grouping's segments again
-    gathered: tuple[Any, ...] | None = None
 
     def _filter(self) -> None:
         """Drop the dominated candidates of every part (the same segments in the same order)."""
         models = self.models
         self.models, self.index, self.parts, self.tilings, self.size, self.filtered = [], {}, [], [], 0, True
-        self.fitted, self.gathered = {}, None
+        self.fitted = {}
         self.add(models)
 
     def add(self, models: list[GroupCostModel]) -> None:
@@ -112,11 +109,7 @@ class _Table:
         of each tiling, the only one of them that can come first
         (:func:`~mambalaya.model.candidates.least_traffic_fitting` says why). Kept per
         segment and buffer, for the :data:`FITTED_BUFFERS` buffers used last: the points of a
-        sweep at other bandwidths, and the later rounds of a search, pick them again; the last
-        ones gathered are handed out again as they are (read-only)."""
-        key = tuple(segments)
-        if self.gathered is not None and self.gathered[0] == buffer_bytes and self.gathered[1] == key:
-            return self.gathered[2]
+        sweep at other bandwidths, and the later rounds of a search, pick them again."""
         fitted = self.fitted.pop(buffer_bytes, None)
         if fitted is None:
             fitted = {}
@@ -126,11 +119,7 @@ class _Table:
         missing = [s for s in segments if s not in fitted]
         if missing:
             fitted.update(zip(missing, self._contenders(missing, buffer_bytes)))
-        found = _concatenated([fitted[s] for s in segments])
-        for column in found:
-            column.flags.writeable = False
-        self.gathered = (buffer_bytes, key, found)
-        return found
+        return _concatenated([fitted[s] for s in segments])
 
     def _contenders(self, segments: list[int], buffer_bytes: int | None) -> list[tuple[np.ndarray, ...]]:
         """Each segment's contenders (:meth:`contenders`), found in one pass over their rows; the

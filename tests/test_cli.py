@@ -184,6 +184,7 @@ def test_rates_and_latencies_keep_their_significant_digits() -> None:
                  "-B", "1")
     assert out.exit_code == 0, out.output
     assert "1.46 tokens/s" in out.output
+    assert "energy: not computed for a hybrid model" in out.output  # said, not silently left out
 
 
 def test_a_state_spaces_mamba1_config_json_is_read_as_mamba_ssm_reads_it(tmp_path) -> None:

@@ -133,6 +133,9 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
                           f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass",
                           highlight=False)
+        if hv.arch.energy is not None:  # said, not left out silently: the design has an energy section
+            out_console.print("energy: not computed for a hybrid model yet (docs/hybrid.md); single-layer-type "
+                              "models report it", highlight=False)
 
 
 def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, baseline: str, fmt: Format,

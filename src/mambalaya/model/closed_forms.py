@@ -77,7 +77,8 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
                 key = (o, frozenset(seen))
                 if key not in factors:
                     factors[key] = len(factor_rows)
-                    factor_rows.append(_saved_factor(trips, o, seen, len(m.ranks), n))
+                    factor_rows.append(_kept_row(m, ("saved", o, frozenset(seen)),
+                                                 lambda: _saved_factor(trips, o, seen, len(m.ranks), n)))
                 if t in irregular:  # its bytes per pass differ by tiling: a row of its own, times one
                     b, key = 1.0, (o, frozenset(seen), id(m), t)
                     factors[key] = len(factor_rows)
@@ -85,7 +86,7 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
                 readers = (t, readers_of.get(t, ()))
                 if readers not in held:
                     held[readers] = len(held_rows)
-                    held_rows.append(m._held_box(t, tiles))
+                    held_rows.append(_kept_row(m, ("held", *readers), lambda: m._held_box(t, tiles)))
                 links.append((b, factors[key], held[readers]))
             chains.append((k, row, links))
             row += len(links)
@@ -117,6 +118,19 @@ def _add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips:
         traffic[rows, cols] = np.subtract(link[:k], saved_sum[:k], out=link[:k])
         np.take(fp0, rows, axis=0, out=link[:k], mode="clip")
         fp[rows, cols] = np.add(link[:k], held_sum[:k], out=link[:k])
+
+
+def _kept_row(m: GroupCostModel, key: tuple, make: Any) -> np.ndarray:
+    """A per-tiling row of :func:`_add_residency` (a saved factor or a held box), memoised on
+    the cascade per ranks and ``key``: the groups tiling the same ranks share it across build
+    passes (read-only)."""
+    memo = m.cascade.__dict__.setdefault("_residency_rows_memo", {})
+    full = (tuple(m.ranks), *key)
+    hit = memo.get(full)
+    if hit is None:
+        hit = memo[full] = make()
+        hit.flags.writeable = False
+    return hit
 
 
 def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: frozenset[int], ranks: int, n: int) -> np.ndarray:

@@ -323,12 +323,12 @@ def test_a_worker_frees_the_memos_of_the_cascades_it_drops(monkeypatch) -> None:
 
 
 def test_the_collector_tuning_raises_only_the_young_threshold() -> None:
-    from mambalaya.experiments import sweep
+    from mambalaya.experiments import sweep_workers
 
     before = gc.get_threshold()
     try:
-        assert sweep._tune_collector.__wrapped__() == (sweep.COLLECTOR_YOUNG_THRESHOLD, *before[1:])
-        assert sweep.COLLECTOR_YOUNG_THRESHOLD > before[0]
+        assert sweep_workers._tune_collector.__wrapped__() == (sweep_workers.COLLECTOR_YOUNG_THRESHOLD, *before[1:])
+        assert sweep_workers.COLLECTOR_YOUNG_THRESHOLD > before[0]
     finally:
         gc.set_threshold(*before)
 

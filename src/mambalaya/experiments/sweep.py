@@ -56,8 +56,7 @@ from typing import Any, Callable
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.specio import parse_yaml_text, read_spec_file
 from mambalaya.experiments.store import PointResult, ResultStore, model_fingerprint, point_id
-from mambalaya.experiments.sweep_workers import (COLLECTOR_YOUNG_THRESHOLD, _Costliest, _tune_allocator,  # noqa: F401
-                                                 _tune_collector)
+from mambalaya.experiments.sweep_workers import _Costliest, _tune_allocator, _tune_collector
 from mambalaya.workloads.families import is_hybrid
 
 #: The most points one sweep spec may hold (about 1 GB of point records in the coordinator).

@@ -59,7 +59,8 @@ def _tune_collector() -> tuple[int, ...]:
     """Raise this process's young-generation collection threshold to
     :data:`COLLECTOR_YOUNG_THRESHOLD` (a worker of the sweep's own cluster, once); returns the
     thresholds now set. Cycles among a chunk's garbage are still collected, only less often;
-    the chunks leave none behind (:func:`_chunk_task`)."""
+    what a chunk keeps (its layers' memos, which do refer back to their cascades) is not
+    garbage, and is frozen once the chunk ends (:func:`_chunk_task`)."""
     _, middle, old = gc.get_threshold()
     gc.set_threshold(COLLECTOR_YOUNG_THRESHOLD, middle, old)
     return gc.get_threshold()

@@ -294,7 +294,7 @@ def group_dynamic_pj(arch: Any, cascade: Cascade, group: FusionGroup) -> float:
     key = (dynamic_energy_key(arch), group.einsums, group.loops, group.halo, group.resident)
     hit = memo.get(key)
     if hit is None:
-        traffic = group_traffic(cascade, group)
+        traffic = group_traffic(cascade, group, named=False)  # only its bytes are read
         dram, buf_reads, buf_writes = attributed_bytes(cascade, group, traffic,
                                                        group_buffer_accesses(cascade, group, traffic))
         hit = memo[key] = sum(

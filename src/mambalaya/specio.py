@@ -8,15 +8,17 @@ names each offending field path.
 
 from __future__ import annotations
 
-import contextlib
 import difflib
+import json
+import math
 import os
 import re
 import stat
 from typing import Any, Callable
 
+import numpy as np
 import yaml
-from pydantic import ValidationError
+from pydantic import ConfigDict, ValidationError
 
 from mambalaya.errors import SpecError
 
@@ -34,23 +36,103 @@ class FieldProblem(ValueError):
         super().__init__(message)
 
 
+# ---------------------------------------------------------------------------------------------
+# Documents: one strict reading of every YAML and JSON file mambalaya reads
+#
+# Every reader of the package (architecture, model, mapping, sweep, policy, routing, validation
+# and sensitivity files, transformers config.json files) parses its text here, so each of them
+# refuses the same things: a key given twice in one mapping, nesting deeper than
+# MAX_NESTING_DEPTH, a document that expands (through YAML aliases) to more than
+# MAX_DOCUMENT_NODES values, an integer of more than MAX_INTEGER_DIGITS digits. What a field
+# must hold (types, ranges, required fields) is its model's business: SPEC_MODEL_CONFIG and the
+# strict_* functions below.
+
+#: The deepest nesting of mappings and lists a document may have (a shipped spec nests 4 deep, a
+#: transformers config.json 3; a recursive YAML alias nests without end and stops here).
+MAX_NESTING_DEPTH = 64
+
+#: The most values (mappings, lists and scalars, counting each use of a YAML alias) a document
+#: may hold: a 16 MiB file of short scalars holds about 4 million, a shipped spec a few hundred.
+#: An alias bomb (a list of nine aliases to a list of nine aliases ...) stops here.
+MAX_DOCUMENT_NODES = 4_000_000
+
+#: The longest integer a document may spell (Python's own limit on reading integers from text:
+#: a 5000-digit integer is no size, count or width of anything mambalaya models).
+MAX_INTEGER_DIGITS = 4300
+
+#: Past this many characters a YAML text's syntax is checked (its event stream, in C) before its
+#: values are built: a syntax error on the last line of a 10 MB file is then reported in about
+#: 2 s instead of the 20 s that building its nodes takes on this project's 2-core machines.
+PRESCAN_CHARS = 2**20
+
 #: libyaml's safe loader, where PyYAML was built with it: the same resolver and constructors as
 #: ``yaml.safe_load`` over a parser in C (an architecture preset in 1 ms instead of 10).
-_C_SAFE_LOADER = getattr(yaml, "CSafeLoader", None)
+_BASE_LOADER: type = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class _DuplicateKey(Exception):
+    def __init__(self, key: Any, first_line: int, second_line: int, column: int) -> None:
+        self.key, self.first_line, self.second_line, self.column = key, first_line, second_line, column
+        super().__init__(key)
+
+
+class _StrictLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
+    """The safe loader, refusing a key given twice in one mapping (YAML says keys are unique;
+    PyYAML keeps the last silently). Keys merged in with ``<<`` may be overridden, as YAML's
+    merge key allows."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in seen:
+                        raise _DuplicateKey(key, seen[key], line, key_node.start_mark.column + 1)
+                    seen[key] = line
+                except TypeError:  # an unhashable key: the constructor says so below
+                    continue
+        return super().construct_mapping(node, deep=deep)
 
 
 def parse_yaml_text(text: str, *, source: str) -> Any:
-    """``yaml.safe_load(text)``, or a :class:`SpecError` naming ``source``, line and column.
-    Parsed by libyaml's safe loader where there is one; text it does not accept is parsed
-    again by PyYAML's, whose errors are the ones reported."""
-    if _C_SAFE_LOADER is not None:
-        with contextlib.suppress(Exception):  # PyYAML's own loader says what is wrong, below
-            return yaml.load(text, Loader=_C_SAFE_LOADER)
+    """The YAML document ``text`` as Python values (the safe loader's types), read once, or a
+    :class:`SpecError` naming ``source``, line and column: broken YAML, a key given twice in one
+    mapping, and a document past the bounds above (:func:`check_document_bounds`)."""
+    data = _read_yaml(text, source, lambda: yaml.load(text, Loader=_StrictLoader))
+    check_document_bounds(data, source=source)
+    return data
+
+
+def compose_yaml_text(text: str, *, source: str) -> yaml.Node | None:
+    """The YAML document ``text`` as composed nodes (for readers that point into the file, such
+    as cascade files), with :func:`parse_yaml_text`'s errors and bounds; checking each mapping's
+    keys is the reader's (its nodes are not constructed here)."""
+    root = _read_yaml(text, source, lambda: yaml.compose(text, Loader=_BASE_LOADER))
+    check_document_bounds(root, source=source)
+    return root
+
+
+def _read_yaml(text: str, source: str, build: Callable[[], Any]) -> Any:
+    """``build()`` (a load or a compose of ``text``), every failure one located SpecError."""
     try:
-        return yaml.safe_load(text)
+        if len(text) > PRESCAN_CHARS:  # syntax first: events cost a tenth of building the nodes
+            for _ in yaml.parse(text, Loader=_BASE_LOADER):
+                pass
+        return build()
+    except _DuplicateKey as err:
+        raise SpecError(f"key {show(err.key)} is given twice in one mapping (lines {err.first_line} and "
+                        f"{err.second_line}); give each key once", source=source, line=err.second_line,
+                        column=err.column) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         what = ", ".join(str(x) for x in (err.context, err.problem) if x)
+        bad = first_bad_escape(text)
+        if bad is not None and "escape" in what:
+            raise _bad_escape_error(text, bad, source) from None
         raise SpecError(
             one_paragraph(f"not valid YAML: {what}"),
             source=source,
@@ -68,16 +150,164 @@ def parse_yaml_text(text: str, *, source: str) -> Any:
     except yaml.YAMLError as err:
         raise SpecError(one_paragraph(f"not valid YAML: {err}"), source=source) from None
     except RecursionError:
-        raise SpecError("not valid YAML: nested too deeply", source=source) from None
+        raise SpecError(f"not valid YAML: nested more than {MAX_NESTING_DEPTH} levels deep", source=source) from None
     except (ValueError, OverflowError) as err:
         # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked; its
-        # constructors raise ValueError on values such as the date 2001-13-01
+        # constructors raise ValueError on values such as the date 2001-13-01, and int() on an
+        # integer past Python's digit limit
         bad = first_bad_escape(text)
         if bad is None:
             raise SpecError(one_paragraph(f"not valid YAML: {err}"), source=source) from None
-        before = text[:bad]
-        raise SpecError("not valid YAML: an escape names no Unicode character", source=source,
-                        line=before.count("\n") + 1, column=len(before) - (before.rfind("\n") + 1) + 1) from None
+        raise _bad_escape_error(text, bad, source) from None
+
+
+def _bad_escape_error(text: str, offset: int, source: str) -> SpecError:
+    before = text[:offset]
+    return SpecError("not valid YAML: an escape names no Unicode character", source=source,
+                     line=before.count("\n") + 1, column=len(before) - (before.rfind("\n") + 1) + 1)
+
+
+class _JSONProblem(Exception):
+    pass
+
+
+#: How transformers writes a float JSON cannot spell (``save_pretrained`` of a default
+#: ``time_step_limit`` gives ``[0.0, {"__float__": "Infinity"}]``).
+_ENCODED_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def decode_special_float(value: Any) -> Any:
+    """``value``, or the float a transformers-encoded object spells (``{"__float__": "Infinity"}``
+    is ``inf``; ``-Infinity`` and ``NaN`` likewise)."""
+    if isinstance(value, dict) and len(value) == 1 and value.get("__float__") in _ENCODED_FLOATS:
+        return _ENCODED_FLOATS[value["__float__"]]
+    return value
+
+
+def _json_object(pairs: list[tuple[str, Any]]) -> Any:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _JSONProblem(f"key {show(key)} is given twice in one object; give each key once")
+        out[key] = value
+    return decode_special_float(out)
+
+
+def _json_int(digits: str) -> int:
+    if len(digits.lstrip("-")) > MAX_INTEGER_DIGITS:
+        raise _JSONProblem(f"an integer of {len(digits.lstrip('-')):,} digits (at most {MAX_INTEGER_DIGITS:,})")
+    return int(digits)
+
+
+def parse_json_text(text: str, *, source: str) -> Any:
+    """The JSON document ``text`` as Python values, or a :class:`SpecError` naming ``source``
+    (and the line and column where the decoder says): a key given twice in one object, an
+    integer of more than :data:`MAX_INTEGER_DIGITS` digits, and a document past the bounds of
+    :func:`check_document_bounds`. ``NaN``/``Infinity`` literals (Python's ``json`` writes them)
+    and transformers' ``{"__float__": "Infinity"}`` objects are floats: which fields may hold
+    them is each field's business (:func:`finite_number`)."""
+    try:
+        data = json.loads(text, object_pairs_hook=_json_object, parse_int=_json_int)
+    except _JSONProblem as err:
+        raise SpecError(f"not valid JSON for mambalaya: {err}", source=source) from None
+    except json.JSONDecodeError as err:
+        raise SpecError(f"not valid JSON: {err.msg}", source=source, line=err.lineno, column=err.colno) from None
+    except RecursionError:
+        raise SpecError(f"not valid JSON: nested more than {MAX_NESTING_DEPTH} levels deep", source=source) from None
+    except (ValueError, OverflowError) as err:
+        raise SpecError(one_paragraph(f"not valid JSON: {err}"), source=source) from None
+    check_document_bounds(data, source=source)
+    return data
+
+
+def check_document_bounds(data: Any, *, source: str) -> None:
+    """A :class:`SpecError` naming ``source`` if ``data`` (Python values, or composed YAML nodes)
+    nests deeper than :data:`MAX_NESTING_DEPTH` or holds more than :data:`MAX_DOCUMENT_NODES`
+    values, each use of a shared (aliased) value counted; it stops at the first value past either
+    bound, so a document that expands without end is refused in the time of reading the bound."""
+    nodes = 0
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        nodes += 1
+        if nodes > MAX_DOCUMENT_NODES:
+            raise SpecError(f"the document holds more than {MAX_DOCUMENT_NODES:,} values (each use of a YAML "
+                            "alias counted); it is not a spec mambalaya reads", source=source)
+        children = _children(value)
+        if depth >= MAX_NESTING_DEPTH and children:
+            raise SpecError(f"the document nests more than {MAX_NESTING_DEPTH} levels deep (or an alias refers to "
+                            "itself); it is not a spec mambalaya reads", source=source)
+        stack.extend((child, depth + 1) for child in children)
+
+
+def _children(value: Any) -> Any:
+    if isinstance(value, dict):
+        return [*value.keys(), *value.values()]
+    if isinstance(value, (list, tuple)):
+        return value
+    if isinstance(value, yaml.MappingNode):
+        return [node for pair in value.value for node in pair]
+    if isinstance(value, yaml.SequenceNode):
+        return value.value
+    return ()
+
+
+def parse_document_text(text: str, *, source: str, json_document: bool) -> Any:
+    """:func:`parse_json_text` or :func:`parse_yaml_text`, by ``json_document``."""
+    return parse_json_text(text, source=source) if json_document else parse_yaml_text(text, source=source)
+
+
+# ---------------------------------------------------------------------------------------------
+# Values: what a field holds, read strictly
+
+#: The pydantic configuration of every spec model (architectures, model configs, policies):
+#: an integer field takes integers only (not 64.0, 64.9 or "64"), a boolean field takes true or
+#: false only (not "no", 0 or 1), a number is finite, and an unknown field is an error.
+SPEC_MODEL_CONFIG = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+
+def list_as_tuple(value: Any) -> Any:
+    """A list as a tuple, anything else as it is: the ``BeforeValidator`` of a strict model's
+    tuple field, which a YAML or JSON document spells as a list."""
+    return tuple(value) if isinstance(value, list) else value
+
+
+def strict_int(value: Any, name: str, *, minimum: int | None = None, maximum: int | None = None) -> int:
+    """``value`` if it is an integer (not a bool, not a float such as 64.0) within
+    [``minimum``, ``maximum``]; otherwise a :class:`FieldProblem` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise FieldProblem(name, f"must be an integer, not {show(value)}")
+    value = int(value)
+    _check_range(value, name, minimum, maximum)
+    return value
+
+
+def strict_bool(value: Any, name: str) -> bool:
+    """``value`` if it is true or false (not "no", 0 or 1); otherwise a :class:`FieldProblem`."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise FieldProblem(name, f"must be true or false, not {show(value)}")
+    return bool(value)
+
+
+def finite_number(value: Any, name: str, *, minimum: float | None = None, maximum: float | None = None,
+                  allow_inf: bool = False) -> float:
+    """``value`` as a float if it is a number (not a bool or text) that is finite (or, with
+    ``allow_inf``, an infinity) and within [``minimum``, ``maximum``]; otherwise a
+    :class:`FieldProblem` naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise FieldProblem(name, f"must be a number, not {show(value)}")
+    number = float(value) if not isinstance(value, int) or abs(value) < 2**1023 else float("inf")
+    if math.isnan(number) or (math.isinf(number) and not allow_inf):
+        raise FieldProblem(name, f"must be a finite number, not {show(value)}")
+    _check_range(number, name, minimum, maximum)
+    return number
+
+
+def _check_range(value: float, name: str, minimum: float | None, maximum: float | None) -> None:
+    if minimum is not None and value < minimum:
+        raise FieldProblem(name, f"must be at least {minimum:g}, not {value:g}")
+    if maximum is not None and value > maximum:
+        raise FieldProblem(name, f"must be at most {maximum:g}, not {value:g}")
 
 
 #: A YAML escape naming a code point by eight hex digits (PyYAML does not check its range).

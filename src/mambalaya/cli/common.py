@@ -250,4 +250,4 @@ def _with_routing(config: Any, routing: Path | None, model: str) -> Any:
         raise MambalayaError(f"--routing {routing}: model {model!r} has no mixture-of-experts layer to route")
     from mambalaya.workloads.moe import load_routing_histogram
 
-    return config.model_copy(update={"routing": load_routing_histogram(routing, config.n_experts)})
+    return config.model_copy(update={"routing": load_routing_histogram(routing, config.n_experts, config.top_k)})

@@ -28,7 +28,7 @@ from typing import Any
 import yaml
 
 from mambalaya.errors import SpecError
-from mambalaya.specio import first_bad_escape, read_spec_file
+from mambalaya.specio import compose_yaml_text, read_spec_file
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Einsum, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
@@ -102,33 +102,7 @@ def load_cascade(path: str | Path) -> Cascade:
 
 def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
     r = _Reader(source)
-    try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark or err.context_mark
-        raise SpecError(
-            f"not valid YAML: {', '.join(str(x) for x in (err.context, err.problem) if x)}",
-            source=source,
-            line=mark.line + 1 if mark else 1,
-            column=mark.column + 1 if mark else None,
-        ) from None
-    except yaml.reader.ReaderError as err:
-        line, column = _line_column(text, err.position)
-        raise SpecError(
-            f"not valid YAML: character {_char_name(err.character)} is not allowed",
-            source=source,
-            line=line,
-            column=column,
-        ) from None
-    except yaml.YAMLError as err:
-        raise SpecError(f"not valid YAML: {err}", source=source, line=1) from None
-    except RecursionError:
-        raise SpecError("not valid YAML: nested too deeply", source=source, line=1) from None
-    except (ValueError, OverflowError):  # PyYAML's scanner calls chr() on escapes such as "\U00110000" unchecked
-        bad = first_bad_escape(text)
-        line, column = _line_column(text, bad) if bad is not None else (1, None)
-        raise SpecError("not valid YAML: an escape names no Unicode character", source=source, line=line,
-                        column=column) from None
+    root = compose_yaml_text(text, source=source)
     if root is None:
         raise SpecError("the cascade file is empty", source=source, line=1, column=1)
     top = {k.value: (k, v) for k, v in r.mapping(root, "the cascade file")}

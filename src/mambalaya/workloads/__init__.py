@@ -3,11 +3,10 @@ layer cascades."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from mambalaya.errors import SpecError
-from mambalaya.specio import parse_yaml_text, read_spec_file
+from mambalaya.specio import parse_document_text, read_spec_file
 from mambalaya.einsum.cascade import Cascade
 from typing import Union
 
@@ -41,13 +40,8 @@ def load_model_config(path: str | Path) -> ModelConfig:
     ``d_state``, ...) or a transformers / state-spaces ``config.json``."""
     path = Path(path)
     text = read_spec_file(path, "model config")
-    if path.suffix == ".json":
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(f"model config is not valid JSON: {err}", source=str(path)) from None
-    else:  # every YAML problem (an escape beyond Unicode, a bad date) is one located message
-        data = parse_yaml_text(text, source=str(path))
+    # one strict reading: duplicate keys, nesting and size bounded, every problem located
+    data = parse_document_text(text, source=str(path), json_document=path.suffix == ".json")
     if not isinstance(data, dict):
         raise SpecError("a model config is a mapping of fields to values", source=str(path))
     if data.get("family") == "bamba":

@@ -64,7 +64,9 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, Field, PositiveInt, model_validator
+
+from mambalaya.specio import SPEC_MODEL_CONFIG
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
@@ -84,7 +86,7 @@ class AttentionConfig(BaseModel):
     ``rope_theta`` [rope_parameters.rope_theta], ``partial_rotary_factor`` (Bamba: 0.5),
     ``norm_eps`` [rms_norm_eps]."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     d_model: PositiveInt
     n_heads: PositiveInt

@@ -9,18 +9,26 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mambalaya.errors import SpecError
+from mambalaya.specio import describe_validation_error
 
 ConfigT = TypeVar("ConfigT", bound=BaseModel)
 
 
 def validated_config(model: type[ConfigT], data: Any, *, what: str, source: str) -> ConfigT:
     """``model.model_validate(data)``, or one SpecError ``invalid {what} config: field: problem; ...``
-    naming ``source`` (a model-level problem is named ``config``)."""
+    naming ``source`` (a model-level problem is named ``config``). The fields a model lists in
+    ``FILE_REQUIRED_FIELDS`` (those whose class default is no published default, such as a
+    model's layer count) must be given."""
+    missing = [name for name in getattr(model, "FILE_REQUIRED_FIELDS", ()) if isinstance(data, dict) and name not in data]
+    problems = [f"{name}: required field is missing (it has no published default)" for name in missing]
     try:
-        return model.model_validate(data)
+        config = model.model_validate(data)
     except ValidationError as err:
-        problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'config'}: {e['msg']}" for e in err.errors())
-        raise SpecError(f"invalid {what} config: {problems}", source=source) from None
+        problems.insert(0, describe_validation_error(err, f"invalid {what} config"))
+        raise SpecError("; ".join(problems), source=source) from None
+    if problems:
+        raise SpecError(f"invalid {what} config: " + "; ".join(problems), source=source)
+    return config
 
 
 def check_layer_args(phase: str, *, batch: Any, seq_len: Any, bits: Any) -> None:

@@ -67,10 +67,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal
+from typing import Annotated, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, PositiveInt, model_validator
+
+from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
@@ -88,11 +90,12 @@ class GatedDeltaNetConfig(BaseModel):
     ``linear_attention`` ones (:attr:`n_layers` counts them); the attention and MLP fields are
     only for the whole model's parameter count."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     family: Literal["gated_deltanet"] = "gated_deltanet"
     d_model: PositiveInt
-    layer_types: tuple[Literal["linear_attention", "full_attention"], ...] = Field(min_length=1)
+    layer_types: Annotated[tuple[Literal["linear_attention", "full_attention"], ...], BeforeValidator(list_as_tuple)] = Field(
+        min_length=1)
     num_k_heads: PositiveInt
     num_v_heads: PositiveInt
     k_head_dim: PositiveInt

@@ -35,9 +35,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, Field, PositiveInt
+
+from mambalaya.specio import SPEC_MODEL_CONFIG
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
@@ -51,7 +53,9 @@ Phase = Literal["prefill", "decode"]
 class Mamba1Config(BaseModel):
     """A Mamba-1 model's shape (the fields of state-spaces/mamba's ``MambaConfig``)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
+    #: Fields a model file must give: the layer count has no published default.
+    FILE_REQUIRED_FIELDS: ClassVar[tuple[str, ...]] = ("n_layers",)
 
     d_model: PositiveInt
     n_layers: PositiveInt = 1

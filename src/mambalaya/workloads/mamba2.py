@@ -73,10 +73,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, Field, PositiveInt, model_validator
+
+from mambalaya.specio import SPEC_MODEL_CONFIG
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
@@ -93,7 +95,9 @@ class Mamba2Config(BaseModel):
     """A Mamba-2 model's shape (the fields of state-spaces/mamba's ``Mamba2`` mixer and
     ``MambaConfig``; transformers calls them hidden_size, state_size, head_dim, n_groups, ...)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
+    #: Fields a model file must give: the layer count has no published default.
+    FILE_REQUIRED_FIELDS: ClassVar[tuple[str, ...]] = ("n_layers",)
 
     d_model: PositiveInt
     n_layers: PositiveInt = 1

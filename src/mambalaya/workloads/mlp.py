@@ -20,7 +20,9 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, Field, PositiveInt
+
+from mambalaya.specio import SPEC_MODEL_CONFIG
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
@@ -34,7 +36,7 @@ Phase = Literal["prefill", "decode"]
 class MLPConfig(BaseModel):
     """``d_model`` [hidden_size], ``d_ff`` [intermediate_size], ``norm_eps`` [rms_norm_eps]."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     d_model: PositiveInt
     d_ff: PositiveInt

@@ -43,19 +43,21 @@ form's, and an expert's weights are read once per pass if it receives any token
   decode batch pick the same expert; random independent choices would reach fewer, about
   ``n(1-(1-topk/n)^tokens)``);
 * a histogram (``load_routing_histogram``: a YAML/JSON list of per-expert token fractions,
-  non-negative, summing to 1, one per expert, e.g. measured on a dataset): the experts read are
+  non-negative, summing to 1, one per expert, none above ``1/topk`` (what a top-k router can
+  produce; :func:`check_histogram`), e.g. measured on a dataset): the experts read are
   ``min(experts with a non-zero fraction, tokens*topk)``. The total work is the same
   (``tokens*topk`` token-expert pairs); load imbalance between experts is not modelled.
 """
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
-from typing import Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, PositiveInt, model_validator
+
+from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade, build_cascade
@@ -66,7 +68,7 @@ from mambalaya.workloads.checks import check_layer_args, validated_config
 Router = Literal["softmax-topk", "topk-softmax"]
 #: The region of the routed (per-expert) Einsums.
 EXPERTS_REGION: tuple[str, ...] = ("GT", "UP", "HM", "EO", "MO")
-Routing = Union[Literal["uniform"], tuple[float, ...]]
+Routing = Union[Literal["uniform"], Annotated[tuple[float, ...], BeforeValidator(list_as_tuple)]]
 
 
 class MoEConfig(BaseModel):
@@ -76,7 +78,7 @@ class MoEConfig(BaseModel):
     [shared_intermediate_size; None: no shared MLP], ``residual_multiplier``, ``norm_eps``
     [rms_norm_eps] and ``routing`` (the cost model's token-per-expert assumption)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     d_model: PositiveInt
     d_ff: PositiveInt
@@ -94,7 +96,7 @@ class MoEConfig(BaseModel):
             raise ValueError(f"top_k = {self.top_k} exceeds n_experts = {self.n_experts}: a token cannot pick "
                              "more experts than there are")
         if self.routing != "uniform":
-            check_histogram(list(self.routing), self.n_experts, "routing")
+            check_histogram(list(self.routing), self.n_experts, self.top_k, "routing")
         return self
 
     def layer_parameters(self) -> int:
@@ -115,8 +117,11 @@ class MoEConfig(BaseModel):
         return min(used, tokens * self.top_k)
 
 
-def check_histogram(values: list, n_experts: int, field: str) -> tuple[float, ...]:
-    """A routing histogram: one non-negative fraction per expert, summing to 1."""
+def check_histogram(values: list, n_experts: int, top_k: int, field: str) -> tuple[float, ...]:
+    """A routing histogram a top-``top_k`` router can produce: one non-negative fraction of the
+    token-expert assignments per expert, summing to 1, none above ``1/top_k`` (a token picks
+    ``top_k`` distinct experts, so an expert receives at most one of each token's ``top_k``
+    assignments; it follows that at least ``top_k`` experts receive tokens)."""
     if not isinstance(values, list) or not values:
         raise ValueError(f"{field} must be a list of per-expert token fractions")
     for k, v in enumerate(values):
@@ -126,22 +131,22 @@ def check_histogram(values: list, n_experts: int, field: str) -> tuple[float, ..
         raise ValueError(f"{field} has {len(values)} fractions but the model has {n_experts} experts")
     if abs(sum(values) - 1.0) > 1e-6:
         raise ValueError(f"{field} sums to {sum(values):.9g}; the token fractions of the experts must sum to 1")
+    over = [(k, v) for k, v in enumerate(values) if v > 1.0 / top_k + 1e-9]
+    if over:
+        k, v = over[0]
+        raise ValueError(f"{field}[{k}] is {v!r}, above 1/top_k = 1/{top_k}: a top-{top_k} router sends each token "
+                         f"to {top_k} distinct experts, so no expert receives more than 1/{top_k} of the assignments "
+                         f"(and at least {top_k} experts receive some); no router of this model can produce it")
     return tuple(float(v) for v in values)
 
 
-def load_routing_histogram(path: str | Path, n_experts: int) -> tuple[float, ...]:
+def load_routing_histogram(path: str | Path, n_experts: int, top_k: int) -> tuple[float, ...]:
     """Per-expert token fractions from a YAML or JSON file (a list, or a mapping with the list
     under ``fractions``); one SpecError naming the file and the entry at fault."""
-    from mambalaya.specio import parse_yaml_text, read_spec_file
+    from mambalaya.specio import parse_document_text, read_spec_file
 
     text = read_spec_file(Path(path), "routing histogram")
-    if str(path).endswith(".json"):
-        try:
-            data = json.loads(text)
-        except json.JSONDecodeError as err:
-            raise SpecError(f"routing histogram is not valid JSON: {err}", source=str(path)) from None
-    else:
-        data = parse_yaml_text(text, source=str(path))
+    data = parse_document_text(text, source=str(path), json_document=str(path).endswith(".json"))
     field = "fractions" if isinstance(data, dict) else "routing histogram"
     if isinstance(data, dict):
         extra = sorted(set(data) - {"fractions", "source"})
@@ -150,7 +155,7 @@ def load_routing_histogram(path: str | Path, n_experts: int) -> tuple[float, ...
                             f"{', '.join(map(str, data))}", source=str(path))
         data = data["fractions"]
     try:
-        return check_histogram(data, n_experts, field)
+        return check_histogram(data, n_experts, top_k, field)
     except ValueError as err:
         raise SpecError(str(err), source=str(path)) from None
 

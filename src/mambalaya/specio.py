@@ -52,9 +52,9 @@ class FieldProblem(ValueError):
 MAX_NESTING_DEPTH = 64
 
 #: The most values (mappings, lists and scalars, counting each use of a YAML alias) a document
-#: may hold: a 16 MiB file of short scalars holds about 4 million, a shipped spec a few hundred.
-#: An alias bomb (a list of nine aliases to a list of nine aliases ...) stops here.
-MAX_DOCUMENT_NODES = 4_000_000
+#: may hold: a shipped spec holds a few hundred, a cascade file of a whole unrolled layer tens of
+#: thousands. An alias bomb (a list of nine aliases to a list of nine aliases ...) stops here.
+MAX_DOCUMENT_NODES = 1_000_000
 
 #: The longest integer a document may spell (Python's own limit on reading integers from text:
 #: a 5000-digit integer is no size, count or width of anything mambalaya models).
@@ -225,19 +225,24 @@ def check_document_bounds(data: Any, *, source: str) -> None:
     nests deeper than :data:`MAX_NESTING_DEPTH` or holds more than :data:`MAX_DOCUMENT_NODES`
     values, each use of a shared (aliased) value counted; it stops at the first value past either
     bound, so a document that expands without end is refused in the time of reading the bound."""
-    nodes = 0
+    nodes = 1
     stack: list[tuple[Any, int]] = [(data, 1)]
     while stack:
         value, depth = stack.pop()
-        nodes += 1
+        children = _children(value)
+        if not children:
+            continue
+        if depth >= MAX_NESTING_DEPTH:
+            raise SpecError(f"the document nests more than {MAX_NESTING_DEPTH} levels deep (or an alias refers to "
+                            "itself); it is not a spec mambalaya reads", source=source)
+        nodes += len(children)
         if nodes > MAX_DOCUMENT_NODES:
             raise SpecError(f"the document holds more than {MAX_DOCUMENT_NODES:,} values (each use of a YAML "
                             "alias counted); it is not a spec mambalaya reads", source=source)
-        children = _children(value)
-        if depth >= MAX_NESTING_DEPTH and children:
-            raise SpecError(f"the document nests more than {MAX_NESTING_DEPTH} levels deep (or an alias refers to "
-                            "itself); it is not a spec mambalaya reads", source=source)
-        stack.extend((child, depth + 1) for child in children)
+        stack.extend((child, depth + 1) for child in children if isinstance(child, _CONTAINERS))
+
+
+_CONTAINERS = (dict, list, tuple, yaml.MappingNode, yaml.SequenceNode)
 
 
 def _children(value: Any) -> Any:
@@ -344,6 +349,18 @@ def load_spec_text(text: str, model: type, *, what: str, fields: str, source: st
 MAX_SPEC_BYTES = 16 * 2**20
 
 
+def path_is(path: str | os.PathLike[str], kind: str = "any") -> bool:
+    """Whether ``path`` names an existing ``kind`` (``"file"``, ``"dir"`` or ``"any"``) entry.
+    A name the system cannot look up (too long, a NUL byte in it) names nothing: readers decide
+    between a preset name and a path with it, so that such a name is an unknown name, never a
+    traceback."""
+    try:
+        info = os.stat(path)
+    except (OSError, ValueError):
+        return False
+    return {"file": stat.S_ISREG, "dir": stat.S_ISDIR}.get(kind, lambda _: True)(info.st_mode)
+
+
 def read_spec_file(path: str | os.PathLike[str], what: str, *, limit_bytes: int = MAX_SPEC_BYTES) -> str:
     """The UTF-8 text of a spec file, or a :class:`SpecError` naming it. Only a regular file of
     at most ``limit_bytes`` is read: a FIFO, a device (``/dev/urandom``) or a directory is refused
@@ -361,6 +378,8 @@ def read_spec_file(path: str | os.PathLike[str], what: str, *, limit_bytes: int 
             data = f.read(limit_bytes + 1)
     except OSError as err:
         raise SpecError(f"cannot read {what}: {err.strerror or err}", source=str(path)) from None
+    except ValueError as err:  # a NUL byte in the name
+        raise SpecError(f"cannot read {what}: {err}", source=repr(str(path))) from None
     if len(data) > limit_bytes:
         raise SpecError(f"cannot read {what}: it grew past the {limit_bytes:,}-byte limit while being read",
                         source=str(path))

@@ -233,12 +233,17 @@ def _design(name: str, settings: list[str] | None) -> Any:
 
 
 def _int_list(text: str, what: str) -> list[int]:
-    try:
-        values = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise MambalayaError(f"{what} must be a comma-separated list of integers, not {text!r}") from None
-    if not values or any(v < 1 for v in values):
+    """A comma-separated list of distinct positive integers (``2048,16384``): an empty entry, a
+    fraction, an exponent or a value given twice is an error naming the option."""
+    entries = [x.strip() for x in text.split(",")]
+    if not all(x.lstrip("+").isdigit() and x.isascii() for x in entries):
+        raise MambalayaError(f"{what} must be a comma-separated list of integers, not {text!r}")
+    values = [int(x) for x in entries]
+    if any(v < 1 for v in values):
         raise MambalayaError(f"{what} must list positive integers, not {text!r}")
+    twice = sorted({v for v in values if values.count(v) > 1})
+    if twice:
+        raise MambalayaError(f"{what} gives {', '.join(map(str, twice))} more than once ({text!r}); give each value once")
     return values
 
 

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Union
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
 from mambalaya.arch.keys import NOT_LATENCY_FIELDS
@@ -43,7 +43,7 @@ from mambalaya.model.architecture_memos import forget_architecture_results
 from mambalaya.arch.quantities import _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
-from mambalaya.specio import FieldProblem, load_spec_text, read_spec_file
+from mambalaya.specio import SPEC_MODEL_CONFIG, FieldProblem, load_spec_text, read_spec_file
 from mambalaya.workloads import ModelConfig
 from mambalaya.workloads.precision import load_policy
 
@@ -52,7 +52,7 @@ Value = Union[bool, int, float, str]
 
 
 class Assumption(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     key: str = Field(min_length=1)
     label: str = ""
@@ -81,7 +81,7 @@ class Assumption(BaseModel):
 
 
 class SensitivitySpec(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     name: str = Field(min_length=1)
     description: str = ""
@@ -95,8 +95,8 @@ def _is_number(value: Any) -> bool:
 
 def load_sensitivity_spec(name_or_path: str | Path = "h100-like") -> SensitivitySpec:
     """A shipped sensitivity spec by name, or a YAML file."""
-    shipped = resources.files("mambalaya").joinpath("data/sensitivity", f"{name_or_path}.yaml")
-    if isinstance(name_or_path, str) and shipped.is_file():
+    shipped = resources.files("mambalaya").joinpath("data/sensitivity")
+    if isinstance(name_or_path, str) and f"{name_or_path}.yaml" in {entry.name for entry in shipped.iterdir()}:
         return _load_shipped(name_or_path)
     source = str(name_or_path)
     return _validated(read_spec_file(source, "sensitivity spec (shipped: h100-like)"), source)

@@ -21,9 +21,9 @@ import statistics
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError
 
 from mambalaya.arch import load_arch
 from mambalaya.arch.kernels import speed_of_light
@@ -32,12 +32,14 @@ from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
 from mambalaya.model.latency import layer_latency
 from mambalaya.model.search import ideal
-from mambalaya.specio import parse_yaml_text, read_spec_file
+from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
 from mambalaya.workloads import build_layer
 from mambalaya.workloads.mamba1 import SSM_REGION, parse_config
 from mambalaya.workloads.mamba2 import SSD_REGION, parse_mamba2_config
 
-_STRICT = ConfigDict(extra="forbid", frozen=True)
+_STRICT = SPEC_MODEL_CONFIG
+#: A tuple field of a case file, written as a YAML list.
+_AS_TUPLE = BeforeValidator(list_as_tuple)
 
 
 class Case(BaseModel):
@@ -55,8 +57,8 @@ class Case(BaseModel):
     batch: int = Field(gt=0)
     seq_len: int = Field(gt=0)
     measured_ms: float = Field(gt=0)
-    einsums: tuple[str, ...] | None = Field(None, description="The Einsums the kernel runs; default the scan region.")
-    kernels: tuple[tuple[str, ...], ...] | None = Field(None, description="How they split into kernels; default one.")
+    einsums: Annotated[tuple[str, ...], _AS_TUPLE] | None = Field(None, description="The Einsums the kernel runs; default the scan region.")
+    kernels: Annotated[tuple[Annotated[tuple[str, ...], _AS_TUPLE], ...], _AS_TUPLE] | None = Field(None, description="How they split into kernels; default one.")
     assumed: str = Field("", description="Setup details the source does not state, and the choice made.")
 
 
@@ -75,8 +77,8 @@ class CaseFile(BaseModel):
     model_config = _STRICT
 
     sources: dict[str, str]
-    assumptions: tuple[Assumption, ...] = ()
-    cases: tuple[Case, ...]
+    assumptions: Annotated[tuple[Assumption, ...], _AS_TUPLE] = ()
+    cases: Annotated[tuple[Case, ...], _AS_TUPLE]
 
 
 @dataclass(frozen=True)
@@ -148,9 +150,7 @@ def load_cases(path: str | Path | None = None) -> tuple[CaseFile, str]:
     try:
         cases = CaseFile.model_validate(data)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        raise SpecError(f"invalid validation cases: {where}: {first['msg']}", source=name) from None
+        raise SpecError(describe_validation_error(err, "invalid validation cases"), source=name) from None
     for c in cases.cases:
         if c.source not in cases.sources:
             raise SpecError(f"invalid validation cases: case {c.id}: source {c.source!r} is not one of sources "

@@ -98,14 +98,21 @@ def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
         resident = _field(gd, "resident", list, where, source, default=[])
         if not all(isinstance(t, str) for t in resident):
             raise SpecError(f"{where}.resident must list tensor names", source=source)
-        groups.append(FusionGroup(str(gd.get("name", f"G{n + 1}")), tuple(einsums), tuple(loops), halo,  # type: ignore[arg-type]
+        groups.append(FusionGroup(_field(gd, "name", str, where, source, default=f"G{n + 1}"), tuple(einsums), tuple(loops), halo,  # type: ignore[arg-type]
                                   tuple(resident)))
-    buffer = data.get("buffer_bytes", data.get("buffer"))
+    if "buffer_bytes" in data and "buffer" in data:
+        raise SpecError("buffer_bytes and buffer both give the buffer; give one", source=source)
+    buffer = _field(data, "buffer_bytes", (int, str), "mapping", source, default=None) if "buffer_bytes" in data \
+        else _field(data, "buffer", (int, str), "mapping", source, default=None)
+    try:
+        buffer_bytes = None if buffer is None else parse_bytes(buffer)
+    except SpecError as err:
+        raise SpecError(err.message, source=source) from None
     return Mapping(
-        name=str(data.get("name", Path(source).stem)),
+        name=_field(data, "name", str, "mapping", source, default=Path(source).stem),
         groups=tuple(groups),
-        buffer_bytes=None if buffer is None else parse_bytes(buffer),
-        description=str(data.get("description", "")),
+        buffer_bytes=buffer_bytes,
+        description=_field(data, "description", str, "mapping", source, default=""),
     )
 
 

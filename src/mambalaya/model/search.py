@@ -573,11 +573,11 @@ def named_mapping(
 def load_mapping_file(name: str) -> Mapping:
     """The mapping YAML file ``name`` (given where a named mapping could be); a name that is
     neither a named mapping nor an existing file is one error that lists the named mappings."""
-    from pathlib import Path
 
     from mambalaya.fusion.mapping_file import load_mapping
+    from mambalaya.specio import path_is
 
-    if not Path(name).exists():
+    if not path_is(name):
         raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or the path of a mapping "
                         "YAML file")
     return load_mapping(name)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mambalaya.errors import SpecError
-from mambalaya.specio import parse_document_text, read_spec_file
+from mambalaya.specio import parse_document_text, path_is, read_spec_file
 from mambalaya.einsum.cascade import Cascade
 from typing import Union
 
@@ -103,7 +103,7 @@ def resolve_model(name_or_path: str) -> ModelConfig:
     """A preset by name, or a config file by path."""
     if name_or_path in PRESETS:
         return PRESETS[name_or_path]
-    if Path(name_or_path).suffix in (".yaml", ".yml", ".json") or Path(name_or_path).exists():
+    if Path(name_or_path).suffix in (".yaml", ".yml", ".json") or path_is(name_or_path):
         return load_model_config(name_or_path)
     raise SpecError(
         f"unknown model {name_or_path!r}: use a preset ({', '.join(PRESETS)}) or the path of a "

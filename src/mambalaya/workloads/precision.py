@@ -50,7 +50,7 @@ from typing_extensions import Annotated
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
-from mambalaya.specio import FieldProblem, load_spec_text, read_spec_file
+from mambalaya.specio import FieldProblem, load_spec_text, path_is, read_spec_file
 
 FAMILIES: tuple[str, ...] = ("mamba1", "mamba2", "bamba", "gated_deltanet")
 DESIGN = "design"
@@ -203,7 +203,7 @@ def load_policy(name_or_path: str | os.PathLike[str] | PrecisionPolicy) -> Preci
     if not isinstance(name_or_path, os.PathLike) and text in shipped_policies():
         return _load_shipped(text)
     path = Path(name_or_path)
-    if not path.is_file():
+    if not path_is(path, "file"):
         raise SpecError(
             f"unknown precision policy {text!r}: use a shipped one ({', '.join(shipped_policies())}) "
             "or the path of a policy YAML file"

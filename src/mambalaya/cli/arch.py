@@ -14,6 +14,7 @@ from mambalaya.cli.options import (
     OutOpt,
 )
 
+from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     _design,
     _emit,
@@ -37,6 +38,7 @@ def arch_show_cmd(
     """Print every value of an architecture spec, its unit and where it comes from."""
     from mambalaya.arch import arch_rows, arch_to_dict
 
+    check_output_path(output, kind="file", option="--output")
     spec = _design(name, settings)
     if fmt == Format.json:
         _emit(json.dumps(arch_to_dict(spec), indent=2), output)

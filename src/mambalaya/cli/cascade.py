@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -17,10 +18,14 @@ from mambalaya.cli.options import (
     OutOpt,
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
+from mambalaya.einsum.unroll import unroll_recurrences
+from mambalaya.errors import SpecError
+from mambalaya.specio import MAX_SPEC_BYTES
 from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
 from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.layer_options import LayerArgs, layer_options
+from mambalaya.outputs import atomic_output, check_output_path, write_text_output
 from mambalaya.cli.common import (
     _emit,
     _family_shape,
@@ -36,6 +41,19 @@ from mambalaya.cli.common import (
     out_console,
     user_errors,
 )
+
+
+def layer_cascade(layer: LayerArgs) -> tuple[Any, Any]:
+    """(model config, cascade) of the layer, as :meth:`LayerArgs.build`; with ``--unroll``, an
+    unrolled cascade too large to be of use is refused before a step is built, the error
+    naming L (:func:`mambalaya.einsum.unroll.check_unroll_size`)."""
+    if not layer.unroll:
+        return layer.build()
+    config, cascade = replace(layer, unroll=False).build()
+    try:
+        return config, unroll_recurrences(cascade)
+    except SpecError as err:
+        raise SpecError(f"--unroll at L = {layer.seq_len:,} ({layer.phase.value}): {err}") from None
 
 
 @app.command("models")
@@ -72,7 +90,8 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
 @layer_options()
 def show_cmd(layer: LayerArgs, fmt: FormatOpt = Format.table, output: OutOpt = None) -> None:
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
-    config, cascade = layer.build()
+    check_output_path(output, kind="file", option="--output")
+    config, cascade = layer_cascade(layer)
     prov = _provenance(layer.model, config, cascade, **layer.run_fields())
     kind = layer.layer_type
     title = (
@@ -91,9 +110,21 @@ def dump_cmd(
     layer: LayerArgs,
     output: OutOpt = None,
 ) -> None:
-    """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back."""
-    _, cascade = layer.build()
-    _emit(dump_cascade(cascade), output)
+    """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back.
+    With --unroll, a cascade whose file would pass the largest spec file mambalaya reads
+    (16 MiB) is refused before it is built."""
+    check_output_path(output, kind="file", option="--output")
+    _, cascade = layer_cascade(layer)
+    text = dump_cascade(cascade)
+    size_bytes = len(text.encode("utf-8"))
+    if size_bytes > MAX_SPEC_BYTES:
+        raise SpecError(f"the cascade file of {cascade.name!r} would be {size_bytes:,} bytes, over the "
+                        f"{MAX_SPEC_BYTES:,}-byte limit of what `mambalaya cascade check` reads back; nothing was written")
+    if output is None:
+        _emit(text, None)
+    else:
+        write_text_output(output, text)
+        err_console.print(f"wrote {output}")
 
 
 @cascade_app.command("check")
@@ -105,6 +136,7 @@ def check_cmd(
     output: OutOpt = None,
 ) -> None:
     """Validate a cascade file; print its statistics, or the errors (exit 1)."""
+    check_output_path(output, kind="file", option="--output")
     cascade = load_cascade(path)
     err_console.print(f"{path}: valid cascade {cascade.name!r} with {len(cascade.einsums)} Einsums")
     _print_stats(cascade, n_layers, fmt, output, {"file": str(path)}, f"{path} ({cascade.name})")
@@ -124,23 +156,25 @@ def diagram_cmd(
 ) -> None:
     """Draw the cascade as a dataflow graph (tensors as boxes, Einsums numbered by kind)."""
     from mambalaya.fusion.edges import classify_edges
-    from mambalaya.report.diagram import draw_cascade
+    from mambalaya.report.diagram import SAVE_FORMATS, draw_cascade
 
+    check_output_path(output, kind="file", option="--output", suffixes=SAVE_FORMATS)
     if cascade_file is not None:
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"
     else:
-        _, cascade = layer.build()
+        _, cascade = layer_cascade(layer)
         title = layer.title(cascade)
     labels = None
     if classes:
         labels = {e.key: e.fusion_class for e in classify_edges(cascade) if e.producer != e.consumer}
     groups = None
     if mapping is not None:
-        from mambalaya.cli.fusion import _resolve_mapping
+        from mambalaya.cli.fusion import resolve_mapping
 
-        m = _resolve_mapping(mapping, cascade, buffer)
+        m = resolve_mapping(mapping, cascade, buffer)
         groups = {e: n for n, g in enumerate(m.groups) for e in g.einsums}
         title += f"; mapping {m.name}"
-    draw_cascade(cascade, output, title=title, show_weights=weights, edge_labels=labels, groups=groups)
+    with atomic_output(output) as partial:
+        draw_cascade(cascade, partial, title=title, show_weights=weights, edge_labels=labels, groups=groups)
     err_console.print(f"wrote {output}")

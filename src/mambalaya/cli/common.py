@@ -27,6 +27,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.formatting import whole
 from mambalaya.errors import MambalayaError
+from mambalaya.outputs import write_text_output
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.einsum.stats import cascade_stats
@@ -117,10 +118,7 @@ def _emit(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
-        try:
-            output.write_text(text, encoding="utf-8")
-        except OSError as err:
-            raise MambalayaError(f"cannot write {output}: {err.strerror or err}") from None
+        write_text_output(output, text)  # whole: an error leaves the old file or none
         err_console.print(f"wrote {output}")
 
 

@@ -20,7 +20,9 @@ from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping_file import parse_bytes
 
+from mambalaya.cli.cascade import layer_cascade
 from mambalaya.cli.layer_options import LayerArgs, layer_options
+from mambalaya.outputs import check_output_path, write_text_output
 from mambalaya.cli.common import (
     _emit,
     _print_table,
@@ -28,6 +30,7 @@ from mambalaya.cli.common import (
     _rows_csv,
     _rows_table,
     _width_text,
+    err_console,
     fusion_app,
     out_console,
     user_errors,
@@ -37,7 +40,7 @@ from mambalaya.cli.common import (
 DEFAULT_BUFFER = "32MiB"
 
 
-def _resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None):
+def resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None):
     """A named mapping built for ``buffer`` (default 32 MiB), or a mapping file checked against
     ``buffer`` if given, else against the file's own ``buffer_bytes``."""
     from dataclasses import replace
@@ -65,7 +68,8 @@ def classes_cmd(
     """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
-    _, cascade = layer.build()
+    check_output_path(output, kind="file", option="--output")
+    _, cascade = layer_cascade(layer)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
         _emit(json.dumps(edges_json(edges), indent=2), output)
@@ -93,13 +97,18 @@ def map_cmd(
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
-    config, cascade = layer.build()
+    check_output_path(output, kind="file", option="--output")
+    check_output_path(save, kind="file", option="--save")
+    if save is not None and output is not None and save.resolve() == output.resolve():
+        raise MambalayaError(f"--save and --output both name {output}: the table would overwrite the mapping")
+    config, cascade = layer_cascade(layer)
     stats = SearchStats()
-    m = _resolve_mapping(mapping, cascade, buffer, stats)
+    m = resolve_mapping(mapping, cascade, buffer, stats)
     buffer_bytes = m.buffer_bytes
     traffic = mapping_traffic(cascade, m)
     if save is not None:
-        _emit(dump_mapping(m), save)
+        write_text_output(save, dump_mapping(m))
+        err_console.print(f"wrote {save}")
     prov = _provenance(layer.model, config, cascade, **layer.run_fields(), mapping=mapping, buffer_bytes=buffer_bytes)
     if fmt == Format.json:
         _emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
@@ -128,7 +137,8 @@ def pareto_cmd(
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
     from mambalaya.model.pareto import pareto_frontier
 
-    _, cascade = layer.build()
+    check_output_path(output, kind="file", option="--output")
+    _, cascade = layer_cascade(layer)
     rows = [
         {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
         for p in pareto_frontier(cascade)

@@ -27,11 +27,13 @@ from mambalaya.cli.options import (
     UnrollScanOpt,
 )
 from mambalaya.formatting import whole
-from mambalaya.errors import MambalayaError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.unroll import check_unroll_size
 from mambalaya.workloads import resolve_model
 from mambalaya.workloads.families import is_hybrid
 
+from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     _design,
     _emit,
@@ -62,6 +64,11 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
         raise MambalayaError(f"{model} is a hybrid model: the AccelForge export covers Mamba-1 and Mamba-2 layers")
     _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None,
                               "recurrent" if family == "mamba2" else None, precision=precision)
+    if unroll is not None:  # refused here, before anything is written or sent to AccelForge
+        try:
+            check_unroll_size(cascade)
+        except SpecError as err:
+            raise SpecError(f"--unroll-scan {unroll:,}: {err}") from None
     return cascade
 
 
@@ -81,6 +88,7 @@ def export_accelforge_cmd(
     """Write an AccelForge workload (decode step, or prefill with the scan unrolled) and architecture."""
     from mambalaya.interop.accelforge import write_export
 
+    check_output_path(output, kind="directory", option="--output")
     cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
     for path in write_export(cascade, _design(arch, settings), output, unroll_scan=unroll_scan):
         err_console.print(f"wrote {path}")

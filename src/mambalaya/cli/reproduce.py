@@ -32,6 +32,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.workloads import PRESETS, resolve_model
 from mambalaya.workloads.families import is_hybrid
 
+from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     Suite,
     _emit,
@@ -67,6 +68,7 @@ def reproduce_cmd(
 
     from mambalaya.experiments.reproduce import DESIGNS, EXTRA_DESIGNS, ReproduceConfig, run_reproduce
 
+    check_reproduce_out(out, suite, figures)
     if suite == Suite.hybrid:
         from mambalaya.experiments.hybrid_suite import HYBRID_MODELS
 
@@ -111,6 +113,17 @@ def reproduce_cmd(
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")
 
 
+def check_reproduce_out(out: Path, suite: Suite, figures: bool) -> None:
+    """Refuse an ``--out`` the suite cannot write into, before any work: the folder itself, the
+    suite's own folder in it (``hybrid/``) and its figures folder."""
+    check_output_path(out, kind="directory", option="--out")
+    suite_out = out / "hybrid" if suite == Suite.hybrid else out
+    if suite_out != out:
+        check_output_path(suite_out, kind="directory", option="--out")
+    if figures:
+        check_output_path(suite_out / "figures", kind="directory", option="--out")
+
+
 def _reproduce_hybrid(out: Path, models: str, seq_lens: str | None, batch: int, figures: bool,
                       precision: str | None) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -153,6 +166,7 @@ def sensitivity_cmd(
 
     from mambalaya.experiments.sensitivity import RunSetup, load_sensitivity_spec, pair_label, pair_ratio, run_sensitivity
 
+    check_output_path(out, kind="directory", option="--out")
     study = load_sensitivity_spec(spec)
     study = study.model_copy(update={"designs": [design, baseline] if design != baseline else [design]})
     if design == baseline:

@@ -28,6 +28,13 @@ Limits, each refused with an error naming the Einsum: a reader that reaches a st
 initial value through the generational rank (``HC[b,c-1,...]`` with an ``HC0``); a ``max=``
 Einsum whose top-level term is a read of an unrolled tensor over reduced variables (splitting
 it into a sum of terms would change what ``max`` reduces).
+
+Size: the unrolled cascade grows with the number of steps (a Mamba-1 prefill, about 240 bytes
+of cascade file per position). Before anything is built, :func:`unrolled_size` gives its Einsum
+count and estimates its cascade file's size (within a few percent) from one step per count of
+digits in the step number, in milliseconds at any step count; :func:`unroll_recurrences`
+refuses a cascade whose file would exceed :data:`MAX_UNROLLED_TEXT_BYTES`, the largest file
+mambalaya reads back.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
+from mambalaya.einsum.cascade_file import dump_cascade
 from mambalaya.einsum.ir import (
     Access,
     AffineIndex,
@@ -51,9 +59,22 @@ from mambalaya.einsum.ir import (
     rank_variable,
 )
 from mambalaya.errors import SpecError
+from mambalaya.specio import MAX_SPEC_BYTES
 
 #: Preferred name of the size-1 rank that replaces the generational rank in step tensors.
 STEP_RANK = "STEP"
+
+#: The largest unrolled cascade :func:`unroll_recurrences` builds, as the size in bytes of its
+#: cascade file: a cascade beyond what mambalaya reads back (:data:`mambalaya.specio.MAX_SPEC_BYTES`,
+#: 16 MiB, about 70,000 steps of a Mamba-1 prefill) cannot be checked, drawn or exported usefully,
+#: and building it costs gigabytes (a Mamba-1 prefill at L = 10^6: over 5 GB).
+MAX_UNROLLED_TEXT_BYTES = MAX_SPEC_BYTES
+
+#: Bytes a cascade file (:func:`~mambalaya.einsum.cascade_file.dump_cascade`) spends on a tensor
+#: line beyond its name, ranks, role, bits and description (the indent, keys, brackets, commas,
+#: quotes and newline), and on an Einsum line beyond the Einsum's text (``  - `` and newline).
+_TENSOR_LINE_OVERHEAD_BYTES = 49
+_EINSUM_LINE_OVERHEAD_BYTES = 5
 
 
 @dataclass(frozen=True)
@@ -68,20 +89,99 @@ class _Unrolled:
         return f"{self.tensor}_{t}"
 
 
-def unroll_recurrences(cascade: Cascade, einsums: Iterable[str] | None = None) -> Cascade:
+@dataclass(frozen=True)
+class UnrollSize:
+    """How big unrolling a cascade's recurrences would make it (:func:`unrolled_size`)."""
+
+    #: the Einsums of the unrolled cascade (before dead steps are dropped, at most one per recurrence)
+    einsums: int
+    #: the estimated size of its cascade file (:func:`~mambalaya.einsum.cascade_file.dump_cascade`)
+    text_bytes: int
+    #: the size of the cascade file of the cascade as it is, not unrolled
+    recurrent_text_bytes: int
+    #: (recurrent Einsum, its generational rank, steps) of each recurrence unrolled
+    recurrences: tuple[tuple[str, str, int], ...]
+
+    @property
+    def bytes_per_step(self) -> float:
+        """What one more step of every recurrence adds to the file, on average."""
+        steps = max((n for _, _, n in self.recurrences), default=1)
+        return max(self.text_bytes - self.recurrent_text_bytes, 1) / steps
+
+
+def unrolled_size(cascade: Cascade, einsums: Iterable[str] | None = None) -> UnrollSize:
+    """The Einsum count and the estimated cascade-file size of ``unroll_recurrences(cascade,
+    einsums)``, within a few percent: each recurrence's step line and each selecting read's
+    term is measured once per count of digits in the step number, so the time grows with the
+    logarithm of the step count, and no step is built."""
+    plans = _plans(cascade, einsums)
+    step_rank = _free_rank_name(cascade)
+    sizes = {**cascade.variable_sizes, rank_variable(step_rank): 1}
+    recurrent_text_bytes = len(dump_cascade(cascade).encode("utf-8"))
+    text_bytes = recurrent_text_bytes
+    for name, plan in plans.items():
+        e, spec = cascade.einsum(name), cascade.tensors[name]
+        for t, count in _digit_bands(0, plan.steps - 1):
+            text_bytes += count * _step_text_bytes(cascade, e, _step_tensor(spec, plan, step_rank, t), plan, step_rank, t)
+    for reader in cascade.einsums:  # a reader of H[..i..] reads the sum H_0[..] + H_1[..] + ...: a term per step
+        for acc in reader.inputs:
+            plan = plans.get(acc.tensor)
+            if plan is None or acc.tensor == reader.name:
+                continue
+            lo, hi = acc.indices[plan.dim].bounds(sizes)
+            for t, count in _digit_bands(max(lo, 0), min(hi, plan.steps - 1)):
+                text_bytes += count * (len(str(_selecting_term(acc, plan, t))) + len(" + "))
+    count = len(cascade.einsums) + sum(p.steps - 1 for p in plans.values())
+    recurrences = tuple((n, cascade.recurrence(cascade.einsum(n))[0], p.steps) for n, p in plans.items())  # type: ignore[index]
+    return UnrollSize(count, text_bytes, recurrent_text_bytes, recurrences)
+
+
+def _digit_bands(first: int, last: int) -> list[tuple[int, int]]:
+    """``[first, last]`` cut where the step number gains a digit: (first step of a band, steps in it)."""
+    bands, start = [], first
+    while start <= last:
+        end = min(last, 10 ** len(str(start)) - 1)
+        bands.append((start, end - start + 1))
+        start = end + 1
+    return bands
+
+
+def _step_text_bytes(cascade: Cascade, e: Einsum, tensor: TensorSpec, plan: _Unrolled, step_rank: str, t: int) -> int:
+    """Bytes of step ``t``'s Einsum line and tensor line in a cascade file."""
+    einsum_text = str(_step_einsum(cascade, e, plan, step_rank, t))
+    tensor_text = (len(tensor.name) + len(", ".join(tensor.ranks)) + len(tensor.role.value) + len(str(tensor.bits))
+                   + len(tensor.description or ""))
+    return len(einsum_text) + _EINSUM_LINE_OVERHEAD_BYTES + tensor_text + _TENSOR_LINE_OVERHEAD_BYTES
+
+
+def check_unroll_size(cascade: Cascade, einsums: Iterable[str] | None = None, *,
+                      max_text_bytes: int = MAX_UNROLLED_TEXT_BYTES) -> UnrollSize:
+    """:func:`unrolled_size`, or a :class:`SpecError` naming the recurrences, their steps, the
+    estimate and the bound when the unrolled cascade's file would exceed ``max_text_bytes``."""
+    size = unrolled_size(cascade, einsums)
+    if size.text_bytes <= max_text_bytes:
+        return size
+    over = ", ".join(f"{name} over {rank} = {steps:,} steps" for name, rank, steps in size.recurrences)
+    fits = max(0, int((max_text_bytes - size.recurrent_text_bytes) / size.bytes_per_step))
+    raise SpecError(
+        f"cannot unroll cascade {cascade.name!r} ({over}): it would have {size.einsums:,} Einsums and a cascade "
+        f"file of about {size.text_bytes:,} bytes, over the bound of {max_text_bytes:,} bytes "
+        f"(MAX_UNROLLED_TEXT_BYTES, the largest spec file mambalaya reads back); at about "
+        f"{size.bytes_per_step:,.0f} bytes per step, at most about {fits:,} steps fit (a shorter sequence)"
+    )
+
+
+def unroll_recurrences(cascade: Cascade, einsums: Iterable[str] | None = None, *,
+                       max_text_bytes: int = MAX_UNROLLED_TEXT_BYTES) -> Cascade:
     """The cascade with the recurrences named in ``einsums`` (default: all) unrolled into one
-    Einsum per step of their generational rank (see the module docstring)."""
-    recurrent = [e.name for e in cascade.einsums if cascade.recurrence(e)]
-    chosen = list(recurrent if einsums is None else einsums)
-    for name in chosen:
-        if name not in recurrent:
-            raise SpecError(
-                f"cannot unroll {name!r}: it is not a recurrent Einsum of cascade {cascade.name!r} "
-                f"(recurrences: {', '.join(recurrent) or 'none'})"
-            )
-    if not chosen:
+    Einsum per step of their generational rank (see the module docstring). A cascade whose
+    file would exceed ``max_text_bytes`` is refused before a step is built
+    (:func:`check_unroll_size`)."""
+    plans = _plans(cascade, einsums)
+    if not plans:
         return cascade
-    plans = {name: _plan(cascade, cascade.einsum(name)) for name in chosen}
+    check_unroll_size(cascade, list(plans), max_text_bytes=max_text_bytes)
+    chosen = list(plans)
     step_rank = _free_rank_name(cascade)
     tensors = _step_tensors(cascade, plans, step_rank)
     new_einsums: list[Einsum] = []
@@ -109,6 +209,20 @@ def unroll_recurrences(cascade: Cascade, einsums: Iterable[str] | None = None) -
     )
 
 
+def _plans(cascade: Cascade, einsums: Iterable[str] | None) -> dict[str, _Unrolled]:
+    """How each recurrence named in ``einsums`` (default: all) unrolls, or a SpecError naming one
+    that is not a recurrence of the cascade or cannot unroll."""
+    recurrent = [e.name for e in cascade.einsums if cascade.recurrence(e)]
+    chosen = list(recurrent if einsums is None else einsums)
+    for name in chosen:
+        if name not in recurrent:
+            raise SpecError(
+                f"cannot unroll {name!r}: it is not a recurrent Einsum of cascade {cascade.name!r} "
+                f"(recurrences: {', '.join(recurrent) or 'none'})"
+            )
+    return {name: _plan(cascade, cascade.einsum(name)) for name in chosen}
+
+
 def _plan(cascade: Cascade, e: Einsum) -> _Unrolled:
     rank, _ = cascade.recurrence(e)  # type: ignore[misc]
     if cascade.is_history_recurrence(e) or cascade.contracted_state_ranks(e):
@@ -116,9 +230,11 @@ def _plan(cascade: Cascade, e: Einsum) -> _Unrolled:
                         "or contracting read); only plain recurrences unroll", einsum=e.name)
     dim = cascade.tensors[e.name].ranks.index(rank)
     plan = _Unrolled(e.name, dim, cascade.size(rank))
-    for t in range(plan.steps):
-        if plan.step(t) in cascade.tensors:
-            raise SpecError(f"cannot unroll {e.name!r}: the cascade already has a tensor named {plan.step(t)}", einsum=e.name)
+    prefix = f"{e.name}_"
+    for name in cascade.tensors:  # a step's name taken already (checked per tensor, not per step)
+        suffix = name[len(prefix):] if name.startswith(prefix) else ""
+        if suffix.isdigit() and str(int(suffix)) == suffix and int(suffix) < plan.steps:
+            raise SpecError(f"cannot unroll {e.name!r}: the cascade already has a tensor named {name}", einsum=e.name)
     return plan
 
 
@@ -154,21 +270,23 @@ def _step_tensors(cascade: Cascade, plans: dict[str, _Unrolled], step_rank: str)
         if plan is None:
             out.append(spec)
             continue
-        ranks = spec.ranks[: plan.dim] + (step_rank,) + spec.ranks[plan.dim + 1 :]
-        for t in range(plan.steps):
-            last = t == plan.steps - 1
-            role = spec.role if (last or spec.role == Role.OUTPUT) else Role.INTERMEDIATE
-            out.append(
-                TensorSpec(
-                    plan.step(t),
-                    ranks,
-                    role,
-                    spec.bits,
-                    updates=spec.updates if last else None,
-                    description=f"{spec.description or name}, step {t} of {plan.steps}",
-                )
-            )
+        out += [_step_tensor(spec, plan, step_rank, t) for t in range(plan.steps)]
     return out
+
+
+def _step_tensor(spec: TensorSpec, plan: _Unrolled, step_rank: str, t: int) -> TensorSpec:
+    """The tensor step ``t`` of ``plan`` writes."""
+    ranks = spec.ranks[: plan.dim] + (step_rank,) + spec.ranks[plan.dim + 1 :]
+    last = t == plan.steps - 1
+    role = spec.role if (last or spec.role == Role.OUTPUT) else Role.INTERMEDIATE
+    return TensorSpec(
+        plan.step(t),
+        ranks,
+        role,
+        spec.bits,
+        updates=spec.updates if last else None,
+        description=f"{spec.description or spec.name}, step {t} of {plan.steps}",
+    )
 
 
 def _substitute(idx: AffineIndex, var: str, value: int) -> AffineIndex:
@@ -188,6 +306,12 @@ def _map_accesses(expr: Expr, fn) -> Expr:
 
 
 def _step_einsums(cascade: Cascade, e: Einsum, plan: _Unrolled, step_rank: str) -> list[Einsum]:
+    return [_step_einsum(cascade, e, plan, step_rank, t) for t in range(plan.steps)]
+
+
+def _step_einsum(cascade: Cascade, e: Einsum, plan: _Unrolled, step_rank: str, t: int) -> Einsum:
+    """Step ``t`` of the recurrence ``e``: its generational variable fixed to ``t``, its self-read
+    the step before (or the initial value, or zero)."""
     gvar = e.output.indices[plan.dim].plain_variable
     assert gvar is not None
     step_index = AffineIndex.var(rank_variable(step_rank))
@@ -210,11 +334,8 @@ def _step_einsums(cascade: Cascade, e: Einsum, plan: _Unrolled, step_rank: str) 
             return Access(spec.initial, acc.indices[:axis] + acc.indices[axis + 1 :])
         return Access(spec.initial, _with(acc.indices, axis, AffineIndex.constant(history)))
 
-    steps = []
-    for t in range(plan.steps):
-        output = Access(plan.step(t), _with(e.output.indices, plan.dim, step_index))
-        steps.append(Einsum(output, _map_accesses(e.expr, lambda a, t=t: at_step(a, t)), e.reduce_op))
-    return steps
+    output = Access(plan.step(t), _with(e.output.indices, plan.dim, step_index))
+    return Einsum(output, _map_accesses(e.expr, lambda a: at_step(a, t)), e.reduce_op)
 
 
 def _with(indices: tuple[AffineIndex, ...], dim: int, index: AffineIndex) -> tuple[AffineIndex, ...]:
@@ -228,6 +349,14 @@ def _balanced_sum(terms: list[Expr]) -> Expr:
         return terms[0]
     mid = len(terms) // 2
     return Binary("+", _balanced_sum(terms[:mid]), _balanced_sum(terms[mid:]))
+
+
+def _selecting_term(acc: Access, plan: _Unrolled, t: int) -> Access:
+    """The read of step ``t`` that stands for ``acc`` where its generational index ``x`` is
+    ``t``: ``x - t`` is 0 exactly there, out of range (read as zero) elsewhere."""
+    x = acc.indices[plan.dim]
+    offset = AffineIndex(tuple((v, -c) for v, c in x.terms), t - x.const)
+    return Access(plan.step(t), _with(acc.indices, plan.dim, offset))
 
 
 def _rewrite_reads(cascade: Cascade, e: Einsum, plans: dict[str, _Unrolled], step_rank: str) -> Einsum:
@@ -247,10 +376,7 @@ def _rewrite_reads(cascade: Cascade, e: Einsum, plans: dict[str, _Unrolled], ste
                 "reader cannot select it",
                 einsum=e.name,
             )
-        terms: list[Expr] = []
-        for t in range(max(lo, 0), min(hi, plan.steps - 1) + 1):
-            offset = AffineIndex(tuple((v, -c) for v, c in x.terms), t - x.const)  # 0 exactly when x = t
-            terms.append(Access(plan.step(t), _with(acc.indices, plan.dim, offset)))
+        terms: list[Expr] = [_selecting_term(acc, plan, t) for t in range(max(lo, 0), min(hi, plan.steps - 1) + 1)]
         if not terms:
             return Const(0.0)
         if len(terms) > 1 and e.reduce_op != "sum" and id(acc) in top_level and e.reduced_variables:

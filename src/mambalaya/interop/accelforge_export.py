@@ -16,6 +16,7 @@ import yaml
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, AffineIndex, Einsum, rank_variable
 from mambalaya.einsum.unroll import unroll_recurrences
+from mambalaya.outputs import write_text_output
 from mambalaya.errors import SpecError
 
 
@@ -287,16 +288,16 @@ def unfused_mapping_yaml(ex: _Export) -> str:
 def write_export(cascade: Cascade, arch_spec: Any, out_dir: str | Path, unroll_scan: int | None = None) -> list[Path]:
     """Write ``workload.yaml``, ``arch.yaml`` and ``mapping_unfused.yaml`` into ``out_dir``."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    graph, ex = _translate(cascade, unroll_scan)
+    graph, ex = _translate(cascade, unroll_scan)  # before the folder is made: a refusal leaves nothing
     files = {
         "workload.yaml": _header(graph, ex, unroll_scan) + yaml.safe_dump(_workload_dict(ex), sort_keys=False, width=120),
         "arch.yaml": export_arch(arch_spec),
         "mapping_unfused.yaml": unfused_mapping_yaml(ex),
     }
+    out.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in files.items():
-        (out / name).write_text(text, encoding="utf-8")
+        write_text_output(out / name, text)  # each file whole
         paths.append(out / name)
     return paths
 

@@ -472,3 +472,100 @@ def test_a_kernel_is_a_group_so_a_mapping_says_which_einsums_one_kernel_runs():
     assert len(one_kernel.groups) == 1 and one_kernel.latency_s >= 3e-6
     launches = sum(g.bound == "launch" for g in per_einsum.groups)
     assert launches > 1 and per_einsum.latency_s >= launches * 3e-6 * (1 - 1e-12)
+
+
+# ---------------------------------------------------------------------------------------------
+# --set FIELD=VALUE: one field each, set once
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("sources=5", "'sources' cannot be set"),
+    ("sources.clock_hz=x", "'sources.clock_hz' cannot be set"),
+    ("compute=3", "'compute' is a whole section, not a field: set its fields one at a time (e.g. compute.array_rows"),
+    ("compute={array_rows: 4}", "'compute' is a whole section"),
+    ("energy=5", "'energy' is a whole section"),
+    ("compute.unary_cost_cycles=5", "'compute.unary_cost_cycles' is a table (entries: abs, exp"),
+    ("memory.levels=4", "'memory.levels' is a table (empty here), not one value (got 4 (int))"),
+    (".clock_hz=1", "'.clock_hz' is not a field name"),
+    ("compute..array_rows=1", "'compute..array_rows' is not a field name"),
+    ("clock_hz.=1", "'clock_hz.' is not a field name"),
+])
+def test_set_refuses_what_is_not_one_field(setting, needle) -> None:
+    """--set sources=5 was a traceback (AttributeError); a whole section or a table given one
+    value was left to a later, vaguer error. set_fields refuses them, naming the field."""
+    from mambalaya.arch import with_settings
+
+    with pytest.raises(SpecError) as err:
+        with_settings(load_arch("mambalaya"), [setting])
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_cli_refuses_set_sources_with_one_error() -> None:
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    r = CliRunner().invoke(app, ["arch", "show", "mambalaya", "--set", "sources=5"])
+    assert r.exit_code == 1 and r.stderr.startswith("error: ") and "Traceback" not in r.output
+
+
+@pytest.mark.parametrize("settings, needle", [
+    (["clock_hz=1GHz", "clock_hz=2GHz"], "--set clock_hz is given twice (--set clock_hz=1GHz and --set clock_hz=2GHz)"),
+    (["clock_hz=1GHz", " clock_hz =1GHz"], "--set clock_hz is given twice"),
+    (["compute.unary_cost_cycles={exp: 1}", "compute.unary_cost_cycles.exp=3"],
+     "--set compute.unary_cost_cycles={exp: 1} and --set compute.unary_cost_cycles.exp=3 both set "
+     "'compute.unary_cost_cycles.exp'"),
+])
+def test_the_same_field_set_twice_is_refused_naming_both_values(settings, needle) -> None:
+    """The last --set used to win silently."""
+    from mambalaya.arch import with_settings
+
+    with pytest.raises(SpecError) as err:
+        with_settings(load_arch("mambalaya"), settings)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("setting", [
+    "=5", "name=", "memory.offchip_bandwidth_bytes_per_s=[1,2]", "clock_hz=.nan", "clock_hz=1e400", "clock_hz=-.inf",
+    "clock_hz=1e-300", "name=[x", "compute.unary_cost_cycles={exp: 1, exp: 2}", "compute.dataflows=&a [*a]",
+    'name="\\U00110000"', "compute.array_rows=1e3", "compute.array_rows=128.0", "compute.one_d_mode=no",
+    "compute.array_rows=99999999999999999999999", "power_budget_w=null", "memory.levels.l2={capacity_bytes: x}",
+    "compute.unary_cost_cycles.exp.x=1", "name=!!python/object:os.system x", "=", "clock_hz", "clock_hz==1GHz",
+])
+def test_odd_settings_are_an_error_or_a_valid_design(setting) -> None:
+    """Each is one paragraph naming what is wrong, or a design that validates (name=[x is the
+    name '[x'): never a traceback."""
+    from mambalaya.arch import with_settings
+
+    try:
+        spec = with_settings(load_arch("mambalaya"), [setting])
+    except SpecError as err:
+        assert "\n" not in str(err) and str(err).strip()
+        return
+    assert isinstance(spec, ArchSpec)
+    assert loads_arch(arch_to_yaml(spec)) == spec
+
+
+_SET_FIELDS = ["clock_hz", "name", "precision", "power_budget_w", "sources", "compute", "compute.array_rows",
+               "compute.unary_cost_cycles", "compute.unary_cost_cycles.exp", "memory.onchip_buffer_bytes",
+               "memory.levels", "energy.mfu_pj", "energy.mfu_pj.exp", "technology.node_nm", "kernels.min_kernel_s",
+               "mappings.default", "nothing", "compute.nothing", ""]
+_SET_VALUES = st.one_of(st.sampled_from(["5", "-1", "0", "1e400", ".nan", "fast", "[1, 2]", "{a: 1}", "null", "true",
+                                         "16MiB", "1GHz", "&a [*a]", "{exp: 1, exp: 2}", "''", "[", "optimal"]),
+                        st.text(max_size=8))
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(_SET_FIELDS), _SET_VALUES), min_size=1, max_size=3),
+       st.sampled_from(["mambalaya", "gpu-h100"]))
+def test_any_set_is_one_error_or_a_valid_design(settings_, design) -> None:
+    """--set FIELD=VALUE over fields that exist, sections, tables, entries and names that do
+    not, with values of every kind: one SpecError of one paragraph, or a design that validates."""
+    from mambalaya.arch import with_settings
+
+    try:
+        spec = with_settings(load_arch(design), [f"{field}={value}" for field, value in settings_])
+    except SpecError as err:
+        assert "\n" not in str(err)
+        return
+    assert isinstance(spec, ArchSpec)

@@ -28,7 +28,7 @@ chunk_size: 3
 grid:
   arch: [mambalaya, marca-ideal]
   memory.offchip_bandwidth_bytes_per_s: [1e12, 4e12]
-  memory.onchip_buffer_bytes: [8MiB, -1]
+  memory.onchip_buffer_bytes: [8MiB, 64]
   model: [mamba-130m]
   phase: [prefill, decode]
   seq_len: [1024]
@@ -180,10 +180,13 @@ def test_lost_dask_worker_does_not_lose_or_duplicate_points(tmp_path) -> None:
 
 
 def test_cli_run_plot_export(tmp_path) -> None:
-    spec_path = write_spec(tmp_path, SMALL.replace("[8MiB, -1]", "[8MiB, 32MiB]"))
+    spec_path = write_spec(tmp_path, SMALL.replace("[8MiB, 64]", "[8MiB, 32MiB]"))
     r = runner.invoke(app, ["sweep", str(spec_path), "--workers", "1"])
     assert r.exit_code == 0, r.output
     assert "16 points" in r.stderr and "0 failed" in r.stderr
+    said = " ".join(r.stderr.split())  # before the first point: the count; after the first chunk: an estimate
+    assert "sweep small: 16 points, 0 already in" in said and "16 to compute in" in said
+    assert "estimated time: about" in said and "s a point on one worker" in said
     store = tmp_path / "spec.sqlite"
     r = runner.invoke(app, ["sweep", "plot", str(store), "-o", str(tmp_path / "plots"),
                             "--x", "memory.offchip_bandwidth_bytes_per_s", "--y", "memory.onchip_buffer_bytes"])
@@ -394,7 +397,7 @@ def test_cli_sweep_exits_non_zero_only_when_every_point_failed(tmp_path) -> None
     assert r.exit_code == 0, r.output
     assert "4 failed" in r.stderr and "commonest errors:" in r.stderr
     assert "4 points: " in r.stderr and "memory.onchip_buffer_bytes" in r.stderr
-    every = write_spec(tmp_path, SMALL.replace("[8MiB, -1]", "[-1]").replace("phase: [prefill, decode]",
+    every = write_spec(tmp_path, SMALL.replace("[8MiB, 64]", "[64]").replace("phase: [prefill, decode]",
                                                                          "phase: [decode]"), "every.yaml")
     r = runner.invoke(app, ["sweep", str(every), "--workers", "1"])
     assert r.exit_code == 1, r.output
@@ -407,12 +410,12 @@ def test_a_point_over_its_power_budget_is_flagged_with_its_throttled_latency() -
     set below the point's power flags it and gives the latency held to the budget."""
     base = {"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
             "mapping": "default"}
-    within, tight = evaluate_chunk([base, dict(base, power_budget_w=1e-3)])
+    within, tight = evaluate_chunk([base, dict(base, power_budget_w=1.0)])  # above its 0.3 W leakage
     assert not within.error and not tight.error
     assert within.outputs["power_budget_w"] == 700 and not within.outputs["over_power_budget"]
     assert within.outputs["throttled_latency_s"] == within.outputs["latency_s"]
     assert tight.outputs["over_power_budget"]
-    assert tight.outputs["throttled_latency_s"] > 1e3 * tight.outputs["latency_s"]
+    assert tight.outputs["throttled_latency_s"] > 100 * tight.outputs["latency_s"]
 
 
 def test_a_local_sweep_submits_the_chunks_expected_to_take_longest_first() -> None:
@@ -437,3 +440,105 @@ def test_a_local_sweep_submits_the_chunks_expected_to_take_longest_first() -> No
     assert order.take() == 4  # "slow" measured at 1 s a point: its 2 points (2 s) before "new"'s 1 (1 s)
     assert order.take() == 6
     assert not order.pending
+
+
+def _load_error(tmp_path: Path, text: str) -> str:
+    """The one-paragraph SpecError loading the sweep spec ``text`` raises."""
+    with pytest.raises(SpecError) as err:
+        load_sweep_spec(write_spec(tmp_path, text, "bad.yaml"))
+    message = str(err.value)
+    assert "\n" not in message and "bad.yaml" in message
+    return message
+
+
+@pytest.mark.parametrize("value", ["64.9", "64.0", "'64'", "true", "0", "-3", str(2**53 + 1), ".nan", ".inf", "1e3",
+                                   "64 tokens", "null"])
+@pytest.mark.parametrize("field", ["seq_len", "batch"])
+def test_a_size_that_is_not_an_integer_is_refused_when_the_spec_is_read(tmp_path, field, value) -> None:
+    """seq_len: [64.9] once stored a row at 64.9 with the numbers of L = 64. A size is an integer
+    from 1 to 2^53, in the grid and in fixed alike; 64.0 is not an integer either."""
+    grid = f"grid:\n  model: [mamba-130m]\n  {field}: [{value}]\n"
+    if value != "null":  # (null is no grid value at all)
+        assert f"grid.{field}: " in _load_error(tmp_path, grid)
+    message = _load_error(tmp_path, f"grid:\n  model: [mamba-130m]\nfixed:\n  {field}: {value}\n")
+    assert f"fixed.{field}: " in message and "integer from 1 to 2^53" in message
+
+
+def test_a_point_built_by_hand_never_has_its_size_truncated() -> None:
+    point = {"arch": "marca-ideal", "model": "mamba-130m", "phase": "prefill", "seq_len": 64.9, "batch": 2,
+             "mapping": "default"}
+    (result,) = evaluate_chunk([point])
+    assert result.outputs is None and "seq_len: 64.9 is not a sequence length" in result.error
+    with pytest.raises(SpecError, match="seq_len"):
+        sweep_spec_of(seq_len=[64.9])
+
+
+def sweep_spec_of(**grid):
+    from mambalaya.experiments.sweep import SweepSpec
+
+    return SweepSpec("by-hand", Path("unused.sqlite"), {"model": ["mamba-130m"], **grid})
+
+
+def test_a_text_where_a_number_is_is_one_error_when_the_spec_is_read(tmp_path) -> None:
+    """grid: {clock_hz: [fast]} once failed every point, one by one; it is refused when the spec
+    is read, naming the field, by the command too (no store made, no progress shown)."""
+    text = "grid:\n  model: [mamba-130m]\n  clock_hz: [1GHz, fast]\n"
+    assert "grid.clock_hz: invalid architecture field: clock_hz: cannot read 'fast' as a frequency" in _load_error(
+        tmp_path, text)
+    path = write_spec(tmp_path, text, "fast.yaml")
+    r = runner.invoke(app, ["sweep", str(path), "--workers", "1"])
+    assert r.exit_code == 1 and r.stderr.startswith("error: ") and "grid.clock_hz" in r.stderr
+    assert "Traceback" not in r.output and "points/s" not in r.output
+    assert not (tmp_path / "fast.sqlite").exists()
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("grid:\n  memory.onchip_buffer_bytes: [8MiB, -1]", "grid.memory.onchip_buffer_bytes: invalid architecture field: "
+     "memory.onchip_buffer_bytes: must be > 0 (got -1)"),
+    ("grid:\n  compute.array_rows: [128.0]", "grid.compute.array_rows: invalid architecture field: compute.array_rows: "
+     "must be an integer (got 128.0)"),
+    ("grid:\n  compute.one_d_mode: ['no']", "compute.one_d_mode: must be true or false (got 'no')"),
+    ("grid:\n  memory.offchip_bandwidth_bytes_per_s: [.inf]", "must be a finite number"),
+    ("grid:\n  compute.unary_cost_cycles: [5]", "'compute.unary_cost_cycles' is a table"),
+    ("grid:\n  sources.clock_hz: [x]", "'sources.clock_hz' cannot be set"),
+    ("grid:\n  memory.onchip_buffer: [8MiB]", "'memory.onchip_buffer' does not exist"),
+    ("grid:\n  arch: [gpu-h100]\n  energy.dram_pj_per_bit: [3]", "this spec has no 'energy' section (on gpu-h100)"),
+    ("grid:\n  phase: [warmup]", "grid.phase: 'warmup' is not a phase: one of prefill, decode"),
+    ("grid:\n  mapping: [fastest]", "grid.mapping: 'fastest' is not a mapping: one of default, unfused"),
+    ("grid:\n  arch: [5]", "grid.arch: 5 is not the name of an arch"),
+    ("grid:\n  arch: [no-such-design]", "grid.arch: design 'no-such-design': unknown architecture"),
+    ("fixed:\n  model: no-such-model", "fixed.model: model 'no-such-model': unknown model"),
+    ("grid:\n  seq_len: [1024]\nfixed:\n  seq_len: 2048", "'seq_len' is set both in 'grid' ([1024]) and in 'fixed' (2048)"),
+    ("grid:\n  compute.unary_cost_cycles.exp: [1, 2]\nfixed:\n  compute.unary_cost_cycles: {exp: 3}",
+     "fixed.compute.unary_cost_cycles and grid.compute.unary_cost_cycles.exp both set"),
+])
+def test_every_field_of_a_sweep_is_checked_when_the_spec_is_read(tmp_path, setting, needle) -> None:
+    head = "grid:\n  model: [mamba-130m]\n" if "model" not in setting else "grid:\n  seq_len: [64]\n"
+    text = head + setting.replace("grid:\n", "") if setting.startswith("grid:") else head + setting
+    assert needle in _load_error(tmp_path, text)
+
+
+def test_a_combination_that_is_impossible_is_left_to_its_points(tmp_path) -> None:
+    """A value some design takes (an energy field: mambalaya has the section, gpu-h100 not; a
+    buffer smaller than the PE-local level) loads; the points that cannot run fail alone."""
+    spec = load_sweep_spec(write_spec(tmp_path, "grid:\n  model: [mamba-130m]\n  arch: [mambalaya, gpu-h100]\n"
+                                      "  energy.dram_pj_per_bit: [3]\n  memory.onchip_buffer_bytes: [64]\n"))
+    assert len(spec.points()) == 2
+
+
+def test_a_hybrid_moe_points_stored_attention_share_equals_what_compare_reports(tmp_path) -> None:
+    """Granite 4.0-H's attention layers are 'attention-moe': the store's attention_share (once
+    left empty) holds their share of the time, equal to the one compare reports."""
+    from mambalaya.experiments.hybrid import hybrid_compare_rows
+    from mambalaya.workloads import resolve_model
+
+    spec = load_sweep_spec(write_spec(tmp_path, "grid:\n  model: [granite-4.0-h-tiny]\n  arch: [marca-ideal]\n"
+                                      "  phase: [decode]\n  seq_len: [256]\n  batch: [1]\n"))
+    summary = run_sweep(spec, workers=1)
+    assert summary.failed == 0
+    (stored_share,) = stored(spec.store)["attention_share"]
+    (row,) = hybrid_compare_rows(["marca-ideal"], "granite-4.0-h-tiny", resolve_model("granite-4.0-h-tiny"),
+                                 phase="decode", seq_lens=[256], batch=1, baseline="marca-ideal")
+    attention = [k for k in row if k.startswith("attention") and k.endswith("_share")]
+    assert attention == ["attention-moe_share"]
+    assert 0 < stored_share < 1 and stored_share == pytest.approx(row["attention-moe_share"], rel=1e-12)

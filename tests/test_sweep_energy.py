@@ -39,7 +39,7 @@ def test_the_totals_equal_the_per_einsum_energy(design: str, model: str, scan: s
     base = _staged_with_energy() if design == "staged" else load_arch(design)
     cascade = build_layer(PRESETS[model], phase="prefill", seq_len=640, batch=2, scan=scan)
     for settings in ([], ["memory.offchip_bandwidth_bytes_per_s=0.5e12"], ["memory.onchip_buffer_bytes=3MiB"],
-                     ["power_budget_w=1e-4"]):
+                     ["power_budget_w=2"]):
         arch = with_settings(base, settings)
         mapping = named_mapping(arch.mappings.default, cascade, arch.memory.onchip_buffer_bytes, arch=arch)
         rows = layer_latency(arch, cascade, mapping)
@@ -83,7 +83,7 @@ grid:
   phase: [prefill]
   seq_len: [512]
   batch: [2]
-  power_budget_w: [1e-3]
+  power_budget_w: [1]
 """)
     spec = load_sweep_spec(spec_path)
     summary = run_sweep(spec, workers=1)

@@ -12,7 +12,7 @@ import os
 import re
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -29,7 +29,7 @@ from mambalaya.arch.spec import (
     field_paths,
 )
 from mambalaya.errors import SpecError
-from mambalaya.specio import allowed_field_names, describe_validation_error, kind_of as _kind, parse_yaml_text, read_spec_file
+from mambalaya.specio import allowed_field_names, describe_validation_error, kind_of as _kind, parse_yaml_text, path_is, read_spec_file
 
 __all__ = [
     "ArchSpec",
@@ -48,7 +48,9 @@ __all__ = [
     "arch_rows",
     "shipped_archs",
     "field_paths",
+    "overlapping_fields",
     "parse_setting",
+    "SECTION_FIELDS",
     "set_fields",
     "with_settings",
 ]
@@ -77,11 +79,11 @@ def load_arch(name_or_path: str | os.PathLike[str]) -> ArchSpec:
     path = Path(name_or_path)
     text = str(name_or_path)
     looks_like_path = isinstance(name_or_path, os.PathLike) or text.endswith((".yaml", ".yml")) or os.sep in text or "/" in text
-    if not looks_like_path and not path.is_file():
+    if not looks_like_path and not path_is(path, "file"):
         raise SpecError(
             f"unknown architecture {text!r}; shipped: {', '.join(shipped_archs())} (or give the path of a YAML file)"
         )
-    if not path.exists():
+    if not path_is(path):
         raise SpecError(f"cannot read architecture file: No such file or directory (shipped specs, loaded by name: "
                         f"{', '.join(shipped_archs())})", source=str(path))
     return loads_arch(read_spec_file(path, "architecture file"), source=str(path))
@@ -128,24 +130,85 @@ def _allowed_fields(loc: list[Any]) -> str:
 TOP_LEVEL_FIELDS = ("name", "description", "clock_hz", "bits_per_element", "precision", "power_budget_w")
 
 
+def _is_section(annotation: Any) -> bool:
+    """Whether a field's annotation is a section model (``ComputeSpec``, ``EnergySpec | None``)."""
+    return any(isinstance(a, type) and issubclass(a, BaseModel) for a in (get_args(annotation) or (annotation,)))
+
+
+#: The spec's sections (``compute``, ``memory``, ``energy``, ...): set field by field, never whole.
+SECTION_FIELDS: tuple[str, ...] = tuple(n for n, f in ArchSpec.model_fields.items() if _is_section(f.annotation))
+
+#: The field that records where each value came from: written by :func:`with_settings`, not set.
+_SOURCES_FIELD = "sources"
+
+
 def set_fields(data: dict[str, Any], values: dict[str, Any], *, what: str = "architecture field") -> dict[str, Any]:
-    """``data`` (an :func:`arch_to_dict`) with each dotted field of ``values`` replaced; a field
-    the spec does not have (or an optional section it lacks) is an error naming it. Values are
-    validated, with their units parsed, when the dict is read back (:func:`arch_from_dict`)."""
+    """``data`` (an :func:`arch_to_dict`) with each dotted field of ``values`` replaced. Refused,
+    with one paragraph naming the field: a name that is not a dotted field name, a field the
+    spec does not have (or an optional section it lacks), ``sources`` (the spec's record of
+    where values came from), a whole section (``compute``: its fields are set one at a time)
+    and a table (``compute.unary_cost_cycles``, ``memory.levels``) given anything but a mapping.
+    Values are validated, with their units parsed, when the dict is read back
+    (:func:`arch_from_dict`)."""
     for key, value in values.items():
-        node = data
-        *parents, leaf = key.split(".")
-        for p in parents:
-            if not isinstance(node.get(p), dict):
-                why = (f"this spec has no {p!r} section" if p in node or p in ArchSpec.model_fields
-                       else f"{p!r} is not a section here (fields here: {', '.join(sorted(node))})")
-                raise SpecError(f"{what} {key!r} does not exist: {why}")
-            node = node[p]
-        # a new key inside a table field (energy.mfu_pj.exp, compute.unary_cost_cycles.exp) is fine
-        if leaf not in node and len(parents) < 2 and (parents or leaf not in TOP_LEVEL_FIELDS):
-            raise SpecError(f"{what} {key!r} does not exist (fields here: {', '.join(sorted(node))})")
-        node[leaf] = value
+        _set_field(data, key, value, what)
     return data
+
+
+def _set_field(data: dict[str, Any], key: Any, value: Any, what: str) -> None:
+    parts = key.split(".") if isinstance(key, str) else []
+    if not parts or not all(p.strip() for p in parts):
+        raise SpecError(f"{what} {key!r} is not a field name (a dotted name such as memory.onchip_buffer_bytes)")
+    if parts[0] == _SOURCES_FIELD:
+        raise SpecError(f"{what} {key!r} cannot be set: '{_SOURCES_FIELD}' is the spec's record of where each value "
+                        "came from, which --set writes itself; set the field itself")
+    if len(parts) == 1 and key in SECTION_FIELDS:
+        example = f"{key}.{next(iter(_section_fields(key)), 'FIELD')}"
+        raise SpecError(f"{what} {key!r} is a whole section, not a field: set its fields one at a time "
+                        f"(e.g. {example}=VALUE)")
+    node = data
+    *parents, leaf = parts
+    for p in parents:
+        if not isinstance(node.get(p), dict):
+            why = (f"this spec has no {p!r} section" if p in node or p in ArchSpec.model_fields
+                   else f"{p!r} is not a section here (fields here: {', '.join(sorted(node))})")
+            raise SpecError(f"{what} {key!r} does not exist: {why}")
+        node = node[p]
+    # a new key inside a table field (energy.mfu_pj.exp, compute.unary_cost_cycles.exp) is fine
+    if leaf not in node and len(parents) < 2 and (parents or leaf not in TOP_LEVEL_FIELDS):
+        raise SpecError(f"{what} {key!r} does not exist (fields here: {', '.join(sorted(node))})")
+    table = node.get(leaf)
+    if isinstance(table, dict) and not isinstance(value, dict):
+        entries = f"entries: {', '.join(sorted(map(str, table)))}" if table else "empty here"
+        raise SpecError(f"{what} {key!r} is a table ({entries}), not one value (got {_kind(value)}): set one entry "
+                        f"({key}.NAME=VALUE) or give the whole table as a mapping")
+    node[leaf] = value
+
+
+def _section_fields(section: str) -> list[str]:
+    """The field names of a section's model (``compute`` -> array_rows, array_cols, ...)."""
+    annotation = ArchSpec.model_fields[section].annotation
+    model = next(a for a in (get_args(annotation) or (annotation,)) if isinstance(a, type) and issubclass(a, BaseModel))
+    return list(model.model_fields)
+
+
+def overlapping_fields(keys: Any) -> tuple[str, str] | None:
+    """The first two of ``keys`` (dotted field names) that set the same field: equal names, or
+    one naming a table or section the other sets an entry of (``compute.unary_cost_cycles`` and
+    ``compute.unary_cost_cycles.exp``); None if every key sets a field of its own."""
+    seen: dict[str, str] = {}
+    for key in keys:
+        name = str(key).strip()
+        if name in seen:
+            return seen[name], key
+        seen[name] = key
+    for key in list(seen.values()):
+        parts = str(key).strip().split(".")
+        for n in range(1, len(parts)):
+            prefix = ".".join(parts[:n])
+            if prefix in seen:
+                return seen[prefix], key
+    return None
 
 
 #: A number with an exponent that YAML 1.1 (PyYAML) reads as text: one without a decimal point
@@ -154,22 +217,40 @@ _EXPONENT_NUMBER = re.compile(r"[+-]?(\d+(\.\d*)?|\.\d+)[eE][+-]?\d+")
 
 
 def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
-    """``FIELD=VALUE`` as (field, value); the value is read as YAML (``16MiB`` stays text for the
-    spec's unit parsing, ``[weight-stationary]`` is a list, ``true`` a boolean)."""
+    """``FIELD=VALUE`` as (field, value); the value is read as YAML by the shared reader
+    (:func:`~mambalaya.specio.parse_yaml_text`: a key given twice, or a value nested or aliased
+    past its bounds, is refused): ``16MiB`` stays text for the spec's unit parsing,
+    ``[weight-stationary]`` is a list, ``true`` a boolean. A value that is not YAML at all is
+    taken as its text (the field's own validation then says what it takes)."""
     field, sep, raw = text.partition("=")
     field = field.strip()
     if not sep or not field or not raw.strip():
         raise SpecError(f"{option} {text!r}: expected FIELD=VALUE, e.g. {option} memory.onchip_buffer_bytes=16MiB")
     try:
-        value = yaml.safe_load(raw)
-    except yaml.YAMLError:
+        value = parse_yaml_text(raw, source=f"{option} {field}")
+    except SpecError:
+        if not _is_broken_yaml(raw):
+            raise
         value = raw.strip()
     return field, exponent_number(value)
 
 
+def _is_broken_yaml(text: str) -> bool:
+    """Whether ``text`` is not YAML at all (so a ``--set`` value is taken as text), as opposed
+    to YAML the shared reader refuses (a duplicate key, a document past its bounds)."""
+    try:
+        yaml.safe_load(text)
+    except yaml.YAMLError:
+        return True
+    except (ValueError, OverflowError, RecursionError):
+        return False
+    return False
+
+
 def exponent_number(value: Any) -> Any:
     """``value``, or the number it spells when it is text such as ``2e-6``, ``1E12`` or
-    ``2.039e12``, which YAML 1.1 (PyYAML) reads as text (:data:`_EXPONENT_NUMBER`)."""
+    ``2.039e12``, which YAML 1.1 (PyYAML) reads as text (:data:`_EXPONENT_NUMBER`). A number too
+    large for a float (``1e400``) is ``inf``, which the spec's finite fields then refuse."""
     if isinstance(value, str) and _EXPONENT_NUMBER.fullmatch(value.strip()):
         return float(value)
     return value
@@ -177,10 +258,21 @@ def exponent_number(value: Any) -> Any:
 
 def with_settings(spec: ArchSpec, settings: list[str] | tuple[str, ...], option: str = "--set") -> ArchSpec:
     """``spec`` with each ``FIELD=VALUE`` of ``settings`` applied, validated again; errors name
-    the option and the field."""
+    the option and the field. A field set twice (or a table and one of its entries) is refused,
+    naming both settings: the last would otherwise win silently."""
     if not settings:
         return spec
-    values = dict(parse_setting(t, option) for t in settings)
+    parsed = [parse_setting(t, option) for t in settings]
+    clash = overlapping_fields(key for key, _ in parsed)
+    if clash is not None:
+        first, second = clash
+        texts = [next(t for (k, _), t in zip(parsed, settings) if k == key) for key in (first, second)]
+        if first == second:
+            texts = [t for (k, _), t in zip(parsed, settings) if k == first][:2]
+            raise SpecError(f"{option} {first} is given twice ({option} {texts[0]} and {option} {texts[1]}); "
+                            "give each field once")
+        raise SpecError(f"{option} {texts[0]} and {option} {texts[1]} both set {second!r}; give each field once")
+    values = dict(parsed)
     data = set_fields(arch_to_dict(spec), values, what=f"{option}: architecture field")
     sources = data.setdefault("sources", {})
     known = set(field_paths())

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -16,6 +17,7 @@ from mambalaya.cli.options import (
     PlotDesignOpt,
 )
 from mambalaya.errors import MambalayaError
+from mambalaya.outputs import atomic_output, check_output_path
 
 from mambalaya.cli.common import (
     _emit,
@@ -51,6 +53,11 @@ def sweep_cmd(
         if store_arg is None:
             raise MambalayaError(f"mambalaya sweep {target} needs the path of a store")
         if target == "export":
+            check_output_path(output, kind="file", option="--output")
+        else:
+            check_output_path(output or store_arg.with_name(store_arg.stem + "_plots"), kind="directory",
+                              option="--output")
+        if target == "export":
             _sweep_export(store_arg, fmt, output)
         else:
             _sweep_plot(store_arg, output, x, y, baseline, design)
@@ -64,14 +71,23 @@ def _sweep_run(spec_path: Path, scheduler: str | None, workers: int | None, stor
     from mambalaya.experiments.sweep import load_sweep_spec, run_sweep
 
     spec = load_sweep_spec(spec_path, store=store)
+    check_output_path(spec.store, kind="file", option="--store")
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]:>8.1f} points/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     # redrawn as each chunk is stored, not by a refresh thread: the local workers are forked
-    # from this process, and a fork should not copy a thread that may hold the console's lock
-    with Progress(*columns, console=err_console, auto_refresh=False) as bar:
-        task = bar.add_task(f"sweep {spec.name}", total=None, rate=0.0)
+    # from this process, and a fork should not copy a thread that may hold the console's lock.
+    # Shown from the first progress report on: a store or spec refused before is its error alone.
+    with contextlib.ExitStack() as showing:
+        shown: list[Any] = []
+        said: set[str] = set()
 
         def progress(done: int, total: int, summary) -> None:
+            if not shown:
+                shown.append(showing.enter_context(Progress(*columns, console=err_console, auto_refresh=False)))
+                shown.append(shown[0].add_task(f"sweep {spec.name}", total=None, rate=0.0))
+            bar, task = shown
+            for line in _start_lines(spec.name, summary, scheduler, said):
+                bar.console.print(line, highlight=False, markup=False)
             elapsed = max(summary.seconds, 1e-9)
             bar.update(task, total=total, completed=done, rate=summary.computed / max(bar.tasks[0].elapsed or elapsed, 1e-9),
                        refresh=True)
@@ -98,6 +114,44 @@ def _sweep_run(spec_path: Path, scheduler: str | None, workers: int | None, stor
                              "usable was stored (the commonest errors are above)")
 
 
+def _start_lines(name: str, summary, scheduler: str | None, said: set[str]) -> list[str]:
+    """What a sweep says as it starts, each once (``said`` remembers): before any point runs,
+    the points to compute, their chunks and workers; after the first chunk, the time they are
+    expected to take, from the seconds its points took (:meth:`SweepSummary.estimate_s`)."""
+    lines = []
+    if "count" not in said:
+        said.add("count")
+        where = f"the Dask cluster at {scheduler}" if scheduler else (
+            "a Dask cluster" if summary.workers is None else
+            f"{summary.workers} local worker process{'es' if summary.workers != 1 else ''}")
+        lines.append(f"sweep {name}: {summary.total:,} points, {summary.already_done:,} already in {summary.store}; "
+                     f"{summary.to_compute:,} to compute in {summary.chunks:,} chunk{'s' if summary.chunks != 1 else ''} "
+                     f"on {where}")
+    estimate = summary.estimate_s()
+    if "estimate" not in said and estimate is not None and summary.computed < summary.to_compute:
+        said.add("estimate")
+        per_point = summary.point_seconds / summary.computed
+        of = "of worker time " if summary.workers is None else ""
+        lines.append(f"estimated time: about {_duration(estimate)} {of}for the {summary.to_compute - summary.computed:,} "
+                     f"points left (the first {summary.computed:,} took {per_point:.3g} s a point on one worker; "
+                     "points of other models, lengths or designs may take longer or shorter: the bar's ETA follows "
+                     "the measured rate)")
+    return lines
+
+
+def _duration(seconds: float) -> str:
+    """``seconds`` as the two largest units (``2 h 13 min``, ``4 min 5 s``, ``0.8 s``)."""
+    if seconds < 60:
+        return f"{seconds:.2g} s" if seconds < 10 else f"{seconds:.0f} s"
+    whole = round(seconds)
+    days, rest = divmod(whole, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    parts = [(days, "d"), (hours, "h"), (minutes, "min"), (secs, "s")]
+    first = next(k for k, (v, _) in enumerate(parts) if v)
+    return " ".join(f"{v} {unit}" for v, unit in parts[first:first + 2] if v)
+
+
 def _sweep_export(store_path: Path, fmt: str, output: Path | None) -> None:
     from mambalaya.experiments.store import ResultStore
 
@@ -108,7 +162,8 @@ def _sweep_export(store_path: Path, fmt: str, output: Path | None) -> None:
     if fmt == "parquet":
         if output is None:
             raise MambalayaError("parquet export needs -o FILE")
-        df.to_parquet(output, index=False)
+        with atomic_output(output) as partial:  # whole: an error leaves the old file or none
+            df.to_parquet(partial, index=False)
         err_console.print(f"wrote {output} ({len(df)} rows)")
     else:
         _emit(df.to_csv(index=False), output)

@@ -139,7 +139,10 @@ def evaluate_hybrid(
 def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
     """A sweep point's outputs for a hybrid model, in the pure-Mamba points' columns: per-layer
     figures are means over the model's layers (utilisations weighted by time), plus each layer
-    type's share of the time."""
+    type's share of the time (``<type>_share``) and the store's ``attention_share``: the share
+    of every attention layer type together (``attention`` and a MoE family's
+    ``attention-moe``), as the hybrid suite reports it; None where attention is inside another
+    layer type (Falcon-H1's parallel layers, Zamba2's hybrid blocks) and has no share of its own."""
     layers = hv.layers.values()
     total = hv.model_latency_s
     weighted = lambda attr: sum(getattr(ev.result, attr) * ev.result.model_latency_s for ev in layers) / total  # noqa: E731
@@ -155,6 +158,8 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
         "mapping_used": " ".join(f"{t}:{ev.mapping.name}" for t, ev in hv.layers.items()),
     }
     out.update({f"{t}_share": hv.share_of_time(t) for t in hv.layers})
+    attention = [t for t in hv.layers if t.split("-")[0] == "attention"]
+    out["attention_share"] = sum(hv.share_of_time(t) for t in attention) if attention else None
     return out
 
 

@@ -53,9 +53,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 
+from mambalaya.arch import MAPPING_NAMES, exponent_number, overlapping_fields
+from mambalaya.einsum.cascade import MAX_RANK_SIZE
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.specio import parse_yaml_text, read_spec_file
-from mambalaya.experiments.store import PointResult, ResultStore, model_fingerprint, point_id
+from mambalaya.specio import describe_validation_error, kind_of, parse_yaml_text, read_spec_file, show
+from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
 from mambalaya.experiments.sweep_workers import _Costliest, _tune_allocator, _tune_collector
 from mambalaya.workloads.families import is_hybrid
 
@@ -68,12 +70,21 @@ DEFAULTS = {"arch": "mambalaya", "phase": "prefill", "seq_len": 2048, "batch": 6
 
 @dataclass(frozen=True)
 class SweepSpec:
+    """A sweep: the cartesian product of ``grid``'s lists, each point with ``fixed``'s values.
+
+    Every field is checked when the spec is made (:func:`check_sweep_fields`), before any point
+    runs: a value of the wrong type is one :class:`SpecError` naming the field, not a failure
+    of every point (or, worse, a number: ``seq_len: 64.9`` was once run as 64)."""
+
     name: str
     store: Path
     grid: dict[str, list[Any]]
     fixed: dict[str, Any] = field(default_factory=dict)
     chunk_size: int = 32
     source: str = "<spec>"
+
+    def __post_init__(self) -> None:
+        check_sweep_fields(self.grid, self.fixed, source=self.source)
 
     def points(self) -> list[dict[str, Any]]:
         axes = list(self.grid)
@@ -104,55 +115,220 @@ def _decode_reads_context(model: str, memo: dict[str, bool]) -> bool:
     return memo[model]
 
 
-def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> SweepSpec:
-    from mambalaya.arch import exponent_number
+#: The fields of a sweep spec file.
+SPEC_FIELDS = ("name", "description", "store", "grid", "fixed", "chunk_size")
 
+
+def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> SweepSpec:
+    """Read a sweep spec file (the shared YAML reader: duplicate keys, nesting and aliases
+    bounded) and check every field before any point runs (:class:`SweepSpec`)."""
     path = Path(path)
-    data = parse_yaml_text(read_spec_file(str(path), "sweep spec"), source=str(path))
+    source = str(path)
+    data = parse_yaml_text(read_spec_file(source, "sweep spec"), source=source)
     if not isinstance(data, dict):
-        raise SpecError("a sweep spec is a mapping with a 'grid'", source=str(path))
-    unknown = set(data) - {"name", "store", "grid", "fixed", "chunk_size", "description"}
+        raise SpecError("a sweep spec is a mapping with a 'grid'", source=source)
+    unknown = set(data) - set(SPEC_FIELDS)
     if unknown:
-        raise SpecError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}; fields: name, store, grid, fixed, chunk_size",
-                        source=str(path))
-    grid = data.get("grid")
+        raise SpecError(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}; fields: {', '.join(SPEC_FIELDS)}",
+                        source=source)
+    grid = _read_grid(data.get("grid"), source)
+    fixed = data.get("fixed", {})
+    fixed = {} if fixed is None else fixed
+    if not isinstance(fixed, dict):
+        raise SpecError(f"'fixed' must map fields to single values, not {kind_of(fixed)}", source=source)
+    fixed = {k: exponent_number(v) for k, v in fixed.items()}
+    chunk = data.get("chunk_size", 32)
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_SWEEP_POINTS:
+        raise SpecError(f"chunk_size must be an integer from 1 to {MAX_SWEEP_POINTS:,}, not {show(chunk)}",
+                        source=source)
+    for key in ("name", "store", "description"):
+        if key in data and (not isinstance(data[key], str) or not data[key].strip()):
+            raise SpecError(f"{key} must be non-empty text, not {show(data[key])}", source=source)
+    store_path = Path(store) if store is not None else path.parent / data.get("store", f"{path.stem}.sqlite")
+    return SweepSpec(data.get("name", path.stem), store_path, grid, fixed, chunk, source)
+
+
+def _read_grid(grid: Any, source: str) -> dict[str, list[Any]]:
+    """The spec's ``grid``: each field a non-empty list of scalars, the product of their lengths
+    at most :data:`MAX_SWEEP_POINTS` (checked before any value is, so a huge grid is refused at once)."""
     if not isinstance(grid, dict) or not grid:
-        raise SpecError("'grid' must map each swept field to a list of values", source=str(path))
+        raise SpecError("'grid' must map each swept field to a list of values", source=source)
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
-            raise SpecError(f"grid.{k} must be a non-empty list, not {v!r}", source=str(path))
-        grid[k] = v = [exponent_number(x) for x in v]  # 1e-3 is a number, as on --set
-        for x in v:
-            if not isinstance(x, (str, int, float)) or isinstance(x, bool) and k not in _BOOL_FIELDS:
-                raise SpecError(f"grid.{k} has value {x!r}; values are numbers or text", source=str(path))
+            raise SpecError(f"grid.{k} must be a non-empty list, not {'an empty list' if v == [] else show(v)}",
+                            source=source)
     combos = math.prod(len(v) for v in grid.values())
     if combos > MAX_SWEEP_POINTS:
         axes = " x ".join(f"{len(v)} {k}" for k, v in grid.items())
         raise SpecError(
             f"the grid has {combos:,} points ({axes}), above the {MAX_SWEEP_POINTS:,} one sweep runs (its points are "
             "held in memory and its store in one SQLite file); split it into several specs, e.g. one per model or design",
-            source=str(path))
-    fixed = data.get("fixed", {}) or {}
-    if not isinstance(fixed, dict):
-        raise SpecError("'fixed' must map fields to single values", source=str(path))
-    fixed = {k: exponent_number(v) for k, v in fixed.items()}
-    chunk = data.get("chunk_size", 32)
-    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
-        raise SpecError(f"chunk_size must be a positive integer, not {chunk!r}", source=str(path))
-    store_path = Path(store) if store is not None else path.parent / str(data.get("store", f"{path.stem}.sqlite"))
-    for key in list(grid) + list(fixed):
-        if key not in POINT_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
-            raise SpecError(
-                f"{key!r} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
-                "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision / power_budget_w)", source=str(path))
-    if "model" not in grid and "model" not in fixed:
-        raise SpecError("no model: give 'model' in 'grid' (a list of presets or config files) or in 'fixed'",
-                        source=str(path))
-    return SweepSpec(str(data.get("name", path.stem)), store_path, grid, fixed, chunk, str(path))
+            source=source)
+    out = {}
+    for k, v in grid.items():
+        out[k] = v = [exponent_number(x) for x in v]  # 1e-3 is a number, as on --set
+        for x in v:
+            if x is None or not isinstance(x, (str, int, float)):
+                raise SpecError(f"grid.{k} has value {show(x)}; grid values are numbers, text or booleans (a list or "
+                                "mapping value goes in 'fixed')", source=source)
+    return out
 
+
+# ----------------------------------------------------------------------------------------------
+# checking a sweep's fields (before any point runs)
 
 _TOP_ARCH_FIELDS = ("clock_hz", "bits_per_element", "precision", "power_budget_w")
-_BOOL_FIELDS = ("compute.one_d_mode", "compute.overlap_compute_units", "memory.overlap_compute_and_memory")
+#: The phases a point runs (:func:`~mambalaya.workloads.build_layer`).
+PHASES = ("prefill", "decode")
+#: A point's ``mapping``: the design's own, or one of the named mappings.
+POINT_MAPPINGS = ("default", *MAPPING_NAMES)
+#: The largest ``seq_len`` or ``batch`` a point takes: a rank size the cost model represents exactly.
+MAX_POINT_SIZE = MAX_RANK_SIZE
+
+
+def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, source: str = "<spec>") -> None:
+    """Every field of a sweep, checked once before any point runs; a problem is one
+    :class:`SpecError` naming ``source``, the field and where it is set (``grid.seq_len``,
+    ``fixed.clock_hz``):
+
+    * every field is a point field (:data:`POINT_KEYS`) or an architecture field, set in one
+      place only (not in both ``grid`` and ``fixed``, nor a table and one of its entries);
+    * ``seq_len`` and ``batch`` are integers from 1 to 2^53 (``64.0`` and ``64.9`` are not),
+      ``phase`` prefill or decode, ``mapping`` default or a named mapping, ``arch`` a design that
+      loads, ``model`` a model that resolves;
+    * each architecture field's value is one the spec's own models take (its type, units and
+      range): each value is set alone on the sweep's designs and validated. A combination that
+      is impossible (a buffer too small for a mapping, levels that do not nest) is not known
+      before the point runs, and is that point's stored failure.
+    """
+    for key in [*grid, *fixed]:
+        if not isinstance(key, str) or key not in POINT_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
+            raise SpecError(
+                f"{show(key)} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field (dotted, e.g. "
+                "memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision / power_budget_w)", source=source)
+    clash = overlapping_fields([*grid, *fixed])
+    if clash is not None:
+        first, second = clash
+        if first == second:
+            raise SpecError(f"{first!r} is set both in 'grid' ({_shown_list(grid[first])}) and in 'fixed' "
+                            f"({show(fixed[first])}); set each field in one place", source=source)
+        places = [f"{'grid' if k in grid else 'fixed'}.{k}" for k in (first, second)]
+        raise SpecError(f"{places[0]} and {places[1]} both set {second!r}; set each field in one place", source=source)
+    if "model" not in grid and "model" not in fixed:
+        raise SpecError("no model: give 'model' in 'grid' (a list of presets or config files) or in 'fixed'",
+                        source=source)
+    settings = {k: (f"grid.{k}", v) for k, v in grid.items()} | {k: (f"fixed.{k}", [v]) for k, v in fixed.items()}
+    for key in POINT_KEYS:
+        where, values = settings.get(key, (f"the default {key}", [DEFAULTS.get(key)]))
+        for value in values:
+            problem = _point_value_problem(key, value)
+            if problem:
+                raise SpecError(f"{where}: {problem}", source=source)
+    _check_models(*settings.get("model", ("", [])), source=source)
+    designs = _load_designs(*settings.get("arch", ("the default arch", [DEFAULTS["arch"]])), source=source)
+    for key, (where, values) in settings.items():
+        if key not in POINT_KEYS:
+            _check_arch_field(designs, key, where, values, source)
+
+
+def _shown_list(values: Any) -> str:
+    """A grid's list as a message shows it: ``[1024, 2048]`` (its first values)."""
+    if not isinstance(values, list):
+        return show(values)
+    return "[" + ", ".join(show(v) for v in values[:4]) + (", ..." if len(values) > 4 else "") + "]"
+
+
+def _point_value_problem(key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as a point's ``key`` (None: nothing)."""
+    if key in ("seq_len", "batch"):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_POINT_SIZE:
+            what = "sequence length (tokens)" if key == "seq_len" else "batch (sequences)"
+            return (f"{show(value)} is not a {what}: a size is an integer from 1 to 2^53 "
+                    f"({'a fraction is not rounded' if isinstance(value, float) else 'written without quotes or a unit'})")
+    elif key == "phase":
+        if value not in PHASES:
+            return f"{show(value)} is not a phase: one of {', '.join(PHASES)}"
+    elif key == "mapping":
+        if not isinstance(value, str) or value not in POINT_MAPPINGS:
+            return f"{show(value)} is not a mapping: one of {', '.join(POINT_MAPPINGS)}"
+    elif not isinstance(value, str) or not value.strip():
+        return f"{show(value)} is not the name of a{'n' if key == 'arch' else ''} {key} (non-empty text)"
+    return None
+
+
+def _check_models(where: str, models: list[Any], *, source: str) -> None:
+    """Each model resolves (a preset, or a config file that reads), or a :class:`SpecError`."""
+    from mambalaya.workloads import resolve_model
+
+    for model in dict.fromkeys(models):
+        try:
+            resolve_model(model)
+        except MambalayaError as err:
+            raise SpecError(f"{where}: model {show(model)}: {err}", source=source) from None
+
+
+def _load_designs(where: str, names: list[Any], *, source: str) -> dict[str, dict[str, Any]]:
+    """Each design of the sweep as plain data (:func:`~mambalaya.arch.arch_to_dict`), or a
+    :class:`SpecError` naming the one that does not load."""
+    from mambalaya.arch import arch_to_dict, load_arch
+
+    designs = {}
+    for name in dict.fromkeys(names):
+        try:
+            designs[name] = arch_to_dict(load_arch(name))
+        except MambalayaError as err:
+            raise SpecError(f"{where}: design {show(name)}: {err}", source=source) from None
+    return designs
+
+
+def _check_arch_field(designs: dict[str, dict[str, Any]], key: str, where: str, values: list[Any],
+                      source: str) -> None:
+    """Each value of the architecture field ``key``, set alone on the sweep's designs, is one
+    the spec's models take; a value no design takes is a :class:`SpecError`. Only problems of
+    the field itself count (its type, units, range, a field or section the designs lack); a
+    problem of the field with others is a combination's, left to its points."""
+    checked: list[Any] = []
+    for value in values:
+        if any(type(value) is type(seen) and value == seen for seen in checked):
+            continue
+        checked.append(value)
+        problems = [_arch_field_problem(design, key, value) for design in designs.values()]
+        if all(problems):
+            on = "" if problems[0].startswith(_VALUE_PROBLEM) else f" (on {', '.join(map(str, designs))})"
+            raise SpecError(f"{where}: {problems[0]}{on}", source=source)
+
+
+#: How a problem of an architecture field's value begins (one of a field the designs lack does not).
+_VALUE_PROBLEM = "invalid architecture field"
+
+
+def _arch_field_problem(design: dict[str, Any], key: str, value: Any) -> str | None:
+    """What is wrong with ``value`` as the field ``key`` of ``design`` (plain data), judged by
+    the field alone (None: nothing)."""
+    from pydantic import ValidationError
+
+    from mambalaya.arch import ArchSpec, set_fields
+
+    parts = key.split(".")
+    data = dict(design)
+    node = data
+    for p in parts[:-1]:  # copied along the field's path only: the design's data is shared
+        if not isinstance(node.get(p), dict):
+            break
+        node[p] = dict(node[p])
+        node = node[p]
+    try:
+        set_fields(data, {key: value})
+        ArchSpec.model_validate(data)
+    except SpecError as err:
+        return err.message
+    except ValidationError as err:
+        own = [e for e in err.errors(include_url=False)
+               if tuple(str(x) for x in e["loc"][: len(parts)]) == tuple(parts)]
+        if own:
+            alone = ValidationError.from_exception_data(err.title, own)  # type: ignore[arg-type]
+            return describe_validation_error(alone, _VALUE_PROBLEM)
+    return None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -194,6 +370,16 @@ def _build_arch(point: dict[str, Any]):
     return arch_from_dict(data, source=f"point {point_id(point)}")
 
 
+def point_sizes(point: dict[str, Any]) -> tuple[int, int]:
+    """A point's ``seq_len`` and ``batch``, each an integer from 1 to 2^53, or a
+    :class:`SpecError` (a fraction is never truncated to a size)."""
+    for key in ("seq_len", "batch"):
+        problem = _point_value_problem(key, point[key])
+        if problem:
+            raise SpecError(f"point {point_id(point)}: {key}: {problem}")
+    return point["seq_len"], point["batch"]
+
+
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Every output figure of one point (raises on an impossible configuration)."""
     from mambalaya.experiments.evaluate import resolve_policy
@@ -202,25 +388,26 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     from mambalaya.model.search import named_mapping
     from mambalaya.workloads import build_layer, resolve_model
 
+    seq_len, batch = point_sizes(point)
     arch = _arch_for(point)
     config = resolve_model(str(point["model"]))
     if is_hybrid(config):
         from mambalaya.experiments.hybrid import evaluate_hybrid, point_outputs
 
-        hv = evaluate_hybrid(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=int(point["seq_len"]),
-                             batch=int(point["batch"]), mapping=None if point["mapping"] == "default" else point["mapping"])
+        hv = evaluate_hybrid(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len,
+                             batch=batch, mapping=None if point["mapping"] == "default" else point["mapping"])
         return {**point_outputs(hv), "buffer_bytes": arch.memory.onchip_buffer_bytes,
                 "pes": arch.compute.array_rows * arch.compute.array_cols,
                 "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s}
-    key = (point["model"], point["phase"], int(point["seq_len"]), int(point["batch"]), arch.bits_per_element,
+    key = (point["model"], point["phase"], seq_len, batch, arch.bits_per_element,
            arch.precision)
     if key not in _CASCADES:
         if len(_CASCADES) > KEPT_CASCADES:
             for kept in _CASCADES.values():
                 forget_results(kept)  # their memos refer back to them: freed now, not frozen (_chunk_task)
             _CASCADES.clear()
-        _CASCADES[key] = build_layer(config, phase=point["phase"], seq_len=int(point["seq_len"]),
-                                     batch=int(point["batch"]), bits=arch.bits_per_element,
+        _CASCADES[key] = build_layer(config, phase=point["phase"], seq_len=seq_len,
+                                     batch=batch, bits=arch.bits_per_element,
                                      precision=resolve_policy(arch, None))
     cascade = _CASCADES[key]
     name = arch.mappings.default if point["mapping"] == "default" else point["mapping"]
@@ -259,13 +446,15 @@ def _power_outputs(arch: Any, cascade: Any, mapping: Any, result: Any) -> dict[s
 
 
 def evaluate_chunk(points: list[dict[str, Any]]) -> list[PointResult]:
-    """Evaluate points one by one; a failing point is returned with its error, not raised."""
+    """Evaluate points one by one; a failing point is returned with its error, not raised (a
+    point whose outputs would leave a store column empty, :func:`check_point_outputs`, too)."""
     worker = f"{socket.gethostname()}:{os.getpid()}"
     out = []
     for p in points:
         t0 = time.perf_counter()
         try:
             outputs, error = evaluate_point(p), None
+            check_point_outputs(outputs, point=point_id(p))
         except MambalayaError as err:
             outputs, error = None, str(err)
         except Exception as err:  # noqa: BLE001 - a sweep records every failure and goes on
@@ -317,10 +506,32 @@ class SweepSummary:
     error_counts: Counter[str] = field(default_factory=Counter)
     #: How many computed points draw more than their design's power budget.
     over_power_budget: int = 0
+    #: The tasks the points to compute go out in, and the local worker processes running them
+    #: (None on a Dask cluster, which schedules its own).
+    chunks: int = 0
+    workers: int | None = None
+    #: Seconds the points computed so far took, summed over the workers that computed them.
+    point_seconds: float = 0.0
 
     @property
     def points_per_s(self) -> float:
         return self.computed / self.seconds if self.seconds else 0.0
+
+    @property
+    def to_compute(self) -> int:
+        """Points of the spec not in the store when the sweep started."""
+        return self.total - self.already_done
+
+    def estimate_s(self) -> float | None:
+        """Seconds the points not yet computed are expected to take, from those computed so
+        far: their mean seconds a point (on one worker) times the points left, over the local
+        workers (on a Dask cluster: worker-seconds, its workers not being counted). None before
+        any point is measured. A rough guide: points of other models, lengths and designs than
+        those measured may take longer or shorter."""
+        if not self.computed:
+            return None
+        left = self.to_compute - self.computed
+        return self.point_seconds / self.computed * left / (self.workers or 1)
 
     @property
     def all_failed(self) -> bool:
@@ -469,18 +680,22 @@ def run_sweep(
 
     Locally (the default) on ``workers`` processes (default: one per core; with one, in this
     process); with ``scheduler`` (or a Dask ``client``, which a caller or a test brings), on
-    that Dask cluster. ``on_progress(done, total, summary)`` is called after each chunk is
-    stored.
+    that Dask cluster. ``on_progress(done, total, summary)`` is called once before any point
+    runs (the summary holds the points to compute, their chunks and the workers) and after each
+    chunk is stored (:meth:`SweepSummary.estimate_s` then estimates the time left).
     """
     t0 = time.perf_counter()
     points = spec.points()
     with ResultStore(spec.store, fingerprint=model_fingerprint()) as store:
         done = store.done_ids()
         todo = [p for p in points if point_id(p) not in done]
-        summary = SweepSummary(spec.store, len(points), len(points) - len(todo))
-        if on_progress:
-            on_progress(summary.already_done, summary.total, summary)
         chunks = _chunks(todo, spec.chunk_size)
+        on_cluster = client is not None or bool(scheduler)
+        local_workers = min(workers or os.cpu_count() or 1, len(chunks))
+        summary = SweepSummary(spec.store, len(points), len(points) - len(todo), chunks=len(chunks),
+                               workers=None if on_cluster else local_workers)
+        if on_progress:  # (before any point runs: the count, chunks and workers)
+            on_progress(summary.already_done, summary.total, summary)
         stored_chunks: set[int] = set()
 
         def record(k: int, results: list[PointResult]) -> None:
@@ -488,6 +703,7 @@ def run_sweep(
             stored_chunks.add(k)
             for r in results:
                 summary.computed += 1
+                summary.point_seconds += r.seconds
                 if r.error is None and r.outputs.get("over_power_budget"):
                     summary.over_power_budget += 1
                 if r.error is not None:
@@ -498,7 +714,7 @@ def run_sweep(
             if on_progress:
                 on_progress(summary.already_done + summary.computed, summary.total, summary)
 
-        if chunks and (client is not None or scheduler):
+        if chunks and on_cluster:
             own_client = client is None
             client = client if client is not None else open_client(scheduler)  # type: ignore[arg-type]
             try:
@@ -507,7 +723,7 @@ def run_sweep(
                 if own_client:
                     client.close()
         elif chunks:
-            _run_locally(chunks, min(workers or os.cpu_count() or 1, len(chunks)), record, stored_chunks)
+            _run_locally(chunks, local_workers, record, stored_chunks)
     summary.seconds = time.perf_counter() - t0
     return summary
 

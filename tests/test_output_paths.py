@@ -53,16 +53,15 @@ WRITERS = {
     "fusion-map-save": (["fusion", "map", *SMALL], "--save", "file"),
     "fusion-pareto": (["fusion", "pareto", *SMALL], "--output", "file"),
     "arch-show": (["arch", "show", "mambalaya"], "--output", "file"),
+    "validate": (["validate"], "--out", "directory"),
+    "evaluate": (["evaluate", "-L", "16"], "--output", "file"),
+    "compare": (["compare", "--seq-lens", "16"], "--output", "file"),
 }
 
-#: Commands whose module another change owns: they pass once that module calls check_output_path
-#: (see the xfail reasons); strict, so the mark must go when they do.
-PENDING = {
-    "validate": (["validate"], "--out", "directory", "cli/evaluate.py: validate_cmd"),
-    "evaluate": (["evaluate", "-L", "16"], "--output", "file", "cli/evaluate.py: evaluate_cmd"),
-    "compare": (["compare", "--seq-lens", "16"], "--output", "file", "cli/evaluate.py: compare_cmd"),
-    "sweep-export": (["sweep", "export", "no-such-store.sqlite"], "--output", "file", "cli/sweep.py: sweep_cmd"),
-    "sweep-plot": (["sweep", "plot", "no-such-store.sqlite"], "--output", "directory", "cli/sweep.py: sweep_cmd"),
+#: Commands whose work starts in a store: checked for the two target classes a store path allows.
+STORE_COMMANDS = {
+    "sweep-export": (["sweep", "export", "no-such-store.sqlite"], "--output", "file"),
+    "sweep-plot": (["sweep", "plot", "no-such-store.sqlite"], "--output", "directory"),
 }
 
 #: Where each command's work starts (module, attribute): replaced by a function that records
@@ -171,10 +170,9 @@ def test_every_writer_refuses_a_bad_output_path_before_any_work(command, case, t
 
 
 @pytest.mark.parametrize("case", ["wrong kind", "under a file"])
-@pytest.mark.parametrize("command", list(PENDING))
-def test_commands_of_other_modules_refuse_too(command, case, tmp_path, work_started, request) -> None:
-    args, option, kind, where = PENDING[command]
-    request.applymarker(pytest.mark.xfail(strict=True, reason=f"needs check_output_path in {where}"))
+@pytest.mark.parametrize("command", list(STORE_COMMANDS))
+def test_sweep_export_and_plot_refuse_too(command, case, tmp_path, work_started) -> None:
+    args, option, kind = STORE_COMMANDS[command]
     target = _bad_targets(tmp_path, kind)[case]
     before = _tree(tmp_path)
     result, seconds = _run(args, option, target)

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, shipped_archs, with_settings
-from mambalaya.errors import SpecError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.equal_area import MARCA_MEMORY_SHARE, array_shape, split_design
 from mambalaya.experiments.evaluate import evaluate
 from mambalaya.model.area import area_rows, component_areas, leakage_w, total_area_mm2
@@ -144,8 +144,10 @@ def test_a_result_over_its_power_budget_is_flagged_and_throttled() -> None:
     dynamic = over["layer_energy_j"] - over["leakage_w"] * over["latency_s"]
     assert dynamic + over["leakage_w"] * t_held == pytest.approx(tight.power_budget_w * t_held)
     assert 4.0 * over["latency_s"] < t_held < 4.1 * over["latency_s"]  # a little over 4x: leakage takes part of the budget
+    # no speed meets a budget below the leakage: refused, naming both, instead of an infinite latency
     starved = with_settings(spec, [f"power_budget_w={leakage_w(spec) / 2}"])
-    assert evaluate(starved, "mamba-370m", cfg, phase="prefill", seq_len=2048, batch=16).totals()["throttled_latency_s"] == math.inf
+    with pytest.raises(MambalayaError, match="not above the design's leakage power"):
+        evaluate(starved, "mamba-370m", cfg, phase="prefill", seq_len=2048, batch=16).totals()
 
 
 @pytest.mark.parametrize("name", H100_LIKE)

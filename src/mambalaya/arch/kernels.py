@@ -9,9 +9,11 @@ is evaluated (every group is one kernel), and left out of a speed-of-light figur
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mambalaya.arch.quantities import KERNEL_FLOOR_RANGE, KERNEL_FRACTION_RANGE
 
 _CONFIG = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -21,15 +23,18 @@ class KernelSpec(BaseModel):
 
     model_config = _CONFIG
 
-    min_kernel_s: float = Field(
+    min_kernel_s: Annotated[float, KERNEL_FLOOR_RANGE.validator()] = Field(
         ge=0,
-        description="Seconds no kernel (one fused group) finishes below: the launch and dispatch floor.",
+        description="Seconds no kernel (one fused group) finishes below: the launch and dispatch floor. "
+                    + KERNEL_FLOOR_RANGE.note,
     )
-    compute_fraction: float = Field(
-        gt=0, le=1, description="Fraction of the compute units' peak rates a kernel reaches (all units alike)."
+    compute_fraction: Annotated[float, KERNEL_FRACTION_RANGE.validator()] = Field(
+        gt=0, le=1, description="Fraction of the compute units' peak rates a kernel reaches (all units alike). "
+                                + KERNEL_FRACTION_RANGE.note
     )
-    offchip_fraction: float = Field(
-        gt=0, le=1, description="Fraction of the datasheet off-chip (HBM) bandwidth a kernel reaches."
+    offchip_fraction: Annotated[float, KERNEL_FRACTION_RANGE.validator()] = Field(
+        gt=0, le=1, description="Fraction of the datasheet off-chip (HBM) bandwidth a kernel reaches. "
+                                + KERNEL_FRACTION_RANGE.note
     )
 
 

@@ -22,12 +22,13 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mambalaya.arch.quantities import _parse_byte_count
+from mambalaya.arch.quantities import BYTES_PER_CYCLE_RANGE, MAX_INT, _parse_byte_count
 from mambalaya.specio import FieldProblem
 
-_CONFIG = ConfigDict(extra="forbid", frozen=True)
+_CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_INT)]
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 RESERVED_LEVEL_NAMES = frozenset({"dram", "offchip", "buffer", "onchip", "registers", "pe_local"})
 
@@ -44,8 +45,9 @@ class StagingLevel(BaseModel):
         None, description="Banks (or slices) of the level; with bank_port_bytes it sets the bandwidth, banks x port bytes per cycle."
     )
     bank_port_bytes: PositiveInt | None = Field(None, description="Bytes one bank moves per cycle toward the inner level.")
-    bandwidth_bytes_per_cycle: Annotated[float, Field(gt=0)] | None = Field(
-        None, description="Bytes per cycle across the level's inner port; overrides banks x bank_port_bytes."
+    bandwidth_bytes_per_cycle: Annotated[float, Field(gt=0), BYTES_PER_CYCLE_RANGE.validator()] | None = Field(
+        None, description="Bytes per cycle across the level's inner port; overrides banks x bank_port_bytes. "
+                          + BYTES_PER_CYCLE_RANGE.note
     )
 
     @field_validator("capacity_bytes", mode="before")

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mambalaya.arch.quantities import MAX_INT, _parse_byte_count
+from mambalaya.arch.quantities import AREA_UM2_RANGE, MAX_INT, PICOJOULES_RANGE, _parse_byte_count
 from mambalaya.einsum.ir import UNARY_FUNCTIONS
 from mambalaya.specio import FieldProblem
 
@@ -35,7 +35,10 @@ def _width_keys(value: Any) -> Any:
     return value
 
 
-PicoJoules = Annotated[float, Field(ge=0)]
+#: An energy per action in picojoules, in its documented range (``PICOJOULES_RANGE``).
+PicoJoules = Annotated[float, Field(ge=0), PICOJOULES_RANGE.validator()]
+#: An area per unit or per bit in square micrometres (``AREA_UM2_RANGE``), zero refused.
+SquareMicrons = Annotated[float, Field(gt=0), AREA_UM2_RANGE.validator()]
 
 
 class EnergySpec(BaseModel):
@@ -44,13 +47,17 @@ class EnergySpec(BaseModel):
     Arithmetic energies are per operation at a width in bits (the widest of the Einsum's
     operands and result); an Einsum at a width the tables lack is an error naming the table.
     The buffer's energies are per bit at ``buffer_reference_bytes`` and scale with the buffer's
-    size as ``(size / reference) ** buffer_size_exponent``."""
+    size as ``(size / reference) ** buffer_size_exponent``. Every energy is in PICOJOULES_RANGE:
+    0 to 1e6 pJ (1 uJ) per action, so actions times energies stay finite."""
 
     model_config = _CONFIG
 
-    dram_pj_per_bit: PicoJoules = Field(description="Energy of moving one bit to or from off-chip memory (pJ/bit).")
-    buffer_read_pj_per_bit: PicoJoules = Field(description="On-chip buffer read energy per bit at buffer_reference_bytes (pJ/bit).")
-    buffer_write_pj_per_bit: PicoJoules = Field(description="On-chip buffer write energy per bit at buffer_reference_bytes (pJ/bit).")
+    dram_pj_per_bit: PicoJoules = Field(
+        description="Energy of moving one bit to or from off-chip memory (pJ/bit). " + PICOJOULES_RANGE.note)
+    buffer_read_pj_per_bit: PicoJoules = Field(
+        description="On-chip buffer read energy per bit at buffer_reference_bytes (pJ/bit). " + PICOJOULES_RANGE.note)
+    buffer_write_pj_per_bit: PicoJoules = Field(
+        description="On-chip buffer write energy per bit at buffer_reference_bytes (pJ/bit). " + PICOJOULES_RANGE.note)
     buffer_reference_bytes: Annotated[int, Field(gt=0, le=MAX_INT)] = Field(
         description="The buffer size the buffer energies are given at (bytes; YAML may say '1MiB')."
     )
@@ -58,13 +65,17 @@ class EnergySpec(BaseModel):
         0.5, description="Exponent of the buffer energy's growth with size (0.5: energy per bit grows as the square root of the size)."
     )
     register_pj_per_bit: PicoJoules = Field(
-        description="PE-local register access per bit; each MAC or elementwise operation reads two operands and writes one result at its width (pJ/bit)."
+        description="PE-local register access per bit; each MAC or elementwise operation reads two operands and writes one "
+                    "result at its width (pJ/bit). " + PICOJOULES_RANGE.note
     )
-    mac_pj: dict[int, PicoJoules] = Field(description="Energy of one multiply-accumulate by width in bits (pJ).")
-    elementwise_pj: dict[int, PicoJoules] = Field(description="Energy of one add, multiply, divide or max by width in bits (pJ).")
+    mac_pj: dict[int, PicoJoules] = Field(
+        description="Energy of one multiply-accumulate by width in bits (pJ). " + PICOJOULES_RANGE.note)
+    elementwise_pj: dict[int, PicoJoules] = Field(
+        description="Energy of one add, multiply, divide or max by width in bits (pJ). " + PICOJOULES_RANGE.note)
     mfu_pj: dict[str, PicoJoules] = Field(
         default_factory=dict,
-        description="Energy of one result of each nonlinear function on an MFU (pJ); needed for every function the cascade evaluates on an MFU.",
+        description="Energy of one result of each nonlinear function on an MFU (pJ); needed for every function the cascade "
+                    "evaluates on an MFU. " + PICOJOULES_RANGE.note,
     )
 
     @field_validator("buffer_reference_bytes", mode="before")
@@ -123,16 +134,21 @@ class AreaSpec(BaseModel):
 
     model_config = _CONFIG
 
-    mac_um2: dict[int, Annotated[float, Field(gt=0)]] = Field(
-        description="Area of one PE's multiply-accumulate unit by width in bits, at the reference node (um^2)."
+    mac_um2: dict[int, SquareMicrons] = Field(
+        description="Area of one PE's multiply-accumulate unit by width in bits, at the reference node (um^2). "
+                    + AREA_UM2_RANGE.note
     )
-    elementwise_um2: dict[int, Annotated[float, Field(gt=0)]] = Field(
+    elementwise_um2: dict[int, SquareMicrons] = Field(
         default_factory=dict,
-        description="Area of one vector lane (a multiplier and adder) by width in bits, at the reference node (um^2); needed with vector lanes.",
+        description="Area of one vector lane (a multiplier and adder) by width in bits, at the reference node (um^2); "
+                    "needed with vector lanes. " + AREA_UM2_RANGE.note,
     )
-    mfu_um2: float = Field(ge=0, description="Area of one multi-function unit at the reference node (um^2).")
-    register_um2_per_bit: float = Field(gt=0, description="Area of a PE's register file per bit at the reference node (um^2).")
-    sram_um2_per_bit: float = Field(gt=0, description="Area of the on-chip buffer per bit at the design node, periphery included (um^2).")
+    mfu_um2: Annotated[float, AREA_UM2_RANGE.validator()] = Field(
+        ge=0, description="Area of one multi-function unit at the reference node (um^2). " + AREA_UM2_RANGE.note)
+    register_um2_per_bit: SquareMicrons = Field(
+        description="Area of a PE's register file per bit at the reference node (um^2). " + AREA_UM2_RANGE.note)
+    sram_um2_per_bit: SquareMicrons = Field(
+        description="Area of the on-chip buffer per bit at the design node, periphery included (um^2). " + AREA_UM2_RANGE.note)
     overhead_fraction: float = Field(
         0.0, ge=0, le=10,
         description="Control, interconnect and everything else, as a fraction of the components' sum (0: the components alone).",

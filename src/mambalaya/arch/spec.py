@@ -28,8 +28,10 @@ from mambalaya.errors import SpecError
 from mambalaya.arch.kernels import KernelSpec
 from mambalaya.arch.levels import StagingLevel, check_capacities, check_level_names
 from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec, known_unary_names
-from mambalaya.arch.quantities import (_BANDWIDTH_UNITS, _BYTE_UNITS, _HZ_UNITS, MAX_INT, _parse_byte_count,  # noqa: F401
-                                       _parse_float_quantity)
+from mambalaya.arch.quantities import (_BANDWIDTH_UNITS, _BYTE_UNITS, _HZ_UNITS, BYTES_PER_CYCLE_RANGE,  # noqa: F401
+                                       CLOCK_RANGE, MAX_ELEMENT_BITS, MAX_INT, OFFCHIP_BANDWIDTH_RANGE, OPS_PER_LANE_RANGE,
+                                       OVERHEAD_CYCLES_RANGE, POWER_BUDGET_RANGE, UNARY_CYCLES_RANGE, UNARY_PE_OPS_RANGE,
+                                       _parse_byte_count, _parse_float_quantity)
 from mambalaya.specio import FieldProblem
 
 #: Unary functions the cost model knows: those of the Einsum IR, as counted by
@@ -76,6 +78,8 @@ _CONFIG = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=Fal
 
 PositiveInt = Annotated[int, Field(gt=0, le=MAX_INT)]
 NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_INT)]
+#: Bytes per cycle of an on-chip port (the buffer's, a PE's registers'), in its documented range.
+BytesPerCycle = Annotated[float, Field(gt=0), BYTES_PER_CYCLE_RANGE.validator()]
 
 
 class ComputeSpec(BaseModel):
@@ -102,8 +106,9 @@ class ComputeSpec(BaseModel):
             "exceed array_rows * array_cols; only meaningful when one_d_mode is true."
         ),
     )
-    one_d_ops_per_lane_per_cycle: float = Field(
-        1.0, gt=0, description="Elementwise operations one lane completes per cycle in 1D mode (ops/lane/cycle)."
+    one_d_ops_per_lane_per_cycle: Annotated[float, OPS_PER_LANE_RANGE.validator()] = Field(
+        1.0, gt=0, description="Elementwise operations one lane completes per cycle in 1D mode (ops/lane/cycle). "
+                               + OPS_PER_LANE_RANGE.note
     )
     vector_lanes: NonNegativeInt = Field(
         0,
@@ -121,22 +126,22 @@ class ComputeSpec(BaseModel):
             "elementwise units at unary_cost_pe_ops[fn] operations each."
         ),
     )
-    unary_cost_cycles: dict[str, Annotated[float, Field(ge=0)]] = Field(
+    unary_cost_cycles: dict[str, Annotated[float, Field(ge=0), UNARY_CYCLES_RANGE.validator()]] = Field(
         default_factory=lambda: dict(DEFAULT_UNARY_COST_CYCLES),
         description=(
             "Cycles of one MFU per result, for each unary function (exp, log, sqrt, rsqrt, silu, "
             "softplus, sigmoid, tanh, gelu, neg, square, abs, relu). 0 means the function is a plain "
             "elementwise operation (one op on the 1D mode / vector unit, not an MFU). Entries given "
             "override the documented defaults (exp/log/sqrt/rsqrt 1, silu/sigmoid/tanh/gelu 2, softplus 4, "
-            "neg/square/abs/relu 0)."
+            "neg/square/abs/relu 0). " + UNARY_CYCLES_RANGE.note
         ),
     )
-    unary_cost_pe_ops: dict[str, Annotated[float, Field(gt=0)]] = Field(
+    unary_cost_pe_ops: dict[str, Annotated[float, Field(gt=0), UNARY_PE_OPS_RANGE.validator()]] = Field(
         default_factory=dict,
         description=(
             "Cost of one result in elementwise PE operations when no MFU is available (e.g. exp 8: a "
             "polynomial or bit-trick approximation). Used only when mfu_units is 0, and then required "
-            "for every function whose unary_cost_cycles entry is non-zero."
+            "for every function whose unary_cost_cycles entry is non-zero. " + UNARY_PE_OPS_RANGE.note
         ),
     )
     dataflows: tuple[Literal["weight-stationary", "output-stationary", "input-stationary", "roofline"], ...] = Field(
@@ -150,12 +155,12 @@ class ComputeSpec(BaseModel):
             "Default weight-stationary, the dataflow of TPU v1 (Jouppi et al., ISCA 2017)."
         ),
     )
-    dataflow_switch_cycles: float = Field(
+    dataflow_switch_cycles: Annotated[float, OVERHEAD_CYCLES_RANGE.validator()] = Field(
         0.0,
         ge=0,
         description=(
             "Cycles to reconfigure the array to a dataflow other than its first and back, charged "
-            "per step of every Einsum that runs in one (0 for an array with one dataflow)."
+            "per step of every Einsum that runs in one (0 for an array with one dataflow). " + OVERHEAD_CYCLES_RANGE.note
         ),
     )
     stationary_double_buffered: bool = Field(
@@ -183,10 +188,11 @@ class ComputeSpec(BaseModel):
             "2D-mode and 1D-mode work always serialise: they share the PEs."
         ),
     )
-    pipeline_wind_up_cycles: float = Field(
+    pipeline_wind_up_cycles: Annotated[float, OVERHEAD_CYCLES_RANGE.validator()] = Field(
         0.0,
         ge=0,
-        description="Fixed cycles added per fused-group step to fill and drain the pipeline between its Einsums.",
+        description="Fixed cycles added per fused-group step to fill and drain the pipeline between its Einsums. "
+                    + OVERHEAD_CYCLES_RANGE.note,
     )
 
     @model_validator(mode="before")
@@ -301,16 +307,17 @@ class MemorySpec(BaseModel):
             "'50MiB', '24 MB', ...; a mapping is legal only if its live tiles fit."
         )
     )
-    offchip_bandwidth_bytes_per_s: float = Field(
+    offchip_bandwidth_bytes_per_s: Annotated[float, OFFCHIP_BANDWIDTH_RANGE.validator()] = Field(
         gt=0,
-        description="Off-chip (DRAM/HBM) bandwidth in bytes per second. YAML may say '2039 GB/s', '3.35TB/s', ...",
+        description="Off-chip (DRAM/HBM) bandwidth in bytes per second. YAML may say '2039 GB/s', '3.35TB/s', ... "
+                    + OFFCHIP_BANDWIDTH_RANGE.note,
     )
-    onchip_bandwidth_bytes_per_cycle: Annotated[float, Field(gt=0)] | None = Field(
+    onchip_bandwidth_bytes_per_cycle: BytesPerCycle | None = Field(
         None,
         description=(
             "Bytes per cycle the on-chip buffer delivers (reads and writes together, "
             "mambalaya.model.onchip): a group takes at least its buffer accesses over this "
-            "bandwidth. None: unbounded (the buffer never limits)."
+            "bandwidth. None: unbounded (the buffer never limits). " + BYTES_PER_CYCLE_RANGE.note
         ),
     )
     onchip_banks: PositiveInt | None = Field(
@@ -332,16 +339,17 @@ class MemorySpec(BaseModel):
             "to it; it must be smaller than the on-chip buffer."
         ),
     )
-    pe_local_bytes_per_cycle: Annotated[float, Field(gt=0)] | None = Field(
+    pe_local_bytes_per_cycle: BytesPerCycle | None = Field(
         None,
         description=(
             "Bytes per cycle one PE's local storage delivers; at least one operation's three operands "
-            "at the design width (the model does not slow a PE by its register ports, so less is refused)."
+            "at the design width (the model does not slow a PE by its register ports, so less is refused). "
+            + BYTES_PER_CYCLE_RANGE.note
         ),
     )
     offchip_capacity_bytes: PositiveInt | None = Field(
-        None, description="Capacity of the off-chip memory (DRAM/HBM) in bytes; must exceed every on-chip level."
-    )
+        None, description="Capacity of the off-chip memory (DRAM/HBM) in bytes; must exceed every on-chip level. Every "
+                          "evaluation checks the model's weights, states and KV cache fit (mambalaya.model.capacity).")
     levels: dict[str, StagingLevel] = Field(
         default_factory=dict,
         description=(
@@ -436,11 +444,16 @@ class ArchSpec(BaseModel):
 
     name: str = Field(min_length=1, description="Short name of the architecture, printed in reports.")
     description: str = Field("", description="One or two sentences on what this spec models.")
-    clock_hz: float = Field(gt=0, description="Clock frequency in Hz. YAML may say '1.75 GHz', '1000 MHz', ...")
+    clock_hz: Annotated[float, CLOCK_RANGE.validator()] = Field(
+        gt=0, description="Clock frequency in Hz. YAML may say '1.75 GHz', '1000 MHz', ... " + CLOCK_RANGE.note)
     compute: ComputeSpec = Field(description="The compute units.")
     memory: MemorySpec = Field(description="The on-chip buffer and off-chip bandwidth.")
-    bits_per_element: PositiveInt = Field(
-        16, description="Datatype width of activations and weights (bits per element)."
+    bits_per_element: Annotated[int, Field(gt=0, le=MAX_ELEMENT_BITS)] = Field(
+        16,
+        description=(
+            f"Datatype width of activations and weights (bits per element). Range 1 to {MAX_ELEMENT_BITS}: the "
+            "widths a precision policy may give a tensor, up to IEEE double precision."
+        ),
     )
     precision: str = Field(
         "uniform",
@@ -462,12 +475,13 @@ class ArchSpec(BaseModel):
         ),
     )
     area: AreaSpec | None = Field(None, description="Area per component (mambalaya.model.area); None: no area model.")
-    power_budget_w: float | None = Field(
+    power_budget_w: Annotated[float, Field(gt=0), POWER_BUDGET_RANGE.validator()] | None = Field(
         None,
-        gt=0,
         description=(
             "The design's power budget in watts (the reference part's TDP): a result whose average "
-            "power (energy over latency) exceeds it is flagged. None: no budget stated."
+            "power (energy over latency) exceeds it is flagged. None: no budget stated. It must exceed the "
+            "design's leakage power (checked where energy is computed, mambalaya.model.energy), which no "
+            "speed avoids. " + POWER_BUDGET_RANGE.note
         ),
     )
     kernels: KernelSpec | None = Field(

@@ -14,6 +14,7 @@ from mambalaya.cli.layer_options import DesignArgs, design_options
 from mambalaya.cli.options import (DEFAULT_BASELINE, DEFAULT_DESIGN, DEFAULT_SEQ_LEN, ArchOpt, CompareBaselineOpt,
                                    CompareSeqLensOpt, DesignMappingOpt, Format, FormatOpt, OutOpt, SeqLenOpt)
 from mambalaya.errors import MambalayaError
+from mambalaya.outputs import check_output_path
 from mambalaya.workloads.families import is_hybrid
 
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")]
@@ -36,6 +37,8 @@ def evaluate_cmd(
     from mambalaya.experiments.evaluate import evaluate
     from mambalaya.experiments.hybrid import evaluate_hybrid
 
+    check_output_path(output, kind="file", option="--output")
+
     config, design = run.config(), run.design(arch)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
                   precision=run.precision)
@@ -46,7 +49,8 @@ def evaluate_cmd(
         raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "
                              "layers are searched for latency")
     else:
-        emit_hybrid(evaluate_hybrid(design, run.model, config, **common), run, config, seq_len, fmt, output)
+        hv = evaluate_hybrid(design, run.model, config, **common)  # refuses a model over the design's DRAM
+        emit_hybrid(hv, run, config, seq_len, fmt, output, dram=hv.dram)
 
 
 @app.command("compare")
@@ -64,6 +68,8 @@ def compare_cmd(
     (--set changes every design alike)."""
     from mambalaya.experiments.evaluate import compare_rows
     from mambalaya.experiments.hybrid import hybrid_compare_rows
+
+    check_output_path(output, kind="file", option="--output")
 
     names = [a.strip() for a in archs.split(",") if a.strip()]
     if not names:
@@ -86,6 +92,7 @@ def validate_cmd(
     own grouping, and its speed of light; exits 1 where a speed of light is above a measurement."""
     from mambalaya.experiments.validate import validate
 
+    check_output_path(out, kind="directory", option="--out")
     result = validate(cases)
     rows = result.rows()
     if fmt == Format.json:

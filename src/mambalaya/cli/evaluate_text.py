@@ -83,6 +83,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             throttled = (f"; held to the budget the layer takes {milliseconds(t['throttled_latency_s'])} ms"
                          if t["over_power_budget"] else "")
             out_console.print(f"average power {t['average_power_w']:.4g} W: {verdict} ({node}){throttled}", highlight=False)
+        if ev.dram is not None:
+            out_console.print(ev.dram.text(), highlight=False)
         if "area_mm2" in t:
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
@@ -98,8 +100,10 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
                               "memory.onchip_bandwidth_bytes_per_cycle), so no group is bound by it", highlight=False)
 
 
-def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format, output: Path | None) -> None:
-    """A hybrid model on a design: each layer type's Einsum table, and the whole model."""
+def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format, output: Path | None,
+                dram: Any = None) -> None:
+    """A hybrid model on a design: each layer type's Einsum table, and the whole model; ``dram``
+    (:class:`~mambalaya.model.capacity.DramUse`) its use of the design's off-chip memory."""
     from mambalaya.arch import arch_to_dict
     from mambalaya.fusion.mapping_file import mapping_to_dict
     from mambalaya.model.latency import latency_rows
@@ -110,7 +114,11 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
             "precision": next(iter(hv.layers.values())).precision.name}
     rows = {t: latency_rows(ev.result) for t, ev in hv.layers.items()}
     if fmt == Format.json:
-        doc = {"provenance": prov, "arch": arch_to_dict(hv.arch), "totals": hv.totals(),
+        totals = hv.totals()
+        if dram is not None:
+            totals.update(dram_need_bytes=dram.used_bytes, dram_capacity_bytes=dram.capacity_bytes,
+                          dram_left_bytes=dram.left_bytes)
+        doc = {"provenance": prov, "arch": arch_to_dict(hv.arch), "totals": totals,
                "layers": {t: {"cascade": ev.cascade.name, "layers": ev.result.n_layers, "totals": ev.totals(),
                               "mapping": mapping_to_dict(ev.mapping), "einsums": rows[t][:-1]}
                           for t, ev in hv.layers.items()}}
@@ -133,6 +141,8 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
                           f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass",
                           highlight=False)
+        if dram is not None:
+            out_console.print(dram.text(), highlight=False)
         if hv.arch.energy is not None:  # said, not left out silently: the design has an energy section
             out_console.print("energy: not computed for a hybrid model yet (docs/hybrid.md); single-layer-type "
                               "models report it", highlight=False)

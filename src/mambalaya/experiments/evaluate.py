@@ -1,4 +1,10 @@
-"""Evaluate one model layer on one architecture, and compare designs across sequence lengths."""
+"""Evaluate one model layer on one architecture, and compare designs across sequence lengths.
+
+Every evaluation first checks that the model fits in the design's off-chip memory
+(:func:`require_fits`, :mod:`mambalaya.model.capacity`): its weights, states and KV cache at the
+batch and context length; a model that does not fit is refused before anything is costed. Every
+figure it reports is finite (:func:`mambalaya.model.latency.require_finite`, checked where the
+latency and energy results are made)."""
 
 from __future__ import annotations
 
@@ -7,12 +13,15 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Role
 from mambalaya.fusion.mapping import Mapping, check_mapping
+from mambalaya.model.capacity import DramUse, MemoryNeed, check_fits, memory_need, state_bytes
 from mambalaya.model.latency import LayerLatency, layer_latency
 from mambalaya.model.energy import LayerEnergy, layer_energy
 from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, load_mapping_file, named_mapping
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import ModelConfig, build_layer
+from mambalaya.workloads.families import is_hybrid
 from mambalaya.workloads.precision import PrecisionPolicy, load_policy
 
 
@@ -30,6 +39,8 @@ class Evaluation:
     search: SearchStats
     precision: PrecisionPolicy
     objective: str = "latency"
+    #: The model's use of the design's off-chip memory (None where the caller did not check it).
+    dram: DramUse | None = None
 
     @property
     def energy(self) -> LayerEnergy | None:
@@ -52,6 +63,9 @@ class Evaluation:
             from mambalaya.model.area import total_area_mm2
 
             extra["area_mm2"] = total_area_mm2(self.arch)
+        if self.dram is not None:
+            extra.update(dram_need_bytes=self.dram.used_bytes, dram_capacity_bytes=self.dram.capacity_bytes,
+                         dram_left_bytes=self.dram.left_bytes)
         return {
             "latency_s": r.latency_s,
             "model_latency_s": r.model_latency_s,
@@ -111,21 +125,87 @@ def evaluate(
     recurrent in decode)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
+    dram = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy)
     cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
     return evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch, mapping=mapping,
-                            policy=policy, objective=objective, n_layers=config.n_layers)
+                            policy=policy, objective=objective, n_layers=config.n_layers, dram=dram)
 
 
 def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Cascade, *, phase: str, batch: int,
                      mapping: str | None, policy: PrecisionPolicy, objective: str = "latency",
-                     n_layers: int = 1) -> Evaluation:
+                     n_layers: int = 1, dram: DramUse | None = None) -> Evaluation:
     """One built layer cascade on ``spec`` under ``mapping`` (the design's own when None),
-    the model counting ``n_layers`` such layers."""
+    the model counting ``n_layers`` such layers; ``dram`` is the model's checked use of the
+    design's off-chip memory (:func:`require_fits`), carried to the reports."""
     stats = SearchStats()
     m = resolve_mapping(mapping, cascade, spec, stats, objective)
     result = layer_latency(spec, cascade, m, n_layers=n_layers)
-    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective)
+    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective,
+                      dram)
+
+
+_NEEDS: dict[tuple, MemoryNeed] = {}
+_NEEDS_SIZE = 256
+
+
+def model_memory_need(config: Any, *, batch: int, seq_len: int, bits: int, policy: PrecisionPolicy) -> MemoryNeed:
+    """What one device holds to run ``config`` at ``batch`` with ``seq_len`` positions (the
+    prompt in prefill, the cached context in decode): its parameters at the policy's weight
+    width, and each layer type's states and KV cache from its decode step's cascade
+    (:func:`mambalaya.model.capacity.state_bytes`). Memoised: sweeps and comparisons ask again."""
+    key = (config, batch, seq_len, bits, policy.model_dump_json())
+    need = _NEEDS.get(key)
+    if need is None:
+        layer_types = config.layer_counts() if is_hybrid(config) else {None: config.n_layers}
+        states = []
+        for layer_type, count in layer_types.items():
+            chosen = {} if layer_type is None else {"layer_type": layer_type}
+            step = build_layer(config, phase="decode", seq_len=max(seq_len, 1), batch=batch, bits=bits,
+                               precision=policy, **chosen)
+            states.append((count, state_bytes(step)))
+        states.extend(unbuilt_attention_states(config, batch=batch, seq_len=seq_len, bits=bits, policy=policy))
+        weight_bits = policy.bits("", "", Role.WEIGHT, bits)
+        need = memory_need(config.model_parameters(), weight_bits, states, batch=batch, seq_len=seq_len)
+        if len(_NEEDS) >= _NEEDS_SIZE:
+            _NEEDS.pop(next(iter(_NEEDS)))
+        _NEEDS[key] = need
+    return need
+
+
+def unbuilt_attention_states(config: Any, *, batch: int, seq_len: int, bits: int,
+                             policy: PrecisionPolicy) -> list[tuple[int, tuple[float, float]]]:
+    """(layers, (0, KV cache bytes of one)) for attention layers a model holds but the
+    evaluation does not build: a Gated DeltaNet model (the ``olmo-hybrid`` preset) builds its
+    Gated DeltaNet layers only, yet runs its ``full_attention`` layers too, each with a key and a
+    value cache of ``n_kv_heads x head_dim`` per position, at the width the policy gives a
+    hybrid attention layer's value cache. Empty for every other model."""
+    if getattr(config, "family", None) != "gated_deltanet":
+        return []
+    attention_layers = config.layer_counts().get("full_attention", 0)
+    head_dim = config.head_dim or config.d_model // config.n_heads
+    width = policy.bits("bamba", "VC0", Role.STATE, bits)
+    per_layer = 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8
+    return [(attention_layers, (0.0, per_layer))] if attention_layers else []
+
+
+def require_fits(spec: ArchSpec, model_name: str, config: Any, *, batch: int, seq_len: int,
+                 precision: str | PrecisionPolicy | None = None) -> DramUse:
+    """The model's use of ``spec``'s off-chip memory at ``batch`` and ``seq_len``, or a
+    :class:`~mambalaya.model.capacity.CapacityError` when it does not fit (naming the need,
+    the capacity and the devices that would hold it). Every evaluation calls it before costing:
+    :func:`evaluate` (and so compare and reproduce), and the hybrid and sweep evaluations."""
+    use = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=precision)
+    return check_fits(use.need, use.capacity_bytes, model=model_name, arch=spec.name)
+
+
+def dram_use(spec: ArchSpec, config: Any, *, batch: int, seq_len: int,
+             precision: str | PrecisionPolicy | None = None) -> DramUse:
+    """The model's need of ``spec``'s off-chip memory at ``batch`` and ``seq_len`` against its
+    capacity, whether it fits or not (:func:`require_fits` refuses what does not)."""
+    policy = resolve_policy(spec, precision)
+    need = model_memory_need(config, batch=batch, seq_len=seq_len, bits=spec.bits_per_element, policy=policy)
+    return DramUse(need, spec.memory.offchip_capacity_bytes)
 
 
 _LAYERS: dict[tuple, Cascade] = {}
@@ -162,6 +242,7 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
         return evaluate(arch, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
                         precision=precision)
     spec = load_arch(arch) if isinstance(arch, str) else arch
+    require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)  # refused once, not per form
     best, errors = None, []
     for scan in ("chunked", "recurrent"):
         try:

@@ -24,7 +24,9 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError
-from mambalaya.experiments.evaluate import Evaluation, cached_layer, evaluate_cascade, resolve_policy
+from mambalaya.experiments.evaluate import (Evaluation, cached_layer, dram_use, evaluate_cascade, require_fits,
+                                            resolve_policy)
+from mambalaya.model.capacity import DramUse
 from mambalaya.workloads.families import scanned_layer_types
 from mambalaya.workloads.hybrid import HybridConfig
 from mambalaya.workloads.precision import PrecisionPolicy
@@ -46,6 +48,8 @@ class HybridEvaluation:
     batch: int
     #: per layer type: its evaluation (``result.n_layers`` = the layers of that type)
     layers: dict[str, Evaluation]
+    #: the model's use of the design's off-chip memory (:func:`~mambalaya.experiments.evaluate.dram_use`)
+    dram: DramUse | None = None
 
     @property
     def model_latency_s(self) -> float:
@@ -65,12 +69,22 @@ class HybridEvaluation:
         positions = 1 if self.phase == "decode" else self.seq_len
         return self.batch * positions / self.model_latency_s if self.model_latency_s else 0.0
 
+    @property
+    def attention_share(self) -> float | None:
+        """The share of the model's time in its attention layers, every attention layer type
+        together (``attention`` and a MoE family's ``attention-moe``); None where attention sits
+        inside another layer type (Falcon-H1's parallel layers, Zamba2's hybrid blocks) and has
+        no share of its own."""
+        attention = [t for t in self.layers if t.split("-")[0] == "attention"]
+        return sum(self.share_of_time(t) for t in attention) if attention else None
+
     def totals(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "model_latency_s": self.model_latency_s,
             "model_offchip_bytes": self.offchip_bytes,
             "tokens_per_s": self.tokens_per_s,
             "n_layers": self.config.n_layers,
+            "attention_share": self.attention_share,
         }
         for t, ev in self.layers.items():
             out[f"{t}_layers"] = ev.result.n_layers
@@ -104,15 +118,25 @@ def evaluate_hybrid(
     scan: str | None = None,
     softmax: str = "three-pass",
     precision: str | PrecisionPolicy | None = None,
+    over_capacity: str = "refuse",
 ) -> HybridEvaluation:
     """Every layer type of ``config`` on ``arch``. A Mamba layer's prefill runs whichever scan
     form (chunked SSD or the recurrent scan) is faster on the design unless ``scan`` is given,
     as :func:`~mambalaya.experiments.evaluate.evaluate_best_scan` does for Mamba-2 models.
     Tensor widths follow the policy's ``bamba`` family (``reference-kernels``: the mixer's
     kernel widths, softmax statistics and norms in float32, the residual stream at the design
-    width)."""
+    width).
+
+    A model whose weights, states and KV cache do not fit the design's off-chip memory is
+    refused (:func:`~mambalaya.experiments.evaluate.require_fits`); with ``over_capacity="report"``
+    it is evaluated as on one device of enough capacity and its :attr:`HybridEvaluation.dram`
+    says how many devices it needs (the hybrid suite reports such points, marked)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
+    if over_capacity not in ("refuse", "report"):
+        raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")
+    dram = (require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy)
+            if over_capacity == "refuse" else dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy))
     layers: dict[str, Evaluation] = {}
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
@@ -133,7 +157,7 @@ def evaluate_hybrid(
             raise MambalayaError(f"{model_name} {layer_type} layers, {phase} L={seq_len}, on {spec.name}: "
                                  + "; ".join(errors))
         layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
-    return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers)
+    return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram)
 
 
 def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
@@ -158,8 +182,7 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
         "mapping_used": " ".join(f"{t}:{ev.mapping.name}" for t, ev in hv.layers.items()),
     }
     out.update({f"{t}_share": hv.share_of_time(t) for t in hv.layers})
-    attention = [t for t in hv.layers if t.split("-")[0] == "attention"]
-    out["attention_share"] = sum(hv.share_of_time(t) for t in attention) if attention else None
+    out["attention_share"] = hv.attention_share
     return out
 
 

@@ -70,10 +70,12 @@ def suite_steps(config: HybridSuiteConfig) -> int:
 def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
     return {"model": model, "phase": ev.phase, "seq_len": ev.seq_len, "batch": ev.batch, "arch": ev.arch.name,
             "precision": next(iter(ev.layers.values())).precision.name, **ev.totals(),
-            # a MoE family's attention layers are "attention" and "attention-moe": their share together;
             # NaN (reported '-') where attention sits inside another layer type (Falcon-H1, Zamba2)
-            "attention_share": sum(ev.share_of_time(t) for t in ev.layers if t.split("-")[0] == "attention")
-            if any(t.split("-")[0] == "attention" for t in ev.layers) else float("nan")}
+            "attention_share": float("nan") if ev.attention_share is None else ev.attention_share,
+            # the suite evaluates a model over one device's DRAM as on one device of enough capacity:
+            # how much it needs and on how many such devices it would fit (1: it fits)
+            "dram_need_bytes": ev.dram.used_bytes if ev.dram else float("nan"),
+            "devices_needed": ev.dram.devices_needed if ev.dram and ev.dram.devices_needed else 1}
 
 
 def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
@@ -111,7 +113,8 @@ def run_hybrid_suite(config: HybridSuiteConfig, progress: Callable[[str], None] 
                 for d in config.designs:
                     tick(f"{model} {phase} L={L} {d}")
                     rows.append(_row(model, evaluate_hybrid(specs[d], model, cfg, phase=phase, seq_len=L,
-                                                            batch=config.batch, precision=config.precision)))
+                                                            batch=config.batch, precision=config.precision,
+                                                            over_capacity="report")))
     latency = pd.DataFrame(rows)
     speedups = speedup_rows(latency)
     result.tables = {"hybrid_latency": latency, "hybrid_speedups": speedups}
@@ -168,6 +171,22 @@ def _share(x: Any) -> str:
     return "-" if pd.isna(x) else f"{x:.1%}"
 
 
+def _capacity_lines(latency: pd.DataFrame) -> list[str]:
+    """The report's paragraph on the points whose weights, states and KV cache exceed one
+    device's off-chip memory (``devices_needed`` > 1): how many, and from which length on."""
+    over = latency[latency["devices_needed"] > 1]
+    if over.empty:
+        return ["**Memory.** Every point fits its design's off-chip memory (weights, recurrent and conv states, KV "
+                "cache at the batch and length).", ""]
+    first = over.groupby(["model", "phase"], sort=False)["seq_len"].min()
+    where = "; ".join(f"{model} {phase} from L = {L:,}" for (model, phase), L in first.items())
+    return [f"**Memory.** {len(over)} of {len(latency)} evaluations need more off-chip memory than one device has "
+            f"(weights, recurrent and conv states, KV cache at batch and L): {where}. Their latencies (marked † with "
+            "the devices whose joined memory would hold the model) are those of one device with enough memory; "
+            "running a model across devices, with its collectives, is not modelled yet (issue 46). `mambalaya "
+            "evaluate` refuses such a point.", ""]
+
+
 def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: dict) -> Path:
     latency, speedups = result.tables["hybrid_latency"], result.tables["hybrid_speedups"]
     lines = [
@@ -194,6 +213,7 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         "Designs (shipped specs `mambalaya/arch/specs/<name>.yaml`, `mambalaya arch show <name>` prints every field): "
         + "; ".join(_design_text(d, specs[d]) for d in config.designs) + ".",
         "",
+        *_capacity_lines(latency),
     ]
     for model in config.models:
         cfg = resolve_model(model)
@@ -214,7 +234,8 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
                   f"({' / '.join(types)}):", "",
                   "| phase | L | design | latency (s) | attention share | mappings | cascades |", "|---|---|---|---|---|---|---|"]
         for _, r in m.iterrows():
-            lines.append(f"| {r['phase']} | {r['seq_len']} | {r['arch']} | {_fmt(r['model_latency_s'])} | "
+            over = f" † {int(r['devices_needed'])} devices" if r.get("devices_needed", 1) > 1 else ""
+            lines.append(f"| {r['phase']} | {r['seq_len']} | {r['arch']} | {_fmt(r['model_latency_s'])}{over} | "
                          f"{_share(r.get('attention_share', 0.0))} | "
                          + " / ".join(str(r.get(f"{t}_mapping", "-")) for t in types) + " | "
                          + ", ".join(str(r.get(f"{t}_cascade", "-")) for t in types) + " |")

@@ -382,7 +382,7 @@ def point_sizes(point: dict[str, Any]) -> tuple[int, int]:
 
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Every output figure of one point (raises on an impossible configuration)."""
-    from mambalaya.experiments.evaluate import resolve_policy
+    from mambalaya.experiments.evaluate import require_fits, resolve_policy
     from mambalaya.model.architecture_memos import forget_results
     from mambalaya.model.latency import layer_latency
     from mambalaya.model.search import named_mapping
@@ -399,6 +399,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
         return {**point_outputs(hv), "buffer_bytes": arch.memory.onchip_buffer_bytes,
                 "pes": arch.compute.array_rows * arch.compute.array_cols,
                 "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s}
+    require_fits(arch, str(point["model"]), config, batch=batch, seq_len=seq_len)  # over the DRAM: a failed point
     key = (point["model"], point["phase"], seq_len, batch, arch.bits_per_element,
            arch.precision)
     if key not in _CASCADES:

@@ -26,7 +26,9 @@ node, DRAM not (its energy is spent in the DRAM dies). **Leakage**: the design's
 latency. Average power is the energy over the latency; a design with a ``power_budget_w``
 flags a result above it (:mod:`mambalaya.experiments.evaluate`), and its throttled latency
 is the dynamic energy over the budget less leakage, where that is longer
-(:attr:`LayerEnergy.throttled_latency_s`).
+(:attr:`LayerEnergy.throttled_latency_s`). A budget at or below the leakage cannot be met at
+any speed: the energy of such a design is refused (:func:`check_budget_above_leakage`), as
+is any energy figure that is not finite (:func:`~mambalaya.model.latency.require_finite`).
 The energy-delay product is the model's energy per pass times its latency per pass.
 """
 
@@ -38,11 +40,11 @@ from typing import Any
 from mambalaya.arch.keys import dynamic_energy_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.stats import einsum_ops
-from mambalaya.errors import SpecError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping
 from mambalaya.model.area import leakage_w
 from mambalaya.model.buffer import group_buffer_accesses
-from mambalaya.model.latency import EinsumLatency, LayerLatency, attributed_bytes, group_runs
+from mambalaya.model.latency import EinsumLatency, LayerLatency, attributed_bytes, group_runs, require_finite
 from mambalaya.model.traffic import group_traffic
 from mambalaya.model.spatial import ELEMENTWISE_OPS
 
@@ -82,9 +84,32 @@ class EinsumEnergy:
                 + self.mfu_pj + self.leakage_pj)
 
 
+class PowerBudgetError(MambalayaError):
+    """A design's power budget is at or below its leakage: no speed meets it."""
+
+
+def check_budget_above_leakage(arch_name: str, budget_w: float | None, leakage_w: float) -> None:
+    """A design's power budget must exceed its leakage power, which it draws whatever it runs:
+    at or below it no latency, however long, meets the budget (the throttled latency would be
+    infinite). A :class:`PowerBudgetError` names both."""
+    if budget_w is not None and budget_w <= leakage_w:
+        raise PowerBudgetError(
+            f"arch {arch_name!r}: power_budget_w ({budget_w:g} W) is not above the design's leakage power "
+            f"({leakage_w:.4g} W: technology.logic_leakage_w_per_mm2 over its logic area plus "
+            "technology.sram_leakage_w_per_mib over its SRAM), which it draws at any speed, so no latency meets the "
+            f"budget; give a budget above {leakage_w:.4g} W, or none")
+
+
+#: The figures of a layer's energy that reports, tables and stores read.
+ENERGY_FIGURES = ("total_pj", "layer_j", "model_j", "per_token_j", "average_power_w", "throttled_latency_s", "edp_js",
+                  "leakage_w")
+
+
 @dataclass(frozen=True)
 class LayerEnergyTotals:
-    """A layer's energy as a total (``total_pj``), and the figures derived from it and its latency."""
+    """A layer's energy as a total (``total_pj``), and the figures derived from it and its latency.
+    Made only for a budget above the leakage (:func:`check_budget_above_leakage`), and every
+    figure is checked finite (:func:`~mambalaya.model.latency.require_finite`)."""
 
     arch: str
     mapping: str
@@ -95,6 +120,12 @@ class LayerEnergyTotals:
     latency_s: float  # of one layer
     leakage_w: float = 0.0
     power_budget_w: float | None = None
+
+    def __post_init__(self) -> None:
+        check_budget_above_leakage(self.arch, self.power_budget_w, self.leakage_w)
+        require_finite({name: getattr(self, name) for name in ENERGY_FIGURES},
+                       what=f"the energy of a layer ({self.n_layers} layers, batch {self.batch}, {self.positions} "
+                            f"positions) on arch {self.arch!r} under mapping {self.mapping}")
 
     @property
     def layer_j(self) -> float:
@@ -119,14 +150,12 @@ class LayerEnergyTotals:
         """The layer's latency held to the power budget: a design that cannot draw more runs
         slower, its dynamic energy spread over the time t where dynamic power plus leakage is the
         budget, ``t = dynamic / (budget - leakage)`` (leakage is drawn for the longer time too),
-        where that is longer than the latency; infinite when leakage alone exceeds the budget."""
+        where that is longer than the latency. A budget at or below the leakage is refused when
+        the energy is made (:func:`check_budget_above_leakage`)."""
         if not self.power_budget_w:
             return self.latency_s
         dynamic_j = self.layer_j - self.leakage_w * self.latency_s
-        headroom_w = self.power_budget_w - self.leakage_w
-        if headroom_w <= 0:
-            return float("inf")
-        return max(self.latency_s, dynamic_j / headroom_w)
+        return max(self.latency_s, dynamic_j / (self.power_budget_w - self.leakage_w))
 
     @property
     def edp_js(self) -> float:
@@ -345,6 +374,9 @@ def energy_rows(energy: LayerEnergy) -> list[dict[str, Any]]:
 
 
 __all__ = [
+    "ENERGY_FIGURES",
+    "PowerBudgetError",
+    "check_budget_above_leakage",
     "EinsumActions",
     "EinsumEnergy",
     "LayerEnergy",

@@ -44,6 +44,7 @@ utilisations and bound (a single Einsum's group is its own).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -54,6 +55,7 @@ from mambalaya.arch.keys import latency_key, spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
+from mambalaya.errors import MambalayaError
 from mambalaya.fusion.mapping import FusionGroup, Mapping
 from mambalaya.model.spatial import SpatialMapping, StepShape, einsum_runs, einsum_unit_cycles, step_shapes
 from mambalaya.model.buffer import BufferAccesses, group_buffer_accesses
@@ -169,8 +171,40 @@ class GroupLatency:
         return BOUNDS[max(range(3), key=lambda k: (self.comp_latency, self.mem_latency, self.onchip_latency)[k])]
 
 
+class NonFiniteResult(MambalayaError):
+    """A figure of a result is infinite or not a number: the inputs are outside the range the
+    model computes in. Never printed or stored as a number (:func:`require_finite`)."""
+
+
+def require_finite(figures: dict[str, Any], *, what: str) -> None:
+    """The one guard of every result mambalaya prints or stores: each numeric figure of
+    ``figures`` (name -> value) is finite, or a :class:`NonFiniteResult` names the first that is
+    not and ``what`` (the result and the inputs it was computed from). Text and None pass."""
+    for name, value in figures.items():
+        if isinstance(value, (str, bool)) or value is None:
+            continue
+        if not math.isfinite(value):
+            raise NonFiniteResult(
+                f"{what}: {name} came out as {value!r}, not a finite number, so it is not reported; the inputs are "
+                "outside the range the model computes in (a spec's fields are range-checked when it is read: this is a "
+                "workload too large for them, or a combination no single range catches); shrink the workload "
+                "(batch, sequence length, layers) or bring the design's rates closer to real hardware")
+
+
+#: The figures of a layer's latency result that reports, tables and stores read.
+LAYER_FIGURES = ("latency_s", "model_latency_s", "offchip_bytes", "comp_s", "compute_util", "mem_util", "onchip_s",
+                 "buffer_bytes", "spatial_util", "tokens_per_s", "bandwidth")
+#: The figures of its per-Einsum rows (checked through their sums: one that is not finite makes it so).
+EINSUM_FIGURES = ("final_latency", "comp_latency", "mem_latency", "onchip_latency", "total_traffic", "compute_util",
+                  "mem_util")
+
+
 @dataclass(frozen=True)
 class LayerLatency:
+    """A layer's latency under a mapping: its groups, the per-Einsum rows (none when costed
+    without them) and the totals. Every figure is checked finite when it is made
+    (:func:`require_finite`), so no result that reaches a table, a report or a store is ``inf``."""
+
     arch: str
     mapping: str
     cascade: str
@@ -180,6 +214,16 @@ class LayerLatency:
     batch: int
     positions: int
     bandwidth: float
+
+    def __post_init__(self) -> None:
+        figures = {name: getattr(self, name) for name in LAYER_FIGURES}
+        figures.update({f"the Einsums' {name}": sum(getattr(r, name) for r in self.einsums) for name in EINSUM_FIGURES})
+        require_finite(figures, what=self.inputs_text())
+
+    def inputs_text(self) -> str:
+        """What this result was computed from, as errors name it."""
+        return (f"layer {self.cascade} ({self.n_layers} layers, batch {self.batch}, {self.positions} positions) on arch "
+                f"{self.arch!r} under mapping {self.mapping}")
 
     @property
     def latency_s(self) -> float:

@@ -182,6 +182,17 @@ def test_every_refused_field_is_one_error_naming_it(family: str) -> None:
 
 
 @pytest.mark.parametrize("family", list(CASES))
+@pytest.mark.parametrize("wrong", ["x", float("nan"), [[1]], {"a": 1}])
+def test_every_read_field_of_a_wrong_type_is_one_error_naming_it(family: str, wrong: Any) -> None:
+    """A string, NaN, a nested list or a mapping where a read (or checked) field's value goes is
+    refused by name, never taken (the change first makes the field the one that is read)."""
+    fields, base, built, changes, _, _ = CASES[family]
+    for field in fields.read:
+        message = _refusal(built, {**base, **changes.get(field, {}), field: wrong}, field)
+        assert "\n" not in message, message
+
+
+@pytest.mark.parametrize("family", list(CASES))
 def test_an_unknown_field_is_refused_by_name(family: str) -> None:
     _, base, built, *_ = CASES[family]
     message = _refusal(built, {**base, "attention_sink_size": 4}, "attention_sink_size")

@@ -540,5 +540,6 @@ def test_a_hybrid_moe_points_stored_attention_share_equals_what_compare_reports(
     (row,) = hybrid_compare_rows(["marca-ideal"], "granite-4.0-h-tiny", resolve_model("granite-4.0-h-tiny"),
                                  phase="decode", seq_lens=[256], batch=1, baseline="marca-ideal")
     attention = [k for k in row if k.startswith("attention") and k.endswith("_share")]
-    assert attention == ["attention-moe_share"]
+    assert attention == ["attention_share", "attention-moe_share"]  # all attention layers together, then by type
+    assert row["attention_share"] == row["attention-moe_share"]
     assert 0 < stored_share < 1 and stored_share == pytest.approx(row["attention-moe_share"], rel=1e-12)

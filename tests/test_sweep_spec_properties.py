@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from mambalaya.errors import SpecError
 from mambalaya.experiments import sweep
-from mambalaya.experiments.sweep import MAX_POINT_SIZE, PHASES, POINT_KEYS, POINT_MAPPINGS, load_sweep_spec
+from mambalaya.experiments.sweep_spec import MAX_POINT_SIZE, PHASES, POINT_KEYS, POINT_MAPPINGS, load_sweep_spec
 
 VALID: dict[str, Any] = {
     "name": "props",

@@ -72,8 +72,8 @@ def test_validate_writes_its_table_and_figure(tmp_path) -> None:
     ({"source": "nowhere"}, "source 'nowhere' is not one of sources"),
     ({"einsums": ["AD", "NOPE"]}, "has no Einsum 'NOPE'"),
     ({"kernels": [["AD", "BX"]]}, "must split exactly the Einsums"),
-    ({"measured_ms": -1}, "cases.0.measured_ms"),
-    ({"read": "guess"}, "cases.0.read"),
+    ({"measured_ms": -1}, "cases[0].measured_ms: must be > 0"),
+    ({"read": "guess"}, "cases[0].read: must be one of"),
 ])
 def test_a_bad_case_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
     path = case_file(tmp_path, **changes)

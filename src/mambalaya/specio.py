@@ -179,7 +179,8 @@ _ENCODED_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": 
 def decode_special_float(value: Any) -> Any:
     """``value``, or the float a transformers-encoded object spells (``{"__float__": "Infinity"}``
     is ``inf``; ``-Infinity`` and ``NaN`` likewise)."""
-    if isinstance(value, dict) and len(value) == 1 and value.get("__float__") in _ENCODED_FLOATS:
+    if isinstance(value, dict) and len(value) == 1 and isinstance(value.get("__float__"), str) \
+            and value["__float__"] in _ENCODED_FLOATS:
         return _ENCODED_FLOATS[value["__float__"]]
     return value
 
@@ -499,6 +500,8 @@ def show(value: Any) -> str:
         return "a mapping"
     if isinstance(value, list):
         return "a list"
+    if isinstance(value, int) and abs(value) >= 10**60:  # repr() refuses past 4,300 digits
+        return f"an integer of about {math.floor(math.log10(abs(value))) + 1:,} digits"
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -14,6 +14,7 @@ from mambalaya.errors import SpecError
 from mambalaya.workloads.falcon_h1 import PRESETS as FALCON_H1_PRESETS
 from mambalaya.workloads.falcon_h1 import falcon_h1_config_from_hf
 from mambalaya.workloads.families import FamilyModel
+from mambalaya.workloads.hf_fields import shown
 from mambalaya.workloads.nemotron_h import PRESETS as NEMOTRON_H_PRESETS
 from mambalaya.workloads.nemotron_h import nemotron_h_config_from_hf
 from mambalaya.workloads.olmo_hybrid import PRESETS as OLMO_HYBRID_PRESETS
@@ -36,13 +37,15 @@ def family_config_from_hf(data: dict, *, source: str = "config.json") -> FamilyM
     """The family model of a transformers config.json whose ``model_type`` is a dense family's;
     None for a model type another reader takes (or a config with none, such as a state-spaces
     one); a SpecError naming ``model_type`` for one that no reader takes."""
+    if not isinstance(data, dict):
+        raise SpecError(f"a model config is a mapping of fields to values, not {shown(data)}", source=source)
     model_type: Any = data.get("model_type")
     if model_type is None or model_type in OTHER_MODEL_TYPES:
         return None
     reader = READERS.get(model_type) if isinstance(model_type, str) else None
     if reader is None:
         known = sorted((*OTHER_MODEL_TYPES, *READERS))
-        raise SpecError(f"field model_type is {model_type!r}, a model mambalaya does not model (it reads "
+        raise SpecError(f"field model_type is {shown(model_type)}, a model mambalaya does not model (it reads "
                         f"{', '.join(repr(t) for t in known)})", source=source)
     return reader(data, source=source)
 

@@ -32,18 +32,20 @@ RMSNorm (norm after the gate) before ``out_proj``; without it the gated output g
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
+from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.attention import AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import chunk_padding_free_form
-from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel, check_known_fields, positive_int
+from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel, check_known_fields
+from mambalaya.workloads.hf_config import ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.mlp import MLPConfig, mlp_layer
 
@@ -90,7 +92,8 @@ class FalconH1Model(FamilyModel):
     SCANNED: ClassVar[tuple[str, ...]] = ("parallel",)
 
     family: Literal["falcon_h1"] = "falcon_h1"
-    layer_types: tuple[Literal["parallel"], ...] = Field(min_length=1)
+    layer_types: Annotated[tuple[Literal["parallel"], ...],
+                           BeforeValidator(list_as_tuple)] = Field(min_length=1)
     d_ff: PositiveInt
     n_heads: PositiveInt
     n_kv_heads: PositiveInt
@@ -243,68 +246,68 @@ READ = set(DEFAULTS) | set(MULTIPLIERS) | {"head_dim", "rope_parameters", "rope_
                                           "time_step_limit"}
 
 
-def _int(data: dict, key: str, source: str) -> int:
-    return positive_int(data, key, DEFAULTS, source)
+#: The lengths of the list multipliers: mlp (gate, down); ssm (z, x, B, C, dt).
+LIST_MULTIPLIERS = {"mlp_multipliers": 2, "ssm_multipliers": 5}
 
 
 def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> FalconH1Model:
     """A :class:`FalconH1Model` from a transformers ``falcon_h1`` config.json (as a dict), read as
-    ``FalconH1Config`` reads it; every problem is one SpecError naming the field."""
-    if not isinstance(data, dict) or data.get("model_type") != "falcon_h1":
-        raise SpecError("a Falcon-H1 config is a mapping with model_type 'falcon_h1'", source=source)
-    check_known_fields(data, "FalconH1Config", READ, INERT, MODELLED, source)
+    ``FalconH1Config`` reads it, every field by type
+    (:class:`~mambalaya.workloads.hf_config.ConfigFile`); every problem is one SpecError naming
+    the field."""
+    cfg = ConfigFile.of(data, source, defaults=DEFAULTS, what="Falcon-H1")
+    if cfg.value("model_type") != "falcon_h1":
+        raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; this reader takes 'falcon_h1'")
+    check_known_fields(cfg, "FalconH1Config", READ, INERT, MODELLED)
     for key in ("layers_block_type", "layer_types"):
-        if data.get(key) is not None and any(t != "hybrid" for t in data[key]):
-            raise SpecError(f"field {key} lists a layer that is not 'hybrid'; every FalconH1Config layer is one",
-                            source=source)
-    rms = data.get("mamba_rms_norm", False)
-    if not isinstance(rms, bool):
-        raise SpecError(f"field mamba_rms_norm must be true or false, not {rms!r}", source=source)
-    if rms and data.get("mamba_norm_before_gate", True):
-        raise SpecError("field mamba_norm_before_gate is true (FalconH1Config's default) with mamba_rms_norm: the "
-                        "norm before the gate is not modelled (mambalaya's gated norm follows the gate)", source=source)
-    limit = data.get("time_step_limit", [0.0, float("inf")])
-    if limit is not None and (len(limit) != 2 or limit[0] != 0 or limit[1] != float("inf")):
-        raise SpecError(f"field time_step_limit is {limit!r}; mambalaya models the unclamped (0, inf)", source=source)
-    hidden, heads = _int(data, "hidden_size", source), _int(data, "num_attention_heads", source)
-    d_ssm = data.get("mamba_d_ssm", DEFAULTS["mamba_d_ssm"])
-    d_ssm = _int(data, "mamba_expand", source) * hidden if d_ssm is None else _int(data, "mamba_d_ssm", source)
-    m_heads = _int(data, "mamba_n_heads", source)
-    d_head = data.get("mamba_d_head", "auto")
-    if d_head != "auto" and _int(data, "mamba_d_head", source) * m_heads != d_ssm:
-        raise SpecError(f"fields mamba_d_head * mamba_n_heads = {d_head * m_heads} is not the Mamba width "
-                        f"{d_ssm} (mamba_d_ssm)", source=source)
+        cfg.layer_types(key, {"hybrid": "parallel"}, "Falcon-H1 (every FalconH1Config layer is 'hybrid')")
+    rms = cfg.boolean("mamba_rms_norm")
+    before_gate = cfg.boolean("mamba_norm_before_gate") if cfg.given("mamba_norm_before_gate") else \
+        not cfg.has("mamba_norm_before_gate")  # FalconH1Config's default is true; null acts as false
+    if rms and before_gate:
+        raise cfg.error("field mamba_norm_before_gate is true (FalconH1Config's default) with mamba_rms_norm: the "
+                        "norm before the gate is not modelled (mambalaya's gated norm follows the gate)")
+    cfg.require_no_clamp("time_step_limit")
+    multipliers_from_hf(cfg)  # read by the loader; each checked here
+    hidden, heads = cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
+    d_ssm = cfg.integer_or("mamba_d_ssm", cfg.integer("mamba_expand") * hidden)
+    m_heads = cfg.integer("mamba_n_heads")
+    d_head = cfg.integer_or_auto("mamba_d_head")
+    if d_head is not None and d_head * m_heads != d_ssm:
+        raise cfg.error(f"fields mamba_d_head * mamba_n_heads = {d_head * m_heads} is not the Mamba width "
+                        f"{d_ssm} (mamba_d_ssm)")
     if d_ssm % hidden or d_ssm % m_heads:
-        raise SpecError(f"field mamba_d_ssm = {d_ssm} must be a whole multiple of hidden_size = {hidden} and of "
-                        f"mamba_n_heads = {m_heads} (mambalaya's Mamba-2 block has d_inner = expand * hidden_size)",
-                        source=source)
-    rope = data.get("rope_parameters") or {}
-    if rope.get("rope_type", "default") != "default" or rope.get("partial_rotary_factor", 1) != 1:
-        raise SpecError(f"field rope_parameters is {rope!r}; mambalaya models the default rotary embedding over "
-                        "whole heads", source=source)
-    theta = rope.get("rope_theta", data.get("rope_theta", 10000.0))
-    kv = heads if data.get("num_key_value_heads", 8) is None else _int(data, "num_key_value_heads", source)
+        raise cfg.error(f"field mamba_d_ssm = {d_ssm} must be a whole multiple of hidden_size = {hidden} and of "
+                        f"mamba_n_heads = {m_heads} (mambalaya's Mamba-2 block has d_inner = expand * hidden_size)")
+    theta = default_rope_theta(cfg)
+    kv = cfg.integer_or("num_key_value_heads", heads)
     fields = {
-        "d_model": hidden, "layer_types": ("parallel",) * _int(data, "num_hidden_layers", source),
-        "d_ff": _int(data, "intermediate_size", source), "n_heads": heads, "n_kv_heads": kv,
-        "head_dim": _int(data, "head_dim", source) if "head_dim" in data else hidden // heads,
+        "d_model": hidden, "layer_types": ("parallel",) * cfg.layer_count("num_hidden_layers"),
+        "d_ff": cfg.integer("intermediate_size"), "n_heads": heads, "n_kv_heads": kv,
+        "head_dim": cfg.integer_or("head_dim", hidden // heads),
         "rope_theta": theta, "mamba_d_ssm": d_ssm, "mamba_heads": m_heads,
-        "mamba_d_state": _int(data, "mamba_d_state", source), "mamba_ngroups": _int(data, "mamba_n_groups", source),
-        "mamba_d_conv": _int(data, "mamba_d_conv", source), "mamba_chunk_size": _int(data, "mamba_chunk_size", source),
-        "mamba_rms_norm": rms, "norm_eps": data.get("rms_norm_eps", 1e-5), "vocab_size": _int(data, "vocab_size", source),
-        "tie_embeddings": data.get("tie_word_embeddings", False),
+        "mamba_d_state": cfg.integer("mamba_d_state"), "mamba_ngroups": cfg.integer("mamba_n_groups"),
+        "mamba_d_conv": cfg.integer("mamba_d_conv"), "mamba_chunk_size": cfg.integer("mamba_chunk_size"),
+        "mamba_rms_norm": rms, "norm_eps": cfg.positive_number("rms_norm_eps"), "vocab_size": cfg.integer("vocab_size"),
+        "tie_embeddings": cfg.boolean("tie_word_embeddings"),
     }
     from mambalaya.workloads.checks import validated_config
 
     return validated_config(FalconH1Model, fields, what="Falcon-H1", source=source)
 
 
-def multipliers_from_hf(data: dict) -> dict[str, Any]:
-    """The multipliers a Falcon-H1 config.json sets (FalconH1Config's defaults, 1, elsewhere)."""
-    out: dict[str, Any] = {k: float(data.get(k) or 1.0) for k in MULTIPLIERS if k not in ("mlp_multipliers",
-                                                                                        "ssm_multipliers")}
-    out["mlp_multipliers"] = [float(v) for v in (data.get("mlp_multipliers") or [1.0, 1.0])]
-    out["ssm_multipliers"] = [float(v) for v in (data.get("ssm_multipliers") or [1.0] * 5)]
+def multipliers_from_hf(data: dict | ConfigFile) -> dict[str, Any]:
+    """The multipliers a Falcon-H1 config.json sets, each a finite number (FalconH1Config's
+    defaults, 1, where absent or null): a float each, and the lists ``mlp_multipliers`` (2) and
+    ``ssm_multipliers`` (5)."""
+    cfg = data if isinstance(data, ConfigFile) else ConfigFile.of(data, "config.json", what="Falcon-H1")
+    out: dict[str, Any] = {}
+    for key in MULTIPLIERS:
+        length = LIST_MULTIPLIERS.get(key)
+        if not cfg.given(key):
+            out[key] = 1.0 if length is None else [1.0] * length
+        else:
+            out[key] = cfg.number(key) if length is None else list(cfg.numbers(key, length))
     return out
 
 

@@ -20,14 +20,16 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, PositiveInt
+from pydantic import BaseModel, BeforeValidator, PositiveInt
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
+from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
+from mambalaya.workloads.hf_config import ConfigFile
 from mambalaya.workloads.masks import causal_mask
 
 #: The prefix of the second block's tensors in a layer made of two blocks (as Bamba's ``FF_``).
@@ -38,15 +40,17 @@ class FamilyModel(BaseModel):
     """A model of one dense hybrid family: ``layer_types`` (mambalaya's names, in layer order),
     the hidden size and the vocabulary. Subclasses name their layer types (``LAYER_TYPES``),
     the ones whose prefill has both scan forms (``SCANNED``), count a layer's weights and build
-    a layer's cascade."""
+    a layer's cascade. A field with a default takes the transformers class's default; the others
+    are required. Strict (:data:`~mambalaya.specio.SPEC_MODEL_CONFIG`): integers are integers,
+    booleans booleans, numbers finite; ``layer_types`` may be given as a list."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     LAYER_TYPES: ClassVar[tuple[str, ...]] = ()
     SCANNED: ClassVar[tuple[str, ...]] = ()
 
     d_model: PositiveInt
-    layer_types: tuple[str, ...]
+    layer_types: Annotated[tuple[str, ...], BeforeValidator(list_as_tuple)]
     vocab_size: PositiveInt
     tie_embeddings: bool = False
 
@@ -104,25 +108,16 @@ class FamilyModel(BaseModel):
         return layer_type
 
 
-def positive_int(data: dict, key: str, defaults: dict, source: str) -> int:
-    """A config.json field (or its transformers default) that must be a positive integer."""
-    value = data.get(key, defaults.get(key))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
-    return value
-
-
-def check_known_fields(data: dict, config_class: str, read: set, inert: set, modelled: dict, source: str) -> None:
+def check_known_fields(cfg: ConfigFile, config_class: str, read: set, inert: set, modelled: dict) -> None:
     """Every field of a family's config.json is one mambalaya reads, one that cannot change a
-    layer, or one whose value it models (``modelled``: field -> (value, why)); anything else is
-    refused by name."""
-    for key in data:
+    layer, or one whose value it models (``modelled``: field -> (value, why), the value of the
+    same type: ``1`` is not ``true``); anything else is refused by name."""
+    for key in cfg.data:
         if key not in read and key not in inert and key not in modelled:
-            raise SpecError(f"field {key} is not a {config_class} field mambalaya knows (transformers 5.25); it "
-                            "cannot tell whether it changes a layer", source=source)
+            raise cfg.error(f"field {key} is not a {config_class} field mambalaya knows (transformers 5.25); it "
+                            "cannot tell whether it changes a layer")
     for key, (value, why) in modelled.items():
-        if key in data and data[key] != value:
-            raise SpecError(f"field {key} is {data[key]!r}; mambalaya models {value!r} ({why})", source=source)
+        cfg.require(key, value, why)
 
 
 def is_hybrid(config: Any) -> bool:
@@ -243,5 +238,6 @@ def run_family_layer(model: FamilyModel, layer: int | str, x: Any, weights: Mapp
     return FamilyStep(cascade, output, carried, results)
 
 
-__all__ = ["SECOND_PREFIX", "FamilyModel", "FamilyStep", "build_family_layer", "family_inputs", "is_hybrid",
+__all__ = ["SECOND_PREFIX", "FamilyModel", "FamilyStep", "build_family_layer", "check_known_fields", "family_inputs",
+           "is_hybrid",
            "run_family_layer", "scanned_layer_types"]

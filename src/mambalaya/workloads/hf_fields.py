@@ -22,6 +22,7 @@ that transformers' layers do not change with an inert one.
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,7 @@ __all__ = [
     "ConfigFields",
     "Supported",
     "as_float",
+    "shown",
 ]
 
 #: The transformers release whose config classes and modeling code these tables follow (the
@@ -55,19 +57,40 @@ TRANSFORMERS_VERSION = "5.25.0"
 
 def as_float(value: Any) -> float | None:
     """A JSON number as a float, including transformers' encoding of infinities
-    (``{"__float__": "Infinity"}``) and the strings ``"inf"``/``"Infinity"``; None if it is not one."""
+    (``{"__float__": "Infinity"}``); None if it is not a number (a string, a bool, an integer too
+    large for a float)."""
     if isinstance(value, Mapping) and set(value) == {"__float__"}:
-        value = value["__float__"]
-    if isinstance(value, bool):
+        value = {"Infinity": math.inf, "-Infinity": -math.inf, "NaN": math.nan}.get(value["__float__"])
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
-    if isinstance(value, (int, float)):
+    try:
         return float(value)
-    if isinstance(value, str):
-        try:
-            return float(value)
-        except ValueError:
-            return None
-    return None
+    except OverflowError:
+        return None
+
+
+class _ShortRepr(reprlib.Repr):
+    """``repr`` cut short: a few list entries and mapping items, long strings shortened, and an
+    integer too long to print (Python refuses past 4300 digits) by its digit count."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.maxlevel, self.maxlist, self.maxtuple, self.maxdict, self.maxstring, self.maxother = 3, 8, 8, 6, 60, 60
+
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 200:
+            return f"<an integer of about {int(x.bit_length() * math.log10(2)) + 1:,} digits>"
+        return repr(x)
+
+
+_SHORT = _ShortRepr()
+
+
+def shown(value: Any) -> str:
+    """``value`` as ``repr`` writes it, shortened to a line (a config field's value in an error)."""
+    if isinstance(value, bool):
+        return repr(value)
+    return _SHORT.repr(value)
 
 
 @dataclass(frozen=True)
@@ -80,7 +103,7 @@ class Supported:
 
 
 def equals(expected: Any) -> Supported:
-    return Supported(repr(expected), lambda v: v == expected and type(v) is type(expected))
+    return Supported(repr(expected), lambda v: type(v) is type(expected) and v == expected)
 
 
 def _no_clamp(value: Any) -> bool:
@@ -90,7 +113,7 @@ def _no_clamp(value: Any) -> bool:
     if not isinstance(value, (list, tuple)) or len(value) != 2:
         return False
     lo, hi = (as_float(v) for v in value)
-    return lo is not None and hi is not None and lo <= 0 and math.isinf(hi) and hi > 0
+    return lo is not None and hi is not None and lo <= 0 and hi == math.inf
 
 
 NO_CLAMP = Supported("(0.0, inf) (no clamp of the time step)", _no_clamp)
@@ -129,7 +152,7 @@ class ConfigFields:
             if key in self.refused:
                 rule = self.refused[key]
                 if not rule.ok(value):
-                    return (f"field {name} is {value!r}; mambalaya models {self.name} layers only with {name} = "
+                    return (f"field {name} is {shown(value)}; mambalaya models {self.name} layers only with {name} = "
                             f"{rule.what}, so it refuses this config rather than compute another layer")
                 continue
             return (f"field {name} is not a field of {self.name}, and mambalaya cannot tell whether it changes "
@@ -306,8 +329,8 @@ MAMBA1_STATE_SPACES_FIELDS = ConfigFields(
     },
     refused={
         "rms_norm": equals(True),
-        "d_intermediate": Supported("0 (no MLP block)", lambda v: v in (0, None)),
-        "attn_layer_idx": Supported("[] (no attention layers)", lambda v: not v),
+        "d_intermediate": Supported("0 (no MLP block)", lambda v: v is None or (type(v) is int and v == 0)),
+        "attn_layer_idx": Supported("[] (no attention layers)", lambda v: v is None or v == []),
     },
     inert=_STATE_SPACES_INERT,
 )

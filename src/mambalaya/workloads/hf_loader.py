@@ -23,7 +23,6 @@ torch is imported only to read ``.bin``/``.pt`` files or to convert torch tensor
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from collections.abc import Mapping
@@ -34,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.specio import read_spec_file
+from mambalaya.specio import parse_json_text, read_spec_file
 
 __all__ = [
     "LayerKeys",
@@ -171,10 +170,10 @@ def _read_safetensors_header(path: Path) -> tuple[dict[str, Any], int]:
             header_len = int.from_bytes(raw_len, "little")
             if header_len <= 0 or header_len > 100_000_000:
                 raise ValueError(f"implausible header length {header_len}")
-            header = json.loads(fh.read(header_len).decode("utf-8"))
+            header = parse_json_text(fh.read(header_len).decode("utf-8"), source="its header")
             if not isinstance(header, dict):
                 raise ValueError("header is not a JSON object")
-    except (OSError, ValueError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError, UnicodeDecodeError, SpecError) as exc:
         raise WeightLoadError(
             f"Cannot read {path} as a safetensors file: {exc}. The file is corrupt, truncated, "
             "or not in the safetensors format."
@@ -210,9 +209,14 @@ class _SafetensorsSource(TensorSource):
                 f"{path} does not contain {key!r} although the shard index says it does."
             )
         info = header[key]
+        shape_list, offsets = (info.get("shape", ()), info.get("data_offsets")) if isinstance(info, dict) else ((), ())
+        if not (isinstance(offsets, list) and len(offsets) == 2 and isinstance(shape_list, list)
+                and all(type(x) is int and x >= 0 for x in (*shape_list, *offsets))):
+            raise WeightLoadError(f"The safetensors header of {path} describes tensor {key!r} as {info!r:.200}, not "
+                                  "an object with a dtype, a shape and two data_offsets (non-negative integers).")
         st_dtype = info.get("dtype")
-        shape = tuple(int(s) for s in info.get("shape", ()))
-        begin, end = (int(x) for x in info.get("data_offsets", (0, 0)))
+        shape = tuple(shape_list)
+        begin, end = offsets
         if st_dtype not in _ST_DTYPES:
             raise WeightLoadError(
                 f"Tensor {key!r} in {path} has dtype {st_dtype}, which mambalaya cannot read "
@@ -285,10 +289,10 @@ def _source_from_file(path: Path) -> TensorSource:
 
 def _source_from_index(index_path: Path) -> TensorSource:
     try:
-        index = json.loads(read_spec_file(index_path, "shard index"))
+        index = parse_json_text(read_spec_file(index_path, "shard index"), source=str(index_path))
         weight_map = index["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError("weight_map is not an object")
+        if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+            raise TypeError("weight_map is not an object of file names")
     except (OSError, ValueError, KeyError, TypeError, SpecError) as exc:
         raise WeightLoadError(
             f"Cannot read the shard index {index_path}: {exc}. Expected a JSON object with a "

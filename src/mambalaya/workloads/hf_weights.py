@@ -64,15 +64,14 @@ from mambalaya.workloads.hf_loader import (
     to_numpy,
 )
 from mambalaya.workloads.hf_config import (
+    ConfigFile,
     ConfigReading,
     config_format,
     padded_vocab,
-    positive_int,
-    positive_number,
     read_config_fields,
     read_config_json,
+    shown,
     ssm_cfg_of,
-    true_or_false,
 )
 
 __all__ = [
@@ -209,25 +208,23 @@ def load_mamba1_config(path_or_dict: Any) -> dict[str, Any]:
     if (model_type not in (None, "mamba")) or ssm_cfg.get("layer", "Mamba1") != "Mamba1":
         kind = model_type if model_type not in (None, "mamba") else ssm_cfg.get("layer")
         raise WeightLoadError(
-            f"{where} describes a {kind!r} model; mambalaya loads Mamba-1 ('mamba') layers only."
+            f"{where} describes a {shown(kind)} model; mambalaya loads Mamba-1 ('mamba') layers only."
         )
     fmt = config_format(cfg, where, "Mamba")
     got = read_config_fields(cfg, ssm_cfg, where, _READINGS[fmt])
-    out: dict[str, Any] = {k: positive_int(got[k][1], got[k][0], where)
-                           for k in ("d_model", "d_state", "d_conv", "n_layers", "vocab_size")}
-    name, expand = got["expand"]
-    if isinstance(expand, bool) or not isinstance(expand, (int, float)) or expand <= 0:
-        raise WeightLoadError(f"In {where}, {name} must be a positive number, got {expand!r}.")
-    out["expand"] = int(expand) if float(expand).is_integer() else float(expand)
-    name, dt_rank = got["dt_rank"]
-    out["dt_rank"] = math.ceil(out["d_model"] / 16) if dt_rank == "auto" else positive_int(dt_rank, name, where)
-    out["norm_eps"] = positive_number(got["norm_eps"][1], got["norm_eps"][0], where)
-    out["tie_embeddings"] = true_or_false(got["tie_embeddings"][1], got["tie_embeddings"][0], where)
-    inner = cfg.get("intermediate_size")
-    if inner is not None and inner != int(out["expand"] * out["d_model"]):
+    values, key = ConfigFile(dict(got.values()), where, loader=True), {ours: name for ours, (name, _) in got.items()}
+    out: dict[str, Any] = {k: values.integer(key[k]) for k in ("d_model", "d_state", "d_conv", "vocab_size", "expand")}
+    out["n_layers"] = values.layer_count(key["n_layers"])
+    dt_rank = values.integer_or_auto(key["dt_rank"])
+    out["dt_rank"] = math.ceil(out["d_model"] / 16) if dt_rank is None else dt_rank
+    out["norm_eps"] = values.positive_number(key["norm_eps"])
+    out["tie_embeddings"] = values.boolean(key["tie_embeddings"])
+    file = ConfigFile(cfg, where, loader=True)
+    inner = file.integer_or("intermediate_size", None)
+    if inner is not None and inner != out["expand"] * out["d_model"]:
         raise WeightLoadError(
             f"{where} is inconsistent: intermediate_size={inner} but expand*hidden_size={out['expand']}*"
-            f"{out['d_model']}={int(out['expand'] * out['d_model'])} (transformers builds in_proj from "
+            f"{out['d_model']}={out['expand'] * out['d_model']} (transformers builds in_proj from "
             "intermediate_size, the cascade from expand)."
         )
     if fmt == "state-spaces":

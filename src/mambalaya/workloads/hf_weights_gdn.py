@@ -18,6 +18,7 @@ import numpy as np
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.gated_deltanet import FULL, LINEAR, GatedDeltaNetConfig, parse_gdn_config
+from mambalaya.workloads.hf_config import ConfigFile, shown
 from mambalaya.workloads.hf_loader import to_numpy
 
 #: The keys of one layer (relative to ``linear_attn.``) and their shapes as functions of the config.
@@ -89,68 +90,64 @@ def gdn_state_from_hf(config: GatedDeltaNetConfig, conv_state: Any, recurrent_st
     return {k: np.ascontiguousarray(v, dtype=dtype) for k, v in out.items()}
 
 
-def _int(data: dict, key: str, default: Any, source: str) -> int:
-    value = data.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
-    return value
+#: OlmoHybridConfig's defaults (transformers 5.25) for the fields read that have a fixed one (the
+#: head counts and head dims default to expressions of the others, written out below).
+OLMO_HYBRID_DEFAULTS: dict[str, Any] = {
+    "hidden_size": 3840, "num_hidden_layers": 32, "num_attention_heads": 30, "intermediate_size": 11008,
+    "vocab_size": 100352, "linear_conv_kernel_dim": 4, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+    "linear_allow_neg_eigval": True,
+}
+
+
+def olmo_layer_types(cfg: ConfigFile, n_layers: int) -> tuple[str, ...]:
+    """``layer_types`` (transformers' names), else OlmoHybridConfig's pattern: every fourth layer
+    full attention, and at least one."""
+    types = cfg.layer_types("layer_types", {LINEAR: LINEAR, FULL: FULL}, "OLMo-Hybrid")
+    if types is None:
+        listed = [FULL if i % 4 == 3 else LINEAR for i in range(n_layers)]
+        if FULL not in listed:
+            listed[-1] = FULL
+        types = tuple(listed)
+    elif len(types) != n_layers:
+        raise cfg.error(f"field layer_types lists {len(types)} layers but num_hidden_layers is {n_layers}")
+    return types
 
 
 def gdn_config_from_hf(data: dict, *, source: str = "config.json") -> GatedDeltaNetConfig:
     """A :class:`GatedDeltaNetConfig` from a transformers ``olmo_hybrid`` config.json (as a
-    dict), with ``OlmoHybridConfig``'s defaults for omitted fields; every problem is one
-    SpecError naming the field."""
-    if not isinstance(data, dict):
-        raise SpecError("an olmo_hybrid config is a mapping of fields to values", source=source)
-    if data.get("model_type") != "olmo_hybrid":
-        raise SpecError(f"field model_type is {data.get('model_type')!r}; the Gated DeltaNet family reads "
-                        "'olmo_hybrid' configs", source=source)
-    hidden = _int(data, "hidden_size", 3840, source)
-    n_layers = _int(data, "num_hidden_layers", 32, source)
-    heads = _int(data, "num_attention_heads", 30, source)
-    kv = heads if data.get("num_key_value_heads") is None else _int(data, "num_key_value_heads", heads, source)
-    types = data.get("layer_types")
-    if types is None:  # OlmoHybridConfig: every fourth layer full attention, at least one
-        types = [FULL if i % 4 == 3 else LINEAR for i in range(n_layers)]
-        if FULL not in types:
-            types[-1] = FULL
-    if not isinstance(types, list) or not types:
-        raise SpecError(f"field layer_types must be a non-empty list, not {types!r}", source=source)
-    for i, t in enumerate(types):
-        if t not in (LINEAR, FULL):
-            raise SpecError(f"field layer_types[{i}] is {t!r}, not a layer type of OLMo-Hybrid (known: "
-                            f"{LINEAR!r}, {FULL!r})", source=source)
-    if len(types) != n_layers:
-        raise SpecError(f"field layer_types lists {len(types)} layers but num_hidden_layers is {n_layers}",
-                        source=source)
-    k_heads = _int(data, "linear_num_key_heads", heads, source)
-    v_heads = _int(data, "linear_num_value_heads", heads, source)
+    dict), with ``OlmoHybridConfig``'s defaults for omitted (or null) fields, every field read by
+    type (:class:`~mambalaya.workloads.hf_config.ConfigFile`); every problem is one SpecError
+    naming the field."""
+    cfg = ConfigFile.of(data, source, defaults=OLMO_HYBRID_DEFAULTS, what="OLMo-Hybrid")
+    if cfg.value("model_type") != "olmo_hybrid":
+        raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; the Gated DeltaNet family reads "
+                        "'olmo_hybrid' configs")
+    hidden = cfg.integer("hidden_size")
+    n_layers = cfg.layer_count("num_hidden_layers")
+    heads = cfg.integer("num_attention_heads")
+    kv = cfg.integer_or("num_key_value_heads", heads)
+    types = olmo_layer_types(cfg, n_layers)
+    k_heads, v_heads = cfg.integer_or("linear_num_key_heads", heads), cfg.integer_or("linear_num_value_heads", heads)
     if v_heads % k_heads:
-        raise SpecError(f"field linear_num_key_heads = {k_heads} does not divide linear_num_value_heads = "
-                        f"{v_heads} (each key head serves a whole number of value heads)", source=source)
-    k_dim = _int(data, "linear_key_head_dim", int(0.75 * hidden / k_heads) or None, source)
-    v_dim = _int(data, "linear_value_head_dim", 2 * k_dim, source)
-    neg = data.get("linear_allow_neg_eigval", True)
-    if not isinstance(neg, bool):
-        raise SpecError(f"field linear_allow_neg_eigval must be true or false, not {neg!r}", source=source)
-    if data.get("hidden_act", "silu") != "silu":
-        raise SpecError(f"field hidden_act is {data.get('hidden_act')!r}; the conv activation modelled is 'silu'",
-                        source=source)
-    eps = data.get("rms_norm_eps", 1e-6)
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise SpecError(f"field rms_norm_eps must be a positive number, not {eps!r}", source=source)
+        raise cfg.error(f"field linear_num_key_heads = {k_heads} does not divide linear_num_value_heads = "
+                        f"{v_heads} (each key head serves a whole number of value heads)")
+    k_dim = cfg.integer("linear_key_head_dim", value=cfg.value("linear_key_head_dim") if cfg.given(
+        "linear_key_head_dim") else int(0.75 * hidden / k_heads) or None)
+    v_dim = cfg.integer_or("linear_value_head_dim", 2 * k_dim)
+    neg = cfg.boolean("linear_allow_neg_eigval")
+    cfg.require("hidden_act", "silu", "the conv activation modelled")
     fields = {
         "d_model": hidden, "layer_types": types, "num_k_heads": k_heads, "num_v_heads": v_heads,
-        "k_head_dim": k_dim, "v_head_dim": v_dim, "d_conv": _int(data, "linear_conv_kernel_dim", 4, source),
-        "beta_scale": 2.0 if neg else 1.0, "norm_eps": float(eps),
-        "d_ff": _int(data, "intermediate_size", 11008, source), "n_heads": heads, "n_kv_heads": kv,
-        "head_dim": _int(data, "head_dim", None, source) if "head_dim" in data else None,
-        "vocab_size": _int(data, "vocab_size", 100352, source),
-        "tie_embeddings": bool(data.get("tie_word_embeddings", False)),
+        "k_head_dim": k_dim, "v_head_dim": v_dim, "d_conv": cfg.integer("linear_conv_kernel_dim"),
+        "beta_scale": 2.0 if neg else 1.0, "norm_eps": cfg.positive_number("rms_norm_eps"),
+        "d_ff": cfg.integer("intermediate_size"), "n_heads": heads, "n_kv_heads": kv,
+        "head_dim": cfg.integer_or("head_dim", None),
+        "vocab_size": cfg.integer("vocab_size"),
+        "tie_embeddings": cfg.boolean("tie_word_embeddings"),
     }
     if heads % kv:
-        raise SpecError(f"field num_key_value_heads = {kv} does not divide num_attention_heads = {heads}", source=source)
+        raise cfg.error(f"field num_key_value_heads = {kv} does not divide num_attention_heads = {heads}")
     return parse_gdn_config(fields, source=source)
 
 
-__all__ = ["gdn_config_from_hf", "gdn_state_from_hf", "gdn_weights"]
+__all__ = ["OLMO_HYBRID_DEFAULTS", "gdn_config_from_hf", "gdn_state_from_hf", "gdn_weights", "olmo_layer_types"]

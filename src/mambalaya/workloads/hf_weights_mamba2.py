@@ -64,16 +64,16 @@ from mambalaya.workloads.hf_loader import (
     to_numpy,
 )
 from mambalaya.workloads.hf_config import (
+    ConfigFile,
     ConfigReading,
     config_beside,
     config_format,
     padded_vocab,
     positive_int,
-    positive_number,
     read_config_fields,
     read_config_json,
+    shown,
     ssm_cfg_of,
-    true_or_false,
 )
 
 __all__ = [
@@ -245,28 +245,29 @@ def load_mamba2_config(path_or_dict: Any) -> dict[str, Any]:
     ssm = ssm_cfg_of(cfg, where)
     model_type = cfg.get("model_type")
     if model_type not in (None, "mamba2"):
-        raise WeightLoadError(f"{where} describes a {model_type!r} model; this loader reads Mamba-2 configs.")
+        raise WeightLoadError(f"{where} describes a {shown(model_type)} model; this loader reads Mamba-2 configs.")
     fmt = config_format(cfg, where, "Mamba-2")
     if fmt == "state-spaces" and ssm.get("layer", "Mamba1") != "Mamba2":
         raise WeightLoadError(
-            f"{where} is a state-spaces config whose ssm_cfg.layer is {ssm.get('layer', 'Mamba1')!r}, not 'Mamba2'."
+            f"{where} is a state-spaces config whose ssm_cfg.layer is {shown(ssm.get('layer', 'Mamba1'))}, not 'Mamba2'."
         )
     got = read_config_fields(cfg, ssm, where, _READINGS[fmt])
-    out: dict[str, Any] = {k: positive_int(value, name, where) for k, (name, value) in got.items()
-                           if k not in ("norm_eps", "tie_embeddings")}
-    out["norm_eps"] = positive_number(got["norm_eps"][1], got["norm_eps"][0], where)
-    out["tie_embeddings"] = true_or_false(got["tie_embeddings"][1], got["tie_embeddings"][0], where)
+    values, key = ConfigFile(dict(got.values()), where, loader=True), {ours: name for ours, (name, _) in got.items()}
+    out: dict[str, Any] = {k: values.integer(key[k]) for k in got if k not in ("n_layers", "norm_eps", "tie_embeddings")}
+    out["n_layers"] = values.layer_count(key["n_layers"])
+    out["norm_eps"] = values.positive_number(key["norm_eps"])
+    out["tie_embeddings"] = values.boolean(key["tie_embeddings"])
     d_inner = out["expand"] * out["d_model"]
     if fmt == "state-spaces":
         out["vocab_size"] = padded_vocab(cfg, out["vocab_size"], where)
     else:
-        heads = cfg.get("num_heads", MAMBA2_DEFAULTS["num_heads"])
+        heads = ConfigFile(cfg, where, MAMBA2_DEFAULTS, loader=True).integer("num_heads")
         if heads * out["headdim"] != d_inner:
             raise WeightLoadError(
                 f"{where} is inconsistent: field num_heads = {heads} times head_dim = {out['headdim']} is not "
                 f"expand*hidden_size = {out['expand']}*{out['d_model']}."
             )
-    d_ssm = ssm.get("d_ssm")
+    d_ssm = ConfigFile(ssm, where, prefix="ssm_cfg.", loader=True).integer_or("d_ssm", None)
     if d_ssm is not None and d_ssm != d_inner:
         raise WeightLoadError(
             f"In {where}, ssm_cfg.d_ssm = {d_ssm!r} is not expand*d_model = {d_inner}: the channels past d_ssm "

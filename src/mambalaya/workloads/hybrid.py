@@ -20,13 +20,15 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
+from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 from mambalaya.workloads.checks import chunk_padding_free_form, validated_config
+from mambalaya.workloads.hf_config import ConfigFile
 from mambalaya.workloads.hf_fields import (
     BAMBA_DEFAULT_THETA,
     BAMBA_DEFAULTS,
@@ -34,6 +36,7 @@ from mambalaya.workloads.hf_fields import (
     BAMBA_FORCED_ROTARY_FRACTION,
     ROPE_KEYS,
     TRANSFORMERS_VERSION,
+    shown,
 )
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.compose import chain_cascades
@@ -50,13 +53,16 @@ MLP_PREFIX = "FF_"
 
 
 class HybridConfig(BaseModel):
-    """A Bamba-family model: transformers' ``BambaConfig`` fields under mambalaya's names."""
+    """A Bamba-family model: transformers' ``BambaConfig`` fields under mambalaya's names. A
+    field with a default takes BambaConfig's default; the others are required. Strict
+    (:data:`~mambalaya.specio.SPEC_MODEL_CONFIG`): integers are integers, booleans booleans,
+    numbers finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     family: Literal["bamba"] = "bamba"
     d_model: PositiveInt
-    layer_types: tuple[LayerType, ...] = Field(min_length=1)
+    layer_types: Annotated[tuple[LayerType, ...], BeforeValidator(list_as_tuple)] = Field(min_length=1)
     d_ff: PositiveInt
     n_heads: PositiveInt
     n_kv_heads: PositiveInt
@@ -126,142 +132,107 @@ def parse_hybrid_config(data: dict, *, source: str = "model config") -> HybridCo
 _LAYER_NAMES = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
 
 
-def layer_types_from_hf(data: dict, *, source: str = "config.json") -> tuple[str, ...]:
+def layer_types_from_hf(data: dict | ConfigFile, *, source: str = "config.json") -> tuple[str, ...]:
     """The layer pattern of a Bamba config as transformers builds it: ``attn_layer_indices``
     over ``num_hidden_layers`` (BambaConfig's ``layers_block_type`` is a property of those two,
     and a ``layers_block_type`` or ``layer_types`` in the file cannot set it). Such a list in the
     file must therefore say the same, or the config is refused: it would mean another model than
     the one transformers builds."""
-    n = data.get("num_hidden_layers", BAMBA_DEFAULTS["num_hidden_layers"])
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise SpecError(f"field num_hidden_layers must be a positive integer, not {n!r}", source=source)
-    indices = data.get("attn_layer_indices") or []
-    if not isinstance(indices, list) or any(isinstance(i, bool) or not isinstance(i, int) for i in indices):
-        raise SpecError(f"field attn_layer_indices must be a list of layer indices, not {indices!r}", source=source)
+    cfg = data if isinstance(data, ConfigFile) else ConfigFile.of(data, source, defaults=BAMBA_DEFAULTS, what="Bamba")
+    n = cfg.layer_count("num_hidden_layers")
+    indices = cfg.integers("attn_layer_indices")
     outside = [i for i in indices if not 0 <= i < n]
     if outside:
-        raise SpecError(f"field attn_layer_indices names layer {outside[0]}, outside 0..{n - 1}", source=source)
-    types = tuple("attention" if i in indices else "mamba" for i in range(n))
+        raise cfg.error(f"field attn_layer_indices names layer {outside[0]}, outside 0..{n - 1}")
+    attention = set(indices)
+    types = tuple("attention" if i in attention else "mamba" for i in range(n))
     for key in ("layers_block_type", "layer_types"):
-        listed = data.get(key)
-        if listed is None:
+        said = cfg.layer_types(key, _LAYER_NAMES, "the Bamba family")
+        if said is None or said == types:
             continue
-        if not isinstance(listed, list) or not listed:
-            raise SpecError(f"field {key} must be a non-empty list of layer types", source=source)
-        for k, name in enumerate(listed):
-            if not isinstance(name, str) or name not in _LAYER_NAMES:
-                raise SpecError(
-                    f"field {key}[{k}] is {name!r}, not a layer type of the Bamba family (known: "
-                    f"{', '.join(repr(t) for t in _LAYER_NAMES)})", source=source)
-        said = tuple(_LAYER_NAMES[name] for name in listed)
-        if said != types:
-            where = next((k for k in range(max(len(said), len(types)))
-                          if k >= len(said) or k >= len(types) or said[k] != types[k]), 0)
-            raise SpecError(
-                f"field {key} lists {len(said)} layers and makes layer {where} "
-                f"{said[where] if where < len(said) else 'absent'}, but transformers {TRANSFORMERS_VERSION} builds a "
-                f"Bamba model's layers from num_hidden_layers = {n} and attn_layer_indices = {sorted(indices)} (layer "
-                f"{where} {types[where] if where < len(types) else 'absent'}) and cannot set {key}; make the two agree",
-                source=source)
+        where = next((k for k in range(max(len(said), len(types)))
+                      if k >= len(said) or k >= len(types) or said[k] != types[k]), 0)
+        raise cfg.error(
+            f"field {key} lists {len(said)} layers and makes layer {where} "
+            f"{said[where] if where < len(said) else 'absent'}, but transformers {TRANSFORMERS_VERSION} builds a "
+            f"Bamba model's layers from num_hidden_layers = {n} and attn_layer_indices = {sorted(attention)} (layer "
+            f"{where} {types[where] if where < len(types) else 'absent'}) and cannot set {key}; make the two agree")
     return types
 
 
-def _hf_int(data: dict, key: str, source: str) -> int:
-    """A positive integer field of a config.json (BambaConfig's default when absent), or a SpecError."""
-    value = data.get(key, BAMBA_DEFAULTS.get(key))
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SpecError(f"field {key} must be a positive integer, not {value!r}", source=source)
-    return value
-
-
-def _hf_number(value: Any, key: str, source: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0 or value == float("inf"):
-        raise SpecError(f"field {key} must be a positive number, not {value!r}", source=source)
-    return float(value)
-
-
-def rope_from_hf(data: dict, *, source: str = "config.json") -> tuple[float, float]:
+def rope_from_hf(data: dict | ConfigFile, *, source: str = "config.json") -> tuple[float, float]:
     """``(rope_theta, partial_rotary_factor)`` as transformers' BambaConfig reads them:
     ``rope_scaling`` (the older name) replaces ``rope_parameters``; its ``rope_theta`` wins over
     a top-level one, which wins over the default 10000; its ``partial_rotary_factor`` wins over
     BambaConfig's forced 0.5, and a top-level ``partial_rotary_factor`` is replaced by that 0.5, so
     one that says otherwise is refused. Only the ``default`` rope type is modelled."""
-    rope = data.get("rope_scaling") or data.get("rope_parameters") or {}
-    key = "rope_scaling" if data.get("rope_scaling") else "rope_parameters"
-    if not isinstance(rope, dict):
-        raise SpecError(f"field {key} must be a mapping, not {rope!r}", source=source)
-    for name in rope:
+    cfg = data if isinstance(data, ConfigFile) else ConfigFile.of(data, source, what="Bamba")
+    key = "rope_scaling" if cfg.value("rope_scaling") else "rope_parameters"
+    rope = cfg.section(key)
+    for name in rope.data:
         if name not in ROPE_KEYS:
-            raise SpecError(
+            raise cfg.error(
                 f"field {key}.{name} is not read by the default rotary embedding mambalaya models (it reads "
                 f"{', '.join(ROPE_KEYS)}); a nested rope_parameters per layer type or another rope type's "
-                "parameters are not modelled", source=source)
-    rope_type = rope.get("rope_type", rope.get("type", "default"))
+                "parameters are not modelled")
+    type_key = "rope_type" if rope.has("rope_type") else "type"
+    rope_type = rope.text(type_key) if rope.has(type_key) else "default"
     if rope_type != "default":
-        raise SpecError(f"field {key}.rope_type is {rope_type!r}; mambalaya models the 'default' rotary embedding "
-                        "only (no frequency scaling)", source=source)
-    theta = _hf_number(rope.get("rope_theta", data.get("rope_theta", BAMBA_DEFAULT_THETA)),
-                       f"{key}.rope_theta" if "rope_theta" in rope else "rope_theta", source)
-    fraction = rope.get("partial_rotary_factor", BAMBA_FORCED_ROTARY_FRACTION)
-    if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 < fraction <= 1:
-        raise SpecError(f"field {key}.partial_rotary_factor must be a number in (0, 1], not {fraction!r}",
-                        source=source)
-    top = data.get("partial_rotary_factor")
-    if top is not None and top != fraction:
-        raise SpecError(
-            f"field partial_rotary_factor is {top!r}, but transformers {TRANSFORMERS_VERSION}'s BambaConfig replaces "
-            f"a top-level value by {BAMBA_FORCED_ROTARY_FRACTION} and rotates the fraction {key}.partial_rotary_factor"
-            f" = {fraction!r} of each head; put the fraction you mean in {key}.partial_rotary_factor", source=source)
-    return float(theta), float(fraction)
+        raise cfg.error(f"field {key}.rope_type is {rope_type!r}; mambalaya models the 'default' rotary embedding "
+                        "only (no frequency scaling)")
+    theta = rope.positive_number("rope_theta") if rope.has("rope_theta") else \
+        cfg.positive_number("rope_theta") if cfg.has("rope_theta") else BAMBA_DEFAULT_THETA
+    fraction = rope.number("partial_rotary_factor", above=0, maximum=1) if rope.has("partial_rotary_factor") \
+        else BAMBA_FORCED_ROTARY_FRACTION
+    if cfg.given("partial_rotary_factor") and cfg.number("partial_rotary_factor") != fraction:
+        raise cfg.error(
+            f"field partial_rotary_factor is {shown(cfg.value('partial_rotary_factor'))}, but transformers "
+            f"{TRANSFORMERS_VERSION}'s BambaConfig replaces a top-level value by {BAMBA_FORCED_ROTARY_FRACTION} and "
+            f"rotates the fraction {key}.partial_rotary_factor = {fraction!r} of each head; put the fraction you mean "
+            f"in {key}.partial_rotary_factor")
+    return theta, fraction
 
 
 def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridConfig:
     """A :class:`HybridConfig` from a transformers Bamba ``config.json`` (as a dict), read as
     transformers' BambaConfig reads it: an omitted field takes BambaConfig's default, and every
     field is read, checked to be one mambalaya models, or one that cannot change a layer
-    (:data:`~mambalaya.workloads.hf_fields.BAMBA_FIELDS`). Every problem is one SpecError naming
+    (:data:`~mambalaya.workloads.hf_fields.BAMBA_FIELDS`). Every field is read by type
+    (:class:`~mambalaya.workloads.hf_config.ConfigFile`); every problem is one SpecError naming
     the config.json field."""
-    if not isinstance(data, dict):
-        raise SpecError("a Bamba config is a mapping of fields to values", source=source)
-    if data.get("model_type", "bamba") != "bamba":
-        raise SpecError(f"field model_type is {data.get('model_type')!r}; the hybrid family modelled is 'bamba'",
-                        source=source)
-    problem = BAMBA_FIELDS.problem(data)
+    cfg = ConfigFile.of(data, source, defaults=BAMBA_DEFAULTS, what="Bamba")
+    if cfg.value("model_type") not in (None, "bamba"):
+        raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; the hybrid family modelled is 'bamba'")
+    problem = BAMBA_FIELDS.problem(cfg.data)
     if problem:
-        raise SpecError(problem, source=source)
-    hidden = _hf_int(data, "hidden_size", source)
-    heads = _hf_int(data, "num_attention_heads", source)
-    kv_heads = heads if data.get("num_key_value_heads", 0) is None else _hf_int(data, "num_key_value_heads", source)
-    if "head_dim" in data:
-        head_dim: int | None = _hf_int(data, "head_dim", source)
+        raise cfg.error(problem)
+    hidden = cfg.integer("hidden_size")
+    heads = cfg.integer("num_attention_heads")
+    kv_heads = cfg.integer_or("num_key_value_heads", heads)
+    if cfg.has("head_dim"):
+        head_dim: int | None = cfg.integer("head_dim")
     elif hidden % heads:
-        raise SpecError(f"field num_attention_heads = {heads} does not divide hidden_size = {hidden}", source=source)
+        raise cfg.error(f"field num_attention_heads = {heads} does not divide hidden_size = {hidden}")
     else:
         head_dim = None
     if heads % kv_heads:
-        raise SpecError(f"field num_key_value_heads = {kv_heads} does not divide num_attention_heads = {heads}",
-                        source=source)
-    expand = _hf_int(data, "mamba_expand", source)
-    mamba_heads = _hf_int(data, "mamba_n_heads", source)
+        raise cfg.error(f"field num_key_value_heads = {kv_heads} does not divide num_attention_heads = {heads}")
+    expand = cfg.integer("mamba_expand")
+    mamba_heads = cfg.integer("mamba_n_heads")
     if (expand * hidden) % mamba_heads:
-        raise SpecError(f"field mamba_n_heads = {mamba_heads} does not divide mamba_expand * hidden_size = "
-                        f"{expand * hidden}", source=source)
-    d_head = data.get("mamba_d_head", "auto")
-    if d_head == "auto":
+        raise cfg.error(f"field mamba_n_heads = {mamba_heads} does not divide mamba_expand * hidden_size = "
+                        f"{expand * hidden}")
+    d_head = cfg.integer_or_auto("mamba_d_head")
+    if d_head is None:
         d_head = expand * hidden // mamba_heads
-    else:
-        d_head = _hf_int(data, "mamba_d_head", source)
-        if d_head * mamba_heads != expand * hidden:
-            raise SpecError(f"fields mamba_n_heads * mamba_d_head = {mamba_heads * d_head} is not mamba_expand * "
-                            f"hidden_size = {expand * hidden}", source=source)
-    theta, fraction = rope_from_hf(data, source=source)
-    tied = data.get("tie_word_embeddings", BAMBA_DEFAULTS["tie_word_embeddings"])
-    if not isinstance(tied, bool):
-        raise SpecError(f"field tie_word_embeddings must be true or false, not {tied!r}", source=source)
+    elif d_head * mamba_heads != expand * hidden:
+        raise cfg.error(f"fields mamba_n_heads * mamba_d_head = {mamba_heads * d_head} is not mamba_expand * "
+                        f"hidden_size = {expand * hidden}")
+    theta, fraction = rope_from_hf(cfg)
     fields: dict[str, Any] = {
         "d_model": hidden,
-        "layer_types": layer_types_from_hf(data, source=source),
-        "d_ff": _hf_int(data, "intermediate_size", source),
+        "layer_types": layer_types_from_hf(cfg),
+        "d_ff": cfg.integer("intermediate_size"),
         "n_heads": heads,
         "n_kv_heads": kv_heads,
         "head_dim": head_dim,
@@ -269,14 +240,14 @@ def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridC
         "partial_rotary_factor": fraction,
         "mamba_heads": mamba_heads,
         "mamba_headdim": d_head,
-        "mamba_d_state": _hf_int(data, "mamba_d_state", source),
-        "mamba_ngroups": _hf_int(data, "mamba_n_groups", source),
+        "mamba_d_state": cfg.integer("mamba_d_state"),
+        "mamba_ngroups": cfg.integer("mamba_n_groups"),
         "mamba_expand": expand,
-        "mamba_d_conv": _hf_int(data, "mamba_d_conv", source),
-        "mamba_chunk_size": _hf_int(data, "mamba_chunk_size", source),
-        "vocab_size": _hf_int(data, "vocab_size", source),
-        "tie_embeddings": tied,
-        "norm_eps": _hf_number(data.get("rms_norm_eps", BAMBA_DEFAULTS["rms_norm_eps"]), "rms_norm_eps", source),
+        "mamba_d_conv": cfg.integer("mamba_d_conv"),
+        "mamba_chunk_size": cfg.integer("mamba_chunk_size"),
+        "vocab_size": cfg.integer("vocab_size"),
+        "tie_embeddings": cfg.boolean("tie_word_embeddings"),
+        "norm_eps": cfg.positive_number("rms_norm_eps"),
     }
     return parse_hybrid_config(fields, source=source)
 

@@ -21,11 +21,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, PositiveInt, model_validator
 
 from mambalaya.errors import SpecError
+from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Binary, Einsum, Param, Role, TensorSpec
@@ -45,13 +46,16 @@ _ROUTERS: dict[str, Router] = {"jamba": "softmax-topk", "granitemoehybrid": "top
 
 
 class MoEHybridConfig(BaseModel):
-    """A Jamba or Granite 4 hybrid model under mambalaya's names (transformers' in brackets)."""
+    """A Jamba or Granite 4 hybrid model under mambalaya's names (transformers' in brackets). A
+    field with a default takes the transformers class's default; the others are required. Strict
+    (:data:`~mambalaya.specio.SPEC_MODEL_CONFIG`): integers are integers, booleans booleans,
+    numbers finite."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SPEC_MODEL_CONFIG
 
     family: Literal["jamba", "granitemoehybrid"]
     d_model: PositiveInt  # hidden_size
-    layer_types: tuple[MoELayerType, ...] = Field(min_length=1)
+    layer_types: Annotated[tuple[MoELayerType, ...], BeforeValidator(list_as_tuple)] = Field(min_length=1)
     d_ff: PositiveInt  # intermediate_size: the dense MLP's (Jamba) and each expert's
     n_experts: int = Field(ge=0)  # num_experts / num_local_experts
     top_k: int = Field(ge=0)  # num_experts_per_tok

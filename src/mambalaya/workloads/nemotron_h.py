@@ -24,17 +24,19 @@ from the older ``hybrid_override_pattern`` string; the older field names ``mamba
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
+from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.attention import AttentionConfig, attention_layer
 from mambalaya.workloads.checks import check_layer_args, validated_config
-from mambalaya.workloads.families import FamilyModel, check_known_fields, positive_int
+from mambalaya.workloads.families import FamilyModel, check_known_fields
+from mambalaya.workloads.hf_config import MAX_LAYERS, ConfigFile, shown
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 
 #: transformers' layer type names -> mambalaya's; pattern characters -> transformers' names.
@@ -95,7 +97,8 @@ class NemotronHModel(FamilyModel):
     SCANNED: ClassVar[tuple[str, ...]] = ("mamba",)
 
     family: Literal["nemotron_h"] = "nemotron_h"
-    layer_types: tuple[Literal["mamba", "attention", "mlp"], ...] = Field(min_length=1)
+    layer_types: Annotated[tuple[Literal["mamba", "attention", "mlp"], ...],
+                           BeforeValidator(list_as_tuple)] = Field(min_length=1)
     d_ff: PositiveInt
     n_heads: PositiveInt
     n_kv_heads: PositiveInt
@@ -210,90 +213,74 @@ INERT = {
 READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "hybrid_override_pattern", "time_step_limit"}
 
 
-def _int(data: dict, key: str, source: str) -> int:
-    return positive_int(data, key, DEFAULTS, source)
-
-
-def nemotron_layer_types(data: dict, source: str) -> tuple[str, ...]:
+def nemotron_layer_types(cfg: ConfigFile) -> tuple[str, ...]:
     """The layer pattern as NemotronHConfig 5.25 builds it: ``layers_block_type`` (or its alias
     ``layer_types``), else ``hybrid_override_pattern``; a MoE layer is refused (field named)."""
-    key = "layers_block_type" if "layers_block_type" in data else "layer_types" if "layer_types" in data else None
-    if key is not None and data[key] is not None:
-        listed, names = data[key], data[key]
-        if not isinstance(listed, list) or not listed:
-            raise SpecError(f"field {key} must be a non-empty list of layer types", source=source)
-    elif "hybrid_override_pattern" in data:
-        key, listed = "hybrid_override_pattern", data["hybrid_override_pattern"]
-        if not isinstance(listed, str) or not listed:
-            raise SpecError("field hybrid_override_pattern must be a non-empty string of M, *, - and E", source=source)
-        bad = next((k for k, ch in enumerate(listed) if ch not in PATTERN), None)
+    names = {**HF_LAYER_TYPES, "moe": "moe"}
+    key = "layers_block_type" if cfg.has("layers_block_type") else "layer_types" if cfg.has("layer_types") else None
+    if key is not None and cfg.given(key):
+        types = cfg.layer_types(key, names, "Nemotron-H")
+    elif cfg.has("hybrid_override_pattern"):
+        key, pattern = "hybrid_override_pattern", cfg.value("hybrid_override_pattern")
+        if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_LAYERS:
+            raise cfg.error(f"field hybrid_override_pattern must be a string of 1 to {MAX_LAYERS:,} of M, *, - and E "
+                            f"(one per layer), not {shown(pattern)}")
+        bad = next((k for k, ch in enumerate(pattern) if ch not in PATTERN), None)
         if bad is not None:
-            raise SpecError(f"field hybrid_override_pattern[{bad}] is {listed[bad]!r}, not one of M (Mamba-2), "
-                            "* (attention), - (MLP), E (MoE)", source=source)
-        names = [PATTERN[ch] for ch in listed]
+            raise cfg.error(f"field hybrid_override_pattern[{bad}] is {pattern[bad]!r}, not one of M (Mamba-2), "
+                            "* (attention), - (MLP), E (MoE)")
+        types = tuple(names[PATTERN[ch]] for ch in pattern)
     else:
-        names = ["linear_attention", "moe", "full_attention", "mlp"]  # NemotronHConfig's default
+        types = ("mamba", "moe", "attention", "mlp")  # NemotronHConfig's default
         key = "layers_block_type"
-    for k, name in enumerate(names):
-        if name == "moe":
-            raise SpecError(f"field {key}[{k}] is a MoE layer ({'E' if key == 'hybrid_override_pattern' else 'moe'}"
-                            f"{'; the default pattern when no layer pattern is given has one' if key not in data else ''}"
-                            "): mambalaya models dense Nemotron-H (Mamba-2, attention and MLP layers); its MoE "
-                            "variants are not modelled here", source=source)
-        if name not in HF_LAYER_TYPES:
-            raise SpecError(f"field {key}[{k}] is {name!r}, not a layer type of Nemotron-H (known: "
-                            f"{', '.join(repr(t) for t in (*HF_LAYER_TYPES, 'moe'))})", source=source)
-    return tuple(HF_LAYER_TYPES[n] for n in names)
+    if "moe" in types:
+        k = types.index("moe")
+        raise cfg.error(f"field {key}[{k}] is a MoE layer ({'E' if key == 'hybrid_override_pattern' else 'moe'}"
+                        f"{'; the default pattern when no layer pattern is given has one' if not cfg.has(key) else ''}"
+                        "): mambalaya models dense Nemotron-H (Mamba-2, attention and MLP layers); its MoE "
+                        "variants are not modelled here")
+    return types
 
 
 def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> NemotronHModel:
     """A :class:`NemotronHModel` from a transformers ``nemotron_h`` config.json (as a dict),
-    read as ``NemotronHConfig`` reads it; every problem is one SpecError naming the field."""
-    if not isinstance(data, dict):
-        raise SpecError("a Nemotron-H config is a mapping of fields to values", source=source)
-    if data.get("model_type") != "nemotron_h":
-        raise SpecError(f"field model_type is {data.get('model_type')!r}; this reader takes 'nemotron_h'",
-                        source=source)
-    data = dict(data)
+    read as ``NemotronHConfig`` reads it, every field by type
+    (:class:`~mambalaya.workloads.hf_config.ConfigFile`); every problem is one SpecError naming
+    the field."""
+    cfg = ConfigFile.of(data, source, defaults=DEFAULTS, what="Nemotron-H")
+    if cfg.value("model_type") != "nemotron_h":
+        raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; this reader takes 'nemotron_h'")
+    renamed = dict(cfg.data)
     for old, new in ALIASES.items():
-        if old in data:
-            data[new] = data.pop(old)
-    types = nemotron_layer_types(data, source)
-    check_known_fields(data, "NemotronHConfig", READ, INERT, MODELLED, source)
+        if old in renamed:
+            renamed[new] = renamed.pop(old)
+    cfg = ConfigFile(renamed, source, DEFAULTS)
+    types = nemotron_layer_types(cfg)
+    check_known_fields(cfg, "NemotronHConfig", READ, INERT, MODELLED)
     for key, value in (("mlp_hidden_act", "relu2"), ("mamba_hidden_act", "silu")):
-        if data.get(key, value) != value:
-            raise SpecError(f"field {key} is {data[key]!r}; mambalaya models {value!r}", source=source)
-    limit = data.get("time_step_limit", [0.0, float("inf")])
-    if not isinstance(limit, (list, tuple)) or len(limit) != 2 or limit[0] not in (0, 0.0) \
-            or limit[1] != float("inf"):
-        raise SpecError(f"field time_step_limit is {limit!r}; mambalaya models the unclamped (0, inf)", source=source)
-    hidden = _int(data, "hidden_size", source)
-    heads, inner = _int(data, "mamba_num_heads", source), _int(data, "mamba_num_heads", source) * _int(
-        data, "mamba_head_dim", source)
+        cfg.require(key, value, "the only activation modelled there")
+    cfg.require_no_clamp("time_step_limit", nullable=False)
+    hidden = cfg.integer("hidden_size")
+    heads, head_dim = cfg.integer("mamba_num_heads"), cfg.integer("mamba_head_dim")
+    inner = heads * head_dim
     if inner % hidden:
-        raise SpecError(f"fields mamba_num_heads * mamba_head_dim = {inner} is not a whole multiple of hidden_size "
-                        f"= {hidden}; mambalaya's Mamba-2 block has d_inner = expand * hidden_size", source=source)
-    groups = _int(data, "n_groups", source)
+        raise cfg.error(f"fields mamba_num_heads * mamba_head_dim = {inner} is not a whole multiple of hidden_size "
+                        f"= {hidden}; mambalaya's Mamba-2 block has d_inner = expand * hidden_size")
+    groups = cfg.integer("n_groups")
     if heads % groups:
-        raise SpecError(f"field n_groups = {groups} does not divide mamba_num_heads = {heads}", source=source)
-    n_heads = _int(data, "num_attention_heads", source)
-    kv = n_heads if data.get("num_key_value_heads", 8) is None else _int(data, "num_key_value_heads", source)
+        raise cfg.error(f"field n_groups = {groups} does not divide mamba_num_heads = {heads}")
+    n_heads = cfg.integer("num_attention_heads")
+    kv = cfg.integer_or("num_key_value_heads", n_heads)
     if n_heads % kv:
-        raise SpecError(f"field num_key_value_heads = {kv} does not divide num_attention_heads = {n_heads}",
-                        source=source)
-    eps = data.get("layer_norm_epsilon", DEFAULTS["layer_norm_epsilon"])
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps > 0:
-        raise SpecError(f"field layer_norm_epsilon must be a positive number, not {eps!r}", source=source)
-    tied = data.get("tie_word_embeddings", False)
-    if not isinstance(tied, bool):
-        raise SpecError(f"field tie_word_embeddings must be true or false, not {tied!r}", source=source)
+        raise cfg.error(f"field num_key_value_heads = {kv} does not divide num_attention_heads = {n_heads}")
     fields = {
-        "d_model": hidden, "layer_types": types, "d_ff": _int(data, "intermediate_size", source),
-        "n_heads": n_heads, "n_kv_heads": kv, "head_dim": _int(data, "head_dim", source),
-        "mamba_heads": heads, "mamba_headdim": _int(data, "mamba_head_dim", source),
-        "mamba_d_state": _int(data, "ssm_state_size", source), "mamba_ngroups": groups,
-        "mamba_d_conv": _int(data, "conv_kernel", source), "mamba_chunk_size": _int(data, "chunk_size", source),
-        "norm_eps": float(eps), "vocab_size": _int(data, "vocab_size", source), "tie_embeddings": tied,
+        "d_model": hidden, "layer_types": types, "d_ff": cfg.integer("intermediate_size"),
+        "n_heads": n_heads, "n_kv_heads": kv, "head_dim": cfg.integer("head_dim"),
+        "mamba_heads": heads, "mamba_headdim": head_dim,
+        "mamba_d_state": cfg.integer("ssm_state_size"), "mamba_ngroups": groups,
+        "mamba_d_conv": cfg.integer("conv_kernel"), "mamba_chunk_size": cfg.integer("chunk_size"),
+        "norm_eps": cfg.positive_number("layer_norm_epsilon"), "vocab_size": cfg.integer("vocab_size"),
+        "tie_embeddings": cfg.boolean("tie_word_embeddings"),
     }
     return validated_config(NemotronHModel, fields, what="Nemotron-H", source=source)
 

@@ -35,20 +35,22 @@ the values ``VC0``, as transformers' ``cache.update`` receives them; a step appe
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
+from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.attention import ATTENTION_REGION, ONLINE, THREE_PASS, AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import check_layer_args, chunk_padding_free_form
 from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.gated_deltanet import LINEAR, GatedDeltaNetConfig, gdn_layer
 from mambalaya.workloads.gated_deltanet import PRESETS as GDN_PRESETS
+from mambalaya.workloads.hf_config import ConfigFile, default_rope_theta
 from mambalaya.workloads.mlp import MLPConfig, mlp_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
@@ -194,7 +196,7 @@ class OlmoHybridModel(FamilyModel):
     SCANNED: ClassVar[tuple[str, ...]] = ("gdn",)
 
     family: Literal["olmo_hybrid"] = "olmo_hybrid"
-    layer_types: tuple[Literal["gdn", "attention"], ...]
+    layer_types: Annotated[tuple[Literal["gdn", "attention"], ...], BeforeValidator(list_as_tuple)]
     mixer: GatedDeltaNetConfig
     #: The attention's rotary base over whole heads; None: no position embedding (NoPE).
     rope_theta: float | None = Field(10000.0, gt=0)
@@ -276,22 +278,10 @@ def olmo_hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> Ol
     from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf
 
     mixer = gdn_config_from_hf(data, source=source)
-    rope = data.get("rope_parameters") or {"rope_theta": data.get("rope_theta", 10000.0)}
-    if not isinstance(rope, dict):
-        raise SpecError(f"field rope_parameters must be a mapping, not {rope!r}", source=source)
-    for key, value in rope.items():
-        if key == "rope_type" and value != "default" or key == "partial_rotary_factor" and value != 1 \
-                or key not in ("rope_type", "rope_theta", "partial_rotary_factor"):
-            raise SpecError(f"field rope_parameters.{key} is {value!r}; mambalaya models the default rotary embedding "
-                            "over whole heads (or none, rope_theta null)", source=source)
-    theta = rope.get("rope_theta", 10000.0)
-    if theta is not None and (isinstance(theta, bool) or not isinstance(theta, (int, float)) or not theta > 0):
-        raise SpecError(f"field rope_parameters.rope_theta must be a positive number or null, not {theta!r}",
-                        source=source)
-    if data.get("attention_bias", False) is not False:
-        raise SpecError(f"field attention_bias is {data['attention_bias']!r}; mambalaya models attention projections "
-                        "without bias", source=source)
-    return OlmoHybridModel.of(mixer, None if theta is None else float(theta))
+    cfg = ConfigFile.of(data, source, what="OLMo-Hybrid")
+    theta = default_rope_theta(cfg, nope=True)
+    cfg.require("attention_bias", False, "attention projections without bias")
+    return OlmoHybridModel.of(mixer, theta)
 
 
 #: OLMo-Hybrid-7B as a whole model: the shapes of the ``olmo-hybrid`` preset (transformers 5.25's

@@ -44,17 +44,19 @@ the embeddings ``EMB``, ``TL`` the projected block output and ``XT = X + TL``. T
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import Field, PositiveInt, model_validator
+from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
+from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.attention import AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.falcon_h1 import _ATT_TENSORS, _ONLINE, _REGION, _THREE_PASS
-from mambalaya.workloads.families import FamilyModel, check_known_fields, positive_int
+from mambalaya.workloads.families import FamilyModel, check_known_fields
+from mambalaya.workloads.hf_config import ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
@@ -96,7 +98,8 @@ class Zamba2Model(FamilyModel):
     SCANNED: ClassVar[tuple[str, ...]] = ("mamba", "hybrid")
 
     family: Literal["zamba2"] = "zamba2"
-    layer_types: tuple[Literal["mamba", "hybrid"], ...] = Field(min_length=1)
+    layer_types: Annotated[tuple[Literal["mamba", "hybrid"], ...],
+                           BeforeValidator(list_as_tuple)] = Field(min_length=1)
     tie_embeddings: bool = True
     d_ff: PositiveInt
     n_heads: PositiveInt
@@ -334,71 +337,47 @@ READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "rope_parameters", "
 HF_LAYER_TYPES = {"linear_attention": "mamba", "mamba": "mamba", "hybrid": "hybrid"}
 
 
-def _int(data: dict, key: str, source: str) -> int:
-    return positive_int(data, key, DEFAULTS, source)
-
-
-def _flag(data: dict, key: str, source: str) -> bool:
-    value = data.get(key, DEFAULTS[key])
-    if not isinstance(value, bool):
-        raise SpecError(f"field {key} must be true or false, not {value!r}", source=source)
-    return value
-
-
-def _number(data: dict, key: str, source: str, *, positive: bool) -> float:
-    value = data.get(key, DEFAULTS[key])
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or (positive and value == 0):
-        raise SpecError(f"field {key} must be a {'positive' if positive else 'non-negative'} number, not {value!r}",
-                        source=source)
-    return float(value)
-
-
-def zamba2_layer_types(data: dict, source: str) -> tuple[str, ...]:
+def zamba2_layer_types(data: dict | ConfigFile, source: str = "config.json") -> tuple[str, ...]:
     """The layer pattern as Zamba2Config builds it: ``layers_block_type`` (alias ``layer_types``),
     else its default (54 layers, hybrid at 6, 12, ..., 42, 47, 51)."""
-    key = "layers_block_type" if data.get("layers_block_type") is not None else "layer_types"
-    listed = data.get(key)
+    cfg = data if isinstance(data, ConfigFile) else ConfigFile.of(data, source, what="Zamba2")
+    key = "layers_block_type" if cfg.given("layers_block_type") else "layer_types"
+    listed = cfg.layer_types(key, HF_LAYER_TYPES, "Zamba2")
     if listed is None:
-        listed = (["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7 + ["linear_attention"] * 4
-                  + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"] + ["linear_attention"] * 2)
-    elif not isinstance(listed, list) or not listed:
-        raise SpecError(f"field {key} must be a non-empty list of layer types", source=source)
-    for k, name in enumerate(listed):
-        if name not in HF_LAYER_TYPES:
-            raise SpecError(f"field {key}[{k}] is {name!r}, not a Zamba2 layer type ('linear_attention', 'hybrid')",
-                            source=source)
-    return tuple(HF_LAYER_TYPES[n] for n in listed)
+        listed = tuple(HF_LAYER_TYPES[name] for name in (
+            ["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7 + ["linear_attention"] * 4
+            + ["hybrid"] + ["linear_attention"] * 3 + ["hybrid"] + ["linear_attention"] * 2))
+    return listed
 
 
 def zamba2_config_from_hf(data: dict, *, source: str = "config.json") -> Zamba2Model:
     """A :class:`Zamba2Model` from a transformers ``zamba2`` config.json (as a dict), read as
-    ``Zamba2Config`` reads it; every problem is one SpecError naming the field."""
-    if not isinstance(data, dict) or data.get("model_type") != "zamba2":
-        raise SpecError("a Zamba2 config is a mapping with model_type 'zamba2'", source=source)
-    check_known_fields(data, "Zamba2Config", READ, INERT, MODELLED, source)
-    types = zamba2_layer_types(data, source)
-    if "num_hidden_layers" in data and _int(data, "num_hidden_layers", source) != len(types):
-        raise SpecError(f"field num_hidden_layers is {data['num_hidden_layers']}, but the layer pattern lists "
-                        f"{len(types)} layers", source=source)
-    rope = data.get("rope_parameters") or {}
-    if not isinstance(rope, dict) or rope.get("rope_type", "default") != "default":
-        raise SpecError(f"field rope_parameters is {rope!r}; mambalaya models the default rotary embedding",
-                        source=source)
-    hidden, heads = _int(data, "hidden_size", source), _int(data, "num_attention_heads", source)
-    d_ff = hidden * 4 if data.get("intermediate_size") is None else _int(data, "intermediate_size", source)
-    kv = heads if data.get("num_key_value_heads") is None else _int(data, "num_key_value_heads", source)
+    ``Zamba2Config`` reads it, every field by type
+    (:class:`~mambalaya.workloads.hf_config.ConfigFile`); every problem is one SpecError naming
+    the field."""
+    cfg = ConfigFile.of(data, source, defaults=DEFAULTS, what="Zamba2")
+    if cfg.value("model_type") != "zamba2":
+        raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; this reader takes 'zamba2'")
+    check_known_fields(cfg, "Zamba2Config", READ, INERT, MODELLED)
+    types = zamba2_layer_types(cfg)
+    if cfg.has("num_hidden_layers") and cfg.layer_count("num_hidden_layers") != len(types):
+        raise cfg.error(f"field num_hidden_layers is {cfg.value('num_hidden_layers')}, but the layer pattern lists "
+                        f"{len(types)} layers")
+    theta = default_rope_theta(cfg)
+    hidden, heads = cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
+    d_ff, kv = cfg.integer_or("intermediate_size", hidden * 4), cfg.integer_or("num_key_value_heads", heads)
     fields = {
         "d_model": hidden, "layer_types": types, "d_ff": d_ff, "n_heads": heads, "n_kv_heads": kv,
-        "num_mem_blocks": _int(data, "num_mem_blocks", source),
-        "attention_adapter": _flag(data, "use_shared_attention_adapter", source),
-        "adapter_rank": _int(data, "adapter_rank", source), "mem_rope": _flag(data, "use_mem_rope", source),
-        "rope_theta": float(rope.get("rope_theta", data.get("rope_theta", 10000.0))),
-        "mamba_heads": _int(data, "n_mamba_heads", source), "mamba_expand": _int(data, "mamba_expand", source),
-        "mamba_d_state": _int(data, "mamba_d_state", source), "mamba_ngroups": _int(data, "mamba_ngroups", source),
-        "mamba_d_conv": _int(data, "mamba_d_conv", source), "mamba_chunk_size": _int(data, "chunk_size", source),
-        "time_step_min": _number(data, "time_step_min", source, positive=False),
-        "norm_eps": _number(data, "rms_norm_eps", source, positive=True),
-        "vocab_size": _int(data, "vocab_size", source), "tie_embeddings": _flag(data, "tie_word_embeddings", source),
+        "num_mem_blocks": cfg.integer("num_mem_blocks"),
+        "attention_adapter": cfg.boolean("use_shared_attention_adapter"),
+        "adapter_rank": cfg.integer("adapter_rank"), "mem_rope": cfg.boolean("use_mem_rope"),
+        "rope_theta": theta,
+        "mamba_heads": cfg.integer("n_mamba_heads"), "mamba_expand": cfg.integer("mamba_expand"),
+        "mamba_d_state": cfg.integer("mamba_d_state"), "mamba_ngroups": cfg.integer("mamba_ngroups"),
+        "mamba_d_conv": cfg.integer("mamba_d_conv"), "mamba_chunk_size": cfg.integer("chunk_size"),
+        "time_step_min": cfg.number("time_step_min", minimum=0),
+        "norm_eps": cfg.positive_number("rms_norm_eps"),
+        "vocab_size": cfg.integer("vocab_size"), "tie_embeddings": cfg.boolean("tie_word_embeddings"),
     }
     from mambalaya.workloads.checks import validated_config
 

@@ -10,7 +10,15 @@ a second with one paragraph naming the option, not with ``FileExistsError``,
 * a target whose nearest existing folder cannot be written: a read-only file system, missing
   permission, or any other reason a file cannot be created there. The test is made for real
   (a temporary file is created and removed), since as root permission bits stop nothing;
-* a file target whose suffix is not one the command can write (``suffixes``).
+* a file target whose suffix is not one the command can write (``suffixes``);
+* a target that is one of the command's own input files (``inputs``: ``-o model.yaml`` beside
+  ``--model model.yaml``, ``sweep export S.sqlite -o S.sqlite``), compared as files (the same
+  device and inode: another spelling, a symbolic link or a hard link of the input is the input);
+  for a folder target, an input that is one of the files the command writes in it (``writes``).
+  An input option whose value is not an existing file (a preset name such as ``mamba-130m``)
+  names no input file and is passed over.
+
+:func:`check_outputs_differ` refuses two output options of one command naming one file.
 
 Folders missing on the way are created when the output is written. Files are written whole by
 :func:`atomic_output` and :func:`write_text_output`: to a temporary file beside the target that
@@ -28,21 +36,33 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Literal
+from fnmatch import fnmatch
+from typing import Iterable, Iterator, Literal, Mapping, Union
 
 from mambalaya.errors import SpecError
 
 OutputKind = Literal["file", "directory"]
+
+#: What an input option names: a path, a name that may be one (a preset name is not a file and
+#: is passed over), several of them (``--archs a.yaml,b.yaml``), or nothing.
+InputPaths = Union[str, "os.PathLike[str]", None, Iterable[Union[str, "os.PathLike[str]", None]]]
 
 #: Prefix of the temporary files this module creates (the write test and the files being written).
 TEMP_PREFIX = ".mambalaya-"
 
 
 def check_output_path(path: str | os.PathLike[str] | None, *, kind: OutputKind, option: str,
-                      suffixes: tuple[str, ...] | None = None) -> None:
+                      suffixes: tuple[str, ...] | None = None, inputs: Mapping[str, InputPaths] | None = None,
+                      writes: tuple[str, ...] = ()) -> None:
     """Refuse, with a :class:`SpecError` naming ``option`` and ``path``, an output ``path`` that
     cannot be written as a ``kind`` ("file" or "directory"); ``None`` (no output asked for) passes.
-    See the module docstring for what is refused. Nothing is left behind (the write test's file is removed)."""
+
+    ``inputs`` maps each of the command's path-valued input options (``"--model"``, ``"STORE"``)
+    to its value (see :data:`InputPaths`): a file target that is one of them is refused, naming
+    both options. ``writes`` names the files (glob patterns such as ``"figures/*"``, relative to
+    the folder) a folder target receives: an input among them is refused the same way.
+    See the module docstring for what else is refused. Nothing is left behind (the write test's
+    file is removed)."""
     if path is None:
         return
     if kind not in ("file", "directory"):
@@ -52,6 +72,13 @@ def check_output_path(path: str | os.PathLike[str] | None, *, kind: OutputKind, 
     info = _stat(target, shown)
     if info is not None:
         _check_existing(target, info, kind, shown)
+    for input_option, input_path, input_info in _input_files(inputs or {}):
+        written = _written_over(target, info, kind, writes, input_path, input_info)
+        if written is not None:
+            where = "that is" if kind == "file" else f"the command writes {written} in it, and that is"
+            raise SpecError(f"{shown}: {where} {input_option} {os.fspath(input_path)}, an input of this command; "
+                            f"writing {option} would replace what the command reads. Name another "
+                            f"{_kind_text(kind)} for {option}")
     if kind == "file" and suffixes is not None:
         _check_suffix(Path(path), suffixes, shown)
     if info is not None:
@@ -65,6 +92,24 @@ def check_output_path(path: str | os.PathLike[str] | None, *, kind: OutputKind, 
         raise SpecError(f"{shown}: {folder} is a file, not a folder, so nothing can be created under it; "
                         f"name a {_kind_text(kind)} outside it")
     _check_writable_folder(folder, shown)
+
+
+def check_outputs_differ(outputs: Mapping[str, str | os.PathLike[str] | None]) -> None:
+    """Refuse, naming both options, two of a command's output options (``{"--save": ..., "--output":
+    ...}``) that name one file: the second written would replace the first. ``None`` passes."""
+    seen: list[tuple[str, str | os.PathLike[str], str]] = []
+    for option, path in outputs.items():
+        if path is None:
+            continue
+        real = os.path.realpath(path)
+        for other_option, other_path, other_real in seen:
+            if real == other_real or _same_existing_file(path, other_path):
+                both = (f"{other_option} and {option} both name {os.fspath(path)}"
+                        if os.fspath(path) == os.fspath(other_path) else
+                        f"{other_option} {os.fspath(other_path)} and {option} {os.fspath(path)} name one file")
+                raise SpecError(f"{both}: what {option} writes would replace what {other_option} wrote; "
+                                "name two files")
+        seen.append((option, path, real))
 
 
 @contextmanager
@@ -101,6 +146,52 @@ def write_text_output(path: str | os.PathLike[str], text: str) -> None:
             temporary.write_text(text, encoding="utf-8")
     except OSError as err:
         raise SpecError(f"cannot write {os.fspath(path)}: {err.strerror or err}") from None
+
+
+def _input_files(inputs: Mapping[str, InputPaths]) -> Iterator[tuple[str, Path, os.stat_result]]:
+    """(option, path, status) of each input value that names an existing regular file; a name
+    that is not one (a preset, a missing file the reader will refuse) is passed over."""
+    for option, value in inputs.items():
+        values = [value] if value is None or isinstance(value, (str, os.PathLike)) else list(value)
+        for one in values:
+            if one is None:
+                continue
+            try:
+                info = os.stat(one)
+            except (OSError, ValueError):
+                continue
+            if stat.S_ISREG(info.st_mode):
+                yield option, Path(one), info
+
+
+def _written_over(target: Path, info: os.stat_result | None, kind: OutputKind, writes: tuple[str, ...],
+                  input_path: Path, input_info: os.stat_result) -> str | None:
+    """What writing ``target`` (a file, or the ``writes`` files of a folder) writes over the
+    input file ``input_path`` (the target, or the matching entry of ``writes``), or None."""
+    if kind == "file":
+        return os.fspath(target) if info is not None and _same_inode(info, input_info) else None
+    try:  # the input's place, relative to the folder (symbolic links resolved on both sides)
+        relative: str | None = Path(os.path.realpath(input_path)).relative_to(os.path.realpath(target)).as_posix()
+    except ValueError:
+        relative = None
+    for pattern in writes:
+        if not any(c in pattern for c in "*?[") and _same_existing_file(target / pattern, input_path):
+            return pattern
+        if relative is not None and fnmatch(relative, pattern):
+            return relative
+    return None
+
+
+def _same_inode(a: os.stat_result, b: os.stat_result) -> bool:
+    return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def _same_existing_file(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Whether ``a`` and ``b`` both exist and are one file (:func:`os.path.samefile`)."""
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
 
 
 def _kind_text(kind: OutputKind) -> str:

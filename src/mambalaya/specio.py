@@ -78,8 +78,9 @@ class _DuplicateKey(Exception):
 
 class _StrictLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
     """The safe loader, refusing a key given twice in one mapping (YAML says keys are unique;
-    PyYAML keeps the last silently). Keys merged in with ``<<`` may be overridden, as YAML's
-    merge key allows."""
+    PyYAML keeps the last silently; keys merged in with ``<<`` may be overridden, as YAML's
+    merge key allows), and reading numbers as YAML 1.2 does (:data:`_STRICT_INT`,
+    :data:`_STRICT_FLOAT`)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
@@ -98,6 +99,27 @@ class _StrictLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
         return super().construct_mapping(node, deep=deep)
 
 
+_INT_TAG = "tag:yaml.org,2002:int"
+_FLOAT_TAG = "tag:yaml.org,2002:float"
+
+#: Integers as YAML 1.2 spells them (decimal, 0x hex, 0b binary; ``_`` between digits): YAML 1.1's
+#: base 60 (``1:04`` is 64) and leading-zero octal (``0100`` is 64) are text, refused where a
+#: number is due, not read as another number.
+_STRICT_INT = re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0x[0-9a-fA-F_]+|[-+]?(?:0|[1-9][0-9_]*))$")
+#: Numbers with a fraction or an exponent, the exponent also without a decimal point or a sign
+#: (``1e-5``, ``2.039e12``, which YAML 1.1 reads as text), and the infinities and NaN; no base 60.
+_STRICT_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+"
+                           r"|[-+]?[0-9][0-9_]*\.[0-9_]*"
+                           r"|[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?"
+                           r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
+
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, resolvers in _BASE_LOADER.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(_INT_TAG, _STRICT_INT, list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(_FLOAT_TAG, _STRICT_FLOAT, list("-+0123456789."))
+
+
 def parse_yaml_text(text: str, *, source: str) -> Any:
     """The YAML document ``text`` as Python values (the safe loader's types), read once, or a
     :class:`SpecError` naming ``source``, line and column: broken YAML, a key given twice in one
@@ -111,7 +133,7 @@ def compose_yaml_text(text: str, *, source: str) -> yaml.Node | None:
     """The YAML document ``text`` as composed nodes (for readers that point into the file, such
     as cascade files), with :func:`parse_yaml_text`'s errors and bounds; checking each mapping's
     keys is the reader's (its nodes are not constructed here)."""
-    root = _read_yaml(text, source, lambda: yaml.compose(text, Loader=_BASE_LOADER))
+    root = _read_yaml(text, source, lambda: yaml.compose(text, Loader=_StrictLoader))
     check_document_bounds(root, source=source)
     return root
 

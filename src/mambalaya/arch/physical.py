@@ -29,10 +29,17 @@ def known_unary_names(table: dict[str, float]) -> dict[str, float]:
 
 
 def _width_keys(value: Any) -> Any:
-    """Widths written as text (a JSON round trip turns 16 into "16") are read as integers."""
-    if isinstance(value, dict):
-        return {int(k) if isinstance(k, str) and k.strip().isdigit() else k: v for k, v in value.items()}
-    return value
+    """Widths written as text (a JSON round trip turns 16 into "16") are read as integers; a
+    width given twice that way (``16`` and ``"16"``) is refused, not the later one kept."""
+    if not isinstance(value, dict):
+        return value
+    out: dict[Any, Any] = {}
+    for key, entry in value.items():
+        width = int(key) if isinstance(key, str) and key.strip().isascii() and key.strip().isdigit() else key
+        if width in out:
+            raise FieldProblem(str(key), f"width {width} is given twice ({key!r} and {width!r}); give it once")
+        out[width] = entry
+    return out
 
 
 #: An energy per action in picojoules, in its documented range (``PICOJOULES_RANGE``).

@@ -25,6 +25,7 @@ from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
 from mambalaya.workloads.families import is_hybrid
 
 from mambalaya.cli.layer_options import LayerArgs, layer_options
+from mambalaya.cli.readers import size_parser
 from mambalaya.outputs import atomic_output, check_output_path, write_text_output
 from mambalaya.cli.common import (
     _emit,
@@ -131,7 +132,7 @@ def dump_cmd(
 @user_errors
 def check_cmd(
     path: Annotated[Path, typer.Argument(help="A cascade YAML file.")],
-    n_layers: Annotated[int, typer.Option(min=1, help="Layers, for whole-model totals.")] = 1,
+    n_layers: Annotated[int, typer.Option("--n-layers", parser=size_parser, help="Layers, for whole-model totals.")] = 1,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:

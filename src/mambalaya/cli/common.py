@@ -1,5 +1,9 @@
 """What every command of the ``mambalaya`` command line shares: the app and its groups, the
-consoles, one-paragraph errors, output in table, CSV or JSON, provenance."""
+consoles, one-paragraph errors, output in table, CSV or JSON, provenance.
+
+The consoles read no markup and no emoji codes (:func:`text_console`): a file named
+``:x:.yaml`` or ``[red]a.csv``, a ``--set`` field or a model name prints as given, in a message,
+a table title or a progress bar; styles are given as :class:`~rich.text.Text` spans instead."""
 
 from __future__ import annotations
 
@@ -16,7 +20,6 @@ from typing import Annotated, Any, Callable
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -25,6 +28,7 @@ from mambalaya.cli.options import (
     Format,
     PhaseOption,
 )
+from mambalaya.cli.readers import empty_text_problem, read_int_list
 from mambalaya.formatting import whole
 from mambalaya.errors import MambalayaError
 from mambalaya.outputs import write_text_output
@@ -56,8 +60,14 @@ app.add_typer(fusion_app, name="fusion")
 arch_app = typer.Typer(help="Architecture specs: the shipped designs or your YAML.", no_args_is_help=True)
 app.add_typer(arch_app, name="arch")
 
-out_console = Console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
-err_console = Console(stderr=True, soft_wrap=True)
+def text_console(**kwargs: Any) -> Console:
+    """A console that prints text as given: no markup (``[red]`` is text), no emoji codes
+    (``:x:`` is text). Every console of the command line is one."""
+    return Console(markup=False, emoji=False, **kwargs)
+
+
+out_console = text_console(soft_wrap=True, width=None if sys.stdout.isatty() else 240)
+err_console = text_console(stderr=True, soft_wrap=True)
 
 
 class Objective(str, Enum):
@@ -72,17 +82,26 @@ class Suite(str, Enum):
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Report MambalayaError as one paragraph on stderr and exit 1."""
+    """Report MambalayaError as one paragraph on stderr and exit 1. A text option given as empty
+    text (``--buffer ''``) is one such error, before the command runs (:mod:`mambalaya.cli.readers`)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
+            empty = empty_text_problem(fn, kwargs)
+            if empty is not None:
+                raise MambalayaError(empty)
             return fn(*args, **kwargs)
         except MambalayaError as err:
-            err_console.print(f"[bold red]error:[/] {escape(str(err))}", markup=True, highlight=False)
+            print_error(str(err))
             raise typer.Exit(1) from None
 
     return wrapper
+
+
+def print_error(message: str) -> None:
+    """``error: message`` on stderr, ``error:`` in bold red, the message as given (no markup)."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
 
 
 def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
@@ -123,6 +142,9 @@ def _emit(text: str, output: Path | None) -> None:
 
 
 def _rows_csv(rows: list[dict[str, Any]]) -> str:
+    """``rows`` as CSV, the first row's keys the header; no rows is an empty text."""
+    if not rows:
+        return ""
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
     writer.writeheader()
@@ -141,7 +163,11 @@ def _cell(value: Any) -> str:
 
 
 def _rows_table(rows: list[dict[str, Any]], title: str) -> Table:
+    """``rows`` as a table, the first row's keys the columns; no rows is a table saying so."""
     table = Table(title=title, title_justify="left", show_lines=False)
+    if not rows:
+        table.add_column("(no rows)")
+        return table
     for key in rows[0]:
         numeric = isinstance(rows[0][key], (int, float))
         table.add_column(key, justify="right" if numeric else "left", overflow="fold")
@@ -168,21 +194,29 @@ def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | No
                 f"model ({n_layers} layers): {t['model_macs']:,} MACs"
             )
         else:
-            console = Console(file=io.StringIO(), width=200)
-            console.print(table)
-            _emit(console.file.getvalue(), output)  # type: ignore[attr-defined]
+            _emit(_tables_text([table], width=200), output)
 
 
-def _print_table(table: Table, output: Path | None, append: bool = False) -> None:
+def _tables_text(tables: list[Table], width: int = 240) -> str:
+    """``tables`` rendered as plain text, one after another."""
+    console = text_console(file=io.StringIO(), width=width)
+    for table in tables:
+        console.print(table)
+    return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+def _print_table(table: Table, output: Path | None) -> None:
+    """``table`` on stdout, or written to ``output`` (:func:`_print_tables`)."""
+    _print_tables([table], output)
+
+
+def _print_tables(tables: list[Table], output: Path | None) -> None:
+    """``tables`` on stdout, or written to ``output`` together, once (one "wrote" line)."""
     if output is None:
-        out_console.print(table)
+        for table in tables:
+            out_console.print(table)
         return
-    console = Console(file=io.StringIO(), width=240)
-    console.print(table)
-    text = console.file.getvalue()  # type: ignore[attr-defined]
-    if append and output.exists():
-        text = output.read_text(encoding="utf-8") + text
-    _emit(text, output)
+    _emit(_tables_text(tables), output)
 
 
 @app.callback(invoke_without_command=True)
@@ -228,21 +262,6 @@ def _design(name: str, settings: list[str] | None) -> Any:
     from mambalaya.arch import load_arch, with_settings
 
     return with_settings(load_arch(name), settings or [])
-
-
-def _int_list(text: str, what: str) -> list[int]:
-    """A comma-separated list of distinct positive integers (``2048,16384``): an empty entry, a
-    fraction, an exponent or a value given twice is an error naming the option."""
-    entries = [x.strip() for x in text.split(",")]
-    if not all(x.lstrip("+").isdigit() and x.isascii() for x in entries):
-        raise MambalayaError(f"{what} must be a comma-separated list of integers, not {text!r}")
-    values = [int(x) for x in entries]
-    if any(v < 1 for v in values):
-        raise MambalayaError(f"{what} must list positive integers, not {text!r}")
-    twice = sorted({v for v in values if values.count(v) > 1})
-    if twice:
-        raise MambalayaError(f"{what} gives {', '.join(map(str, twice))} more than once ({text!r}); give each value once")
-    return values
 
 
 def _with_routing(config: Any, routing: Path | None, model: str) -> Any:

@@ -6,6 +6,8 @@ from the constants below where several commands share it. Where commands give on
 meanings (``--precision``, ``--mapping``, ``--seq-lens``, ``--baseline``, ``--design``,
 ``--output``, ``--out``, ``--format``), each meaning is its own alias here, side by side, and its
 help text says which. Options only one command has stay with that command in :mod:`mambalaya.cli`.
+
+Every size option is read by :func:`mambalaya.cli.readers.size_parser` (ASCII digits, at least 1).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Annotated, Optional
 
 import typer
 
+from mambalaya.cli.readers import size_parser
 from mambalaya.workloads import PRESETS
 
 # --------------------------------------------------------------------------------------------
@@ -57,14 +60,14 @@ DEFAULT_BASELINE = "marca-ideal"
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help=f"Preset ({', '.join(PRESETS)}) or a YAML/JSON model config file.")]
 PhaseOpt = Annotated[PhaseOption, typer.Option(help="prefill: I = seq-len from a zero state; decode: one step, I = 1, state in and out.")]
-SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", min=1, help="Sequence length L (prefill).")]
-BatchOpt = Annotated[int, typer.Option("--batch", "-B", min=1, help="Batch size.")]
-BitsOpt = Annotated[int, typer.Option(min=1, help="The design's bits per element (every tensor's width under the uniform precision policy).")]
+SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", parser=size_parser, help="Sequence length L (prefill), a positive integer.")]
+BatchOpt = Annotated[int, typer.Option("--batch", "-B", parser=size_parser, help="Batch size, a positive integer.")]
+BitsOpt = Annotated[int, typer.Option("--bits", parser=size_parser, help="The design's bits per element (every tensor's width under the uniform precision policy).")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
 LayerTypeOpt = Annotated[Optional[str], typer.Option("--layer-type", help="A hybrid model's layer type to build: mamba or attention (each with its MLP).")]
 ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm; default in prefill) or recurrent (the only decode form).")]
 UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]
-UnrollScanOpt = Annotated[Optional[int], typer.Option("--unroll-scan", min=1, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]
+UnrollScanOpt = Annotated[Optional[int], typer.Option("--unroll-scan", parser=size_parser, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]
 
 # Comma-separated sequence lengths: compare sweeps them, sensitivity averages over them,
 # reproduce defaults to the paper's range.

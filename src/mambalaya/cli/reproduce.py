@@ -32,6 +32,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.workloads import PRESETS, resolve_model
 from mambalaya.workloads.families import is_hybrid
 
+from mambalaya.cli.readers import ratio_parser, read_int_list, read_list, size_parser
 from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     Suite,
@@ -55,7 +56,7 @@ def reproduce_cmd(
     models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b,nemotron-h-8b,olmo-hybrid-7b,falcon-h1-7b,zamba2-2.7b,jamba-v0.1,granite-4.0-h-tiny).")] = None,
     seq_lens: ReproduceSeqLensOpt = None,
     batch: BatchOpt = DEFAULT_DESIGN_BATCH,
-    generated: Annotated[int, typer.Option("--generated-tokens", min=1, help="Tokens generated per request (end to end).")] = 1024,
+    generated: Annotated[int, typer.Option("--generated-tokens", parser=size_parser, help="Tokens generated per request (end to end).")] = 1024,
     figures: Annotated[bool, typer.Option("--figures/--no-figures", help="Draw the figures.")] = True,
     precision: ReproducePrecisionOpt = None,
     compare_precision: Annotated[str, typer.Option("--compare-precision", help="Also compute the headline ratios under this precision policy ('none' to skip); the main result uses each design's own.")] = "uniform",
@@ -157,7 +158,7 @@ def sensitivity_cmd(
     batch: BatchOpt = DEFAULT_DESIGN_BATCH,
     precision: ArchPrecisionOpt = None,
     spec: Annotated[str, typer.Option("--spec", help="Sensitivity spec: the assumptions and their ranges (shipped: h100-like) or a YAML file.")] = "h100-like",
-    published: Annotated[Optional[float], typer.Option("--published", help="A published value of the ratio: also say what single assumption in range would reach it.")] = None,
+    published: Annotated[Optional[float], typer.Option("--published", parser=ratio_parser, help="A published value of the ratio (a positive number): also say what single assumption in range would reach it.")] = None,
     out: SensitivityOutDirOpt = None,
     fmt: FormatOpt = Format.table,
 ) -> None:

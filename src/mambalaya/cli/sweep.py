@@ -16,6 +16,7 @@ from mambalaya.cli.options import (
     PlotBaselineOpt,
     PlotDesignOpt,
 )
+from mambalaya.cli.readers import size_parser
 from mambalaya.errors import MambalayaError
 from mambalaya.outputs import atomic_output, check_output_path
 
@@ -33,7 +34,7 @@ def sweep_cmd(
     target: Annotated[str, typer.Argument(help="A sweep spec YAML to run, or 'plot' / 'export' followed by a store.")],
     store_arg: Annotated[Optional[Path], typer.Argument(metavar="[STORE]", help="The store, for plot and export.")] = None,
     scheduler: Annotated[Optional[str], typer.Option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT.")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", min=1, help="Local worker processes (default: one per core).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", parser=size_parser, help="Local worker processes (default: one per core).")] = None,
     store: Annotated[Optional[Path], typer.Option("--store", help="Result store (default: the spec's 'store').")] = None,
     fmt: ExportFormatOpt = "csv",
     output: OutOpt = None,

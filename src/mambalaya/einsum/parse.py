@@ -21,6 +21,7 @@ carries the source, line and column of the offending character.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
@@ -357,11 +358,21 @@ _SIZE_FUNCTIONS: dict[str, Callable[..., float]] = {
 
 
 class _SizeParser(_Parser):
-    """Integer arithmetic over parameters: ``expand*d_model``, ``ceil(d_model/16)``."""
+    """Integer arithmetic over parameters: ``expand*d_model``, ``ceil(d_model/16)``. Exact: numbers
+    and parameters are integers or fractions (a float parameter is its exact binary value), so a
+    size past 2^53 is not rounded on the way to the check that refuses it."""
 
     def __init__(self, text: str, where: Where, env: Mapping[str, float]) -> None:
         super().__init__(text, where, None)
         self.env = env
+
+    def number(self) -> Fraction:  # type: ignore[override]
+        tok = self.tok
+        value = super().number()
+        try:
+            return Fraction(tok.text)
+        except ValueError:  # a spelling Fraction does not read: the float's exact value
+            return Fraction(value)
 
     def value(self) -> float:
         result = self.sum()
@@ -388,7 +399,7 @@ class _SizeParser(_Parser):
             if op_tok.text == "*":
                 value *= rhs
             elif op_tok.text == "/":
-                value /= rhs
+                value = Fraction(value) / Fraction(rhs)
             elif op_tok.text == "//":
                 value //= rhs
             else:
@@ -427,7 +438,7 @@ class _SizeParser(_Parser):
                     args.append(self.sum())
                 self.expect(")", f"to close {tok.text}(")
                 try:
-                    return float(fn(*args))
+                    return Fraction(fn(*args))
                 except TypeError:
                     raise self.error(f"wrong number of arguments to {tok.text}()", tok) from None
                 except (ValueError, OverflowError):
@@ -436,18 +447,29 @@ class _SizeParser(_Parser):
                 known = ", ".join(sorted(self.env)) or "none"
                 raise self.error(f"unknown name {tok.text!r} in a size (known parameters and ranks: {known})", tok)
             try:
-                return float(self.env[tok.text])
-            except OverflowError:
-                raise self.error(f"{tok.text} is too large for a size", tok) from None
+                return Fraction(self.env[tok.text])
+            except (OverflowError, ValueError, TypeError):
+                raise self.error(f"{tok.text} = {self.env[tok.text]!r} is not a finite number for a size", tok) from None
         raise self.error(f"expected a number, name or '(' in a size, found {self.describe(tok)}")
+
+
+#: The largest size a size expression may give: trip counts and tile grids are float64 in the
+#: search, exact up to 2^53 (the cascade's ``MAX_RANK_SIZE`` is this bound).
+MAX_SIZE = 2**53
 
 
 def evaluate_size(text: str, env: Mapping[str, float], *, where: Where = Where()) -> int:
     """Evaluate a rank-size expression to a positive integer."""
-    value = _SizeParser(text, where, env).value()
-    if not float(value).is_integer() or value < 1:
+    value = Fraction(_SizeParser(text, where, env).value())
+    if value.denominator == 1 and value > MAX_SIZE:
+        digits = len(str(value.numerator))
+        shown = f"{value.numerator:,}" if digits <= 40 else f"an integer of {digits:,} digits"
+        raise SpecError(f"size {text!r} evaluates to {shown}, above "
+                        f"2^53 = {MAX_SIZE:,}, the largest size counted exactly", source=where.source,
+                        line=where.line, column=where.column)
+    if value.denominator != 1 or value < 1:
         raise SpecError(
-            f"size {text!r} evaluates to {value:g}, not a positive integer",
+            f"size {text!r} evaluates to {float(value):g}, not a positive integer",
             source=where.source,
             line=where.line,
             column=where.column,

@@ -4,6 +4,7 @@ read back with one-paragraph errors naming the field (:func:`mapping_from_dict`,
 
 from __future__ import annotations
 
+from fractions import Fraction
 from pathlib import Path
 
 import yaml
@@ -26,13 +27,13 @@ def parse_bytes(text: str | int, *, what: str = "buffer") -> int:
         unit = s[len(num):].upper()
         if unit not in _BYTE_UNITS or not num:
             raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576")
-        try:
-            value = float(num) * _BYTE_UNITS[unit]
-        except ValueError:
+        try:  # exact: a float would round sizes past 2^53 without a word
+            exact = Fraction(num) * _BYTE_UNITS[unit]
+        except (ValueError, ZeroDivisionError):
             raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576") from None
-        if not float(value).is_integer():
+        if exact.denominator != 1:
             raise SpecError(f"{what} {text!r} is not a whole number of bytes")
-        value = int(value)
+        value = int(exact)
     if value < 1:
         raise SpecError(f"{what} must be positive, not {text!r}")
     return value

@@ -392,13 +392,19 @@ def read_config_fields(cfg: Mapping[str, Any], ssm: Mapping[str, Any], where: st
                        reading: ConfigReading) -> dict[str, tuple[str, Any]]:
     """Each of mambalaya's fields as ``(the config's name for it, its value)``: every field of
     ``cfg`` (and of ``ssm_cfg``) audited first, then each value taken from the config, else from
-    ``ssm_cfg``, else from the class defaults (a null counts as absent)."""
+    ``ssm_cfg``, else from the class defaults. A null is refused where the class has a default
+    other than null (transformers' typed configs refuse it: it is no value, not the default)."""
     audit_config(cfg, reading.fields, where)
     scopes: list[Mapping[str, Any]] = [reading.defaults]
     if reading.ssm_fields is not None:
         audit_config(ssm, reading.ssm_fields, where, prefix="ssm_cfg.")
         scopes.append(ssm)
     scopes.append(cfg)
+    for scope, prefix in ((ssm, "ssm_cfg."), (cfg, "")):
+        for key in reading.keys.values():
+            if key in scope and scope[key] is None and reading.defaults.get(key) is not None:
+                raise WeightLoadError(f"In {where}, field {prefix}{key} is null; give its value (the class default "
+                                      f"is {reading.defaults[key]!r}, which a null does not ask for).")
     values = {k: v for scope in scopes for k, v in scope.items() if v is not None}
     for key in reading.required:
         if key not in values:

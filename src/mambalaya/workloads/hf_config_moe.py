@@ -106,7 +106,8 @@ def _jamba(cfg: ConfigFile) -> dict[str, Any]:
         "family": "jamba", "d_model": hidden,
         "layer_types": tuple(t + ("-moe" if m else "") for t, m in zip(mixers, moe)),
         "d_ff": cfg.integer("intermediate_size"), "n_experts": experts, "top_k": top_k,
-        "n_heads": heads, "n_kv_heads": cfg.integer_or("num_key_value_heads", heads),
+        # JambaConfig refuses a null num_key_value_heads (its field is a plain int): so does this reader
+        "n_heads": heads, "n_kv_heads": cfg.integer("num_key_value_heads"),
         "mamba_d_state": cfg.integer("mamba_d_state"), "mamba_d_conv": cfg.integer("mamba_d_conv"),
         "mamba_expand": cfg.integer("mamba_expand"), "mamba_dt_rank": cfg.integer_or_auto("mamba_dt_rank"),
         "vocab_size": cfg.integer("vocab_size"), "tie_embeddings": cfg.boolean("tie_word_embeddings"),

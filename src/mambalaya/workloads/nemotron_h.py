@@ -270,7 +270,7 @@ def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> Nem
     if heads % groups:
         raise cfg.error(f"field n_groups = {groups} does not divide mamba_num_heads = {heads}")
     n_heads = cfg.integer("num_attention_heads")
-    kv = cfg.integer_or("num_key_value_heads", n_heads)
+    kv = cfg.integer("num_key_value_heads")  # NemotronHConfig refuses a null here (a plain int field)
     if n_heads % kv:
         raise cfg.error(f"field num_key_value_heads = {kv} does not divide num_attention_heads = {n_heads}")
     fields = {

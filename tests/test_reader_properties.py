@@ -240,3 +240,93 @@ def test_validation_cases_are_read_strictly(tmp_path) -> None:
     path.write_text(yaml.safe_dump(doc))
     with pytest.raises(SpecError, match=r"cases\[0\]\.batch: must be an integer"):
         load_cases(path)
+
+
+# --------------------------------------------------------------------------------------------
+# cases a hostile review found (each was a silent wrong number or a refused valid input)
+
+@pytest.mark.parametrize("text, message", [
+    ("d_model: 64\nn_layers: 1:00\n", "n_layers: must be an integer"),      # YAML 1.1 base 60: was 60
+    ("d_model: 0100\nn_layers: 2\n", "d_model: must be an integer"),        # YAML 1.1 octal: was 64
+    ("d_model: 64\nn_layers: 2\nnorm_eps: 1:30.5\n", "norm_eps: must be a number"),
+])
+def test_yaml_11_base_60_and_octal_are_not_numbers(tmp_path, text, message) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        load_model_config(path)
+
+
+def test_a_number_with_an_exponent_is_a_number_in_every_file(tmp_path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text("d_model: 64\nn_layers: 2\nnorm_eps: 1e-5\n")
+    assert load_model_config(path).norm_eps == 1e-5
+    routing = tmp_path / "r.yaml"
+    routing.write_text("fractions: [25e-2, 25e-2, 25e-2, 25e-2" + ", 0" * 12 + "]\n")
+    assert load_routing_histogram(routing, 16, 2)[:4] == (0.25,) * 4
+    assert parse_yaml_text("a: 7e2\nb: 2.039e12\nc: 0x10\nd: 1_000\n", source="x") == \
+        {"a": 700.0, "b": 2.039e12, "c": 16, "d": 1000}
+
+
+def test_a_null_is_refused_where_transformers_refuses_it(tmp_path) -> None:
+    import json
+
+    base = {"model_type": "mamba", "hidden_size": 64, "num_hidden_layers": 4, "state_size": 8, "vocab_size": 100}
+    for field in ("num_hidden_layers", "state_size", "tie_word_embeddings"):
+        path = tmp_path / f"{field}.json"
+        path.write_text(json.dumps({**base, field: None}))
+        with pytest.raises(MambalayaError, match=f"field {field} is null"):
+            load_model_config(path)
+
+
+def test_a_width_given_twice_in_an_energy_table_is_refused() -> None:
+    from mambalaya.arch import with_settings
+
+    with pytest.raises(SpecError, match="width 16 is given twice"):
+        with_settings(load_arch("mambalaya"), ['energy.mac_pj={16: 1.5, "16": 400, 32: 4.6}'])
+
+
+def test_sizes_past_2_to_the_53_are_exact() -> None:
+    from mambalaya.einsum.parse import evaluate_size
+    from mambalaya.fusion.mapping_file import parse_bytes
+
+    assert parse_bytes("9007199254740993") == 2**53 + 1 and parse_bytes("1.5KiB") == 1536
+    with pytest.raises(SpecError, match="not a whole number of bytes"):
+        parse_bytes("0.3B")
+    with pytest.raises(SpecError, match="9,007,199,254,740,993, above 2\\^53"):
+        evaluate_size("L", {"L": 2**53 + 1})
+    assert evaluate_size("ceil(d/16)", {"d": 2**52 + 16}) == 2**48 + 1
+
+
+def test_widths_are_at_most_64_bits() -> None:
+    from mambalaya.workloads import build_layer
+
+    with pytest.raises(SpecError, match="bits must be at most 64"):
+        build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=8, batch=1, bits=65)
+
+
+def test_sensitivity_batch_ends_are_integers(tmp_path) -> None:
+    path = tmp_path / "s.yaml"
+    path.write_text("name: t\ndesigns: [mambalaya]\nassumptions:\n  - {key: batch, low: 2.5, high: 4, reason: r}\n")
+    with pytest.raises(SpecError, match=r"assumptions\[0\]\.low: must be an integer"):
+        load_sensitivity_spec(path)
+
+
+def test_validation_cases_need_a_case_and_a_measured_time_in_range(tmp_path) -> None:
+    cases, _ = load_cases()
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump({"sources": dict(cases.sources), "cases": []}))
+    with pytest.raises(SpecError, match="cases"):
+        load_cases(path)
+    doc = {"sources": dict(cases.sources), "cases": [{**cases.cases[0].model_dump(mode="json"), "measured_ms": 1e-320}]}
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(SpecError, match=r"measured_ms: must be >= 0.001"):
+        load_cases(path)
+
+
+def test_a_large_document_of_small_values_is_refused_before_its_values_are_built() -> None:
+    text = "x: [" + "1," * (MAX_DOCUMENT_NODES + 10) + "1]\n"
+    start = time.perf_counter()
+    with pytest.raises(SpecError, match=f"more than {MAX_DOCUMENT_NODES:,} values"):
+        parse_yaml_text(text, source="big.yaml")
+    assert time.perf_counter() - start < 15

@@ -52,9 +52,10 @@ class FieldProblem(ValueError):
 MAX_NESTING_DEPTH = 64
 
 #: The most values (mappings, lists and scalars, counting each use of a YAML alias) a document
-#: may hold: a shipped spec holds a few hundred, a cascade file of a whole unrolled layer tens of
-#: thousands. An alias bomb (a list of nine aliases to a list of nine aliases ...) stops here.
-MAX_DOCUMENT_NODES = 1_000_000
+#: may hold: a shipped spec holds a few hundred, a cascade file at the 16 MiB read limit (an
+#: unrolled layer) about 1.3 million. An alias bomb (a list of nine aliases to a list of nine
+#: aliases ...) stops here.
+MAX_DOCUMENT_NODES = 4_000_000
 
 #: The longest integer a document may spell (Python's own limit on reading integers from text:
 #: a 5000-digit integer is no size, count or width of anything mambalaya models).
@@ -141,9 +142,8 @@ def compose_yaml_text(text: str, *, source: str) -> yaml.Node | None:
 def _read_yaml(text: str, source: str, build: Callable[[], Any]) -> Any:
     """``build()`` (a load or a compose of ``text``), every failure one located SpecError."""
     try:
-        if len(text) > PRESCAN_CHARS:  # syntax first: events cost a tenth of building the nodes
-            for _ in yaml.parse(text, Loader=_BASE_LOADER):
-                pass
+        if len(text) > PRESCAN_CHARS:  # syntax and size first: events cost a tenth of building the nodes
+            _prescan(text, source)
         return build()
     except _DuplicateKey as err:
         raise SpecError(f"key {show(err.key)} is given twice in one mapping (lines {err.first_line} and "
@@ -181,6 +181,22 @@ def _read_yaml(text: str, source: str, build: Callable[[], Any]) -> Any:
         if bad is None:
             raise SpecError(one_paragraph(f"not valid YAML: {err}"), source=source) from None
         raise _bad_escape_error(text, bad, source) from None
+
+
+def _prescan(text: str, source: str) -> None:
+    """The YAML event stream of ``text``, read in C before any value is built: a syntax error
+    (raised as the loader's) or more than :data:`MAX_DOCUMENT_NODES` values is found in seconds,
+    without the gigabytes building a 16 MiB document of small values takes."""
+    values = 0
+    for event in yaml.parse(text, Loader=_BASE_LOADER):
+        if isinstance(event, _VALUE_EVENTS):
+            values += 1
+            if values > MAX_DOCUMENT_NODES:
+                raise SpecError(f"the document holds more than {MAX_DOCUMENT_NODES:,} values; it is not a spec "
+                                "mambalaya reads", source=source)
+
+
+_VALUE_EVENTS = (yaml.ScalarEvent, yaml.MappingStartEvent, yaml.SequenceStartEvent, yaml.AliasEvent)
 
 
 def _bad_escape_error(text: str, offset: int, source: str) -> SpecError:
@@ -260,8 +276,8 @@ def check_document_bounds(data: Any, *, source: str) -> None:
                             "itself); it is not a spec mambalaya reads", source=source)
         nodes += len(children)
         if nodes > MAX_DOCUMENT_NODES:
-            raise SpecError(f"the document holds more than {MAX_DOCUMENT_NODES:,} values (each use of a YAML "
-                            "alias counted); it is not a spec mambalaya reads", source=source)
+            raise SpecError(f"the document holds more than {MAX_DOCUMENT_NODES:,} values (each use of a shared "
+                            "value, a YAML alias, counted); it is not a spec mambalaya reads", source=source)
         stack.extend((child, depth + 1) for child in children if isinstance(child, _CONTAINERS))
 
 

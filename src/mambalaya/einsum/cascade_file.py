@@ -27,6 +27,7 @@ from typing import Any
 
 import yaml
 
+from mambalaya.arch.quantities import MAX_ELEMENT_BITS
 from mambalaya.errors import SpecError
 from mambalaya.specio import compose_yaml_text, read_spec_file
 from mambalaya.einsum.cascade import Cascade, build_cascade
@@ -225,8 +226,9 @@ def _read_tensor(r: _Reader, key: yaml.ScalarNode, node: yaml.Node) -> TensorSpe
     bits = 16
     if "bits" in fields:
         bits = r.scalar(fields["bits"][1], f"tensors.{name}.bits")
-        if isinstance(bits, bool) or not isinstance(bits, int) or bits < 1:
-            raise r.error(fields["bits"][1], f"tensors.{name}.bits must be a positive integer, found {bits!r}")
+        if isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= MAX_ELEMENT_BITS:
+            raise r.error(fields["bits"][1], f"tensors.{name}.bits must be an integer from 1 to {MAX_ELEMENT_BITS} "
+                          f"(IEEE double precision is the widest element), found {bits!r}")
     initial = r.name(fields["initial"][1], f"tensors.{name}.initial") if "initial" in fields else None
     updates = r.name(fields["updates"][1], f"tensors.{name}.updates") if "updates" in fields else None
     description = r.string(fields["description"][1], f"tensors.{name}.description") if "description" in fields else ""

@@ -43,7 +43,8 @@ from mambalaya.model.architecture_memos import forget_architecture_results
 from mambalaya.arch.quantities import _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
-from mambalaya.specio import SPEC_MODEL_CONFIG, FieldProblem, load_spec_text, read_spec_file
+from mambalaya.einsum.parse import MAX_SIZE
+from mambalaya.specio import SPEC_MODEL_CONFIG, FieldProblem, load_spec_text, read_spec_file, show, strict_int
 from mambalaya.workloads import ModelConfig
 from mambalaya.workloads.precision import load_policy
 
@@ -69,6 +70,13 @@ class Assumption(BaseModel):
             raise FieldProblem("low", "a factor's low and high must be positive numbers")
         if self.key == "scan" and {self.low, self.high} - {"chunked", "recurrent"}:
             raise FieldProblem("low", "scan takes chunked or recurrent")
+        if self.key == "batch":  # a size: an integer, never truncated
+            for end in ("low", "high"):
+                strict_int(getattr(self, end), end, minimum=1, maximum=MAX_SIZE)
+        if self.key == "precision":
+            for end in ("low", "high"):
+                if not isinstance(getattr(self, end), str):
+                    raise FieldProblem(end, f"a precision policy is named by text, not {show(getattr(self, end))}")
         return self
 
     @property

@@ -50,13 +50,15 @@ class Case(BaseModel):
     id: str = Field(min_length=1)
     source: str = Field(description="A key of the file's sources.")
     read: Literal["text", "table", "figure"] = Field(description="How the value was read from the source.")
-    uncertainty: float = Field(ge=0, description="Relative uncertainty of the value as read (0 for text or a table).")
+    uncertainty: float = Field(ge=0, le=1, description="Relative uncertainty of the value as read (0 for text or a table).")
     arch: str = Field(description="The shipped GPU spec that models the hardware.")
     family: Literal["mamba1", "mamba2"]
     model: dict = Field(description="The layer's sizes, in mambalaya's model-config fields.")
     batch: int = Field(gt=0)
     seq_len: int = Field(gt=0)
-    measured_ms: float = Field(gt=0)
+    #: A measured kernel time: from 1 us (a kernel launch alone takes a few) to 10^7 ms (hours), so
+    #: every ratio to it is finite.
+    measured_ms: float = Field(ge=1e-3, le=1e7)
     einsums: Annotated[tuple[str, ...], _AS_TUPLE] | None = Field(None, description="The Einsums the kernel runs; default the scan region.")
     kernels: Annotated[tuple[Annotated[tuple[str, ...], _AS_TUPLE], ...], _AS_TUPLE] | None = Field(None, description="How they split into kernels; default one.")
     assumed: str = Field("", description="Setup details the source does not state, and the choice made.")
@@ -78,7 +80,7 @@ class CaseFile(BaseModel):
 
     sources: dict[str, str]
     assumptions: Annotated[tuple[Assumption, ...], _AS_TUPLE] = ()
-    cases: Annotated[tuple[Case, ...], _AS_TUPLE]
+    cases: Annotated[tuple[Case, ...], _AS_TUPLE] = Field(min_length=1)
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from mambalaya.arch.quantities import MAX_ELEMENT_BITS
 from mambalaya.errors import SpecError
 from mambalaya.specio import describe_validation_error
 
@@ -39,6 +40,9 @@ def check_layer_args(phase: str, *, batch: Any, seq_len: Any, bits: Any) -> None
     for label, value in (("batch", batch), ("seq_len", seq_len), ("bits", bits)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise SpecError(f"{label} must be a positive integer, not {value!r}")
+    if bits > MAX_ELEMENT_BITS:
+        raise SpecError(f"bits must be at most {MAX_ELEMENT_BITS} (IEEE double precision, the widest element a design "
+                        f"or a precision policy may give), not {bits}")
 
 
 __all__ = ["check_layer_args", "validated_config"]

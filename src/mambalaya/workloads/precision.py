@@ -50,12 +50,13 @@ from typing_extensions import Annotated
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
+from mambalaya.arch.quantities import MAX_ELEMENT_BITS
 from mambalaya.specio import FieldProblem, load_spec_text, path_is, read_spec_file
 
 FAMILIES: tuple[str, ...] = ("mamba1", "mamba2", "bamba", "gated_deltanet")
 DESIGN = "design"
 #: Widths above this are refused (no datatype of interest is wider than float64).
-MAX_BITS = 64
+MAX_BITS = MAX_ELEMENT_BITS
 
 def _width(value: Any) -> Any:
     """A positive integer number of bits (at most MAX_BITS) or ``design``: one clear message."""

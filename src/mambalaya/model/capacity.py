@@ -160,7 +160,7 @@ def check_fits(need: MemoryNeed, capacity_bytes: int | None, *, model: str, arch
         raise CapacityError(
             f"{model} does not fit in the off-chip memory of {arch}: it needs {byte_size(need.total_bytes)} "
             f"({need.parts_text()}), over memory.offchip_capacity_bytes = {byte_size(capacity_bytes)} "
-            f"({capacity_bytes:,} bytes); its capacity would hold it on {devices} such devices "
+            f"({capacity_bytes:,} bytes); its capacity would hold it on {devices:,} such devices "
             f"(ceil({need.total_bytes:,.0f} / {capacity_bytes:,})), but running a model across devices is not "
             f"modelled yet (the multi-device issue, 46). {remedy}, or a design with more memory "
             "(--set memory.offchip_capacity_bytes=...)")

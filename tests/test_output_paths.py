@@ -354,7 +354,8 @@ def test_a_failed_diagram_leaves_no_file(tmp_path, monkeypatch) -> None:
 
 
 def test_the_unroll_bound_is_what_mambalaya_reads_back() -> None:
-    assert MAX_UNROLLED_TEXT_BYTES == specio.MAX_SPEC_BYTES
+    # the bound is on an estimate, so it keeps a margin below the read limit: what is built is read back
+    assert specio.MAX_SPEC_BYTES * 0.8 <= MAX_UNROLLED_TEXT_BYTES <= specio.MAX_SPEC_BYTES
 
 
 def test_dump_unroll_at_a_million_positions_is_refused_in_well_under_a_second(tmp_path) -> None:
@@ -364,7 +365,7 @@ def test_dump_unroll_at_a_million_positions_is_refused_in_well_under_a_second(tm
     seconds = time.perf_counter() - start
     assert result.exit_code == 1 and result.stderr.startswith("error: --unroll at L = 1,000,000"), result.output
     message = " ".join(result.stderr.split())
-    assert f"{specio.MAX_SPEC_BYTES:,} bytes" in message and "1,000,020 Einsums" in message
+    assert f"{MAX_UNROLLED_TEXT_BYTES:,} bytes" in message and "1,000,020 Einsums" in message
     assert "H over I = 1,000,000 steps" in message and "at most about" in message
     assert seconds < 1.0, f"refused after {seconds:.2f} s"
     assert list(tmp_path.iterdir()) == []

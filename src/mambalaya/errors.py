@@ -8,6 +8,12 @@ other exception escaping the package is a bug.
 from __future__ import annotations
 
 
+def one_line(text: str) -> str:
+    """``text`` with its line breaks shown as ``\\n`` (a user's value or file name may hold one): a
+    message is one paragraph, whatever it quotes."""
+    return text.replace("\r", "\\r").replace("\n", "\\n")
+
+
 class MambalayaError(Exception):
     """Base class of every error mambalaya reports to users."""
 
@@ -28,8 +34,8 @@ class SpecError(MambalayaError):
         column: int | None = None,
         einsum: str | None = None,
     ) -> None:
-        self.message = message
-        self.source = source
+        self.message = one_line(message)
+        self.source = one_line(source) if source is not None else None
         self.line = line
         self.column = column
         self.einsum = einsum

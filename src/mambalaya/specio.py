@@ -121,6 +121,23 @@ _StrictLoader.add_implicit_resolver(_INT_TAG, _STRICT_INT, list("-+0123456789"))
 _StrictLoader.add_implicit_resolver(_FLOAT_TAG, _STRICT_FLOAT, list("-+0123456789."))
 
 
+class _StrictDumper(yaml.SafeDumper):
+    """The safe dumper quoting text that either the strict loader or YAML 1.1 would read as a
+    number (``0E0``, ``1e-5``, ``1:04``, ``0100``), so every YAML file mambalaya writes reads
+    back to the values it wrote, here and in any other YAML reader."""
+
+
+_StrictDumper.yaml_implicit_resolvers = {first: list(resolvers) for first, resolvers in
+                                         yaml.SafeDumper.yaml_implicit_resolvers.items()}
+_StrictDumper.add_implicit_resolver(_INT_TAG, _STRICT_INT, list("-+0123456789"))
+_StrictDumper.add_implicit_resolver(_FLOAT_TAG, _STRICT_FLOAT, list("-+0123456789."))
+
+
+def dump_yaml(data: Any, **options: Any) -> str:
+    """``yaml.safe_dump(data, **options)`` in the spelling :func:`parse_yaml_text` reads back."""
+    return yaml.dump(data, Dumper=_StrictDumper, **options)
+
+
 def parse_yaml_text(text: str, *, source: str) -> Any:
     """The YAML document ``text`` as Python values (the safe loader's types), read once, or a
     :class:`SpecError` naming ``source``, line and column: broken YAML, a key given twice in one

@@ -29,7 +29,7 @@ from mambalaya.arch.spec import (
     field_paths,
 )
 from mambalaya.errors import SpecError
-from mambalaya.specio import allowed_field_names, describe_validation_error, kind_of as _kind, parse_yaml_text, path_is, read_spec_file
+from mambalaya.specio import allowed_field_names, describe_validation_error, dump_yaml, kind_of as _kind, parse_yaml_text, path_is, read_spec_file
 
 __all__ = [
     "ArchSpec",
@@ -174,6 +174,8 @@ def _set_field(data: dict[str, Any], key: Any, value: Any, what: str) -> None:
                    else f"{p!r} is not a section here (fields here: {', '.join(sorted(node))})")
             raise SpecError(f"{what} {key!r} does not exist: {why}")
         node = node[p]
+    if leaf not in node and leaf.isascii() and leaf.isdigit() and int(leaf) in node:
+        leaf = int(leaf)  # a width entry (energy.mac_pj.16): the table's own integer key, not a second "16"
     # a new key inside a table field (energy.mfu_pj.exp, compute.unary_cost_cycles.exp) is fine
     if leaf not in node and len(parents) < 2 and (parents or leaf not in TOP_LEVEL_FIELDS):
         raise SpecError(f"{what} {key!r} does not exist (fields here: {', '.join(sorted(node))})")
@@ -298,9 +300,9 @@ def arch_to_dict(spec: ArchSpec) -> dict[str, Any]:
 def arch_to_yaml(spec: ArchSpec) -> str:
     """The spec as YAML text that :func:`loads_arch` reads back to an equal spec."""
     data = arch_to_dict(spec)
-    text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=100)
+    text = dump_yaml(data, sort_keys=False, allow_unicode=True, width=100)
     if yaml.safe_load(text) != data:  # PyYAML folds a NEL (U+0085) in single quotes: escape instead
-        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=False, width=100)
+        text = dump_yaml(data, sort_keys=False, allow_unicode=False, width=100)
     return text
 
 

@@ -18,9 +18,9 @@ from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     _design,
     _emit,
-    _print_table,
-    _rows_csv,
-    _rows_table,
+    print_tables,
+    rows_csv,
+    rows_table,
     arch_app,
     out_console,
     user_errors,
@@ -38,20 +38,21 @@ def arch_show_cmd(
     """Print every value of an architecture spec, its unit and where it comes from."""
     from mambalaya.arch import arch_rows, arch_to_dict
 
-    check_output_path(output, kind="file", option="--output")
+    check_output_path(output, kind="file", option="--output", inputs={"NAME": name})
     spec = _design(name, settings)
     if fmt == Format.json:
         _emit(json.dumps(arch_to_dict(spec), indent=2), output)
     elif fmt == Format.csv:
-        _emit(_rows_csv(arch_rows(spec)), output)
+        _emit(rows_csv(arch_rows(spec)), output)
     else:
-        _print_table(_rows_table(arch_rows(spec), f"architecture {spec.name}: {spec.description}"), output)
+        tables = [rows_table(arch_rows(spec), f"architecture {spec.name}: {spec.description}")]
         if spec.area is not None:
             from mambalaya.model.area import area_rows, leakage_w
 
             title = (f"area of {spec.name} by component (leakage {leakage_w(spec):.3g} W"
                      + (f", power budget {spec.power_budget_w:g} W)" if spec.power_budget_w else ")"))
-            _print_table(_rows_table(area_rows(spec), title), output, append=True)
+            tables.append(rows_table(area_rows(spec), title))
+        print_tables(tables, output)
 
 
 @arch_app.command("list")

@@ -32,8 +32,8 @@ from mambalaya.cli.common import (
     _family_shape,
     _print_stats,
     _provenance,
-    _rows_csv,
-    _rows_table,
+    rows_csv,
+    rows_table,
     _shape_text,
     _width_text,
     app,
@@ -81,9 +81,9 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), None)
     elif fmt == Format.csv:
-        _emit(_rows_csv(rows), None)
+        _emit(rows_csv(rows), None)
     else:
-        out_console.print(_rows_table(rows, "model presets (parameters: embedding + layers + final norm)"))
+        out_console.print(rows_table(rows, "model presets (parameters: embedding + layers + final norm)"))
 
 
 @cascade_app.command("show")
@@ -91,7 +91,7 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
 @layer_options()
 def show_cmd(layer: LayerArgs, fmt: FormatOpt = Format.table, output: OutOpt = None) -> None:
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
-    check_output_path(output, kind="file", option="--output")
+    check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
     config, cascade = layer_cascade(layer)
     prov = _provenance(layer.model, config, cascade, **layer.run_fields())
     kind = layer.layer_type
@@ -114,7 +114,7 @@ def dump_cmd(
     """Write a model layer's cascade as a cascade file (YAML) that `cascade check` reads back.
     With --unroll, a cascade whose file would pass the largest spec file mambalaya reads
     (16 MiB) is refused before it is built."""
-    check_output_path(output, kind="file", option="--output")
+    check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
     _, cascade = layer_cascade(layer)
     text = dump_cascade(cascade)
     size_bytes = len(text.encode("utf-8"))
@@ -137,7 +137,7 @@ def check_cmd(
     output: OutOpt = None,
 ) -> None:
     """Validate a cascade file; print its statistics, or the errors (exit 1)."""
-    check_output_path(output, kind="file", option="--output")
+    check_output_path(output, kind="file", option="--output", inputs={"PATH": path})
     cascade = load_cascade(path)
     err_console.print(f"{path}: valid cascade {cascade.name!r} with {len(cascade.einsums)} Einsums")
     _print_stats(cascade, n_layers, fmt, output, {"file": str(path)}, f"{path} ({cascade.name})")
@@ -159,7 +159,8 @@ def diagram_cmd(
     from mambalaya.fusion.edges import classify_edges
     from mambalaya.report.diagram import SAVE_FORMATS, draw_cascade
 
-    check_output_path(output, kind="file", option="--output", suffixes=SAVE_FORMATS)
+    check_output_path(output, kind="file", option="--output", suffixes=SAVE_FORMATS,
+                      inputs={**layer.input_paths(), "--cascade": cascade_file, "--mapping": mapping})
     if cascade_file is not None:
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"

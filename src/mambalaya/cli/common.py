@@ -28,7 +28,7 @@ from mambalaya.cli.options import (
     Format,
     PhaseOption,
 )
-from mambalaya.cli.readers import empty_text_problem, read_int_list
+from mambalaya.cli.readers import empty_text_problem
 from mambalaya.formatting import whole
 from mambalaya.errors import MambalayaError
 from mambalaya.outputs import write_text_output
@@ -141,7 +141,7 @@ def _emit(text: str, output: Path | None) -> None:
         err_console.print(f"wrote {output}")
 
 
-def _rows_csv(rows: list[dict[str, Any]]) -> str:
+def rows_csv(rows: list[dict[str, Any]]) -> str:
     """``rows`` as CSV, the first row's keys the header; no rows is an empty text."""
     if not rows:
         return ""
@@ -162,7 +162,7 @@ def _cell(value: Any) -> str:
     return str(value)
 
 
-def _rows_table(rows: list[dict[str, Any]], title: str) -> Table:
+def rows_table(rows: list[dict[str, Any]], title: str) -> Table:
     """``rows`` as a table, the first row's keys the columns; no rows is a table saying so."""
     table = Table(title=title, title_justify="left", show_lines=False)
     if not rows:
@@ -182,9 +182,9 @@ def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | No
     if fmt == Format.json:
         _emit(json.dumps(cascade_json(stats, provenance=provenance), indent=2), output)
     elif fmt == Format.csv:
-        _emit(_rows_csv(cascade_rows(stats)), output)
+        _emit(rows_csv(cascade_rows(stats)), output)
     else:
-        table = _rows_table(cascade_rows(stats), title)
+        table = rows_table(cascade_rows(stats), title)
         if output is None:
             out_console.print(table)
             t = stats.totals
@@ -206,11 +206,11 @@ def _tables_text(tables: list[Table], width: int = 240) -> str:
 
 
 def _print_table(table: Table, output: Path | None) -> None:
-    """``table`` on stdout, or written to ``output`` (:func:`_print_tables`)."""
-    _print_tables([table], output)
+    """``table`` on stdout, or written to ``output`` (:func:`print_tables`)."""
+    print_tables([table], output)
 
 
-def _print_tables(tables: list[Table], output: Path | None) -> None:
+def print_tables(tables: list[Table], output: Path | None) -> None:
     """``tables`` on stdout, or written to ``output`` together, once (one "wrote" line)."""
     if output is None:
         for table in tables:

@@ -8,13 +8,14 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambalaya.cli.common import Objective, _emit, _int_list, _rows_csv, _rows_table, app, err_console, out_console, user_errors
+from mambalaya.cli.common import Objective, _emit, rows_csv, rows_table, app, err_console, out_console, user_errors
 from mambalaya.cli.evaluate_text import emit_comparison, emit_evaluation, emit_hybrid
 from mambalaya.cli.layer_options import DesignArgs, design_options
 from mambalaya.cli.options import (DEFAULT_BASELINE, DEFAULT_DESIGN, DEFAULT_SEQ_LEN, ArchOpt, CompareBaselineOpt,
                                    CompareSeqLensOpt, DesignMappingOpt, Format, FormatOpt, OutOpt, SeqLenOpt)
+from mambalaya.cli.readers import read_int_list, read_list
 from mambalaya.errors import MambalayaError
-from mambalaya.outputs import check_output_path
+from mambalaya.outputs import check_output_path, write_text_output
 from mambalaya.workloads.families import is_hybrid
 
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")]
@@ -37,7 +38,8 @@ def evaluate_cmd(
     from mambalaya.experiments.evaluate import evaluate
     from mambalaya.experiments.hybrid import evaluate_hybrid
 
-    check_output_path(output, kind="file", option="--output")
+    check_output_path(output, kind="file", option="--output",
+                      inputs={**run.input_paths(), "--arch": arch, "--mapping": mapping})
 
     config, design = run.config(), run.design(arch)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
@@ -69,16 +71,20 @@ def compare_cmd(
     from mambalaya.experiments.evaluate import compare_rows
     from mambalaya.experiments.hybrid import hybrid_compare_rows
 
-    check_output_path(output, kind="file", option="--output")
+    names = read_list(archs, "--archs")
+    lens = read_int_list(seq_lens, "--seq-lens")
+    check_output_path(output, kind="file", option="--output",
+                      inputs={**run.input_paths(), "--archs": names, "--baseline": baseline})
 
-    names = [a.strip() for a in archs.split(",") if a.strip()]
-    if not names:
-        raise MambalayaError("--archs names no design")
     config = run.config()
     rows = (hybrid_compare_rows if is_hybrid(config) else compare_rows)(
-        names, run.model, config, phase=run.phase.value, seq_lens=_int_list(seq_lens, "--seq-lens"), batch=run.batch,
+        names, run.model, config, phase=run.phase.value, seq_lens=lens, batch=run.batch,
         baseline=baseline, scan=run.scan, precision=run.precision, settings=tuple(run.settings or ()))
     emit_comparison(rows, run, config, baseline, fmt, output)
+
+
+#: What ``validate --out`` writes in its folder.
+VALIDATE_FILES = ("validation.csv", "validation.png", "validation.svg")
 
 
 @app.command("validate")
@@ -92,30 +98,29 @@ def validate_cmd(
     own grouping, and its speed of light; exits 1 where a speed of light is above a measurement."""
     from mambalaya.experiments.validate import validate
 
-    check_output_path(out, kind="directory", option="--out")
+    check_output_path(out, kind="directory", option="--out", inputs={"--cases": cases}, writes=VALIDATE_FILES)
     result = validate(cases)
     rows = result.rows()
     if fmt == Format.json:
         _emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity)}, indent=2), None)
     elif fmt == Format.csv:
-        _emit(_rows_csv(rows), None)
+        _emit(rows_csv(rows), None)
     else:
         shown = [{**{k: r[k] for k in ("case", "arch", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms")},
                   "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}
                  for r in rows]
-        out_console.print(_rows_table(shown, f"published GPU measurements ({result.source}) against the model"))
+        out_console.print(rows_table(shown, f"published GPU measurements ({result.source}) against the model"))
         s = result.summary()
         out_console.print(f"{s['cases']} cases: predicted / measured median {s['median_ratio']:.3g}, worst "
                           f"{s['worst_ratio']:.3g} ({s['worst_case']}); speed of light above the measurement: {s['violations']}")
         if result.sensitivity:
-            out_console.print(_rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
+            out_console.print(rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
                                           "assumption at the ends of its range (the speed of light does not depend on them)"))
     if out is not None:
         from mambalaya.report.figures.save import save_figure
         from mambalaya.report.figures.validation import validation_figure
 
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "validation.csv").write_text(_rows_csv(rows), encoding="utf-8")
+        write_text_output(out / "validation.csv", rows_csv(rows))
         save_figure(validation_figure(__import__("pandas").DataFrame(rows)), out / "validation")
     if result.violations:
         err_console.print("error: the speed of light is slower than the measured kernel in "

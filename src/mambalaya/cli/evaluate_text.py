@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mambalaya import __version__
-from mambalaya.cli.common import _emit, _print_table, _provenance, _rows_csv, _rows_table, _width_text, out_console
+from mambalaya.cli.common import _emit, _print_table, print_tables, _provenance, rows_csv, rows_table, _width_text, out_console
 from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
 from mambalaya.formatting import milliseconds, whole
@@ -50,14 +50,14 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         _emit(json.dumps(doc, indent=2), output)
         return
     if fmt == Format.csv:
-        _emit(_rows_csv(rows), output)
+        _emit(rows_csv(rows), output)
         return
     t = ev.totals()
     title = (f"{run.model} {run.phase.value} I={ev.cascade.size('I')} batch={run.batch} on {ev.arch.name} "
              f"({_width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
              f"{ev.arch.memory.offchip_bandwidth_bytes_per_s / 1e9:g} GB/s, buffer {ev.arch.memory.onchip_buffer_bytes:,} B); "
              f"mapping {ev.mapping.name}: {ev.mapping.description}. Latencies in s, traffic in bytes.")
-    _print_table(_rows_table(rows, title), output)
+    _print_table(rows_table(rows, title), output)
     if output is None:
         rate = (f"{rate_text(t['tokens_per_s'])} tokens/s" if run.phase == PhaseOption.decode
                 else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
@@ -125,15 +125,15 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         _emit(json.dumps(doc, indent=2), output)
         return
     if fmt == Format.csv:
-        _emit(_rows_csv([{"layer_type": t, **r} for t, rs in rows.items() for r in rs]), output)
+        _emit(rows_csv([{"layer_type": t, **r} for t, rs in rows.items() for r in rs]), output)
         return
-    first = True
+    tables = []
     for t, ev in hv.layers.items():
         title = (f"{run.model} {t} layers ({ev.result.n_layers} of {config.n_layers}), {run.phase.value} L={seq_len} "
                  f"batch={run.batch} on {hv.arch.name}; cascade {ev.cascade.name}; mapping {ev.mapping.name}: "
                  f"{ev.mapping.description}. Latencies in s, traffic in bytes.")
-        _print_table(_rows_table(rows[t], title), output, append=not first)
-        first = False
+        tables.append(rows_table(rows[t], title))
+    print_tables(tables, output)
     if output is None:
         parts = "; ".join(f"{t} layer {milliseconds(ev.result.latency_s)} ms x {ev.result.n_layers} "
                           f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
@@ -154,7 +154,7 @@ def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, ba
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
-        _emit(_rows_csv(rows), output)
+        _emit(rows_csv(rows), output)
     else:
         title = f"{run.model} {run.phase.value}, batch {run.batch}: each design with its own mapping; speedup over {baseline}"
         if is_hybrid(config):  # the table keeps what compares; csv and json hold every column
@@ -162,4 +162,4 @@ def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, ba
                     *(f"{t}_mapping" for t in config.layer_counts()), "attention_share", f"speedup_vs_{baseline}")
             rows = [{k: r[k] for k in keep if k in r} for r in rows]
             title += " (whole model; --format csv for each layer type's latency, cascade and share)"
-        _print_table(_rows_table(rows, title), output)
+        _print_table(rows_table(rows, title), output)

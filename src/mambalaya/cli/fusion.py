@@ -22,13 +22,14 @@ from mambalaya.fusion.mapping_file import parse_bytes
 
 from mambalaya.cli.cascade import layer_cascade
 from mambalaya.cli.layer_options import LayerArgs, layer_options
-from mambalaya.outputs import check_output_path, write_text_output
+from mambalaya.outputs import check_output_path, check_outputs_differ, write_text_output
 from mambalaya.cli.common import (
     _emit,
     _print_table,
+    print_tables,
     _provenance,
-    _rows_csv,
-    _rows_table,
+    rows_csv,
+    rows_table,
     _width_text,
     err_console,
     fusion_app,
@@ -49,7 +50,7 @@ def resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None)
     from mambalaya.model.search import NAMED_MAPPINGS, load_mapping_file, named_mapping
 
     if name in NAMED_MAPPINGS:
-        return named_mapping(name, cascade, parse_bytes(buffer or DEFAULT_BUFFER), stats)
+        return named_mapping(name, cascade, parse_bytes(DEFAULT_BUFFER if buffer is None else buffer), stats)
     mapping = load_mapping_file(name)
     if buffer is not None:
         mapping = replace(mapping, buffer_bytes=parse_bytes(buffer))
@@ -68,16 +69,16 @@ def classes_cmd(
     """Classify every producer -> consumer edge: RI, RSb, RSp or RD, its dependency and pass boundaries."""
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
-    check_output_path(output, kind="file", option="--output")
+    check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
     _, cascade = layer_cascade(layer)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
         _emit(json.dumps(edges_json(edges), indent=2), output)
     elif fmt == Format.csv:
-        _emit(_rows_csv(edge_rows(edges)), output)
+        _emit(rows_csv(edge_rows(edges)), output)
     else:
         title = f"{layer.title(cascade)}: edges (producer '-' = layer input or incoming state)"
-        _print_table(_rows_table(edge_rows(edges), title), output)
+        _print_table(rows_table(edge_rows(edges), title), output)
 
 
 @fusion_app.command("map")
@@ -97,10 +98,10 @@ def map_cmd(
     from mambalaya.model.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
-    check_output_path(output, kind="file", option="--output")
-    check_output_path(save, kind="file", option="--save")
-    if save is not None and output is not None and save.resolve() == output.resolve():
-        raise MambalayaError(f"--save and --output both name {output}: the table would overwrite the mapping")
+    inputs = {**layer.input_paths(), "--mapping": mapping}
+    check_outputs_differ({"--save": save, "--output": output})
+    check_output_path(output, kind="file", option="--output", inputs=inputs)
+    check_output_path(save, kind="file", option="--save", inputs=inputs)
     config, cascade = layer_cascade(layer)
     stats = SearchStats()
     m = resolve_mapping(mapping, cascade, buffer, stats)
@@ -114,12 +115,12 @@ def map_cmd(
         _emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
         return
     if fmt == Format.csv:
-        _emit(_rows_csv(group_rows(traffic)) + "\n" + _rows_csv(tensor_rows(cascade, traffic)), output)
+        _emit(rows_csv(group_rows(traffic)) + "\n" + rows_csv(tensor_rows(cascade, traffic)), output)
         return
     head = (f"{layer.title(cascade)}, {_width_text(layer.bits, layer.precision)}; mapping {m.name} "
             f"({m.description}); buffer {f'{buffer_bytes:,} bytes' if buffer_bytes else 'unbounded'}")
-    _print_table(_rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"), output)
-    _print_table(_rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor"), output, append=True)
+    print_tables([rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"),
+                   rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor")], output)
     if output is None:
         out_console.print(f"total off-chip: {whole(traffic.offchip_bytes)} bytes; peak group footprint "
                           f"{whole(traffic.peak_footprint_bytes)} bytes"
@@ -137,7 +138,7 @@ def pareto_cmd(
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
     from mambalaya.model.pareto import pareto_frontier
 
-    check_output_path(output, kind="file", option="--output")
+    check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
     _, cascade = layer_cascade(layer)
     rows = [
         {"buffer_bytes": p.buffer_bytes, "peak_footprint_bytes": p.footprint_bytes, "offchip_bytes": p.traffic_bytes, "groups": p.groups}
@@ -148,6 +149,6 @@ def pareto_cmd(
     if fmt == Format.json:
         _emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
-        _emit(_rows_csv(rows), output)
+        _emit(rows_csv(rows), output)
     else:
-        _print_table(_rows_table(rows, f"{layer.model} {layer.phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)
+        _print_table(rows_table(rows, f"{layer.model} {layer.phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)

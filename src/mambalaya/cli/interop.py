@@ -39,8 +39,8 @@ from mambalaya.cli.common import (
     _emit,
     _model_layer,
     _print_table,
-    _rows_csv,
-    _rows_table,
+    rows_csv,
+    rows_table,
     app,
     err_console,
     out_console,
@@ -72,6 +72,10 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
     return cascade
 
 
+#: What ``export accelforge`` writes in its folder.
+ACCELFORGE_FILES = ("workload.yaml", "arch.yaml", "mapping_unfused.yaml")
+
+
 @export_app.command("accelforge")
 @user_errors
 def export_accelforge_cmd(
@@ -88,7 +92,8 @@ def export_accelforge_cmd(
     """Write an AccelForge workload (decode step, or prefill with the scan unrolled) and architecture."""
     from mambalaya.interop.accelforge import write_export
 
-    check_output_path(output, kind="directory", option="--output")
+    check_output_path(output, kind="directory", option="--output", writes=ACCELFORGE_FILES,
+                      inputs={"--model": model, "--arch": arch, "--precision": precision})
     cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
     for path in write_export(cascade, _design(arch, settings), output, unroll_scan=unroll_scan):
         err_console.print(f"wrote {path}")
@@ -122,9 +127,9 @@ def crosscheck_accelforge_cmd(
     if fmt == Format.json:
         _emit(json.dumps(result, indent=2), None)
     elif fmt == Format.csv:
-        _emit(_rows_csv(rows), None)
+        _emit(rows_csv(rows), None)
     else:
-        _print_table(_rows_table(rows, f"{model} {phase.value}{f' unrolled x{unroll_scan}' if unroll_scan else ''}: "
+        _print_table(rows_table(rows, f"{model} {phase.value}{f' unrolled x{unroll_scan}' if unroll_scan else ''}: "
                                        f"off-chip bits, ours vs AccelForge ({mapping} mapping)"), None)
         ours_bits = sum(r["ours_bits"] for r in rows)
         theirs_bits = sum(r["accelforge_bits"] for r in rows)

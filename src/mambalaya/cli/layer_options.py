@@ -49,6 +49,10 @@ class LayerArgs:
         """``model: phase, I=..., batch=...``: how a table's title names the layer."""
         return f"{self.model}: {self.phase.value}, I={cascade.size('I')}, batch={self.batch}"
 
+    def input_paths(self) -> dict[str, Any]:
+        """The options that may name an input file, by option (for :func:`~mambalaya.outputs.check_output_path`)."""
+        return {"--model": self.model, "--precision": self.precision}
+
     def build(self) -> tuple[Any, Any]:
         """(model config, cascade) of the layer (:func:`mambalaya.cli.common._model_layer`)."""
         from mambalaya.cli.common import _model_layer
@@ -80,6 +84,10 @@ class DesignArgs:
     precision: str | None = None
     settings: list[str] | None = None
     routing: Path | None = None
+
+    def input_paths(self) -> dict[str, Any]:
+        """The options that may name an input file, by option (for :func:`~mambalaya.outputs.check_output_path`)."""
+        return {"--model": self.model, "--precision": self.precision, "--routing": self.routing}
 
     def config(self) -> Any:
         """The model's config, with the ``--routing`` histogram where one is given."""

@@ -118,14 +118,21 @@ def read_int_list(text: str, what: str) -> list[int]:
 def option_names(command: Callable[..., Any]) -> dict[str, str]:
     """Each parameter of a typer command with the name the user typed for it (``fmt`` ->
     ``--format``, a positional argument -> its metavar or upper-case name)."""
-    names = {}
-    for name, parameter in inspect.signature(command, eval_str=True).parameters.items():
+    names: dict[str, str] = {}
+    try:
+        parameters = inspect.signature(command, eval_str=True).parameters
+    except (NameError, TypeError, ValueError):  # an annotation that does not evaluate: the bare names
+        return names
+    for name, parameter in parameters.items():
         info = next((m for m in get_args(parameter.annotation)[1:] if hasattr(m, "param_decls")), None) \
             if get_origin(parameter.annotation) is Annotated else None
         if isinstance(info, typer.models.ArgumentInfo):
             names[name] = info.metavar or name.upper()
             continue
-        declared = [d for d in getattr(info, "param_decls", None) or () if d.startswith("-")]
+        # inside Annotated, typer.Option's first declaration ("--arch" of ("--arch", "-a")) is its default
+        first = getattr(info, "default", None)
+        declared = [d for d in (first, *(getattr(info, "param_decls", None) or ()))
+                    if isinstance(d, str) and d.startswith("-")]
         longest = max(declared, key=len) if declared else "--" + name.replace("_", "-")
         names[name] = longest.split("/")[0]
     return names
@@ -138,4 +145,5 @@ def empty_text_problem(command: Callable[..., Any], arguments: dict[str, Any]) -
     if not empty:
         return None
     shown = option_names(command).get(empty[0], empty[0])
-    return f"{shown} is given as empty text ({arguments[empty[0]]!r}); give it a value, or leave the option out for its default"
+    default = ", or leave the option out for its default" if shown.startswith("-") else ""
+    return f"{shown} is given as empty text ({arguments[empty[0]]!r}); give it a value{default}"

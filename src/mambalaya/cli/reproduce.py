@@ -37,10 +37,9 @@ from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     Suite,
     _emit,
-    _int_list,
     _print_table,
-    _rows_csv,
-    _rows_table,
+    rows_csv,
+    rows_table,
     app,
     err_console,
     out_console,
@@ -69,23 +68,28 @@ def reproduce_cmd(
 
     from mambalaya.experiments.reproduce import DESIGNS, EXTRA_DESIGNS, ReproduceConfig, run_reproduce
 
-    check_reproduce_out(out, suite, figures)
+    # the lists first (no work), then the output folder against the inputs they name
+    given_models = read_list(models, "--models") if models is not None else None
+    given_lens = tuple(read_int_list(seq_lens, "--seq-lens")) if seq_lens is not None else None
+    given_sens_lens = (tuple(read_int_list(sensitivity_seq_lens, "--sensitivity-seq-lens"))
+                       if sensitivity_seq_lens is not None else None)
+    check_reproduce_out(out, suite, figures, {"--models": given_models, "--precision": precision,
+                                              "--compare-precision": compare_precision, "--sensitivity": sensitivity})
     if suite == Suite.hybrid:
         from mambalaya.experiments.hybrid_suite import HYBRID_MODELS
 
-        _reproduce_hybrid(out, models or ",".join(HYBRID_MODELS), seq_lens, batch, figures, precision)
+        _reproduce_hybrid(out, tuple(given_models or HYBRID_MODELS), given_lens, batch, figures, precision)
         return
-    names = tuple(m.strip() for m in (models or "mamba-1.4b,mamba2-2.7b").split(",") if m.strip())
+    names = tuple(given_models or ("mamba-1.4b", "mamba2-2.7b"))
     for m in names:
         if m not in PRESETS:
             raise MambalayaError(f"unknown model {m!r}: presets are {', '.join(PRESETS)}")
         if is_hybrid(PRESETS[m]):
             raise MambalayaError(f"{m} is a hybrid model: the paper's evaluation is of Mamba models; use "
                                  f"`mambalaya reproduce --suite hybrid --models {m}`")
-    lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else ReproduceConfig.seq_lens
+    lens = given_lens or ReproduceConfig.seq_lens
     detail = 2048 if 2048 in lens else lens[0]
-    sens_lens = tuple(_int_list(sensitivity_seq_lens, "--sensitivity-seq-lens")) if sensitivity_seq_lens \
-        else tuple(L for L in ReproduceConfig.sensitivity_seq_lens if L in lens) or lens[:1]
+    sens_lens = given_sens_lens or tuple(L for L in ReproduceConfig.sensitivity_seq_lens if L in lens) or lens[:1]
     config = ReproduceConfig(models=names, batch=batch, seq_lens=lens, generated_tokens=generated,
                              detail_seq_len=detail, out=out, figures=figures,
                              precision=precision,
@@ -101,7 +105,7 @@ def reproduce_cmd(
         from mambalaya.experiments.sensitivity import load_sensitivity_spec
 
         steps += 1 + 2 * len(load_sensitivity_spec(config.sensitivity).assumptions)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:
         task = bar.add_task("reproduce", total=steps)
 
@@ -114,37 +118,46 @@ def reproduce_cmd(
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")
 
 
-def check_reproduce_out(out: Path, suite: Suite, figures: bool) -> None:
+#: What a suite writes in its folder (``--out``, or ``--out``/hybrid): tables, the mappings,
+#: the report and its figures.
+REPRODUCE_FILES = ("*.csv", "*.json", "report.md", "report.html", "figures/*")
+
+
+def check_reproduce_out(out: Path, suite: Suite, figures: bool, inputs: dict[str, Any] | None = None) -> None:
     """Refuse an ``--out`` the suite cannot write into, before any work: the folder itself, the
-    suite's own folder in it (``hybrid/``) and its figures folder."""
-    check_output_path(out, kind="directory", option="--out")
+    suite's own folder in it (``hybrid/``) and its figures folder; and one where the suite would
+    write over one of its ``inputs`` (option -> path, :func:`~mambalaya.outputs.check_output_path`)."""
     suite_out = out / "hybrid" if suite == Suite.hybrid else out
+    check_output_path(out, kind="directory", option="--out",
+                      inputs=inputs if suite_out == out else None, writes=REPRODUCE_FILES)
     if suite_out != out:
-        check_output_path(suite_out, kind="directory", option="--out")
+        check_output_path(suite_out, kind="directory", option="--out", inputs=inputs, writes=REPRODUCE_FILES)
     if figures:
         check_output_path(suite_out / "figures", kind="directory", option="--out")
 
 
-def _reproduce_hybrid(out: Path, models: str, seq_lens: str | None, batch: int, figures: bool,
+def _reproduce_hybrid(out: Path, names: tuple[str, ...], lens: tuple[int, ...] | None, batch: int, figures: bool,
                       precision: str | None) -> None:
+    """The hybrid suite on ``names`` at ``lens`` (None: the suite's own), written to ``out``/hybrid."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from mambalaya.experiments.hybrid_suite import HybridSuiteConfig, run_hybrid_suite, suite_steps
 
-    names = tuple(m.strip() for m in models.split(",") if m.strip())
-    if not names:
-        raise MambalayaError("--models names no model")
-    lens = tuple(_int_list(seq_lens, "--seq-lens")) if seq_lens else HybridSuiteConfig.seq_lens
+    lens = lens or HybridSuiteConfig.seq_lens
     config = HybridSuiteConfig(models=names, batch=batch, seq_lens=lens, out=out / "hybrid", figures=figures,
                                precision=precision)
     steps = suite_steps(config)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+    with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:
         task = bar.add_task("reproduce --suite hybrid", total=steps)
         result = run_hybrid_suite(config, lambda message: bar.update(task, advance=1, description=message))
         bar.update(task, completed=steps, description="done")
     err_console.print(f"wrote {result.report} (and report.html) with {len(result.figures)} figure files and "
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")
+
+
+#: What ``sensitivity --out`` writes in its folder.
+SENSITIVITY_FILES = ("sensitivity.csv", "what_would_it_take.csv", "tornado.png", "tornado.svg")
 
 
 @app.command("sensitivity")
@@ -167,7 +180,9 @@ def sensitivity_cmd(
 
     from mambalaya.experiments.sensitivity import RunSetup, load_sensitivity_spec, pair_label, pair_ratio, run_sensitivity
 
-    check_output_path(out, kind="directory", option="--out")
+    check_output_path(out, kind="directory", option="--out", writes=SENSITIVITY_FILES,
+                      inputs={"--spec": spec, "--model": model, "--design": design, "--baseline": baseline,
+                              "--precision": precision})
     study = load_sensitivity_spec(spec)
     study = study.model_copy(update={"designs": [design, baseline] if design != baseline else [design]})
     if design == baseline:
@@ -176,7 +191,7 @@ def sensitivity_cmd(
     if is_hybrid(config):
         raise MambalayaError(f"{model} is a hybrid model: the sensitivity study covers Mamba models; for a hybrid "
                              "model use `mambalaya compare` or `mambalaya reproduce --suite hybrid`")
-    lens = tuple(_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)
+    lens = tuple(read_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)
     run = RunSetup(models=(model,), configs={model: config}, seq_lens=lens, batch=batch, precision=precision,
                    phases=("prefill",) if phase == PhaseOption.prefill else ("generation",))
     label = pair_label(model, run.phases[0], design, baseline)
@@ -203,8 +218,8 @@ def sensitivity_cmd(
         _emit(json.dumps({"ratio": label, "base": result.base[label], "rows": result.rows, "what_would_it_take": result.take},
                          indent=2, default=str), None)
     elif fmt == Format.csv:
-        _emit(_rows_csv(rows), None)
+        _emit(rows_csv(rows), None)
     else:
-        _print_table(_rows_table(rows, title), None)
+        _print_table(rows_table(rows, title), None)
         for t in result.take:
             out_console.print(f"what would it take to reach {t['published']:g}x: {t['verdict']}", highlight=False)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import TYPE_CHECKING, Annotated, Any, Optional
 
 import typer
 
@@ -18,7 +18,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.cli.readers import size_parser
 from mambalaya.errors import MambalayaError
-from mambalaya.outputs import atomic_output, check_output_path
+from mambalaya.outputs import atomic_output, check_output_path, write_text_output
 
 from mambalaya.cli.common import (
     _emit,
@@ -26,6 +26,10 @@ from mambalaya.cli.common import (
     err_console,
     user_errors,
 )
+
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 @app.command("sweep", context_settings={"help_option_names": ["-h", "--help"]})
@@ -54,13 +58,14 @@ def sweep_cmd(
         if store_arg is None:
             raise MambalayaError(f"mambalaya sweep {target} needs the path of a store")
         if target == "export":
-            check_output_path(output, kind="file", option="--output")
-        else:
-            check_output_path(output or store_arg.with_name(store_arg.stem + "_plots"), kind="directory",
-                              option="--output")
-        if target == "export":
+            check_output_path(output, kind="file", option="--output", inputs={"STORE": store_arg})
             _sweep_export(store_arg, fmt, output)
         else:
+            from mambalaya.report.sweep_figures import check_plot_axes
+
+            check_plot_axes(x, y)
+            check_output_path(output or default_plot_folder(store_arg), kind="directory", option="--output",
+                              inputs={"STORE": store_arg}, writes=PLOT_FILES)
             _sweep_plot(store_arg, output, x, y, baseline, design)
         return
     _sweep_run(Path(target), scheduler, workers, store)
@@ -71,9 +76,10 @@ def _sweep_run(spec_path: Path, scheduler: str | None, workers: int | None, stor
 
     from mambalaya.experiments.sweep import load_sweep_spec, run_sweep
 
+    check_output_path(store, kind="file", option="--store", inputs={"SPEC": spec_path})
     spec = load_sweep_spec(spec_path, store=store)
-    check_output_path(spec.store, kind="file", option="--store")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    check_output_path(spec.store, kind="file", option="--store", inputs={"SPEC": spec_path})
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(),
                TextColumn("{task.fields[rate]:>8.1f} points/s"), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
     # redrawn as each chunk is stored, not by a refresh thread: the local workers are forked
     # from this process, and a fork should not copy a thread that may hold the console's lock.
@@ -158,33 +164,66 @@ def _sweep_export(store_path: Path, fmt: str, output: Path | None) -> None:
 
     if fmt not in ("csv", "parquet"):
         raise MambalayaError(f"--format must be csv or parquet, not {fmt!r}")
+    if fmt == "parquet" and output is None:
+        raise MambalayaError("parquet export needs -o FILE")
     with ResultStore(store_path, create=False) as st:
         df = st.dataframe()
     if fmt == "parquet":
-        if output is None:
-            raise MambalayaError("parquet export needs -o FILE")
+        df, as_text = parquet_columns(df)
         with atomic_output(output) as partial:  # whole: an error leaves the old file or none
             df.to_parquet(partial, index=False)
-        err_console.print(f"wrote {output} ({len(df)} rows)")
+        note = (f"; {', '.join(as_text)} mix{'es' if len(as_text) == 1 else ''} numbers and text, written as text"
+                if as_text else "")
+        err_console.print(f"wrote {output} ({len(df)} rows{note})", highlight=False)
     else:
         _emit(df.to_csv(index=False), output)
 
 
+def parquet_columns(df: "pd.DataFrame") -> tuple["pd.DataFrame", list[str]]:
+    """``df`` with every column Parquet cannot hold as one type (a grid giving one field as
+    ``32MiB`` and ``33554432``) as text, and the names of those columns. Parquet columns have
+    one type; a store's column holds whatever each point's spec gave."""
+    import pyarrow as pa
+
+    as_text = []
+    for column in df.columns:
+        if df[column].dtype != object:
+            continue
+        try:
+            pa.array(df[column], from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, OverflowError):
+            as_text.append(column)
+    if not as_text:
+        return df, []
+    converted = {c: df[c].map(lambda v: v if v is None or (isinstance(v, float) and v != v) else str(v)) for c in as_text}
+    return df.assign(**converted), as_text
+
+
+#: What ``sweep plot`` writes in its folder.
+PLOT_FILES = ("pareto.png", "pareto.svg", "speedup_heatmap.png", "speedup_heatmap.svg", "speedup_heatmap.csv")
+
+
+def default_plot_folder(store_path: Path) -> Path:
+    """Where ``sweep plot`` writes without ``-o``: ``STORE_plots`` beside the store."""
+    return store_path.with_name(store_path.stem + "_plots")
+
+
 def _sweep_plot(store_path: Path, output: Path | None, x: str, y: str, baseline: str, design: str) -> None:
+    """Draw every figure and table first, then write them: a refusal (an unknown axis, a design
+    with no points) leaves no file and no folder."""
     from mambalaya.experiments.store import ResultStore
     from mambalaya.report.figures import save_figure
-    from mambalaya.report.sweep_figures import pareto_figure, speedup_heatmap_figure, speedup_table
+    from mambalaya.report.sweep_figures import check_plot_axes, pareto_figure, speedup_heatmap_figure, speedup_table
 
     with ResultStore(store_path, create=False) as st:
         df, inputs = st.dataframe(), st.input_columns()
     if df.empty:
         raise MambalayaError(f"{store_path} holds no points yet")
-    out = output or store_path.with_name(store_path.stem + "_plots")
-    paths = save_figure(pareto_figure(df, title=f"{store_path.name}: on-chip buffer vs layer latency"), out / "pareto")
+    check_plot_axes(x, y, inputs=inputs)
+    out = output or default_plot_folder(store_path)
+    pareto = pareto_figure(df, title=f"{store_path.name}: on-chip buffer vs layer latency")
     table = speedup_table(df, x=x, y=y, baseline=baseline, design=design, inputs=inputs)
-    paths += save_figure(
-        speedup_heatmap_figure(table, x=x, y=y, title=f"{design} over {baseline}\n(geometric mean over the other axes)"),
-        out / "speedup_heatmap",
-    )
-    table.to_csv(out / "speedup_heatmap.csv")
-    err_console.print(f"wrote {', '.join(str(p) for p in paths)}")
+    heatmap = speedup_heatmap_figure(table, x=x, y=y, title=f"{design} over {baseline}\n(geometric mean over the other axes)")
+    paths = save_figure(pareto, out / "pareto") + save_figure(heatmap, out / "speedup_heatmap")
+    write_text_output(out / "speedup_heatmap.csv", table.to_csv())
+    err_console.print(f"wrote {', '.join(str(p) for p in paths)}, {out / 'speedup_heatmap.csv'}", highlight=False)

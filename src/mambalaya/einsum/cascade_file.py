@@ -29,7 +29,7 @@ import yaml
 
 from mambalaya.arch.quantities import MAX_ELEMENT_BITS
 from mambalaya.errors import SpecError
-from mambalaya.specio import compose_yaml_text, read_spec_file
+from mambalaya.specio import compose_yaml_text, dump_yaml, read_spec_file
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Einsum, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
@@ -236,7 +236,7 @@ def _read_tensor(r: _Reader, key: yaml.ScalarNode, node: yaml.Node) -> TensorSpe
 
 
 def _scalar_text(value: Any) -> str:
-    return yaml.safe_dump(value, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
+    return dump_yaml(value, default_flow_style=True, width=10**9).strip().removesuffix("...").strip()
 
 
 def _quoted_text(value: str) -> str:

@@ -234,7 +234,7 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
                   f"({' / '.join(types)}):", "",
                   "| phase | L | design | latency (s) | attention share | mappings | cascades |", "|---|---|---|---|---|---|---|"]
         for _, r in m.iterrows():
-            over = f" † {int(r['devices_needed'])} devices" if r.get("devices_needed", 1) > 1 else ""
+            over = f" † {int(r['devices_needed']):,} devices" if r.get("devices_needed", 1) > 1 else ""
             lines.append(f"| {r['phase']} | {r['seq_len']} | {r['arch']} | {_fmt(r['model_latency_s'])}{over} | "
                          f"{_share(r.get('attention_share', 0.0))} | "
                          + " / ".join(str(r.get(f"{t}_mapping", "-")) for t in types) + " | "

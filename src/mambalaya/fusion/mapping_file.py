@@ -7,11 +7,10 @@ from __future__ import annotations
 from fractions import Fraction
 from pathlib import Path
 
-import yaml
 
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping
-from mambalaya.specio import parse_yaml_text, read_spec_file
+from mambalaya.specio import dump_yaml, parse_yaml_text, read_spec_file
 
 
 _BYTE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
@@ -58,7 +57,7 @@ def mapping_to_dict(mapping: Mapping) -> dict:
 
 
 def dump_mapping(mapping: Mapping) -> str:
-    return yaml.safe_dump(mapping_to_dict(mapping), sort_keys=False, default_flow_style=None, width=100)
+    return dump_yaml(mapping_to_dict(mapping), sort_keys=False, default_flow_style=None, width=100)
 
 
 def _field(d: dict, key: str, kinds, where: str, source: str, default=...):

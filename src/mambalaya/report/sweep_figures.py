@@ -87,11 +87,30 @@ def _order(values) -> list:
     return sorted(values, key=key)
 
 
+def check_plot_axes(x: str, y: str, *, inputs: list[str] | None = None, by: str = "arch") -> None:
+    """Refuse heat-map axes ``x`` and ``y`` that cannot make one: the same field twice, or (given
+    the store's ``inputs``) a field that is not one of the points' inputs, or the ``by`` field
+    the speedup compares (its designs are the ratio, not an axis)."""
+    if x == y:
+        raise MambalayaError(f"--x and --y both name {x!r}: a heat map needs two different input fields")
+    if inputs is None:
+        return
+    axes = [c for c in inputs if c != by]
+    for option, field in (("--x", x), ("--y", y)):
+        if field == by:
+            raise MambalayaError(f"{option} {field!r}: the designs are what the speedup compares, not an axis; "
+                                 f"name one of the store's input fields: {', '.join(axes)}")
+        if field not in inputs:
+            raise MambalayaError(f"{option} {field!r} is not an input field of the store; its input fields are: "
+                                 f"{', '.join(axes)}")
+
+
 def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: str, inputs: list[str],
                   by: str = "arch") -> pd.DataFrame:
     """Geometric-mean speedup of ``design`` over ``baseline`` per (x, y), over every other axis;
     ``inputs`` names the columns that are the points' inputs (a point is matched with the
-    baseline's point of equal other inputs)."""
+    baseline's point of equal other inputs); ``x`` and ``y`` two of them (:func:`check_plot_axes`)."""
+    check_plot_axes(x, y, inputs=inputs, by=by)
     ok = df[df.status == "ok"] if "status" in df else df
     for col in (x, y):
         if col not in ok:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 
 from mambalaya.interop.accelforge import AccelForgeWorker, find_python312
@@ -28,3 +30,38 @@ def pytest_collection_modifyitems(config, items):
     """Run the long tests first (marked ``slow``, or an AccelForge cross-check), so the test
     processes share them instead of one finishing last with a long test."""
     items.sort(key=lambda item: not (item.get_closest_marker("slow") or "accelforge_worker" in item.fixturenames))
+
+
+#: Where the commands' work starts: each replaced by a function that fails the test if called.
+WORK = [
+    ("mambalaya.cli.layer_options", "LayerArgs.build"),
+    ("mambalaya.cli.layer_options", "DesignArgs.config"),
+    ("mambalaya.experiments.reproduce", "run_reproduce"),
+    ("mambalaya.experiments.hybrid_suite", "run_hybrid_suite"),
+    ("mambalaya.experiments.sensitivity", "load_sensitivity_spec"),
+    ("mambalaya.experiments.sweep", "run_sweep"),
+    ("mambalaya.cli.interop", "_model_layer"),
+    ("mambalaya.cli.cascade", "load_cascade"),
+    ("mambalaya.cli.arch", "_design"),
+    ("mambalaya.experiments.validate", "validate"),
+    ("mambalaya.experiments.store", "ResultStore"),
+]
+
+
+@pytest.fixture
+def work_started(monkeypatch) -> list[str]:
+    started: list[str] = []
+
+    def sentinel(name: str):
+        def started_work(*args, **kwargs):
+            started.append(name)
+            raise AssertionError(f"{name} ran before the output path was checked")
+        return started_work
+
+    for module_name, attribute in WORK:
+        owner = importlib.import_module(module_name)
+        *path, name = attribute.split(".")
+        for part in path:
+            owner = getattr(owner, part)
+        monkeypatch.setattr(owner, name, sentinel(attribute))
+    return started

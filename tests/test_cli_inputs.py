@@ -4,7 +4,6 @@ axes, Parquet export of mixed columns, and one "wrote" line per file."""
 
 from __future__ import annotations
 
-import importlib
 import os
 import time
 from pathlib import Path
@@ -100,39 +99,6 @@ SAME_FILE = {
     "sweep plot": (["sweep", "plot", "IN", "-o", "OUT"], "STORE", "--output", "out/pareto.png", "out"),
 }
 
-#: Where the commands' work starts: each replaced by a function that fails the test if called.
-WORK = [
-    ("mambalaya.cli.layer_options", "LayerArgs.build"),
-    ("mambalaya.cli.layer_options", "DesignArgs.config"),
-    ("mambalaya.experiments.reproduce", "run_reproduce"),
-    ("mambalaya.experiments.hybrid_suite", "run_hybrid_suite"),
-    ("mambalaya.experiments.sensitivity", "load_sensitivity_spec"),
-    ("mambalaya.experiments.sweep", "run_sweep"),
-    ("mambalaya.cli.interop", "_model_layer"),
-    ("mambalaya.cli.cascade", "load_cascade"),
-    ("mambalaya.cli.arch", "_design"),
-    ("mambalaya.experiments.validate", "validate"),
-    ("mambalaya.experiments.store", "ResultStore"),
-]
-
-
-@pytest.fixture
-def work_started(monkeypatch) -> list[str]:
-    started: list[str] = []
-
-    def sentinel(name: str):
-        def started_work(*args, **kwargs):
-            started.append(name)
-            raise AssertionError(f"{name} ran before the output path was checked")
-        return started_work
-
-    for module_name, attribute in WORK:
-        owner = importlib.import_module(module_name)
-        *path, name = attribute.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-        monkeypatch.setattr(owner, name, sentinel(attribute))
-    return started
 
 
 def _same_file_case(case: str, tmp_path: Path, monkeypatch) -> tuple[list[str], str, str, Path]:

@@ -14,7 +14,6 @@ What is real and what is simulated here:
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 import shutil
 import subprocess
@@ -64,40 +63,6 @@ STORE_COMMANDS = {
     "sweep-plot": (["sweep", "plot", "no-such-store.sqlite"], "--output", "directory"),
 }
 
-#: Where each command's work starts (module, attribute): replaced by a function that records
-#: the call and fails, so a test can show the refusal came before it.
-WORK = [
-    ("mambalaya.cli.layer_options", "LayerArgs.build"),
-    ("mambalaya.cli.layer_options", "DesignArgs.config"),
-    ("mambalaya.experiments.reproduce", "run_reproduce"),
-    ("mambalaya.experiments.hybrid_suite", "run_hybrid_suite"),
-    ("mambalaya.experiments.sensitivity", "load_sensitivity_spec"),
-    ("mambalaya.cli.interop", "_model_layer"),
-    ("mambalaya.cli.cascade", "load_cascade"),
-    ("mambalaya.cli.arch", "_design"),
-    ("mambalaya.experiments.validate", "validate"),
-    ("mambalaya.experiments.store", "ResultStore"),
-]
-
-
-@pytest.fixture
-def work_started(monkeypatch) -> list[str]:
-    """A list that names each piece of work a command started (it should stay empty)."""
-    started: list[str] = []
-
-    def sentinel(name: str):
-        def started_work(*args, **kwargs):
-            started.append(name)
-            raise AssertionError(f"{name} ran before the output path was checked")
-        return started_work
-
-    for module_name, attribute in WORK:
-        owner = importlib.import_module(module_name)
-        *path, name = attribute.split(".")
-        for part in path:
-            owner = getattr(owner, part)
-        monkeypatch.setattr(owner, name, sentinel(attribute))
-    return started
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.cli.readers import empty_text_problem
 from mambalaya.formatting import whole
-from mambalaya.errors import MambalayaError
+from mambalaya.errors import MambalayaError, one_line
 from mambalaya.outputs import write_text_output
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import unroll_recurrences
@@ -100,8 +100,9 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def print_error(message: str) -> None:
-    """``error: message`` on stderr, ``error:`` in bold red, the message as given (no markup)."""
-    err_console.print(Text.assemble(("error:", "bold red"), " ", message), highlight=False)
+    """``error: message`` on stderr, ``error:`` in bold red, the message as given (no markup) on
+    one line, whatever error raised it (:func:`~mambalaya.errors.one_line`)."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", one_line(message)), highlight=False)
 
 
 def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,

@@ -330,3 +330,17 @@ def test_a_large_document_of_small_values_is_refused_before_its_values_are_built
     with pytest.raises(SpecError, match=f"more than {MAX_DOCUMENT_NODES:,} values"):
         parse_yaml_text(text, source="big.yaml")
     assert time.perf_counter() - start < 15
+
+
+def test_a_mapping_file_that_breaks_a_rule_is_named_in_the_error(tmp_path) -> None:
+    from mambalaya.fusion.mapping_file import dump_mapping
+    from mambalaya.fusion.mapping_file import check_mapping_file
+    from mambalaya.model.search import load_mapping_file, named_mapping
+    from mambalaya.workloads import build_layer
+
+    cascade = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=64, batch=1)
+    path = tmp_path / "m.yaml"
+    path.write_text(dump_mapping(named_mapping("optimal", cascade, 32 * 2**20)).replace("buffer_bytes: 33554432",
+                                                                                        "buffer_bytes: 1024"))
+    with pytest.raises(SpecError, match=r"m\.yaml: group G\d+: on-chip footprint .* \[rule: buffer\]"):
+        check_mapping_file(cascade, load_mapping_file(str(path)), str(path))

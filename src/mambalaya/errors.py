@@ -55,6 +55,13 @@ class SpecError(MambalayaError):
             where = f"{where}: Einsum {self.einsum}" if where else f"Einsum {self.einsum}"
         return where
 
+    def at_source(self, source: str) -> "SpecError":
+        """This error, located in ``source`` (a file whose content broke a rule that is checked
+        later than the file is read, such as a mapping file's groups against a cascade)."""
+        self.source = one_line(source)
+        self.args = (self._render(),)
+        return self
+
     def _render(self) -> str:
         where = self.location
         return f"{where}: {self.message}" if where else self.message

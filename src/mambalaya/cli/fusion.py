@@ -46,7 +46,7 @@ def resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None)
     ``buffer`` if given, else against the file's own ``buffer_bytes``."""
     from dataclasses import replace
 
-    from mambalaya.fusion.mapping import check_mapping
+    from mambalaya.fusion.mapping_file import check_mapping_file
     from mambalaya.model.search import NAMED_MAPPINGS, load_mapping_file, named_mapping
 
     if name in NAMED_MAPPINGS:
@@ -54,7 +54,7 @@ def resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None)
     mapping = load_mapping_file(name)
     if buffer is not None:
         mapping = replace(mapping, buffer_bytes=parse_bytes(buffer))
-    return check_mapping(cascade, mapping)
+    return check_mapping_file(cascade, mapping, name)
 
 
 @fusion_app.command("classes")

@@ -14,10 +14,11 @@ from typing import Any
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
-from mambalaya.fusion.mapping import Mapping, check_mapping
+from mambalaya.fusion.mapping import Mapping
 from mambalaya.model.capacity import DramUse, MemoryNeed, check_fits, memory_need, state_bytes
 from mambalaya.model.latency import LayerLatency, layer_latency
 from mambalaya.model.energy import LayerEnergy, layer_energy
+from mambalaya.fusion.mapping_file import check_mapping_file
 from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, load_mapping_file, named_mapping
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import ModelConfig, build_layer
@@ -102,7 +103,7 @@ def resolve_mapping(name: str | None, cascade: Cascade, arch: ArchSpec, stats: S
         from dataclasses import replace
 
         mapping = replace(mapping, buffer_bytes=buffer)
-    return check_mapping(cascade, mapping)
+    return check_mapping_file(cascade, mapping, name)
 
 
 def evaluate(

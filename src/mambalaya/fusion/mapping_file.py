@@ -9,7 +9,8 @@ from pathlib import Path
 
 
 from mambalaya.errors import SpecError
-from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, check_mapping
 from mambalaya.specio import dump_yaml, parse_yaml_text, read_spec_file
 
 
@@ -114,6 +115,15 @@ def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
         buffer_bytes=buffer_bytes,
         description=_field(data, "description", str, "mapping", source, default=""),
     )
+
+
+def check_mapping_file(cascade: Cascade, mapping: Mapping, source: str) -> Mapping:
+    """:func:`~mambalaya.fusion.mapping.check_mapping` of a mapping read from the file ``source``:
+    a rule it breaks is an error naming the file, not only the group."""
+    try:
+        return check_mapping(cascade, mapping)
+    except SpecError as err:
+        raise (err.at_source(source) if err.source is None else err) from None
 
 
 def load_mapping(path: str | Path) -> Mapping:

@@ -24,6 +24,7 @@ from functools import cached_property
 from typing import Iterable, Mapping
 
 from mambalaya.errors import SpecError
+from mambalaya.einsum.parse import MAX_SIZE
 from mambalaya.einsum.ir import (
     Access,
     Einsum,
@@ -53,9 +54,8 @@ EINSUM_KINDS: tuple[str, ...] = (
 )
 
 
-#: The largest rank size the cost model represents exactly: trip counts and tile grids are
-#: float64 in the search, exact up to 2^53.
-MAX_RANK_SIZE = 2**53
+#: The largest rank size the cost model represents exactly (the size expressions' bound, 2^53).
+MAX_RANK_SIZE = MAX_SIZE
 
 
 #: How many cascade structures keep their shared memos (:attr:`Cascade.structure_memo`): a

@@ -30,6 +30,7 @@ from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
 from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 from mambalaya.workloads.hf_config import ConfigFile
+from mambalaya.workloads.hf_field_types import field_type_problem
 from mambalaya.workloads.masks import causal_mask
 
 #: The prefix of the second block's tensors in a layer made of two blocks (as Bamba's ``FF_``).
@@ -116,6 +117,8 @@ def check_known_fields(cfg: ConfigFile, config_class: str, read: set, inert: set
         if key not in read and key not in inert and key not in modelled:
             raise cfg.error(f"field {key} is not a {config_class} field mambalaya knows (transformers 5.25); it "
                             "cannot tell whether it changes a layer")
+        if key in inert and (wrong_type := field_type_problem(config_class, key, cfg.data[key])):
+            raise cfg.error(wrong_type)
     for key, (value, why) in modelled.items():
         cfg.require(key, value, why)
 

@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 from mambalaya.workloads.hf_config import ConfigFile, default_rope_theta, same_value, shown
+from mambalaya.workloads.hf_field_types import field_type_problem
 from mambalaya.workloads.hf_fields import TRANSFORMERS_COMMON_INERT, TRANSFORMERS_VERSION
 from mambalaya.workloads.moe_families import MoEHybridConfig, parse_moe_hybrid_config
 
@@ -36,7 +37,8 @@ _REFUSED: dict[str, dict[str, Any]] = {  # field -> the one value mambalaya mode
     "granitemoehybrid": {"hidden_act": "silu", "mamba_conv_bias": True, "mamba_proj_bias": False,
                          "attention_bias": False},
 }
-_INERT: dict[str, dict[str, str]] = {
+#: Per family, the fields beyond transformers' common ones that cannot change a layer (with why).
+INERT_FIELDS: dict[str, dict[str, str]] = {
     "jamba": {
         "output_router_logits": "what forward returns", "router_aux_loss_coef": "a training loss",
         "max_position_embeddings": "Jamba has no position embedding; the length is the cascade's",
@@ -56,6 +58,8 @@ _READ = {
     "jamba": set(JAMBA_DEFAULTS) | {"num_local_experts", "layers_block_type", "layer_types"},
     "granitemoehybrid": set(GRANITE_DEFAULTS) | {"layers_block_type"},
 }
+#: The transformers config class of each family this module reads.
+CONFIG_CLASSES = {"jamba": "JambaConfig", "granitemoehybrid": "GraniteMoeHybridConfig"}
 _KINDS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
 
 
@@ -63,9 +67,12 @@ def _check_fields(family: str, cfg: ConfigFile) -> None:
     for key in cfg.data:
         if key in _REFUSED[family]:
             cfg.require(key, _REFUSED[family][key], f"the one value in the {family} layers it models")
-        elif key not in _READ[family] and key not in _INERT[family] and key not in TRANSFORMERS_COMMON_INERT:
+        elif key not in _READ[family] and key not in INERT_FIELDS[family] and key not in TRANSFORMERS_COMMON_INERT:
             raise cfg.error(f"field {key} is not a field of transformers {TRANSFORMERS_VERSION}'s {family} config that "
                             "mambalaya knows; it cannot tell whether it changes a layer")
+        elif key not in _READ[family] and (wrong_type := field_type_problem(CONFIG_CLASSES[family], key,
+                                                                            cfg.data[key])):
+            raise cfg.error(wrong_type)
 
 
 def _listed_types(cfg: ConfigFile, key: str, n: int) -> tuple[str, ...] | None:
@@ -170,4 +177,4 @@ def moe_config_from_hf(data: dict, *, source: str = "config.json") -> MoEHybridC
     return parse_moe_hybrid_config(fields, source=source)
 
 
-__all__ = ["GRANITE_DEFAULTS", "JAMBA_DEFAULTS", "moe_config_from_hf"]
+__all__ = ["CONFIG_CLASSES", "GRANITE_DEFAULTS", "INERT_FIELDS", "JAMBA_DEFAULTS", "moe_config_from_hf"]

@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from mambalaya.workloads.hf_field_types import field_type_problem
+
 __all__ = [
     "BAMBA_DEFAULTS",
     "BAMBA_DEFAULT_THETA",
@@ -130,6 +132,10 @@ class ConfigFields:
     read: Mapping[str, str]
     refused: Mapping[str, Supported] = field(default_factory=dict)
     inert: Mapping[str, str] = field(default_factory=dict)
+    #: The transformers config class these fields belong to, whose types the inert fields'
+    #: values must have (:func:`~mambalaya.workloads.hf_field_types.field_type_problem`);
+    #: None for a state-spaces config, which nothing type-checks.
+    config_class: str | None = None
 
     def __post_init__(self) -> None:
         seen: dict[str, str] = {}
@@ -146,7 +152,12 @@ class ConfigFields:
         """The first field of ``data`` mambalaya cannot honour, as one sentence naming it; None
         if every field is read, supported or inert."""
         for key, value in data.items():
-            if key in self.read or key in self.inert:
+            if key in self.read:
+                continue
+            if key in self.inert:
+                wrong_type = field_type_problem(self.config_class, key, value) if self.config_class else None
+                if wrong_type:
+                    return wrong_type if not prefix else f"{prefix}{wrong_type}"
                 continue
             name = f"{prefix}{key}"
             if key in self.refused:
@@ -197,7 +208,7 @@ TRANSFORMERS_COMMON_INERT: dict[str, str] = {
 def _transformers(name: str, read: dict[str, str], refused: dict[str, Supported], inert: dict[str, str]) -> ConfigFields:
     return ConfigFields(f"transformers {TRANSFORMERS_VERSION} {name}", read, refused,
                         {**{k: v for k, v in TRANSFORMERS_COMMON_INERT.items() if k not in read and k not in refused},
-                         **inert})
+                         **inert}, config_class=name)
 
 
 _SILU = equals("silu")

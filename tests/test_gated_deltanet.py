@@ -18,6 +18,7 @@ from mambalaya.fusion.edges import FUSION_CLASSES, classify_edges
 from mambalaya.workloads import PRESETS, build_layer, load_model_config, resolve_model
 from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_constants, gdn_layer, parse_gdn_config
 from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf, gdn_state_from_hf, gdn_weights
+from mambalaya.workloads.olmo_hybrid import OlmoHybridModel
 
 #: Worst relative error (max |ours - theirs| / max |theirs|) allowed against transformers in float32.
 TOL = 5e-6
@@ -224,9 +225,10 @@ def _hf_config(**fields) -> dict:
 def test_config_json_is_read_and_bad_fields_are_named(tmp_path) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(_hf_config()))
-    cfg = load_model_config(path)
-    assert isinstance(cfg, GatedDeltaNetConfig) and cfg.layer_types.count("full_attention") == 1
-    assert resolve_model(str(path)) == cfg and cfg.heads_per_group == 2 and cfg.beta_scale == 2.0
+    whole = load_model_config(path)  # the whole OLMo-Hybrid model, not only its Gated DeltaNet layers
+    assert isinstance(whole, OlmoHybridModel) and whole.layer_types.count("attention") == 1
+    cfg = whole.mixer
+    assert resolve_model(str(path)) == whole and cfg.heads_per_group == 2 and cfg.beta_scale == 2.0
     bad = {
         "layer_types": (_hf_config(layer_types=["linear_attention", "mamba", "full_attention", "linear_attention"]),
                         r"field layer_types\[1\] is 'mamba'"),

@@ -33,7 +33,6 @@ def _from_dict(family: str) -> Callable[[dict], Any]:
     from mambalaya.workloads.dense_families import family_config_from_hf
     from mambalaya.workloads.hf_config_moe import moe_config_from_hf
     from mambalaya.workloads.hf_weights import load_mamba1_config
-    from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf
     from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
     from mambalaya.workloads.hybrid import hybrid_config_from_hf
     from mambalaya.workloads.mamba1 import Mamba1Config
@@ -41,7 +40,7 @@ def _from_dict(family: str) -> Callable[[dict], Any]:
 
     return {"mamba": lambda d: Mamba1Config(**load_mamba1_config(d)),
             "mamba2": lambda d: Mamba2Config(**load_mamba2_config(d)),
-            "bamba": hybrid_config_from_hf, "olmo_hybrid": gdn_config_from_hf, "jamba": moe_config_from_hf,
+            "bamba": hybrid_config_from_hf, "jamba": moe_config_from_hf,
             "granitemoehybrid": moe_config_from_hf}.get(family, family_config_from_hf)
 
 
@@ -130,8 +129,9 @@ def test_olmo_hybrid(tmp_path: Path) -> None:
     hf = OlmoHybridConfig(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, linear_num_key_heads=2,
                           linear_num_value_heads=4, linear_key_head_dim=8, linear_value_head_dim=16,
                           intermediate_size=64, vocab_size=100)
-    m = _read_both_ways(_saved(tmp_path, hf), "olmo_hybrid", False)
-    assert m.layer_types == tuple(hf.layer_types)
+    whole = _read_both_ways(_saved(tmp_path, hf), "olmo_hybrid", False)
+    m = whole.mixer  # the whole model (attention and MLP layers too), its Gated DeltaNet shapes in mixer
+    assert m.layer_types == tuple(hf.layer_types) and whole.n_layers == 4
     assert (m.d_model, m.num_k_heads, m.num_v_heads, m.k_head_dim, m.v_head_dim, m.d_ff, m.n_heads,
             m.vocab_size) == (32, 2, 4, 8, 16, 64, 4, 100)
 

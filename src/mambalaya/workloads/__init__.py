@@ -58,10 +58,6 @@ def load_model_config(path: str | Path) -> ModelConfig:
         return moe_config_from_hf(data, source=str(path))
     if data.get("family") == "gated_deltanet":
         return parse_gdn_config(data, source=str(path))
-    if data.get("model_type") == "olmo_hybrid":
-        from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf
-
-        return gdn_config_from_hf(data, source=str(path))
     family = family_config_from_hf(data, source=str(path))
     if family is not None:
         return family

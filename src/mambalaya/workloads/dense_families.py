@@ -18,6 +18,7 @@ from mambalaya.workloads.hf_fields import shown
 from mambalaya.workloads.nemotron_h import PRESETS as NEMOTRON_H_PRESETS
 from mambalaya.workloads.nemotron_h import nemotron_h_config_from_hf
 from mambalaya.workloads.olmo_hybrid import PRESETS as OLMO_HYBRID_PRESETS
+from mambalaya.workloads.olmo_hybrid import olmo_hybrid_config_from_hf
 from mambalaya.workloads.zamba2 import PRESETS as ZAMBA2_PRESETS
 from mambalaya.workloads.zamba2 import zamba2_config_from_hf
 
@@ -27,10 +28,11 @@ FAMILY_PRESETS: dict[str, FamilyModel] = {**NEMOTRON_H_PRESETS, **OLMO_HYBRID_PR
 
 #: ``model_type`` -> the reader of that family's config.json.
 READERS: dict[str, Callable[..., FamilyModel]] = {"nemotron_h": nemotron_h_config_from_hf,
-                                                  "falcon_h1": falcon_h1_config_from_hf, "zamba2": zamba2_config_from_hf}
+                                                  "falcon_h1": falcon_h1_config_from_hf, "zamba2": zamba2_config_from_hf,
+                                                  "olmo_hybrid": olmo_hybrid_config_from_hf}
 
-#: The model types other readers of mambalaya take (Mamba-1, Mamba-2, Bamba, OLMo-Hybrid's mixer, Jamba, Granite 4).
-OTHER_MODEL_TYPES: tuple[str, ...] = ("mamba", "mamba2", "bamba", "olmo_hybrid", "jamba", "granitemoehybrid")
+#: The model types other readers of mambalaya take (Mamba-1, Mamba-2, Bamba, Jamba, Granite 4).
+OTHER_MODEL_TYPES: tuple[str, ...] = ("mamba", "mamba2", "bamba", "jamba", "granitemoehybrid")
 
 
 def family_config_from_hf(data: dict, *, source: str = "config.json") -> FamilyModel | None:

@@ -47,7 +47,7 @@ from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.attention import ATTENTION_REGION, ONLINE, THREE_PASS, AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import check_layer_args, chunk_padding_free_form
-from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel
+from mambalaya.workloads.families import SECOND_PREFIX, FamilyModel, check_known_fields
 from mambalaya.workloads.gated_deltanet import LINEAR, GatedDeltaNetConfig, gdn_layer
 from mambalaya.workloads.gated_deltanet import PRESETS as GDN_PRESETS
 from mambalaya.workloads.hf_config import ConfigFile, default_rope_theta
@@ -268,6 +268,24 @@ class OlmoHybridModel(FamilyModel):
         return chain_cascades(first, second, prefix=SECOND_PREFIX, name=name)
 
 
+#: OlmoHybridConfig's fields the reader reads (through the Gated DeltaNet reader and the rotary embedding).
+READ = {"hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "intermediate_size",
+        "vocab_size", "tie_word_embeddings", "rms_norm_eps", "layer_types", "linear_num_key_heads",
+        "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim", "linear_conv_kernel_dim",
+        "linear_allow_neg_eigval", "head_dim", "rope_parameters", "rope_theta"}
+#: The one value of each field mambalaya models, with why.
+MODELLED = {"hidden_act": ("silu", "the conv and MLP activation modelled"),
+            "attention_bias": (False, "attention projections without bias")}
+#: Fields that cannot change what a layer computes: metadata, tokenizer ids, what forward
+#: returns, dropout (off in inference), initialisation ranges (the weights replace them) and
+#: the rotary cache length (the rotary tables are computed at the cascade's own positions).
+INERT = {"model_type", "architectures", "transformers_version", "torch_dtype", "dtype", "use_cache",
+         "pad_token_id", "bos_token_id", "eos_token_id", "max_position_embeddings", "attention_dropout",
+         "initializer_range", "linear_a_log_min", "linear_a_log_max", "linear_dt_min", "linear_dt_max",
+         "linear_dt_init_floor", "_name_or_path", "id2label", "label2id", "return_dict", "output_hidden_states",
+         "output_attentions", "chunk_size_feed_forward", "is_encoder_decoder", "problem_type", "tokenizer_class"}
+
+
 def olmo_hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> OlmoHybridModel:
     """The whole OLMo-Hybrid model from an ``olmo_hybrid`` config.json, read as
     :func:`~mambalaya.workloads.hf_weights_gdn.gdn_config_from_hf` reads its Gated DeltaNet
@@ -279,8 +297,8 @@ def olmo_hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> Ol
 
     mixer = gdn_config_from_hf(data, source=source)
     cfg = ConfigFile.of(data, source, what="OLMo-Hybrid")
+    check_known_fields(cfg, "OlmoHybridConfig", READ, INERT, MODELLED)
     theta = default_rope_theta(cfg, nope=True)
-    cfg.require("attention_bias", False, "attention projections without bias")
     return OlmoHybridModel.of(mixer, theta)
 
 
@@ -295,5 +313,5 @@ def olmo_hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> Ol
 PRESETS: dict[str, OlmoHybridModel] = {"olmo-hybrid-7b": OlmoHybridModel.of(GDN_PRESETS["olmo-hybrid"])}
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"olmo-hybrid-7b": 7.0}
 
-__all__ = ["ATTENTION_WEIGHTS", "PRESETS", "PUBLISHED_PARAMETERS_B", "OlmoHybridModel", "olmo_attention_block",
+__all__ = ["ATTENTION_WEIGHTS", "INERT", "MODELLED", "PRESETS", "READ", "PUBLISHED_PARAMETERS_B", "OlmoHybridModel", "olmo_attention_block",
            "olmo_hybrid_config_from_hf", "post_norm_mlp_block"]

@@ -198,3 +198,26 @@ def test_a_row_with_a_column_left_empty_is_refused(tmp_path) -> None:
                 store.write([ok, PointResult("bad", {"model": "m"}, outputs, None, 0.1, "w")])
             assert store.done_ids() == set()
         assert store.write([PointResult("failed", {"model": "m"}, None, "no fit", 0.1, "w")]) == 1
+
+
+@pytest.mark.parametrize("edit", [
+    "UPDATE points SET latency_s = 9e999",  # a column typed over by hand
+    "UPDATE points SET seq_len = 2",  # an input column no longer the point's
+    "UPDATE points SET inputs = replace(inputs, '\"seq_len\": 1', '\"seq_len\": 64')",  # the record itself
+    "UPDATE points SET outputs = replace(outputs, '\"mapping_used\": ', '\"mapping_used\": 5, \"x\": ')",
+])
+def test_a_row_changed_by_hand_is_refused_when_read(tmp_path, edit: str) -> None:
+    """`sweep export` and `sweep plot` read a row only as the sweep wrote it: one error naming the
+    store and the row, never a plot of 9e999 or a traceback."""
+    store = tmp_path / "s.sqlite"
+    run_sweep(_spec(tmp_path, store), workers=1)
+    db = sqlite3.connect(store)
+    with db:
+        assert db.execute(edit).rowcount == 1
+    db.close()
+    for command in (["sweep", "export", str(store), "-f", "csv", "-o", str(tmp_path / "rows.csv")],
+                    ["sweep", "plot", str(store), "-o", str(tmp_path / "plot.png")]):
+        result = runner.invoke(app, command)
+        assert result.exit_code != 0 and result.exception is None or isinstance(result.exception, SystemExit)
+        assert "changed after mambalaya wrote it" in result.output and str(store) in result.output, result.output
+    assert not (tmp_path / "rows.csv").exists() and not (tmp_path / "plot.png").exists()

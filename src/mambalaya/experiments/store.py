@@ -300,6 +300,8 @@ class ResultStore:
                                  "restore a copy or give --store a new file") from None
         if df.empty:
             return df
+        for record in df.to_dict("records"):
+            self._check_stored_row(record)
         parts = [df.drop(columns=[c for c in ("inputs", "outputs") if c in df.columns])]
         for column in ("inputs", "outputs"):
             if column in df.columns:
@@ -307,6 +309,34 @@ class ResultStore:
                 parts.append(flat[[c for c in flat.columns if all(c not in p.columns for p in parts)]])
         return pd.concat(parts, axis=1)
 
+
+    def _check_stored_row(self, record: dict[str, Any]) -> None:
+        """A :class:`MambalayaError` naming the store and the row if the row is not as
+        :meth:`write` left it: its id is the hash of its inputs (:func:`point_id`), each column
+        equals the value of its inputs or outputs, and a finished point's outputs pass
+        :func:`check_point_outputs`. A row edited by hand (a latency of ``9e999`` typed into
+        its column) is refused, not plotted."""
+        inputs = self._row_json(record["inputs"])
+        problem = None
+        if point_id(inputs) != record["id"]:
+            problem = "its inputs are not those its id was made from"
+        else:
+            outputs = self._row_json(record.get("outputs")) if record["status"] == "ok" else {}
+            expected = {**{c: inputs.get(c) for c in INPUT_COLUMNS},
+                        **{c: _real(outputs.get(c)) for c in (*OUTPUT_COLUMNS, *TEXT_OUTPUT_COLUMNS)}}
+            differing = [c for c, value in expected.items() if c in record and not _same_cell(record[c], value)]
+            if differing:
+                problem = (f"its column {differing[0]} holds {record[differing[0]]!r} but the row's record says "
+                           f"{expected[differing[0]]!r}")
+            elif record["status"] == "ok":
+                try:
+                    check_point_outputs(outputs, point=record["id"])
+                except MambalayaError as err:
+                    problem = str(err).replace("; the row is refused", "")
+        if problem:
+            raise MambalayaError(f"{self.path}: the row of point {record['id']} was changed after mambalaya wrote it "
+                                 f"({problem}); its numbers are not read. Restore a copy of the store, or delete "
+                                 "the row and run the sweep again to recompute it")
 
     def _row_json(self, text: Any) -> dict[str, Any]:
         """A row's inputs or outputs (JSON text; empty for a failed point's outputs), or a
@@ -478,6 +508,16 @@ def _plain(value: Any) -> Any:
 def _real(value: Any) -> Any:
     """A figure as SQLite stores it in a REAL column (a flag as 1 or 0)."""
     return int(value) if isinstance(value, bool) else value
+
+
+def _same_cell(cell: Any, value: Any) -> bool:
+    """Whether a stored cell (as pandas reads it: a null as None or NaN, a REAL as a float)
+    holds ``value``."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return value is None
+    if isinstance(cell, numbers.Real) and isinstance(value, numbers.Real):
+        return float(cell) == float(value)
+    return cell == value
 
 
 def _now() -> str:

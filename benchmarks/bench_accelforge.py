@@ -30,10 +30,10 @@ import sys
 import time
 
 from mambalaya.interop.accelforge import cross_check_via, find_python312, unrolled_for_export
-from mambalaya.model.search import optimal
-from mambalaya.model.traffic import mapping_traffic
+from mambalaya.search.mappings import optimal
+from mambalaya.cost.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer
-from mambalaya.workloads.mamba1 import Mamba1Config
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config
 
 
 def main() -> int:

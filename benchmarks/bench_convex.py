@@ -16,9 +16,9 @@ import argparse
 import time
 
 from mambalaya.arch import load_arch
-from mambalaya.model.convex import convex_space
-from mambalaya.model.latency import layer_latency
-from mambalaya.model.search import SearchStats, named_mapping
+from mambalaya.search.convex import convex_space
+from mambalaya.cost.latency import layer_latency
+from mambalaya.search.mappings import SearchStats, named_mapping
 from mambalaya.workloads import PRESETS, build_layer
 
 LAYERS = [("recurrent", "prefill", 4096, 16), ("chunked", "prefill", 4096, 16), ("chunked", "prefill", 16384, 1),

@@ -45,7 +45,7 @@ def main() -> None:
 
     from mambalaya.execute import execute
     from mambalaya.workloads import PRESETS, build_layer
-    from mambalaya.workloads.hf_weights import load_mamba1_layer
+    from mambalaya.workloads.hf.weights import load_mamba1_layer
 
     cfg = PRESETS[args.model]
     state = random_mamba1_state_dict(

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from mambalaya.arch import load_arch
 from mambalaya.experiments.reproduce import ReproduceConfig, run_reproduce
-from mambalaya.model.latency import layer_latency
-from mambalaya.model.search import named_mapping
+from mambalaya.cost.latency import layer_latency
+from mambalaya.search.mappings import named_mapping
 from mambalaya.workloads import PRESETS, build_layer
 
 

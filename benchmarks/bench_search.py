@@ -14,8 +14,8 @@ import argparse
 import time
 
 from mambalaya.fusion.mapping_file import parse_bytes
-from mambalaya.model.search import SearchStats, optimal, stitched
-from mambalaya.model.traffic import mapping_traffic
+from mambalaya.search.mappings import SearchStats, optimal, stitched
+from mambalaya.cost.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer
 
 

@@ -34,7 +34,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("USE_HUB_KERNELS", "0")  # never pull kernels from the hub
 
-from mambalaya.workloads.hf_weights import load_mamba1_layer, mamba1_states_from_hf  # noqa: E402
+from mambalaya.workloads.hf.weights import load_mamba1_layer, mamba1_states_from_hf  # noqa: E402
 
 __all__ = ["build_hf_mamba1_block", "random_mamba1_state_dict", "run_hf_mamba1_block"]
 

@@ -35,7 +35,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("USE_HUB_KERNELS", "0")  # never pull kernels from the hub
 
-from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_layer, mamba2_states_from_hf  # noqa: E402
+from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_layer, mamba2_states_from_hf  # noqa: E402
 
 __all__ = ["build_hf_mamba2_block", "random_mamba2_state_dict", "run_hf_mamba2_block"]
 
@@ -150,7 +150,7 @@ def run_hf_mamba2_block(
     * ``x_decode`` / ``y_decode``: lists of ``n_decode`` arrays [B,1,D]
     * ``states_prefill``: mambalaya-layout states ``{"CSX0", "CSB0", "CSC0", "H0"}`` after the
       prefill; ``states_decode``: a list of such dicts, one after each decode step
-    * ``config``: the keyword arguments of :class:`~mambalaya.workloads.mamba2.Mamba2Config`
+    * ``config``: the keyword arguments of :class:`~mambalaya.workloads.blocks.mamba2.Mamba2Config`
     """
     import torch
     from transformers import DynamicCache

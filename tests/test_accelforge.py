@@ -24,8 +24,8 @@ from mambalaya.interop.accelforge import (
     write_export,
 )
 from mambalaya.workloads import PRESETS, build_layer
-from mambalaya.workloads.mamba1 import Mamba1Config
-from mambalaya.workloads.mamba2 import Mamba2Config
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config
 
 TINY = Mamba1Config(d_model=8, d_state=4)
 T = 4

@@ -13,7 +13,7 @@ import yaml
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.interop.accelforge_spatial import accelforge_gemm_cycles_via, array_arch_yaml, gemm_workload_dict
-from mambalaya.model.latency import einsum_cycles
+from mambalaya.cost.latency import einsum_cycles
 from mambalaya.workloads import PRESETS, build_layer
 
 SPEC = load_arch("mambalaya")

@@ -145,7 +145,7 @@ def test_gpu_a100_numbers(name, bandwidth):
 def test_a_gpu_kernel_reaches_its_fractions_and_never_beats_its_floor():
     from mambalaya.arch.kernels import speed_of_light
     from mambalaya.fusion.mapping import unfused_mapping
-    from mambalaya.model.latency import layer_latency
+    from mambalaya.cost.latency import layer_latency
     from mambalaya.workloads import PRESETS, build_layer
 
     gpu = load_arch("gpu-h100")
@@ -422,7 +422,7 @@ def test_mutated_yaml_text_loads_or_raises_spec_error(data):
 
 def test_mapping_names_match_the_search():
     from mambalaya.arch import MAPPING_NAMES
-    from mambalaya.model.search import NAMED_MAPPINGS
+    from mambalaya.search.mappings import NAMED_MAPPINGS
 
     assert tuple(MAPPING_NAMES) == tuple(NAMED_MAPPINGS)
 
@@ -461,8 +461,8 @@ def test_a_kernel_is_a_group_so_a_mapping_says_which_einsums_one_kernel_runs():
     """On a GPU spec every group of the mapping is one kernel: one launch floor per group, so a
     mapping that fuses the layer into one kernel pays one floor, the unfused one one per Einsum."""
     from mambalaya.fusion.mapping import unfused_mapping
-    from mambalaya.model.latency import layer_latency
-    from mambalaya.model.search import ideal
+    from mambalaya.cost.latency import layer_latency
+    from mambalaya.search.mappings import ideal
     from mambalaya.workloads import PRESETS, build_layer
 
     gpu = load_arch("gpu-h100")

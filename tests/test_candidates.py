@@ -1,4 +1,4 @@
-"""The candidate tables the search keeps (model/candidates.py) are built for many groups at
+"""The candidate tables the search keeps (search/candidates.py) are built for many groups at
 once (:func:`build_candidates`); each must be the table the group built alone
 (:meth:`GroupCostModel.full_table`) and pruned the plain way gives, to the bit. (That the
 closed forms themselves are right, the general model checks: tests/test_closed_forms.py.)"""
@@ -11,9 +11,10 @@ import pytest
 from mambalaya.arch import load_arch
 from mambalaya.einsum import cascade as cascade_module
 from mambalaya.fusion.mapping import FusionGroup
-from mambalaya.model import candidates, traffic
+from mambalaya.search import candidates
+from mambalaya.cost import traffic
 from mambalaya.workloads import PRESETS, build_layer
-from mambalaya.workloads.hybrid import hybrid_layer
+from mambalaya.workloads.families.bamba import hybrid_layer
 
 from test_hybrid_eval import SMALL as SMALL_HYBRID
 
@@ -115,11 +116,11 @@ def _undominated_by_definition(traffic, fp, steps, cycles, model, buffer) -> np.
 
 @pytest.mark.parametrize("seed", range(40))
 def test_the_pick_tables_dominance_filter_keeps_exactly_the_undominated(seed: int) -> None:
-    """model/picks.py drops, per segment, candidates another of the same steps, cycles and
+    """search/picks.py drops, per segment, candidates another of the same steps, cycles and
     on-chip Einsum bytes beats or equals; checked pairwise on random tables of several segments (filtered in one
     pass) full of ties (small integers), some with footprints too large for its float shortcut
     (then 64-bit integers, or integer ranks), some with class numbers beyond 16 bits."""
-    from mambalaya.model import picks
+    from mambalaya.search import picks
 
     rng = np.random.default_rng(seed)
     tilings = int(rng.integers(1, 30))

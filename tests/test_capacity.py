@@ -14,7 +14,7 @@ from mambalaya.arch import load_arch, with_settings
 from mambalaya.cli import app
 from mambalaya.experiments.evaluate import evaluate, model_memory_need, require_fits, resolve_policy
 from mambalaya.experiments.reproduce import DESIGNS, ReproduceConfig
-from mambalaya.model.capacity import (CapacityError, check_fits, devices_to_hold, is_kv_cache, memory_need,
+from mambalaya.cost.capacity import (CapacityError, check_fits, devices_to_hold, is_kv_cache, memory_need,
                                       state_bytes)
 from mambalaya.workloads import PRESETS, build_layer
 

@@ -1,5 +1,5 @@
 """The search takes each picked group's traffic and latency from its closed forms
-(model/candidates.py) instead of re-costing it with the general model. These tests check that
+(search/candidates.py) instead of re-costing it with the general model. These tests check that
 the two agree on candidates of every shipped layer kind, and that a disagreement makes the
 search fall back to re-costing every pick rather than return a mis-costed mapping."""
 
@@ -14,13 +14,13 @@ from hypothesis import strategies as st
 
 from mambalaya.arch import load_arch
 from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group, footprint_bytes
-from mambalaya.model import candidates, picks, search
-from mambalaya.model.latency import combine, group_seconds, onchip_seconds
-from mambalaya.model.search import named_mapping
-from mambalaya.model.buffer import group_buffer_accesses
-from mambalaya.model.traffic import group_traffic
+from mambalaya.search import candidates, picks, mappings as search
+from mambalaya.cost.latency import combine, group_seconds, onchip_seconds
+from mambalaya.search.mappings import named_mapping
+from mambalaya.cost.buffer import group_buffer_accesses
+from mambalaya.cost.traffic import group_traffic
 from mambalaya.workloads import PRESETS, build_layer
-from mambalaya.workloads.hybrid import hybrid_layer
+from mambalaya.workloads.families.bamba import hybrid_layer
 
 from test_hybrid_eval import SMALL as SMALL_HYBRID
 
@@ -183,7 +183,7 @@ def test_a_footprint_the_closed_forms_underestimate_is_searched_again(monkeypatc
                          + [("mamba1", "mambalaya", 64 << 20), ("mamba1", "geens-ideal", 8 << 20)])
 def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(layer: str, arch_name, buffer: int,
                                                                             monkeypatch) -> None:
-    """The optimal search picks its segments together (model/picks.py); with its pick table
+    """The optimal search picks its segments together (search/picks.py); with its pick table
     filtered from its first row, in many small passes, never, or as it grows, and with one
     search per segment, it gives the same mapping and the same count of candidates searched."""
     arch = load_arch(arch_name) if arch_name else None
@@ -211,10 +211,10 @@ def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(lay
 
 @pytest.mark.parametrize("overlap", [True, False])
 def test_batched_latencies_are_combines_floats(overlap: bool) -> None:
-    """model/picks.py computes the latency of many rows at once; its latencies are the very
+    """search/picks.py computes the latency of many rows at once; its latencies are the very
     floats ``combine`` gives."""
-    from mambalaya.model import picks
-    from mambalaya.model.latency import combine
+    from mambalaya.search import picks
+    from mambalaya.cost.latency import combine
 
     arch = load_arch("mambalaya")
     arch = arch.model_copy(update={"memory": arch.memory.model_copy(update={"overlap_compute_and_memory": overlap})})
@@ -292,8 +292,8 @@ def test_a_pick_the_general_model_cannot_count_gives_way_to_the_next(monkeypatch
     """Attention's reads of V need every tile enumerated for some tilings; past the model's
     enumeration limit (here made tiny, as a length of 2^40 makes it) the search takes the next
     candidate instead of failing, and the mapping it returns is costed by the general model."""
-    from mambalaya.model import traffic
-    from mambalaya.model.latency import layer_latency
+    from mambalaya.cost import traffic
+    from mambalaya.cost.latency import layer_latency
 
     monkeypatch.setattr(traffic, "MAX_ENUMERATED_TILES", 8)
     arch = load_arch("mambalaya")
@@ -330,10 +330,10 @@ def test_an_uncountable_tiling_of_a_tensor_with_an_initial_value_costs_infinity_
 def test_overlapping_reads_have_exact_closed_forms(name: str, cascade) -> None:
     """Reads whose tile boxes overlap (the chunked scan's position-view tensors read as
     ``U[Q*c+q]``, a length that is no multiple of the chunk; rotary's mirrored index) are counted
-    per combination of the tiles of the ranks they depend on (mambalaya.model.irregular_reads):
+    per combination of the tiles of the ranks they depend on (mambalaya.search.irregular_reads):
     the closed-form traffic of such segments equals the general model's to the bit, residency
     options included, and most of them are picked in the batched pass."""
-    from mambalaya.model.irregular_reads import irregular_ranks
+    from mambalaya.search.irregular_reads import irregular_ranks
 
     names = [e.name for e in cascade.einsums]
     rng = random.Random(3)
@@ -366,7 +366,7 @@ def test_overlapping_reads_have_exact_closed_forms(name: str, cascade) -> None:
 def test_distinct_rows_are_numpys_unique_rows(columns) -> None:
     """The buffer closed forms count each distinct combination of tiles once
     (model.buffer.distinct_rows): the same rows, order and inverse as ``np.unique(axis=0)``."""
-    from mambalaya.model.buffer import distinct_rows
+    from mambalaya.cost.buffer import distinct_rows
 
     cols = [np.array(c, dtype=np.int64) for c in columns]
     rows, where = distinct_rows(cols)

@@ -1,5 +1,5 @@
 """Every field of the transformers config classes mambalaya reads is read, refused, or listed with
-the reason it cannot change a layer (mambalaya.workloads.hf_fields), and each table says the truth:
+the reason it cannot change a layer (mambalaya.workloads.hf.fields), and each table says the truth:
 
 * the tables cover every dataclass field of ``BambaConfig``, ``MambaConfig`` and
   ``Mamba2Config``, every key their ``to_dict()`` writes, and every ``config.<name>`` (or
@@ -25,8 +25,8 @@ import pytest
 
 from mambalaya.einsum import dump_cascade
 from mambalaya.errors import SpecError
-from mambalaya.workloads.attention import attention_constants
-from mambalaya.workloads.hf_fields import (
+from mambalaya.workloads.blocks.attention import attention_constants
+from mambalaya.workloads.hf.fields import (
     BAMBA_DEFAULTS,
     BAMBA_FIELDS,
     MAMBA1_DEFAULTS,
@@ -40,12 +40,12 @@ from mambalaya.workloads.hf_fields import (
     TRANSFORMERS_VERSION,
     ConfigFields,
 )
-from mambalaya.workloads.hf_loader import WeightLoadError
-from mambalaya.workloads.hf_weights import load_mamba1_config
-from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
-from mambalaya.workloads.hybrid import hybrid_config_from_hf, hybrid_layer, rope_from_hf
-from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
-from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
+from mambalaya.workloads.hf.loader import WeightLoadError
+from mambalaya.workloads.hf.weights import load_mamba1_config
+from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_config
+from mambalaya.workloads.families.bamba import hybrid_config_from_hf, hybrid_layer, rope_from_hf
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 
 requires_hf = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,

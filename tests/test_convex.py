@@ -1,5 +1,5 @@
 """The optimal search over groups that are not contiguous in the cascade's order: connected
-convex groups (mambalaya.model.convex), exact against every set partition of small branched
+convex groups (mambalaya.search.convex), exact against every set partition of small branched
 cascades, each group tiled by exhaustive enumeration."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ import pytest
 from mambalaya.arch import load_arch
 from mambalaya.einsum import loads_cascade
 from mambalaya.fusion.mapping import FusionGroup, Mapping, MappingError, check_mapping, group_order
-from mambalaya.model import convex, search
-from mambalaya.model.convex import convex_space
-from mambalaya.model.latency import layer_latency
-from mambalaya.model.search import named_mapping, optimal
-from mambalaya.model.traffic import mapping_traffic
+from mambalaya.search import convex, mappings as search
+from mambalaya.search.convex import convex_space
+from mambalaya.cost.latency import layer_latency
+from mambalaya.search.mappings import named_mapping, optimal
+from mambalaya.cost.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer
 
 from test_search import brute_force_group
@@ -175,7 +175,7 @@ def test_the_tiled_executor_runs_the_non_contiguous_grouping_and_moves_the_bytes
     import numpy as np
 
     from mambalaya.execute import execute, run_tiled
-    from mambalaya.model.buffer import group_buffer_accesses
+    from mambalaya.cost.buffer import group_buffer_accesses
 
     c = loads_cascade(BRANCHED)
     m = optimal(c, 256)
@@ -215,7 +215,7 @@ def test_the_chunked_ssd_s_best_grouping_is_not_contiguous(monkeypatch) -> None:
 
 @pytest.mark.parametrize("objective", ["energy", "edp"])
 def test_the_convex_search_is_never_worse_for_energy_or_edp(objective: str, monkeypatch) -> None:
-    from mambalaya.model.energy import layer_energy
+    from mambalaya.cost.energy import layer_energy
 
     arch = load_arch("mambalaya")
 
@@ -237,7 +237,7 @@ def test_the_convex_search_is_never_worse_for_energy_or_edp(objective: str, monk
 def _every_group_costed(c, space, buffer, arch):
     import numpy as np
 
-    from mambalaya.model import convex_search
+    from mambalaya.search import convex_search
 
     costed = convex_search._Costed(c, space, buffer, None, arch, "latency")
     costed.add(np.arange(space.masks.size))
@@ -247,14 +247,14 @@ def _every_group_costed(c, space, buffer, arch):
 @pytest.mark.parametrize("arch_name", ["mambalaya", "gpu-h100", None])
 @pytest.mark.parametrize("phase", ["prefill", "decode"])
 def test_the_lazy_search_equals_costing_every_group_and_its_bounds_hold(arch_name, phase) -> None:
-    """Costing only the groups the lower bounds cannot rule out (mambalaya.model.convex_search)
+    """Costing only the groups the lower bounds cannot rule out (mambalaya.search.convex_search)
     chooses exactly what costing every connected convex group chooses, on a Mamba-1 layer and
     on designs with and without kernel floors and staging levels; and every bound is at most
     the cost the search finds for its group."""
     import numpy as np
 
-    from mambalaya.model import convex_search
-    from mambalaya.model.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
+    from mambalaya.search import convex_search
+    from mambalaya.search.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
 
     arch = None if arch_name is None else load_arch(arch_name)
     buffer = 1 << 20
@@ -285,7 +285,7 @@ def test_the_tie_programme_reads_only_the_pairs_within_the_tie_and_chooses_the_s
     gpu-h100 here, keeping only the pairs of the shortest paths would choose otherwise.)"""
     import numpy as np
 
-    from mambalaya.model import convex_search
+    from mambalaya.search import convex_search
 
     arch = load_arch(arch_name)
     c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=1000, batch=4)
@@ -301,7 +301,7 @@ def test_the_tie_programme_reads_only_the_pairs_within_the_tie_and_chooses_the_s
 def test_a_bound_that_lies_would_change_the_choice(monkeypatch) -> None:
     """The exactness test can fail: bounds above the costs (every group's bound times 5) rule
     out groups the best grouping needs."""
-    from mambalaya.model import convex_search
+    from mambalaya.search import convex_search
 
     arch = load_arch("mambalaya")
     c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=8)
@@ -318,7 +318,7 @@ def test_beyond_the_default_limits_optimal_convex_still_searches_every_group(mon
     Mamba-2 layers: 10,584 recurrent, 103,636 chunked), ``optimal`` keeps to contiguous groups
     and names ``optimal-convex``, which searches them all and finds what the convex search
     finds within the limits. Here the limit is lowered below a Mamba-1 layer's 855 groups."""
-    from mambalaya.model import convex_search
+    from mambalaya.search import convex_search
 
     arch = load_arch("mambalaya")
     layer = lambda: build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=8)  # noqa: E731
@@ -372,8 +372,8 @@ def test_the_lazy_contiguous_search_rules_segments_out_and_needs_true_bounds(mon
     costing them and changes the choice, so the test above can fail."""
     import numpy as np
 
-    from mambalaya.model import convex_search
-    from mambalaya.model.convex import contiguous_space
+    from mambalaya.search import convex_search
+    from mambalaya.search.convex import contiguous_space
 
     arch = load_arch("mambalaya")
     every, all_costed = _contiguous("mamba2-130m", "prefill", arch, 32 << 20, lazy=False, monkeypatch=monkeypatch,

@@ -13,11 +13,11 @@ import pytest
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads import PRESETS, build_layer, load_model_config, resolve_model
-from mambalaya.workloads.attention import cache_from_hf
-from mambalaya.workloads.families import run_family_layer
-from mambalaya.workloads.hf_weights_families import load_nemotron_h_layer
-from mambalaya.workloads.hf_weights_mamba2 import mamba2_states_from_hf
-from mambalaya.workloads.nemotron_h import (
+from mambalaya.workloads.blocks.attention import cache_from_hf
+from mambalaya.workloads.families.base import run_family_layer
+from mambalaya.workloads.hf.weights_families import load_nemotron_h_layer
+from mambalaya.workloads.hf.weights_mamba2 import mamba2_states_from_hf
+from mambalaya.workloads.families.nemotron_h import (
     PUBLISHED_PARAMETERS_B as NH_PUBLISHED,
     NemotronHModel,
     nemotron_h_config_from_hf,
@@ -114,7 +114,7 @@ def test_nemotron_h_layers_match_transformers(nemotron_reference: dict, scan: st
 def test_nemotron_h_wrong_mixer_would_fail(nemotron_reference: dict) -> None:
     """The comparison can fail: a gated SiLU MLP (Bamba's) in place of the squared ReLU, or the
     attention with a rotary embedding, is far from transformers' output."""
-    from mambalaya.workloads.attention import AttentionConfig, attention_layer, attention_constants
+    from mambalaya.workloads.blocks.attention import AttentionConfig, attention_layer, attention_constants
     from mambalaya.execute import execute
 
     config = nemotron_h_config_from_hf(nemotron_reference["config"])
@@ -123,7 +123,7 @@ def test_nemotron_h_wrong_mixer_would_fail(nemotron_reference: dict) -> None:
     w = load_nemotron_h_layer(nemotron_reference["state_dict"], 1, config)
     roped = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, partial_rotary_factor=1.0)
     c = attention_layer(roped, batch=x.shape[0], seq_len=x.shape[1])
-    from mambalaya.workloads.attention import weights_from_projections
+    from mambalaya.workloads.blocks.attention import weights_from_projections
 
     sd = nemotron_reference["state_dict"]
     wr = weights_from_projections(roped, norm=sd["layers.1.norm.weight"], q_proj=sd["layers.1.mixer.q_proj.weight"],
@@ -240,9 +240,9 @@ def test_olmo_hybrid_layers_match_transformers(olmo_reference: dict, scan: str, 
     QK-norm, no rotary, post-norm), config.json and weights through our reader and loader: the
     output of a prefill of 8 tokens and 3 decode steps equals transformers' within 1e-5, and the
     carried conv + recurrent states and the KV cache (normalised keys, values) equal its cache."""
-    from mambalaya.workloads.hf_weights_families import load_olmo_hybrid_layer
-    from mambalaya.workloads.hf_weights_gdn import gdn_state_from_hf
-    from mambalaya.workloads.olmo_hybrid import olmo_hybrid_config_from_hf
+    from mambalaya.workloads.hf.weights_families import load_olmo_hybrid_layer
+    from mambalaya.workloads.hf.weights_gdn import gdn_state_from_hf
+    from mambalaya.workloads.families.olmo_hybrid import olmo_hybrid_config_from_hf
 
     config = olmo_hybrid_config_from_hf(olmo_reference["config"])
     config = config.model_copy(update={"mixer": config.mixer.model_copy(update={"chunk_size": 4})})
@@ -261,8 +261,8 @@ def test_olmo_hybrid_layers_match_transformers(olmo_reference: dict, scan: str, 
 def test_olmo_hybrid_post_norm_matters(olmo_reference: dict) -> None:
     """The comparison can fail: without the attention's post-norm (its weight all ones and the
     norm skipped is not the same) the output is far from transformers'."""
-    from mambalaya.workloads.hf_weights_families import load_olmo_hybrid_layer
-    from mambalaya.workloads.olmo_hybrid import olmo_hybrid_config_from_hf
+    from mambalaya.workloads.hf.weights_families import load_olmo_hybrid_layer
+    from mambalaya.workloads.families.olmo_hybrid import olmo_hybrid_config_from_hf
 
     config = olmo_hybrid_config_from_hf(olmo_reference["config"])
     weights = load_olmo_hybrid_layer(olmo_reference["state_dict"], 1, config)
@@ -278,7 +278,7 @@ def test_olmo_hybrid_7b_parameters() -> None:
     and the published 7B within 7%."""
     from transformers.models.olmo_hybrid.configuration_olmo_hybrid import OlmoHybridConfig
     from transformers.models.olmo_hybrid.modeling_olmo_hybrid import OlmoHybridModel as HFModel
-    from mambalaya.workloads.olmo_hybrid import PUBLISHED_PARAMETERS_B, olmo_hybrid_config_from_hf
+    from mambalaya.workloads.families.olmo_hybrid import PUBLISHED_PARAMETERS_B, olmo_hybrid_config_from_hf
 
     cfg = PRESETS["olmo-hybrid-7b"]
     hf = OlmoHybridConfig()
@@ -289,7 +289,7 @@ def test_olmo_hybrid_7b_parameters() -> None:
 
 
 def test_olmo_hybrid_refusals() -> None:
-    from mambalaya.workloads.olmo_hybrid import olmo_hybrid_config_from_hf
+    from mambalaya.workloads.families.olmo_hybrid import olmo_hybrid_config_from_hf
 
     base = {"model_type": "olmo_hybrid", "hidden_size": 32, "num_hidden_layers": 4, "num_attention_heads": 4,
             "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
@@ -403,8 +403,8 @@ def test_falcon_h1_parallel_layer_matches_transformers(falcon_reference: dict, s
     loader, the config.json through our reader: the output of a prefill of 8 tokens and 3 decode
     steps equals transformers' within 1e-5, and the carried conv + SSM states and the KV cache
     equal transformers' cache after every step; with and without the mixer's gated RMSNorm."""
-    from mambalaya.workloads.falcon_h1 import falcon_h1_config_from_hf, multipliers_from_hf
-    from mambalaya.workloads.hf_weights_families import load_falcon_h1_layer
+    from mambalaya.workloads.families.falcon_h1 import falcon_h1_config_from_hf, multipliers_from_hf
+    from mambalaya.workloads.hf.weights_families import load_falcon_h1_layer
 
     data = falcon_reference["config"]
     config = falcon_h1_config_from_hf(data)
@@ -421,8 +421,8 @@ def test_falcon_h1_parallel_layer_matches_transformers(falcon_reference: dict, s
 def test_falcon_h1_multipliers_matter(falcon_reference: dict) -> None:
     """The comparison can fail: the same weights without the multipliers folded in are far from
     transformers' output."""
-    from mambalaya.workloads.falcon_h1 import falcon_h1_config_from_hf, multipliers_from_hf
-    from mambalaya.workloads.hf_weights_families import load_falcon_h1_layer
+    from mambalaya.workloads.families.falcon_h1 import falcon_h1_config_from_hf, multipliers_from_hf
+    from mambalaya.workloads.hf.weights_families import load_falcon_h1_layer
 
     config = falcon_h1_config_from_hf(falcon_reference["config"])
     layer = falcon_reference["layers"][0]
@@ -438,7 +438,7 @@ def test_falcon_h1_7b_parameters() -> None:
     """falcon-h1-7b: our count = transformers' FalconH1Model + LM head on the meta device from
     the same config, and the published 7B within 10%."""
     from transformers.models.falcon_h1.modeling_falcon_h1 import FalconH1Model as HFModel
-    from mambalaya.workloads.falcon_h1 import PUBLISHED_PARAMETERS_B, falcon_h1_config_from_hf
+    from mambalaya.workloads.families.falcon_h1 import PUBLISHED_PARAMETERS_B, falcon_h1_config_from_hf
 
     cfg = PRESETS["falcon-h1-7b"]
     hf = _falcon_hf_config(hidden_size=3072, num_hidden_layers=44, num_attention_heads=12, num_key_value_heads=2,
@@ -451,7 +451,7 @@ def test_falcon_h1_7b_parameters() -> None:
 
 
 def test_falcon_h1_refusals() -> None:
-    from mambalaya.workloads.falcon_h1 import falcon_h1_config_from_hf
+    from mambalaya.workloads.families.falcon_h1 import falcon_h1_config_from_hf
 
     base = {"model_type": "falcon_h1", "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
             "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 48, "mamba_d_ssm": 64, "mamba_n_heads": 8,

@@ -14,7 +14,7 @@ from mambalaya.report.diagram import (
     layout_cascade,
     tensor_category,
 )
-from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+from mambalaya.workloads.blocks.mamba1 import PRESETS, mamba1_layer
 
 
 @pytest.fixture(scope="module")

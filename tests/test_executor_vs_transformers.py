@@ -15,8 +15,8 @@ pytest.importorskip("transformers")
 from hf_reference import run_hf_mamba1_block  # noqa: E402
 
 from mambalaya.execute import carry_states, execute  # noqa: E402
-from mambalaya.workloads.hf_weights import load_mamba1_layer  # noqa: E402
-from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer  # noqa: E402
+from mambalaya.workloads.hf.weights import load_mamba1_layer  # noqa: E402
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer  # noqa: E402
 
 
 def rel_err(ours: np.ndarray, ref: np.ndarray) -> float:

@@ -18,10 +18,10 @@ from mambalaya.arch.quantities import (AREA_UM2_RANGE, BYTES_PER_CYCLE_RANGE, CL
 from mambalaya.cli import app
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import evaluate
-from mambalaya.model.area import leakage_w
-from mambalaya.model.energy import PowerBudgetError, layer_energy
-from mambalaya.model.latency import NonFiniteResult, layer_latency
-from mambalaya.model.search import named_mapping
+from mambalaya.cost.area import leakage_w
+from mambalaya.cost.energy import PowerBudgetError, layer_energy
+from mambalaya.cost.latency import NonFiniteResult, layer_latency
+from mambalaya.search.mappings import named_mapping
 from mambalaya.workloads import PRESETS, build_layer
 
 runner = CliRunner()

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from mambalaya.cli import app
 from mambalaya.fusion.edges import classify_edges, fusion_class
-from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+from mambalaya.workloads.blocks.mamba1 import PRESETS, mamba1_layer
 
 
 def edges_by_key(phase="prefill"):

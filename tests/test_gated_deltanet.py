@@ -16,9 +16,9 @@ from mambalaya.errors import SpecError
 from mambalaya.execute import carry_states, execute
 from mambalaya.fusion.edges import FUSION_CLASSES, classify_edges
 from mambalaya.workloads import PRESETS, build_layer, load_model_config, resolve_model
-from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_constants, gdn_layer, parse_gdn_config
-from mambalaya.workloads.hf_weights_gdn import gdn_config_from_hf, gdn_state_from_hf, gdn_weights
-from mambalaya.workloads.olmo_hybrid import OlmoHybridModel
+from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_constants, gdn_layer, parse_gdn_config
+from mambalaya.workloads.hf.weights_gdn import gdn_config_from_hf, gdn_state_from_hf, gdn_weights
+from mambalaya.workloads.families.olmo_hybrid import OlmoHybridModel
 
 #: Worst relative error (max |ours - theirs| / max |theirs|) allowed against transformers in float32.
 TOL = 5e-6
@@ -188,7 +188,7 @@ def test_every_edge_is_classified_and_the_text_round_trips(scan: str, phase: str
 
 
 def test_the_tiling_search_keeps_a_contracted_state_whole() -> None:
-    from mambalaya.model.candidates import tileable_ranks
+    from mambalaya.search.candidates import tileable_ranks
 
     c = gdn_layer(PRESETS["olmo-hybrid"], batch=2, seq_len=1, phase="decode")
     assert "N" not in tileable_ranks(c, ["H"]) and "P" in tileable_ranks(c, ["H"])
@@ -285,9 +285,9 @@ def test_the_tiled_executor_runs_searched_mappings_and_moves_the_bytes_the_model
     """Each named mapping at a few buffers: outputs equal the untiled run, and the off-chip and
     buffer bytes the tiled run moves equal the model's, its on-chip peak within the footprint."""
     from mambalaya.execute import run_tiled
-    from mambalaya.model.buffer import group_buffer_accesses
-    from mambalaya.model.search import named_mapping
-    from mambalaya.model.traffic import mapping_traffic
+    from mambalaya.cost.buffer import group_buffer_accesses
+    from mambalaya.search.mappings import named_mapping
+    from mambalaya.cost.traffic import mapping_traffic
 
     cfg = GatedDeltaNetConfig(d_model=12, layer_types=("linear_attention",) * 2 + ("full_attention",),
                               num_k_heads=2, num_v_heads=4, k_head_dim=4, v_head_dim=3, chunk_size=4, d_ff=8,
@@ -370,7 +370,7 @@ def test_cascade_show_with_reference_kernels() -> None:
 
 def test_the_ssm_ri_mapping_names_the_region_it_fuses() -> None:
     """ssm-ri's description names the cascade's own ssm region, not Mamba-1's tensors."""
-    from mambalaya.model.search import named_mapping
+    from mambalaya.search.mappings import named_mapping
 
     c = build_layer(PRESETS["olmo-hybrid"], phase="prefill", seq_len=64, batch=1)
     m = named_mapping("ssm-ri", c, None)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from mambalaya.fusion.group_analysis import analyse
 from mambalaya.fusion.mapping import FusionGroup, intermediates, register_resident, tensors_read, tensors_written
-from mambalaya.model.candidates import tileable_ranks, widened_ranks
+from mambalaya.search.candidates import tileable_ranks, widened_ranks
 from mambalaya.workloads import PRESETS, build_layer
 
 

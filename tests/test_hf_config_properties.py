@@ -29,7 +29,7 @@ from pydantic import BaseModel
 
 from mambalaya.errors import MambalayaError
 from mambalaya.workloads import load_model_config
-from mambalaya.workloads.hf_config import MAX_LAYERS, ConfigFile
+from mambalaya.workloads.hf.config import MAX_LAYERS, ConfigFile
 
 INF = {"__float__": "Infinity"}  # how transformers' save_pretrained writes float("inf")
 
@@ -287,8 +287,8 @@ def test_wrong_types_are_refused_naming_the_field(tmp_path: Path, family: str, c
 
 
 def test_encoded_floats_in_a_dict_are_decoded_and_infinite_only_where_transformers_allows() -> None:
-    from mambalaya.workloads.hybrid import hybrid_config_from_hf
-    from mambalaya.workloads.nemotron_h import nemotron_h_config_from_hf
+    from mambalaya.workloads.families.bamba import hybrid_config_from_hf
+    from mambalaya.workloads.families.nemotron_h import nemotron_h_config_from_hf
 
     assert hybrid_config_from_hf(BASES["bamba"]).n_layers == 3
     assert nemotron_h_config_from_hf(BASES["nemotron_h"]).n_layers == 4
@@ -308,14 +308,14 @@ def test_a_non_text_encoded_float_in_a_file_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_non_text_encoded_float_in_a_dict_is_refused() -> None:
-    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+    from mambalaya.workloads.hf.config_moe import moe_config_from_hf
 
     with pytest.raises(MambalayaError, match="field hidden_size must be a positive integer, not {'__float__': \\[\\]}"):
         moe_config_from_hf({**BASES["jamba"], "hidden_size": {"__float__": []}})
 
 
 def test_a_huge_integer_in_a_dict_is_named_not_printed() -> None:
-    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+    from mambalaya.workloads.hf.config_moe import moe_config_from_hf
 
     with pytest.raises(MambalayaError, match=r"field hidden_size is <an integer of about 5,001 digits>, more than"):
         moe_config_from_hf({**BASES["jamba"], "hidden_size": 10**5000})

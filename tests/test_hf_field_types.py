@@ -9,8 +9,10 @@ import warnings
 
 import pytest
 
-from mambalaya.workloads import falcon_h1, hf_config_moe, hf_fields, nemotron_h, olmo_hybrid, zamba2
-from mambalaya.workloads.hf_field_types import INERT_FIELD_TYPES, field_type_problem
+from mambalaya.workloads.families import falcon_h1, nemotron_h, olmo_hybrid, zamba2
+
+from mambalaya.workloads.hf import config_moe as hf_config_moe, fields as hf_fields
+from mambalaya.workloads.hf.field_types import INERT_FIELD_TYPES, field_type_problem
 
 transformers = pytest.importorskip("transformers")
 

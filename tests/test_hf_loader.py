@@ -10,9 +10,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mambalaya.workloads.hf_loader import LayerKeys, WeightLoadError, read_layer
-from mambalaya.workloads.hf_weights import WeightLoadError as Mamba1WeightLoadError
-from mambalaya.workloads.hf_weights import load_mamba1_layer
+from mambalaya.workloads.hf.loader import LayerKeys, WeightLoadError, read_layer
+from mambalaya.workloads.hf.weights import WeightLoadError as Mamba1WeightLoadError
+from mambalaya.workloads.hf.weights import load_mamba1_layer
 
 D, E, N, R, K, F = 8, 16, 4, 2, 4, 24
 

@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from mambalaya.errors import MambalayaError  # noqa: E402
-from mambalaya.workloads.hf_weights import (  # noqa: E402
+from mambalaya.workloads.hf.weights import (  # noqa: E402
     WEIGHT_NAMES,
     WeightLoadError,
     load_mamba1_config,

@@ -30,13 +30,13 @@ def _saved(tmp_path: Path, config: Any) -> Path:
 
 def _from_dict(family: str) -> Callable[[dict], Any]:
     """The reader a config dict of ``family`` goes to (load_model_config's, without the file)."""
-    from mambalaya.workloads.dense_families import family_config_from_hf
-    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
-    from mambalaya.workloads.hf_weights import load_mamba1_config
-    from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
-    from mambalaya.workloads.hybrid import hybrid_config_from_hf
-    from mambalaya.workloads.mamba1 import Mamba1Config
-    from mambalaya.workloads.mamba2 import Mamba2Config
+    from mambalaya.workloads.families.dense import family_config_from_hf
+    from mambalaya.workloads.hf.config_moe import moe_config_from_hf
+    from mambalaya.workloads.hf.weights import load_mamba1_config
+    from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_config
+    from mambalaya.workloads.families.bamba import hybrid_config_from_hf
+    from mambalaya.workloads.blocks.mamba1 import Mamba1Config
+    from mambalaya.workloads.blocks.mamba2 import Mamba2Config
 
     return {"mamba": lambda d: Mamba1Config(**load_mamba1_config(d)),
             "mamba2": lambda d: Mamba2Config(**load_mamba2_config(d)),

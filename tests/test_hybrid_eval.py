@@ -16,7 +16,7 @@ from mambalaya.experiments.hybrid import evaluate_hybrid, layer_mapping
 from mambalaya.experiments.sweep import SweepSpec, evaluate_point
 from mambalaya.arch import load_arch
 from mambalaya.workloads import build_layer, resolve_model
-from mambalaya.workloads.hybrid import HybridConfig
+from mambalaya.workloads.families.bamba import HybridConfig
 
 runner = CliRunner()
 
@@ -44,10 +44,10 @@ def test_whole_model_latency_is_the_sum_over_layer_types(phase: str) -> None:
 def test_an_unfused_hybrid_layer_costs_its_mixer_and_mlp_blocks_run_apart() -> None:
     """Unfused, a hybrid layer (one chained cascade) costs exactly what its Mamba-2 and MLP
     blocks cost as separate cascades: an independent check of the chaining and the sum."""
-    from mambalaya.model.latency import layer_latency
-    from mambalaya.model.search import named_mapping
-    from mambalaya.workloads.mamba2 import mamba2_layer
-    from mambalaya.workloads.mlp import mlp_layer
+    from mambalaya.cost.latency import layer_latency
+    from mambalaya.search.mappings import named_mapping
+    from mambalaya.workloads.blocks.mamba2 import mamba2_layer
+    from mambalaya.workloads.blocks.mlp import mlp_layer
 
     spec = load_arch("marca-ideal")
     ev = evaluate_hybrid(spec, "small", SMALL, phase="prefill", seq_len=256, batch=2, scan="recurrent",
@@ -181,7 +181,7 @@ def test_reproduce_hybrid_suite_writes_tables_figures_and_reports(tmp_path) -> N
 def test_commands_that_cover_mamba_models_only_say_so_for_a_hybrid(tmp_path) -> None:
     from mambalaya.errors import SpecError
     from mambalaya.specio import parse_yaml_text
-    from mambalaya.workloads.attention import AttentionConfig, attention_layer
+    from mambalaya.workloads.blocks.attention import AttentionConfig, attention_layer
     from mambalaya.workloads.precision import apply_policy, cascade_family
 
     only_mamba = HybridConfig(**{**SMALL.model_dump(), "layer_types": ("mamba", "mamba")})

@@ -13,9 +13,9 @@ from mambalaya.einsum import dump_cascade, loads_cascade
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.errors import SpecError
 from mambalaya.execute import carry_states, execute
-from mambalaya.model.search import named_mapping
-from mambalaya.model.traffic import mapping_traffic
-from mambalaya.workloads.attention import (
+from mambalaya.search.mappings import named_mapping
+from mambalaya.cost.traffic import mapping_traffic
+from mambalaya.workloads.blocks.attention import (
     CACHE_IN,
     CACHE_OUT,
     AttentionConfig,
@@ -26,9 +26,9 @@ from mambalaya.workloads.attention import (
     parse_attention_config,
     weights_from_projections,
 )
-from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_layer
-from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
-from mambalaya.workloads.mlp import MLPConfig, mlp_layer
+from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_layer
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
+from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 
 requires_hf = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
@@ -233,7 +233,7 @@ def test_bad_attention_configs_name_the_field() -> None:
 _ATT = AttentionConfig(d_model=16, n_heads=4, n_kv_heads=2, partial_rotary_factor=0.5)
 #: A tiny Bamba-shaped model whose attention block is _ATT, for whole hybrid layers (mixer + MLP).
 def _tiny_hybrid():
-    from mambalaya.workloads.hybrid import HybridConfig
+    from mambalaya.workloads.families.bamba import HybridConfig
 
     return HybridConfig(d_model=16, layer_types=("mamba", "attention"), d_ff=12, n_heads=4, n_kv_heads=2,
                         mamba_heads=4, mamba_headdim=8, mamba_d_state=2, mamba_chunk_size=2, mamba_d_conv=3,
@@ -241,7 +241,7 @@ def _tiny_hybrid():
 
 
 def hybrid_layer_for_tiles(layer_type: str, phase: str, seq_len: int):
-    from mambalaya.workloads.hybrid import hybrid_layer as build
+    from mambalaya.workloads.families.bamba import hybrid_layer as build
 
     return build(_tiny_hybrid(), layer_type, batch=1, seq_len=seq_len, phase=phase)
 
@@ -266,7 +266,7 @@ def _tiled_arrays(key: str) -> dict[str, np.ndarray]:
     if start is not None:
         arrays.update(attention_constants(c, _ATT, start=start))
     if "A" in c.tensors:  # a Mamba mixer: a decaying SSM, and the chunked form's causal mask
-        from mambalaya.workloads.mamba2 import mamba2_constants
+        from mambalaya.workloads.blocks.mamba2 import mamba2_constants
 
         arrays["A"] = -np.abs(arrays["A"]) - 0.5
         arrays.update(mamba2_constants(c))
@@ -344,15 +344,15 @@ def test_tiled_executor_equals_the_model_on_random_legal_mappings() -> None:
 # --------------------------------------------------------------------------------------------
 
 from mambalaya.einsum.compose import chain_cascades  # noqa: E402
-from mambalaya.workloads.hf_weights_bamba import load_bamba_layer  # noqa: E402
-from mambalaya.workloads.hf_loader import WeightLoadError  # noqa: E402
-from mambalaya.workloads.hybrid import (  # noqa: E402
+from mambalaya.workloads.hf.weights_bamba import load_bamba_layer  # noqa: E402
+from mambalaya.workloads.hf.loader import WeightLoadError  # noqa: E402
+from mambalaya.workloads.families.bamba import (  # noqa: E402
     PRESETS as HYBRID_PRESETS,
     PUBLISHED_PARAMETERS_B,
     hybrid_config_from_hf,
     hybrid_layer,
 )
-from mambalaya.workloads.mamba2 import chunked_output_to_positions  # noqa: E402
+from mambalaya.workloads.blocks.mamba2 import chunked_output_to_positions  # noqa: E402
 
 
 @requires_hf
@@ -383,7 +383,7 @@ def test_whole_bamba_layers_from_the_loader_match_transformers(bamba_reference: 
                 state = state or {t: np.zeros(c.shape(t), dtype=np.float32) for t in ("CSX0", "CSB0", "CSC0", "H0")}
                 arrays = {"X": x, **weights, **state}
                 if "LM" in c.tensors:
-                    from mambalaya.workloads.mamba2 import mamba2_constants
+                    from mambalaya.workloads.blocks.mamba2 import mamba2_constants
 
                     arrays.update(mamba2_constants(c))
                 result = execute(c, arrays, dtype="float32")

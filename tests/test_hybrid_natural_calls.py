@@ -16,9 +16,9 @@ import pytest
 
 from mambalaya.errors import SpecError
 from mambalaya.execute.layers import run_hybrid_layer
-from mambalaya.workloads.attention import attention_constants, cache_from_hf, rotary_tables
-from mambalaya.workloads.hf_weights_bamba import load_bamba_layer
-from mambalaya.workloads.hybrid import HybridConfig, hybrid_config_from_hf, hybrid_inputs, hybrid_layer
+from mambalaya.workloads.blocks.attention import attention_constants, cache_from_hf, rotary_tables
+from mambalaya.workloads.hf.weights_bamba import load_bamba_layer
+from mambalaya.workloads.families.bamba import HybridConfig, hybrid_config_from_hf, hybrid_inputs, hybrid_layer
 
 requires_hf = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,

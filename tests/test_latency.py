@@ -8,10 +8,10 @@ from mambalaya.arch import load_arch, shipped_archs
 from mambalaya.einsum import loads_cascade
 from mambalaya.experiments.evaluate import evaluate
 from mambalaya.fusion.mapping import check_mapping, unfused_mapping
-from mambalaya.model.latency import latency_rows, layer_latency
-from mambalaya.model.search import named_mapping
-from mambalaya.model.traffic import mapping_traffic
-from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+from mambalaya.cost.latency import latency_rows, layer_latency
+from mambalaya.search.mappings import named_mapping
+from mambalaya.cost.traffic import mapping_traffic
+from mambalaya.workloads.blocks.mamba1 import PRESETS, mamba1_layer
 
 MAMBALAYA = load_arch("mambalaya")
 
@@ -113,7 +113,7 @@ def test_latency_never_increases_with_a_bigger_buffer() -> None:
     """The best latency can only improve when the buffer grows (the search space grows). The
     search returns the least-traffic mapping within LATENCY_TIE_TOLERANCE of that best, so the
     returned latency never rises by more than the tolerance."""
-    from mambalaya.model.search import LATENCY_TIE_TOLERANCE
+    from mambalaya.search.mappings import LATENCY_TIE_TOLERANCE
 
     c = mamba1_layer(PRESETS["mamba-370m"], batch=16, seq_len=4096)
     previous = None
@@ -164,7 +164,7 @@ def test_memoised_group_totals_and_checked_mappings_answer_for_the_group_and_map
     from dataclasses import replace
 
     from mambalaya.fusion.mapping import Mapping, MappingError
-    from mambalaya.model.latency import group_totals
+    from mambalaya.cost.latency import group_totals
 
     arch = load_arch("mambalaya")
     cascade = mamba1_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4)

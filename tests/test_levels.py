@@ -9,10 +9,10 @@ import pytest
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, with_settings
 from mambalaya.errors import SpecError
 from mambalaya.experiments.evaluate import evaluate
-from mambalaya.model import search
-from mambalaya.model.area import component_areas, leakage_w
-from mambalaya.model.energy import layer_energy, movement_pj_per_byte
-from mambalaya.model.latency import layer_level_seconds
+from mambalaya.search import mappings as search
+from mambalaya.cost.area import component_areas, leakage_w
+from mambalaya.cost.energy import layer_energy, movement_pj_per_byte
+from mambalaya.cost.latency import layer_level_seconds
 from mambalaya.workloads import PRESETS
 
 from test_closed_forms import _BUILDERS, _mapping_summary
@@ -125,7 +125,7 @@ def test_a_slower_level_never_makes_a_layer_faster() -> None:
 
 def test_a_pointwise_chain_s_register_carried_tiles_take_no_buffer_space() -> None:
     from mambalaya.fusion.mapping import FusionGroup, Loop, footprint_bytes, register_resident
-    from mambalaya.model.candidates import _footprint_at, cost_model
+    from mambalaya.search.candidates import _footprint_at, cost_model
     from mambalaya.workloads import build_layer
 
     c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2)

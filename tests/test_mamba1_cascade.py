@@ -11,7 +11,7 @@ from mambalaya.errors import SpecError
 from mambalaya.einsum import dump_cascade, loads_cascade
 from mambalaya.einsum.stats import cascade_stats, einsum_ops
 from mambalaya.execute import carry_states, execute
-from mambalaya.workloads.mamba1 import (
+from mambalaya.workloads.blocks.mamba1 import (
     PRESETS,
     PUBLISHED_PARAMETERS_M,
     WEIGHTS,

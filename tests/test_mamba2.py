@@ -13,15 +13,15 @@ import pytest
 from mambalaya.errors import SpecError
 from mambalaya.einsum import dump_cascade, loads_cascade
 from mambalaya.execute import carry_states, execute
-from mambalaya.workloads.hf_weights import WeightLoadError
-from mambalaya.workloads.hf_weights_mamba2 import (
+from mambalaya.workloads.hf.weights import WeightLoadError
+from mambalaya.workloads.hf.weights_mamba2 import (
     WEIGHT_NAMES,
     load_mamba2_config,
     load_mamba2_layer,
     mamba2_states_from_hf,
     mamba2_states_to_hf,
 )
-from mambalaya.workloads.mamba2 import (
+from mambalaya.workloads.blocks.mamba2 import (
     PRESETS,
     PUBLISHED_PARAMETERS_M,
     WEIGHTS,

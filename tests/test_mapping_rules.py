@@ -16,7 +16,7 @@ from mambalaya.fusion.mapping import (
     unfused_mapping,
 )
 from mambalaya.fusion.mapping_file import dump_mapping, load_mapping, mapping_from_dict, parse_bytes
-from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
 
 CFG = Mamba1Config(d_model=16, d_state=4)
 

@@ -33,8 +33,8 @@ def rel_err(ours: np.ndarray, ref: np.ndarray) -> float:
 
 def _run_all(ref: dict, family: str, scan: str | None = None, softmax: str = "three-pass") -> None:
     from mambalaya.execute.moe_layers import run_moe_family_layer
-    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
-    from mambalaya.workloads.hf_weights_moe import load_moe_family_layer
+    from mambalaya.workloads.hf.config_moe import moe_config_from_hf
+    from mambalaya.workloads.hf.weights_moe import load_moe_family_layer
 
     config = moe_config_from_hf(dict(ref["config"]))
     assert config.family == family
@@ -50,7 +50,7 @@ def _run_all(ref: dict, family: str, scan: str | None = None, softmax: str = "th
 
 
 def _check_state(config, k: int, state: dict, cache: dict) -> None:
-    from mambalaya.workloads.attention import cache_from_hf
+    from mambalaya.workloads.blocks.attention import cache_from_hf
 
     if "key" in cache:
         expected = cache_from_hf(config.attention(), cache["key"], cache["value"])
@@ -107,7 +107,7 @@ def test_granite_layers_match_transformers(granite_reference: dict, scan: str) -
 # cost: the routed work, the expert weights a pass reads, decode is weight-bound
 
 def _moe_cfg(**kw):
-    from mambalaya.workloads.moe import MoEConfig
+    from mambalaya.workloads.blocks.moe import MoEConfig
 
     return MoEConfig(**{"d_model": 64, "d_ff": 96, "n_experts": 16, "top_k": 2, "router": "softmax-topk", **kw})
 
@@ -116,7 +116,7 @@ def test_routed_einsums_count_only_the_selected_experts() -> None:
     """The experts' MACs are tokens*top_k*D*F per projection (not tokens*n_experts*...), the
     combine tokens*top_k*D; the router stays dense (every expert's logit, every comparison)."""
     from mambalaya.einsum.stats import cascade_stats
-    from mambalaya.workloads.moe import moe_layer
+    from mambalaya.workloads.blocks.moe import moe_layer
 
     b, L, d, f, n, k = 3, 5, 64, 96, 16, 2
     per = {r.name: r for r in cascade_stats(moe_layer(_moe_cfg(), batch=b, seq_len=L)).einsums}
@@ -129,9 +129,9 @@ def test_routed_einsums_count_only_the_selected_experts() -> None:
 @pytest.mark.parametrize("batch, read", [(1, 2), (4, 8), (8, 16), (64, 16)])
 def test_decode_reads_the_weights_of_min_experts_tokens_topk(batch: int, read: int) -> None:
     """Uniform routing: a decode step reads min(n_experts, batch*top_k) experts' weights, once."""
-    from mambalaya.model.search import named_mapping
-    from mambalaya.model.traffic import mapping_traffic
-    from mambalaya.workloads.moe import moe_layer
+    from mambalaya.search.mappings import named_mapping
+    from mambalaya.cost.traffic import mapping_traffic
+    from mambalaya.workloads.blocks.moe import moe_layer
 
     c = moe_layer(_moe_cfg(), batch=batch, seq_len=1, phase="decode")
     assert c.params["moe_experts_read"] == read
@@ -148,12 +148,12 @@ def test_moe_decode_is_weight_bound_on_the_experts_used() -> None:
     from mambalaya.arch import load_arch, with_settings
     from mambalaya.experiments.hybrid import evaluate_hybrid
     from mambalaya.workloads import PRESETS
-    from mambalaya.workloads.moe import moe_layer
+    from mambalaya.workloads.blocks.moe import moe_layer
 
     cfg = PRESETS["jamba-v0.1"]
     moe = moe_layer(cfg.moe(), batch=1, seq_len=1, phase="decode")
-    from mambalaya.model.search import named_mapping
-    from mambalaya.model.traffic import mapping_traffic
+    from mambalaya.search.mappings import named_mapping
+    from mambalaya.cost.traffic import mapping_traffic
 
     traffic = mapping_traffic(moe, named_mapping("unfused", moe, None))
     experts = sum(traffic.by_tensor[w][0] for w in ("WG", "WU", "WDN"))
@@ -169,7 +169,7 @@ def test_moe_decode_is_weight_bound_on_the_experts_used() -> None:
 def test_routing_histogram_file(tmp_path) -> None:
     """A histogram file sets the experts read (those with tokens, at most tokens*top_k); bad ones
     are one SpecError naming the entry."""
-    from mambalaya.workloads.moe import load_routing_histogram
+    from mambalaya.workloads.blocks.moe import load_routing_histogram
 
     good = tmp_path / "h.yaml"
     good.write_text("fractions: [0.5, 0.25, 0.25, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]\n")
@@ -198,7 +198,7 @@ def test_preset_parameters_match_published_and_transformers(name: str) -> None:
     built on the meta device from the same config (plus the LM head when untied)."""
     import torch
     import hf_reference_moe as hf
-    from mambalaya.workloads.moe_families import MOE_PRESETS, MOE_PUBLISHED_PARAMETERS_B
+    from mambalaya.workloads.families.jamba_granite import MOE_PRESETS, MOE_PUBLISHED_PARAMETERS_B
 
     cfg = MOE_PRESETS[name]
     assert round(cfg.model_parameters() / 1e9) == MOE_PUBLISHED_PARAMETERS_B[name][0]
@@ -213,7 +213,7 @@ def test_preset_parameters_match_published_and_transformers(name: str) -> None:
         config, model = hf.build_hf_model(cfg.family, **fields)
     head = 0 if cfg.tie_embeddings else cfg.vocab_size * cfg.d_model
     assert sum(p.numel() for p in model.parameters()) + head == cfg.model_parameters()
-    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+    from mambalaya.workloads.hf.config_moe import moe_config_from_hf
 
     assert moe_config_from_hf(config.to_dict()).model_copy(update={"norm_eps": cfg.norm_eps}).layer_types == cfg.layer_types
 
@@ -236,7 +236,7 @@ def test_granite_config_errors(tmp_path, change: dict, message: str) -> None:
 
 
 def test_unknown_model_type_is_refused() -> None:
-    from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+    from mambalaya.workloads.hf.config_moe import moe_config_from_hf
 
     with pytest.raises(SpecError, match="field model_type is 'mixtral'"):
         moe_config_from_hf({"model_type": "mixtral", **GRANITE_SMALL})

@@ -366,7 +366,7 @@ def test_affine_index_forms() -> None:
 
 
 def test_einsums_print_and_parse_back() -> None:
-    from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+    from mambalaya.workloads.blocks.mamba1 import PRESETS, mamba1_layer
 
     for phase in ("prefill", "decode"):
         c = mamba1_layer(PRESETS["mamba-130m"], batch=2, seq_len=5, phase=phase)

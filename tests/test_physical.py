@@ -11,7 +11,7 @@ from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, shipped_arch
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.equal_area import MARCA_MEMORY_SHARE, array_shape, split_design
 from mambalaya.experiments.evaluate import evaluate
-from mambalaya.model.area import area_rows, component_areas, leakage_w, total_area_mm2
+from mambalaya.cost.area import area_rows, component_areas, leakage_w, total_area_mm2
 from mambalaya.workloads import PRESETS
 
 H100_LIKE = ("mambalaya", "marca-ideal", "geens-ideal")

@@ -12,12 +12,12 @@ from mambalaya.errors import SpecError
 from mambalaya.execute import execute
 from mambalaya.execute.numpy_exec import round_to_bfloat16
 from mambalaya.fusion.mapping import unfused_mapping
-from mambalaya.model.traffic import mapping_traffic
+from mambalaya.cost.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer
-from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
-from mambalaya.workloads.hybrid import HybridConfig, hybrid_layer
-from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
-from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
+from mambalaya.workloads.families.bamba import HybridConfig, hybrid_layer
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
+from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_layer
 from mambalaya.workloads.precision import (
     apply_policy,
     family_tensor_names,
@@ -240,7 +240,7 @@ def test_mixed_precision_executor_tracks_transformers(storage: str, tol: float) 
     from hf_reference import run_hf_mamba1_block
 
     from mambalaya.execute import carry_states
-    from mambalaya.workloads.hf_weights import load_mamba1_layer
+    from mambalaya.workloads.hf.weights import load_mamba1_layer
 
     ref = run_hf_mamba1_block(d_model=32, batch=2, seq_len=64, n_decode=3, dtype="float32", seed=7)
     cfg = Mamba1Config(d_model=32)
@@ -273,7 +273,7 @@ def test_mixed_precision_mamba2_tracks_transformers(scan: str) -> None:
     import hf_reference_mamba2 as hf
 
     from mambalaya.execute import carry_states
-    from mambalaya.workloads.mamba2 import chunked_output_to_positions, mamba2_constants
+    from mambalaya.workloads.blocks.mamba2 import chunked_output_to_positions, mamba2_constants
 
     ref = hf.run_hf_mamba2_block(d_model=32, ngroups=2, batch=2, seq_len=24, n_decode=2, dtype="float32", seed=7)
     config = Mamba2Config(**ref["config"])

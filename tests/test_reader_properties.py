@@ -30,7 +30,7 @@ from mambalaya.experiments.validate import load_cases
 from mambalaya.fusion.mapping_file import load_mapping
 from mambalaya.specio import MAX_DOCUMENT_NODES, MAX_NESTING_DEPTH, parse_json_text, parse_yaml_text
 from mambalaya.workloads import PRESETS, load_model_config
-from mambalaya.workloads.moe import load_routing_histogram
+from mambalaya.workloads.blocks.moe import load_routing_histogram
 from mambalaya.workloads.precision import load_policy, shipped_policy_text
 
 #: Values put where a field's value was: other types, non-finite, huge, fractional, empty, nested.
@@ -335,7 +335,7 @@ def test_a_large_document_of_small_values_is_refused_before_its_values_are_built
 def test_a_mapping_file_that_breaks_a_rule_is_named_in_the_error(tmp_path) -> None:
     from mambalaya.fusion.mapping_file import dump_mapping
     from mambalaya.fusion.mapping_file import check_mapping_file
-    from mambalaya.model.search import load_mapping_file, named_mapping
+    from mambalaya.search.mappings import load_mapping_file, named_mapping
     from mambalaya.workloads import build_layer
 
     cascade = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=64, batch=1)

@@ -24,7 +24,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.report.diagram import draw_cascade
 from mambalaya.report.figures import save_figure
 from mambalaya.report.html import inline_svg, render_html, write_html_report
-from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+from mambalaya.workloads.blocks.mamba1 import PRESETS, mamba1_layer
 
 #: The figure blocks are written the way experiments/report.py writes them.
 REPORT_MD = """# Reproduction <report> & "notes"

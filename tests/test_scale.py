@@ -14,8 +14,9 @@ from mambalaya.errors import SpecError
 from mambalaya.experiments import sweep
 from mambalaya.experiments.sweep import evaluate_chunk, evaluate_point, load_sweep_spec
 from mambalaya.fusion.mapping import FusionGroup, Loop
-from mambalaya.model import search, traffic
-from mambalaya.model.traffic import group_traffic
+from mambalaya.search import mappings as search
+from mambalaya.cost import traffic
+from mambalaya.cost.traffic import group_traffic
 from mambalaya.workloads import PRESETS, build_layer
 
 runner = CliRunner()

@@ -8,16 +8,16 @@ import pytest
 
 from mambalaya.einsum import loads_cascade
 from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group
-from mambalaya.model.search import (
+from mambalaya.search.mappings import (
     SearchStats,
     named_mapping,
     optimal,
     stitched,
     tileable_ranks,
 )
-from mambalaya.model.pareto import pareto_frontier
-from mambalaya.model.traffic import group_traffic, mapping_traffic
-from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+from mambalaya.search.pareto import pareto_frontier
+from mambalaya.cost.traffic import group_traffic, mapping_traffic
+from mambalaya.workloads.blocks.mamba1 import PRESETS, mamba1_layer
 
 SMALL = """
 ranks: {B: 2, I: 8, D: 4, E: 8, N: 2, K: 2}
@@ -144,7 +144,7 @@ def test_optimal_equals_exhaustive_enumeration(buffer) -> None:
 
 
 def test_optimal_groups_of_a_small_mamba_decode_step_are_tiled_optimally() -> None:
-    from mambalaya.workloads.mamba1 import Mamba1Config
+    from mambalaya.workloads.blocks.mamba1 import Mamba1Config
 
     c = mamba1_layer(Mamba1Config(d_model=4, d_state=2, d_conv=2), batch=4, seq_len=1, phase="decode")
     # 22 Einsums are too many groupings to enumerate: check that each group of the optimum
@@ -195,8 +195,8 @@ def test_latency_ties_take_the_least_traffic_and_traffic_grows_smoothly_with_L()
     tolerance the search takes the least traffic, so traffic per layer grows with L without
     jumps (it used to jump to 1.56 TB at L = 65536 while 0.43 TB did as well)."""
     from mambalaya.arch import load_arch
-    from mambalaya.model.latency import layer_latency
-    from mambalaya.model.search import LATENCY_TIE_TOLERANCE
+    from mambalaya.cost.latency import layer_latency
+    from mambalaya.search.mappings import LATENCY_TIE_TOLERANCE
 
     arch = load_arch("mambalaya")
     traffic = []
@@ -220,7 +220,7 @@ def test_least_traffic_within_bound_equals_brute_force() -> None:
     within the bound, as enumerating every grouping does."""
     import random
 
-    from mambalaya.model.search import GroupChoice, _least_traffic_within
+    from mambalaya.search.mappings import GroupChoice, _least_traffic_within
 
     rng = random.Random(5)
     for trial in range(30):

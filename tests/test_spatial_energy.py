@@ -9,10 +9,10 @@ from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 from mambalaya.einsum import loads_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, check_mapping, unfused_mapping
-from mambalaya.model.energy import einsum_actions, layer_energy
-from mambalaya.model.latency import einsum_cycles, layer_latency
-from mambalaya.model.search import named_mapping
-from mambalaya.workloads.mamba1 import PRESETS, mamba1_layer
+from mambalaya.cost.energy import einsum_actions, layer_energy
+from mambalaya.cost.latency import einsum_cycles, layer_latency
+from mambalaya.search.mappings import named_mapping
+from mambalaya.workloads.blocks.mamba1 import PRESETS, mamba1_layer
 from small_cascades import gemm
 
 MAMBALAYA = load_arch("mambalaya")
@@ -117,7 +117,7 @@ def test_recomputed_tiles_cost_their_cycles_again() -> None:
     c = gemm(512, 256, 256)
     compute = arch().compute
     shapes_one = einsum_cycles(compute, c, c.einsum("Y"))[0].array_2d
-    from mambalaya.model.spatial import step_shapes
+    from mambalaya.cost.spatial import step_shapes
 
     tiled = step_shapes({r: c.size(r) for r in c.ranks}, [("M", 128)])
     assert einsum_cycles(compute, c, c.einsum("Y"), tiled)[0].array_2d == shapes_one  # 4 tiles of 128 rows
@@ -292,13 +292,13 @@ def test_energy_widths_survive_a_json_round_trip() -> None:
 @pytest.mark.parametrize("switch", [0.0, 64.0])
 def test_designs_that_differ_in_dataflows_share_each_operands_array_cycles_exactly(switch: float) -> None:
     """Over a grid of tilings, an Einsum's array cycles are kept per stationary operand
-    (model/spatial.py), so designs that differ only in their dataflows share them. Each
+    (cost/spatial.py), so designs that differ only in their dataflows share them. Each
     design's cycles equal those it gets on a cascade no other design has costed, with and
     without a dataflow switch charge; the designs' least cycles do differ."""
     import numpy as np
 
-    from mambalaya.model.candidates import cost_model, tileable_ranks
-    from mambalaya.model.closed_forms import einsum_grid_cycles
+    from mambalaya.search.candidates import cost_model, tileable_ranks
+    from mambalaya.search.closed_forms import einsum_grid_cycles
 
     computes = [MAMBALAYA.compute.model_copy(update={"dataflows": flows, "dataflow_switch_cycles": switch})
                 for flows in (("weight-stationary", "output-stationary", "input-stationary"),

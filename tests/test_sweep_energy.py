@@ -10,9 +10,9 @@ import pytest
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, with_settings
 from mambalaya.experiments.store import OUTPUT_COLUMNS, TEXT_OUTPUT_COLUMNS, ResultStore
 from mambalaya.experiments.sweep import evaluate_point, run_sweep, load_sweep_spec
-from mambalaya.model.energy import group_dynamic_pj, layer_energy, layer_energy_totals
-from mambalaya.model.latency import layer_latency
-from mambalaya.model.search import named_mapping
+from mambalaya.cost.energy import group_dynamic_pj, layer_energy, layer_energy_totals
+from mambalaya.cost.latency import layer_latency
+from mambalaya.search.mappings import named_mapping
 from mambalaya.workloads import PRESETS, build_layer
 
 

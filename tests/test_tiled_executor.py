@@ -18,7 +18,7 @@ from mambalaya.fusion.mapping import (
     footprint_bytes,
     unfused_mapping,
 )
-from mambalaya.workloads.mamba1 import WEIGHTS, Mamba1Config, mamba1_layer
+from mambalaya.workloads.blocks.mamba1 import WEIGHTS, Mamba1Config, mamba1_layer
 
 CFG = Mamba1Config(d_model=16, d_state=4)  # E = 32, N = 4, R = 1, K = 4
 

@@ -11,8 +11,8 @@ import pytest
 
 from mambalaya.execute import execute
 from mambalaya.execute.tiled import run_tiled
-from mambalaya.model.search import stitched
-from mambalaya.workloads.mamba1 import PRESETS, WEIGHTS, mamba1_layer
+from mambalaya.search.mappings import stitched
+from mambalaya.workloads.blocks.mamba1 import PRESETS, WEIGHTS, mamba1_layer
 
 
 def peak_mib(fn):

@@ -19,11 +19,11 @@ from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.execute import execute
 from mambalaya.execute.tiled import run_tiled
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping
-from mambalaya.model.search import NAMED_MAPPINGS, named_mapping, tileable_ranks
-from mambalaya.model.buffer import group_buffer_accesses
-from mambalaya.model.traffic import mapping_traffic
-from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
-from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
+from mambalaya.search.mappings import NAMED_MAPPINGS, named_mapping, tileable_ranks
+from mambalaya.cost.buffer import group_buffer_accesses
+from mambalaya.cost.traffic import mapping_traffic
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 
 CFG = Mamba1Config(d_model=8, d_state=2, d_conv=3)

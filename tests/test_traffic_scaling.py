@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from mambalaya.fusion.mapping import FusionGroup, Loop
-from mambalaya.model import traffic
+from mambalaya.cost import traffic
 from mambalaya.workloads import PRESETS, build_layer
 
 

@@ -12,10 +12,10 @@ from hypothesis import strategies as st
 
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 from mambalaya.einsum.stats import einsum_ops
-from mambalaya.model.latency import einsum_cycles
-from mambalaya.model.spatial import contraction
+from mambalaya.cost.latency import einsum_cycles
+from mambalaya.cost.spatial import contraction
 from mambalaya.workloads import PRESETS, build_layer
-from mambalaya.workloads.attention import AttentionConfig, attention_layer
+from mambalaya.workloads.blocks.attention import AttentionConfig, attention_layer
 from small_cascades import gemm, matmul
 
 MAMBALAYA = load_arch("mambalaya")
@@ -98,7 +98,7 @@ def test_the_least_array_cycles_over_tilings_equal_every_candidate_visited() -> 
     once) equals visiting every spatial mapping in every dataflow, to the bit."""
     import numpy as np
 
-    from mambalaya.model import spatial as S
+    from mambalaya.cost import spatial as S
 
     checked = 0
     for db in (True, False):
@@ -130,7 +130,7 @@ def test_the_figure_2_captions_hold_on_the_baseline_design(model) -> None:
     """Unfused prefill alternates between compute- and memory-bound Einsums; in decode no
     Einsum reaches the compute bound but for one-pass artefacts, which the table marks."""
     from mambalaya.experiments.evaluate import evaluate
-    from mambalaya.model.latency import latency_rows
+    from mambalaya.cost.latency import latency_rows
 
     def bounds(phase: str) -> list[str]:
         ev = evaluate("marca-ideal", model, PRESETS[model], phase=phase, seq_len=2048, batch=64)
@@ -146,7 +146,7 @@ def test_the_figure_2_captions_hold_on_the_baseline_design(model) -> None:
 def test_attention_with_partly_rotated_heads_runs_both_score_products_on_the_array() -> None:
     """Bamba's scores are two products (the rotated and the pass-through channels), each scaled:
     both run on the array, and the scale is one multiply per score, not one per MAC."""
-    from mambalaya.model.spatial import contractions
+    from mambalaya.cost.spatial import contractions
 
     c = build_layer(PRESETS["bamba-9b"], phase="prefill", seq_len=256, batch=1, layer_type="attention")
     sc = c.einsum("SC")
@@ -166,7 +166,7 @@ def test_attention_with_partly_rotated_heads_runs_both_score_products_on_the_arr
 def test_lane_passes_round_up_exactly(values, divisor) -> None:
     """The lanes' passes (model.spatial._ceil_div) are ceil(values / divisor) exactly for whole
     floats below 2^53, as the float floor division gave them; above, the floor division."""
-    from mambalaya.model.spatial import _ceil_div
+    from mambalaya.cost.spatial import _ceil_div
 
     floats = np.array(values, dtype=float)
     assert np.array_equal(_ceil_div(floats, divisor), -(-floats // divisor))

@@ -10,10 +10,10 @@ from mambalaya.einsum import dump_cascade, loads_cascade
 from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.errors import SpecError
 from mambalaya.execute import execute
-from mambalaya.model.search import named_mapping
-from mambalaya.model.traffic import mapping_traffic
-from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
-from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
+from mambalaya.search.mappings import named_mapping
+from mambalaya.cost.traffic import mapping_traffic
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
 
 CFG = Mamba1Config(d_model=8, d_state=2, d_conv=3)
 CFG2 = Mamba2Config(d_model=8, headdim=4, d_state=2, ngroups=2, chunk_size=3, d_conv=3)

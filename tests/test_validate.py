@@ -15,8 +15,8 @@ from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.experiments.validate import load_cases, validate
 from mambalaya.fusion.mapping import unfused_mapping
-from mambalaya.model.latency import layer_latency
-from mambalaya.model.search import ideal
+from mambalaya.cost.latency import layer_latency
+from mambalaya.search.mappings import ideal
 from mambalaya.workloads import PRESETS, build_layer
 
 runner = CliRunner()

@@ -31,7 +31,7 @@ def latency_key(spec: BaseModel) -> str:
     return _kept_key(_LATENCY_KEYS, spec, "latency:", set(NOT_LATENCY_FIELDS))
 
 
-#: Arch fields a group's dynamic energy never reads (:func:`mambalaya.model.energy.group_dynamic_pj`):
+#: Arch fields a group's dynamic energy never reads (:func:`mambalaya.cost.energy.group_dynamic_pj`):
 #: names, the power budget, and the off-chip bandwidth (energy counts bytes, not seconds). Two
 #: sweep points that differ only in these share every group's dynamic energy.
 NOT_DYNAMIC_ENERGY_FIELDS: dict[str, Any] = {"name": True, "description": True, "sources": True, "power_budget_w": True,

@@ -3,7 +3,7 @@ and leakage (``technology``) and the area of each component (``area``).
 
 Energies and areas are given at a reference node (Horowitz's 45 nm table for the shipped
 designs) and scaled to the design's node by the factors in ``technology``, each with its source
-in the spec's ``sources`` (:mod:`mambalaya.model.area` and :mod:`mambalaya.model.energy` apply
+in the spec's ``sources`` (:mod:`mambalaya.cost.area` and :mod:`mambalaya.cost.energy` apply
 them). DRAM energy is not scaled: it is spent mostly inside the DRAM dies.
 """
 
@@ -49,7 +49,7 @@ SquareMicrons = Annotated[float, Field(gt=0), AREA_UM2_RANGE.validator()]
 
 
 class EnergySpec(BaseModel):
-    """Energy per action (mambalaya.model.energy), each value with its source in ``sources``.
+    """Energy per action (mambalaya.cost.energy), each value with its source in ``sources``.
 
     Arithmetic energies are per operation at a width in bits (the widest of the Einsum's
     operands and result); an Einsum at a width the tables lack is an error naming the table.

@@ -147,7 +147,7 @@ class ComputeSpec(BaseModel):
     dataflows: tuple[Literal["weight-stationary", "output-stationary", "input-stationary", "roofline"], ...] = Field(
         ("weight-stationary",),
         description=(
-            "The dataflows the 2D array supports (mambalaya.model.spatial), each naming the operand "
+            "The dataflows the 2D array supports (mambalaya.cost.spatial), each naming the operand "
             "held in the PEs during a fold (weight-, output- or input-stationary); the model runs "
             "each contraction in the fastest of them, the first listed being the array's native one. "
             "Or ['roofline']: an ideal macs / (rows * cols) with no spatial quantisation (a GPU's "
@@ -316,7 +316,7 @@ class MemorySpec(BaseModel):
         None,
         description=(
             "Bytes per cycle the on-chip buffer delivers (reads and writes together, "
-            "mambalaya.model.onchip): a group takes at least its buffer accesses over this "
+            "mambalaya.cost.latency): a group takes at least its buffer accesses over this "
             "bandwidth. None: unbounded (the buffer never limits). " + BYTES_PER_CYCLE_RANGE.note
         ),
     )
@@ -349,7 +349,7 @@ class MemorySpec(BaseModel):
     )
     offchip_capacity_bytes: PositiveInt | None = Field(
         None, description="Capacity of the off-chip memory (DRAM/HBM) in bytes; must exceed every on-chip level. Every "
-                          "evaluation checks the model's weights, states and KV cache fit (mambalaya.model.capacity).")
+                          "evaluation checks the model's weights, states and KV cache fit (mambalaya.cost.capacity).")
     levels: dict[str, StagingLevel] = Field(
         default_factory=dict,
         description=(
@@ -474,13 +474,13 @@ class ArchSpec(BaseModel):
             "to it, with leakage; None: energies and areas as given, no leakage."
         ),
     )
-    area: AreaSpec | None = Field(None, description="Area per component (mambalaya.model.area); None: no area model.")
+    area: AreaSpec | None = Field(None, description="Area per component (mambalaya.cost.area); None: no area model.")
     power_budget_w: Annotated[float, Field(gt=0), POWER_BUDGET_RANGE.validator()] | None = Field(
         None,
         description=(
             "The design's power budget in watts (the reference part's TDP): a result whose average "
             "power (energy over latency) exceeds it is flagged. None: no budget stated. It must exceed the "
-            "design's leakage power (checked where energy is computed, mambalaya.model.energy), which no "
+            "design's leakage power (checked where energy is computed, mambalaya.cost.energy), which no "
             "speed avoids. " + POWER_BUDGET_RANGE.note
         ),
     )

@@ -47,7 +47,7 @@ def arch_show_cmd(
     else:
         tables = [rows_table(arch_rows(spec), f"architecture {spec.name}: {spec.description}")]
         if spec.area is not None:
-            from mambalaya.model.area import area_rows, leakage_w
+            from mambalaya.cost.area import area_rows, leakage_w
 
             title = (f"area of {spec.name} by component (leakage {leakage_w(spec):.3g} W"
                      + (f", power budget {spec.power_budget_w:g} W)" if spec.power_budget_w else ")"))

@@ -22,7 +22,7 @@ from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.errors import SpecError
 from mambalaya.specio import MAX_SPEC_BYTES
 from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 from mambalaya.cli.layer_options import LayerArgs, layer_options
 from mambalaya.cli.readers import size_parser

@@ -37,7 +37,7 @@ from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.einsum.stats import cascade_stats
 from mambalaya.report.tables import cascade_json, cascade_rows
 from mambalaya.workloads import PRESETS, SCANS, ModelConfig, build_layer, resolve_model
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 
 
@@ -271,6 +271,6 @@ def _with_routing(config: Any, routing: Path | None, model: str) -> Any:
         return config
     if not getattr(config, "n_experts", 0):
         raise MambalayaError(f"--routing {routing}: model {model!r} has no mixture-of-experts layer to route")
-    from mambalaya.workloads.moe import load_routing_histogram
+    from mambalaya.workloads.blocks.moe import load_routing_histogram
 
     return config.model_copy(update={"routing": load_routing_histogram(routing, config.n_experts, config.top_k)})

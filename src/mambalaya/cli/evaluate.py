@@ -16,7 +16,7 @@ from mambalaya.cli.options import (DEFAULT_BASELINE, DEFAULT_DESIGN, DEFAULT_SEQ
 from mambalaya.cli.readers import read_int_list, read_list
 from mambalaya.errors import MambalayaError
 from mambalaya.outputs import check_output_path, write_text_output
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")]
 

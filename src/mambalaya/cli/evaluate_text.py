@@ -14,15 +14,15 @@ from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 
 def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format, output: Path | None) -> None:
     """One layer and the whole model on a design (:func:`mambalaya.experiments.evaluate.evaluate`)."""
     from mambalaya.arch import arch_to_dict
     from mambalaya.fusion.mapping_file import mapping_to_dict
-    from mambalaya.model.energy import energy_rows
-    from mambalaya.model.latency import latency_rows
+    from mambalaya.cost.energy import energy_rows
+    from mambalaya.cost.latency import latency_rows
 
     rows = latency_rows(ev.result)
     energy = ev.energy
@@ -89,7 +89,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
         if ev.arch.memory.levels:
-            from mambalaya.model.latency import layer_level_seconds
+            from mambalaya.cost.latency import layer_level_seconds
 
             level_s = layer_level_seconds(ev.arch, ev.result)
             out_console.print("on-chip levels, each alone (DRAM " + f"{milliseconds(t['offchip_bytes'] / ev.result.bandwidth)} ms): "
@@ -103,10 +103,10 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
 def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format, output: Path | None,
                 dram: Any = None) -> None:
     """A hybrid model on a design: each layer type's Einsum table, and the whole model; ``dram``
-    (:class:`~mambalaya.model.capacity.DramUse`) its use of the design's off-chip memory."""
+    (:class:`~mambalaya.cost.capacity.DramUse`) its use of the design's off-chip memory."""
     from mambalaya.arch import arch_to_dict
     from mambalaya.fusion.mapping_file import mapping_to_dict
-    from mambalaya.model.latency import latency_rows
+    from mambalaya.cost.latency import latency_rows
 
     prov = {"model": run.model, "config": config.model_dump(), "phase": run.phase.value, "seq_len": seq_len, "batch": run.batch,
             "bits": hv.arch.bits_per_element, "mambalaya": __version__,

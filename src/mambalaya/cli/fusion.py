@@ -47,7 +47,7 @@ def resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None)
     from dataclasses import replace
 
     from mambalaya.fusion.mapping_file import check_mapping_file
-    from mambalaya.model.search import NAMED_MAPPINGS, load_mapping_file, named_mapping
+    from mambalaya.search.mappings import NAMED_MAPPINGS, load_mapping_file, named_mapping
 
     if name in NAMED_MAPPINGS:
         return named_mapping(name, cascade, parse_bytes(DEFAULT_BUFFER if buffer is None else buffer), stats)
@@ -94,8 +94,8 @@ def map_cmd(
 ) -> None:
     """Build or load a mapping; print its groups, traffic per tensor, off-chip bytes and footprints."""
     from mambalaya.fusion.mapping_file import dump_mapping
-    from mambalaya.model.search import SearchStats
-    from mambalaya.model.traffic import mapping_traffic
+    from mambalaya.search.mappings import SearchStats
+    from mambalaya.cost.traffic import mapping_traffic
     from mambalaya.report.fusion_tables import group_rows, mapping_json, tensor_rows
 
     inputs = {**layer.input_paths(), "--mapping": mapping}
@@ -136,7 +136,7 @@ def pareto_cmd(
     output: OutOpt = None,
 ) -> None:
     """Least off-chip traffic against buffer size (optimal search at 64 KiB .. 4 GiB)."""
-    from mambalaya.model.pareto import pareto_frontier
+    from mambalaya.search.pareto import pareto_frontier
 
     check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
     _, cascade = layer_cascade(layer)

@@ -31,7 +31,7 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import check_unroll_size
 from mambalaya.workloads import resolve_model
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (

@@ -30,7 +30,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.errors import MambalayaError
 from mambalaya.workloads import PRESETS, resolve_model
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 from mambalaya.cli.readers import ratio_parser, read_int_list, read_list, size_parser
 from mambalaya.outputs import check_output_path

@@ -35,7 +35,7 @@ UNARY_FUNCTIONS: tuple[str, ...] = (
     "gelu",
 )
 #: ``step(x)`` is the Heaviside step, 1 where ``x > 0`` and 0 elsewhere: the comparison a
-#: mixture-of-experts router needs to pick its top-k experts (``workloads/moe.py``), counted as
+#: mixture-of-experts router needs to pick its top-k experts (``workloads/blocks/moe.py``), counted as
 #: one elementwise operation like ``relu``. ``gelu(x)`` is the exact GELU, ``0.5*x*(1 + erf(x/sqrt(2)))``
 #: (transformers' ``ACT2FN['gelu']``, ``torch.nn.functional.gelu`` without the tanh approximation),
 #: the activation of Zamba2's shared MLPs.
@@ -187,7 +187,7 @@ def peel_scales(term: Expr) -> tuple[Expr, tuple[Expr, ...]]:
     """A product with its factors that read no tensor (constants, parameters) peeled off:
     ``(the product under them, the factors)``. ``QR*KR*scale`` is ``(QR*KR, (scale,))``: a
     reduction over it is ``scale * sum QR*KR``, a contraction of two tensors scaled once per
-    output point (:mod:`mambalaya.einsum.stats`, :mod:`mambalaya.model.contraction`)."""
+    output point (:mod:`mambalaya.einsum.stats`, :mod:`mambalaya.cost.contraction`)."""
     scales = []
     while isinstance(term, Binary) and term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
         scale, term = (term.rhs, term.lhs) if accesses(term.lhs) else (term.lhs, term.rhs)

@@ -1,6 +1,6 @@
 """What a mixture-of-experts cascade really computes and moves, against its dense form.
 
-A MoE block (:mod:`mambalaya.workloads.moe`) is written densely, every expert on every token
+A MoE block (:mod:`mambalaya.workloads.blocks.moe`) is written densely, every expert on every token
 with a routing weight that is zero for the experts a token did not pick, so that the executor
 gives the model's values. Only ``top_k`` of the ``n_experts`` experts run per token, so the cost
 model scales the dense form:

@@ -24,9 +24,9 @@ import numpy as np
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
 from mambalaya.execute.numpy_exec import carry_states, execute
-from mambalaya.workloads.attention import Softmax, append_kv
-from mambalaya.workloads.hybrid import MLP_PREFIX, HybridConfig, hybrid_inputs, hybrid_layer
-from mambalaya.workloads.mamba2 import chunked_output_to_positions
+from mambalaya.workloads.blocks.attention import Softmax, append_kv
+from mambalaya.workloads.families.bamba import MLP_PREFIX, HybridConfig, hybrid_inputs, hybrid_layer
+from mambalaya.workloads.blocks.mamba2 import chunked_output_to_positions
 
 __all__ = ["LayerStep", "run_hybrid_layer"]
 

@@ -13,10 +13,10 @@ import numpy as np
 from mambalaya.errors import SpecError
 from mambalaya.execute.layers import LayerStep, layer_input
 from mambalaya.execute.numpy_exec import carry_states, execute
-from mambalaya.workloads.attention import Softmax, append_kv
-from mambalaya.workloads.hybrid import hybrid_inputs
-from mambalaya.workloads.mamba2 import chunked_output_to_positions
-from mambalaya.workloads.moe_families import MLP_PREFIX, MoEHybridConfig, moe_family_layer
+from mambalaya.workloads.blocks.attention import Softmax, append_kv
+from mambalaya.workloads.families.bamba import hybrid_inputs
+from mambalaya.workloads.blocks.mamba2 import chunked_output_to_positions
+from mambalaya.workloads.families.jamba_granite import MLP_PREFIX, MoEHybridConfig, moe_family_layer
 
 
 def run_moe_family_layer(config: MoEHybridConfig, layer: int, x: Any, weights: Mapping[str, np.ndarray], *,

@@ -2,7 +2,7 @@
 
 The mapping's meaning is the module doc of :mod:`mambalaya.fusion.mapping`; this module is an
 independent, data-moving implementation of it (it never calls an analytic traffic formula), so
-its byte counts are the ground truth the analytic model (:mod:`mambalaya.model.traffic`) is
+its byte counts are the ground truth the analytic model (:mod:`mambalaya.cost.traffic`) is
 tested against.
 
 * :class:`OffChipStore` is DRAM: the full arrays of the given inputs, weights and incoming
@@ -37,7 +37,7 @@ tested against.
   bounding box of its accesses over the step (clipped to the tensor and its incoming-state
   rows), and its output tile (:attr:`TiledRun.buffer_read_bytes` / ``buffer_write_bytes``);
   with the fills (DRAM reads) and drains (DRAM writes), :meth:`TiledRun.group_buffer_bytes`
-  is what :func:`mambalaya.model.buffer.group_buffer_accesses` predicts.
+  is what :func:`mambalaya.cost.buffer.group_buffer_accesses` predicts.
 
   Halo buffers and carried states are keyed by the tile indices of the other fused loops, so
   loops inside the window/generational rank's loop keep one per inner tile (the footprint's

@@ -86,7 +86,7 @@ def geens_equal_area_rows(seq_lens: tuple[int, ...] = (64, 1024), area_fraction:
     from mambalaya.experiments.claims import GEENS_AREA_SETUP
     from mambalaya.experiments.evaluate import evaluate
     from mambalaya.errors import MambalayaError
-    from mambalaya.workloads.mamba1 import parse_config
+    from mambalaya.workloads.blocks.mamba1 import parse_config
 
     setup = GEENS_AREA_SETUP
     cfg = parse_config(dict(setup.model_config), source="Geens et al.'s Mamba1-2.7B")

@@ -1,9 +1,9 @@
 """Evaluate one model layer on one architecture, and compare designs across sequence lengths.
 
 Every evaluation first checks that the model fits in the design's off-chip memory
-(:func:`require_fits`, :mod:`mambalaya.model.capacity`): its weights, states and KV cache at the
+(:func:`require_fits`, :mod:`mambalaya.cost.capacity`): its weights, states and KV cache at the
 batch and context length; a model that does not fit is refused before anything is costed. Every
-figure it reports is finite (:func:`mambalaya.model.latency.require_finite`, checked where the
+figure it reports is finite (:func:`mambalaya.cost.latency.require_finite`, checked where the
 latency and energy results are made)."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.fusion.mapping import Mapping
-from mambalaya.model.capacity import DramUse, MemoryNeed, check_fits, memory_need, state_bytes
-from mambalaya.model.latency import LayerLatency, layer_latency
-from mambalaya.model.energy import LayerEnergy, layer_energy
+from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits, memory_need, state_bytes
+from mambalaya.cost.latency import LayerLatency, layer_latency
+from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
-from mambalaya.model.search import NAMED_MAPPINGS, SearchStats, load_mapping_file, named_mapping
+from mambalaya.search.mappings import NAMED_MAPPINGS, SearchStats, load_mapping_file, named_mapping
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import ModelConfig, build_layer
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 from mambalaya.workloads.precision import PrecisionPolicy, load_policy
 
 
@@ -61,7 +61,7 @@ class Evaluation:
             "leakage_w": energy.leakage_w, "throttled_latency_s": energy.throttled_latency_s,
         }
         if self.arch.area is not None:
-            from mambalaya.model.area import total_area_mm2
+            from mambalaya.cost.area import total_area_mm2
 
             extra["area_mm2"] = total_area_mm2(self.arch)
         if self.dram is not None:
@@ -154,7 +154,7 @@ def model_memory_need(config: Any, *, batch: int, seq_len: int, bits: int, polic
     """What one device holds to run ``config`` at ``batch`` with ``seq_len`` positions (the
     prompt in prefill, the cached context in decode): its parameters at the policy's weight
     width, and each layer type's states and KV cache from its decode step's cascade
-    (:func:`mambalaya.model.capacity.state_bytes`). Memoised: sweeps and comparisons ask again."""
+    (:func:`mambalaya.cost.capacity.state_bytes`). Memoised: sweeps and comparisons ask again."""
     key = (config, batch, seq_len, bits, policy.model_dump_json())
     need = _NEEDS.get(key)
     if need is None:
@@ -193,7 +193,7 @@ def unbuilt_attention_states(config: Any, *, batch: int, seq_len: int, bits: int
 def require_fits(spec: ArchSpec, model_name: str, config: Any, *, batch: int, seq_len: int,
                  precision: str | PrecisionPolicy | None = None) -> DramUse:
     """The model's use of ``spec``'s off-chip memory at ``batch`` and ``seq_len``, or a
-    :class:`~mambalaya.model.capacity.CapacityError` when it does not fit (naming the need,
+    :class:`~mambalaya.cost.capacity.CapacityError` when it does not fit (naming the need,
     the capacity and the devices that would hold it). Every evaluation calls it before costing:
     :func:`evaluate` (and so compare and reproduce), and the hybrid and sweep evaluations."""
     use = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=precision)

@@ -26,9 +26,9 @@ from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.evaluate import (Evaluation, cached_layer, dram_use, evaluate_cascade, require_fits,
                                             resolve_policy)
-from mambalaya.model.capacity import DramUse
-from mambalaya.workloads.families import scanned_layer_types
-from mambalaya.workloads.hybrid import HybridConfig
+from mambalaya.cost.capacity import DramUse
+from mambalaya.workloads.families.base import scanned_layer_types
+from mambalaya.workloads.families.bamba import HybridConfig
 from mambalaya.workloads.precision import PrecisionPolicy
 
 #: The designs' own mappings that are searches (they fuse attention as they fuse Mamba).

@@ -31,7 +31,7 @@ from mambalaya.arch import load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.hybrid import HybridEvaluation, evaluate_hybrid
 from mambalaya.workloads import resolve_model
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 HYBRID_DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal", "gpu-h100")
 #: The hybrid presets the suite evaluates by default, one per family.

@@ -36,9 +36,9 @@ from mambalaya.experiments.report import write_report
 from mambalaya.experiments.report_figures import tornado_figures, write_figures
 from mambalaya.fusion.edges import classify_edges, edge_rows
 from mambalaya.fusion.mapping_file import mapping_to_dict
-from mambalaya.model.area import area_rows, total_area_mm2
-from mambalaya.model.latency import latency_rows
-from mambalaya.model.traffic import mapping_traffic
+from mambalaya.cost.area import area_rows, total_area_mm2
+from mambalaya.cost.latency import latency_rows
+from mambalaya.cost.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS
 
 DESIGNS = ("mambalaya", "marca-ideal", "geens-ideal")
@@ -432,7 +432,7 @@ def _geens_rows() -> pd.DataFrame:
     marca-original at 32 bits; Fuse-All (ssm-ri) against unfused, whole layer and SSM region,
     under our marca-original costs and under their model's costs of nonlinear functions."""
     from mambalaya.arch import arch_from_dict, arch_to_dict
-    from mambalaya.workloads.mamba1 import parse_config
+    from mambalaya.workloads.blocks.mamba1 import parse_config
 
     setup = GEENS_FUSION_SETUP
     cfg = parse_config(dict(setup.model_config), source="Geens et al.'s Mamba1-2.7B")

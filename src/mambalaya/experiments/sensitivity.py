@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field, model_validator
 
 from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
 from mambalaya.arch.keys import NOT_LATENCY_FIELDS
-from mambalaya.model.architecture_memos import forget_architecture_results
+from mambalaya.search.memos import forget_architecture_results
 from mambalaya.arch.quantities import _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan

@@ -116,7 +116,7 @@ CREATE TABLE IF NOT EXISTS points (
 
 #: Packages (and data) whose code decides the numbers a point gets: the precision policies
 #: set every tensor's width.
-_MODEL_PACKAGES = ("einsum", "workloads", "fusion", "model", "arch", "data/precision")
+_MODEL_PACKAGES = ("einsum", "workloads", "fusion", "cost", "search", "arch", "data/precision")
 #: Files of the experiments package that decide them too: a point's evaluation, and the
 #: mapping each layer type of a hybrid model runs.
 _MODEL_FILES = ("experiments/evaluate.py", "experiments/hybrid.py", "experiments/sweep.py")

@@ -55,7 +55,7 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.sweep_spec import POINT_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
 from mambalaya.experiments.sweep_workers import _Costliest, _tune_allocator, _tune_collector
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 # ----------------------------------------------------------------------------------------------
 # the work of one point (runs on a worker)
@@ -109,9 +109,9 @@ def point_sizes(point: dict[str, Any]) -> tuple[int, int]:
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Every output figure of one point (raises on an impossible configuration)."""
     from mambalaya.experiments.evaluate import require_fits, resolve_policy
-    from mambalaya.model.architecture_memos import forget_results
-    from mambalaya.model.latency import layer_latency
-    from mambalaya.model.search import named_mapping
+    from mambalaya.search.memos import forget_results
+    from mambalaya.cost.latency import layer_latency
+    from mambalaya.search.mappings import named_mapping
     from mambalaya.workloads import build_layer, resolve_model
 
     seq_len, batch = point_sizes(point)
@@ -161,9 +161,9 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 def _power_outputs(arch: Any, cascade: Any, mapping: Any, result: Any) -> dict[str, Any]:
     """A point's energy, average power against the design's budget, and throttled latency, from
     the groups' dynamic energies (memoised across the points that share them) and the leakage
-    over the layer's latency (:func:`~mambalaya.model.energy.layer_energy_totals`)."""
+    over the layer's latency (:func:`~mambalaya.cost.energy.layer_energy_totals`)."""
     from mambalaya.experiments.evaluate import over_budget
-    from mambalaya.model.energy import layer_energy_totals
+    from mambalaya.cost.energy import layer_energy_totals
 
     energy = layer_energy_totals(arch, cascade, mapping, result)
     return {"layer_energy_j": energy.layer_j, "energy_per_token_j": energy.per_token_j,
@@ -279,7 +279,7 @@ def _chunks(points: list[dict[str, Any]], size: int) -> list[list[dict[str, Any]
     layer stay in one task up to 4 x ``size`` (its worker then builds the layer's candidate
     tables once, where two workers would each build them); a larger layer is split evenly.
     Within a layer and design, the points of one buffer size are next to each other: a pick
-    table keeps the contenders of the buffer used last (:data:`~mambalaya.model.picks.FITTED_BUFFERS`)."""
+    table keeps the contenders of the buffer used last (:data:`~mambalaya.search.picks.FITTED_BUFFERS`)."""
     key = lambda p: (*_layer_key(p), str(p["mapping"]), str(p["arch"]),  # noqa: E731
                      str(p.get("memory.onchip_buffer_bytes", "")))
     ordered = sorted(points, key=key)

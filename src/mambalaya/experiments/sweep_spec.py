@@ -20,7 +20,7 @@ from mambalaya.einsum.cascade import MAX_RANK_SIZE
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.store import point_id
 from mambalaya.specio import describe_validation_error, kind_of, parse_yaml_text, read_spec_file, show
-from mambalaya.workloads.families import is_hybrid
+from mambalaya.workloads.families.base import is_hybrid
 
 
 #: The most points one sweep spec may hold (about 1 GB of point records in the coordinator).

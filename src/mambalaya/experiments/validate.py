@@ -30,12 +30,12 @@ from mambalaya.arch.kernels import speed_of_light
 from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
-from mambalaya.model.latency import layer_latency
-from mambalaya.model.search import ideal
+from mambalaya.cost.latency import layer_latency
+from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
 from mambalaya.workloads import build_layer
-from mambalaya.workloads.mamba1 import SSM_REGION, parse_config
-from mambalaya.workloads.mamba2 import SSD_REGION, parse_mamba2_config
+from mambalaya.workloads.blocks.mamba1 import SSM_REGION, parse_config
+from mambalaya.workloads.blocks.mamba2 import SSD_REGION, parse_mamba2_config
 
 _STRICT = SPEC_MODEL_CONFIG
 #: A tuple field of a case file, written as a YAML list.

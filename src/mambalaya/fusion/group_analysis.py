@@ -3,8 +3,8 @@ tiles, loop order or residency.
 
 :func:`analyse` answers it once per group shape (the group's Einsums) and cascade structure, and
 everything that asks about a group asks it: the legality rules and the footprint
-(:mod:`mambalaya.fusion.mapping`), the traffic and buffer models (:mod:`mambalaya.model.traffic`,
-:mod:`mambalaya.model.buffer`), the search's candidate tables (:mod:`mambalaya.model.candidates`)
+(:mod:`mambalaya.fusion.mapping`), the traffic and buffer models (:mod:`mambalaya.cost.traffic`,
+:mod:`mambalaya.cost.buffer`), the search's candidate tables (:mod:`mambalaya.search.candidates`)
 and the tiled executor (:mod:`mambalaya.execute.tiled`). What depends on the tiles (the tile
 boxes, the footprint, the traffic of a tiling) is computed from it by those modules.
 """

@@ -3,7 +3,7 @@
 AccelForge (PyPI ``accelforge``, Python >= 3.12) is a fusion-aware accelerator model. This module
 writes its workload / architecture / mapping YAML from a mambalaya :class:`Cascade` and, under
 Python >= 3.12 with ``accelforge`` importable, runs AccelForge's model to compare per-tensor
-off-chip (``MainMemory``) bits with :mod:`mambalaya.model.traffic`. It imports under Python 3.11
+off-chip (``MainMemory``) bits with :mod:`mambalaya.cost.traffic`. It imports under Python 3.11
 without AccelForge; only :func:`cross_check` / :func:`mapper_check` import it. From 3.11, call
 :func:`cross_check_via` with a 3.12 interpreter that has both mambalaya (``pip install -e``) and
 accelforge: it pickles the cascade to ``python -m mambalaya.interop.accelforge`` and reads JSON.
@@ -142,8 +142,8 @@ def _default_arch():
 
 def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None, arch_spec=None) -> dict:
     af = _require_accelforge()
-    from mambalaya.model.search import named_mapping, optimal
-    from mambalaya.model.traffic import mapping_traffic
+    from mambalaya.search.mappings import named_mapping, optimal
+    from mambalaya.cost.traffic import mapping_traffic
 
     recurrent, (cascade, ex) = cascade, _translate(cascade, unroll_scan)
     spec = arch_spec if arch_spec is not None else _default_arch()

@@ -34,7 +34,7 @@ from mambalaya.errors import MambalayaError
 
 
 #: Per dataflow: what each spatial dimension must reuse (rows, cols) and the tensor the PE's
-#: register keeps, as our model places them (mambalaya.model.spatial): weight-stationary puts
+#: register keeps, as our model places them (mambalaya.cost.spatial): weight-stationary puts
 #: the reduced ranks on the rows (reusing the output) and the weight-only ranks on the columns
 #: (reusing the input); output-stationary the activation-only ranks (reusing the weight) and
 #: the weight-only ranks; input-stationary the reduced and the activation-only ranks.

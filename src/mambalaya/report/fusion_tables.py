@@ -6,7 +6,7 @@ from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping_file import mapping_to_dict
-from mambalaya.model.traffic import MappingTraffic
+from mambalaya.cost.traffic import MappingTraffic
 
 
 def group_rows(traffic: MappingTraffic) -> list[dict[str, Any]]:

@@ -10,22 +10,22 @@ from mambalaya.specio import parse_document_text, path_is, read_spec_file
 from mambalaya.einsum.cascade import Cascade
 from typing import Union
 
-from mambalaya.workloads.mamba1 import PRESETS as MAMBA1_PRESETS
-from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer, parse_config
-from mambalaya.workloads.mamba2 import PRESETS as MAMBA2_PRESETS
-from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer, parse_mamba2_config
-from mambalaya.workloads.gated_deltanet import PRESETS as GDN_PRESETS
-from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer, parse_gdn_config
-from mambalaya.workloads.hybrid import PRESETS as HYBRID_PRESETS
-from mambalaya.workloads.hybrid import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
-from mambalaya.workloads.moe_families import MOE_FAMILIES, MOE_PRESETS, MoEHybridConfig, moe_family_layer
+from mambalaya.workloads.blocks.mamba1 import PRESETS as MAMBA1_PRESETS
+from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer, parse_config
+from mambalaya.workloads.blocks.mamba2 import PRESETS as MAMBA2_PRESETS
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer, parse_mamba2_config
+from mambalaya.workloads.blocks.gated_deltanet import PRESETS as GDN_PRESETS
+from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_layer, parse_gdn_config
+from mambalaya.workloads.families.bamba import PRESETS as HYBRID_PRESETS
+from mambalaya.workloads.families.bamba import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
+from mambalaya.workloads.families.jamba_granite import MOE_FAMILIES, MOE_PRESETS, MoEHybridConfig, moe_family_layer
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
-from mambalaya.workloads.families import FamilyModel, build_family_layer
-from mambalaya.workloads.dense_families import FAMILY_PRESETS, family_config_from_hf
+from mambalaya.workloads.families.base import FamilyModel, build_family_layer
+from mambalaya.workloads.families.dense import FAMILY_PRESETS, family_config_from_hf
 
 ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig, MoEHybridConfig, FamilyModel]
 #: Families whose models interleave layer types (evaluated per layer type), besides the dense
-#: families of :mod:`mambalaya.workloads.families` (see :func:`~mambalaya.workloads.families.is_hybrid`).
+#: families of :mod:`mambalaya.workloads.families.base` (see :func:`~mambalaya.workloads.families.base.is_hybrid`).
 HYBRID_FAMILIES: tuple[str, ...] = ("bamba", *MOE_FAMILIES)
 
 #: Every named model, by preset name.
@@ -49,11 +49,11 @@ def load_model_config(path: str | Path) -> ModelConfig:
     if data.get("model_type") == "bamba":
         return hybrid_config_from_hf(data, source=str(path))
     if data.get("family") in MOE_FAMILIES:
-        from mambalaya.workloads.moe_families import parse_moe_hybrid_config
+        from mambalaya.workloads.families.jamba_granite import parse_moe_hybrid_config
 
         return parse_moe_hybrid_config(data, source=str(path))
     if data.get("model_type") in MOE_FAMILIES:
-        from mambalaya.workloads.hf_config_moe import moe_config_from_hf
+        from mambalaya.workloads.hf.config_moe import moe_config_from_hf
 
         return moe_config_from_hf(data, source=str(path))
     if data.get("family") == "gated_deltanet":
@@ -63,13 +63,13 @@ def load_model_config(path: str | Path) -> ModelConfig:
         return family
     if _is_mamba2(data):
         if "d_model" not in data or "ssm_cfg" in data:
-            from mambalaya.workloads.hf_weights_mamba2 import load_mamba2_config
+            from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_config
 
             data = _converted(load_mamba2_config, data, path)
         return parse_mamba2_config(data, source=str(path))
     if ("d_model" not in data and ("hidden_size" in data or "model_type" in data)) or "ssm_cfg" in data \
             or "n_layer" in data:  # a transformers or a state-spaces config.json
-        from mambalaya.workloads.hf_weights import load_mamba1_config
+        from mambalaya.workloads.hf.weights import load_mamba1_config
 
         data = _converted(load_mamba1_config, data, path)
     return parse_config(data, source=str(path))
@@ -77,7 +77,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
 
 def _converted(loader, data: dict, path: Path) -> dict:
     """A transformers / state-spaces config in mambalaya's fields; errors name the file."""
-    from mambalaya.workloads.hf_weights import WeightLoadError
+    from mambalaya.workloads.hf.weights import WeightLoadError
 
     try:
         return loader(data)
@@ -125,12 +125,12 @@ def build_layer(
 
     A hybrid model has several layer types: ``layer_type`` (``mamba`` or ``attention``) names
     the one to build, and ``softmax`` its attention's form (``three-pass`` or ``online``; see
-    :func:`~mambalaya.workloads.hybrid.hybrid_layer`).
+    :func:`~mambalaya.workloads.families.bamba.hybrid_layer`).
 
     ``scan`` picks Mamba-2's scan form: ``chunked`` (the SSD algorithm, the default in prefill)
     or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan. A
     Gated DeltaNet model (``olmo-hybrid``) has the same two: ``chunked`` (the WY/UT chunked
-    delta rule, the default in prefill) and ``recurrent`` (:mod:`~mambalaya.workloads.gated_deltanet`).
+    delta rule, the default in prefill) and ``recurrent`` (:mod:`~mambalaya.workloads.blocks.gated_deltanet`).
     ``precision`` (a policy name, file or :class:`PrecisionPolicy`) sets each tensor's width,
     ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
     """

@@ -128,8 +128,8 @@ def family_tensor_names(family: str) -> frozenset[str]:
     """Every tensor name of the family's layer cascades: prefill with and without state, decode,
     and (Mamba-2, Gated DeltaNet) both scan forms; (Bamba) both layer types, scan forms and
     softmax forms."""
-    from mambalaya.workloads.mamba1 import Mamba1Config, mamba1_layer
-    from mambalaya.workloads.mamba2 import Mamba2Config, mamba2_layer
+    from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
+    from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 
     names: set[str] = set()
     if family == "mamba1":
@@ -144,7 +144,7 @@ def family_tensor_names(family: str) -> frozenset[str]:
                     continue
                 names |= set(mamba2_layer(cfg2, batch=1, seq_len=8, phase=phase, state_io=state_io, scan=scan).tensors)
     elif family == "bamba":
-        from mambalaya.workloads.hybrid import HybridConfig, hybrid_layer
+        from mambalaya.workloads.families.bamba import HybridConfig, hybrid_layer
 
         cfg3 = HybridConfig(d_model=16, layer_types=("mamba", "attention"), d_ff=8, n_heads=2, n_kv_heads=1,
                             mamba_heads=2, mamba_headdim=16, mamba_d_state=4, mamba_chunk_size=2, vocab_size=8)
@@ -155,7 +155,7 @@ def family_tensor_names(family: str) -> frozenset[str]:
                         names |= set(hybrid_layer(cfg3, layer_type, batch=1, seq_len=4, phase=phase, scan=form,
                                                   softmax=softmax).tensors)  # type: ignore[arg-type]
     elif family == "gated_deltanet":
-        from mambalaya.workloads.gated_deltanet import GatedDeltaNetConfig, gdn_layer
+        from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_layer
 
         cfg4 = GatedDeltaNetConfig(d_model=16, layer_types=("linear_attention",), num_k_heads=1, num_v_heads=2,
                                    k_head_dim=4, v_head_dim=4, chunk_size=2, d_ff=8, n_heads=2, n_kv_heads=1,

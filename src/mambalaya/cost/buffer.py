@@ -1,0 +1,168 @@
+"""The on-chip buffer's accesses of a group, at tile granularity (:func:`group_buffer_accesses`),
+and the same count for every tiling of a candidate group at once
+(:func:`buffer_read_bytes_over_tilings`, the closed form :mod:`mambalaya.search.candidates` uses);
+:mod:`mambalaya.execute.tiled` counts the same bytes by moving data."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Access, rank_of_variable
+from mambalaya.fusion.mapping import FusionGroup, group_einsums, register_resident
+from mambalaya.cost.traffic import (GroupTraffic, TrafficSizeError, _component_sums, _read_elements, _read_plan,
+                                     group_traffic)
+
+
+@dataclass(frozen=True)
+class BufferAccesses:
+    """On-chip buffer bytes of one group (see :func:`group_buffer_accesses`)."""
+
+    einsum_read_bytes: dict[str, float]  # operands each Einsum reads, over all steps
+    einsum_write_bytes: dict[str, float]  # results each Einsum writes, over all steps
+    fill_bytes: float  # written into the buffer from DRAM
+    drain_bytes: float  # read from the buffer to DRAM
+
+    @property
+    def read_bytes(self) -> float:
+        return sum(self.einsum_read_bytes.values()) + self.drain_bytes
+
+    @property
+    def write_bytes(self) -> float:
+        return sum(self.einsum_write_bytes.values()) + self.fill_bytes
+
+    @property
+    def total_bytes(self) -> float:
+        return self.read_bytes + self.write_bytes
+
+
+def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access]) -> float:
+    """Bytes one Einsum reads of ``tensor`` from the buffer over the group's steps: the box of
+    its ``accesses`` in every step (retained halo rows read again), incoming-state rows at the
+    state tensor's width."""
+    rereading = FusionGroup(group.name, group.einsums, group.loops, "recompute")  # every step reads its whole box
+    own, init = _read_elements(cascade, rereading, tensor, accesses, self_only=False)
+    total = own * cascade.tensors[tensor].bits / 8
+    if init:
+        total += init * cascade.tensors[cascade.tensors[tensor].initial].bits / 8  # type: ignore[index]
+    return total
+
+
+def buffer_read_bytes_over_tilings(cascade: Cascade, probe: FusionGroup, tensor: str, accesses: list[Access],
+                                   ranks: list[str], tiles: list[np.ndarray], trips: list[np.ndarray]) -> np.ndarray:
+    """:func:`buffer_read_elements` in bytes for every tiling of ``ranks`` at once (``tiles`` and
+    ``trips`` per rank and tiling; ``probe`` fuses every rank at its full size): the same box
+    sums, window halos and rotated boxes read again per tile included. A component whose boxes
+    tile its dimensions exactly (plain rank indices, no incoming state) sums to its untiled box
+    at any tile; the others are summed per distinct tile. A tiling whose boxes cannot be counted
+    without enumerating too many tiles (:class:`TrafficSizeError`) costs infinitely many bytes."""
+    n = len(tiles[0]) if tiles else 1
+    plan = _read_plan(cascade, probe, tensor, accesses, None)
+    own, every = np.ones(n), np.ones(n)
+    for dims, comp_ranks, bounds in plan.comps:
+        sums = _tiled_component_sums(cascade, tensor, plan.access_key, accesses, dims, comp_ranks, bounds,
+                                     [tiles[ranks.index(r)] for r in comp_ranks], n)
+        own *= sums[0]
+        every *= sums[0] + sums[1]
+    repeat = np.ones(n)
+    for i, r in enumerate(ranks):
+        if r not in plan.mentioned:
+            repeat = repeat * trips[i]
+    total = own * repeat * cascade.tensors[tensor].bits / 8
+    initial = cascade.tensors[tensor].initial
+    if initial is not None:  # an uncountable tiling (own infinite) stays infinite, never inf - inf = NaN
+        uncounted = np.isinf(own)
+        incoming = np.where(uncounted, 0.0, every - np.where(uncounted, 0.0, own))
+        total = total + incoming * repeat * cascade.tensors[initial].bits / 8
+    return total
+
+
+def _tiled_component_sums(cascade: Cascade, tensor: str, access_key: Any, accesses: list[Access], dims: tuple[int, ...],
+                          comp_ranks: tuple[str, ...], bounds: tuple[tuple[int, int], ...], tiles: list[np.ndarray],
+                          n: int) -> tuple[Any, Any]:
+    """(own, incoming-state) box sums of one component for every tiling (scalars when the same for all)."""
+    def at(row: tuple[int, ...]) -> tuple[float, float]:
+        try:
+            own, init = _component_sums(cascade, tensor, access_key, accesses, dims,
+                                        tuple((r, int(t)) for r, t in zip(comp_ranks, row)), bounds, False)
+            return float(own), float(init)
+        except TrafficSizeError:
+            return math.inf, 0.0
+
+    full = tuple(cascade.size(r) for r in comp_ranks)
+    if not comp_ranks or _exact_tiling(accesses, dims, bounds):
+        return at(full)
+    unique, where = distinct_rows(tiles)
+    sums = np.array([at(row) for row in unique]).reshape(-1, 2)
+    return sums[where, 0], sums[where, 1]
+
+
+def distinct_rows(columns: list[np.ndarray]) -> tuple[list[tuple[int, ...]], np.ndarray]:
+    """The distinct rows of integer ``columns`` (equal lengths), in lexicographic order, and each
+    row's index among them: ``np.unique(np.stack(columns, 1), axis=0, return_inverse=True)``
+    through one integer code per row (the columns' value indices in mixed radix), far cheaper
+    than sorting rows."""
+    code = np.zeros(len(columns[0]), dtype=np.int64)
+    values = []
+    for col in columns:
+        vals, index = np.unique(col, return_inverse=True)
+        code = code * len(vals) + index.reshape(-1)
+        values.append(vals)
+    codes, where = np.unique(code, return_inverse=True)
+    digits = []
+    for vals in reversed(values):
+        codes, digit = np.divmod(codes, len(vals))
+        digits.append(vals[digit].tolist())
+    return list(zip(*reversed(digits))), where.reshape(-1)
+
+
+def _exact_tiling(accesses: list[Access], dims: tuple[int, ...], bounds: tuple[tuple[int, int], ...]) -> bool:
+    """Whether every access indexes each of ``dims`` by one rank variable alone (coefficient 1,
+    no offset) and none has rows below 0: then the boxes of any tiling sum to the untiled box."""
+    if any(lo < 0 for lo, _ in bounds):
+        return False
+    for a in accesses:
+        for p in dims:
+            idx = a.indices[p]
+            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
+                return False
+    return True
+
+
+def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> BufferAccesses:
+    """Bytes the group moves through its on-chip buffer, at tile granularity.
+
+    In every step each Einsum reads, per input tensor, the bounding box of its accesses over
+    the step's ranges (clipped to the tensor and its incoming-state rows: an operand element
+    is read once per step and Einsum, its reuse inside the tile happening in the PEs) and
+    writes its output tile; every byte read from DRAM is written into the buffer (fill) and
+    every byte written to DRAM is read from it (drain). A recurrence's reads of its own
+    earlier positions are not counted: its carried state lives in the lanes computing it. Nor
+    are the writes and reads of an intermediate that a pointwise chain carries in its lanes'
+    registers (:func:`~mambalaya.fusion.mapping.register_resident`).
+    :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
+    """
+    memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
+    key = (group.einsums, group.loops, group.halo, group.resident)
+    if key in memo:
+        return memo[key]
+    traffic = traffic or group_traffic(cascade, group)
+    fused = {lp.rank: lp for lp in group.loops}
+    lanes = register_resident(cascade, group)
+    reads: dict[str, float] = {}
+    writes: dict[str, float] = {}
+    for e in group_einsums(cascade, group):
+        reads[e.name] = sum(
+            buffer_read_elements(cascade, group, t, [a for a in e.inputs if a.tensor == t])
+            for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in lanes)
+        )
+        out_ranks = {rank_of_variable(v) for v in e.output_variables}
+        repeat = math.prod(lp.trips(cascade.size(r)) for r, lp in fused.items() if r not in out_ranks)
+        writes[e.name] = 0.0 if e.name in lanes else cascade.elements(e.name) * repeat * cascade.tensors[e.name].bits / 8
+    found = BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
+    memo[key] = found
+    return found

@@ -1,0 +1,569 @@
+"""Candidate tables of one fusion group: the closed forms of its traffic, footprint and compute
+cycles over every tiling, loop order and residency option (see :mod:`mambalaya.search.mappings` for
+what is searched and why). Everything here is independent of the buffer and the bandwidth, and
+memoised on the (immutable) cascade, so repeated searches of one layer (sweeps) build it once."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import rank_of_variable
+from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, window_halos)
+from mambalaya.search.closed_forms import _sum_of_products, _add_residency, cycles_together, einsum_grid_cycles
+from mambalaya.search.group_shape import _group_shape, _held_layout, _held_bytes, _keepable_under
+from mambalaya.cost.buffer import buffer_read_bytes_over_tilings
+from mambalaya.search.irregular_reads import irregular_read_bytes, times_trips
+from mambalaya.cost.traffic import untiled_traffic
+from mambalaya.search.tile_ranks import _rank_tile_options, tile_options, tileable_ranks, widened_ranks
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """The candidate table of one group (see :meth:`GroupCostModel.candidates`), as kept for
+    the search: per tiling its steps, and the candidates no other of the same tiling dominates
+    (:func:`kept_candidates`) with their traffic and footprint. The tiles and trips of the
+    tilings (:meth:`GroupCostModel.grid`) and the full table
+    (:meth:`GroupCostModel.full_table`) are rebuilt on the rare call that needs them, so memory
+    holds only the kept part."""
+
+    options: list[tuple[tuple[int, ...], int]]  # (loop order, residency prefix) of each block of tilings
+    n_tilings: int
+    steps: np.ndarray  # per tiling (every option of a tiling runs the same steps)
+    size: int  # candidates in the full table (options x tilings)
+    kept: np.ndarray  # flat indices (option-major, ascending) of the kept candidates
+    kept_traffic: np.ndarray  # off-chip bytes of each kept candidate
+    kept_fp: np.ndarray  # footprint bound (bytes)
+    kept_tiling: np.ndarray  # the tiling of each kept candidate (int32: memory holds millions of them)
+    least_fp: float  # the least footprint bound of any candidate (every tiling keeps its least)
+
+
+def kept_candidates(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """Flat indices (ascending) of the candidates (arrays of shape (options, tilings)) no option
+    of the same tiling beats or equals in traffic and footprint, an equal one of lower index
+    excepted. Within a tiling the steps and compute cycles are the same and the on-chip bytes,
+    energy and latency grow with the traffic, so a dropped candidate never comes first in
+    :func:`_pick`'s order, for any buffer, bandwidth or objective. (:func:`build_candidates`
+    applies the same rule to many groups at once, :func:`_kept_mask`.)"""
+    kept = np.flatnonzero(_kept_mask(traffic[None], fp[None])[0])
+    return kept.astype(np.int32) if traffic.size < 2**31 else kept  # memory holds millions of them
+
+
+def least_traffic_fitting(key: np.ndarray, n_keys: int, traffic: np.ndarray, fp: np.ndarray,
+                          buffer_bytes: int | None) -> np.ndarray:
+    """Positions (ascending) of the candidates whose footprint bound fits ``buffer_bytes`` (all
+    with None) and whose traffic is the least of the fitting ones with the same ``key`` (a
+    tiling, numbered below ``n_keys``). Of one tiling's kept candidates only that one can come
+    first in the search's order, for any architecture and the latency or traffic objective:
+    they share the steps, compute cycles and Einsums' on-chip bytes, so its latency is the least
+    of them (every term grows with the traffic); where another is within the tie tolerance so
+    is it, and it comes first in traffic (a tiling's kept candidates differ in traffic,
+    :func:`kept_candidates`)."""
+    fit = np.arange(len(fp)) if buffer_bytes is None else np.flatnonzero(fp <= buffer_bytes)
+    least = np.full(n_keys, np.inf)
+    np.minimum.at(least, key[fit], traffic[fit])
+    return fit[traffic[fit] == least[key[fit]]]
+
+
+class GroupCostModel:
+    """Closed forms of one group's traffic and footprint as functions of its tile sizes."""
+
+    def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
+        self.cascade = cascade
+        self.ranks = ranks
+        self._tile_options = [_rank_tile_options(cascade, r) for r in ranks]
+        full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
+        self.probe = full
+        self._shape = shape = _group_shape(cascade, full.einsums, tuple(ranks))
+        # traffic: each read/written tensor costs its untiled bytes times the trips of the
+        # fused ranks its accesses do not mention (see cost/traffic.py)
+        read_bytes, write_bytes = untiled_traffic(cascade, full.einsums)
+        self.terms: list[tuple[float, list[int]]] = [(b, shape.unmentioned[t]) for t, b in read_bytes.items()]
+        self.terms += [(b, shape.unwritten[t]) for t, b in write_bytes.items()]
+        self._candidates: Candidates | None = None
+        self._least_fp: float | None = None
+        self._size: int | None = None
+        self._groups: dict[int, FusionGroup] = {}  # by flat index: the groups picked so far
+        self._cycles: dict[str, np.ndarray] = {}
+        self._tiling_buffer: np.ndarray | None = None  # tiling_buffer_bytes, made on first use
+        self._options: list[tuple[tuple[int, ...], int]] | None = None
+        self._tile_lists: list[list[int]] | None = None  # the tile options as Python ints (group_at)
+        # residency candidates: tensors read off-chip that some loop of the fixed order does
+        # not index and that runs inside every loop that does (weights, per-channel parameters
+        # under an outer channel loop); largest first
+        self._reads = [(t, b, shape.mentioned[t])
+                       for t, b in sorted(read_bytes.items(), key=lambda tb: (-tb[1], tb[0])) if t in shape.readable]
+        #: the reads whose tile boxes overlap (not aligned, :func:`_reads_aligned`): their bytes
+        #: in one pass at every tiling (:mod:`mambalaya.search.irregular_reads`) times the trips
+        #: of the loops they do not mention
+        self.irregular = [t for t in read_bytes if not shape.aligned[t]]
+        self._irregular_bytes: dict[str, np.ndarray | None] | None = None
+        # bound on every term's bytes at any tiling: an overlapping read's, its untiled bytes
+        # times every tiled rank's size (loose: a layer past it is searched one group at a time,
+        # which for a few designs per layer is also the cheaper way)
+        whole = math.prod(cascade.size(r) for r in ranks)
+        most = sum(b * (whole if t in self.irregular else math.prod(cascade.size(ranks[i]) for i in shape.unmentioned[t]))
+                   for t, b in read_bytes.items())
+        most += sum(b * math.prod(cascade.size(ranks[i]) for i in shape.unwritten[t]) for t, b in write_bytes.items())
+        #: whether the traffic closed form is exact for every tiling: every read aligned or
+        #: counted per tile combination (:meth:`_irregular_factors`); no residency candidate
+        #: with an initial value (a KV cache before its appended rows, which stays on chip too
+        #: and the residency closed form does not count); and bytes below 2^53 (beyond, floats
+        #: summed in another order than the general model's may differ)
+        self.exact_traffic = (not any(cascade.tensors[t].initial for t, _, _ in self._reads)
+                              and most < 2**53 and (not self.irregular or self._irregular_factors() is not None))
+        if self.exact_traffic and self.irregular:  # their terms come from the per-tiling bytes instead
+            self.terms = [(b, shape.unmentioned[t]) for t, b in read_bytes.items() if t not in self.irregular]
+            self.terms += [(b, shape.unwritten[t]) for t, b in write_bytes.items()]
+        # loop orders: the fixed one first, then every other order of the ranks that are not
+        # generational, the generational ones still innermost (so footprints do not change)
+        self.orders = shape.orders
+        self._keepable: dict[tuple[int, ...], list[tuple[str, float, frozenset[int]]]] = {}
+        self.keepable = self.keepable_for(self.orders[0])
+        # footprint: sum of products of extents
+        # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
+        self.fp_terms: list[tuple[float, list[int], int | None]] = [
+            (_held_bytes(cascade, base, whole), tiled, None) for base, whole, tiled in shape.held]
+        if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
+            for (t, rank), rows in window_halos(cascade, full).items():
+                base, whole, tiled = _held_layout(cascade, t, rank, rows, tuple(ranks))
+                self.fp_terms.append((_held_bytes(cascade, base, whole), tiled, ranks.index(rank)))
+
+    def _irregular_factors(self) -> dict[str, np.ndarray] | None:
+        """Per irregular read, its bytes in one pass at every tiling; None if one cannot be
+        counted that way (then the traffic closed form is not exact)."""
+        if self._irregular_bytes is None:
+            tiles = self.grid()[0]
+            self._irregular_bytes = {t: irregular_read_bytes(self.cascade, self.probe.einsums, tuple(self.ranks), t, tiles)
+                                     for t in self.irregular}
+        if any(v is None for v in self._irregular_bytes.values()):
+            return None
+        return self._irregular_bytes  # type: ignore[return-value]
+
+    def grid(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per tileable rank, its tile and its trips in every tiling (the tilings in C order of
+        the ranks' tile options). Kept per cascade and tuple of ranks, which every group
+        tiling the same ranks shares (a few such tuples per layer), up to
+        :data:`KEPT_GRID_TILINGS` tilings; a larger grid (at L = 2^40 an attention group has
+        a few hundred thousand tilings) is rebuilt when needed. Read-only."""
+        memo = self.cascade.__dict__.setdefault("_tiling_grid_memo", {})
+        key = tuple(self.ranks)
+        hit = memo.get(key)
+        if hit is None:
+            opts = self._tile_options
+            mesh = np.meshgrid(*opts, indexing="ij") if opts else []
+            tiles = [m.ravel() for m in mesh]
+            trips = [np.ceil(self.cascade.size(r) / t).astype(np.float64) for r, t in zip(self.ranks, tiles)]
+            for a in tiles + trips:
+                a.flags.writeable = False
+            hit = (tiles, trips)
+            if self.n_tilings <= KEPT_GRID_TILINGS:
+                memo[key] = hit
+        return hit
+
+    def full_table(self) -> tuple[list[np.ndarray], list[np.ndarray], list[tuple[tuple[int, ...], int]], np.ndarray, np.ndarray]:
+        """Every (loop order, residency prefix, tiling) of the group with its closed-form
+        traffic and footprint, arrays of shape (options, tilings). Option ``(o, j)`` runs loop
+        order ``o`` and keeps the ``j`` largest of its residency candidates on chip (``j = 0``,
+        everything streamed, is the same for every order). Returned with the grid's tiles and
+        trips."""
+        tiles, trips = self.grid()
+        traffic, fp = _tables([self], tiles, trips)
+        return tiles, trips, self.options(), traffic[0], fp[0]
+
+    def candidates(self) -> "Candidates":
+        """The candidate table as the search keeps it (see :class:`Candidates`). Independent
+        of the architecture: built once, by :func:`build_candidates` (which builds many
+        groups' tables together; :meth:`full_table` is its per-group reference)."""
+        if self._candidates is None:
+            build_candidates([self])
+        return self._candidates  # type: ignore[return-value]
+
+    @property
+    def n_tilings(self) -> int:
+        return math.prod(len(o) for o in self._tile_options)
+
+    @property
+    def size(self) -> int:
+        """Candidates in the full table (:attr:`Candidates.size`), without building it."""
+        if self._size is None:
+            self._size = len(self.options()) * self.n_tilings
+        return self._size
+
+    def options(self) -> list[tuple[tuple[int, ...], int]]:
+        """The (loop order, residency prefix) of each block of the full table, in its order
+        (see :meth:`full_table`). Made once; read-only."""
+        if self._options is None:
+            options: list[tuple[tuple[int, ...], int]] = [(self.orders[0], 0)]
+            for o in self.orders if self.ranks else []:
+                options.extend((o, j + 1) for j in range(len(self.keepable_for(o))))
+            self._options = options
+        return self._options
+
+    def contenders(self, buffer_bytes: int | None) -> tuple[np.ndarray, ...]:
+        """The kept candidates that can come first at ``buffer_bytes`` for the latency or
+        traffic objective (:func:`least_traffic_fitting`): their flat indices, traffic,
+        footprint bounds and tilings. Kept for the :data:`CONTENDER_BUFFERS` buffers used last
+        (a sweep's points at other bandwidths search the group again)."""
+        memo: dict[int | None, tuple[np.ndarray, ...]] = self.__dict__.setdefault("_contenders_memo", {})
+        hit = memo.pop(buffer_bytes, None)
+        if hit is None:
+            c = self.candidates()
+            at = least_traffic_fitting(c.kept_tiling, c.n_tilings, c.kept_traffic, c.kept_fp, buffer_bytes)
+            hit = (c.kept[at], c.kept_traffic[at], c.kept_fp[at], c.kept_tiling[at])
+            while len(memo) >= CONTENDER_BUFFERS:
+                del memo[next(iter(memo))]
+        memo[buffer_bytes] = hit
+        return hit
+
+    def least_footprint(self) -> float:
+        """The least footprint bound of any candidate (:attr:`Candidates.least_fp`), without
+        building the table (:func:`least_footprints`). Memoised."""
+        if self._least_fp is None:
+            least_footprints([self])
+        return self._least_fp  # type: ignore[return-value]
+
+    def group_at(self, flat: int) -> FusionGroup:
+        """The group of candidate ``flat`` (a flat index into the full table): its tiled ranks
+        in the option's loop order and the option's resident tensors."""
+        hit = self._groups.get(flat)
+        if hit is not None:
+            return hit
+        option, k = divmod(flat, self.n_tilings)
+        loop_order, j = self.options()[option]
+        tiles = self._tiles_of(k)
+        size = self.cascade.size
+        loops = tuple(Loop(self.ranks[i], tiles[i]) for i in loop_order if tiles[i] < size(self.ranks[i]))
+        resident = tuple(t for t, _, _ in self.keepable_for(loop_order)[:j]) if loops else ()
+        self._groups[flat] = FusionGroup("G", self.probe.einsums, loops, resident=resident)
+        return self._groups[flat]
+
+    def rule_key(self, flat: int) -> tuple[int, tuple[bool, ...]]:
+        """What decides whether candidate ``flat``'s group keeps the rules that do not depend
+        on tile sizes (:func:`~mambalaya.fusion.mapping.check_group_rules`: its Einsums, the
+        ranks it tiles, its halo policy and resident tensors): its option (loop order and
+        residency prefix) and which ranks its tiling tiles (:meth:`group_at`)."""
+        option, k = divmod(flat, self.n_tilings)
+        size = self.cascade.size
+        return option, tuple(t < size(r) for t, r in zip(self._tiles_of(k), self.ranks))
+
+    def _tiles_of(self, k: int) -> list[int]:
+        """Tiling ``k``'s tile of each rank: its digits in the mixed radix of the options."""
+        if self._tile_lists is None:
+            self._tile_lists = [o.tolist() for o in self._tile_options]
+        tiles = []
+        for opts in reversed(self._tile_lists):
+            k, digit = divmod(k, len(opts))
+            tiles.append(opts[digit])
+        tiles.reverse()
+        return tiles
+
+    def onchip_bytes(self, flat: np.ndarray, traffic: np.ndarray) -> np.ndarray:
+        """On-chip buffer bytes of the candidates at ``flat`` (with off-chip ``traffic``): their
+        off-chip bytes (fills and drains) plus each tiling's Einsum reads and writes."""
+        return traffic + self.tiling_buffer_bytes(flat % self.n_tilings)
+
+    def tiling_buffer_bytes(self, tilings: np.ndarray | None = None) -> np.ndarray:
+        """Per tiling (all, or those at ``tilings``), the on-chip bytes its Einsums read and write, as
+        :func:`~mambalaya.cost.buffer.group_buffer_accesses` counts them (window halos and
+        rotated boxes read again per tile included, what the lanes carry in registers left out):
+        the sum of the Einsums' memoised arrays, in the group's order (the same floats for any
+        selection), kept per group (one float per tiling: every compute section's pick table
+        reads it)."""
+        if self._tiling_buffer is None:
+            lanes = register_resident(self.cascade, self.probe)
+            total = np.zeros(self.n_tilings)
+            for name in self.probe.einsums:
+                reads, write = self._einsum_buffer_bytes(name)
+                part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
+                if name not in lanes:
+                    part = part + write
+                total += part
+            total.flags.writeable = False
+            self._tiling_buffer = total
+        return self._tiling_buffer if tilings is None else self._tiling_buffer[tilings]
+
+    def _einsum_buffer_bytes(self, name: str) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
+        """One Einsum's on-chip reads (per tensor) and writes per tiling of this model's ranks:
+        memoised on the cascade per Einsum and ranks, which every group holding it and tiling
+        them shares."""
+        cascade, ranks = self.cascade, self.ranks
+        memo = cascade.__dict__.setdefault("_einsum_buffer_bytes_memo", {})
+        key = (name, tuple(ranks))
+        hit = memo.get(key)
+        if hit is None:
+            e = cascade.einsum(name)
+            tiles, trips = self.grid()
+            probe = FusionGroup("probe", (name,), tuple(Loop(r, cascade.size(r)) for r in ranks))
+            reads = []
+            for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
+                accs = [a for a in e.inputs if a.tensor == t]
+                reads.append((t, buffer_read_bytes_over_tilings(cascade, probe, t, accs, ranks, tiles, trips)))
+            outs = {rank_of_variable(v) for v in e.output_variables}
+            repeat = np.ones(self.n_tilings)
+            for i, r in enumerate(ranks):
+                if r not in outs:
+                    repeat = repeat * trips[i]
+            hit = memo[key] = (reads, cascade.elements(name) * repeat * cascade.tensors[name].bits / 8)
+        return hit
+
+    def forget_cycles(self) -> None:
+        """Drop the cycles kept per compute section (:meth:`cycles`)."""
+        self._cycles.clear()
+
+    def cycles(self, compute: Any) -> np.ndarray:
+        """Compute cycles of every candidate on ``compute``: each Einsum's cycles under its best
+        spatial mapping summed over the tiling's step shapes
+        (:func:`~mambalaya.cost.spatial.step_shapes`), the units combined as the latency model
+        does. Memoised per compute section (by value); :func:`cycles_together` makes many."""
+        return cycles_together([self], compute)[0]
+
+    def keepable_for(self, order: tuple[int, ...]) -> list[tuple[str, float, frozenset[int]]]:
+        """Residency candidates under a loop order (rank indices, outermost first): tensors
+        with a loop that does not index them inside the outermost loop that does."""
+        hit = self._keepable.get(order)
+        if hit is None:
+            shape = self._shape
+            kept = shape.keep_under.get(order)  # which tensors: per group shape
+            if kept is None:
+                kept = shape.keep_under[order] = frozenset(
+                    t for t, seen in shape.mentioned.items() if t in shape.readable and _keepable_under(order, seen))
+            hit = self._keepable[order] = [x for x in self._reads if x[0] in kept]
+        return hit
+
+    def _held_box(self, tensor: str, tiles: list[np.ndarray]) -> np.ndarray:
+        cascade = self.cascade
+        accs = [a for e in (cascade.einsum(x) for x in self.probe.einsums) for a in e.inputs
+                if a.tensor == tensor and a.tensor != e.name]
+        sizes = cascade.variable_sizes
+        init = cascade.initial_axis(tensor)
+        total = np.full(len(tiles[0]), cascade.tensors[tensor].bits / 8)
+        for p, size in enumerate(cascade.shape(tensor)):
+            valid = size + (init[1] if init is not None and init[0] == p else 0)
+            dim_ranks = {rank_of_variable(v) for a in accs for v in a.indices[p].variables} & set(self.ranks)
+            if len(dim_ranks) > 1:
+                total = total * valid
+                continue
+            (r,) = dim_ranks or (None,)
+            tile = tiles[self.ranks.index(r)] if r is not None else None
+            lo = hi = None
+            for a in accs:
+                idx = a.indices[p]
+                a_lo = a_hi = idx.const
+                for v, c in idx.terms:
+                    if rank_of_variable(v) == r:
+                        span = c * (tile - 1)
+                    else:
+                        span = c * (sizes[v] - 1)
+                    a_lo = a_lo + np.minimum(span, 0)
+                    a_hi = a_hi + np.maximum(span, 0)
+                lo = a_lo if lo is None else np.minimum(lo, a_lo)
+                hi = a_hi if hi is None else np.maximum(hi, a_hi)
+            total = total * np.minimum(valid, hi - lo + 1)
+        return total
+
+
+#: Tiling grids of at most this many tilings are kept per cascade (:meth:`GroupCostModel.grid`):
+#: memory, not a model constant.
+KEPT_GRID_TILINGS = 1 << 16
+
+#: At most this many cells (groups x options x tilings) in one pass of
+#: :func:`build_candidates` (about 40 bytes of transient memory each); a larger group is built alone.
+BUILD_BATCH_CELLS = 1 << 20
+
+
+def build_candidates(models: list[GroupCostModel]) -> None:
+    """Build the candidate tables (:meth:`GroupCostModel.candidates`) of ``models`` not built
+    yet. The groups of one cascade that tile the same ranks share their tilings, so their
+    tables are built together: every closed form evaluated, every residency option added and
+    every dominated candidate dropped in a few numpy passes over arrays of shape (groups,
+    options, tilings), instead of a few hundred short passes per group. A group's table is the
+    same, to the bit, whichever groups share its pass: the same floating-point operations in
+    the same order per candidate, padding only multiplying by one or adding zero
+    (``tests/test_candidates.py`` compares every table with its group built alone and pruned by
+    a plain sort)."""
+    for same in _sharing_tilings(m for m in models if m._candidates is None):
+        n = same[0].n_tilings
+        part: list[GroupCostModel] = []
+        widest = 0
+        # widest first: a pass pads every group to the options of its widest, so a pass ends
+        # before a group of less than half as many (or beyond BUILD_BATCH_CELLS cells): on the
+        # Mamba layers padding was 44% of the cells, now about 23%, for twice as many passes
+        for m in sorted(same, key=lambda m: -len(m.options())):
+            width = len(m.options())
+            if part and ((len(part) + 1) * widest * n > BUILD_BATCH_CELLS or 2 * width < widest):
+                _build_together(part)
+                part = []
+            if not part:
+                widest = width
+            part.append(m)
+        _build_together(part)
+
+
+def _sharing_tilings(models: Iterable[GroupCostModel]) -> list[list[GroupCostModel]]:
+    """``models`` (each once, in order) in classes of one cascade and tuple of tiled ranks,
+    whose groups share their tilings."""
+    classes: dict[tuple[int, tuple[str, ...]], list[GroupCostModel]] = {}
+    for m in dict.fromkeys(models):
+        classes.setdefault((id(m.cascade), tuple(m.ranks)), []).append(m)
+    return list(classes.values())
+
+
+def least_footprints(models: list[GroupCostModel]) -> None:
+    """Find the least footprint bound of every model not known yet
+    (:meth:`GroupCostModel.least_footprint`).
+
+    Every footprint term grows with each tile size, except a retained halo's, which vanishes
+    once its rank is untiled, and residency only adds held boxes: so a group's least is at a
+    tiling whose ranks are all 1 except its halo ranks, each 1 or untiled, with everything
+    streamed. Those few corners are evaluated by :func:`_footprint_at`, the same floating-point
+    operations in the same order as the table's (:func:`_footprint_together`), so the least is
+    the table's, to the bit."""
+    for m in models:
+        if m._least_fp is not None:
+            continue
+        sizes = [m.cascade.size(r) for r in m.ranks]
+        halo_ranks = sorted({when for _, _, when in m.fp_terms if when is not None})
+        least = math.inf
+        for corner in itertools.product((False, True), repeat=len(halo_ranks)):
+            untiled = {i for i, whole in zip(halo_ranks, corner) if whole}
+            least = min(least, _footprint_at(m, [sizes[i] if i in untiled else 1 for i in range(len(sizes))], sizes))
+        m._least_fp = least
+
+
+def _footprint_at(m: GroupCostModel, tiles: list[int], sizes: list[int]) -> float:
+    """The footprint bound of ``m`` with everything streamed at one tiling, in Python floats:
+    :func:`_footprint_together`'s operations for that tiling (its factors, the tiled extents
+    and then the "rank is tiled" flags, multiplied in their order; the terms summed in
+    order), which IEEE doubles round the same way numpy's do."""
+    ranks = len(sizes)
+    factors = [min(t, size) for t, size in zip(tiles, sizes)] + [t < size for t, size in zip(tiles, sizes)]
+    total = 0.0
+    for fixed, idxs, when in m.fp_terms:
+        f = fixed
+        for i in sorted(set(idxs) | ({ranks + when} if when is not None else set())):
+            f = f * factors[i]
+        total += f
+    return total
+
+
+def _build_together(models: list[GroupCostModel]) -> None:
+    """The candidate tables of ``models`` (one cascade, the same tileable ranks)."""
+    tiles, trips = models[0].grid()
+    n = len(trips[0]) if trips else 1
+    traffic, fp = _tables(models, tiles, trips)
+    options = [m.options() for m in models]
+    at = np.flatnonzero(_kept_mask(traffic, fp))  # by group, then ascending flat index
+    kept_traffic, kept_fp = traffic.ravel()[at], fp.ravel()[at]  # one gather for every group
+    g, flat = np.divmod(at, traffic.shape[1] * n)
+    cols = (flat % n).astype(np.int32)
+    bounds = np.searchsorted(g, np.arange(len(models) + 1)).tolist()
+    steps = np.prod(np.stack(trips), axis=0) if trips else np.ones(1)
+    for k, m in enumerate(models):
+        part = slice(bounds[k], bounds[k + 1])
+        size = len(options[k]) * n
+        kept = flat[part].astype(np.int32) if size < 2**31 else flat[part]
+        m._candidates = Candidates(options[k], n, steps, size, kept, kept_traffic[part], kept_fp[part], cols[part],
+                                   float(kept_fp[part].min()))
+
+
+def _tables(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Every candidate's closed-form traffic and footprint bound, arrays of shape (models,
+    options, tilings); a model with fewer options than the widest is padded with infinite
+    traffic and footprint. Option 0 streams everything; the others follow
+    :meth:`GroupCostModel.options`."""
+    n = len(trips[0]) if trips else 1
+    traffic0, fp0 = _evaluate_together(models, tiles, trips)
+    widest = max(len(m.options()) for m in models)
+    traffic = np.full((len(models), widest, n), np.inf)
+    fp = np.full((len(models), widest, n), np.inf)
+    traffic[:, 0], fp[:, 0] = traffic0, fp0
+    _add_residency(models, tiles, trips, n, traffic0, fp0, traffic, fp)
+    return traffic, fp
+
+
+def _kept_mask(traffic: np.ndarray, fp: np.ndarray) -> np.ndarray:
+    """:func:`kept_candidates` of each group (arrays of shape (groups, options, tilings);
+    padding rows have infinite traffic and footprint and are never kept), as a mask. Per
+    tiling, the options in order of traffic (ties by option) are kept where their footprint
+    is below every earlier one's; of a run of equal traffic, only the last so kept, the one of
+    least footprint (first option among equals), stays. That is the order by traffic, then
+    footprint, then option, that :func:`kept_candidates` sorts by, for one stable sort on one
+    key instead of two. (Row ``r`` of the sorted arrays holds the ``r``-th least traffic of
+    every group and tiling, contiguous for the passes over it.)"""
+    groups, options, n = traffic.shape
+    flat = np.argsort(traffic, axis=1, kind="stable")  # made the flat index in place (memory: one copy)
+    flat *= n
+    flat += np.arange(groups)[:, None, None] * (options * n) + np.arange(n)[None, None, :]
+    flat = flat.transpose(1, 0, 2).reshape(options, groups * n)  # flat index of each group's r-th least
+    t, f = traffic.ravel().take(flat), fp.ravel().take(flat)
+    keep = np.empty(t.shape, dtype=bool)
+    least = np.full(groups * n, np.inf)
+    for r in range(options):
+        np.less(f[r], least, out=keep[r])
+        np.minimum(least, f[r], out=least)
+    next_kept = np.full(least.shape, np.nan)  # traffic of the next kept row of the tiling
+    for r in range(options - 1, -1, -1):
+        superseded = keep[r] & (t[r] == next_kept)
+        next_kept = np.where(keep[r], t[r], next_kept)
+        keep[r] &= ~superseded
+    mask = np.empty(traffic.size, dtype=bool)
+    mask[flat.ravel()] = keep.ravel()
+    return mask.reshape(traffic.shape)
+
+
+def _evaluate_together(models: list[GroupCostModel], tiles: list[np.ndarray],
+                       trips: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The closed forms' traffic and footprint bound with everything streamed, for every model
+    (rows) at the tilings given by each rank's ``tiles`` and ``trips``."""
+    return _traffic_together(models, trips), _footprint_together(models, tiles)
+
+
+def _traffic_together(models: list[GroupCostModel], trips: list[np.ndarray]) -> np.ndarray:
+    """Each term's untiled bytes times the trips of the ranks it does not mention, summed; and
+    each exact model's irregular reads, their per-tiling bytes times those trips (integers below
+    2^53 in floats: exact in any order)."""
+    total = _sum_of_products([m.terms for m in models], trips)
+    for k, m in enumerate(models):
+        if m.exact_traffic and m.irregular:
+            for t, per_tiling in m._irregular_factors().items():  # type: ignore[union-attr]
+                total[k] += times_trips(per_tiling, trips, m._shape.unmentioned[t])
+    return total
+
+
+def _footprint_together(models: list[GroupCostModel], tiles: list[np.ndarray]) -> np.ndarray:
+    """Each term's fixed bytes times the tiled extents of its ranks (a retained halo's only
+    while its rank is tiled), summed."""
+    sizes = [models[0].cascade.size(r) for r in models[0].ranks]
+    extents = [np.minimum(t, size) for t, size in zip(tiles, sizes)]
+    tiled = [t < size for t, size in zip(tiles, sizes)]
+    ranks = len(sizes)
+    terms = [[(fixed, list(idxs) + ([ranks + when] if when is not None else [])) for fixed, idxs, when in m.fp_terms]
+             for m in models]
+    return _sum_of_products(terms, extents + tiled)
+
+
+#: Buffers whose contenders a group's cost model keeps (:meth:`GroupCostModel.contenders`), the
+#: most recently used (speed and memory only).
+CONTENDER_BUFFERS = 4
+
+
+def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "GroupCostModel":
+    """The closed forms of a candidate group, memoised on the (immutable) cascade: they do not
+    depend on the buffer or the architecture, so repeated searches (sweeps) reuse them."""
+    memo = cascade.__dict__.setdefault("_group_cost_model_memo", {})
+    key = (tuple(einsums), tuple(ranks))
+    if key not in memo:
+        memo[key] = GroupCostModel(cascade, einsums, ranks)
+    return memo[key]
+
+
+
+__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints", "least_traffic_fitting",
+           "tile_options", "tileable_ranks", "widened_ranks"]

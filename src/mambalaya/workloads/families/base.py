@@ -1,0 +1,246 @@
+"""What the dense hybrid families (Nemotron-H, OLMo-Hybrid as a whole model, ...) share: a
+model config whose layers come in several types, each type one cascade, and one way to build,
+feed and run a layer of any of them.
+
+A family's config (a :class:`FamilyModel`) lists its layers (``layer_types``, mambalaya's names
+for them), counts its weights from the module shapes, and builds one layer of a type as one
+cascade (:meth:`FamilyModel.layer`). The evaluation (``mambalaya evaluate``, ``compare``,
+``sweep``, ``reproduce --suite hybrid``) treats it as it treats a Bamba model: every layer type
+evaluated on the design, the whole model the sum over layers (:func:`is_hybrid`,
+:func:`scanned_layer_types`).
+
+:func:`family_inputs` gives a layer cascade every input besides ``X`` and the weights (the
+causal masks and rotary tables of attention, the chunked scans' constants, the incoming state)
+and :func:`run_family_layer` runs one step of one layer, as
+:func:`~mambalaya.execute.layers.run_hybrid_layer` does for Bamba.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, ClassVar
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, PositiveInt
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Role
+from mambalaya.errors import SpecError
+from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
+from mambalaya.workloads.hf.config import ConfigFile
+from mambalaya.workloads.hf.field_types import field_type_problem
+from mambalaya.workloads.blocks.masks import causal_mask
+
+#: The prefix of the second block's tensors in a layer made of two blocks (as Bamba's ``FF_``).
+SECOND_PREFIX = "FF_"
+
+
+class FamilyModel(BaseModel):
+    """A model of one dense hybrid family: ``layer_types`` (mambalaya's names, in layer order),
+    the hidden size and the vocabulary. Subclasses name their layer types (``LAYER_TYPES``),
+    the ones whose prefill has both scan forms (``SCANNED``), count a layer's weights and build
+    a layer's cascade. A field with a default takes the transformers class's default; the others
+    are required. Strict (:data:`~mambalaya.specio.SPEC_MODEL_CONFIG`): integers are integers,
+    booleans booleans, numbers finite; ``layer_types`` may be given as a list."""
+
+    model_config = SPEC_MODEL_CONFIG
+
+    LAYER_TYPES: ClassVar[tuple[str, ...]] = ()
+    SCANNED: ClassVar[tuple[str, ...]] = ()
+
+    d_model: PositiveInt
+    layer_types: Annotated[tuple[str, ...], BeforeValidator(list_as_tuple)]
+    vocab_size: PositiveInt
+    tie_embeddings: bool = False
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layer_types)
+
+    def layer_counts(self) -> dict[str, int]:
+        counts = Counter(self.layer_types)
+        return {t: counts[t] for t in self.LAYER_TYPES if counts[t]}
+
+    def layer_parameters(self, layer_type: str) -> int:  # pragma: no cover - every family defines it
+        raise NotImplementedError
+
+    def extra_parameters(self) -> int:
+        """Weights outside the layers besides the embedding, LM head and final norm (none here)."""
+        return 0
+
+    def model_parameters(self) -> int:
+        """Embedding (and the LM head unless tied) + every layer + the final norm."""
+        embed = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
+        layers = sum(n * self.layer_parameters(t) for t, n in self.layer_counts().items())
+        return embed + layers + self.extra_parameters() + self.d_model
+
+    def layer(self, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
+              scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
+        """One layer of ``layer_type`` as one cascade (``seq_len``: the prompt in prefill, the
+        cached positions before the new one in decode)."""
+        raise NotImplementedError  # pragma: no cover - every family defines it
+
+    def precision_family(self, layer_type: str) -> str:
+        """The precision policy's family whose entries set this layer's tensor widths."""
+        return "bamba"
+
+    def attention_config(self) -> Any:
+        """The :class:`~mambalaya.workloads.blocks.attention.AttentionConfig` of the attention layers
+        (its rotary tables), or None."""
+        return None
+
+    def constants(self, cascade: Cascade) -> dict[str, np.ndarray]:
+        """Constant inputs of a layer cascade only this family has: the causal mask ``AMK`` of a
+        layer that runs attention inside one cascade (Falcon-H1's parallel block, Zamba2's
+        shared block)."""
+        return {"AMK": causal_mask(*cascade.shape("AMK"))} if "AMK" in cascade.tensors else {}
+
+    def shape_text(self) -> str:
+        counts = ", ".join(f"{n} {t}" for t, n in self.layer_counts().items())
+        return f"layers: {counts}"
+
+    def check_layer_type(self, layer_type: str | None) -> str:
+        if layer_type is None or layer_type not in self.layer_counts():
+            what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"
+            raise SpecError(f"a {self.family} model has layers of types {', '.join(self.layer_counts())}; {what} "  # type: ignore[attr-defined]
+                            "(layer_type, --layer-type)")
+        return layer_type
+
+
+def check_known_fields(cfg: ConfigFile, config_class: str, read: set, inert: set, modelled: dict) -> None:
+    """Every field of a family's config.json is one mambalaya reads, one that cannot change a
+    layer, or one whose value it models (``modelled``: field -> (value, why), the value of the
+    same type: ``1`` is not ``true``); anything else is refused by name."""
+    for key in cfg.data:
+        if key not in read and key not in inert and key not in modelled:
+            raise cfg.error(f"field {key} is not a {config_class} field mambalaya knows (transformers 5.25); it "
+                            "cannot tell whether it changes a layer")
+        if key in inert and (wrong_type := field_type_problem(config_class, key, cfg.data[key])):
+            raise cfg.error(wrong_type)
+    for key, (value, why) in modelled.items():
+        cfg.require(key, value, why)
+
+
+def is_hybrid(config: Any) -> bool:
+    """Whether ``config`` is a model of several layer types evaluated layer type by layer type
+    (Bamba, a mixture-of-experts hybrid family, or a dense hybrid family)."""
+    return getattr(config, "family", None) in ("bamba", "jamba", "granitemoehybrid") or isinstance(config, FamilyModel)
+
+
+def scanned_layer_types(config: Any) -> tuple[str, ...]:
+    """The layer types of a hybrid model whose prefill has a chunked and a recurrent form."""
+    if isinstance(config, FamilyModel):
+        return config.SCANNED
+    if getattr(config, "family", None) in ("jamba", "granitemoehybrid"):  # "mamba" and "mamba-moe"
+        return tuple(t for t in config.layer_counts() if t.split("-")[0] == "mamba")
+    return ("mamba",)
+
+
+def build_family_layer(model: FamilyModel, *, phase: str, seq_len: int, batch: int, bits: int = 16,
+                       state_io: bool | None = None, name: str | None = None, scan: str | None = None,
+                       precision: Any = None, layer_type: str | None = None, softmax: str = "three-pass") -> Cascade:
+    """:func:`~mambalaya.workloads.build_layer` for a dense hybrid family's model."""
+    from mambalaya.workloads.precision import apply_policy
+
+    layer_type = model.check_layer_type(layer_type)
+    if state_io is False:
+        raise SpecError(f"a {model.family} model's layers always carry their state and KV cache out; "  # type: ignore[attr-defined]
+                        "state_io cannot be False")
+    if scan is not None and layer_type not in model.SCANNED:
+        raise SpecError(f"scan applies to the layers with a scan ({', '.join(model.SCANNED) or 'none'}); a "
+                        f"{layer_type} layer has none")
+    cascade = model.layer(layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
+                          softmax=softmax, name=name)
+    return cascade if precision is None else apply_policy(cascade, precision, bits,
+                                                          family=model.precision_family(layer_type))
+
+
+def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, Any] | None = None
+                  ) -> dict[str, np.ndarray]:
+    """Every input of a family layer's cascade besides ``X`` and the weights: the constants
+    (causal masks and rotary tables of attention, the chunked scans' masks) and the incoming
+    state: ``state`` (exactly the cascade's incoming state tensors, each of its shape), or zeros
+    for a prefill from a fresh cache."""
+    from mambalaya.workloads.blocks.attention import attention_constants
+    from mambalaya.workloads.blocks.gated_deltanet import gdn_constants
+    from mambalaya.workloads.families.bamba import incoming_state
+    from mambalaya.workloads.blocks.mamba2 import mamba2_constants
+
+    out: dict[str, np.ndarray] = {}
+    if "T" in cascade.ranks and "CM" in cascade.tensors and cascade.tensors["CM"].ranks == ("I", "T") \
+            or "COS" in cascade.tensors:
+        out.update(attention_constants(cascade, model.attention_config()))
+    out.update(gdn_constants(cascade) if "EYE" in cascade.tensors else mamba2_constants(cascade))
+    out.update(model.constants(cascade))
+    decode = ", decode," in cascade.description.split(";")[0] + ","  # the first block's builder names its phase
+    return {**out, **incoming_state(cascade, state, decode=decode)}
+
+
+@dataclass(frozen=True)
+class FamilyStep:
+    """One step of one layer: the ``cascade`` run, its ``output`` ``[B, L, D]`` (positions in
+    order), the ``state`` the next step reads (SSM and conv states and/or the whole KV cache)
+    and every array the run returned."""
+
+    cascade: Cascade
+    output: np.ndarray
+    state: dict[str, np.ndarray]
+    results: dict[str, np.ndarray]
+
+
+def _cache_length(state: Mapping[str, Any] | None) -> int | None:
+    return int(np.shape(state["VC0"])[1]) if state and "VC0" in state else None
+
+
+def run_family_layer(model: FamilyModel, layer: int | str, x: Any, weights: Mapping[str, np.ndarray], *,
+                     state: Mapping[str, np.ndarray] | None = None, scan: str | None = None,
+                     softmax: str = "three-pass", dtype: str = "float32",
+                     inputs: Mapping[str, Any] | None = None) -> FamilyStep:
+    """Run layer ``layer`` (its index, or a layer type) of ``model`` on ``x`` ``[B, L, D]``:
+    a prefill from a fresh cache without ``state``, else one decode step continuing from it.
+    ``inputs``: the layer's other per-position inputs, by name (Zamba2's hybrid layers read the
+    original embeddings ``EMB`` ``[B, L, D]``)."""
+    from mambalaya.execute.layers import layer_input
+    from mambalaya.execute.numpy_exec import carry_states, execute
+    from mambalaya.workloads.blocks.attention import append_kv
+    from mambalaya.workloads.blocks.mamba2 import chunked_output_to_positions
+
+    if isinstance(layer, str):
+        layer_type = model.check_layer_type(layer)
+    elif isinstance(layer, bool) or not isinstance(layer, (int, np.integer)) or not 0 <= layer < model.n_layers:
+        raise SpecError(f"layer {layer!r} is not a layer of this model (layers 0..{model.n_layers - 1})")
+    else:
+        layer_type = model.layer_types[int(layer)]
+    x, batch, length, phase = layer_input(x, model.d_model, state, "run_family_layer")
+    cached = _cache_length(state)
+    seq_len = length if phase == "prefill" else (cached if cached is not None else 1)
+    if phase == "decode" and layer_type in model.SCANNED:
+        scan = None
+    cascade = model.layer(layer_type, batch=batch, seq_len=seq_len, phase=phase, scan=scan, softmax=softmax)
+    wanted = [t for t in cascade.external_tensors() if cascade.tensors[t].role == Role.INPUT and t != "X"
+              and cascade.tensors[t].ranks[:2] == ("B", "I")]
+    given = dict(inputs or {})
+    if sorted(given) != sorted(wanted):
+        raise SpecError(f"cascade {cascade.name} reads the per-position inputs {', '.join(wanted) or 'none'} besides X; "
+                        f"inputs= gives {', '.join(sorted(given)) or 'none'}")
+    for t, arr in given.items():
+        if tuple(np.shape(arr)) != cascade.shape(t):
+            raise SpecError(f"input {t} has shape {tuple(np.shape(arr))}; cascade {cascade.name} reads {cascade.shape(t)}")
+    arrays = {"X": x, **given, **weights, **family_inputs(cascade, model, state=state)}
+    results = execute(cascade, arrays, dtype=dtype)
+    out_name = next(t for t, s in cascade.tensors.items() if s.role == Role.OUTPUT)
+    output = results[out_name]
+    if "C" in cascade.tensors[out_name].ranks:
+        output = chunked_output_to_positions(output, length)
+    carried = carry_states(cascade, results)
+    if "VN" in cascade.tensors:  # an attention block's KV cache, with the new positions appended
+        carried.update(append_kv(cascade, {t: state[t] for t in ("KC0A", "KC0B", "VC0") if t in state}
+                                 if state else None, results))
+    return FamilyStep(cascade, output, carried, results)
+
+
+__all__ = ["SECOND_PREFIX", "FamilyModel", "FamilyStep", "build_family_layer", "check_known_fields", "family_inputs",
+           "is_hybrid",
+           "run_family_layer", "scanned_layer_types"]

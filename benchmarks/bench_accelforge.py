@@ -1,7 +1,7 @@
 """Our optimal search vs AccelForge's mapper on the same exported workload: time and off-chip traffic.
 
 Run from the project's Python (3.11); AccelForge runs in a Python >= 3.12 found by
-:func:`mambalaya.interop.accelforge.find_python312` (``$MAMBALAYA_ACCELFORGE_PYTHON``, else
+:func:`mambalaya.interop.accelforge_worker.find_python312` (``$MAMBALAYA_ACCELFORGE_PYTHON``, else
 the repository's ``.venv-af``, else ``python3.12``). With ``--unroll-scan T`` both tools search
 mambalaya's unrolled cascade (one Einsum per scan step). AccelForge's mapper minimises energy; the
 exported architecture charges 1 unit per DRAM bit and nothing else, so its objective is
@@ -29,7 +29,8 @@ import argparse
 import sys
 import time
 
-from mambalaya.interop.accelforge import cross_check_via, find_python312, unrolled_for_export
+from mambalaya.interop.accelforge import cross_check_via, unrolled_for_export
+from mambalaya.interop.accelforge_worker import find_python312
 from mambalaya.search.mappings import optimal
 from mambalaya.cost.traffic import mapping_traffic
 from mambalaya.workloads import PRESETS, build_layer

@@ -6,7 +6,7 @@ import importlib
 
 import pytest
 
-from mambalaya.interop.accelforge import AccelForgeWorker, find_python312
+from mambalaya.interop.accelforge_worker import AccelForgeWorker, find_python312
 
 
 @pytest.fixture(scope="session")
@@ -40,9 +40,9 @@ WORK = [
     ("mambalaya.experiments.hybrid_suite", "run_hybrid_suite"),
     ("mambalaya.experiments.sensitivity", "load_sensitivity_spec"),
     ("mambalaya.experiments.sweep", "run_sweep"),
-    ("mambalaya.cli.interop", "_model_layer"),
+    ("mambalaya.cli.interop", "model_layer"),
     ("mambalaya.cli.cascade", "load_cascade"),
-    ("mambalaya.cli.arch", "_design"),
+    ("mambalaya.cli.arch", "design_with_settings"),
     ("mambalaya.experiments.validate", "validate"),
     ("mambalaya.experiments.store", "ResultStore"),
 ]

@@ -15,7 +15,7 @@ import yaml
 from mambalaya.einsum import loads_cascade
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.interop.accelforge import (
-    _translate,
+    translate,
     cross_check,
     cross_check_via,
     export_arch,
@@ -81,7 +81,7 @@ def test_unrolled_scan_has_one_einsum_per_step():
     header = export_workload(c, unroll_scan=T).split("workload:")[0]
     assert f"scan unrolled into {T} steps" in header and "H_0, H_1, H_2, H_3" in header
     # the step tensors AccelForge sees are those of mambalaya's own unrolled cascade
-    graph, _ = _translate(c, T)
+    graph, _ = translate(c, T)
     assert graph.tensors.keys() == {ta["name"] for e in steps.values() for ta in e["tensor_accesses"]}
 
 
@@ -109,7 +109,7 @@ def test_arch_and_write_export(tmp_path):
     paths = write_export(decode(TINY), spec, tmp_path)
     assert sorted(p.name for p in paths) == ["arch.yaml", "mapping_unfused.yaml", "workload.yaml"]
     assert "!Compute {einsum: XO" in (tmp_path / "mapping_unfused.yaml").read_text()
-    assert unfused_mapping_yaml(_translate(decode(TINY))[1]).count("!Nested") == len(decode(TINY).einsums)
+    assert unfused_mapping_yaml(translate(decode(TINY))[1]).count("!Nested") == len(decode(TINY).einsums)
 
 
 @pytest.mark.skipif(sys.version_info >= (3, 12), reason="checks the error under 3.11")
@@ -147,7 +147,7 @@ def test_unfused_unrolled_scan_matches_accelforge_to_the_bit(py312, config, stat
     c = build_layer(config, phase="prefill", seq_len=T, batch=1, state_io=state_io)
     result = cross_check_via(py312, c, unroll_scan=T)
     rows = {r["tensor"]: r for r in result["rows"]}
-    assert set(rows) == set(_translate(c, T)[0].tensors)
+    assert set(rows) == set(translate(c, T)[0].tensors)
     assert {f"H_{t}" for t in range(T)} <= set(rows)
     for r in rows.values():
         assert r["accelforge_bits"] == r["ours_bits"], r
@@ -170,7 +170,7 @@ MAMBA2_TINY_CHUNKS = MAMBA2_TINY.model_copy(update={"chunk_size": 2})
 def test_unfused_mamba2_matches_accelforge_to_the_bit(py312, config, phase, seq_len, scan, unroll):
     c = build_layer(config, phase=phase, seq_len=seq_len, batch=1, scan=scan)
     rows = cross_check_via(py312, c, unroll_scan=unroll)["rows"]
-    assert {r["tensor"] for r in rows} == set(_translate(c, unroll)[0].tensors)
+    assert {r["tensor"] for r in rows} == set(translate(c, unroll)[0].tensors)
     for r in rows:
         assert r["accelforge_bits"] == r["ours_bits"], r
 
@@ -181,7 +181,7 @@ def test_export_carries_per_tensor_widths():
     c = build_layer(TINY, phase="prefill", seq_len=T, batch=1, state_io=True, precision="reference-kernels")
     data = yaml.safe_load(export_workload(c, unroll_scan=T))
     assert data["workload"]["bits_per_value"] == {"All": 16}
-    graph = _translate(c, T)[0]
+    graph = translate(c, T)[0]
     for e in data["workload"]["einsums"]:
         for ta in e["tensor_accesses"]:
             bits = graph.tensors[ta["name"]].bits
@@ -198,7 +198,7 @@ def test_mixed_precision_matches_accelforge_to_the_bit(py312, config, phase, seq
     on every tensor to the bit."""
     c = build_layer(config, phase=phase, seq_len=seq_len, batch=1, state_io=state_io, precision="reference-kernels")
     rows = cross_check_via(py312, c, unroll_scan=unroll)["rows"]
-    assert any(_translate(c, unroll)[0].tensors[r["tensor"]].bits == 32 and r["ours_bits"] for r in rows)
+    assert any(translate(c, unroll)[0].tensors[r["tensor"]].bits == 32 and r["ours_bits"] for r in rows)
     for r in rows:
         assert r["accelforge_bits"] == r["ours_bits"], r
 

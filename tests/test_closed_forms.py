@@ -12,6 +12,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from mambalaya.search import group_choice
+from mambalaya.search.picking import legal_rules
 from mambalaya.arch import load_arch
 from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group, footprint_bytes
 from mambalaya.search import candidates, picks, mappings as search
@@ -75,11 +77,11 @@ def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, c
             buffer = group_buffer_accesses(cascade, group, exact).total_bytes
             assert float(onchip[0]) == pytest.approx(buffer, rel=1e-12), (name, group)  # halos and rotations included
             assert float(latency[0]) == pytest.approx(group_seconds(arch, cascade, group, exact), rel=1e-12), (name, group)
-            if search._legal_rules(cascade, group) and cand.kept_fp[pos] <= BUFFER:
+            if legal_rules(cascade, group) and cand.kept_fp[pos] <= BUFFER:
                 check_group(cascade, group, BUFFER)
             else:
                 with pytest.raises(MappingError):
-                    check_group(cascade, group, BUFFER if search._legal_rules(cascade, group) else None)
+                    check_group(cascade, group, BUFFER if legal_rules(cascade, group) else None)
             checked += 1
     assert checked >= 150
 
@@ -105,7 +107,7 @@ def test_closed_form_picks_give_the_mappings_of_re_costing_every_pick(layer: str
     """On an architecture (latency) and without one (traffic), fresh cascades."""
     arch = load_arch(arch_name) if arch_name else None
     fast = _mapping_summary(_BUILDERS[layer](), mapping, arch)
-    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)
+    monkeypatch.setattr(group_choice, "CLOSED_FORM_COSTS", False)
     assert _mapping_summary(_BUILDERS[layer](), mapping, arch) == fast
 
 
@@ -115,9 +117,9 @@ def test_a_closed_form_that_disagrees_makes_the_search_re_cost_every_pick(monkey
     the mapping equals the re-costed one."""
     arch = load_arch("mambalaya")
     layer = lambda: build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4)  # noqa: E731
-    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)
+    monkeypatch.setattr(group_choice, "CLOSED_FORM_COSTS", False)
     exact = _mapping_summary(layer(), "optimal", arch)
-    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", True)
+    monkeypatch.setattr(group_choice, "CLOSED_FORM_COSTS", True)
     evaluate = candidates._evaluate_together  # how the candidate tables are built
 
     def wrong(models, tiles, trips):
@@ -169,11 +171,11 @@ def test_a_footprint_the_closed_forms_underestimate_is_searched_again(monkeypatc
     found = named_mapping("optimal", cascade, buffer, arch=arch)
     assert mismatches == [1]
     assert all(footprint_bytes(cascade, g) <= buffer for g in found.groups)
-    token = search._RECOST_EVERY_PICK.set(True)
+    token = group_choice.RECOST_EVERY_PICK.set(True)
     try:
         recosted = _mapping_summary(layer(), "optimal", arch, buffer)
     finally:
-        search._RECOST_EVERY_PICK.reset(token)
+        group_choice.RECOST_EVERY_PICK.reset(token)
     assert tuple((g.einsums, g.loops, g.resident) for g in found.groups) == recosted
 
 
@@ -205,7 +207,7 @@ def test_segments_picked_together_give_the_mapping_of_one_search_per_segment(lay
     assert run() == together
     monkeypatch.setattr(picks, "UNFILTERED_ROWS", 100)  # filtered as it grows past 100 rows
     assert run() == together
-    monkeypatch.setattr(search, "BATCH_PICKS", False)
+    monkeypatch.setattr(group_choice, "BATCH_PICKS", False)
     assert run() == together
 
 
@@ -272,7 +274,7 @@ def test_unfused_and_ssm_ri_picked_together_equal_one_search_per_group(mapping: 
                                                                        monkeypatch) -> None:
     arch = load_arch(arch_name) if arch_name else None
     together = _mapping_summary(_BUILDERS["mamba1"](), mapping, arch, buffer)
-    monkeypatch.setattr(search, "BATCH_PICKS", False)
+    monkeypatch.setattr(group_choice, "BATCH_PICKS", False)
     assert _mapping_summary(_BUILDERS["mamba1"](), mapping, arch, buffer) == together
 
 

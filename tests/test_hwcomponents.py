@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mambalaya.arch import load_arch
-from mambalaya.interop.accelforge import find_python312
+from mambalaya.interop.accelforge_worker import find_python312
 from mambalaya.interop.hwcomponents import cross_check_rows, hwcomponents_figures
 
 

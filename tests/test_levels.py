@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from mambalaya.search import group_choice
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, with_settings
 from mambalaya.errors import SpecError
 from mambalaya.experiments.evaluate import evaluate
-from mambalaya.search import mappings as search
 from mambalaya.cost.area import component_areas, leakage_w
 from mambalaya.cost.energy import layer_energy, movement_pj_per_byte
 from mambalaya.cost.latency import layer_level_seconds
@@ -111,7 +111,7 @@ def test_a_level_wider_than_it_needs_to_be_changes_no_latency_only_energy_area_a
 def test_closed_form_picks_charge_the_levels_as_the_general_model_does(layer: str, monkeypatch) -> None:
     arch = _two_levels(l2_bw=512.0, l3_bw=384.0)
     fast = _mapping_summary(_BUILDERS[layer](), "optimal", arch)
-    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)
+    monkeypatch.setattr(group_choice, "CLOSED_FORM_COSTS", False)
     assert _mapping_summary(_BUILDERS[layer](), "optimal", arch) == fast
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from mambalaya.search import group_choice
 from mambalaya.cli import app
 from mambalaya.errors import SpecError
 from mambalaya.experiments import sweep
 from mambalaya.experiments.sweep import evaluate_chunk, evaluate_point, load_sweep_spec
 from mambalaya.fusion.mapping import FusionGroup, Loop
-from mambalaya.search import mappings as search
 from mambalaya.cost import traffic
 from mambalaya.cost.traffic import group_traffic
 from mambalaya.workloads import PRESETS, build_layer
@@ -50,10 +50,10 @@ def test_memoised_sweep_points_equal_the_unmemoised_path(tmp_path: Path, monkeyp
     sample = random.Random(13).sample(points, 16)
     sample.sort(key=lambda p: (p["model"], p["seq_len"], p["batch"], p["arch"]))
     memoised = evaluate_chunk(sample)
-    monkeypatch.setattr(search, "MEMOISE_GROUPS", False)
-    monkeypatch.setattr(search, "PRUNE_DOMINATED", False)
-    monkeypatch.setattr(search, "CLOSED_FORM_COSTS", False)  # every pick re-costed by the general model
-    monkeypatch.setattr(search, "BATCH_PICKS", False)  # one search per segment
+    monkeypatch.setattr(group_choice, "MEMOISE_GROUPS", False)
+    monkeypatch.setattr(group_choice, "PRUNE_DOMINATED", False)
+    monkeypatch.setattr(group_choice, "CLOSED_FORM_COSTS", False)  # every pick re-costed by the general model
+    monkeypatch.setattr(group_choice, "BATCH_PICKS", False)  # one search per segment
     assert sum(not r.error for r in memoised) >= 10
     for point, fast in zip(sample, memoised):
         sweep._CASCADES.clear()  # a fresh cascade: no memo of any stage survives

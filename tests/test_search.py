@@ -220,7 +220,8 @@ def test_least_traffic_within_bound_equals_brute_force() -> None:
     within the bound, as enumerating every grouping does."""
     import random
 
-    from mambalaya.search.mappings import GroupChoice, _least_traffic_within
+    from mambalaya.search.picking import GroupChoice
+    from mambalaya.search.segments import least_traffic_within
 
     rng = random.Random(5)
     for trial in range(30):
@@ -247,7 +248,7 @@ def test_least_traffic_within_bound_equals_brute_force() -> None:
         bound = best_lat * 1.05
         ok = [g for g in all_g if sum(c.latency_s for c in g) <= bound]
         want = min(sum(c.traffic_bytes for c in g) for g in ok)
-        got = _least_traffic_within(segs, range(n + 1), bound)
+        got = least_traffic_within(segs, range(n + 1), bound)
         assert [c.group.einsums[0] for c in got] == [f"e{i}" for i in sorted(int(c.group.name[1:].split("_")[0]) for c in got)]
         assert sum(c.traffic_bytes for c in got) == pytest.approx(want), trial
         assert sum(c.latency_s for c in got) <= bound * (1 + 1e-12)

@@ -298,7 +298,7 @@ def test_designs_that_differ_in_dataflows_share_each_operands_array_cycles_exact
     import numpy as np
 
     from mambalaya.search.candidates import cost_model, tileable_ranks
-    from mambalaya.search.closed_forms import einsum_grid_cycles
+    from mambalaya.search.candidates import einsum_grid_cycles
 
     computes = [MAMBALAYA.compute.model_copy(update={"dataflows": flows, "dataflow_switch_cycles": switch})
                 for flows in (("weight-stationary", "output-stationary", "input-stationary"),

@@ -282,8 +282,8 @@ def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked(monkeypatch) -> N
     points = [{"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
                "mapping": "default", "memory.onchip_buffer_bytes": b} for b in ("4MiB", "8MiB")]
     tuned: list[str] = []
-    monkeypatch.setattr(sweep, "_tune_allocator", lambda: tuned.append("allocator"))
-    monkeypatch.setattr(sweep, "_tune_collector", lambda: tuned.append("collector"))
+    monkeypatch.setattr(sweep, "tune_allocator", lambda: tuned.append("allocator"))
+    monkeypatch.setattr(sweep, "tune_collector", lambda: tuned.append("collector"))
     assert gc.get_freeze_count() == 0
     plain = sweep._chunk_task(points)
     assert gc.get_freeze_count() == 0 and not tuned
@@ -305,8 +305,8 @@ def test_a_worker_frees_the_memos_of_the_cascades_it_drops(monkeypatch) -> None:
 
     from mambalaya.experiments import sweep
 
-    monkeypatch.setattr(sweep, "_tune_allocator", lambda: None)
-    monkeypatch.setattr(sweep, "_tune_collector", lambda: None)
+    monkeypatch.setattr(sweep, "tune_allocator", lambda: None)
+    monkeypatch.setattr(sweep, "tune_collector", lambda: None)
     monkeypatch.setattr(sweep, "KEPT_CASCADES", 0)
     monkeypatch.setattr(sweep, "_CASCADES", {})
     point = {"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
@@ -330,7 +330,7 @@ def test_the_collector_tuning_raises_only_the_young_threshold() -> None:
 
     before = gc.get_threshold()
     try:
-        assert sweep_workers._tune_collector.__wrapped__() == (sweep_workers.COLLECTOR_YOUNG_THRESHOLD, *before[1:])
+        assert sweep_workers.tune_collector.__wrapped__() == (sweep_workers.COLLECTOR_YOUNG_THRESHOLD, *before[1:])
         assert sweep_workers.COLLECTOR_YOUNG_THRESHOLD > before[0]
     finally:
         gc.set_threshold(*before)
@@ -346,7 +346,7 @@ libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 if sys.argv[1] == "tuned":
     from mambalaya.experiments import sweep
-    print(sweep._tune_allocator())
+    print(sweep.tune_allocator())
 else:  # glibc's default, set: what a process freed before may have raised the dynamic threshold
     print(libc.mallopt(-3, 128 << 10) == 1)
 before = libc.mallinfo2().hblkhd
@@ -419,19 +419,19 @@ def test_a_point_over_its_power_budget_is_flagged_with_its_throttled_latency() -
 
 
 def test_a_local_sweep_submits_the_chunks_expected_to_take_longest_first() -> None:
-    """Local chunks go out a few at a time (sweep._Costliest): first one chunk of each model not
+    """Local chunks go out a few at a time (sweep_workers.Costliest): first one chunk of each model not
     yet submitted, in order, so each is measured early; then the chunk whose points' models
     were measured slowest (one submitted but not yet measured counting as the slowest
     measured), so short chunks run last."""
     from mambalaya.experiments.store import PointResult
-    from mambalaya.experiments.sweep import _Costliest
+    from mambalaya.experiments.sweep_workers import Costliest
 
     def chunk(model: str, n: int) -> list[dict]:
         return [{"model": model, "phase": "prefill", "seq_len": k} for k in range(n)]
 
     chunks = [chunk("fast", 4), chunk("fast", 5), chunk("slow", 4), chunk("fast", 6), chunk("slow", 2), chunk("new", 3),
               chunk("new", 1)]
-    order = _Costliest(chunks)
+    order = Costliest(chunks)
     assert [order.take(), order.take(), order.take()] == [0, 2, 5]  # one of each model, in order
     assert order.take() == 1  # nothing measured yet: the chunks' order
     order.learn([PointResult("a", p, {}, None, 0.01, "w") for p in chunks[0]])

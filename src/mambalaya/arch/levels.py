@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from mambalaya.arch.quantities import BYTES_PER_CYCLE_RANGE, MAX_INT, _parse_byte_count
+from mambalaya.arch.quantities import BYTES_PER_CYCLE_RANGE, MAX_INT, parse_byte_count
 from mambalaya.specio import FieldProblem
 
 _CONFIG = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
@@ -53,7 +53,7 @@ class StagingLevel(BaseModel):
     @field_validator("capacity_bytes", mode="before")
     @classmethod
     def _bytes(cls, value: Any) -> Any:
-        return _parse_byte_count(value)
+        return parse_byte_count(value)
 
     @model_validator(mode="after")
     def _bounded(self) -> "StagingLevel":

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from mambalaya.arch.quantities import AREA_UM2_RANGE, MAX_INT, PICOJOULES_RANGE, _parse_byte_count
+from mambalaya.arch.quantities import AREA_UM2_RANGE, MAX_INT, PICOJOULES_RANGE, parse_byte_count
 from mambalaya.einsum.ir import UNARY_FUNCTIONS
 from mambalaya.specio import FieldProblem
 
@@ -88,7 +88,7 @@ class EnergySpec(BaseModel):
     @field_validator("buffer_reference_bytes", mode="before")
     @classmethod
     def _reference_bytes(cls, value: Any) -> Any:
-        return _parse_byte_count(value)
+        return parse_byte_count(value)
 
     @field_validator("mac_pj", "elementwise_pj", mode="before")
     @classmethod

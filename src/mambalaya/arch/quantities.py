@@ -90,7 +90,7 @@ KERNEL_FRACTION_RANGE = PhysicalRange(
     "a fraction of peak; below a thousandth a kernel is not described by its peak rates at all")
 
 
-_BYTE_UNITS: dict[str, int] = {
+BYTE_UNITS: dict[str, int] = {
     "": 1,
     "B": 1,
     "kB": 10**3,
@@ -103,9 +103,9 @@ _BYTE_UNITS: dict[str, int] = {
     "GiB": 2**30,
     "TiB": 2**40,
 }
-_BANDWIDTH_UNITS: dict[str, int] = {f"{u}/s": m for u, m in _BYTE_UNITS.items() if u}
-_BANDWIDTH_UNITS[""] = 1
-_HZ_UNITS: dict[str, int] = {"": 1, "Hz": 1, "kHz": 10**3, "KHz": 10**3, "MHz": 10**6, "GHz": 10**9}
+BANDWIDTH_UNITS: dict[str, int] = {f"{u}/s": m for u, m in BYTE_UNITS.items() if u}
+BANDWIDTH_UNITS[""] = 1
+HZ_UNITS: dict[str, int] = {"": 1, "Hz": 1, "kHz": 10**3, "KHz": 10**3, "MHz": 10**6, "GHz": 10**9}
 
 _QUANTITY = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([A-Za-z/]*)\s*$")
 
@@ -130,7 +130,7 @@ def _unit_list(units: dict[str, int]) -> str:
     return ", ".join(u for u in units if u)
 
 
-def _parse_float_quantity(value: Any, units: dict[str, int], what: str) -> Any:
+def parse_float_quantity(value: Any, units: dict[str, int], what: str) -> Any:
     if isinstance(value, str):
         return float(_parse_quantity(value, units, what))
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10**30:
@@ -138,9 +138,9 @@ def _parse_float_quantity(value: Any, units: dict[str, int], what: str) -> Any:
     return value
 
 
-def _parse_byte_count(value: Any) -> Any:
+def parse_byte_count(value: Any) -> Any:
     if isinstance(value, str):
-        amount = _parse_quantity(value, _BYTE_UNITS, "a byte size")
+        amount = _parse_quantity(value, BYTE_UNITS, "a byte size")
     elif isinstance(value, float) and value == value and abs(value) != float("inf"):
         amount = Decimal(value)
     else:

@@ -28,10 +28,10 @@ from mambalaya.errors import SpecError
 from mambalaya.arch.kernels import KernelSpec
 from mambalaya.arch.levels import StagingLevel, check_capacities, check_level_names
 from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec, known_unary_names
-from mambalaya.arch.quantities import (_BANDWIDTH_UNITS, _BYTE_UNITS, _HZ_UNITS, BYTES_PER_CYCLE_RANGE,  # noqa: F401
+from mambalaya.arch.quantities import (BANDWIDTH_UNITS, BYTE_UNITS, HZ_UNITS, BYTES_PER_CYCLE_RANGE,  # noqa: F401
                                        CLOCK_RANGE, MAX_ELEMENT_BITS, MAX_INT, OFFCHIP_BANDWIDTH_RANGE, OPS_PER_LANE_RANGE,
                                        OVERHEAD_CYCLES_RANGE, POWER_BUDGET_RANGE, UNARY_CYCLES_RANGE, UNARY_PE_OPS_RANGE,
-                                       _parse_byte_count, _parse_float_quantity)
+                                       parse_byte_count, parse_float_quantity)
 from mambalaya.specio import FieldProblem
 
 #: Unary functions the cost model knows: those of the Einsum IR, as counted by
@@ -369,7 +369,7 @@ class MemorySpec(BaseModel):
     @field_validator("onchip_buffer_bytes", "pe_local_bytes", "offchip_capacity_bytes", mode="before")
     @classmethod
     def _bytes(cls, value: Any) -> Any:
-        return value if value is None else _parse_byte_count(value)
+        return value if value is None else parse_byte_count(value)
 
     @model_validator(mode="after")
     def _levels_consistent(self) -> MemorySpec:
@@ -394,7 +394,7 @@ class MemorySpec(BaseModel):
     @field_validator("offchip_bandwidth_bytes_per_s", mode="before")
     @classmethod
     def _bandwidth(cls, value: Any) -> Any:
-        return _parse_float_quantity(value, _BANDWIDTH_UNITS, "a bandwidth")
+        return parse_float_quantity(value, BANDWIDTH_UNITS, "a bandwidth")
 
 
 class MappingPolicy(BaseModel):
@@ -503,7 +503,7 @@ class ArchSpec(BaseModel):
     @field_validator("clock_hz", mode="before")
     @classmethod
     def _clock(cls, value: Any) -> Any:
-        return _parse_float_quantity(value, _HZ_UNITS, "a frequency")
+        return parse_float_quantity(value, HZ_UNITS, "a frequency")
 
     @model_validator(mode="after")
     def _sources_name_fields(self) -> ArchSpec:

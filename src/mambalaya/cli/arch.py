@@ -16,8 +16,8 @@ from mambalaya.cli.options import (
 
 from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
-    _design,
-    _emit,
+    design_with_settings,
+    emit,
     print_tables,
     rows_csv,
     rows_table,
@@ -39,11 +39,11 @@ def arch_show_cmd(
     from mambalaya.arch import arch_rows, arch_to_dict
 
     check_output_path(output, kind="file", option="--output", inputs={"NAME": name})
-    spec = _design(name, settings)
+    spec = design_with_settings(name, settings)
     if fmt == Format.json:
-        _emit(json.dumps(arch_to_dict(spec), indent=2), output)
+        emit(json.dumps(arch_to_dict(spec), indent=2), output)
     elif fmt == Format.csv:
-        _emit(rows_csv(arch_rows(spec)), output)
+        emit(rows_csv(arch_rows(spec)), output)
     else:
         tables = [rows_table(arch_rows(spec), f"architecture {spec.name}: {spec.description}")]
         if spec.area is not None:

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Optional
 
 import typer
 
@@ -18,24 +17,23 @@ from mambalaya.cli.options import (
     OutOpt,
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
-from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.errors import SpecError
 from mambalaya.specio import MAX_SPEC_BYTES
 from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
 from mambalaya.workloads.families.base import is_hybrid
 
-from mambalaya.cli.layer_options import LayerArgs, layer_options
+from mambalaya.cli.layer_options import LayerArgs, layer_cascade, layer_options
 from mambalaya.cli.readers import size_parser
 from mambalaya.outputs import atomic_output, check_output_path, write_text_output
 from mambalaya.cli.common import (
-    _emit,
-    _family_shape,
-    _print_stats,
-    _provenance,
+    model_shape_text,
+    width_text,
+    emit,
+    family_shape,
+    print_stats,
+    provenance_record,
     rows_csv,
     rows_table,
-    _shape_text,
-    _width_text,
     app,
     cascade_app,
     err_console,
@@ -44,26 +42,13 @@ from mambalaya.cli.common import (
 )
 
 
-def layer_cascade(layer: LayerArgs) -> tuple[Any, Any]:
-    """(model config, cascade) of the layer, as :meth:`LayerArgs.build`; with ``--unroll``, an
-    unrolled cascade too large to be of use is refused before a step is built, the error
-    naming L (:func:`mambalaya.einsum.unroll.check_unroll_size`)."""
-    if not layer.unroll:
-        return layer.build()
-    config, cascade = replace(layer, unroll=False).build()
-    try:
-        return config, unroll_recurrences(cascade)
-    except SpecError as err:
-        raise SpecError(f"--unroll at L = {layer.seq_len:,} ({layer.phase.value}): {err}") from None
-
-
 @app.command("models")
 @user_errors
 def models_cmd(fmt: FormatOpt = Format.table) -> None:
     """List the model presets with their configurations and parameter counts."""
     rows = []
     for name, cfg in PRESETS.items():
-        shape = _family_shape(cfg)
+        shape = family_shape(cfg)
         rows.append(
             {
                 "model": name,
@@ -79,9 +64,9 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
             }
         )
     if fmt == Format.json:
-        _emit(json.dumps(rows, indent=2), None)
+        emit(json.dumps(rows, indent=2), None)
     elif fmt == Format.csv:
-        _emit(rows_csv(rows), None)
+        emit(rows_csv(rows), None)
     else:
         out_console.print(rows_table(rows, "model presets (parameters: embedding + layers + final norm)"))
 
@@ -93,15 +78,15 @@ def show_cmd(layer: LayerArgs, fmt: FormatOpt = Format.table, output: OutOpt = N
     """Print a model layer's cascade: every Einsum with its kind, operation counts and bytes."""
     check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
     config, cascade = layer_cascade(layer)
-    prov = _provenance(layer.model, config, cascade, **layer.run_fields())
+    prov = provenance_record(layer.model, config, cascade, **layer.run_fields())
     kind = layer.layer_type
     title = (
-        f"{layer.title(cascade)}, {_width_text(layer.bits, layer.precision)}; {_shape_text(config)}; "
+        f"{layer.title(cascade)}, {width_text(layer.bits, layer.precision)}; {model_shape_text(config)}; "
         f"{config.n_layers} layers"
         + (f" (totals count the {config.layer_counts()[kind]} {kind} layers)" if kind else "")
     )
     n_layers = config.layer_counts().get(kind, 0) if kind and is_hybrid(config) else config.n_layers
-    _print_stats(cascade, n_layers, fmt, output, prov, title)
+    print_stats(cascade, n_layers, fmt, output, prov, title)
 
 
 @cascade_app.command("dump")
@@ -122,7 +107,7 @@ def dump_cmd(
         raise SpecError(f"the cascade file of {cascade.name!r} would be {size_bytes:,} bytes, over the "
                         f"{MAX_SPEC_BYTES:,}-byte limit of what `mambalaya cascade check` reads back; nothing was written")
     if output is None:
-        _emit(text, None)
+        emit(text, None)
     else:
         write_text_output(output, text)
         err_console.print(f"wrote {output}")
@@ -140,7 +125,7 @@ def check_cmd(
     check_output_path(output, kind="file", option="--output", inputs={"PATH": path})
     cascade = load_cascade(path)
     err_console.print(f"{path}: valid cascade {cascade.name!r} with {len(cascade.einsums)} Einsums")
-    _print_stats(cascade, n_layers, fmt, output, {"file": str(path)}, f"{path} ({cascade.name})")
+    print_stats(cascade, n_layers, fmt, output, {"file": str(path)}, f"{path} ({cascade.name})")
 
 
 @cascade_app.command("diagram")

@@ -105,7 +105,7 @@ def print_error(message: str) -> None:
     err_console.print(Text.assemble(("error:", "bold red"), " ", one_line(message)), highlight=False)
 
 
-def _model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
+def model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
                  scan: str | None = None, unroll: bool = False, precision: str | None = None,
                  layer_type: str | None = None) -> tuple[ModelConfig, Cascade]:
     config = resolve_model(model)
@@ -123,18 +123,18 @@ def _policy_name(precision: str | None) -> str:
     return precision or "uniform"
 
 
-def _width_text(bits: int, precision: str | None) -> str:
+def width_text(bits: int, precision: str | None) -> str:
     """``16-bit`` under the uniform policy, else the policy's name beside the design width."""
     if precision in (None, "uniform"):
         return f"{bits}-bit"
     return f"precision {precision} (design width {bits} bits)"
 
 
-def _provenance(model: str, config: ModelConfig, cascade: Cascade, **run: Any) -> dict[str, Any]:
+def provenance_record(model: str, config: ModelConfig, cascade: Cascade, **run: Any) -> dict[str, Any]:
     return {"model": model, "config": config.model_dump(), **run, "mambalaya": __version__}
 
 
-def _emit(text: str, output: Path | None) -> None:
+def emit(text: str, output: Path | None) -> None:
     if output is None:
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
     else:
@@ -178,12 +178,12 @@ def rows_table(rows: list[dict[str, Any]], title: str) -> Table:
     return table
 
 
-def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | None, provenance: dict[str, Any], title: str) -> None:
+def print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | None, provenance: dict[str, Any], title: str) -> None:
     stats = cascade_stats(cascade, n_layers=n_layers)
     if fmt == Format.json:
-        _emit(json.dumps(cascade_json(stats, provenance=provenance), indent=2), output)
+        emit(json.dumps(cascade_json(stats, provenance=provenance), indent=2), output)
     elif fmt == Format.csv:
-        _emit(rows_csv(cascade_rows(stats)), output)
+        emit(rows_csv(cascade_rows(stats)), output)
     else:
         table = rows_table(cascade_rows(stats), title)
         if output is None:
@@ -195,7 +195,7 @@ def _print_stats(cascade: Cascade, n_layers: int, fmt: Format, output: Path | No
                 f"model ({n_layers} layers): {t['model_macs']:,} MACs"
             )
         else:
-            _emit(_tables_text([table], width=200), output)
+            emit(_tables_text([table], width=200), output)
 
 
 def _tables_text(tables: list[Table], width: int = 240) -> str:
@@ -206,7 +206,7 @@ def _tables_text(tables: list[Table], width: int = 240) -> str:
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
-def _print_table(table: Table, output: Path | None) -> None:
+def print_table(table: Table, output: Path | None) -> None:
     """``table`` on stdout, or written to ``output`` (:func:`print_tables`)."""
     print_tables([table], output)
 
@@ -217,7 +217,7 @@ def print_tables(tables: list[Table], output: Path | None) -> None:
         for table in tables:
             out_console.print(table)
         return
-    _emit(_tables_text(tables), output)
+    emit(_tables_text(tables), output)
 
 
 @app.callback(invoke_without_command=True)
@@ -227,7 +227,7 @@ def main(version: Annotated[bool, typer.Option("--version", help="Print the vers
         raise typer.Exit()
 
 
-def _family_shape(cfg: ModelConfig) -> str:
+def family_shape(cfg: ModelConfig) -> str:
     """The shape fields only one model family has."""
     if cfg.family == "mamba1":
         return f"dt_rank={cfg.dt_rank_value}"
@@ -250,22 +250,22 @@ def _family_shape(cfg: ModelConfig) -> str:
     return f"headdim={cfg.headdim} nheads={cfg.nheads} ngroups={cfg.ngroups} chunk={cfg.chunk_size}"
 
 
-def _shape_text(cfg: ModelConfig) -> str:
+def model_shape_text(cfg: ModelConfig) -> str:
     """One line of a model's shape, for table titles."""
     if is_hybrid(cfg):
-        return f"{cfg.family}, d_model={cfg.d_model}, {_family_shape(cfg)}"
+        return f"{cfg.family}, d_model={cfg.d_model}, {family_shape(cfg)}"
     return (f"{cfg.family}, d_model={cfg.d_model}, d_inner={cfg.d_inner}, d_state={cfg.d_state}, "
-            f"{_family_shape(cfg)}, d_conv={cfg.d_conv}")
+            f"{family_shape(cfg)}, d_conv={cfg.d_conv}")
 
 
-def _design(name: str, settings: list[str] | None) -> Any:
+def design_with_settings(name: str, settings: list[str] | None) -> Any:
     """The design named on the command line, with its --set FIELD=VALUE changes."""
     from mambalaya.arch import load_arch, with_settings
 
     return with_settings(load_arch(name), settings or [])
 
 
-def _with_routing(config: Any, routing: Path | None, model: str) -> Any:
+def with_routing(config: Any, routing: Path | None, model: str) -> Any:
     """``config`` with the routing histogram of ``--routing`` (a mixture-of-experts model's)."""
     if routing is None:
         return config

@@ -8,7 +8,7 @@ from typing import Annotated, Optional
 
 import typer
 
-from mambalaya.cli.common import Objective, _emit, rows_csv, rows_table, app, err_console, out_console, user_errors
+from mambalaya.cli.common import Objective, emit, rows_csv, rows_table, app, err_console, out_console, user_errors
 from mambalaya.cli.evaluate_text import emit_comparison, emit_evaluation, emit_hybrid
 from mambalaya.cli.layer_options import DesignArgs, design_options
 from mambalaya.cli.options import (DEFAULT_BASELINE, DEFAULT_DESIGN, DEFAULT_SEQ_LEN, ArchOpt, CompareBaselineOpt,
@@ -102,9 +102,9 @@ def validate_cmd(
     result = validate(cases)
     rows = result.rows()
     if fmt == Format.json:
-        _emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity)}, indent=2), None)
+        emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity)}, indent=2), None)
     elif fmt == Format.csv:
-        _emit(rows_csv(rows), None)
+        emit(rows_csv(rows), None)
     else:
         shown = [{**{k: r[k] for k in ("case", "arch", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms")},
                   "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mambalaya import __version__
-from mambalaya.cli.common import _emit, _print_table, print_tables, _provenance, rows_csv, rows_table, _width_text, out_console
+from mambalaya.cli.common import width_text, emit, print_table, print_tables, provenance_record, rows_csv, rows_table, out_console
 from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
 from mambalaya.formatting import milliseconds, whole
@@ -30,7 +30,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         by_einsum = {r["einsum"]: r["total_pj"] for r in energy_rows(energy)}
         for r in rows:
             r["energy_pj"] = by_einsum[r["einsum"]]
-    prov = _provenance(run.model, config, ev.cascade, phase=run.phase.value, seq_len=seq_len, batch=run.batch,
+    prov = provenance_record(run.model, config, ev.cascade, phase=run.phase.value, seq_len=seq_len, batch=run.batch,
                        mapping=ev.mapping.name, mapping_description=ev.mapping.description,
                        bits=ev.arch.bits_per_element, precision=ev.precision.name)
     if fmt == Format.json:
@@ -47,17 +47,17 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             ],
             "totals": ev.totals(),
         }
-        _emit(json.dumps(doc, indent=2), output)
+        emit(json.dumps(doc, indent=2), output)
         return
     if fmt == Format.csv:
-        _emit(rows_csv(rows), output)
+        emit(rows_csv(rows), output)
         return
     t = ev.totals()
     title = (f"{run.model} {run.phase.value} I={ev.cascade.size('I')} batch={run.batch} on {ev.arch.name} "
-             f"({_width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
+             f"({width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
              f"{ev.arch.memory.offchip_bandwidth_bytes_per_s / 1e9:g} GB/s, buffer {ev.arch.memory.onchip_buffer_bytes:,} B); "
              f"mapping {ev.mapping.name}: {ev.mapping.description}. Latencies in s, traffic in bytes.")
-    _print_table(rows_table(rows, title), output)
+    print_table(rows_table(rows, title), output)
     if output is None:
         rate = (f"{rate_text(t['tokens_per_s'])} tokens/s" if run.phase == PhaseOption.decode
                 else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
@@ -122,10 +122,10 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                "layers": {t: {"cascade": ev.cascade.name, "layers": ev.result.n_layers, "totals": ev.totals(),
                               "mapping": mapping_to_dict(ev.mapping), "einsums": rows[t][:-1]}
                           for t, ev in hv.layers.items()}}
-        _emit(json.dumps(doc, indent=2), output)
+        emit(json.dumps(doc, indent=2), output)
         return
     if fmt == Format.csv:
-        _emit(rows_csv([{"layer_type": t, **r} for t, rs in rows.items() for r in rs]), output)
+        emit(rows_csv([{"layer_type": t, **r} for t, rs in rows.items() for r in rs]), output)
         return
     tables = []
     for t, ev in hv.layers.items():
@@ -152,9 +152,9 @@ def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, ba
                     output: Path | None) -> None:
     """Several designs across lengths (:func:`mambalaya.experiments.evaluate.compare_rows`)."""
     if fmt == Format.json:
-        _emit(json.dumps(rows, indent=2), output)
+        emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
-        _emit(rows_csv(rows), output)
+        emit(rows_csv(rows), output)
     else:
         title = f"{run.model} {run.phase.value}, batch {run.batch}: each design with its own mapping; speedup over {baseline}"
         if is_hybrid(config):  # the table keeps what compares; csv and json hold every column
@@ -162,4 +162,4 @@ def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, ba
                     *(f"{t}_mapping" for t in config.layer_counts()), "attention_share", f"speedup_vs_{baseline}")
             rows = [{k: r[k] for k in keep if k in r} for r in rows]
             title += " (whole model; --format csv for each layer type's latency, cascade and share)"
-        _print_table(rows_table(rows, title), output)
+        print_table(rows_table(rows, title), output)

@@ -20,17 +20,16 @@ from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping_file import parse_bytes
 
-from mambalaya.cli.cascade import layer_cascade
-from mambalaya.cli.layer_options import LayerArgs, layer_options
+from mambalaya.cli.layer_options import LayerArgs, layer_cascade, layer_options
 from mambalaya.outputs import check_output_path, check_outputs_differ, write_text_output
 from mambalaya.cli.common import (
-    _emit,
-    _print_table,
+    width_text,
+    emit,
+    print_table,
     print_tables,
-    _provenance,
+    provenance_record,
     rows_csv,
     rows_table,
-    _width_text,
     err_console,
     fusion_app,
     out_console,
@@ -73,12 +72,12 @@ def classes_cmd(
     _, cascade = layer_cascade(layer)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
-        _emit(json.dumps(edges_json(edges), indent=2), output)
+        emit(json.dumps(edges_json(edges), indent=2), output)
     elif fmt == Format.csv:
-        _emit(rows_csv(edge_rows(edges)), output)
+        emit(rows_csv(edge_rows(edges)), output)
     else:
         title = f"{layer.title(cascade)}: edges (producer '-' = layer input or incoming state)"
-        _print_table(rows_table(edge_rows(edges), title), output)
+        print_table(rows_table(edge_rows(edges), title), output)
 
 
 @fusion_app.command("map")
@@ -110,14 +109,14 @@ def map_cmd(
     if save is not None:
         write_text_output(save, dump_mapping(m))
         err_console.print(f"wrote {save}")
-    prov = _provenance(layer.model, config, cascade, **layer.run_fields(), mapping=mapping, buffer_bytes=buffer_bytes)
+    prov = provenance_record(layer.model, config, cascade, **layer.run_fields(), mapping=mapping, buffer_bytes=buffer_bytes)
     if fmt == Format.json:
-        _emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
+        emit(json.dumps(mapping_json(cascade, traffic, prov), indent=2), output)
         return
     if fmt == Format.csv:
-        _emit(rows_csv(group_rows(traffic)) + "\n" + rows_csv(tensor_rows(cascade, traffic)), output)
+        emit(rows_csv(group_rows(traffic)) + "\n" + rows_csv(tensor_rows(cascade, traffic)), output)
         return
-    head = (f"{layer.title(cascade)}, {_width_text(layer.bits, layer.precision)}; mapping {m.name} "
+    head = (f"{layer.title(cascade)}, {width_text(layer.bits, layer.precision)}; mapping {m.name} "
             f"({m.description}); buffer {f'{buffer_bytes:,} bytes' if buffer_bytes else 'unbounded'}")
     print_tables([rows_table(group_rows(traffic), head + " - groups (loops: rank/tile, outer first)"),
                    rows_table(tensor_rows(cascade, traffic), "off-chip traffic per tensor")], output)
@@ -147,8 +146,8 @@ def pareto_cmd(
     if not rows:
         raise MambalayaError("no buffer size up to 4 GiB admits a mapping")
     if fmt == Format.json:
-        _emit(json.dumps(rows, indent=2), output)
+        emit(json.dumps(rows, indent=2), output)
     elif fmt == Format.csv:
-        _emit(rows_csv(rows), output)
+        emit(rows_csv(rows), output)
     else:
-        _print_table(rows_table(rows, f"{layer.model} {layer.phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)
+        print_table(rows_table(rows, f"{layer.model} {layer.phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)

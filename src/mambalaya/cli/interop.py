@@ -35,10 +35,10 @@ from mambalaya.workloads.families.base import is_hybrid
 
 from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
-    _design,
-    _emit,
-    _model_layer,
-    _print_table,
+    design_with_settings,
+    emit,
+    model_layer,
+    print_table,
     rows_csv,
     rows_table,
     app,
@@ -62,7 +62,7 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
     family = resolve_model(model).family
     if is_hybrid(resolve_model(model)):
         raise MambalayaError(f"{model} is a hybrid model: the AccelForge export covers Mamba-1 and Mamba-2 layers")
-    _, cascade = _model_layer(model, phase, unroll or 1, batch, bits, None,
+    _, cascade = model_layer(model, phase, unroll or 1, batch, bits, None,
                               "recurrent" if family == "mamba2" else None, precision=precision)
     if unroll is not None:  # refused here, before anything is written or sent to AccelForge
         try:
@@ -95,7 +95,7 @@ def export_accelforge_cmd(
     check_output_path(output, kind="directory", option="--output", writes=ACCELFORGE_FILES,
                       inputs={"--model": model, "--arch": arch, "--precision": precision})
     cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
-    for path in write_export(cascade, _design(arch, settings), output, unroll_scan=unroll_scan):
+    for path in write_export(cascade, design_with_settings(arch, settings), output, unroll_scan=unroll_scan):
         err_console.print(f"wrote {path}")
 
 
@@ -113,7 +113,8 @@ def crosscheck_accelforge_cmd(
     fmt: FormatOpt = Format.table,
 ) -> None:
     """Per tensor: AccelForge's off-chip bits beside ours for the same mapping, and the difference."""
-    from mambalaya.interop.accelforge import cross_check_via, find_python312
+    from mambalaya.interop.accelforge import cross_check_via
+    from mambalaya.interop.accelforge_worker import find_python312
 
     if mapping not in ("unfused", "mapper"):
         raise MambalayaError(f"--mapping must be unfused or mapper, not {mapping!r}")
@@ -125,11 +126,11 @@ def crosscheck_accelforge_cmd(
     result = cross_check_via(py, cascade, mapping, unroll_scan=unroll_scan)
     rows = result["rows"]
     if fmt == Format.json:
-        _emit(json.dumps(result, indent=2), None)
+        emit(json.dumps(result, indent=2), None)
     elif fmt == Format.csv:
-        _emit(rows_csv(rows), None)
+        emit(rows_csv(rows), None)
     else:
-        _print_table(rows_table(rows, f"{model} {phase.value}{f' unrolled x{unroll_scan}' if unroll_scan else ''}: "
+        print_table(rows_table(rows, f"{model} {phase.value}{f' unrolled x{unroll_scan}' if unroll_scan else ''}: "
                                        f"off-chip bits, ours vs AccelForge ({mapping} mapping)"), None)
         ours_bits = sum(r["ours_bits"] for r in rows)
         theirs_bits = sum(r["accelforge_bits"] for r in rows)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Callable
 
 from pathlib import Path
 
+from mambalaya.einsum.unroll import unroll_recurrences
+from mambalaya.errors import SpecError
 from mambalaya.cli.options import (DEFAULT_BITS, DEFAULT_CASCADE_BATCH, DEFAULT_CASCADE_MODEL, DEFAULT_DESIGN_BATCH,
                                    DEFAULT_DESIGN_MODEL, DEFAULT_SEQ_LEN, ArchPrecisionOpt, BatchOpt, BitsOpt,
                                    LayerTypeOpt, ModelOpt, PhaseOpt, PhaseOption, PrecisionOpt, RoutingOpt, ScanOpt,
@@ -54,10 +56,10 @@ class LayerArgs:
         return {"--model": self.model, "--precision": self.precision}
 
     def build(self) -> tuple[Any, Any]:
-        """(model config, cascade) of the layer (:func:`mambalaya.cli.common._model_layer`)."""
-        from mambalaya.cli.common import _model_layer
+        """(model config, cascade) of the layer (:func:`mambalaya.cli.common.model_layer`)."""
+        from mambalaya.cli.common import model_layer
 
-        return _model_layer(self.model, self.phase, self.seq_len, self.batch, self.bits, self.state_io, self.scan,
+        return model_layer(self.model, self.phase, self.seq_len, self.batch, self.bits, self.state_io, self.scan,
                             self.unroll, self.precision, self.layer_type)
 
 
@@ -91,16 +93,16 @@ class DesignArgs:
 
     def config(self) -> Any:
         """The model's config, with the ``--routing`` histogram where one is given."""
-        from mambalaya.cli.common import _with_routing
+        from mambalaya.cli.common import with_routing
         from mambalaya.workloads import resolve_model
 
-        return _with_routing(resolve_model(self.model), self.routing, self.model)
+        return with_routing(resolve_model(self.model), self.routing, self.model)
 
     def design(self, name: str) -> Any:
         """The design ``name`` with the ``--set`` changes."""
-        from mambalaya.cli.common import _design
+        from mambalaya.cli.common import design_with_settings
 
-        return _design(name, self.settings)
+        return design_with_settings(name, self.settings)
 
 
 _DESIGN_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "batch": BatchOpt, "scan": ScanOpt,
@@ -134,3 +136,16 @@ def _option_group(cls: type, annotations: dict[str, Any], param: str,
         return run
 
     return decorate
+
+
+def layer_cascade(layer: LayerArgs) -> tuple[Any, Any]:
+    """(model config, cascade) of the layer, as :meth:`LayerArgs.build`; with ``--unroll``, an
+    unrolled cascade too large to be of use is refused before a step is built, the error
+    naming L (:func:`mambalaya.einsum.unroll.check_unroll_size`)."""
+    if not layer.unroll:
+        return layer.build()
+    config, cascade = replace(layer, unroll=False).build()
+    try:
+        return config, unroll_recurrences(cascade)
+    except SpecError as err:
+        raise SpecError(f"--unroll at L = {layer.seq_len:,} ({layer.phase.value}): {err}") from None

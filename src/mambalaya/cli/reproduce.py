@@ -36,8 +36,8 @@ from mambalaya.cli.readers import ratio_parser, read_int_list, read_list, size_p
 from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     Suite,
-    _emit,
-    _print_table,
+    emit,
+    print_table,
     rows_csv,
     rows_table,
     app,
@@ -215,11 +215,11 @@ def sensitivity_cmd(
         paths = save_figure(tornado_figure(pd.DataFrame(result.rows), label, published=published, title=label), out / "tornado")
         err_console.print(f"wrote {out / 'sensitivity.csv'}, {', '.join(str(p) for p in paths)}")
     if fmt == Format.json:
-        _emit(json.dumps({"ratio": label, "base": result.base[label], "rows": result.rows, "what_would_it_take": result.take},
+        emit(json.dumps({"ratio": label, "base": result.base[label], "rows": result.rows, "what_would_it_take": result.take},
                          indent=2, default=str), None)
     elif fmt == Format.csv:
-        _emit(rows_csv(rows), None)
+        emit(rows_csv(rows), None)
     else:
-        _print_table(rows_table(rows, title), None)
+        print_table(rows_table(rows, title), None)
         for t in result.take:
             out_console.print(f"what would it take to reach {t['published']:g}x: {t['verdict']}", highlight=False)

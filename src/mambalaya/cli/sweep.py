@@ -21,7 +21,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.outputs import atomic_output, check_output_path, write_text_output
 
 from mambalaya.cli.common import (
-    _emit,
+    emit,
     app,
     err_console,
     user_errors,
@@ -176,7 +176,7 @@ def _sweep_export(store_path: Path, fmt: str, output: Path | None) -> None:
                 if as_text else "")
         err_console.print(f"wrote {output} ({len(df)} rows{note})", highlight=False)
     else:
-        _emit(df.to_csv(index=False), output)
+        emit(df.to_csv(index=False), output)
 
 
 def parquet_columns(df: "pd.DataFrame") -> tuple["pd.DataFrame", list[str]]:

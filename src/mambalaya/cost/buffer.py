@@ -14,7 +14,7 @@ import numpy as np
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, rank_of_variable
 from mambalaya.fusion.mapping import FusionGroup, group_einsums, register_resident
-from mambalaya.cost.traffic import (GroupTraffic, TrafficSizeError, _component_sums, _read_elements, _read_plan,
+from mambalaya.cost.traffic import (GroupTraffic, TrafficSizeError, component_sums, read_elements, read_plan,
                                      group_traffic)
 
 
@@ -45,7 +45,7 @@ def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, acce
     its ``accesses`` in every step (retained halo rows read again), incoming-state rows at the
     state tensor's width."""
     rereading = FusionGroup(group.name, group.einsums, group.loops, "recompute")  # every step reads its whole box
-    own, init = _read_elements(cascade, rereading, tensor, accesses, self_only=False)
+    own, init = read_elements(cascade, rereading, tensor, accesses, self_only=False)
     total = own * cascade.tensors[tensor].bits / 8
     if init:
         total += init * cascade.tensors[cascade.tensors[tensor].initial].bits / 8  # type: ignore[index]
@@ -61,7 +61,7 @@ def buffer_read_bytes_over_tilings(cascade: Cascade, probe: FusionGroup, tensor:
     at any tile; the others are summed per distinct tile. A tiling whose boxes cannot be counted
     without enumerating too many tiles (:class:`TrafficSizeError`) costs infinitely many bytes."""
     n = len(tiles[0]) if tiles else 1
-    plan = _read_plan(cascade, probe, tensor, accesses, None)
+    plan = read_plan(cascade, probe, tensor, accesses, None)
     own, every = np.ones(n), np.ones(n)
     for dims, comp_ranks, bounds in plan.comps:
         sums = _tiled_component_sums(cascade, tensor, plan.access_key, accesses, dims, comp_ranks, bounds,
@@ -87,7 +87,7 @@ def _tiled_component_sums(cascade: Cascade, tensor: str, access_key: Any, access
     """(own, incoming-state) box sums of one component for every tiling (scalars when the same for all)."""
     def at(row: tuple[int, ...]) -> tuple[float, float]:
         try:
-            own, init = _component_sums(cascade, tensor, access_key, accesses, dims,
+            own, init = component_sums(cascade, tensor, access_key, accesses, dims,
                                         tuple((r, int(t)) for r, t in zip(comp_ranks, row)), bounds, False)
             return float(own), float(init)
         except TrafficSizeError:

@@ -105,7 +105,7 @@ def contraction(cascade: Cascade, einsum: Einsum) -> Contraction | None:
 
 #: The stationary operand -> (role on one array dimension, role on the other, roles of the
 #: stationary operand, streamed roles). "B": side B (the weight), "A": side A, "out": the output.
-_STATIONARY_ROLES = {
+STATIONARY_ROLES = {
     "B": ("K", "N", ("K", "N", "S"), ("M",)),
     "out": ("M", "N", ("M", "N", "S"), ("K",)),
     "A": ("K", "M", ("K", "M", "S"), ("N",)),
@@ -129,4 +129,4 @@ def stationary_options(compute: Any, found: Contraction) -> list[tuple[str, str]
     return out
 
 
-__all__ = ["Contraction", "contraction", "contractions", "stationary_options"]
+__all__ = ["STATIONARY_ROLES", "Contraction", "contraction", "contractions", "stationary_options"]

@@ -78,7 +78,7 @@ from mambalaya.einsum.routing import einsum_scale
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum, rank_of_variable
 from mambalaya.cost.contraction import (
-    _STATIONARY_ROLES,
+    STATIONARY_ROLES,
     Contraction,
     contraction,
     contractions,
@@ -191,7 +191,7 @@ def _array_candidates(compute: Any, found: Contraction, sizes: dict[str, int]) -
     roles = {role: tuple(r for r in ranks if sizes[r] > 1) for role, ranks in found.roles.items()}
     out = []
     for dataflow, side in stationary_options(compute, found):
-        a, b, stationary, streamed_roles = _STATIONARY_ROLES[side]
+        a, b, stationary, streamed_roles = STATIONARY_ROLES[side]
         stationary_ranks = [r for role in stationary for r in roles[role]]
         streamed = tuple(r for role in streamed_roles for r in roles[role])
         for sa in _subsets(list(roles[a])):
@@ -509,7 +509,7 @@ def _side_least_cycles(compute: Any, extents: list[dict[str, Any]], shapes: list
 
     count = per_shape([sh.count for sh in shapes])
     best: Any = None
-    a, b, stationary, streamed_roles = _STATIONARY_ROLES[side]
+    a, b, stationary, streamed_roles = STATIONARY_ROLES[side]
     others = tuple(r for role in stationary if role not in (a, b) for r in roles[role])
     stream = tuple(r for role in streamed_roles for r in roles[role])
     weight = count * per_shape([_product(ext, stream) * _product(ext, others) for ext in extents])

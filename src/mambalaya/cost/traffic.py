@@ -87,7 +87,7 @@ class MappingTraffic:
         return max((g.footprint_bytes for g in self.groups), default=0.0)
 
 
-def _read_elements(
+def read_elements(
     cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], self_only: bool,
     resident: bool = False, access_key: Any = None,
 ) -> tuple[int, int]:
@@ -101,7 +101,7 @@ def _read_elements(
     whose Einsums read ``tensor`` through the same accesses share it, and so share the memos.
     """
     fused = {lp.rank: lp for lp in group.loops}
-    plan = _read_plan(cascade, group, tensor, accesses, access_key)
+    plan = read_plan(cascade, group, tensor, accesses, access_key)
     mentioned, comps = plan.mentioned, plan.comps
     repeat = 1
     if resident:
@@ -119,7 +119,7 @@ def _read_elements(
     prod_all, prod_own = 1, 1  # own elements = product of the components' own sums; all = of all sums
     for dims, ranks, bounds in comps:
         windowed = len(ranks) == 1 and (tensor, ranks[0]) in halos  # retained rows exist only along a window's rank
-        s_own, s_init = _component_sums(cascade, tensor, plan.access_key, accesses, dims,
+        s_own, s_init = component_sums(cascade, tensor, plan.access_key, accesses, dims,
                                         tuple((r, fused[r].tile) for r in ranks), bounds, retain and windowed)
         prod_all *= s_own + s_init
         prod_own *= s_own
@@ -141,7 +141,7 @@ class _ReadPlan:
     comps: tuple[tuple[tuple[int, ...], tuple[str, ...], tuple[tuple[int, int], ...]], ...]
 
 
-def _read_plan(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], access_key: Any) -> _ReadPlan:
+def read_plan(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access], access_key: Any) -> _ReadPlan:
     key = (tensor, tuple(accesses) if access_key is None else access_key, frozenset(group.fused_ranks))
     memo = cascade.__dict__.setdefault("_read_plan_memo", {})
     hit = memo.get(key)
@@ -184,7 +184,7 @@ class TrafficSizeError(MambalayaError):
     """A traffic count the closed forms cannot give without enumerating too many tiles."""
 
 
-def _component_sums(cascade: Cascade, tensor: str, access_key: Any, accesses: list[Access], dims: tuple[int, ...],
+def component_sums(cascade: Cascade, tensor: str, access_key: Any, accesses: list[Access], dims: tuple[int, ...],
                     tiles: tuple[tuple[str, int], ...], bounds: tuple[tuple[int, int], ...],
                     retained: bool) -> tuple[int, int]:
     """(sum over the component's tiles of the product over ``dims`` of rows >= 0, the same for
@@ -457,13 +457,13 @@ def group_traffic(cascade: Cascade, group: FusionGroup, *, named: bool = True) -
 
 def _group_reads(cascade: Cascade, group: FusionGroup, read: Any = None) -> dict[str, float]:
     """Bytes the group reads, per tensor (initial values apart). ``read(tensor, accesses,
-    self_only, key)`` returns (own, initial) elements; by default :func:`_read_elements`."""
+    self_only, key)`` returns (own, initial) elements; by default :func:`read_elements`."""
     if read is None:
         def read(t: str, accs: list[Access], self_only: bool, key: Any) -> tuple[int, int]:
-            return _read_elements(cascade, group, t, accs, self_only=self_only, resident=t in group.resident,
+            return read_elements(cascade, group, t, accs, self_only=self_only, resident=t in group.resident,
                                   access_key=key)
 
-    return _apply_read_steps(cascade, read_steps(cascade, group), read)
+    return apply_read_steps(cascade, read_steps(cascade, group), read)
 
 
 ReadStep = tuple[str, list[Access], bool, tuple, "str | None", "str | None"]
@@ -506,7 +506,7 @@ def _scale(cascade: Cascade, tensor: str) -> float:
     return hit
 
 
-def _apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dict[str, float]:
+def apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dict[str, float]:
     """Bytes per tensor of :func:`read_steps`, each step's (own, initial) elements from
     ``read``; a tensor read no element of is left out."""
     reads: dict[str, float] = {}
@@ -535,11 +535,11 @@ def _group_writes(cascade: Cascade, group: FusionGroup) -> dict[str, float]:
         for r, lp in fused.items():
             if r not in out_ranks:
                 repeat *= lp.trips(cascade.size(r))
-        writes[t] = _written_bytes(cascade, t, repeat)
+        writes[t] = written_bytes(cascade, t, repeat)
     return writes
 
 
-def _written_bytes(cascade: Cascade, tensor: str, repeat: int) -> float:
+def written_bytes(cascade: Cascade, tensor: str, repeat: int) -> float:
     """Bytes of ``tensor`` written ``repeat`` times over."""
     return cascade.elements(tensor) * repeat * cascade.tensors[tensor].bits / 8 * _scale(cascade, tensor)
 
@@ -564,10 +564,10 @@ def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[st
         hit = memo.get((t, key))
         if hit is None:
             group = FusionGroup("untiled", einsums, ())
-            hit = memo[(t, key)] = _read_elements(cascade, group, t, accs, self_only=self_only, access_key=key)
+            hit = memo[(t, key)] = read_elements(cascade, group, t, accs, self_only=self_only, access_key=key)
         return hit
 
-    return _apply_read_steps(cascade, steps, read), {t: _written_bytes(cascade, t, 1) for t in written}
+    return apply_read_steps(cascade, steps, read), {t: written_bytes(cascade, t, 1) for t in written}
 
 
 def _group_traffic(cascade: Cascade, group: FusionGroup) -> GroupTraffic:

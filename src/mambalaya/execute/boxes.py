@@ -20,27 +20,27 @@ Box = tuple[tuple[int, int], ...]
 # ----------------------------------------------------------------------------------------------
 
 
-def _volume(box: Box) -> int:
+def volume(box: Box) -> int:
     n = 1
     for a, b in box:
         n *= max(0, b - a)
     return n
 
 
-def _empty(box: Box) -> bool:
+def box_empty(box: Box) -> bool:
     return any(b <= a for a, b in box)
 
 
-def _intersect(x: Box, y: Box) -> Box:
+def intersect(x: Box, y: Box) -> Box:
     return tuple((max(a, c), min(b, d)) for (a, b), (c, d) in zip(x, y))
 
 
 def _subtract(x: Box, y: Box) -> list[Box]:
     """``x`` minus ``y`` as disjoint boxes."""
-    if _empty(x):
+    if box_empty(x):
         return []
-    inter = _intersect(x, y)
-    if _empty(inter):
+    inter = intersect(x, y)
+    if box_empty(inter):
         return [x]
     pieces: list[Box] = []
     rest = list(x)
@@ -53,24 +53,24 @@ def _subtract(x: Box, y: Box) -> list[Box]:
     return pieces
 
 
-def _subtract_all(x: Box, subs: list[Box]) -> list[Box]:
-    pieces = [] if _empty(x) else [x]
+def subtract_all(x: Box, subs: list[Box]) -> list[Box]:
+    pieces = [] if box_empty(x) else [x]
     for s in subs:
         pieces = [p for q in pieces for p in _subtract(q, s)]
     return pieces
 
 
-def _slices(region: Box, origin: Box) -> tuple[slice, ...]:
+def slices(region: Box, origin: Box) -> tuple[slice, ...]:
     """Slices of an array covering ``origin`` that select ``region``."""
     return tuple(slice(a - o, b - o) for (a, b), (o, _) in zip(region, origin))
 
 
-def _put(dst: np.ndarray, dst_box: Box, src: np.ndarray, src_box: Box, region: Box) -> None:
-    if not _empty(region):
-        dst[_slices(region, dst_box)] = src[_slices(region, src_box)]
+def put_box(dst: np.ndarray, dst_box: Box, src: np.ndarray, src_box: Box, region: Box) -> None:
+    if not box_empty(region):
+        dst[slices(region, dst_box)] = src[slices(region, src_box)]
 
 
-def _index_range(idx: AffineIndex, ranges: TMapping[str, tuple[int, int]]) -> tuple[int, int]:
+def index_range(idx: AffineIndex, ranges: TMapping[str, tuple[int, int]]) -> tuple[int, int]:
     """Half-open range of values of ``idx`` with each variable in its ``[start, stop)``."""
     lo = hi = idx.const
     for v, c in idx.terms:
@@ -80,5 +80,5 @@ def _index_range(idx: AffineIndex, ranges: TMapping[str, tuple[int, int]]) -> tu
     return lo, hi + 1
 
 
-def _tiles(size: int, tile: int) -> list[tuple[int, int]]:
+def tile_bounds(size: int, tile: int) -> list[tuple[int, int]]:
     return [(a, min(a + tile, size)) for a in range(0, size, tile)]

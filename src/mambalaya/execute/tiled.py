@@ -75,7 +75,7 @@ from mambalaya.execute.numpy_exec import (
     evaluate_einsum,
     resolve_dtype,
 )
-from mambalaya.execute.boxes import Box, _volume, _empty, _intersect, _subtract_all, _slices, _put, _index_range, _tiles
+from mambalaya.execute.boxes import Box, volume, box_empty, intersect, subtract_all, slices, put_box, index_range, tile_bounds
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
@@ -120,7 +120,7 @@ class OffChipStore:
         if tensor not in self.arrays:
             raise ExecutionError(f"group {group} reads {tensor}, which is not in off-chip memory")
         self._check(tensor, box)
-        n = _volume(box)
+        n = volume(box)
         if n:
             key = (group, tensor)
             self.read_bytes[key] = self.read_bytes.get(key, 0.0) + self._bytes(tensor, n)
@@ -132,7 +132,7 @@ class OffChipStore:
         if tensor not in self.arrays:
             self.arrays[tensor] = np.zeros(self.cascade.shape(tensor), data.dtype)
         self.arrays[tensor][tuple(slice(a, b) for a, b in box)] = data
-        n = _volume(box)
+        n = volume(box)
         if n:
             key = (group, tensor)
             self.write_bytes[key] = self.write_bytes.get(key, 0.0) + self._bytes(tensor, n)
@@ -202,7 +202,7 @@ class _GroupRun:
         self.inter = set(intermediates(cascade, group))
         self.written = set(tensors_written(cascade, group))
         self.loops = group.loops
-        self.tiles = [_tiles(cascade.size(lp.rank), lp.tile) for lp in self.loops]
+        self.tiles = [tile_bounds(cascade.size(lp.rank), lp.tile) for lp in self.loops]
         self.trips = {lp.rank: len(t) for lp, t in zip(self.loops, self.tiles)}
         self.accs: dict[str, list[Access]] = {}
         for e in self.einsums:
@@ -242,7 +242,7 @@ class _GroupRun:
         """Bounding box (unclipped) of the group's accesses to ``tensor`` over ``ranges``."""
         box = []
         for p in range(len(self.c.shape(tensor))):
-            spans = [_index_range(a.indices[p], ranges) for a in self.accs[tensor]]
+            spans = [index_range(a.indices[p], ranges) for a in self.accs[tensor]]
             box.append((min(s[0] for s in spans), max(s[1] for s in spans)))
         return tuple(box)
 
@@ -297,34 +297,34 @@ class _GroupRun:
             return held[1], 0
         source, fresh = self._fetch_box(tensor, need, ranges, tidx, pending)
         if tensor in self.g.resident:
-            self.resident[tensor] = (need, source, _volume(_intersect(need, self._valid(tensor))))
+            self.resident[tensor] = (need, source, volume(intersect(need, self._valid(tensor))))
         return source, fresh
 
     def _fetch_box(self, tensor: str, need: Box, ranges: dict, tidx: dict[str, int], pending: dict) -> tuple[Source, int]:
         valid = self._valid(tensor)
-        fetch = _intersect(need, valid)
+        fetch = intersect(need, valid)
         rank = self.retain_rank.get(tensor)
         retained = self.halo.get(self._key(tensor, rank, tidx)) if rank else None
         covered = [retained[0]] if retained else []
-        pieces = _subtract_all(fetch, covered)
+        pieces = subtract_all(fetch, covered)
         fresh = 0
         init = self.c.initial_axis(tensor)
         if not retained and need == fetch and (init is None or fetch[init[0]][0] >= 0):
             array = self.store.read(self.g.name, tensor, fetch)  # a view of DRAM, read in full
-            fresh = _volume(fetch)
+            fresh = volume(fetch)
         else:
             array = np.zeros([b - a for a, b in need], self.dtype)
             if retained:
-                _put(array, need, retained[1], retained[0], _intersect(fetch, retained[0]))
+                put_box(array, need, retained[1], retained[0], intersect(fetch, retained[0]))
             for piece in pieces:
                 for box, data in self._read_pieces(tensor, piece):
-                    _put(array, need, data, box, box)
-                    fresh += _volume(box)
+                    put_box(array, need, data, box, box)
+                    fresh += volume(box)
         if rank:
             nxt = self._next_ranges(ranges, rank, tidx)
-            keep = _intersect(fetch, _intersect(self._need(tensor, nxt), valid)) if nxt else None
+            keep = intersect(fetch, intersect(self._need(tensor, nxt), valid)) if nxt else None
             pending[self._key(tensor, rank, tidx)] = (
-                (keep, array[_slices(keep, need)].copy()) if keep and not _empty(keep) else None
+                (keep, array[slices(keep, need)].copy()) if keep and not box_empty(keep) else None
             )
         return Source(array, tuple(-a for a, _ in need)), fresh
 
@@ -343,22 +343,22 @@ class _GroupRun:
             fresh = 0
         else:
             array = np.zeros([b - a for a, b in need], self.dtype)
-            _put(array, need, tile, tile_box, _intersect(need, tile_box))
+            put_box(array, need, tile, tile_box, intersect(need, tile_box))
             covered = [tile_box]
             if retained:
-                _put(array, need, retained[1], retained[0], _intersect(need, retained[0]))
+                put_box(array, need, retained[1], retained[0], intersect(need, retained[0]))
                 covered.append(retained[0])
             fresh = 0
             init = self.c.initial_axis(tensor)
-            for piece in _subtract_all(_intersect(need, valid), covered):
+            for piece in subtract_all(intersect(need, valid), covered):
                 if init is None or piece[init[0]][1] > 0:
                     raise ExecutionError(
                         f"group {self.g.name}: {tensor}{list(piece)} is needed but neither in the current tile "
                         "nor retained on chip (the mapping reads an intermediate outside its tile)"
                     )
                 for box, data in self._read_pieces(tensor, piece):
-                    _put(array, need, data, box, box)
-                    fresh += _volume(box)
+                    put_box(array, need, data, box, box)
+                    fresh += volume(box)
         if rank:
             # what the next tile of ``rank`` will read again: rows of what was read now (a
             # window's overlap) and rows of the tile just computed (a shifted read such as
@@ -367,11 +367,11 @@ class _GroupRun:
             keep = None
             if nxt:
                 hull = tuple((min(a0, b0), max(a1, b1)) for (a0, a1), (b0, b1) in zip(need, tile_box))
-                keep = _intersect(_intersect(hull, valid), self._need(tensor, nxt))
-            if keep and not _empty(keep):
+                keep = intersect(intersect(hull, valid), self._need(tensor, nxt))
+            if keep and not box_empty(keep):
                 data = np.zeros([b - a for a, b in keep], self.dtype)
-                _put(data, keep, array, need, _intersect(keep, need))
-                _put(data, keep, tile, tile_box, _intersect(keep, tile_box))
+                put_box(data, keep, array, need, intersect(keep, need))
+                put_box(data, keep, tile, tile_box, intersect(keep, tile_box))
                 pending[self._key(tensor, rank, tidx)] = (keep, data)
             else:
                 pending[self._key(tensor, rank, tidx)] = None
@@ -392,11 +392,11 @@ class _GroupRun:
         fresh = 0
         init = self.c.initial_axis(e.name)
         if init is not None and init[0] == axis:
-            box = _intersect(state_box, self._valid(e.name))
-            if not _empty(box):
+            box = intersect(state_box, self._valid(e.name))
+            if not box_empty(box):
                 for b, data in self._read_pieces(e.name, box):
-                    _put(carried, state_box, data, b, b)
-                    fresh += _volume(b)
+                    put_box(carried, state_box, data, b, b)
+                    fresh += volume(b)
         return carried, False, fresh
 
     # -- steps --------------------------------------------------------------------------
@@ -483,17 +483,17 @@ class _GroupRun:
             accs = [a for a in e.inputs if a.tensor == t]
             box = []
             for p in range(len(self.c.shape(t))):
-                spans = [_index_range(a.indices[p], ranges) for a in accs]
+                spans = [index_range(a.indices[p], ranges) for a in accs]
                 box.append((min(sp[0] for sp in spans), max(sp[1] for sp in spans)))
-            region = _intersect(tuple(box), self._valid(t))
-            if _empty(region):
+            region = intersect(tuple(box), self._valid(t))
+            if box_empty(region):
                 continue
             init = self.c.initial_axis(t)
             below = 0
             if init is not None and region[init[0]][0] < 0:
                 axis = init[0]
-                below = _volume(region[:axis] + ((region[axis][0], min(region[axis][1], 0)),) + region[axis + 1 :])
-            read += (_volume(region) - below) * self._bits(t)
+                below = volume(region[:axis] + ((region[axis][0], min(region[axis][1], 0)),) + region[axis + 1 :])
+            read += (volume(region) - below) * self._bits(t)
             if below:
                 read += below * self._bits(self.c.tensors[t].initial)  # type: ignore[arg-type]
         self.buffer_reads[e.name] = self.buffer_reads.get(e.name, 0.0) + read
@@ -506,7 +506,7 @@ class _GroupRun:
         for key, c in self.carry.items():
             total += c.size * self._bits(key[0])
         for key, (box, _) in self.halo.items():
-            total += _volume(box) * self._bits(key[0])
+            total += volume(box) * self._bits(key[0])
         return total
 
 

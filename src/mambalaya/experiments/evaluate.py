@@ -209,7 +209,7 @@ def dram_use(spec: ArchSpec, config: Any, *, batch: int, seq_len: int,
     return DramUse(need, spec.memory.offchip_capacity_bytes)
 
 
-_LAYERS: dict[tuple, Cascade] = {}
+LAYERS: dict[tuple, Cascade] = {}
 _LAYER_CACHE_SIZE = 64
 
 
@@ -218,11 +218,11 @@ def cached_layer(config: ModelConfig, *, precision: PrecisionPolicy, **kwargs: A
     memoises its per-group closed forms, so designs and parameter variations costed on one
     layer (reproduce, sensitivity, compare) pay for those once."""
     key = (config, precision.model_dump_json(), tuple(sorted(kwargs.items())))
-    if key not in _LAYERS:
-        if len(_LAYERS) >= _LAYER_CACHE_SIZE:
-            _LAYERS.pop(next(iter(_LAYERS)))
-        _LAYERS[key] = build_layer(config, precision=precision, **kwargs)
-    return _LAYERS[key]
+    if key not in LAYERS:
+        if len(LAYERS) >= _LAYER_CACHE_SIZE:
+            LAYERS.pop(next(iter(LAYERS)))
+        LAYERS[key] = build_layer(config, precision=precision, **kwargs)
+    return LAYERS[key]
 
 
 def resolve_policy(spec: ArchSpec, precision: str | PrecisionPolicy | None) -> PrecisionPolicy:

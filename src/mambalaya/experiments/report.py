@@ -18,8 +18,8 @@ from mambalaya.experiments.evaluate import Evaluation
 from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, PUBLISHED as P
 from mambalaya.experiments.equal_area import best_splits
 from mambalaya.workloads import PRESETS
-from mambalaya.experiments.report_parts import (_fig, _gap, _headline_section, _md_table, _units_section, _validation_section,
-                                                unfused_share)
+from mambalaya.experiments.report_parts import (figure_markdown, gap_text, headline_section, md_table, unfused_share,
+                                                units_section, validation_section)
 
 
 def _gap_text(cfg, model: str, details) -> str:
@@ -74,10 +74,10 @@ def _claims(cfg, t, model: str) -> pd.DataFrame:
     rows = []
     for r in h.itertuples():
         row = {"claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{r.ours:.2f}×",
-               "gap": _gap(r.ours, r.published)}
+               "gap": gap_text(r.ours, r.published)}
         if "alt_ours" in h.columns and pd.notna(getattr(r, "alt_ours", None)):
             row[f"ours ({r.alt_precision})"] = f"{r.alt_ours:.2f}×"
-            row[f"gap ({r.alt_precision})"] = _gap(r.alt_ours, r.published)
+            row[f"gap ({r.alt_precision})"] = gap_text(r.alt_ours, r.published)
         row["how ours is measured"] = r.how
         rows.append(row)
     return pd.DataFrame(rows)
@@ -106,7 +106,7 @@ def _model_section(result, details, model: str) -> str:
     ein = t["einsums"]
     ein_mb = ein[(ein.model == model) & (ein.phase == "prefill") & (ein.design == "mambalaya")].drop(columns=["model", "phase", "design"])
     figs = "\n".join(
-        _fig(cfg, name, caption)
+        figure_markdown(cfg, name, caption)
         for name, caption in (
             (f"roofline_{model}", "Figure 2a: every Einsum unfused (marca-ideal) and under ideal fusion on the mambalaya budget"),
             (f"utilisation_prefill_marca-ideal_{model}", "Figure 2b: utilisation over time, one prefill layer, unfused"),
@@ -127,7 +127,7 @@ def _model_section(result, details, model: str) -> str:
 
 ### Headline ratios: ours beside the published ones
 
-{_md_table(_claims(cfg, t, model))}
+{md_table(_claims(cfg, t, model))}
 
 No parameter was tuned to close a gap. Why the gaps:
 
@@ -144,13 +144,13 @@ No parameter was tuned to close a gap. Why the gaps:
 
 ### Latency by design and sequence length
 
-{_md_table(lat_m)}
+{md_table(lat_m)}
 
 ### Per-Einsum table: mambalaya, prefill L = {cfg.detail_seq_len}
 
 Latencies in seconds, traffic in bytes.
 
-{_md_table(ein_mb)}
+{md_table(ein_mb)}
 """
 
 
@@ -170,7 +170,7 @@ splits positions into chunks of {PRESETS[model].chunk_size} and keeps a recurren
 (generational ranks `{chk.generational_ranks}`), replacing the per-position state with an attention-like
 product inside each chunk.
 
-{_md_table(sf)}
+{md_table(sf)}
 
 - **Intermediates shrink from {rec.intermediate_bytes / 1e9:.1f} GB to {chk.intermediate_bytes / 1e9:.1f} GB per layer**: the
   state is materialised once per chunk instead of once per position (largest intermediates:
@@ -183,7 +183,7 @@ product inside each chunk.
   fused group on the chunked form tiles batch and heads rather than positions.
 - **Which form each design ran** (prefill points per design and form; each design runs its faster form):
 
-{_md_table(used.reset_index())}
+{md_table(used.reset_index())}
 """
 
 
@@ -194,7 +194,7 @@ def _precision_section(result) -> str:
     alt = h.alt_precision.iloc[0] if "alt_precision" in h.columns else None
     prec = t["precision"]
     wide = prec[prec.bits != prec.groupby(["model", "form"]).bits.transform(lambda b: b.mode().iloc[0])]
-    table = (_md_table(wide[["model", "form", "tensor", "role", "bits", "source"]].drop_duplicates(["model", "tensor", "bits"]))
+    table = (md_table(wide[["model", "form", "tensor", "role", "bits", "source"]].drop_duplicates(["model", "tensor", "bits"]))
              if not wide.empty else "Every tensor at the design's width.")
     return f"""## Precision
 
@@ -219,7 +219,7 @@ def _setups_section() -> str:
 A ratio is comparable only on its own setup. Each claim below is evaluated on the setup its paper
 records; where the paper leaves a value open, the last columns say what we chose.
 
-{_md_table(pd.DataFrame(rows))}
+{md_table(pd.DataFrame(rows))}
 """
 
 
@@ -231,7 +231,7 @@ def _geens_section(geens: pd.DataFrame, equal_area: pd.DataFrame | None, areas: 
     for costs, g in pre.groupby("costs", sort=False):
         lines.append(f"- with {costs}: {g.speedup_fused_vs_unfused.min():.2f}–{g.speedup_fused_vs_unfused.max():.2f}× "
                      f"over L = {', '.join(str(x) for x in g.seq_len)} (gap of the best to the published "
-                     f"{P[s.key]:g}×: {_gap(float(g.speedup_fused_vs_unfused.max()), P[s.key])})")
+                     f"{P[s.key]:g}×: {gap_text(float(g.speedup_fused_vs_unfused.max()), P[s.key])})")
     return f"""## Geens et al.'s claims on their own workload
 
 **Fusion over unfused, published {P[s.key]:g}× ("up to").** Evaluated on {s.model}, batch {s.batch}, {s.phase},
@@ -241,7 +241,7 @@ how MARCA's PEs cost nonlinear functions, so both are shown across their range:
 
 {chr(10).join(lines)}
 
-{_md_table(geens)}
+{md_table(geens)}
 
 {_equal_area_paragraph(equal_area, areas)}
 """
@@ -255,7 +255,7 @@ def _marca_area_line(areas: pd.DataFrame | None) -> str:
     total = a["total"]
     return (f"Their split is linear in area from MARCA's 222 mm² at 80% SRAM. Our area model (45 nm components, "
             f"`mambalaya arch show marca-original`) gives marca-original {total:.0f} mm² "
-            f"({_gap(total, 222.0)} against 222 mm²), {a['on-chip buffer'] / total:.0%} of it SRAM and "
+            f"({gap_text(total, 222.0)} against 222 mm²), {a['on-chip buffer'] / total:.0%} of it SRAM and "
             f"{a['2D-array PEs'] / total:.0%} PEs: at these component densities MARCA's 24 MiB and 8192 FP32 PEs are "
             "not an 80/20 split, so the swept designs are their model's, not re-derived from ours.")
 
@@ -266,7 +266,7 @@ def _equal_area_paragraph(rows: pd.DataFrame | None, areas: pd.DataFrame | None 
         return f"**Over MARCA at equal area, published {P[key]:g}×:** not run."
     best = best_splits(rows)
     lines = [f"- {b.variant}, L = {b.seq_len}: best split {b.best_memory_share:.0%} SRAM ({b.best_array} PEs, "
-             f"{b.best_sram_mib:.3g} MiB), {b.speedup:.2f}× over the MARCA point (gap {_gap(b.speedup, P[key])})"
+             f"{b.best_sram_mib:.3g} MiB), {b.speedup:.2f}× over the MARCA point (gap {gap_text(b.speedup, P[key])})"
              for b in best.itertuples()]
     shown = rows[rows.memory_share.isin([0.05, 0.2, 0.4, 0.6, 0.8, 0.9])][
         ["variant", "seq_len", "memory_share", "array", "sram_mib", "ms_per_token", "bound", "speedup_over_marca_point"]]
@@ -283,7 +283,7 @@ Their model leaves the SRAM's bandwidth unbounded; with marca-original's (an ass
 splits with little SRAM and many PEs become bound by it, and the gain shrinks. At L = 64 every split is
 bound by DRAM, so the split does not matter.
 
-{_md_table(shown)}
+{md_table(shown)}
 """
 
 
@@ -296,13 +296,13 @@ def _sensitivity_section(result) -> str:
     take = t["what_would_it_take"]
     swing = sens.assign(delta=(sens.ours - sens.base).abs()).sort_values("delta", ascending=False)
     top = swing.drop_duplicates("ratio").head(20)[["ratio", "assumption", "end", "value", "ours", "base"]]
-    figs = "\n".join(_fig(cfg, p.stem, f"sensitivity of {p.stem.removeprefix('tornado_')}")
+    figs = "\n".join(figure_markdown(cfg, p.stem, f"sensitivity of {p.stem.removeprefix('tornado_')}")
                      for p in result.figures if p.name.startswith("tornado_") and p.suffix == ".png")
     if not take.empty:
         heads = t["headlines"].assign(ratio=lambda d: d.model + ": " + d.key)[["ratio", "ours"]]
         shown = take.rename(columns={"ours": "ours (study L)"}).merge(
             heads.rename(columns={"ours": "ours (main grid)"}), on="ratio", how="left")
-        take_md = _md_table(shown[["ratio", "published", "ours (main grid)", "ours (study L)", "verdict"]])
+        take_md = md_table(shown[["ratio", "published", "ours (main grid)", "ours (study L)", "verdict"]])
     else:
         take_md = "No headline ratio is more than 25% from the published one."
     return f"""## Sensitivity: what each assumption does to each headline ratio
@@ -313,7 +313,7 @@ and on all three designs at once, and the headline ratios recomputed at L = {', 
 (a subset of the main grid, so the base values differ slightly from the tables above).
 The largest swing of each ratio:
 
-{_md_table(top)}
+{md_table(top)}
 
 ### What would it take
 
@@ -363,7 +363,7 @@ from that buffer in every step, so it can spend more energy than running unfused
 bytes; the energy-objective row shows what a mapping chosen for energy costs. With a banked buffer whose
 access costs a bank's energy (`energy.buffer_size_exponent: 0`), buffer energy is 7x lower.
 
-{_md_table(shown)}
+{md_table(shown)}
 
 {_equal_budget_paragraph(result)}
 """
@@ -402,9 +402,9 @@ CACTI-class SRAM densities. Control, interconnect and I/O are not modelled (`are
 are the components' areas, not a die's (the H100's is 814 mm²). {area_text} At equal power each design is held to
 its budget: a layer over it spreads its dynamic energy over the budget less its leakage.
 
-{_md_table(pd.DataFrame(lines)) if lines else ""}
+{md_table(pd.DataFrame(lines)) if lines else ""}
 
-{_md_table(shown)}
+{md_table(shown)}
 """
 
 
@@ -420,7 +420,7 @@ Each design's mapping as searched keeps the tensors that no tiled rank indexes (
 parameters) on chip when the buffer holds them; streamed, they would be read in every step. Below, the
 weight bytes the same groups and tiles read with every tensor streamed, and as searched. (`residency.csv`)
 
-{_md_table(shown)}
+{md_table(shown)}
 """
 
 
@@ -435,14 +435,14 @@ def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs:
     arch_table = ar[ar.field.isin(arch_keys)].pivot_table(index="field", columns="design", values="value", aggfunc="first").reset_index()
     src = ar[(ar.design == "mambalaya") & ar.field.isin(arch_keys)][["field", "unit", "source"]]
     sections = "\n".join(_model_section(result, details, m) for m in cfg.models)
-    e2e_fig = _fig(cfg, "end_to_end", "end-to-end speedup per model, mean over L")
+    e2e_fig = figure_markdown(cfg, "end_to_end", "end-to-end speedup per model, mean over L")
     md = f"""# Mambalaya reproduction report
 
 Generated by `mambalaya reproduce` (mambalaya {__version__}) on {_dt.date.today().isoformat()} in {result.seconds:.1f} s.
 Every number below comes from the tables in this folder (`*.csv`), which name their inputs; the
 mappings each design ran are in `mappings.json`.
 
-{_headline_section(result, details)}
+{headline_section(result, details)}
 ## Setup
 
 - **Workloads**: {', '.join(f"{m} ({PRESETS[m].n_layers} layers)" for m in cfg.models)} — the paper's 48-layer Mamba-1 and
@@ -458,11 +458,11 @@ mappings each design ran are in `mappings.json`.
 
 Architecture values used (`architectures.csv` has every field and its source):
 
-{_md_table(arch_table)}
+{md_table(arch_table)}
 
 Where the mambalaya values come from:
 
-{_md_table(src)}
+{md_table(src)}
 
 {_precision_section(result)}
 
@@ -470,9 +470,9 @@ Where the mambalaya values come from:
 
 {_geens_section(geens, t.get("geens_equal_area"), t.get("areas"))}
 
-{_validation_section(result)}
+{validation_section(result)}
 
-{_units_section(result, details)}
+{units_section(result, details)}
 
 {_sensitivity_section(result)}
 

@@ -9,7 +9,7 @@ import pandas as pd
 from mambalaya.formatting import whole
 
 
-def _md_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
+def md_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
     cols = list(df.columns)
     lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
     for _, row in df.iterrows():
@@ -23,10 +23,10 @@ def _md_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
-def _gap(ours: float, published: float) -> str:
+def gap_text(ours: float, published: float) -> str:
     return f"{(ours - published) / published:+.0%}"
 
-def _fig(cfg, name: str, caption: str) -> str:
+def figure_markdown(cfg, name: str, caption: str) -> str:
     p = cfg.out / "figures" / f"{name}.png"
     return f"![{caption}](figures/{name}.png)\n\n*{caption}* ([SVG](figures/{name}.svg))\n" if p.exists() else ""
 
@@ -35,7 +35,7 @@ def unfused_share(result) -> float:
     return sum(g.latency for g in result.groups if len(g.einsums) == 1) / result.latency_s
 
 
-def _headline_section(result, details) -> str:
+def headline_section(result, details) -> str:
     """The report's first table: every headline ratio, ours beside the published one, the gap
     and one line on why, from this run's numbers; the detail is in the model's section."""
     cfg, t = result.config, result.tables
@@ -60,12 +60,12 @@ def _headline_section(result, details) -> str:
         if far:
             why += f"; {far}"
         rows.append({"model": r.model, "claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{r.ours:.2f}×",
-                     "gap": _gap(r.ours, r.published), "why": why})
+                     "gap": gap_text(r.ours, r.published), "why": why})
     ours = next((k for k in (rows[0] if rows else {}) if k.startswith("ours (")), "ours")
     rows.extend(_equal_area_rows(t.get("geens_equal_area"), ours))
     return f"""## Headline ratios: ours beside the published ones
 
-{_md_table(pd.DataFrame(rows))}
+{md_table(pd.DataFrame(rows))}
 
 Each model's section below has the table under both precision policies with how ours is measured,
 the mapping each design ran and *why the gaps* in full (`headlines.csv`); the sensitivity study says
@@ -87,12 +87,12 @@ def _equal_area_rows(rows: pd.DataFrame | None, ours: str) -> list[dict]:
         at = rows[(rows.variant == variant) & (rows.seq_len == top.seq_len)].set_index("memory_share").bound
         out.append({"model": "Geens et al.'s Mamba1-2.7B (32 bits)",
                     "claim": f"Geens et al. over MARCA at equal area ({variant})",
-                    "published": f"{published:g}×", ours: f"{top.speedup:.2f}×", "gap": _gap(float(top.speedup), published),
+                    "published": f"{published:g}×", ours: f"{top.speedup:.2f}×", "gap": gap_text(float(top.speedup), published),
                     "why": (f"L = {top.seq_len}: the best split has {top.best_memory_share:.0%} SRAM ({at[top.best_memory_share]}-bound) "
                             f"against MARCA's {MARCA_MEMORY_SHARE:.0%} ({at[MARCA_MEMORY_SHARE]}-bound)")})
     return out
 
-def _validation_section(result) -> str:
+def validation_section(result) -> str:
     v = result.tables.get("validation")
     if v is None or v.empty:
         return ""
@@ -111,16 +111,16 @@ Predicted over measured: median {v['ratio'].median():.3g}, range {v['ratio'].min
 the model is optimistic, as a model without the kernels' own inefficiencies (occupancy, pipeline bubbles, the
 host) must be. `validation.csv` has every case with its source and the setup details assumed.
 
-{_md_table(shown)}
+{md_table(shown)}
 
 Sources:
 
 {sources}
 
-{_fig(result.config, "validation", "predicted and speed-of-light times against the measurements")}
+{figure_markdown(result.config, "validation", "predicted and speed-of-light times against the measurements")}
 """
 
-def _units_section(result, details) -> str:
+def units_section(result, details) -> str:
     """Which Einsums the array runs besides the GEMMs with a weight, the dataflow each design
     picks, and what the dataflows add to each headline ratio (the sensitivity study's 'every
     design weight-stationary' setting)."""
@@ -148,7 +148,7 @@ def _units_section(result, details) -> str:
         share = f"""
 What the dataflows add to each headline ratio (the sensitivity study's lengths; the rest of the gap is fusion):
 
-{_md_table(ws)}
+{md_table(ws)}
 """
     return f"""## Which unit and which dataflow runs each Einsum
 
@@ -158,5 +158,5 @@ two activations that is a matrix product (the chunked SSD's `CB`, `YDG`, `ST`, `
 with its reason in the spec): `mambalaya` weight-, input- and output-stationary, `marca-ideal` weight- and
 input-stationary, `geens-ideal` weight-stationary. Prefill at L = {cfg.detail_seq_len}:
 
-{_md_table(pd.DataFrame(rows))}
+{md_table(pd.DataFrame(rows))}
 {share}"""

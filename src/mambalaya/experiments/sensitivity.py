@@ -40,7 +40,7 @@ from pydantic import BaseModel, Field, model_validator
 from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
 from mambalaya.arch.keys import NOT_LATENCY_FIELDS
 from mambalaya.search.memos import forget_architecture_results
-from mambalaya.arch.quantities import _BYTE_UNITS, _parse_float_quantity  # byte sizes such as "24MiB" in a spec
+from mambalaya.arch.quantities import BYTE_UNITS, parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
 from mambalaya.einsum.parse import MAX_SIZE
@@ -175,7 +175,7 @@ def numeric_value(assumption: Assumption, value: Value) -> float:
     """A numeric assumption's value as a number (byte sizes such as ``24MiB`` included)."""
     if _is_number(value):
         return float(value)
-    return float(_parse_float_quantity(value, _BYTE_UNITS, "a byte size"))
+    return float(parse_float_quantity(value, BYTE_UNITS, "a byte size"))
 
 
 @dataclass(frozen=True)
@@ -332,10 +332,10 @@ def setting_task(designs: list[str], run: RunSetup, assumption: Assumption | Non
     """:func:`evaluate_setting` of the named designs, as a task for another process (what it
     returns is rows only); afterwards the process forgets the per-architecture results of its
     layers, keeping their tables (no later setting asks for this architecture)."""
-    from mambalaya.experiments.evaluate import _LAYERS
+    from mambalaya.experiments.evaluate import LAYERS
 
     rows = evaluate_setting({d: load_arch(d) for d in designs}, run, assumption, value)
-    for cascade in _LAYERS.values():  # no other setting asks for this one's architecture (memory)
+    for cascade in LAYERS.values():  # no other setting asks for this one's architecture (memory)
         forget_architecture_results(cascade)
     return rows
 

@@ -54,7 +54,7 @@ from typing import Any, Callable
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.sweep_spec import POINT_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
-from mambalaya.experiments.sweep_workers import _Costliest, _tune_allocator, _tune_collector
+from mambalaya.experiments.sweep_workers import Costliest, tune_allocator, tune_collector
 from mambalaya.workloads.families.base import is_hybrid
 
 # ----------------------------------------------------------------------------------------------
@@ -193,7 +193,7 @@ def evaluate_chunk(points: list[dict[str, Any]]) -> list[PointResult]:
 def _chunk_task(points: list[dict[str, Any]], *, own_worker: bool = False) -> list[PointResult]:
     """A cluster task: :func:`evaluate_chunk`. With ``own_worker`` (set for the worker
     processes a sweep starts itself, which live only as long as it), the worker's allocator is
-    tuned first (:func:`_tune_allocator`), and what the chunk leaves behind is moved out of
+    tuned first (:func:`~mambalaya.experiments.sweep_workers.tune_allocator`), and what the chunk leaves behind is moved out of
     the cyclic garbage collector's reach afterwards (:func:`gc.freeze`, after a young
     collection). What it leaves is the memos of its layers (cascades, cost models, candidate
     tables: some 25,000 objects a layer) and they live as long as the worker; every full
@@ -202,8 +202,8 @@ def _chunk_task(points: list[dict[str, Any]], *, own_worker: bool = False) -> li
     drops (past :data:`KEPT_CASCADES`) has its memos dropped first, and reference counting frees
     them (frozen, a cycle would stay for the worker's life)."""
     if own_worker:
-        _tune_allocator()
-        _tune_collector()
+        tune_allocator()
+        tune_collector()
     results = evaluate_chunk(points)
     if own_worker:
         gc.collect(1)
@@ -382,7 +382,7 @@ def _submit_chunks(executor: Executor, chunks: list[list[dict[str, Any]]], own_w
         for fut in as_completed(futures):
             record(futures[fut], fut.result())
         return
-    costliest = _Costliest(chunks)
+    costliest = Costliest(chunks)
     running: dict[Any, int] = {}
     while costliest.pending or running:
         while costliest.pending and len(running) < in_flight:

@@ -1,6 +1,6 @@
-"""What a sweep's own local worker processes set for themselves (:func:`_tune_allocator`,
-:func:`_tune_collector`), and the order the coordinator hands them chunks in
-(:class:`_Costliest`). Speed only: no number a point gets depends on either."""
+"""What a sweep's own local worker processes set for themselves (:func:`tune_allocator`,
+:func:`tune_collector`), and the order the coordinator hands them chunks in
+(:class:`Costliest`). Speed only: no number a point gets depends on either."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ ALLOCATOR_TRIM_THRESHOLD_BYTES = 64 << 20
 
 
 @functools.lru_cache(maxsize=1)
-def _tune_allocator() -> bool:
+def tune_allocator() -> bool:
     """Have glibc's malloc keep the memory of freed numpy arrays for the next ones, in this
     process (a worker of the sweep's own cluster); True where mallopt accepted both
     thresholds (``tests/test_sweep.py`` checks their effect). By default each
@@ -55,7 +55,7 @@ COLLECTOR_YOUNG_THRESHOLD = 50_000
 
 
 @functools.lru_cache(maxsize=1)
-def _tune_collector() -> tuple[int, ...]:
+def tune_collector() -> tuple[int, ...]:
     """Raise this process's young-generation collection threshold to
     :data:`COLLECTOR_YOUNG_THRESHOLD` (a worker of the sweep's own cluster, once); returns the
     thresholds now set. Cycles among a chunk's garbage are still collected, only less often;
@@ -66,7 +66,7 @@ def _tune_collector() -> tuple[int, ...]:
     return gc.get_threshold()
 
 
-class _Costliest:
+class Costliest:
     """Which pending chunk to submit next. First, in the chunks' order, one chunk of each model
     and phase not submitted yet (so that every kind is measured early); then the one whose
     points are expected to take longest, at the seconds per point measured so far for each of

@@ -53,7 +53,8 @@ import yaml
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
-from mambalaya.interop.accelforge_export import (DRAM, STATIC_APPROXIMATIONS, _Export, _translate, _workload_dict,  # noqa: F401
+from mambalaya.interop.accelforge_worker import RESULT_PREFIX, AccelForgeWorker
+from mambalaya.interop.accelforge_export import (DRAM, STATIC_APPROXIMATIONS, Export, translate, workload_dict,  # noqa: F401
                                                 export_arch, export_workload, unfused_mapping_yaml,  # noqa: F401
                                                 unrolled_for_export, write_export)  # noqa: F401
 
@@ -70,7 +71,7 @@ def _require_accelforge():
     return accelforge
 
 
-def _dram_bits(result, ex: _Export) -> dict[str, float]:
+def _dram_bits(result, ex: Export) -> dict[str, float]:
     """Off-chip bits per our tensor from AccelForge's model (reads + writes at MainMemory)."""
     bits: dict[str, float] = {}
     for (einsum, component, tensor, action), value in result.actions(per_einsum=True, per_tensor=True).items():
@@ -145,11 +146,11 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
     from mambalaya.search.mappings import named_mapping, optimal
     from mambalaya.cost.traffic import mapping_traffic
 
-    recurrent, (cascade, ex) = cascade, _translate(cascade, unroll_scan)
+    recurrent, (cascade, ex) = cascade, translate(cascade, unroll_scan)
     spec = arch_spec if arch_spec is not None else _default_arch()
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-") as tmp:
         wl = Path(tmp, "workload.yaml")
-        wl.write_text(yaml.safe_dump(_workload_dict(ex), sort_keys=False), encoding="utf-8")
+        wl.write_text(yaml.safe_dump(workload_dict(ex), sort_keys=False), encoding="utf-8")
         if mapping == "unfused":
             arch = Path(tmp, "arch.yaml")
             arch.write_text(export_arch(spec, buffer_bits=math.inf), encoding="utf-8")
@@ -208,82 +209,6 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
     }
 
 
-def find_python312() -> str | None:
-    """A Python >= 3.12 with accelforge and mambalaya importable: ``$MAMBALAYA_ACCELFORGE_PYTHON``,
-    else the repository's ``.venv-af`` (made by ``scripts/accelforge-env.sh``), else
-    ``/tmp/af312/bin/python``, else ``python3.12`` on PATH."""
-    import shutil
-
-    repo_venv = Path(__file__).resolve().parents[3] / ".venv-af" / "bin" / "python"
-    candidates = [os.environ.get("MAMBALAYA_ACCELFORGE_PYTHON"), str(repo_venv), "/tmp/af312/bin/python",
-                  shutil.which("python3.12")]
-    for c in candidates:
-        if not c or not Path(c).exists():
-            continue
-        probe = subprocess.run(
-            [c, "-c", "import sys, accelforge, mambalaya; assert sys.version_info >= (3, 12)"],
-            capture_output=True, timeout=120, check=False,
-        )
-        if probe.returncode == 0:
-            return c
-    return None
-
-
-_RESULT = "MAMBALAYA-RESULT "
-
-
-class AccelForgeWorker:
-    """One long-lived Python >= 3.12 process with accelforge imported, serving cross-checks one
-    at a time (``python -m mambalaya.interop.accelforge --serve``): its start-up (about 3 s of
-    imports) is paid once for many checks. Requests go over as pickles in a temporary folder,
-    results come back as JSON lines; AccelForge's own output goes to a log file."""
-
-    def __init__(self, python312: str, jobs: int | None = None):
-        """``jobs``: AccelForge's parallel processes (its default: one per core). A caller that
-        already keeps every core busy (a parallel test run) passes 1."""
-        self.python312 = python312
-        self._tmp = tempfile.TemporaryDirectory(prefix="mambalaya-af-worker-")
-        self._log = open(Path(self._tmp.name, "accelforge.log"), "w+", encoding="utf-8")  # noqa: SIM115
-        jobs_args = [] if jobs is None else ["--jobs", str(jobs)]
-        self._proc = subprocess.Popen([python312, "-m", "mambalaya.interop.accelforge", "--serve", *jobs_args],
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log, text=True)
-        self._n = 0
-
-    def call(self, kind: str, cascade: Cascade, **kwargs: Any) -> dict:
-        """``kind``: ``traffic`` (:func:`cross_check`) or ``gemm_cycles``
-        (:func:`~mambalaya.interop.accelforge_spatial.accelforge_gemm_cycles`)."""
-        self._n += 1
-        request = Path(self._tmp.name, f"request-{self._n}.pkl")
-        request.write_bytes(pickle.dumps({"kind": kind, "cascade": cascade, "kwargs": kwargs}))
-        assert self._proc.stdin is not None and self._proc.stdout is not None
-        try:
-            self._proc.stdin.write(f"{request}\n")
-            self._proc.stdin.flush()
-            for line in self._proc.stdout:
-                if line.startswith(_RESULT):
-                    out = json.loads(line[len(_RESULT):])
-                    break
-            else:
-                raise BrokenPipeError("the worker exited")
-        except (BrokenPipeError, OSError) as err:
-            self._log.seek(0)
-            raise MambalayaError(f"AccelForge worker in {self.python312} failed ({err}):\n{self._log.read()[-3000:]}") from None
-        if "error" in out:
-            raise MambalayaError(f"AccelForge {kind} check in {self.python312} failed:\n{out['error']}")
-        return out["result"]
-
-    def close(self) -> None:
-        if self._proc.poll() is None:
-            assert self._proc.stdin is not None
-            self._proc.stdin.close()
-            try:
-                self._proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-        self._log.close()
-        self._tmp.cleanup()
-
-
 def _serve(jobs: int | None = None) -> int:
     """The worker's loop: one request path per line on stdin, one result line on stdout."""
     import traceback
@@ -316,7 +241,7 @@ def _serve(jobs: int | None = None) -> int:
             out = {"error": str(err)}
         except Exception:  # noqa: BLE001 - reported to the caller, the worker goes on
             out = {"error": traceback.format_exc()[-3000:]}
-        print(_RESULT + json.dumps(out), flush=True)
+        print(RESULT_PREFIX + json.dumps(out), flush=True)
     return 0
 
 

@@ -38,7 +38,7 @@ STATIC_APPROXIMATIONS: tuple[str, ...] = (
 
 
 @dataclass
-class _Export:
+class Export:
     einsums: list[dict] = field(default_factory=list)
     variables: dict[str, tuple[int, int]] = field(default_factory=dict)  # rank variable -> (first, last)
     aux_vars: dict[tuple[str, int, int], str] = field(default_factory=dict)
@@ -66,7 +66,7 @@ def _box(idx: AffineIndex, ranges: dict[str, tuple[int, int]]) -> tuple[int, int
     return lo, hi
 
 
-def _rows(ex: _Export, lo: int, hi: int, rank: str, size: int) -> str:
+def _rows(ex: Export, lo: int, hi: int, rank: str, size: int) -> str:
     """A projection whose footprint is exactly rows ``lo..hi`` of a rank of ``size``: the rank's
     own variable when all rows, else an auxiliary variable bounded to ``lo..hi``. (AccelForge
     sizes a tile as if it started at row 0, so constant or offset projections (``t``,
@@ -103,10 +103,10 @@ def unrolled_for_export(cascade: Cascade, unroll_scan: int | None) -> Cascade:
     return unroll_recurrences(cascade)
 
 
-def _translate(cascade: Cascade, unroll_scan: int | None = None) -> tuple[Cascade, _Export]:
+def translate(cascade: Cascade, unroll_scan: int | None = None) -> tuple[Cascade, Export]:
     """The cascade AccelForge costs (see :func:`unrolled_for_export`) and its AccelForge Einsums."""
     original, cascade = cascade, unrolled_for_export(cascade, unroll_scan)
-    ex = _Export()
+    ex = Export()
     ex.step_einsums = [e.name for e in cascade.einsums if e.name not in original.tensors]
     sizes = cascade.variable_sizes
     # the most common width goes to the workload's "All"; a tensor of another width (a mixed
@@ -171,7 +171,7 @@ def _translate(cascade: Cascade, unroll_scan: int | None = None) -> tuple[Cascad
     return cascade, ex
 
 
-def _initial_access(ex: _Export, cascade: Cascade, t: str, own: list, neg: tuple[int, tuple[int, int]]) -> dict:
+def _initial_access(ex: Export, cascade: Cascade, t: str, own: list, neg: tuple[int, tuple[int, int]]) -> dict:
     """The access to ``t``'s initial-value tensor for the rows a read reaches below 0."""
     p, (ra, rb) = neg
     init = cascade.tensors[t].initial
@@ -191,7 +191,7 @@ def _initial_access(ex: _Export, cascade: Cascade, t: str, own: list, neg: tuple
     return {"name": init, "projection": _projection(ex, names, dims, sizes)}
 
 
-def _projection(ex: _Export, ranks, dims, shape_of) -> dict[str, str]:
+def _projection(ex: Export, ranks, dims, shape_of) -> dict[str, str]:
     proj: dict[str, str] = {}
     for r, (kind, val), size in zip(ranks, dims, shape_of):
         if kind == "var":
@@ -206,7 +206,7 @@ def _projection(ex: _Export, ranks, dims, shape_of) -> dict[str, str]:
 # YAML
 
 
-def _header(cascade: Cascade, ex: _Export, unroll_scan: int | None) -> str:
+def _header(cascade: Cascade, ex: Export, unroll_scan: int | None) -> str:
     lines = [
         f"AccelForge workload exported by mambalaya from cascade {cascade.name!r}",
         f"({cascade.description})" if cascade.description else "",
@@ -223,7 +223,7 @@ def _header(cascade: Cascade, ex: _Export, unroll_scan: int | None) -> str:
     return "".join(f"# {ln}\n" if ln else "" for ln in lines)
 
 
-def _workload_dict(ex: _Export) -> dict:
+def workload_dict(ex: Export) -> dict:
     return {
         "workload": {
             "iteration_space_shape": {v: f"{lo} <= {v} < {hi + 1}" for v, (lo, hi) in ex.variables.items()},
@@ -235,8 +235,8 @@ def _workload_dict(ex: _Export) -> dict:
 
 def export_workload(cascade: Cascade, *, unroll_scan: int | None = None) -> str:
     """AccelForge workload YAML for ``cascade`` (a decode step, or a prefill with the scan unrolled)."""
-    graph, ex = _translate(cascade, unroll_scan)
-    return _header(graph, ex, unroll_scan) + yaml.safe_dump(_workload_dict(ex), sort_keys=False, width=120)
+    graph, ex = translate(cascade, unroll_scan)
+    return _header(graph, ex, unroll_scan) + yaml.safe_dump(workload_dict(ex), sort_keys=False, width=120)
 
 
 def export_arch(spec: Any, *, buffer_bits: float | None = None, dram_energy_per_bit: float = 1.0) -> str:
@@ -264,7 +264,7 @@ def export_arch(spec: Any, *, buffer_bits: float | None = None, dram_energy_per_
     )
 
 
-def unfused_mapping_yaml(ex: _Export) -> str:
+def unfused_mapping_yaml(ex: Export) -> str:
     """Every Einsum its own group: all tensors backed in DRAM; per Einsum, its tensors whole in
     the buffer above all its loops, so each tensor moves once per Einsum (our unfused model)."""
     all_tensors = list(dict.fromkeys(ta["name"] for e in ex.einsums for ta in e["tensor_accesses"]))
@@ -288,9 +288,9 @@ def unfused_mapping_yaml(ex: _Export) -> str:
 def write_export(cascade: Cascade, arch_spec: Any, out_dir: str | Path, unroll_scan: int | None = None) -> list[Path]:
     """Write ``workload.yaml``, ``arch.yaml`` and ``mapping_unfused.yaml`` into ``out_dir``."""
     out = Path(out_dir)
-    graph, ex = _translate(cascade, unroll_scan)  # before the folder is made: a refusal leaves nothing
+    graph, ex = translate(cascade, unroll_scan)  # before the folder is made: a refusal leaves nothing
     files = {
-        "workload.yaml": _header(graph, ex, unroll_scan) + yaml.safe_dump(_workload_dict(ex), sort_keys=False, width=120),
+        "workload.yaml": _header(graph, ex, unroll_scan) + yaml.safe_dump(workload_dict(ex), sort_keys=False, width=120),
         "arch.yaml": export_arch(arch_spec),
         "mapping_unfused.yaml": unfused_mapping_yaml(ex),
     }

@@ -10,7 +10,7 @@ input*, i.e. take the weight's output ranks), a one-weight register per PE and a
 multiply-accumulate per cycle at ``clock_hz``. AccelForge's mapper then searches the spatial
 and temporal mapping for least latency, and its model gives the latency.
 
-Needs Python >= 3.12 with ``accelforge`` (see :func:`mambalaya.interop.accelforge.find_python312`);
+Needs Python >= 3.12 with ``accelforge`` (see :func:`mambalaya.interop.accelforge_worker.find_python312`);
 :func:`accelforge_gemm_cycles_via` runs it from another interpreter.
 """
 
@@ -172,9 +172,9 @@ def _spatial_text(node: Any) -> str:
 def accelforge_gemm_cycles_via(python312: Any, cascade: Cascade, names: list[str], arch: str = "mambalaya",
                                timeout: float = 1800, dataflow: str = "weight-stationary") -> dict[str, dict[str, Any]]:
     """:func:`accelforge_gemm_cycles` in another interpreter (Python >= 3.12 with accelforge and
-    this mambalaya), or in an :class:`~mambalaya.interop.accelforge.AccelForgeWorker`: the
+    this mambalaya), or in an :class:`~mambalaya.interop.accelforge_worker.AccelForgeWorker`: the
     cascade goes over as a pickle, the result comes back as JSON."""
-    from mambalaya.interop.accelforge import AccelForgeWorker
+    from mambalaya.interop.accelforge_worker import AccelForgeWorker
 
     if isinstance(python312, AccelForgeWorker):
         return python312.call("gemm_cycles", cascade, names=list(names), arch=arch, dataflow=dataflow)

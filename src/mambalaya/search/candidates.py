@@ -1,7 +1,12 @@
 """Candidate tables of one fusion group: the closed forms of its traffic, footprint and compute
 cycles over every tiling, loop order and residency option (see :mod:`mambalaya.search.mappings` for
 what is searched and why). Everything here is independent of the buffer and the bandwidth, and
-memoised on the (immutable) cascade, so repeated searches of one layer (sweeps) build it once."""
+memoised on the (immutable) cascade, so repeated searches of one layer (sweeps) build it once.
+
+The closed forms a table is summed from are at the end of the module: products of per-tiling
+factors (:func:`sum_of_products`), the weight bytes residency saves (:func:`add_residency`), and
+the compute cycles of every tiling on a compute section (:func:`cycles_together`,
+:func:`einsum_grid_cycles`)."""
 
 from __future__ import annotations
 
@@ -13,15 +18,17 @@ from typing import Any
 
 import numpy as np
 
+from mambalaya.arch.keys import spec_key
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.stats import einsum_ops
+from mambalaya.cost.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, window_halos)
-from mambalaya.search.closed_forms import _sum_of_products, _add_residency, cycles_together, einsum_grid_cycles
-from mambalaya.search.group_shape import _group_shape, _held_layout, _held_bytes, _keepable_under
+from mambalaya.search.group_shape import shape_of_group, held_layout, held_bytes, keepable_under
 from mambalaya.cost.buffer import buffer_read_bytes_over_tilings
 from mambalaya.search.irregular_reads import irregular_read_bytes, times_trips
 from mambalaya.cost.traffic import untiled_traffic
-from mambalaya.search.tile_ranks import _rank_tile_options, tile_options, tileable_ranks, widened_ranks
+from mambalaya.search.tile_ranks import rank_tile_options, tile_options, tileable_ranks, widened_ranks
 
 
 @dataclass(frozen=True)
@@ -77,10 +84,10 @@ class GroupCostModel:
     def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
         self.cascade = cascade
         self.ranks = ranks
-        self._tile_options = [_rank_tile_options(cascade, r) for r in ranks]
+        self._tile_options = [rank_tile_options(cascade, r) for r in ranks]
         full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
         self.probe = full
-        self._shape = shape = _group_shape(cascade, full.einsums, tuple(ranks))
+        self._shape = shape = shape_of_group(cascade, full.einsums, tuple(ranks))
         # traffic: each read/written tensor costs its untiled bytes times the trips of the
         # fused ranks its accesses do not mention (see cost/traffic.py)
         read_bytes, write_bytes = untiled_traffic(cascade, full.einsums)
@@ -129,11 +136,11 @@ class GroupCostModel:
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
         self.fp_terms: list[tuple[float, list[int], int | None]] = [
-            (_held_bytes(cascade, base, whole), tiled, None) for base, whole, tiled in shape.held]
+            (held_bytes(cascade, base, whole), tiled, None) for base, whole, tiled in shape.held]
         if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
             for (t, rank), rows in window_halos(cascade, full).items():
-                base, whole, tiled = _held_layout(cascade, t, rank, rows, tuple(ranks))
-                self.fp_terms.append((_held_bytes(cascade, base, whole), tiled, ranks.index(rank)))
+                base, whole, tiled = held_layout(cascade, t, rank, rows, tuple(ranks))
+                self.fp_terms.append((held_bytes(cascade, base, whole), tiled, ranks.index(rank)))
 
     def _irregular_factors(self) -> dict[str, np.ndarray] | None:
         """Per irregular read, its bytes in one pass at every tiling; None if one cannot be
@@ -333,7 +340,7 @@ class GroupCostModel:
             kept = shape.keep_under.get(order)  # which tensors: per group shape
             if kept is None:
                 kept = shape.keep_under[order] = frozenset(
-                    t for t, seen in shape.mentioned.items() if t in shape.readable and _keepable_under(order, seen))
+                    t for t, seen in shape.mentioned.items() if t in shape.readable and keepable_under(order, seen))
             hit = self._keepable[order] = [x for x in self._reads if x[0] in kept]
         return hit
 
@@ -484,7 +491,7 @@ def _tables(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[n
     traffic = np.full((len(models), widest, n), np.inf)
     fp = np.full((len(models), widest, n), np.inf)
     traffic[:, 0], fp[:, 0] = traffic0, fp0
-    _add_residency(models, tiles, trips, n, traffic0, fp0, traffic, fp)
+    add_residency(models, tiles, trips, n, traffic0, fp0, traffic, fp)
     return traffic, fp
 
 
@@ -529,7 +536,7 @@ def _traffic_together(models: list[GroupCostModel], trips: list[np.ndarray]) -> 
     """Each term's untiled bytes times the trips of the ranks it does not mention, summed; and
     each exact model's irregular reads, their per-tiling bytes times those trips (integers below
     2^53 in floats: exact in any order)."""
-    total = _sum_of_products([m.terms for m in models], trips)
+    total = sum_of_products([m.terms for m in models], trips)
     for k, m in enumerate(models):
         if m.exact_traffic and m.irregular:
             for t, per_tiling in m._irregular_factors().items():  # type: ignore[union-attr]
@@ -546,7 +553,7 @@ def _footprint_together(models: list[GroupCostModel], tiles: list[np.ndarray]) -
     ranks = len(sizes)
     terms = [[(fixed, list(idxs) + ([ranks + when] if when is not None else [])) for fixed, idxs, when in m.fp_terms]
              for m in models]
-    return _sum_of_products(terms, extents + tiled)
+    return sum_of_products(terms, extents + tiled)
 
 
 #: Buffers whose contenders a group's cost model keeps (:meth:`GroupCostModel.contenders`), the
@@ -565,5 +572,209 @@ def cost_model(cascade: Cascade, einsums: list[str], ranks: list[str]) -> "Group
 
 
 
-__all__ = ["Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints", "least_traffic_fitting",
+# ---------------------------------------------------------------------------------------------
+# The closed forms a candidate table is summed from
+
+
+def sum_of_products(terms: list[list[tuple[float, list[int]]]], factors: list[np.ndarray]) -> np.ndarray:
+    """Per model (rows), the sum over its terms ``(coefficient, factor indices)`` of the
+    coefficient times those per-tiling factors: each product taken in the order of its
+    indices, a factor the term does not use multiplying by one, the terms summed in the
+    model's order, a missing term adding zero. So a model's values are the same floats
+    whichever models share the pass (``tests/test_candidates.py``)."""
+    n = len(factors[0]) if factors else 1
+    width = max((len(ts) for ts in terms), default=0)
+    coef = np.zeros((len(terms), width))
+    uses = np.zeros((len(terms), width, len(factors)), dtype=bool)
+    for k, ts in enumerate(terms):
+        for t, (c, idxs) in enumerate(ts):
+            coef[k, t] = c
+            uses[k, t, idxs] = True
+    some, every = uses.any(axis=0).tolist(), uses.all(axis=0).tolist()
+    total = np.zeros((len(terms), n))
+    f = np.empty((len(terms), n))
+    for t in range(width):
+        f[:] = coef[:, t:t + 1]
+        for i, factor in enumerate(factors):  # in place; where a row does not use it, as if times one
+            if every[t][i]:
+                np.multiply(f, factor, out=f)
+            elif some[t][i]:
+                np.multiply(f, factor, out=f, where=uses[:, t, i:i + 1])
+        total += f
+    return total
+
+
+def add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray], n: int,
+                   traffic0: np.ndarray, fp0: np.ndarray, traffic: np.ndarray, fp: np.ndarray) -> None:
+    """Fill the residency options (rows 1.. of each model, :meth:`GroupCostModel.options`'s
+    order) of ``traffic`` and ``fp``. Streamed, a tensor is read once per trip of every loop
+    that does not index it; resident, only per trip of those outside the innermost loop (of
+    more than one trip) that does index it (cost/traffic.py). It holds its largest one-step
+    box (fusion/mapping.py:resident_bytes), here bounded from above: a dimension indexed by
+    several tiled ranks counts in full (:meth:`GroupCostModel._held_box`). Option ``(o, j)``
+    saves and holds the running sums over order ``o``'s first ``j`` residency candidates; the
+    per-tiling factors are shared by every model that needs them."""
+    chains = []  # (model row, first option row, [(bytes, saved-factor row, held row)])
+    factors: dict[tuple, int] = {}
+    factor_rows: list[np.ndarray] = []
+    held: dict[tuple, int] = {}
+    held_rows: list[np.ndarray] = []
+    for k, m in enumerate(models):
+        row = 1
+        readers_of: dict[str, tuple[str, ...]] = {}  # a held box depends on the Einsums reading it
+        for e in m.probe.einsums:
+            for t in dict.fromkeys(a.tensor for a in m.cascade.einsum(e).inputs if a.tensor != e):
+                readers_of[t] = readers_of.get(t, ()) + (e,)
+        for o in m.orders if m.ranks else []:
+            keep = m.keepable_for(o)
+            if not keep:
+                continue
+            links = []
+            irregular = m._irregular_factors() if m.exact_traffic and m.irregular else {}
+            for t, b, seen in keep:
+                key = (o, frozenset(seen))
+                if key not in factors:
+                    factors[key] = len(factor_rows)
+                    factor_rows.append(_kept_row(m, ("saved", o, frozenset(seen)),
+                                                 lambda: _saved_factor(trips, o, seen, len(m.ranks), n)))
+                if t in irregular:  # its bytes per pass differ by tiling: a row of its own, times one
+                    b, key = 1.0, (o, frozenset(seen), id(m), t)
+                    factors[key] = len(factor_rows)
+                    factor_rows.append(factor_rows[factors[(o, frozenset(seen))]] * irregular[t])
+                readers = (t, readers_of.get(t, ()))
+                if readers not in held:
+                    held[readers] = len(held_rows)
+                    held_rows.append(_kept_row(m, ("held", *readers), lambda: m._held_box(t, tiles)))
+                links.append((b, factors[key], held[readers]))
+            chains.append((k, row, links))
+            row += len(links)
+    if not chains:
+        return
+    chains.sort(key=lambda c: -len(c[2]))  # longest first (stable): the chains still adding are a prefix
+    longest = len(chains[0][2])
+    coef = np.zeros((len(chains), longest))
+    saved_at = np.full((len(chains), longest), len(factor_rows))  # the last row: zeros
+    held_at = np.full((len(chains), longest), len(held_rows))
+    for c, (_, _, links) in enumerate(chains):
+        for j, (b, f, h) in enumerate(links):
+            coef[c, j], saved_at[c, j], held_at[c, j] = b, f, h
+    saved_rows = np.vstack(factor_rows + [np.zeros(n)])
+    held_all = np.vstack(held_rows + [np.zeros(n)])
+    model_of = np.array([c[0] for c in chains])
+    start = np.array([c[1] for c in chains])
+    live = [sum(1 for c in chains if len(c[2]) > j) for j in range(longest)]  # chains with a j-th link
+    saved_sum, held_sum = np.zeros((len(chains), n)), np.zeros((len(chains), n))
+    link = np.empty((len(chains), n))  # scratch (in place: no temporaries)
+    for j, k in enumerate(live):  # each chain's running sums, the same additions in the same order
+        np.take(saved_rows, saved_at[:k, j], axis=0, out=link[:k], mode="clip")  # (in range: unbuffered)
+        np.multiply(coef[:k, j:j + 1], link[:k], out=link[:k])
+        saved_sum[:k] += link[:k]
+        np.take(held_all, held_at[:k, j], axis=0, out=link[:k], mode="clip")
+        held_sum[:k] += link[:k]
+        rows, cols = model_of[:k], start[:k] + j
+        np.take(traffic0, rows, axis=0, out=link[:k], mode="clip")  # the chain's model's, streamed
+        traffic[rows, cols] = np.subtract(link[:k], saved_sum[:k], out=link[:k])
+        np.take(fp0, rows, axis=0, out=link[:k], mode="clip")
+        fp[rows, cols] = np.add(link[:k], held_sum[:k], out=link[:k])
+
+
+def _kept_row(m: GroupCostModel, key: tuple, make: Any) -> np.ndarray:
+    """A per-tiling row of :func:`add_residency` (a saved factor or a held box), memoised on
+    the cascade per ranks and ``key``: the groups tiling the same ranks share it across build
+    passes (read-only)."""
+    memo = m.cascade.__dict__.setdefault("_residency_rows_memo", {})
+    full = (tuple(m.ranks), *key)
+    hit = memo.get(full)
+    if hit is None:
+        hit = memo[full] = make()
+        hit.flags.writeable = False
+    return hit
+
+
+def _saved_factor(trips: list[np.ndarray], order: tuple[int, ...], seen: frozenset[int], ranks: int, n: int) -> np.ndarray:
+    """Per tiling, a resident tensor's reads saved per byte (streamed minus resident trips,
+    :func:`add_residency`), for a tensor indexed by the ranks ``seen`` under ``order``."""
+    pos = {i: k for k, i in enumerate(order)}
+    streamed = np.ones(n)
+    for i in range(ranks):
+        if i not in seen:
+            streamed = streamed * trips[i]
+    inner = np.full(n, -1)
+    for i in sorted(seen, key=pos.get):
+        inner = np.where(trips[i] > 1, pos[i], inner)
+    resident = np.ones(n)
+    for i in range(ranks):
+        if i not in seen:
+            resident = resident * np.where(pos[i] < inner, trips[i], 1.0)
+    return streamed - resident
+
+
+def cycles_together(models: list[GroupCostModel], compute: Any) -> list[np.ndarray]:
+    """:meth:`GroupCostModel.cycles` of each model, made for those without them. A group's
+    per-unit sums add its Einsums' cycles in order, so a group one Einsum longer than another
+    of the list (met before it, tiling the same ranks) starts from that one's sums: the same
+    additions in the same order, so the same floats."""
+    key = spec_key(compute)
+    # per Einsums, (ranks, sums) of this call's groups not yet grown by one Einsum (memory: a
+    # group's sums are dropped once the next group has looked for them, whatever its ranks)
+    sums: dict[tuple[str, ...], tuple[tuple[str, ...], dict[str, Any]]] = {}
+    for m in models:
+        if key in m._cycles:
+            continue
+        einsums, ranks = m.probe.einsums, tuple(m.ranks)
+        shorter_ranks, total = sums.pop(einsums[:-1], (None, None))
+        if shorter_ranks != ranks:
+            total = None
+        start = len(einsums) - 1 if total is not None else 0
+        if total is None:
+            total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
+        tiles = m.grid()[0]
+        for name in einsums[start:]:
+            cyc = einsum_grid_cycles(compute, m.cascade, name, m.ranks, tiles)
+            total = {k: total[k] + cyc[k] for k in total}
+        sums[einsums] = (ranks, total)
+        array = total["array_2d"] + total["array_1d"]
+        if compute.overlap_compute_units:
+            cycles = np.maximum(np.maximum(array, total["vector"]), total["mfu"])
+        else:
+            cycles = array + total["vector"] + total["mfu"]
+        m._cycles[key] = np.broadcast_to(np.asarray(cycles, dtype=float), (m.n_tilings,))
+    return [m._cycles[key] for m in models]
+
+
+def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray]) -> dict[str, Any]:
+    """One Einsum's unit cycles for every tiling of ``ranks`` (the grid of
+    :meth:`GroupCostModel.grid`), memoised on the cascade: the grid depends only on the ranks,
+    so every candidate group of a search that tiles the same ranks shares it."""
+    memo = cascade.__dict__.setdefault("_grid_cycles_memo", {})
+    key = (spec_key(compute), name, tuple(ranks))
+    hit = memo.get(key)
+    if hit is None:
+        e = cascade.einsum(name)
+        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), _grid_step_shapes(cascade, ranks, tiles),
+                                    shapes_key=("grid", tuple(ranks)))
+        memo[key] = hit
+    return hit
+
+
+def _grid_step_shapes(cascade: Cascade, ranks: list[str], tiles: list[np.ndarray]) -> list[Any]:
+    """:func:`~mambalaya.cost.spatial.step_shapes` of every tiling of ``ranks`` (the grid's
+    ``tiles``), memoised on the cascade per ranks: they depend on the sizes alone, and every
+    Einsum and compute section costed over that grid reads them (read-only)."""
+    memo = cascade.__dict__.setdefault("_grid_step_shapes_memo", {})
+    key = tuple(ranks)
+    hit = memo.get(key)
+    if hit is None:
+        hit = step_shapes({r: cascade.size(r) for r in cascade.ranks}, list(zip(ranks, tiles)))
+        if not tiles or len(tiles[0]) <= KEPT_SHAPES_TILINGS:
+            memo[key] = hit
+    return hit
+
+
+#: Step shapes of grids of at most this many tilings are kept per cascade (memory, as
+#: :data:`mambalaya.search.candidates.KEPT_GRID_TILINGS` keeps the grids themselves).
+KEPT_SHAPES_TILINGS = 1 << 16
+
+
+__all__ = ["add_residency", "sum_of_products", "Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints", "least_traffic_fitting",
            "tile_options", "tileable_ranks", "widened_ranks"]

@@ -32,10 +32,10 @@ import numpy as np
 from mambalaya.arch.keys import spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.search.candidates import cost_model, tileable_ranks
-from mambalaya.search.closed_forms import einsum_grid_cycles
+from mambalaya.search.candidates import einsum_grid_cycles
 from mambalaya.search.convex import ConvexSpace
 from mambalaya.search.picks import row_latencies
-from mambalaya.cost.traffic import _written_bytes, untiled_traffic
+from mambalaya.cost.traffic import written_bytes, untiled_traffic
 
 
 def traffic_lower_bounds(cascade: Cascade, space: ConvexSpace) -> np.ndarray:
@@ -76,7 +76,7 @@ def _traffic_bounds(cascade: Cascade, space: ConvexSpace) -> np.ndarray:
         consumers = sum(bit[c.name] for c in cascade.consumers(name) if c.name != name)
         member = masks & bit[name] != 0
         leaves = member if name in handed_back else member & (consumers & ~masks != 0)
-        total += np.where(leaves, _written_bytes(cascade, name, 1), 0.0)
+        total += np.where(leaves, written_bytes(cascade, name, 1), 0.0)
     return total
 
 

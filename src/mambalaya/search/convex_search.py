@@ -8,7 +8,7 @@ costs groups lazily, as a shortest-path search with lower bounds does. Each grou
 its cost if costed, else at its bound; in each round, every uncosted group is costed whose best
 path (the shortest prefix to it, it, the shortest suffix after it) is within the tie rule's
 bound of the current shortest path (the tie tolerance with an architecture,
-:func:`~mambalaya.search.segments._least_traffic_within`; equality without). When no uncosted
+:func:`~mambalaya.search.segments.least_traffic_within`; equality without). When no uncosted
 group is left within it:
 
 * the shortest path holds costed groups only (its own groups are within the bound), so its cost
@@ -43,8 +43,9 @@ from mambalaya.search.candidates import build_candidates, cost_model, cycles_tog
 from mambalaya.errors import SpecError
 from mambalaya.search.convex import ConvexSpace, contiguous_space
 from mambalaya.search.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
-from mambalaya.search.picking import LATENCY_TIE_TOLERANCE, GroupChoice, _Pick
-from mambalaya.search.segments import _least_edp, _least_traffic_within
+from mambalaya.search.group_choice import batch_picks, best_group, picked_together
+from mambalaya.search.picking import LATENCY_TIE_TOLERANCE, GroupChoice, Pick
+from mambalaya.search.segments import least_edp, least_traffic_within
 
 #: Most groups the energy and EDP objectives cost (every one; the Mamba-1 layer has 855 in
 #: prefill, 1,272 in decode). Beyond it they search contiguous groups.
@@ -64,12 +65,10 @@ class _Costed:
         self.cascade, self.space, self.buffer_bytes = cascade, space, buffer_bytes
         self.stats, self.arch, self.objective = stats, arch, objective
         self.cost = np.full(space.masks.size, np.nan)
-        self.choices: dict[int, GroupChoice | _Pick] = {}
+        self.choices: dict[int, GroupChoice | Pick] = {}
 
     def add(self, wanted: np.ndarray) -> None:
         """Cost the groups ``wanted`` (indices) not costed yet, smallest first."""
-        from mambalaya.search import mappings as search
-
         masks = self.space.masks
         models = _space_models(self.cascade, self.space)
         fitting: list[tuple[int, Any]] = []
@@ -89,20 +88,20 @@ class _Costed:
             return
         build_candidates([model for _, model in fitting])
         together: dict[Any, Any] = {}
-        if search.BATCH_PICKS and search._closed_form_costs(self.arch, self.objective):
+        if batch_picks(self.arch, self.objective):
             if self.arch is not None:
                 cycles_together([model for _, model in fitting], self.arch.compute)
             exact = [(i, model) for i, model in fitting if model.exact_traffic]
-            together = search._picked_together(self.cascade, [i for i, _ in exact], [model for _, model in exact],
-                                               self.buffer_bytes, self.arch)
+            together = picked_together(self.cascade, [i for i, _ in exact], [model for _, model in exact],
+                                       self.buffer_bytes, self.arch)
         for i, model in fitting:
             hit = together.get(i)
             if self.stats is not None:
                 self.stats.evaluations += model.size
                 self.stats.groups_costed += 1
             if hit is None:
-                hit = search.best_group(self.cascade, self.space.einsums(int(masks[i])), self.buffer_bytes,
-                                        arch=self.arch, objective=self.objective)
+                hit = best_group(self.cascade, self.space.einsums(int(masks[i])), self.buffer_bytes,
+                                 arch=self.arch, objective=self.objective)
             if hit is None or isinstance(hit, str):
                 self.cost[i] = math.inf
             else:
@@ -123,7 +122,7 @@ def _space_models(cascade: Cascade, space: ConvexSpace) -> list[Any]:
 
 
 def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None, stats: Any, arch: Any,
-                   objective: str) -> list[GroupChoice | _Pick] | None | str:
+                   objective: str) -> list[GroupChoice | Pick] | None | str:
     """The best grouping over the space's groups (see the module doc), in the order
     :func:`convex_grouping` hands it on; None if no grouping fits the buffer; ``"limits"`` for
     an energy or EDP objective on a space of more than :data:`EXHAUSTIVE_GROUP_LIMIT` groups."""
@@ -164,7 +163,7 @@ def lazily_costed(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None
 
 
 def segment_choices(cascade: Cascade, buffer_bytes: int | None, stats: Any, arch: Any,
-                    objective: str) -> dict[tuple[int, int], GroupChoice | _Pick] | None:
+                    objective: str) -> dict[tuple[int, int], GroupChoice | Pick] | None:
     """For the contiguous search (:func:`mambalaya.search.mappings.optimal`): the choice of every
     segment ``names[a:b]`` of the cascade's order, keyed ``(a, b)``, that the lazy search over
     :func:`~mambalaya.search.convex.contiguous_space` costed and that maps. The others are in no
@@ -204,7 +203,7 @@ def _suffix(space: ConvexSpace, cost: np.ndarray) -> np.ndarray:
 def _within_tie(space: ConvexSpace, cost: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """Which of the pairs at ``rows`` (of costed groups) lie on some path no longer than the
     shortest times the tie tolerance: the only pairs the least-traffic-within-the-tie programme
-    (:func:`~mambalaya.search.segments._least_traffic_within`) can use. Its partial paths to a
+    (:func:`~mambalaya.search.segments.least_traffic_within`) can use. Its partial paths to a
     pair's start are no shorter than the shortest prefix, summed in the same order (float sums
     grow with their terms), and its suffix bound is this suffix, so a pair left out here fails
     its own test (with :data:`_BOUND_SLACK` for sums of the same costs in another order: a pair
@@ -216,7 +215,7 @@ def _within_tie(space: ConvexSpace, cost: np.ndarray, rows: np.ndarray) -> np.nd
 
 
 def convex_grouping(space: ConvexSpace, costed: _Costed, arch: Any,
-                    objective: str) -> list[GroupChoice | _Pick] | None:
+                    objective: str) -> list[GroupChoice | Pick] | None:
     """The best grouping over the costed groups (None if none covers the cascade), in the
     order the contiguous search hands its groups on (last group first for an architecture's
     latency or EDP, first group first for traffic or energy). Segments are offered to the
@@ -245,9 +244,9 @@ def convex_grouping(space: ConvexSpace, costed: _Costed, arch: Any,
     if best[whole] == math.inf:
         return None
     if arch is not None and objective == "edp":
-        return _least_edp(segments, states)[::-1]
+        return least_edp(segments, states)[::-1]
     if arch is not None and objective == "latency":
-        return _least_traffic_within(segments, states, best[whole] * (1 + LATENCY_TIE_TOLERANCE))[::-1]
+        return least_traffic_within(segments, states, best[whole] * (1 + LATENCY_TIE_TOLERANCE))[::-1]
     chosen = []
     b = whole
     while b:

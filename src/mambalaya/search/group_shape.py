@@ -16,7 +16,7 @@ from mambalaya.cost.traffic import read_steps
 
 class _GroupShape(NamedTuple):
     """What a candidate group's closed forms are made of that depends on its Einsums and tiled
-    ranks alone, not on any rank size (:func:`_group_shape`)."""
+    ranks alone, not on any rank size (:func:`shape_of_group`)."""
 
     unmentioned: dict[str, list[int]]  # per tensor it may read: the tiled ranks its reads do not mention
     mentioned: dict[str, frozenset[int]]  # ... and those they do
@@ -24,11 +24,11 @@ class _GroupShape(NamedTuple):
     readable: frozenset[str]  # the tensors it reads off-chip (residency candidates)
     unwritten: dict[str, list[int]]  # per tensor it writes: the tiled ranks its output does not index
     orders: list[tuple[int, ...]]  # loop orders (rank indices, outermost first), the fixed one first
-    held: list[tuple[float, tuple[str, ...], list[int]]]  # footprint parts: :func:`_held_layout`
+    held: list[tuple[float, tuple[str, ...], list[int]]]  # footprint parts: :func:`held_layout`
     keep_under: dict[tuple[int, ...], frozenset[str]]  # per loop order, the tensors residency may keep (filled on use)
 
 
-def _group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]) -> _GroupShape:
+def shape_of_group(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]) -> _GroupShape:
     """The :class:`_GroupShape` of a group of ``einsums`` tiling ``ranks``, memoised per cascade
     structure (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`): a sweep's layers at
     other lengths, batches or widths share it."""
@@ -56,11 +56,11 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
     tail = [i for i, r in enumerate(ranks) if r in gen]
     orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
     lanes = register_resident(cascade, probe)  # no buffer space (fusion.mapping.footprint_bytes)
-    held = [_held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe) if t not in lanes]
+    held = [held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe) if t not in lanes]
     for name in einsums:
         rec = cascade.recurrence(cascade.einsum(name))
         if rec:
-            held.append(_held_layout(cascade, name, rec[0], rec[1], ranks))
+            held.append(held_layout(cascade, name, rec[0], rec[1], ranks))
     return _GroupShape(
         unmentioned={t: [i for i in range(len(ranks)) if i not in m] for t, m in mentioned.items()},
         mentioned=mentioned,
@@ -73,25 +73,25 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
     )
 
 
-def _held_layout(cascade: Cascade, tensor: str, skip_rank: str | None, rows: int, ranks: tuple[str, ...]
+def held_layout(cascade: Cascade, tensor: str, skip_rank: str | None, rows: int, ranks: tuple[str, ...]
                  ) -> tuple[float, tuple[str, ...], list[int]]:
     """How a group tiling ``ranks`` holds ``rows`` of ``tensor`` (all but its rank
     ``skip_rank``): (bytes per element times ``rows``, the ranks it holds whole, the indices
-    of the tiled ones). :func:`_held_bytes` makes the footprint term's fixed bytes."""
+    of the tiled ones). :func:`held_bytes` makes the footprint term's fixed bytes."""
     spec = cascade.tensors[tensor]
     whole = tuple(r for r in spec.ranks if r != skip_rank and r not in ranks)
     tiled = [ranks.index(r) for r in spec.ranks if r != skip_rank and r in ranks]
     return rows * spec.bits / 8, whole, tiled
 
 
-def _held_bytes(cascade: Cascade, base: float, whole: tuple[str, ...]) -> float:
+def held_bytes(cascade: Cascade, base: float, whole: tuple[str, ...]) -> float:
     """``base`` times the size of each rank of ``whole`` in turn."""
     for r in whole:
         base *= cascade.size(r)
     return base
 
 
-def _keepable_under(order: tuple[int, ...], seen: frozenset[int]) -> bool:
+def keepable_under(order: tuple[int, ...], seen: frozenset[int]) -> bool:
     """Whether a tensor indexed by the ranks ``seen`` may stay resident under ``order`` (rank
     indices, outermost first): a loop that does not index it runs inside the outermost loop
     that does."""

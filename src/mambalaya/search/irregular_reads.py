@@ -11,7 +11,7 @@ tiled ranks (the *irregular ranks*: those of the irregular dimensions, and of an
 sharing a rank with them), and each other dimension reads its full extent over its tiles, as
 untiled. So a tiling's reads are the bytes a group tiling only the irregular ranks, at that
 tiling's tiles of them, reads in one pass (the general model's count,
-:func:`~mambalaya.cost.traffic._read_elements`), times the trips of the loops the accesses do
+:func:`~mambalaya.cost.traffic.read_elements`), times the trips of the loops the accesses do
 not mention. The bytes are counted once per combination of the irregular ranks' tile options (a
 few dozen) and spread over the grid of tilings. ``tests/test_closed_forms.py`` checks the
 result against the general model on sampled candidates of every layer kind.
@@ -28,7 +28,7 @@ import numpy as np
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable, rank_variable
 from mambalaya.fusion.mapping import FusionGroup, Loop
-from mambalaya.cost.traffic import TrafficSizeError, _apply_read_steps, _read_elements, read_steps
+from mambalaya.cost.traffic import TrafficSizeError, apply_read_steps, read_elements, read_steps
 
 #: Most combinations of the irregular ranks' tile options counted for one tensor; beyond it the
 #: tensor's reads stay with the general model (its group is searched alone).
@@ -99,9 +99,9 @@ def _chosen_ranks(cascade: Cascade, steps: list[Any], ranks: tuple[str, ...]) ->
 
 def _per_combination(cascade: Cascade, einsums: tuple[str, ...], chosen: tuple[str, ...], key: str,
                      steps: list[Any]) -> tuple[tuple[str, ...], list[np.ndarray], np.ndarray] | None:
-    from mambalaya.search.tile_ranks import _rank_tile_options
+    from mambalaya.search.tile_ranks import rank_tile_options
 
-    options = [np.asarray(_rank_tile_options(cascade, r)) for r in chosen]
+    options = [np.asarray(rank_tile_options(cascade, r)) for r in chosen]
     if math.prod(len(o) for o in options) > MAX_COMBINATIONS:
         return None
     per_combo = []
@@ -110,10 +110,10 @@ def _per_combination(cascade: Cascade, einsums: tuple[str, ...], chosen: tuple[s
         group = FusionGroup("probe", einsums, loops)
 
         def read(t: str, accs: list[Any], self_only: bool, step_key: Any, group: FusionGroup = group) -> tuple[int, int]:
-            return _read_elements(cascade, group, t, accs, self_only=self_only, access_key=step_key)
+            return read_elements(cascade, group, t, accs, self_only=self_only, access_key=step_key)
 
         try:
-            per_combo.append(_apply_read_steps(cascade, steps, read).get(key, 0.0))
+            per_combo.append(apply_read_steps(cascade, steps, read).get(key, 0.0))
         except TrafficSizeError:
             return None
     return chosen, options, np.array(per_combo, dtype=float)

@@ -1,6 +1,7 @@
-"""Building mappings: tile choice, the named mappings, greedy stitching and the optimal search.
+"""Building mappings: the named mappings, greedy stitching and the optimal search, from the
+choices of single groups (:mod:`mambalaya.search.group_choice`).
 
-**Tile choice for one group.** The fused ranks a group may tile are the ranks every one of its
+**Tile choice for one group** (:func:`~mambalaya.search.group_choice.best_group`). The fused ranks a group may tile are the ranks every one of its
 Einsums writes and none reduces (tiling another rank breaks the ``reduction`` or
 ``alignment`` rule). Searched are the tile sizes (every power of two below each rank's size,
 and the size itself, = untiled), the **loop order** and the **residency** of the tensors the
@@ -49,14 +50,11 @@ every segment chooses (``tests/test_convex.py``).
 
 from __future__ import annotations
 
-import contextvars
 import functools
 import math
 import time
-from dataclasses import dataclass, replace
 from typing import Any
 
-import numpy as np
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
@@ -66,20 +64,18 @@ from mambalaya.fusion.mapping import (
     check_mapping,
     unfused_mapping,
 )
-from mambalaya.cost.area import leakage_w
-from mambalaya.cost.energy import einsum_energy, require_energy
-from mambalaya.arch.keys import latency_key, spec_key
-from mambalaya.cost.latency import group_latency, group_seconds
-from mambalaya.search.picking import (_FELL_THROUGH, LATENCY_TIE_TOLERANCE, GroupChoice, _Pick, _legal_pick,  # noqa: F401
-                                     _legal_rules, _pick)
+from mambalaya.cost.energy import require_energy
+from mambalaya.cost.latency import group_seconds
+from mambalaya.search import group_choice
+from mambalaya.search.group_choice import SearchStats, best_group, picked_together
+from mambalaya.search.picking import LATENCY_TIE_TOLERANCE, GroupChoice, Pick
 from mambalaya.search import convex
 from mambalaya.search.convex import convex_space
 from mambalaya.search import convex_search
 from mambalaya.search.convex_search import convex_optimal
-from mambalaya.search.segments import _visited_segments, _candidate_count, _least_edp, _least_traffic_within
-from mambalaya.search.candidates import (GroupCostModel, build_candidates, cost_model, cycles_together,
+from mambalaya.search.segments import visited_segments, candidate_count, least_edp, least_traffic_within
+from mambalaya.search.candidates import (build_candidates, cost_model, cycles_together,
                                         tileable_ranks, widened_ranks)
-from mambalaya.search.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 from mambalaya.cost.traffic import group_traffic
 
 NAMED_MAPPINGS = ("unfused", "ssm-ri", "stitched", "optimal", "optimal-convex", "ideal")
@@ -91,126 +87,6 @@ OBJECTIVES = ("latency", "energy", "edp")
 #: The cascade region (``Cascade.regions``) the fine-grained-fusion baseline fuses: Geens et
 #: al.'s "Fuse-All" group (discretisation, scan, readout) in the Mamba builders.
 SSM_REGION_NAME = "ssm"
-
-
-@dataclass
-class SearchStats:
-    evaluations: int = 0  # (group, tile combination) pairs costed
-    groups_costed: int = 0
-    seconds: float = 0.0
-
-    @property
-    def evaluations_per_s(self) -> float:
-        return self.evaluations / self.seconds if self.seconds else float("inf")
-
-
-def best_group(
-    cascade: Cascade,
-    einsums: list[str],
-    buffer_bytes: int | None,
-    *,
-    name: str = "G",
-    stats: SearchStats | None = None,
-    ranks: list[str] | None = None,
-    why: list[str] | None = None,
-    arch: Any = None,
-    objective: str = "latency",
-) -> GroupChoice | None:
-    """The least-traffic tiling of ``einsums`` as one group that fits the buffer, or None.
-
-    When None, ``why`` receives ``"buffer"`` if no tiling fits (then no superset of the group
-    fits either: adding an Einsum adds intermediates and state and removes tileable ranks, so
-    the smallest footprint only grows) or ``"illegal"`` if the best tiling breaks a rule.
-
-    Memoised on the cascade per (group, buffer, architecture value, objective); the candidate
-    table (:meth:`GroupCostModel.candidates`) and the compute cycles behind it are shared by
-    every architecture, so a sweep point that changes only the bandwidth, buffer or clock pays
-    only for the final choice."""
-    ranks = tileable_ranks(cascade, einsums) if ranks is None else ranks
-    memo = cascade.__dict__.setdefault("_best_group_memo", {})
-    model = cost_model(cascade, einsums, ranks)
-    closed = model.exact_traffic and _closed_form_costs(arch, objective)
-    arch_key = None if arch is None else latency_key(arch) if objective == "latency" else spec_key(arch)
-    key = (tuple(einsums), tuple(ranks), buffer_bytes, arch_key, objective, closed)
-    if stats is not None:
-        stats.evaluations += model.size
-        stats.groups_costed += 1
-    if key not in memo or not MEMOISE_GROUPS:
-        reason: list[str] = []
-        memo[key] = (_best_group(cascade, model, einsums, ranks, buffer_bytes, reason, arch, objective, closed), reason)
-    choice, reason = memo[key]
-    if why is not None:
-        why.extend(reason)
-    return choice if choice is None or choice.group.name == name else replace(choice, group=replace(choice.group, name=name))
-
-
-def _best_group(cascade: Cascade, model: "GroupCostModel", einsums: list[str], ranks: list[str], buffer_bytes: int | None,
-                why: list[str], arch: Any, objective: str, closed: bool) -> GroupChoice | None:
-    cand = model.candidates()
-    if PRUNE_DOMINATED:  # of the kept candidates only the first matters; for latency or traffic, its contenders
-        flat, traffic, fp, tiling = (model.contenders(buffer_bytes) if arch is None or objective == "latency"
-                                     else (cand.kept, cand.kept_traffic, cand.kept_fp, cand.kept_tiling))
-        found = _pick(cascade, model, cand, flat, traffic, fp, einsums, ranks, buffer_bytes, arch, objective,
-                      subset=True, closed=closed, tiling=tiling)
-        if found is not _FELL_THROUGH:  # else the best kept candidate broke a rule: search them all
-            return _choice(cascade, found, why, arch, objective)
-    *_, traffic, fp = model.full_table()
-    found = _pick(cascade, model, cand, np.arange(cand.size), traffic.ravel(), fp.ravel(), einsums, ranks, buffer_bytes,
-                  arch, objective, subset=False, closed=closed)
-    return _choice(cascade, found, why, arch, objective)
-
-
-
-
-#: Take a picked group's traffic and latency from the closed forms (verified on the groups of
-#: the finished mapping, see :func:`_verify_closed_forms`) rather than re-costing every pick with the
-#: general model; the tests compare against False.
-CLOSED_FORM_COSTS = True
-
-#: Set while a mapping is rebuilt with every pick re-costed, after the closed forms disagreed
-#: with the general model on one of its groups (:func:`_recost_on_mismatch`).
-_RECOST_EVERY_PICK: contextvars.ContextVar[bool] = contextvars.ContextVar("recost_every_pick", default=False)
-
-
-def _closed_form_costs(arch: Any, objective: str) -> bool:
-    """Whether a pick's costs may come from the closed forms (for a group whose traffic closed
-    form is exact, :attr:`GroupCostModel.exact_traffic`). They equal the general model's where
-    the latency depends only on the off-chip traffic, the compute cycles, the on-chip bytes and
-    the steps (``tests/test_closed_forms.py`` checks candidates of every layer kind); the
-    on-chip closed form leaves window halos out, so a group bound by the buffer with a halo
-    disagrees and the search re-costs every pick (:func:`_recost_on_mismatch`). The energy
-    closed form is a ranking, so an energy or EDP objective re-costs each pick."""
-    if not CLOSED_FORM_COSTS or _RECOST_EVERY_PICK.get():
-        return False
-    return arch is None or objective == "latency"
-
-
-def _choice(cascade: Cascade, found: Any, why: list[str], arch: Any, objective: str) -> GroupChoice | None:
-    """The exact costs of the picked group (or None, with the reason in ``why``)."""
-    if isinstance(found, str):
-        why.append(found)
-        return None
-    if isinstance(found, GroupChoice):  # costed by the closed forms already
-        return found
-    group = found
-    exact = group_traffic(cascade, group, named=False)
-    if arch is None:
-        return GroupChoice(group, exact.total_bytes, exact.footprint_bytes)
-    if objective == "latency":
-        return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, group_seconds(arch, cascade, group))
-    gl, rows = group_latency(arch, cascade, group, exact)
-    static_w = leakage_w(arch)
-    energy = sum(einsum_energy(arch, cascade, r, static_w).total_pj for r in rows)
-    return GroupChoice(group, exact.total_bytes, exact.footprint_bytes, gl.latency, energy, objective)
-
-
-#: Search only the candidates no other of the same tiling beats or equals in both traffic and
-#: footprint (:meth:`Candidates.kept`); the tests compare against False (every candidate).
-PRUNE_DOMINATED = True
-
-#: Memoise :func:`best_group` per (group, buffer, architecture, objective); the tests compare
-#: against False.
-MEMOISE_GROUPS = True
 
 
 def _finish(cascade: Cascade, name: str, choices: list[GroupChoice], buffer_bytes: int | None, description: str,
@@ -254,11 +130,11 @@ def _recost_on_mismatch(build: Any) -> Any:
         try:
             return build(*args, **kwargs)
         except _ClosedFormMismatch:
-            token = _RECOST_EVERY_PICK.set(True)
+            token = group_choice.RECOST_EVERY_PICK.set(True)
             try:
                 return build(*args, **kwargs)
             finally:
-                _RECOST_EVERY_PICK.reset(token)
+                group_choice.RECOST_EVERY_PICK.reset(token)
 
     return run
 
@@ -410,9 +286,9 @@ def optimal(
                            buffer_bytes, f"least {what} over connected convex groups and tiles", arch)
     names = [e.name for e in cascade.einsums]
     n = len(names)
-    segments: dict[tuple[int, int], GroupChoice | _Pick] = {}
+    segments: dict[tuple[int, int], GroupChoice | Pick] = {}
     best = [math.inf] * (n + 1)
-    back: list[tuple[int, GroupChoice | _Pick] | None] = [None] * (n + 1)
+    back: list[tuple[int, GroupChoice | Pick] | None] = [None] * (n + 1)
     best[0] = 0.0
     lazy = convex_search.segment_choices(cascade, buffer_bytes, stats, arch, objective) if LAZY_SEGMENTS else None
     batched = {} if lazy is not None else _batched_choices(cascade, names, buffer_bytes, arch, objective)
@@ -421,7 +297,7 @@ def optimal(
             if best[a] == math.inf:
                 continue
             why: list[str] = []
-            choice: GroupChoice | _Pick | None
+            choice: GroupChoice | Pick | None
             if lazy is not None:  # a segment left uncosted is in no grouping the DP could choose
                 choice = lazy.get((a, b))
                 if choice is None:
@@ -431,7 +307,7 @@ def optimal(
             else:
                 choice, why = (None, [hit]) if isinstance(hit, str) else (hit, why)
                 if stats is not None:
-                    stats.evaluations += _candidate_count(cascade, names[a:b])
+                    stats.evaluations += candidate_count(cascade, names[a:b])
                     stats.groups_costed += 1
             if choice is None:
                 if why == ["buffer"]:
@@ -446,11 +322,11 @@ def optimal(
     # The latency and EDP groupings are handed to _finish last group first, which numbers their
     # groups from the last (G1 = the layer's last group): kept as it has always been, so every
     # mapping and report stays the same; the traffic grouping is handed on first group first.
-    chosen: list[GroupChoice | _Pick] = []
+    chosen: list[GroupChoice | Pick] = []
     if arch is not None and objective == "edp":
-        chosen = _least_edp(segments, range(n + 1))[::-1]
+        chosen = least_edp(segments, range(n + 1))[::-1]
     elif arch is not None and objective == "latency":
-        chosen = _least_traffic_within(segments, range(n + 1), best[n] * (1 + LATENCY_TIE_TOLERANCE))[::-1]
+        chosen = least_traffic_within(segments, range(n + 1), best[n] * (1 + LATENCY_TIE_TOLERANCE))[::-1]
     else:
         b = n
         while b > 0:
@@ -471,9 +347,6 @@ _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-del
 #: cascade's are few enough; the tests compare against False (contiguous groups only).
 CONVEX_GROUPS = True
 
-#: Pick the segments of an optimal search together (:mod:`mambalaya.search.picks`) where the
-#: closed forms cost the picks; the tests compare against False (one search per segment).
-BATCH_PICKS = True
 
 
 #: Cost only the contiguous segments the lower bounds cannot rule out (the lazy search of
@@ -483,35 +356,18 @@ LAZY_SEGMENTS = True
 
 
 def _batched_choices(cascade: Cascade, names: list[str], buffer_bytes: int | None, arch: Any,
-                     objective: str) -> dict[tuple[int, int], _Pick | str]:
+                     objective: str) -> dict[tuple[int, int], Pick | str]:
     """The choices of the segments an optimal search visits (:func:`_visited_segments`), picked
-    together (:func:`_picked_together`), or ``"buffer"`` for a segment none of whose candidates
+    together (:func:`picked_together`), or ``"buffer"`` for a segment none of whose candidates
     fits; segments left out are for :func:`best_group` to search alone (their compute cycles
     made together beforehand, :func:`~mambalaya.search.candidates.cycles_together`)."""
-    if not BATCH_PICKS or not _closed_form_costs(arch, objective):
+    if not group_choice.batch_picks(arch, objective):
         return {}
-    visited, models, too_large, fitting = _visited_segments(cascade, names, buffer_bytes)
+    visited, models, too_large, fitting = visited_segments(cascade, names, buffer_bytes)
     if arch is not None:
         cycles_together(fitting, arch.compute)
-    out: dict[tuple[int, int], _Pick | str] = dict.fromkeys(too_large, "buffer")
-    out.update(_picked_together(cascade, visited, models, buffer_bytes, arch))
-    return out
-
-
-def _picked_together(cascade: Cascade, keys: list[Any], models: list[GroupCostModel], buffer_bytes: int | None,
-                     arch: Any) -> dict[Any, _Pick | str]:
-    """Each model's pick (by its key), picked together
-    (:func:`~mambalaya.search.picks.segment_picks`), or ``"buffer"`` if none of its candidates
-    fits. Left out, for :func:`best_group` to search alone: a model whose first pick breaks a
-    rule, and every model when they hold too many candidates."""
-    out: dict[Any, _Pick | str] = {}
-    if not models or batch_size(models) > MAX_BATCH_CANDIDATES:
-        return out
-    for key, model, pick in zip(keys, models, segment_picks(models, buffer_bytes, arch, LATENCY_TIE_TOLERANCE)):
-        if pick is None:
-            out[key] = "buffer"
-        elif _legal_pick(cascade, model, pick.flat):
-            out[key] = _Pick(model, pick.flat, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s)
+    out: dict[tuple[int, int], Pick | str] = dict.fromkeys(too_large, "buffer")
+    out.update(picked_together(cascade, visited, models, buffer_bytes, arch))
     return out
 
 
@@ -519,8 +375,8 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
                  objective: str) -> list[GroupChoice]:
     """The chosen group of each segment (:func:`best_group`'s choice), those whose closed forms
     are exact picked together; a segment that fits no buffer is a clear error (:func:`_need`)."""
-    together: dict[Any, _Pick | str] = {}
-    if BATCH_PICKS and _closed_form_costs(arch, objective):
+    together: dict[Any, Pick | str] = {}
+    if group_choice.batch_picks(arch, objective):
         keys, models = [], []
         for n, einsums in enumerate(segments):
             model = cost_model(cascade, einsums, tileable_ranks(cascade, einsums))
@@ -528,10 +384,10 @@ def _best_groups(cascade: Cascade, segments: list[list[str]], buffer_bytes: int 
                 keys.append(n)
                 models.append(model)
         build_candidates(models)
-        together = _picked_together(cascade, keys, models, buffer_bytes, arch)
+        together = picked_together(cascade, keys, models, buffer_bytes, arch)
     choices = []
     for n, einsums in enumerate(segments):
-        hit: GroupChoice | _Pick | str | None = together.get(n)
+        hit: GroupChoice | Pick | str | None = together.get(n)
         why = [hit] if isinstance(hit, str) else []
         if hit is None:
             hit = best_group(cascade, einsums, buffer_bytes, why=why, arch=arch, objective=objective)
@@ -589,7 +445,6 @@ __all__ = [
     "OBJECTIVES",
     "GroupChoice",
     "SearchStats",
-    "best_group",
     "ideal",
     "named_mapping",
     "optimal",

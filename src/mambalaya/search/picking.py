@@ -1,6 +1,6 @@
 """Picking one candidate of a group's table: the choice itself (:class:`GroupChoice`), the
-rules a candidate must keep whatever its tile sizes (:func:`_legal_rules`), and the first legal
-candidate in the objective's order (:func:`_pick`). :mod:`mambalaya.search.mappings` runs it per
+rules a candidate must keep whatever its tile sizes (:func:`legal_rules`), and the first legal
+candidate in the objective's order (:func:`pick_least`). :mod:`mambalaya.search.mappings` runs it per
 group and segment."""
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from mambalaya.cost.traffic import TrafficSizeError, group_traffic
 LATENCY_TIE_TOLERANCE = 0.005
 
 
-_FELL_THROUGH = "fell through"
+FELL_THROUGH = "fell through"
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ class GroupChoice:
         return self
 
 
-class _Pick(NamedTuple):
+class Pick(NamedTuple):
     """A segment's candidate picked from the pick table (:func:`_picked_together`), costed by
     the closed forms: what a search needs of a :class:`GroupChoice` (:meth:`cost` and the
     costs), whose group (:meth:`choice`) is made only for the segments the search keeps. A
@@ -80,7 +80,7 @@ class _Pick(NamedTuple):
                            closed_form=True)
 
 
-def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
+def legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
     """Whether ``group`` keeps the rules that do not depend on its tile sizes
     (:func:`~mambalaya.fusion.mapping.check_group_rules`), memoised per Einsums, tiled ranks,
     halo and resident tensors."""
@@ -95,9 +95,9 @@ def _legal_rules(cascade: Cascade, group: FusionGroup) -> bool:
     return memo[key]
 
 
-def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
+def legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
     """Whether ``model``'s candidate ``flat`` keeps the rules that do not depend on its tile
-    sizes (:func:`_legal_rules`); memoised per segment (on its cost model, one per Einsums
+    sizes (:func:`legal_rules`); memoised per segment (on its cost model, one per Einsums
     and tiled ranks of the cascade) and candidate, as a segment picks the same candidate at
     many points of a sweep, and the verdict per
     :meth:`~mambalaya.search.candidates.GroupCostModel.rule_key` (the candidates of one option
@@ -109,18 +109,18 @@ def _legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
         key = model.rule_key(flat)
         hit = verdicts.get(key)
         if hit is None:
-            hit = verdicts[key] = _legal_rules(cascade, model.group_at(flat))
+            hit = verdicts[key] = legal_rules(cascade, model.group_at(flat))
         memo[flat] = hit
     return hit
 
 
-def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
+def pick_least(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
           fp: np.ndarray, einsums: list[str], ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str,
           subset: bool, closed: bool = False, tiling: np.ndarray | None = None) -> Any:
     """The first legal candidate in the objective's order (a group), ``"buffer"`` if none fits,
     ``"illegal"`` if none of the best few is legal. Over the candidates at ``flat`` (ascending
     flat indices, with their ``traffic`` and ``fp``); when they are a ``subset`` (the kept
-    ones, or fewer: only the first is checked), :data:`_FELL_THROUGH` if its first fitting
+    ones, or fewer: only the first is checked), :data:`FELL_THROUGH` if its first fitting
     candidate is not legal. ``tiling``: each candidate's tiling (default: its flat index's).
 
     With ``closed`` (:func:`_closed_form_costs`) the group comes back as a
@@ -161,18 +161,18 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
             break
         candidate = model.group_at(int(flat[pick]))
         if closed:
-            if _legal_rules(cascade, candidate):
+            if legal_rules(cascade, candidate):
                 return GroupChoice(candidate, float(traffic[pick]), float(fp[pick]),
                                    None if latency is None else float(latency[pick]), closed_form=True)
             if subset:
-                return _FELL_THROUGH
+                return FELL_THROUGH
             continue
         try:
             check_group(cascade, candidate, buffer_bytes)
             group_traffic(cascade, candidate)  # (memoised) the general model must be able to cost it
         except (MappingError, TrafficSizeError):
             if subset:
-                return _FELL_THROUGH
+                return FELL_THROUGH
             continue
         return candidate
     return "illegal"
@@ -181,8 +181,8 @@ def _pick(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: n
 def _tied_first(tied: np.ndarray, traffic: np.ndarray, steps: np.ndarray, latency: np.ndarray,
                 fp: np.ndarray) -> Iterator[int]:
     """The order ``np.lexsort((fp, latency, steps, np.where(tied, traffic, inf)))`` as far as
-    :func:`_pick` reads it: the tied candidates by traffic, steps, latency and footprint, then,
-    only when :func:`_pick` reads past them (fewer than :data:`_RECHECKS` are tied and none of
+    :func:`pick_least` reads it: the tied candidates by traffic, steps, latency and footprint, then,
+    only when :func:`pick_least` reads past them (fewer than :data:`_RECHECKS` are tied and none of
     them was legal), the others by steps, latency and footprint (ties by index, as the stable
     sort keeps them). Sorting the few tied candidates alone, and the rest only when it is read,
     is what makes it cheap."""

@@ -2,7 +2,7 @@
 objective ranks first, computed over the concatenated candidate tables with a handful of numpy
 passes instead of one short pass per segment.
 
-It answers the same question as :func:`mambalaya.search.mappings._pick` on the kept candidates, in
+It answers the same question as :func:`mambalaya.search.picking.pick_least` on the kept candidates, in
 the same order: with an architecture, the least latency (candidates within the tie tolerance of
 a segment's best tie), then the least traffic, the fewest steps, the least latency, the least
 footprint and the lowest index; without one, the least traffic, the fewest steps, the least

@@ -1,6 +1,6 @@
 """The segments an optimal search visits, and the dynamic programmes that choose a grouping
-over them: least latency then least traffic within the tie tolerance (:func:`_least_traffic_within`)
-and least energy-delay product (:func:`_least_edp`). :mod:`mambalaya.search.mappings` runs them."""
+over them: least latency then least traffic within the tie tolerance (:func:`least_traffic_within`)
+and least energy-delay product (:func:`least_edp`). :mod:`mambalaya.search.mappings` runs them."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from mambalaya.errors import SpecError
 from mambalaya.search.candidates import GroupCostModel, build_candidates, cost_model, least_footprints, tileable_ranks
 
 if TYPE_CHECKING:
-    from mambalaya.search.mappings import GroupChoice
+    from mambalaya.search.picking import GroupChoice
 
 
-def _visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | None
+def visited_segments(cascade: Cascade, names: list[str], buffer_bytes: int | None
                       ) -> tuple[list[tuple[int, int]], list[GroupCostModel], list[tuple[int, int]], list[GroupCostModel]]:
     """The segments an optimal search visits whose closed forms are exact, with their cost
     models, the segments where it stops growing (none of their candidates fits), and the cost
@@ -55,7 +55,7 @@ def _segments_ending_at(cascade: Cascade, names: list[str], b: int, footprints: 
         a, run = a - run, 2 * run
 
 
-def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
+def candidate_count(cascade: Cascade, einsums: list[str]) -> int:
     """Candidates of a segment (for :class:`SearchStats`), memoised on the cascade."""
     memo = cascade.__dict__.setdefault("_candidate_count_memo", {})
     key = tuple(einsums)
@@ -64,7 +64,7 @@ def _candidate_count(cascade: Cascade, einsums: list[str]) -> int:
     return memo[key]
 
 
-def _least_edp(segments: dict[tuple[Any, Any], GroupChoice], states: Sequence[Any]) -> list[GroupChoice]:
+def least_edp(segments: dict[tuple[Any, Any], GroupChoice], states: Sequence[Any]) -> list[GroupChoice]:
     """The grouping of least (sum of latencies) x (sum of energies) over the segments (their
     choices, keyed by the states they join: prefix ends ``(a, b)`` for contiguous groups,
     downsets for convex ones; ``states`` in an order where every segment goes forward, the
@@ -92,10 +92,10 @@ def _pareto(points: list[tuple[float, float, Any]]) -> list[tuple[float, float, 
     return kept
 
 
-def _least_traffic_within(segments: dict[tuple[Any, Any], Any], states: Sequence[Any], latency_bound: float) -> list[Any]:
+def least_traffic_within(segments: dict[tuple[Any, Any], Any], states: Sequence[Any], latency_bound: float) -> list[Any]:
     """The grouping of least off-chip traffic among those whose latency is at most
     ``latency_bound`` (the best latency plus the tie tolerance), over the same segments (their
-    choices, :class:`GroupChoice` or :class:`_Pick`, keyed and ordered as for :func:`_least_edp`).
+    choices, :class:`GroupChoice` or :class:`_Pick`, keyed and ordered as for :func:`least_edp`).
 
     A Pareto dynamic programme: for each state it keeps the (latency, traffic) points no other
     partial grouping beats in both, dropping any that cannot finish within the bound (their

@@ -47,7 +47,7 @@ def tile_options(size: int) -> list[int]:
     return opts + [size]
 
 
-def _rank_tile_options(cascade: Cascade, rank: str) -> np.ndarray:
+def rank_tile_options(cascade: Cascade, rank: str) -> np.ndarray:
     """:func:`tile_options` of a rank of the cascade, as a read-only array shared by every
     group that tiles it (memoised on the cascade)."""
     memo = cascade.__dict__.setdefault("_rank_tile_options_memo", {})
@@ -58,4 +58,4 @@ def _rank_tile_options(cascade: Cascade, rank: str) -> np.ndarray:
     return hit
 
 
-__all__ = ["tile_options", "tileable_ranks", "widened_ranks"]
+__all__ = ["rank_tile_options", "tile_options", "tileable_ranks", "widened_ranks"]

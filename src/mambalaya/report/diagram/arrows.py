@@ -10,11 +10,11 @@ from matplotlib.path import Path as MplPath
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.report.diagram.graph import graph_edges
-from mambalaya.report.diagram.layout import LABEL_PT, Layout, _at
+from mambalaya.report.diagram.layout import LABEL_PT, Layout, position_at
 from mambalaya.report.style import text_width_in
 
 
-def _edge_points(layout: Layout, origin) -> dict[tuple[str, str], list[tuple[float, float]]]:
+def edge_points(layout: Layout, origin) -> dict[tuple[str, str], list[tuple[float, float]]]:
     """Each edge as points: the source port, top and bottom of each crossed layer, the target port."""
     w, h = layout.box
     outgoing: dict[str, list[tuple[float, tuple[str, str]]]] = {}
@@ -40,7 +40,7 @@ def _edge_points(layout: Layout, origin) -> dict[tuple[str, str], list[tuple[flo
         for x, y in waypoints:
             pts += [(x, y + h / 2), (x, y - h / 2)]
         pts.append(end[key])
-        out[key] = [_at(origin, p) for p in pts]
+        out[key] = [position_at(origin, p) for p in pts]
     return out
 
 
@@ -50,7 +50,7 @@ def _port(centre: tuple[float, float], i: int, n: int, width: float, dy: float) 
     return x, centre[1] + dy
 
 
-def _edge_path(points: list[tuple[float, float]]) -> MplPath:
+def edge_path(points: list[tuple[float, float]]) -> MplPath:
     """Vertical-tangent curves across the gaps between layers, straight lines through layers."""
     verts = [points[0]]
     codes = [MplPath.MOVETO]
@@ -72,16 +72,16 @@ def _bezier(a: tuple[float, float], b: tuple[float, float], t: float) -> tuple[f
     return sum(c * p[0] for c, p in zip(coef, ctrl)), sum(c * p[1] for c, p in zip(coef, ctrl))
 
 
-def _draw_edges(ax, cascade: Cascade, layout: Layout, origin, labels: Mapping[tuple[str, str], str]):
+def draw_edges(ax, cascade: Cascade, layout: Layout, origin, labels: Mapping[tuple[str, str], str]):
     """Draw the edges; return (x, y, text) of each edge label, placed so labels do not overlap."""
     initial = {(e.tensor, e.consumer) for e in graph_edges(cascade) if e.initial}
     spots: list[tuple[float, float, str]] = []
     taken: list[tuple[float, float, float, float]] = []
-    for key, pts in _edge_points(layout, origin).items():
+    for key, pts in edge_points(layout, origin).items():
         dashed = key in initial
         ax.add_patch(
             FancyArrowPatch(
-                path=_edge_path(pts),
+                path=edge_path(pts),
                 arrowstyle="-|>,head_length=0.35,head_width=0.15",
                 mutation_scale=10,
                 color="#1f4e99" if dashed else "#333333",
@@ -111,7 +111,7 @@ def _overlap(r1, r2) -> bool:
     return r1[0] < r2[2] and r2[0] < r1[2] and r1[1] < r2[3] and r2[1] < r1[3]
 
 
-def _draw_labels(ax, spots: list[tuple[float, float, str]]) -> None:
+def draw_labels(ax, spots: list[tuple[float, float, str]]) -> None:
     for x, y, text in spots:
         ax.text(
             x,

@@ -16,12 +16,12 @@ from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Patch, PathPatch
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
-from mambalaya.report.diagram.arrows import _draw_edges, _draw_labels, _edge_path, _edge_points
+from mambalaya.report.diagram.arrows import draw_edges, draw_labels, edge_path, edge_points
 from mambalaya.report.diagram.graph import (
     EdgeKey,
-    _box_lines,
-    _is_output,
-    _weight_lines,
+    box_lines,
+    is_output,
+    weight_lines,
     graph_edges,
     tensor_category,
     weight_reads,
@@ -38,7 +38,7 @@ from mambalaya.report.diagram.layout import (
     WEIGHT_DETAIL_PT,
     WEIGHT_NAME_PT,
     Layout,
-    _at,
+    position_at,
     compute_layout,
 )
 from mambalaya.report.style import CATEGORY_STYLE, PNG_DPI, text_width_in
@@ -85,11 +85,11 @@ def draw_cascade(
     handles = _legend_handles(cascade, layout, group_of)
     fig, ax, origin = _blank_figure(layout, heading, handles)
     _draw_groups(ax, cascade, layout, origin, group_of)
-    label_spots = _draw_edges(ax, cascade, layout, origin, labels)
+    label_spots = draw_edges(ax, cascade, layout, origin, labels)
     _draw_boxes(ax, cascade, layout, origin)
     _draw_weights(ax, cascade, layout, origin, labels)
     _draw_recurrences(ax, cascade, layout, origin)
-    _draw_labels(ax, label_spots)
+    draw_labels(ax, label_spots)
     if path is not None:
         with matplotlib.rc_context({"svg.fonttype": "none"}):  # keep text as text in SVG
             fig.savefig(path, format=fmt, dpi=PNG_DPI if fmt == "png" else "figure")
@@ -219,9 +219,9 @@ def _blank_figure(layout: Layout, heading: str, handles: list):
 def _draw_boxes(ax, cascade: Cascade, layout: Layout, origin) -> None:
     w, h = layout.box
     for n, centre in layout.centres.items():
-        x, y = _at(origin, centre)
+        x, y = position_at(origin, centre)
         colour = CATEGORY_STYLE[tensor_category(cascade, n)][0]
-        output = _is_output(cascade, n)
+        output = is_output(cascade, n)
         ax.add_patch(
             FancyBboxPatch(
                 (x - w / 2, y - h / 2),
@@ -234,7 +234,7 @@ def _draw_boxes(ax, cascade: Cascade, layout: Layout, origin) -> None:
                 zorder=3,
             )
         )
-        header, name, ranks, shape = _box_lines(cascade, n)
+        header, name, ranks, shape = box_lines(cascade, n)
         text = {"ha": "center", "va": "center", "zorder": 4}
         ax.text(x, y + h / 2 - 0.1, header, fontsize=HEADER_PT, style="italic", color="#333333", **text)
         ax.text(x, y + 0.05, name, fontsize=NAME_PT, fontweight="bold", **text)
@@ -246,7 +246,7 @@ def _draw_weights(ax, cascade: Cascade, layout: Layout, origin, labels: Mapping[
     ww, wh = layout.weight_box
     bw = layout.box[0]
     for (weight, consumer), centre in layout.weights.items():
-        x, y = _at(origin, centre)
+        x, y = position_at(origin, centre)
         ax.add_patch(
             FancyBboxPatch(
                 (x - ww / 2, y - wh / 2),
@@ -259,11 +259,11 @@ def _draw_weights(ax, cascade: Cascade, layout: Layout, origin, labels: Mapping[
                 zorder=3,
             )
         )
-        top, bottom = _weight_lines(cascade, weight)
+        top, bottom = weight_lines(cascade, weight)
         text = {"ha": "center", "va": "center", "zorder": 4}
         ax.text(x, y + 0.06, top, fontsize=WEIGHT_NAME_PT, fontweight="bold", color="#555555", **text)
         ax.text(x, y - 0.07, bottom, fontsize=WEIGHT_DETAIL_PT, color="#666666", **text)
-        cx, cy = _at(origin, layout.centres[consumer])
+        cx, cy = position_at(origin, layout.centres[consumer])
         if x - ww / 2 - (cx + bw / 2) > WEIGHT_ARROW + 1e-6:
             continue  # a weight in a second column: the first column is in the way of an arrow
         end_y = min(max(y, cy - layout.box[1] / 2 + 0.05), cy + layout.box[1] / 2 - 0.05)
@@ -292,7 +292,7 @@ def _draw_recurrences(ax, cascade: Cascade, layout: Layout, origin) -> None:
         if rec is None:
             continue
         rank, distance = rec
-        x, y = _at(origin, layout.centres[e.name])
+        x, y = position_at(origin, layout.centres[e.name])
         left = x - w / 2
         ax.add_patch(
             FancyArrowPatch(
@@ -327,13 +327,13 @@ def _draw_groups(ax, cascade: Cascade, layout: Layout, origin, group_of: Mapping
     colours = _group_colours(group_of)
     w, h = layout.box
     pad = 0.08
-    for (t, c), pts in _edge_points(layout, origin).items():
+    for (t, c), pts in edge_points(layout, origin).items():
         if t in group_of and group_of.get(c) == group_of[t]:
-            band = PathPatch(_edge_path(pts), facecolor="none", edgecolor=colours[group_of[c]], linewidth=9)
+            band = PathPatch(edge_path(pts), facecolor="none", edgecolor=colours[group_of[c]], linewidth=9)
             band.set(alpha=0.25, capstyle="round", zorder=1)
             ax.add_patch(band)
     for name, g in group_of.items():
-        x, y = _at(origin, layout.centres[name])
+        x, y = position_at(origin, layout.centres[name])
         ax.add_patch(
             FancyBboxPatch(
                 (x - w / 2 - pad, y - h / 2 - pad),

@@ -70,7 +70,7 @@ def weight_reads(cascade: Cascade) -> dict[str, tuple[str, ...]]:
     }
 
 
-def _box_lines(cascade: Cascade, tensor: str) -> tuple[str, str, str, str]:
+def box_lines(cascade: Cascade, tensor: str) -> tuple[str, str, str, str]:
     """(header, name, ranks, shape) of a tensor's box."""
     spec = cascade.tensors[tensor]
     producer = cascade.producer(tensor)
@@ -89,9 +89,9 @@ def _shape_text(shape: tuple[int, ...]) -> str:
     return "×".join(str(s) for s in shape) if shape else "scalar"
 
 
-def _is_output(cascade: Cascade, tensor: str) -> bool:
+def is_output(cascade: Cascade, tensor: str) -> bool:
     return tensor in cascade.output_tensors()
 
 
-def _weight_lines(cascade: Cascade, weight: str) -> tuple[str, str]:
+def weight_lines(cascade: Cascade, weight: str) -> tuple[str, str]:
     return f"{weight} {_ranks_text(cascade.tensors[weight].ranks)}", _shape_text(cascade.shape(weight))

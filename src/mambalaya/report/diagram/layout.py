@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.report.diagram.graph import Edge, _box_lines, _weight_lines, graph_edges, graph_nodes, weight_reads
+from mambalaya.report.diagram.graph import Edge, box_lines, weight_lines, graph_edges, graph_nodes, weight_reads
 from mambalaya.report.style import text_width_in
 
 
@@ -33,7 +33,7 @@ LABEL_PT, LEGEND_PT, TITLE_PT = 7.0, 8.0, 11.0
 def _box_size(cascade: Cascade, nodes: tuple[str, ...]) -> tuple[float, float]:
     widest = 0.0
     for n in nodes:
-        header, name, ranks, shape = _box_lines(cascade, n)
+        header, name, ranks, shape = box_lines(cascade, n)
         widest = max(
             widest,
             text_width_in(header, HEADER_PT, style="italic"),
@@ -47,7 +47,7 @@ def _box_size(cascade: Cascade, nodes: tuple[str, ...]) -> tuple[float, float]:
 def _weight_box_size(cascade: Cascade, weights: set[str]) -> tuple[float, float]:
     widest = 0.0
     for w in weights:
-        top, bottom = _weight_lines(cascade, w)
+        top, bottom = weight_lines(cascade, w)
         widest = max(
             widest, text_width_in(top, WEIGHT_NAME_PT, weight="bold"), text_width_in(bottom, WEIGHT_DETAIL_PT)
         )
@@ -315,5 +315,5 @@ def layout_cascade(cascade: Cascade, *, show_weights: bool = True) -> dict[str, 
     return dict(compute_layout(cascade, show_weights=show_weights).centres)
 
 
-def _at(origin: tuple[float, float], point: tuple[float, float]) -> tuple[float, float]:
+def position_at(origin: tuple[float, float], point: tuple[float, float]) -> tuple[float, float]:
     return origin[0] + point[0], origin[1] + point[1]

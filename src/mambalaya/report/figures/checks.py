@@ -13,7 +13,7 @@ import pandas as pd
 from mambalaya.errors import MambalayaError
 
 
-def _table(df: object, columns: Sequence[str], what: str) -> pd.DataFrame:
+def checked_table(df: object, columns: Sequence[str], what: str) -> pd.DataFrame:
     """``df`` with a fresh index, after checking it is a non-empty DataFrame with ``columns``."""
     if not isinstance(df, pd.DataFrame):
         raise MambalayaError(f"{what}: expected a pandas DataFrame, got {type(df).__name__}")
@@ -28,7 +28,7 @@ def _table(df: object, columns: Sequence[str], what: str) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def _rows_text(df: pd.DataFrame, bad: np.ndarray, keys: Sequence[str], col: str) -> str:
+def rows_text(df: pd.DataFrame, bad: np.ndarray, keys: Sequence[str], col: str) -> str:
     idx = np.flatnonzero(bad)
     shown = []
     def plain(v: object) -> object:
@@ -41,7 +41,7 @@ def _rows_text(df: pd.DataFrame, bad: np.ndarray, keys: Sequence[str], col: str)
     return "; ".join(shown) + more
 
 
-def _numbers(
+def numbers(
     df: pd.DataFrame,
     col: str,
     what: str,
@@ -63,12 +63,12 @@ def _numbers(
         need = "finite non-negative numbers"
     if bad.any():
         raise MambalayaError(
-            f"{what}: column {col!r} must hold {need}{hint}; bad value in {_rows_text(df, bad, keys, col)}"
+            f"{what}: column {col!r} must hold {need}{hint}; bad value in {rows_text(df, bad, keys, col)}"
         )
     return values
 
 
-def _labels(df: pd.DataFrame, col: str, what: str) -> list[str]:
+def labels(df: pd.DataFrame, col: str, what: str) -> list[str]:
     """Column ``col`` as strings; missing values are an error."""
     missing = df[col].isna().to_numpy()
     if missing.any():
@@ -76,7 +76,7 @@ def _labels(df: pd.DataFrame, col: str, what: str) -> list[str]:
     return [str(v) for v in df[col]]
 
 
-def _positive_scalar(value: object, name: str, what: str) -> float:
+def positive_scalar(value: object, name: str, what: str) -> float:
     try:
         x = float(value)  # type: ignore[arg-type]
     except (TypeError, ValueError):
@@ -86,14 +86,14 @@ def _positive_scalar(value: object, name: str, what: str) -> float:
     return x
 
 
-def _ordered(values: Iterable[str], preferred: Sequence[str] = ()) -> list[str]:
+def ordered(values: Iterable[str], preferred: Sequence[str] = ()) -> list[str]:
     """Distinct values: those in ``preferred`` first (in that order), then the rest as they come."""
     seen = list(dict.fromkeys(values))
     first = [p for p in preferred if p in seen]
     return first + [v for v in seen if v not in first]
 
 
-def _published_items(published: Mapping[str, float] | None, what: str) -> list[tuple[str, str, float, str]]:
+def published_items(published: Mapping[str, float] | None, what: str) -> list[tuple[str, str, float, str]]:
     """(left, right, value, key) of each ``"<left> vs <right>"`` key of ``published``."""
     if not published:
         return []
@@ -105,11 +105,11 @@ def _published_items(published: Mapping[str, float] | None, what: str) -> list[t
                 f"{what}: published key {key!r} is not of the form '<phase or model> vs <baseline>', "
                 "e.g. 'prefill vs marca-ideal'"
             )
-        out.append((parts[0], parts[1], _positive_scalar(value, f"published[{key!r}]", what), str(key)))
+        out.append((parts[0], parts[1], positive_scalar(value, f"published[{key!r}]", what), str(key)))
     return out
 
 
-def _match(name: str, choices: Sequence[str], key: str, what: str, noun: str) -> str:
+def match_rows(name: str, choices: Sequence[str], key: str, what: str, noun: str) -> str:
     for c in choices:
         if c.casefold() == name.casefold():
             return c

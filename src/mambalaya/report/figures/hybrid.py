@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from mambalaya.errors import MambalayaError
 from mambalaya.report.figures.speedup import BASELINE_MARKERS, baseline_colours
-from mambalaya.report.figures.style import COLUMN_IN, _legend_below, _new_figure, _style_axes, _title
+from mambalaya.report.figures.style import COLUMN_IN, legend_below, new_figure, style_axes, figure_title
 
 _NEEDED = ("phase", "seq_len", "baseline", "speedup", "baseline_attention_share")
 _PHASE_STYLE = {"prefill": "-", "decode": "--"}
@@ -30,7 +30,7 @@ def _speedup_figure(table: pd.DataFrame, *, x: str, x_scale: float, xlabel: str,
     t = _checked(table, what)
     baselines = list(dict.fromkeys(t["baseline"]))
     colours = baseline_colours(baselines)
-    fig = _new_figure(COLUMN_IN, 2.6)
+    fig = new_figure(COLUMN_IN, 2.6)
     ax = fig.add_subplot(1, 1, 1)
     handles = []
     for n, b in enumerate(baselines):
@@ -47,9 +47,9 @@ def _speedup_figure(table: pd.DataFrame, *, x: str, x_scale: float, xlabel: str,
         ax.set_xscale("log", base=2)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("Mambalaya speedup")
-    _style_axes(ax)
-    _title(fig, title)
-    _legend_below(fig, handles, ncol=2)
+    style_axes(ax)
+    figure_title(fig, title)
+    legend_below(fig, handles, ncol=2)
     return fig
 
 

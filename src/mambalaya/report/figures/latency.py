@@ -6,18 +6,18 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from mambalaya.errors import MambalayaError
-from mambalaya.report.figures.checks import _labels, _numbers, _ordered, _table
+from mambalaya.report.figures.checks import labels, numbers, ordered, checked_table
 from mambalaya.report.figures.style import (
     COLUMN_IN,
     NAME_PT,
     NOTE_PT,
-    _fmt_time,
-    _kind_handles,
-    _legend_below,
-    _new_figure,
-    _style_axes,
-    _time_unit,
-    _title,
+    fmt_time,
+    kind_handles,
+    legend_below,
+    new_figure,
+    style_axes,
+    time_unit,
+    figure_title,
     kind_colour,
 )
 from mambalaya.report.style import text_width_in
@@ -32,19 +32,19 @@ def latency_breakdown_figure(df: pd.DataFrame, *, title: str) -> Figure:
     when the name fits.
     """
     what = "latency breakdown figure"
-    data = _table(df, ("design", "einsum", "kind", "final_latency_s"), what)
-    lat = _numbers(data, "final_latency_s", what, ("design", "einsum"), nonnegative=True)
-    design_col, names, kinds = (_labels(data, c, what) for c in ("design", "einsum", "kind"))
-    designs = _ordered(design_col)
+    data = checked_table(df, ("design", "einsum", "kind", "final_latency_s"), what)
+    lat = numbers(data, "final_latency_s", what, ("design", "einsum"), nonnegative=True)
+    design_col, names, kinds = (labels(data, c, what) for c in ("design", "einsum", "kind"))
+    designs = ordered(design_col)
     totals = {d: sum(v for dd, v in zip(design_col, lat) if dd == d) for d in designs}
     longest = max(totals.values())
     if longest <= 0:
         raise MambalayaError(f"{what}: every latency is zero; there is nothing to plot")
-    unit, scale = _time_unit(longest)
+    unit, scale = time_unit(longest)
 
-    fig = _new_figure(COLUMN_IN, 1.15 + 0.36 * len(designs))
+    fig = new_figure(COLUMN_IN, 1.15 + 0.36 * len(designs))
     ax = fig.add_subplot()
-    _style_axes(ax)
+    style_axes(ax)
     ax.grid(True, axis="x", color="#e6e6e6", linewidth=0.5, zorder=0)
     bar_h = 0.62
     segments = []
@@ -57,14 +57,14 @@ def latency_breakdown_figure(df: pd.DataFrame, *, title: str) -> Figure:
             ax.barh(row, width, bar_h, left=left, color=kind_colour(k), edgecolor="white", linewidth=0.4, zorder=2)
             segments.append((row, left, width, n))
             left += width
-        ax.text(left + longest / scale * 0.01, row, _fmt_time(totals[d], unit, scale), ha="left", va="center",
+        ax.text(left + longest / scale * 0.01, row, fmt_time(totals[d], unit, scale), ha="left", va="center",
                 fontsize=NOTE_PT, zorder=4)  # fmt: skip
     ax.set_yticks(range(len(designs)), designs)
     ax.set_ylim(len(designs) - 0.4, -0.6)
     ax.set_xlim(0, longest / scale * 1.16)
     ax.set_xlabel(f"latency ({unit})")
-    _title(fig, title)
-    _legend_below(fig, _kind_handles(kinds))
+    figure_title(fig, title)
+    legend_below(fig, kind_handles(kinds))
 
     fig.draw_without_rendering()
     pos = ax.get_position()

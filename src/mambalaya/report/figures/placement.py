@@ -12,7 +12,7 @@ from mambalaya.report.figures.style import NAME_PT
 from mambalaya.report.style import text_width_in
 
 
-def _overlap(rect: Sequence[float], boxes: np.ndarray) -> float:
+def overlap(rect: Sequence[float], boxes: np.ndarray) -> float:
     """Total area of ``rect`` (x0, y0, x1, y1) overlapping each of ``boxes`` (an (n, 4) array)."""
     if len(boxes) == 0:
         return 0.0
@@ -34,7 +34,7 @@ def _sides(n: int) -> list[tuple[float, float, str, str]]:
     return out
 
 
-class _Placer:
+class Placer:
     """Greedy label placement in display pixels.
 
     Each label takes the cheapest of its candidate boxes, where a box costs its overlap with
@@ -73,11 +73,11 @@ class _Placer:
 
     def cost(self, rect: Sequence[float]) -> float:
         area = (rect[2] - rect[0]) * (rect[3] - rect[1])
-        inside = _overlap(rect, np.array([self.frame]))
+        inside = overlap(rect, np.array([self.frame]))
         return (
-            self.LABELS * _overlap(rect, self.labels)
-            + self.MARKERS * _overlap(rect, self.markers)
-            + self.LINES * _overlap(rect, self.lines)
+            self.LABELS * overlap(rect, self.labels)
+            + self.MARKERS * overlap(rect, self.markers)
+            + self.LINES * overlap(rect, self.lines)
             + self.OUTSIDE * (area - inside)
         )
 

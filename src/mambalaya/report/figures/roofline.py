@@ -11,16 +11,16 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import FancyArrowPatch
 from matplotlib.ticker import LogLocator
 
-from mambalaya.report.figures.checks import _labels, _numbers, _ordered, _positive_scalar, _table
-from mambalaya.report.figures.placement import _overlap, _Placer
+from mambalaya.report.figures.checks import labels, numbers, ordered, positive_scalar, checked_table
+from mambalaya.report.figures.placement import overlap, Placer
 from mambalaya.report.figures.style import (
     COLUMN_IN,
     NOTE_PT,
-    _kind_handles,
-    _legend_below,
-    _new_figure,
-    _style_axes,
-    _title,
+    kind_handles,
+    legend_below,
+    new_figure,
+    style_axes,
+    figure_title,
     kind_colour,
 )
 from mambalaya.report.style import text_width_in
@@ -51,22 +51,22 @@ def roofline_figure(
     """
     what = "roofline figure"
     cols = ("einsum", "kind", "series", "intensity_ops_per_byte", "performance_ops_per_s")
-    df = _table(points, cols, what)
-    peak2d = _positive_scalar(peak_ops_per_s, "peak_ops_per_s", what)
-    peak1d = _positive_scalar(peak_elementwise_ops_per_s, "peak_elementwise_ops_per_s", what)
-    bw = _positive_scalar(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", what)
+    df = checked_table(points, cols, what)
+    peak2d = positive_scalar(peak_ops_per_s, "peak_ops_per_s", what)
+    peak1d = positive_scalar(peak_elementwise_ops_per_s, "peak_elementwise_ops_per_s", what)
+    bw = positive_scalar(bandwidth_bytes_per_s, "bandwidth_bytes_per_s", what)
     keys = ("einsum", "series")
     log_hint = " (a log-log plot cannot show zero; leave such Einsums out)"
-    x = _numbers(df, "intensity_ops_per_byte", what, keys, positive=True, hint=log_hint)
-    y = _numbers(df, "performance_ops_per_s", what, keys, positive=True, hint=log_hint)
-    names, kinds, series = (_labels(df, c, what) for c in ("einsum", "kind", "series"))
-    order = _ordered(series)
+    x = numbers(df, "intensity_ops_per_byte", what, keys, positive=True, hint=log_hint)
+    y = numbers(df, "performance_ops_per_s", what, keys, positive=True, hint=log_hint)
+    names, kinds, series = (labels(df, c, what) for c in ("einsum", "kind", "series"))
+    order = ordered(series)
     origin = next((s for s in order if s.casefold() == "unfused"), order[0])
     order = [origin] + [s for s in order if s != origin]
 
-    fig = _new_figure(COLUMN_IN, 3.45)
+    fig = new_figure(COLUMN_IN, 3.45)
     ax = fig.add_subplot()
-    _style_axes(ax)
+    style_axes(ax)
     ax.set_xscale("log")
     ax.set_yscale("log")
     top = max(peak2d, peak1d)
@@ -138,13 +138,13 @@ def roofline_figure(
         handles.append(
             Line2D([], [], color="#666666", linewidth=0.6, marker=">", markersize=3, label=f"{origin} → fused")
         )
-    handles += _kind_handles(kinds)
-    _title(fig, title)
-    _legend_below(fig, handles)
+    handles += kind_handles(kinds)
+    figure_title(fig, title)
+    legend_below(fig, handles)
 
     # Now that the layout is fixed, place the roof labels, then the Einsum labels.
     fig.draw_without_rendering()
-    placer = _Placer(ax)
+    placer = Placer(ax)
     placer.add_markers(x, y, radius_pt=3.6)
     for peak in (peak2d, peak1d):
         placer.add_line(xs, np.minimum(bw * xs, peak))
@@ -169,7 +169,7 @@ def _fmt_rate(value: float, unit: str) -> str:
     return f"{value:.3g} {unit}"
 
 
-def _roof_labels(ax, placer: _Placer, bw: float, peak2d: float, peak1d: float) -> None:
+def _roof_labels(ax, placer: Placer, bw: float, peak2d: float, peak1d: float) -> None:
     """Name the ceilings at the left, on faint extensions of their lines across the region no
     Einsum can reach, and the memory roof along its slope, where it hides the fewest markers."""
     xlo, xhi = ax.get_xlim()
@@ -209,7 +209,7 @@ def _roof_labels(ax, placer: _Placer, bw: float, peak2d: float, peak1d: float) -
                 cy = by + math.sin(angle) * f * length + side * math.cos(angle) * height / 2
                 squares.append((cx - height / 2, cy - height / 2, cx + height / 2, cy + height / 2))
             # Keep well clear of markers: their labels need the room around them.
-            cost = sum(placer.cost(q) + placer.MARKERS * _overlap(q, crowd) for q in squares)
+            cost = sum(placer.cost(q) + placer.MARKERS * overlap(q, crowd) for q in squares)
             if best is None or cost < best[0] - 1e-9:
                 best = (cost, float(x0), squares, off, va)
     assert best is not None

@@ -14,17 +14,17 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from mambalaya.errors import MambalayaError
-from mambalaya.report.figures.checks import _labels, _match, _numbers, _ordered, _published_items, _table
-from mambalaya.report.figures.placement import _Placer
+from mambalaya.report.figures.checks import labels, match_rows, numbers, ordered, published_items, checked_table
+from mambalaya.report.figures.placement import Placer
 from mambalaya.report.figures.style import (
     AXIS_PT,
     COLUMN_IN,
     NAME_PT,
     NOTE_PT,
-    _legend_below,
-    _new_figure,
-    _style_axes,
-    _title,
+    legend_below,
+    new_figure,
+    style_axes,
+    figure_title,
 )
 
 
@@ -72,26 +72,26 @@ def speedup_figure(df: pd.DataFrame, *, title: str, published: Mapping[str, floa
     "published 4.9×" in that phase's panel; every phase named must be in ``df``.
     """
     what = "speedup figure"
-    data = _table(df, ("seq_len", "baseline", "phase", "speedup"), what)
+    data = checked_table(df, ("seq_len", "baseline", "phase", "speedup"), what)
     keys = ("baseline", "phase")
-    seq = _numbers(data, "seq_len", what, keys, positive=True)
-    speed = _numbers(data, "speedup", what, keys, positive=True)
-    baselines = _ordered(_labels(data, "baseline", what))
-    phase_col = _labels(data, "phase", what)
-    phases = _ordered(phase_col, PHASE_ORDER)
+    seq = numbers(data, "seq_len", what, keys, positive=True)
+    speed = numbers(data, "speedup", what, keys, positive=True)
+    baselines = ordered(labels(data, "baseline", what))
+    phase_col = labels(data, "phase", what)
+    phases = ordered(phase_col, PHASE_ORDER)
     base_col = [str(b) for b in data["baseline"]]
     marks = []
-    for left, right, value, key in _published_items(published, what):
-        marks.append((_match(left, phases, key, what, "phase"), right, value))
+    for left, right, value, key in published_items(published, what):
+        marks.append((match_rows(left, phases, key, what, "phase"), right, value))
     colours = baseline_colours(baselines + [r for _, r, _ in marks if r not in baselines])
 
     every = np.concatenate([speed, [m[2] for m in marks], [1.0]])
     log_y = every.max() / every.min() > 30
 
-    fig = _new_figure(COLUMN_IN, 0.95 + 1.3 * len(phases))
+    fig = new_figure(COLUMN_IN, 0.95 + 1.3 * len(phases))
     axes = np.atleast_1d(fig.subplots(len(phases), 1, sharex=True, squeeze=False)[:, 0])
     for k, (ax, phase) in enumerate(zip(axes, phases)):
-        _style_axes(ax)
+        style_axes(ax)
         ax.grid(True, axis="y", color="#e6e6e6", linewidth=0.5, zorder=0)
         _pow2_axis(ax, seq)
         ax.axhline(1.0, color="#555555", linewidth=0.7, zorder=1)
@@ -125,8 +125,8 @@ def speedup_figure(df: pd.DataFrame, *, title: str, published: Mapping[str, floa
     ]  # fmt: skip
     if marks:
         handles.append(Line2D([], [], color="#555555", linewidth=0.9, linestyle=(0, (4, 2)), label="published"))
-    _title(fig, title)
-    _legend_below(fig, handles)
+    figure_title(fig, title)
+    legend_below(fig, handles)
     fig.draw_without_rendering()
     for ax, phase in zip(axes, phases):
         _published_lines(ax, sorted((v, b) for p, b, v in marks if p == phase), colours)
@@ -140,7 +140,7 @@ def _published_lines(ax, marks: list[tuple[float, str]], colours: Mapping[str, s
         ax.axhline(value, color=colours[baseline], linewidth=0.9, linestyle=(0, (4, 2)), zorder=2)
     if not marks:
         return
-    placer = _Placer(ax)
+    placer = Placer(ax)
     for line in ax.lines:
         x, y = (np.asarray(v, dtype=float) for v in line.get_data())
         if line.get_marker() not in (None, "None", "none", ""):
@@ -168,25 +168,25 @@ def end_to_end_figure(df: pd.DataFrame, *, published: Mapping[str, float] | None
     as a diamond beside that bar; every model named must be in ``df``.
     """
     what = "end-to-end figure"
-    data = _table(df, ("model", "baseline", "speedup"), what)
-    speed = _numbers(data, "speedup", what, ("model", "baseline"), positive=True)
-    model_col, base_col = _labels(data, "model", what), _labels(data, "baseline", what)
-    models, baselines = _ordered(model_col), _ordered(base_col)
+    data = checked_table(df, ("model", "baseline", "speedup"), what)
+    speed = numbers(data, "speedup", what, ("model", "baseline"), positive=True)
+    model_col, base_col = labels(data, "model", what), labels(data, "baseline", what)
+    models, baselines = ordered(model_col), ordered(base_col)
     seen: set[tuple[str, str]] = set()
     for m, b in zip(model_col, base_col):
         if (m, b) in seen:
             raise MambalayaError(f"{what}: more than one row for model {m!r} and baseline {b!r}")
         seen.add((m, b))
     marks: dict[tuple[str, str], float] = {}
-    for left, right, value, key in _published_items(published, what):
-        m = _match(left, models, key, what, "model")
-        b = _match(right, baselines, key, what, "baseline")
+    for left, right, value, key in published_items(published, what):
+        m = match_rows(left, models, key, what, "model")
+        b = match_rows(right, baselines, key, what, "baseline")
         marks[(m, b)] = value
     colours = baseline_colours(baselines)
 
-    fig = _new_figure(COLUMN_IN, 2.5)
+    fig = new_figure(COLUMN_IN, 2.5)
     ax = fig.add_subplot()
-    _style_axes(ax)
+    style_axes(ax)
     ax.grid(True, axis="y", color="#e6e6e6", linewidth=0.5, zorder=0)
     slot = 0.8 / len(baselines)
     bar_w = slot * (0.62 if marks else 0.85)
@@ -223,6 +223,6 @@ def end_to_end_figure(df: pd.DataFrame, *, published: Mapping[str, float] | None
             Line2D([], [], linestyle="none", marker="D", markersize=4, markerfacecolor="white",
                    markeredgecolor="#111111", markeredgewidth=0.8, label="published")
         )  # fmt: skip
-    _title(fig, title)
-    _legend_below(fig, handles)
+    figure_title(fig, title)
+    legend_below(fig, handles)
     return fig

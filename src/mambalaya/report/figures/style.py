@@ -37,7 +37,7 @@ def kind_colour(kind: str) -> str:
     return CATEGORY_STYLE[category][0] if category else UNKNOWN_KIND_COLOUR
 
 
-def _kind_handles(kinds: Iterable[str]) -> list:
+def kind_handles(kinds: Iterable[str]) -> list:
     """A legend entry per kind category present, in the diagram's order; unknown kinds after."""
     kinds = list(dict.fromkeys(map(str, kinds)))
     present = {KIND_CATEGORY[k] for k in kinds if k in KIND_CATEGORY}
@@ -54,7 +54,7 @@ def _kind_handles(kinds: Iterable[str]) -> list:
     return handles
 
 
-def _new_figure(width: float, height: float) -> Figure:
+def new_figure(width: float, height: float) -> Figure:
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     FigureCanvasAgg(fig)
     fig.get_layout_engine().set(w_pad=0.03, h_pad=0.03, wspace=0.02, hspace=0.04)
@@ -72,12 +72,12 @@ def _wrap(text: str, width_in: float, size: float, weight: str = "bold") -> str:
     return "\n".join(textwrap.wrap(text, 10))
 
 
-def _title(fig: Figure, title: str) -> None:
+def figure_title(fig: Figure, title: str) -> None:
     if title:
         fig.suptitle(_wrap(title, fig.get_figwidth() - 0.1, TITLE_PT), fontsize=TITLE_PT, fontweight="bold")
 
 
-def _style_axes(ax) -> None:
+def style_axes(ax) -> None:
     ax.set_axisbelow(True)  # grid lines under everything drawn
     ax.tick_params(labelsize=TICK_PT, length=2.5, width=0.6, pad=1.5)
     ax.tick_params(which="minor", length=1.5, width=0.4)
@@ -87,7 +87,7 @@ def _style_axes(ax) -> None:
     ax.yaxis.label.set_size(AXIS_PT)
 
 
-def _legend_below(fig: Figure, handles: list, *, ncol: int | None = None) -> None:
+def legend_below(fig: Figure, handles: list, *, ncol: int | None = None) -> None:
     """A legend under the axes, with as many columns as fit the figure's width."""
     if not handles:
         return
@@ -115,7 +115,7 @@ def _legend_below(fig: Figure, handles: list, *, ncol: int | None = None) -> Non
     )
 
 
-def _time_unit(span_s: float) -> tuple[str, float]:
+def time_unit(span_s: float) -> tuple[str, float]:
     """(unit, seconds per unit) so that ``span_s`` reads as a number between 1 and 1000."""
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
         if span_s >= scale:
@@ -123,6 +123,6 @@ def _time_unit(span_s: float) -> tuple[str, float]:
     return "ns", 1e-9
 
 
-def _fmt_time(seconds: float, unit: str, scale: float) -> str:
+def fmt_time(seconds: float, unit: str, scale: float) -> str:
     value = seconds / scale
     return f"{value:.3g} {unit}" if value < 100 else f"{value:.0f} {unit}"

@@ -9,17 +9,17 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
 from mambalaya.errors import MambalayaError
-from mambalaya.report.figures.checks import _labels, _numbers, _rows_text, _table
+from mambalaya.report.figures.checks import checked_table, labels, numbers, rows_text
 from mambalaya.report.figures.style import (
     COLUMN_IN,
     EDGE_COLOUR,
     NAME_PT,
-    _kind_handles,
-    _legend_below,
-    _new_figure,
-    _style_axes,
-    _time_unit,
-    _title,
+    kind_handles,
+    legend_below,
+    new_figure,
+    style_axes,
+    time_unit,
+    figure_title,
     kind_colour,
 )
 from mambalaya.report.style import text_width_in
@@ -39,28 +39,28 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
     """
     what = "utilisation timeline figure"
     cols = ("einsum", "kind", "group", "start_s", "end_s", "compute_util", "mem_util")
-    df = _table(rows, cols, what)
+    df = checked_table(rows, cols, what)
     keys = ("einsum", "group")
-    start = _numbers(df, "start_s", what, keys, nonnegative=True)
-    end = _numbers(df, "end_s", what, keys)
+    start = numbers(df, "start_s", what, keys, nonnegative=True)
+    end = numbers(df, "end_s", what, keys)
     short = ~(end > start)
     if short.any():
         raise MambalayaError(
-            f"{what}: every Einsum needs end_s > start_s; not so in {_rows_text(df, short, keys, 'end_s')}"
+            f"{what}: every Einsum needs end_s > start_s; not so in {rows_text(df, short, keys, 'end_s')}"
         )
     hint = " between 0 and 1 (fractions, not percentages)"
     util = {}
     for col in ("compute_util", "mem_util"):
-        u = _numbers(df, col, what, keys, nonnegative=True, hint=hint)
+        u = numbers(df, col, what, keys, nonnegative=True, hint=hint)
         over = u > 1 + 1e-6
         if over.any():
-            raise MambalayaError(f"{what}: column {col!r} must hold fractions{hint}; {_rows_text(df, over, keys, col)}")
+            raise MambalayaError(f"{what}: column {col!r} must hold fractions{hint}; {rows_text(df, over, keys, col)}")
         util[col] = u
-    names, kinds = _labels(df, "einsum", what), _labels(df, "kind", what)
+    names, kinds = labels(df, "einsum", what), labels(df, "kind", what)
     group_ids = [f"\0{n}\0{i}" if pd.isna(g) else str(g) for i, (n, g) in enumerate(zip(names, df["group"]))]
 
     span = float(end.max() - start.min())
-    unit, scale = _time_unit(span)
+    unit, scale = time_unit(span)
     groups: dict[str, list[int]] = {}
     for i, g in enumerate(group_ids):
         groups.setdefault(g, []).append(i)
@@ -80,7 +80,7 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
 
     spatial = "spatial_util" in rows.columns
     if spatial:
-        su = _numbers(df.assign(spatial_util=rows["spatial_util"].to_numpy()), "spatial_util", what, keys,
+        su = numbers(df.assign(spatial_util=rows["spatial_util"].to_numpy()), "spatial_util", what, keys,
                       nonnegative=True, hint=hint)
         if (su > 1 + 1e-6).any():
             raise MambalayaError(f"{what}: column 'spatial_util' must hold fractions{hint}")
@@ -88,14 +88,14 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
             if np.ptp(su[members]) > 1e-9:
                 raise MambalayaError(f"{what}: the Einsums of group {g!r} must share spatial_util (the group's value)")
         util["spatial_util"] = su
-    fig = _new_figure(COLUMN_IN, 3.9 if spatial else 2.9)
+    fig = new_figure(COLUMN_IN, 3.9 if spatial else 2.9)
     axes = fig.subplots(3 if spatial else 2, 1, sharex=True)
     panels = (("compute_util", "compute\nutilisation (%)"), ("mem_util", "memory BW\nutilisation (%)"))
     if spatial:
         panels += (("spatial_util", "PEs filled by\nspatial map (%)"),)
     tops: dict[str, dict[str, float]] = {}
     for ax, (col, ylabel) in zip(axes, panels):
-        _style_axes(ax)
+        style_axes(ax)
         ax.set_ylabel(ylabel)
         ax.set_ylim(0, 122)
         ax.set_yticks([0, 25, 50, 75, 100])
@@ -129,11 +129,11 @@ def utilisation_timeline_figure(rows: pd.DataFrame, *, title: str) -> Figure:
         ax.tick_params(labelbottom=False)
     fig.align_ylabels(axes)
 
-    handles = _kind_handles(kinds)
+    handles = kind_handles(kinds)
     if any(len(m) > 1 for m in groups.values()):
         handles.append(Patch(facecolor="white", edgecolor="#111111", linewidth=1.2, label="fused group"))
-    _title(fig, title)
-    _legend_below(fig, handles)
+    figure_title(fig, title)
+    legend_below(fig, handles)
 
     # Names above the bars of the compute panel, where they fit.
     fig.draw_without_rendering()

@@ -8,8 +8,8 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
 from mambalaya.errors import MambalayaError
-from mambalaya.report.figures.checks import _labels, _numbers, _ordered, _table
-from mambalaya.report.figures.style import COLUMN_IN, LEGEND_PT, NOTE_PT, _new_figure, _style_axes, _title
+from mambalaya.report.figures.checks import labels, numbers, ordered, checked_table
+from mambalaya.report.figures.style import COLUMN_IN, LEGEND_PT, NOTE_PT, new_figure, style_axes, figure_title
 
 
 #: Mapping order of the traffic figure; other mappings follow in order of appearance.
@@ -33,16 +33,16 @@ def traffic_by_tensor_figure(df: pd.DataFrame, *, title: str, top: int = 12) -> 
     mappings get their own colour; the rest are summed as "other".
     """
     what = "traffic figure"
-    data = _table(df, ("mapping", "tensor", "role", "read_bytes", "write_bytes"), what)
+    data = checked_table(df, ("mapping", "tensor", "role", "read_bytes", "write_bytes"), what)
     if not isinstance(top, (int, np.integer)) or top < 1:
         raise MambalayaError(f"{what}: top must be a positive integer, got {top!r}")
     keys = ("mapping", "tensor")
-    total = _numbers(data, "read_bytes", what, keys, nonnegative=True) + _numbers(
+    total = numbers(data, "read_bytes", what, keys, nonnegative=True) + numbers(
         data, "write_bytes", what, keys, nonnegative=True
     )
-    mapping_col, tensor_col = _labels(data, "mapping", what), _labels(data, "tensor", what)
+    mapping_col, tensor_col = labels(data, "mapping", what), labels(data, "tensor", what)
     role_col = ["" if pd.isna(r) else str(r) for r in data["role"]]
-    mappings = _ordered(mapping_col, MAPPING_ORDER)
+    mappings = ordered(mapping_col, MAPPING_ORDER)
 
     table = pd.DataFrame({"mapping": mapping_col, "tensor": tensor_col, "bytes": total})
     per = table.groupby(["mapping", "tensor"], sort=False)["bytes"].sum()
@@ -64,9 +64,9 @@ def traffic_by_tensor_figure(df: pd.DataFrame, *, title: str, top: int = 12) -> 
         if len(stacks) > len(chosen):
             heights[-1, j] = sum(per.get((m, t), 0.0) for t in rest) / gb
 
-    fig = _new_figure(COLUMN_IN, 2.6)
+    fig = new_figure(COLUMN_IN, 2.6)
     ax = fig.add_subplot()
-    _style_axes(ax)
+    style_axes(ax)
     ax.grid(True, axis="y", color="#e6e6e6", linewidth=0.5, zorder=0)
     xs = np.arange(len(mappings))
     bottom = np.zeros(len(mappings))
@@ -88,7 +88,7 @@ def traffic_by_tensor_figure(df: pd.DataFrame, *, title: str, top: int = 12) -> 
     ax.set_ylim(0, peak * 1.12)
     ax.set_ylabel("off-chip traffic (GB)")
     ax.set_xlabel("mapping")
-    _title(fig, title)
+    figure_title(fig, title)
     ax.legend(
         handles=handles[::-1],  # top of the stack first
         title="tensor",

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.figure import Figure
 
-from mambalaya.report.figures.checks import _table
+from mambalaya.report.figures.checks import checked_table
 
 
 def validation_figure(df: pd.DataFrame) -> Figure:
     """Log-log predicted (and speed-of-light) time against the measured time, one point per
     case, with the line where they agree: a speed of light must lie on or below it."""
-    df = _table(df, ["case", "measured_ms", "predicted_ms", "speed_of_light_ms", "arch"], "validation figure")
+    df = checked_table(df, ["case", "measured_ms", "predicted_ms", "speed_of_light_ms", "arch"], "validation figure")
     fig = Figure(figsize=(6.0, 5.0))  # no pyplot state: nothing to close
     ax = fig.subplots()
     for arch, rows in df.groupby("arch", sort=True):

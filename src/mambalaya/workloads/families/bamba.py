@@ -296,7 +296,7 @@ def hybrid_layer(
     (``VC0``, ``[B, M, G, E]``). Given both, they must agree."""
     if layer_type not in LAYER_TYPES:
         raise SpecError(f"layer type {layer_type!r} is not one of {', '.join(LAYER_TYPES)}")
-    seq_len = _layer_length(layer_type, phase, seq_len, state)
+    seq_len = layer_length(layer_type, phase, seq_len, state)
     if layer_type == "attention":
         mixer = attention_layer(config.attention(), batch=batch, seq_len=seq_len, phase=phase,  # type: ignore[arg-type]
                                 bits=bits, softmax=softmax)
@@ -311,7 +311,7 @@ def hybrid_layer(
     return chain_cascades(mixer, mlp, prefix=MLP_PREFIX, name=name or f"{config.family}-{layer_type}-{phase}")
 
 
-def _layer_length(layer_type: str, phase: str, seq_len: int | None, state: Mapping[str, Any] | None) -> int:
+def layer_length(layer_type: str, phase: str, seq_len: int | None, state: Mapping[str, Any] | None) -> int:
     """The ``seq_len`` a layer cascade is built with (see :func:`hybrid_layer`)."""
     if phase != "decode":
         if seq_len is None:
@@ -388,7 +388,7 @@ def hybrid_weights(mixer: dict[str, np.ndarray], mlp: dict[str, np.ndarray]) -> 
     return {**mixer, **{MLP_PREFIX + k: v for k, v in mlp.items()}}
 
 
-__all__ = [
+__all__ = ["layer_length", 
     "LAYER_TYPES",
     "MLP_PREFIX",
     "PRESETS",

@@ -50,7 +50,7 @@ from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
-_ATT_TENSORS: dict[str, tuple[tuple[str, ...], Role, str]] = {
+ATTENTION_TENSORS: dict[str, tuple[tuple[str, ...], Role, str]] = {
     "WAQ": (("D", "Y", "V", "U", "W"), _W, "q_proj (x attention_in_multiplier)"),
     "WAK": (("D", "Y", "U", "W"), _W, "k_proj (x attention_in_multiplier x key_multiplier)"),
     "WAV": (("D", "Y", "E"), _W, "v_proj (x attention_in_multiplier)"),
@@ -71,16 +71,16 @@ _ATT_TENSORS: dict[str, tuple[tuple[str, ...], Role, str]] = {
     "WAO": (("Y", "V", "E", "D"), _W, "o_proj (x attention_out_multiplier)"),
     "AOUT": (("B", "I", "D"), _X, "attention output"),
 }
-_THREE_PASS = ("AMX[b,i,y,v] max= ASC[b,i,t,y,v]", "AEX[b,i,t,y,v] = exp(ASC[b,i,t,y,v] - AMX[b,i,y,v])",
+ATTENTION_THREE_PASS = ("AMX[b,i,y,v] max= ASC[b,i,t,y,v]", "AEX[b,i,t,y,v] = exp(ASC[b,i,t,y,v] - AMX[b,i,y,v])",
                "ASM[b,i,y,v] = AEX[b,i,t,y,v]", "APR[b,i,t,y,v] = AEX[b,i,t,y,v]/ASM[b,i,y,v]",
                "AAO[b,i,y,v,e] = APR[b,i,t,y,v]*AV[b,{t},y,e]")
-_ONLINE = ("AMR[b,i,t,y,v] = max(AMR[b,i,t-1,y,v], ASC[b,i,t,y,v])",
+ATTENTION_ONLINE = ("AMR[b,i,t,y,v] = max(AMR[b,i,t-1,y,v], ASC[b,i,t,y,v])",
            "ACF[b,i,t,y,v] = exp(AMR[b,i,t-1,y,v] - AMR[b,i,t,y,v])",
            "APE[b,i,t,y,v] = exp(ASC[b,i,t,y,v] - AMR[b,i,t,y,v])",
            "ALR[b,i,t,y,v] = ALR[b,i,t-1,y,v]*ACF[b,i,t,y,v] + APE[b,i,t,y,v]",
            "AOR[b,i,t,y,v,e] = AOR[b,i,t-1,y,v,e]*ACF[b,i,t,y,v] + APE[b,i,t,y,v]*AV[b,{t},y,e]",
            "AAO[b,i,y,v,e] = AOR[b,i,T-1,y,v,e]/ALR[b,i,T-1,y,v]")
-_REGION = {"three-pass": ("ASC", "AMX", "AEX", "ASM", "APR", "AAO"),
+ATTENTION_REGIONS = {"three-pass": ("ASC", "AMX", "AEX", "ASM", "APR", "AAO"),
            "online": ("ASC", "AMR", "ACF", "APE", "ALR", "AOR", "AAO")}
 
 
@@ -167,7 +167,7 @@ class FalconH1Model(FamilyModel):
 def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
                     scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
     """One Falcon-H1 layer as one cascade (see the module docstring)."""
-    if softmax not in _REGION:
+    if softmax not in ATTENTION_REGIONS:
         raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
     c, decode = config, phase == "decode"
     form = chunk_padding_free_form(scan, phase, seq_len, c.mamba_chunk_size,
@@ -189,7 +189,7 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
              "AQR[b,i,y,v,u,w] = AQ[b,i,y,v,u,w]*COS[i,w] + AQ[b,i,y,v,1-u,w]*SIN[u,i,w]",
              "AKR[b,i,y,u,w] = AK[b,i,y,u,w]*COS[i,w] + AK[b,i,y,1-u,w]*SIN[u,i,w]",
              f"ASC[b,i,t,y,v] = AQR[b,i,y,v,u,w]*AKR[b,{t},y,u,w]*ascale" + ("" if decode else " + AMK[i,t]"),
-             *(line.replace("{t}", t) for line in (_ONLINE if softmax == "online" else _THREE_PASS)),
+             *(line.replace("{t}", t) for line in (ATTENTION_ONLINE if softmax == "online" else ATTENTION_THREE_PASS)),
              "AOUT[b,i,d] = AAO[b,i,y,v,e]*WAO[y,v,e,d]",
              f"O[b,{o},d] = {'YN' if c.mamba_rms_norm else 'YG'}[b,{o},g,r,p]*WO[g,r,p,d]",
              f"XO[b,{o},d] = X[b,{at},d] + O[b,{o},d] + AOUT[b,{at},d]",
@@ -200,7 +200,7 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
     einsums = [e for e in mixer.einsums if e.name not in drop and e.name not in replaced] + parsed
     used = {e.name for e in parsed} | {x for e in parsed for x in e.input_tensors}
     tensors = {n: s for n, s in mixer.tensors.items() if n not in drop}
-    tensors.update({n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in _ATT_TENSORS.items()
+    tensors.update({n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in ATTENTION_TENSORS.items()
                     if n in used})
     tensors["XO"] = mixer.tensors["XO"]
     for src, cache, new in (("AKR", "KC0A", "KNA"), ("AV", "VC0", "VN")):
@@ -212,7 +212,7 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
         ranks=ranks, tensors=list(tensors.values()), einsums=einsums,
         description=(f"Falcon-H1 parallel block, {phase}, {form} scan beside {softmax} attention; "
                      f"{mixer.description}; attention {c.n_heads} heads ({c.n_kv_heads} kv), head_dim {c.head_dim}"),
-        regions={**mixer.regions, "attention": _REGION[softmax]})
+        regions={**mixer.regions, "attention": ATTENTION_REGIONS[softmax]})
     chunk = block.size("Q") if chunked else None
     mlp = mlp_layer(MLPConfig(d_model=c.d_model, d_ff=c.d_ff, norm_eps=c.norm_eps), batch=batch, seq_len=seq_len,
                     phase=phase, bits=bits, chunk_size=chunk)  # type: ignore[arg-type]
@@ -325,5 +325,5 @@ PRESETS: dict[str, FalconH1Model] = {
 }
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"falcon-h1-7b": 7.0}
 
-__all__ = ["MULTIPLIERS", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1Model", "falcon_h1_config_from_hf",
+__all__ = ["ATTENTION_THREE_PASS", "ATTENTION_REGIONS", "ATTENTION_ONLINE", "ATTENTION_TENSORS", "MULTIPLIERS", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1Model", "falcon_h1_config_from_hf",
            "falcon_h1_layer", "multipliers_from_hf"]

@@ -233,13 +233,13 @@ def moe_family_layer(
 ) -> Cascade:
     """One layer of ``layer_type`` as one cascade: the mixer block, then the dense MLP or the
     MoE block (tensors prefixed ``FF_``). Arguments as :func:`~mambalaya.workloads.families.bamba.hybrid_layer`."""
-    from mambalaya.workloads.families.bamba import _layer_length
+    from mambalaya.workloads.families.bamba import layer_length
 
     if layer_type not in config.layer_counts():
         raise SpecError(f"layer type {layer_type!r} is not one of this {config.family} model's "
                         f"({', '.join(config.layer_counts())})")
     mixer_type = layer_type.split("-")[0]
-    seq_len = _layer_length(mixer_type, phase, seq_len, state)
+    seq_len = layer_length(mixer_type, phase, seq_len, state)
     if mixer_type == "attention":
         mixer = attention_layer(config.attention(), batch=batch, seq_len=seq_len, phase=phase,  # type: ignore[arg-type]
                                 bits=bits, softmax=softmax)

@@ -54,7 +54,7 @@ from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.blocks.attention import AttentionConfig, kv_cache_tensors
-from mambalaya.workloads.families.falcon_h1 import _ATT_TENSORS, _ONLINE, _REGION, _THREE_PASS
+from mambalaya.workloads.families.falcon_h1 import ATTENTION_TENSORS, ATTENTION_ONLINE, ATTENTION_REGIONS, ATTENTION_THREE_PASS
 from mambalaya.workloads.families.base import FamilyModel, check_known_fields
 from mambalaya.workloads.hf.config import ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
@@ -245,7 +245,7 @@ def _shared_block_lines(c: Zamba2Model, decode: bool, softmax: str) -> list[str]
         lines += ["AQR[b,i,y,v,u,w] = AQ[b,i,y,v,u,w]*COS[i,w] + AQ[b,i,y,v,1-u,w]*SIN[u,i,w]",
                   "AKR[b,i,y,u,w] = AK[b,i,y,u,w]*COS[i,w] + AK[b,i,y,1-u,w]*SIN[u,i,w]"]
     lines.append(f"ASC[b,i,t,y,v] = {q}[b,i,y,v,u,w]*{k}[b,{t},y,u,w]*ascale" + ("" if decode else " + AMK[i,t]"))
-    lines += [line.replace("{t}", t) for line in (_ONLINE if softmax == "online" else _THREE_PASS)]
+    lines += [line.replace("{t}", t) for line in (ATTENTION_ONLINE if softmax == "online" else ATTENTION_THREE_PASS)]
     lines += ["AOUT[b,i,d] = AAO[b,i,y,v,e]*WAO[y,v,e,d]",
               "FSS[b,i] = AOUT[b,i,d]*AOUT[b,i,d]", "FRS[b,i] = rsqrt(FSS[b,i]/D + eps)",
               "FXN[b,i,d] = AOUT[b,i,d]*FRS[b,i]*WFN[d]", "FLA[b,i,z] = FXN[b,i,d]*WLM[d,z]",
@@ -261,7 +261,7 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
                  bits: int = 16, scan: str | None = None, softmax: str = "three-pass",
                  name: str | None = None) -> Cascade:
     """One Zamba2 layer (``mamba`` or ``hybrid``) as one cascade (see the module docstring)."""
-    if softmax not in _REGION:
+    if softmax not in ATTENTION_REGIONS:
         raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
     c, decode, hybrid = config, phase == "decode", layer_type == "hybrid"
     form = scan or ("chunked" if phase == "prefill" else "recurrent")
@@ -288,7 +288,7 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
         shared = [parse_einsum(line, sizes=sizes) for line in _shared_block_lines(c, decode, softmax)]
         einsums = shared + mixer_einsums
         used = {e.name for e in shared} | {x for e in shared for x in e.input_tensors}
-        specs = {**_ATT_TENSORS, **_SHARED_TENSORS}
+        specs = {**ATTENTION_TENSORS, **_SHARED_TENSORS}
         new = {n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in specs.items() if n in used}
         new["WAQ"] = replace(new["WAQ"], description="shared q_proj, x half")
         new["WAK"] = replace(new["WAK"], description="shared k_proj, x half")
@@ -305,7 +305,7 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
         einsums=einsums,
         description=(f"Zamba2 {layer_type} layer, {phase}, {form} scan{f' after {softmax} attention' if hybrid else ''}"
                      f"; {what}; {mixer.description}"),
-        regions={**mixer.regions, **({"attention": _REGION[softmax]} if hybrid else {})})
+        regions={**mixer.regions, **({"attention": ATTENTION_REGIONS[softmax]} if hybrid else {})})
 
 
 # --------------------------------------------------------------------------------------------

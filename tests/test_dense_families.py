@@ -14,7 +14,7 @@ import pytest
 from mambalaya.errors import SpecError
 from mambalaya.workloads import PRESETS, build_layer, load_model_config, resolve_model
 from mambalaya.workloads.blocks.attention import cache_from_hf
-from mambalaya.execute.family_layers import run_family_layer
+from mambalaya.execute.layers import run_family_layer
 from mambalaya.workloads.hf.weights_families import load_nemotron_h_layer
 from mambalaya.workloads.hf.weights_mamba2 import mamba2_states_from_hf
 from mambalaya.workloads.families.nemotron_h import (

@@ -32,7 +32,7 @@ def rel_err(ours: np.ndarray, ref: np.ndarray) -> float:
 
 
 def _run_all(ref: dict, family: str, scan: str | None = None, softmax: str = "three-pass") -> None:
-    from mambalaya.execute.moe_layers import run_moe_family_layer
+    from mambalaya.execute.layers import run_moe_family_layer
     from mambalaya.workloads.hf.config_moe import moe_config_from_hf
     from mambalaya.workloads.hf.weights_moe import load_moe_family_layer
 

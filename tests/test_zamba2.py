@@ -14,7 +14,7 @@ import pytest
 from mambalaya.errors import SpecError
 from mambalaya.workloads import PRESETS, load_model_config
 from mambalaya.workloads.blocks.attention import cache_from_hf
-from mambalaya.execute.family_layers import run_family_layer
+from mambalaya.execute.layers import run_family_layer
 from mambalaya.workloads.hf.weights_families import load_zamba2_layer
 from mambalaya.workloads.hf.weights_mamba2 import mamba2_states_from_hf
 from mambalaya.workloads.families.zamba2 import PUBLISHED_PARAMETERS_B, Zamba2Model, zamba2_config_from_hf

@@ -14,12 +14,174 @@ from pathlib import Path
 import pandas as pd
 
 from mambalaya import __version__
+from mambalaya.formatting import whole
 from mambalaya.experiments.evaluate import Evaluation
 from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, PUBLISHED as P
 from mambalaya.experiments.equal_area import best_splits
 from mambalaya.workloads import PRESETS
-from mambalaya.experiments.report_parts import (figure_markdown, gap_text, headline_section, md_table, unfused_share,
-                                                units_section, validation_section)
+
+
+
+# ----------------------------------------------------------------------------------------------
+# the report's parts: Markdown tables and figure links, the headline table, the published GPU
+# kernel timings against the model, and which unit and dataflow runs each Einsum
+
+
+def _md_table(df: pd.DataFrame, floatfmt: str = ".4g") -> str:
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---" for _ in cols) + "|"]
+    for _, row in df.iterrows():
+        cells = []
+        for c in cols:
+            v = row[c]
+            if isinstance(v, float):
+                cells.append(whole(v) if abs(v) >= 1e4 else format(v, floatfmt))
+            else:
+                cells.append(str(v))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+def _gap(ours: float, published: float) -> str:
+    return f"{(ours - published) / published:+.0%}"
+
+def _fig(cfg, name: str, caption: str) -> str:
+    p = cfg.out / "figures" / f"{name}.png"
+    return f"![{caption}](figures/{name}.png)\n\n*{caption}* ([SVG](figures/{name}.svg))\n" if p.exists() else ""
+
+def unfused_share(result) -> float:
+    """The share of a layer's latency spent in groups of one Einsum (what a design leaves unfused)."""
+    return sum(g.latency for g in result.groups if len(g.einsums) == 1) / result.latency_s
+
+
+def _headline_section(result, details) -> str:
+    """The report's first table: every headline ratio, ours beside the published one, the gap
+    and one line on why, from this run's numbers; the detail is in the model's section."""
+    cfg, t = result.config, result.tables
+    take = t.get("what_would_it_take")
+    verdicts = {} if take is None or take.empty else dict(zip(take["ratio"], take["verdict"]))
+    rows = []
+    for r in t["headlines"].itertuples():
+        pre = {k[2]: v.result for k, v in details.items() if k[0] == r.model and k[1] == "prefill"}
+        gen = {k[2]: v.result for k, v in details.items() if k[0] == r.model and k[1] == "generation"}
+        if r.key.startswith("prefill vs marca"):
+            ideal = pre["mambalaya/ideal"]
+            why = (f"{ideal.bound}-bound: with every intermediate on chip no mapping beats "
+                   f"{pre['marca-ideal'].latency_s / ideal.latency_s:.2f}× at L = {cfg.detail_seq_len}")
+        elif r.key.startswith("generation"):
+            ideal = gen["mambalaya/ideal"]
+            why = f"{ideal.bound}-bound: the speed of light is {gen['marca-ideal'].latency_s / ideal.latency_s:.2f}×"
+        elif r.key.startswith("prefill vs geens"):
+            why = f"{unfused_share(pre['geens-ideal']):.0%} of geens-ideal's prefill time is in Einsums it leaves unfused"
+        else:
+            why = f"our request: prefill of L + {cfg.generated_tokens} generated tokens (the paper's mix is not known)"
+        far = verdicts.get(f"{r.model}: {r.key}")
+        if far:
+            why += f"; {far}"
+        rows.append({"model": r.model, "claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{r.ours:.2f}×",
+                     "gap": _gap(r.ours, r.published), "why": why})
+    ours = next((k for k in (rows[0] if rows else {}) if k.startswith("ours (")), "ours")
+    rows.extend(_equal_area_rows(t.get("geens_equal_area"), ours))
+    return f"""## Headline ratios: ours beside the published ones
+
+{_md_table(pd.DataFrame(rows))}
+
+Each model's section below has the table under both precision policies with how ours is measured,
+the mapping each design ran and *why the gaps* in full (`headlines.csv`); the sensitivity study says
+what each assumption does to each ratio (`sensitivity.csv`, `what_would_it_take.csv`).
+"""
+
+def _equal_area_rows(rows: pd.DataFrame | None, ours: str) -> list[dict]:
+    """Geens et al.'s equal-area ratio at the length where it is largest, under each variant
+    of the SRAM's bandwidth (the report's Geens section has every split); at 32 bits, their setup."""
+    from mambalaya.experiments.claims import PUBLISHED
+    from mambalaya.experiments.equal_area import MARCA_MEMORY_SHARE, best_splits
+
+    if rows is None or rows.empty:
+        return []
+    published = PUBLISHED["geens: vs MARCA at equal area"]
+    out = []
+    for variant, b in best_splits(rows).groupby("variant", sort=False):
+        top = b.loc[b.speedup.idxmax()]
+        at = rows[(rows.variant == variant) & (rows.seq_len == top.seq_len)].set_index("memory_share").bound
+        out.append({"model": "Geens et al.'s Mamba1-2.7B (32 bits)",
+                    "claim": f"Geens et al. over MARCA at equal area ({variant})",
+                    "published": f"{published:g}×", ours: f"{top.speedup:.2f}×", "gap": _gap(float(top.speedup), published),
+                    "why": (f"L = {top.seq_len}: the best split has {top.best_memory_share:.0%} SRAM ({at[top.best_memory_share]}-bound) "
+                            f"against MARCA's {MARCA_MEMORY_SHARE:.0%} ({at[MARCA_MEMORY_SHARE]}-bound)")})
+    return out
+
+def _validation_section(result) -> str:
+    v = result.tables.get("validation")
+    if v is None or v.empty:
+        return ""
+    shown = v[["case", "arch", "batch", "seq_len", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms", "sol_ok"]]
+    sources = "\n".join(f"- {s}" for s in dict.fromkeys(v["source"]))
+    bad = v[~v["sol_ok"]]
+    verdict = ("Every speed of light is at or below its measurement." if bad.empty else
+               f"**The speed of light is above the measurement in {', '.join(bad['case'])}: the model breaks a bound.**")
+    return f"""## Published GPU kernel timings against the model
+
+`mambalaya validate` runs each published measurement's setup (the kernel's Einsums, grouped as the kernel
+groups them) on the GPU spec of its hardware: **predicted** at the fractions of peak that measured kernels
+reach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same for every case:
+nothing is fitted), and its **speed of light** (the `ideal` mapping at the peak rates). {verdict}
+Predicted over measured: median {v['ratio'].median():.3g}, range {v['ratio'].min():.3g}-{v['ratio'].max():.3g};
+the model is optimistic, as a model without the kernels' own inefficiencies (occupancy, pipeline bubbles, the
+host) must be. `validation.csv` has every case with its source and the setup details assumed.
+
+{_md_table(shown)}
+
+Sources:
+
+{sources}
+
+{_fig(result.config, "validation", "predicted and speed-of-light times against the measurements")}
+"""
+
+def _units_section(result, details) -> str:
+    """Which Einsums the array runs besides the GEMMs with a weight, the dataflow each design
+    picks, and what the dataflows add to each headline ratio (the sensitivity study's 'every
+    design weight-stationary' setting)."""
+    cfg = result.config
+    rows = []
+    for model in cfg.models:
+        for d in ("marca-ideal", "geens-ideal", "mambalaya"):
+            ev = details.get((model, "prefill", d))
+            if ev is None:
+                continue
+            on_array = [r for r in ev.result.einsums if r.spatial.unit == "array_2d"]
+            moved = [r.einsum for r in on_array if r.kind != "gemm"]
+            flows: dict[str, list[str]] = {}
+            for r in on_array:
+                flows.setdefault(r.spatial.dataflow, []).append(r.einsum)
+            scan = "chunked" if any(e.name == "CB" for e in ev.cascade.einsums) else "recurrent"
+            rows.append({"model": model, "design": d, "scan": scan if ev.config.family != "mamba1" else "-",
+                         "products of activations on the array": ", ".join(moved) or "-",
+                         **{f: ", ".join(flows.get(f, [])) or "-" for f in ("weight-stationary", "input-stationary", "output-stationary")}})
+    sens = result.tables.get("sensitivity")
+    share = ""
+    if sens is not None and not sens.empty:
+        ws = sens[(sens.key == "compute.dataflows") & (sens.end == "low")][["ratio", "base", "ours"]]
+        ws = ws.rename(columns={"base": "shipped dataflows", "ours": "every design weight-stationary"})
+        share = f"""
+What the dataflows add to each headline ratio (the sensitivity study's lengths; the rest of the gap is fusion):
+
+{_md_table(ws)}
+"""
+    return f"""## Which unit and which dataflow runs each Einsum
+
+Every contraction the 2D array can run goes to it, with weights or activations on either side: a product of
+two activations that is a matrix product (the chunked SSD's `CB`, `YDG`, `ST`, `YO`) no longer runs on the
+1D lanes. Each design runs each contraction in the fastest of its own dataflows (`compute.dataflows`, each
+with its reason in the spec): `mambalaya` weight-, input- and output-stationary, `marca-ideal` weight- and
+input-stationary, `geens-ideal` weight-stationary. Prefill at L = {cfg.detail_seq_len}:
+
+{_md_table(pd.DataFrame(rows))}
+{share}"""
+
+
+# ----------------------------------------------------------------------------------------------
+# the report
 
 
 def _gap_text(cfg, model: str, details) -> str:
@@ -74,10 +236,10 @@ def _claims(cfg, t, model: str) -> pd.DataFrame:
     rows = []
     for r in h.itertuples():
         row = {"claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{r.ours:.2f}×",
-               "gap": gap_text(r.ours, r.published)}
+               "gap": _gap(r.ours, r.published)}
         if "alt_ours" in h.columns and pd.notna(getattr(r, "alt_ours", None)):
             row[f"ours ({r.alt_precision})"] = f"{r.alt_ours:.2f}×"
-            row[f"gap ({r.alt_precision})"] = gap_text(r.alt_ours, r.published)
+            row[f"gap ({r.alt_precision})"] = _gap(r.alt_ours, r.published)
         row["how ours is measured"] = r.how
         rows.append(row)
     return pd.DataFrame(rows)
@@ -106,7 +268,7 @@ def _model_section(result, details, model: str) -> str:
     ein = t["einsums"]
     ein_mb = ein[(ein.model == model) & (ein.phase == "prefill") & (ein.design == "mambalaya")].drop(columns=["model", "phase", "design"])
     figs = "\n".join(
-        figure_markdown(cfg, name, caption)
+        _fig(cfg, name, caption)
         for name, caption in (
             (f"roofline_{model}", "Figure 2a: every Einsum unfused (marca-ideal) and under ideal fusion on the mambalaya budget"),
             (f"utilisation_prefill_marca-ideal_{model}", "Figure 2b: utilisation over time, one prefill layer, unfused"),
@@ -127,7 +289,7 @@ def _model_section(result, details, model: str) -> str:
 
 ### Headline ratios: ours beside the published ones
 
-{md_table(_claims(cfg, t, model))}
+{_md_table(_claims(cfg, t, model))}
 
 No parameter was tuned to close a gap. Why the gaps:
 
@@ -144,13 +306,13 @@ No parameter was tuned to close a gap. Why the gaps:
 
 ### Latency by design and sequence length
 
-{md_table(lat_m)}
+{_md_table(lat_m)}
 
 ### Per-Einsum table: mambalaya, prefill L = {cfg.detail_seq_len}
 
 Latencies in seconds, traffic in bytes.
 
-{md_table(ein_mb)}
+{_md_table(ein_mb)}
 """
 
 
@@ -170,7 +332,7 @@ splits positions into chunks of {PRESETS[model].chunk_size} and keeps a recurren
 (generational ranks `{chk.generational_ranks}`), replacing the per-position state with an attention-like
 product inside each chunk.
 
-{md_table(sf)}
+{_md_table(sf)}
 
 - **Intermediates shrink from {rec.intermediate_bytes / 1e9:.1f} GB to {chk.intermediate_bytes / 1e9:.1f} GB per layer**: the
   state is materialised once per chunk instead of once per position (largest intermediates:
@@ -183,7 +345,7 @@ product inside each chunk.
   fused group on the chunked form tiles batch and heads rather than positions.
 - **Which form each design ran** (prefill points per design and form; each design runs its faster form):
 
-{md_table(used.reset_index())}
+{_md_table(used.reset_index())}
 """
 
 
@@ -194,7 +356,7 @@ def _precision_section(result) -> str:
     alt = h.alt_precision.iloc[0] if "alt_precision" in h.columns else None
     prec = t["precision"]
     wide = prec[prec.bits != prec.groupby(["model", "form"]).bits.transform(lambda b: b.mode().iloc[0])]
-    table = (md_table(wide[["model", "form", "tensor", "role", "bits", "source"]].drop_duplicates(["model", "tensor", "bits"]))
+    table = (_md_table(wide[["model", "form", "tensor", "role", "bits", "source"]].drop_duplicates(["model", "tensor", "bits"]))
              if not wide.empty else "Every tensor at the design's width.")
     return f"""## Precision
 
@@ -219,7 +381,7 @@ def _setups_section() -> str:
 A ratio is comparable only on its own setup. Each claim below is evaluated on the setup its paper
 records; where the paper leaves a value open, the last columns say what we chose.
 
-{md_table(pd.DataFrame(rows))}
+{_md_table(pd.DataFrame(rows))}
 """
 
 
@@ -231,7 +393,7 @@ def _geens_section(geens: pd.DataFrame, equal_area: pd.DataFrame | None, areas: 
     for costs, g in pre.groupby("costs", sort=False):
         lines.append(f"- with {costs}: {g.speedup_fused_vs_unfused.min():.2f}–{g.speedup_fused_vs_unfused.max():.2f}× "
                      f"over L = {', '.join(str(x) for x in g.seq_len)} (gap of the best to the published "
-                     f"{P[s.key]:g}×: {gap_text(float(g.speedup_fused_vs_unfused.max()), P[s.key])})")
+                     f"{P[s.key]:g}×: {_gap(float(g.speedup_fused_vs_unfused.max()), P[s.key])})")
     return f"""## Geens et al.'s claims on their own workload
 
 **Fusion over unfused, published {P[s.key]:g}× ("up to").** Evaluated on {s.model}, batch {s.batch}, {s.phase},
@@ -241,7 +403,7 @@ how MARCA's PEs cost nonlinear functions, so both are shown across their range:
 
 {chr(10).join(lines)}
 
-{md_table(geens)}
+{_md_table(geens)}
 
 {_equal_area_paragraph(equal_area, areas)}
 """
@@ -255,7 +417,7 @@ def _marca_area_line(areas: pd.DataFrame | None) -> str:
     total = a["total"]
     return (f"Their split is linear in area from MARCA's 222 mm² at 80% SRAM. Our area model (45 nm components, "
             f"`mambalaya arch show marca-original`) gives marca-original {total:.0f} mm² "
-            f"({gap_text(total, 222.0)} against 222 mm²), {a['on-chip buffer'] / total:.0%} of it SRAM and "
+            f"({_gap(total, 222.0)} against 222 mm²), {a['on-chip buffer'] / total:.0%} of it SRAM and "
             f"{a['2D-array PEs'] / total:.0%} PEs: at these component densities MARCA's 24 MiB and 8192 FP32 PEs are "
             "not an 80/20 split, so the swept designs are their model's, not re-derived from ours.")
 
@@ -266,7 +428,7 @@ def _equal_area_paragraph(rows: pd.DataFrame | None, areas: pd.DataFrame | None 
         return f"**Over MARCA at equal area, published {P[key]:g}×:** not run."
     best = best_splits(rows)
     lines = [f"- {b.variant}, L = {b.seq_len}: best split {b.best_memory_share:.0%} SRAM ({b.best_array} PEs, "
-             f"{b.best_sram_mib:.3g} MiB), {b.speedup:.2f}× over the MARCA point (gap {gap_text(b.speedup, P[key])})"
+             f"{b.best_sram_mib:.3g} MiB), {b.speedup:.2f}× over the MARCA point (gap {_gap(b.speedup, P[key])})"
              for b in best.itertuples()]
     shown = rows[rows.memory_share.isin([0.05, 0.2, 0.4, 0.6, 0.8, 0.9])][
         ["variant", "seq_len", "memory_share", "array", "sram_mib", "ms_per_token", "bound", "speedup_over_marca_point"]]
@@ -283,7 +445,7 @@ Their model leaves the SRAM's bandwidth unbounded; with marca-original's (an ass
 splits with little SRAM and many PEs become bound by it, and the gain shrinks. At L = 64 every split is
 bound by DRAM, so the split does not matter.
 
-{md_table(shown)}
+{_md_table(shown)}
 """
 
 
@@ -296,13 +458,13 @@ def _sensitivity_section(result) -> str:
     take = t["what_would_it_take"]
     swing = sens.assign(delta=(sens.ours - sens.base).abs()).sort_values("delta", ascending=False)
     top = swing.drop_duplicates("ratio").head(20)[["ratio", "assumption", "end", "value", "ours", "base"]]
-    figs = "\n".join(figure_markdown(cfg, p.stem, f"sensitivity of {p.stem.removeprefix('tornado_')}")
+    figs = "\n".join(_fig(cfg, p.stem, f"sensitivity of {p.stem.removeprefix('tornado_')}")
                      for p in result.figures if p.name.startswith("tornado_") and p.suffix == ".png")
     if not take.empty:
         heads = t["headlines"].assign(ratio=lambda d: d.model + ": " + d.key)[["ratio", "ours"]]
         shown = take.rename(columns={"ours": "ours (study L)"}).merge(
             heads.rename(columns={"ours": "ours (main grid)"}), on="ratio", how="left")
-        take_md = md_table(shown[["ratio", "published", "ours (main grid)", "ours (study L)", "verdict"]])
+        take_md = _md_table(shown[["ratio", "published", "ours (main grid)", "ours (study L)", "verdict"]])
     else:
         take_md = "No headline ratio is more than 25% from the published one."
     return f"""## Sensitivity: what each assumption does to each headline ratio
@@ -313,7 +475,7 @@ and on all three designs at once, and the headline ratios recomputed at L = {', 
 (a subset of the main grid, so the base values differ slightly from the tables above).
 The largest swing of each ratio:
 
-{md_table(top)}
+{_md_table(top)}
 
 ### What would it take
 
@@ -363,7 +525,7 @@ from that buffer in every step, so it can spend more energy than running unfused
 bytes; the energy-objective row shows what a mapping chosen for energy costs. With a banked buffer whose
 access costs a bank's energy (`energy.buffer_size_exponent: 0`), buffer energy is 7x lower.
 
-{md_table(shown)}
+{_md_table(shown)}
 
 {_equal_budget_paragraph(result)}
 """
@@ -402,9 +564,9 @@ CACTI-class SRAM densities. Control, interconnect and I/O are not modelled (`are
 are the components' areas, not a die's (the H100's is 814 mm²). {area_text} At equal power each design is held to
 its budget: a layer over it spreads its dynamic energy over the budget less its leakage.
 
-{md_table(pd.DataFrame(lines)) if lines else ""}
+{_md_table(pd.DataFrame(lines)) if lines else ""}
 
-{md_table(shown)}
+{_md_table(shown)}
 """
 
 
@@ -420,7 +582,7 @@ Each design's mapping as searched keeps the tensors that no tiled rank indexes (
 parameters) on chip when the buffer holds them; streamed, they would be read in every step. Below, the
 weight bytes the same groups and tiles read with every tensor streamed, and as searched. (`residency.csv`)
 
-{md_table(shown)}
+{_md_table(shown)}
 """
 
 
@@ -435,14 +597,14 @@ def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs:
     arch_table = ar[ar.field.isin(arch_keys)].pivot_table(index="field", columns="design", values="value", aggfunc="first").reset_index()
     src = ar[(ar.design == "mambalaya") & ar.field.isin(arch_keys)][["field", "unit", "source"]]
     sections = "\n".join(_model_section(result, details, m) for m in cfg.models)
-    e2e_fig = figure_markdown(cfg, "end_to_end", "end-to-end speedup per model, mean over L")
+    e2e_fig = _fig(cfg, "end_to_end", "end-to-end speedup per model, mean over L")
     md = f"""# Mambalaya reproduction report
 
 Generated by `mambalaya reproduce` (mambalaya {__version__}) on {_dt.date.today().isoformat()} in {result.seconds:.1f} s.
 Every number below comes from the tables in this folder (`*.csv`), which name their inputs; the
 mappings each design ran are in `mappings.json`.
 
-{headline_section(result, details)}
+{_headline_section(result, details)}
 ## Setup
 
 - **Workloads**: {', '.join(f"{m} ({PRESETS[m].n_layers} layers)" for m in cfg.models)} — the paper's 48-layer Mamba-1 and
@@ -458,11 +620,11 @@ mappings each design ran are in `mappings.json`.
 
 Architecture values used (`architectures.csv` has every field and its source):
 
-{md_table(arch_table)}
+{_md_table(arch_table)}
 
 Where the mambalaya values come from:
 
-{md_table(src)}
+{_md_table(src)}
 
 {_precision_section(result)}
 
@@ -470,9 +632,9 @@ Where the mambalaya values come from:
 
 {_geens_section(geens, t.get("geens_equal_area"), t.get("areas"))}
 
-{validation_section(result)}
+{_validation_section(result)}
 
-{units_section(result, details)}
+{_units_section(result, details)}
 
 {_sensitivity_section(result)}
 

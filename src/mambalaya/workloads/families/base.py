@@ -11,7 +11,7 @@ evaluated on the design, the whole model the sum over layers (:func:`is_hybrid`,
 
 :func:`family_inputs` gives a layer cascade every input besides ``X`` and the weights (the
 causal masks and rotary tables of attention, the chunked scans' constants, the incoming state)
-and :func:`~mambalaya.execute.family_layers.run_family_layer` runs one step of one layer, as
+and :func:`~mambalaya.execute.layers.run_family_layer` runs one step of one layer, as
 :func:`~mambalaya.execute.layers.run_hybrid_layer` does for Bamba.
 """
 

@@ -74,15 +74,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
                 f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s (mapping searched for {ev.objective})",
                 highlight=False,
             )
-            budget = t["power_budget_w"]
-            verdict = ("no power budget in the spec" if budget is None else
-                       f"OVER the {budget:g} W budget ({t['average_power_w'] / budget:.2f}x)" if t["over_power_budget"]
-                       else f"within the {budget:g} W budget")
-            node = (f"energies at {ev.arch.technology.node_nm:g} nm, leakage {t['leakage_w']:.3g} W included"
-                    if ev.arch.technology is not None else "energies as the spec gives them, no leakage (no technology section)")
-            throttled = (f"; held to the budget the layer takes {milliseconds(t['throttled_latency_s'])} ms"
-                         if t["over_power_budget"] else "")
-            out_console.print(f"average power {t['average_power_w']:.4g} W: {verdict} ({node}){throttled}", highlight=False)
+            out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer"), highlight=False)
         if ev.dram is not None:
             out_console.print(ev.dram.text(), highlight=False)
         if "area_mm2" in t:
@@ -98,6 +90,20 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print("note: the on-chip buffer's bandwidth is unbounded (the spec gives neither "
                               "memory.onchip_banks with memory.onchip_bank_port_bytes nor "
                               "memory.onchip_bandwidth_bytes_per_cycle), so no group is bound by it", highlight=False)
+
+
+def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:
+    """The average-power line: against the design's budget, at its node, and (over the budget)
+    the time ``what`` takes held to it (``totals[throttled_key]``)."""
+    budget = totals["power_budget_w"]
+    verdict = ("no power budget in the spec" if budget is None else
+               f"OVER the {budget:g} W budget ({totals['average_power_w'] / budget:.2f}x)" if totals["over_power_budget"]
+               else f"within the {budget:g} W budget")
+    node = (f"energies at {arch.technology.node_nm:g} nm, leakage {totals['leakage_w']:.3g} W included"
+            if arch.technology is not None else "energies as the spec gives them, no leakage (no technology section)")
+    throttled = (f"; held to the budget {what} takes {milliseconds(totals[throttled_key])} ms"
+                 if totals["over_power_budget"] else "")
+    return f"average power {totals['average_power_w']:.4g} W: {verdict} ({node}){throttled}"
 
 
 def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format, output: Path | None,
@@ -143,9 +149,16 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                           highlight=False)
         if dram is not None:
             out_console.print(dram.text(), highlight=False)
-        if hv.arch.energy is not None:  # said, not left out silently: the design has an energy section
-            out_console.print("energy: not computed for a hybrid model yet (docs/hybrid.md); single-layer-type "
-                              "models report it", highlight=False)
+        energy = hv.energy
+        if energy is not None:
+            t = hv.totals()
+            parts = ", ".join(f"{k} {v:.4g} J" for k, v in energy.by_component_j().items())
+            layers = "; ".join(f"{lt} layer {t[f'{lt}_layer_energy_j'] * 1e3:.4g} mJ x {ev.result.n_layers}"
+                               for lt, ev in hv.layers.items())
+            out_console.print(f"energy: model {energy.model_j:.4g} J ({parts}); {layers}; "
+                              f"{energy.per_token_j * 1e6:.4g} uJ/token; EDP {energy.edp_js:.4g} J*s", highlight=False)
+            out_console.print(power_text(hv.arch, t, throttled_key="throttled_model_latency_s", what="the model"),
+                              highlight=False)
 
 
 def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, baseline: str, fmt: Format,

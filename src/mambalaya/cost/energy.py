@@ -360,6 +360,79 @@ def layer_energy(arch: Any, cascade: Cascade, result: LayerLatency) -> LayerEner
                        result.positions, result.latency_s, static_w, arch.power_budget_w, einsums=rows)
 
 
+@dataclass(frozen=True)
+class ModelEnergy:
+    """A whole model's energy from one :class:`LayerEnergyTotals` per layer type (a Mamba model
+    has one; a hybrid one per layer type, each with its ``n_layers``). The layers run one after
+    another, so the model's energy and time are the sums over its layers; the power budget holds
+    at every moment, so each layer type is throttled on its own
+    (:attr:`LayerEnergyTotals.throttled_latency_s`) and the model's throttled time is their sum.
+    For one layer type every figure equals that type's own."""
+
+    parts: tuple[LayerEnergyTotals, ...]
+
+    def __post_init__(self) -> None:
+        if not self.parts:
+            raise ValueError("a model's energy needs at least one layer type")
+        first = self.parts[0]
+        if any((p.arch, p.batch, p.positions) != (first.arch, first.batch, first.positions) for p in self.parts):
+            raise ValueError("a model's layer types are on one design, at one batch and one number of positions")
+
+    @property
+    def model_j(self) -> float:
+        return sum(p.model_j for p in self.parts)
+
+    @property
+    def model_latency_s(self) -> float:
+        return sum(p.n_layers * p.latency_s for p in self.parts)
+
+    @property
+    def n_layers(self) -> int:
+        return sum(p.n_layers for p in self.parts)
+
+    @property
+    def per_token_j(self) -> float:
+        """Energy of the whole model per token processed (batch x positions per pass)."""
+        return self.model_j / (self.parts[0].batch * self.parts[0].positions)
+
+    @property
+    def average_power_w(self) -> float:
+        return self.model_j / self.model_latency_s if self.model_latency_s else 0.0
+
+    @property
+    def edp_js(self) -> float:
+        """Energy-delay product of one pass of the model (J x s)."""
+        return self.model_j * self.model_latency_s
+
+    @property
+    def leakage_w(self) -> float:
+        return self.parts[0].leakage_w
+
+    @property
+    def power_budget_w(self) -> float | None:
+        return self.parts[0].power_budget_w
+
+    @property
+    def over_power_budget(self) -> bool:
+        """Whether any layer type draws more than the budget on average (it is then throttled,
+        even where the model's average is within it)."""
+        budget = self.power_budget_w
+        return budget is not None and any(p.average_power_w > budget for p in self.parts)
+
+    @property
+    def throttled_model_latency_s(self) -> float:
+        return sum(p.n_layers * p.throttled_latency_s for p in self.parts)
+
+    def by_component_j(self) -> dict[str, float]:
+        """The model's energy by action (each layer type's one-layer breakdown times its layers)."""
+        out: dict[str, float] = {}
+        for p in self.parts:
+            if isinstance(p, LayerEnergy):
+                for key, joules in p.by_component_j().items():
+                    out[key] = out.get(key, 0.0) + p.n_layers * joules
+        return out
+
+
 def energy_rows(energy: LayerEnergy) -> list[dict[str, Any]]:
     """The per-Einsum energy table (pJ), plus a ``total`` row."""
     cols = ("dram_pj", "staging_pj", "buffer_pj", "register_pj", "mac_pj", "elementwise_pj", "mfu_pj", "leakage_pj")
@@ -375,6 +448,7 @@ def energy_rows(energy: LayerEnergy) -> list[dict[str, Any]]:
 
 __all__ = [
     "ENERGY_FIGURES",
+    "ModelEnergy",
     "PowerBudgetError",
     "check_budget_above_leakage",
     "EinsumActions",

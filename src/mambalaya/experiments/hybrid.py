@@ -27,6 +27,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.experiments.evaluate import (Evaluation, cached_layer, dram_use, evaluate_cascade, require_fits,
                                             resolve_policy)
 from mambalaya.cost.capacity import DramUse
+from mambalaya.cost.energy import ModelEnergy
 from mambalaya.workloads.families.base import scanned_layer_types
 from mambalaya.workloads.families.bamba import HybridConfig
 from mambalaya.workloads.precision import PrecisionPolicy
@@ -78,6 +79,26 @@ class HybridEvaluation:
         attention = [t for t in self.layers if t.split("-")[0] == "attention"]
         return sum(self.share_of_time(t) for t in attention) if attention else None
 
+    @property
+    def energy(self) -> ModelEnergy | None:
+        """The whole model's energy, every layer type's together (None when the design has no
+        energy section): :class:`~mambalaya.cost.energy.ModelEnergy`."""
+        if self.arch.energy is None:
+            return None
+        return ModelEnergy(tuple(ev.energy for ev in self.layers.values()))  # type: ignore[misc]
+
+    def energy_totals(self) -> dict[str, Any]:
+        """The model's energy figures, as a Mamba model's :meth:`Evaluation.totals` names them
+        (empty without an energy section); ``throttled_model_latency_s`` is the model held to the
+        power budget, each layer type throttled on its own."""
+        energy = self.energy
+        if energy is None:
+            return {}
+        return {"model_energy_j": energy.model_j, "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
+                "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
+                "over_power_budget": energy.over_power_budget, "leakage_w": energy.leakage_w,
+                "throttled_model_latency_s": energy.throttled_model_latency_s}
+
     def totals(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "model_latency_s": self.model_latency_s,
@@ -85,6 +106,7 @@ class HybridEvaluation:
             "tokens_per_s": self.tokens_per_s,
             "n_layers": self.config.n_layers,
             "attention_share": self.attention_share,
+            **self.energy_totals(),
         }
         for t, ev in self.layers.items():
             out[f"{t}_layers"] = ev.result.n_layers
@@ -92,6 +114,8 @@ class HybridEvaluation:
             out[f"{t}_mapping"] = ev.mapping.name
             out[f"{t}_cascade"] = ev.cascade.name
             out[f"{t}_share"] = self.share_of_time(t)
+            if self.arch.energy is not None:
+                out[f"{t}_layer_energy_j"] = ev.energy.layer_j  # type: ignore[union-attr]
         return out
 
 
@@ -183,6 +207,12 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
     }
     out.update({f"{t}_share": hv.share_of_time(t) for t in hv.layers})
     out["attention_share"] = hv.attention_share
+    energy = hv.energy
+    if energy is not None:  # per-layer figures are means over the model's layers, as latency_s is
+        out.update({"layer_energy_j": energy.model_j / hv.config.n_layers, "energy_per_token_j": energy.per_token_j,
+                    "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
+                    "over_power_budget": energy.over_power_budget,
+                    "throttled_latency_s": energy.throttled_model_latency_s / hv.config.n_layers})
     return out
 
 

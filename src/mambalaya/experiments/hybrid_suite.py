@@ -171,6 +171,15 @@ def _share(x: Any) -> str:
     return "-" if pd.isna(x) else f"{x:.1%}"
 
 
+def _energy_cell(row: Any, column: str, scale: float) -> str:
+    """A row's energy figure, scaled, marked where the design's power budget throttles it; "-"
+    for a design without an energy section."""
+    value = row.get(column)
+    if value is None or pd.isna(value):
+        return "-"
+    return _fmt(value * scale) + (" (over budget)" if column == "average_power_w" and row.get("over_power_budget") else "")
+
+
 def _capacity_lines(latency: pd.DataFrame) -> list[str]:
     """The report's paragraph on the points whose weights, states and KV cache exceed one
     device's off-chip memory (``devices_needed`` > 1): how many, and from which length on."""
@@ -230,12 +239,14 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         lines.append("")
         m = latency[latency["model"] == model]
         types = list(cfg.layer_counts())  # type: ignore[union-attr]
-        lines += ["Whole-model latency (s) per design, with the attention layers' share of it and the mappings "
+        lines += ["Whole-model latency (s), energy per token and average power (all layer types together) per design, with the attention layers' share of the time and the mappings "
                   f"({' / '.join(types)}):", "",
-                  "| phase | L | design | latency (s) | attention share | mappings | cascades |", "|---|---|---|---|---|---|---|"]
+                  "| phase | L | design | latency (s) | energy per token (uJ) | average power (W) | attention share "
+                  "| mappings | cascades |", "|---|---|---|---|---|---|---|---|---|"]
         for _, r in m.iterrows():
             over = f" † {int(r['devices_needed']):,} devices" if r.get("devices_needed", 1) > 1 else ""
             lines.append(f"| {r['phase']} | {r['seq_len']} | {r['arch']} | {_fmt(r['model_latency_s'])}{over} | "
+                         f"{_energy_cell(r, 'energy_per_token_j', 1e6)} | {_energy_cell(r, 'average_power_w', 1.0)} | "
                          f"{_share(r.get('attention_share', 0.0))} | "
                          + " / ".join(str(r.get(f"{t}_mapping", "-")) for t in types) + " | "
                          + ", ".join(str(r.get(f"{t}_cascade", "-")) for t in types) + " |")

@@ -61,6 +61,20 @@ def test_an_impossibly_fast_measurement_fails_the_command_naming_the_case(tmp_pa
     assert "too-fast" in out.output and "breaks a bound" in out.output
 
 
+def test_strict_fails_on_a_prediction_outside_the_band_and_names_it(tmp_path) -> None:
+    """A prediction within [0.5, 2] of its measurement passes --strict; one far from it (the same
+    case with a measurement 100x its prediction, above its speed of light) fails it, named; and
+    without --strict the count is reported and the command passes."""
+    case = validate(case_file(tmp_path)).results[0]
+    near = case_file(tmp_path, id="near", measured_ms=case.predicted_s * 1e3 * 1.5)
+    assert runner.invoke(app, ["validate", "--cases", str(near), "--strict"]).exit_code == 0
+    far = case_file(tmp_path, id="far-off", measured_ms=case.predicted_s * 1e3 * 100)
+    lenient = runner.invoke(app, ["validate", "--cases", str(far)])
+    assert lenient.exit_code == 0 and "outside [0.5, 2] of the measurement: 1" in lenient.output
+    strict = runner.invoke(app, ["validate", "--cases", str(far), "--strict"])
+    assert strict.exit_code == 1 and "far-off (0.01x)" in strict.output
+
+
 def test_validate_writes_its_table_and_figure(tmp_path) -> None:
     out = runner.invoke(app, ["validate", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output

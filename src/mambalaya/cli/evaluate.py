@@ -93,9 +93,11 @@ def validate_cmd(
     cases: Annotated[Optional[Path], typer.Option("--cases", help="A YAML file of measured cases (default: the shipped published measurements).")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write validation.csv and the predicted-vs-measured figure here.")] = None,
     fmt: FormatOpt = Format.table,
+    strict: Annotated[bool, typer.Option("--strict", help="Also exit 1 when a prediction is outside [0.5, 2] of its measurement.")] = False,
 ) -> None:
     """The model against published GPU kernel timings: each case predicted with the kernel's
-    own grouping, and its speed of light; exits 1 where a speed of light is above a measurement."""
+    own grouping, and its speed of light; exits 1 where a speed of light is above a measurement
+    (and, with --strict, where a prediction is outside [0.5, 2] of it)."""
     from mambalaya.experiments.validate import validate
 
     check_output_path(out, kind="directory", option="--out", inputs={"--cases": cases}, writes=VALIDATE_FILES)
@@ -112,7 +114,8 @@ def validate_cmd(
         out_console.print(rows_table(shown, f"published GPU measurements ({result.source}) against the model"))
         s = result.summary()
         out_console.print(f"{s['cases']} cases: predicted / measured median {s['median_ratio']:.3g}, worst "
-                          f"{s['worst_ratio']:.3g} ({s['worst_case']}); speed of light above the measurement: {s['violations']}")
+                          f"{s['worst_ratio']:.3g} ({s['worst_case']}); predictions outside [0.5, 2] of the measurement: "
+                          f"{s['outside_band']}; speed of light above the measurement: {s['violations']}")
         if result.sensitivity:
             out_console.print(rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
                                           "assumption at the ends of its range (the speed of light does not depend on them)"))
@@ -125,4 +128,9 @@ def validate_cmd(
     if result.violations:
         err_console.print("error: the speed of light is slower than the measured kernel in "
                           + ", ".join(r.case.id for r in result.violations) + ": the model breaks a bound it claims")
+        raise typer.Exit(1)
+    if strict and result.outside_band:
+        err_console.print(f"error (--strict): {len(result.outside_band)} of {len(result.results)} predictions are outside "
+                          "[0.5, 2] of their measurements: " + ", ".join(f"{r.case.id} ({r.ratio:.2g}x)"
+                                                                          for r in result.outside_band))
         raise typer.Exit(1)

@@ -11,8 +11,11 @@ A case (``data/validation/gpu-kernels.yaml``) is one measured kernel: its source
   (:func:`~mambalaya.arch.kernels.speed_of_light`).
 
 A speed of light above the measured time is impossible for a correct model: :attr:`Validation.violations`
-lists those cases and ``mambalaya validate`` exits non-zero. Nothing is fitted: the fractions
-come from microbenchmarks named in the spec's sources, the same for every case.
+lists those cases and ``mambalaya validate`` exits non-zero. A realistic prediction lands within
+:data:`PREDICTION_BAND` (a factor of 2 either way) of the measured kernel:
+:attr:`Validation.outside_band` lists the cases that do not, ``mambalaya validate`` reports
+their count, and ``mambalaya validate --strict`` exits non-zero on any. Nothing is fitted: the
+fractions come from microbenchmarks named in the spec's sources, the same for every case.
 """
 
 from __future__ import annotations
@@ -38,6 +41,11 @@ from mambalaya.workloads.blocks.mamba1 import SSM_REGION, parse_config
 from mambalaya.workloads.blocks.mamba2 import SSD_REGION, parse_mamba2_config
 
 _STRICT = SPEC_MODEL_CONFIG
+
+#: The band (predicted / measured) a realistic prediction lands in: within 2x of the measured
+#: kernel either way. The project's acceptance bound for predictions (issue 44), not a property
+#: of any kernel; the speed of light has its own, strict, bound (at or below the measurement).
+PREDICTION_BAND = (0.5, 2.0)
 #: A tuple field of a case file, written as a YAML list.
 _AS_TUPLE = BeforeValidator(list_as_tuple)
 
@@ -109,6 +117,12 @@ class Result:
         """A speed of light slower than the measured kernel."""
         return self.speed_of_light_s > self.measured_s
 
+    @property
+    def in_band(self) -> bool:
+        """The prediction within :data:`PREDICTION_BAND` of the measured kernel."""
+        low, high = PREDICTION_BAND
+        return low <= self.ratio <= high
+
 
 @dataclass(frozen=True)
 class Validation:
@@ -120,11 +134,17 @@ class Validation:
     def violations(self) -> tuple[Result, ...]:
         return tuple(r for r in self.results if r.violates)
 
+    @property
+    def outside_band(self) -> tuple[Result, ...]:
+        """The cases whose prediction is outside :data:`PREDICTION_BAND` of the measurement."""
+        return tuple(r for r in self.results if not r.in_band)
+
     def summary(self) -> dict[str, float]:
         ratios = [r.ratio for r in self.results]
         worst = max(self.results, key=lambda r: abs(r.ratio - 1) if r.ratio >= 1 else 1 / r.ratio - 1)
         return {"cases": len(ratios), "median_ratio": statistics.median(ratios), "worst_ratio": worst.ratio,
-                "worst_case": worst.case.id, "violations": len(self.violations)}
+                "worst_case": worst.case.id, "violations": len(self.violations),
+                "outside_band": len(self.outside_band)}
 
     def rows(self) -> list[dict]:
         return [{
@@ -133,7 +153,7 @@ class Validation:
             "measured_ms": r.measured_s * 1e3, "read": r.case.read, "uncertainty": r.case.uncertainty,
             "predicted_ms": r.predicted_s * 1e3, "ratio": r.ratio,
             "speed_of_light_ms": r.speed_of_light_s * 1e3, "sol_ratio": r.speed_of_light_ratio,
-            "sol_ok": not r.violates, "source": r.source_text, "assumed": r.case.assumed,
+            "sol_ok": not r.violates, "in_band": r.in_band, "source": r.source_text, "assumed": r.case.assumed,
         } for r in self.results]
 
 

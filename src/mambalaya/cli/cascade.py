@@ -42,10 +42,29 @@ from mambalaya.cli.common import (
 )
 
 
+def model_layer_count(cfg: object) -> int:
+    """Every layer of the model, the layers its parameter count sums over. The same as
+    ``n_layers`` except for a Gated DeltaNet model (the ``olmo-hybrid`` preset), whose
+    ``n_layers`` counts the ``linear_attention`` layers it builds while its parameters are the
+    whole model's, its ``full_attention`` layers and every MLP included."""
+    counts = getattr(cfg, "layer_counts", None)
+    return sum(counts().values()) if callable(counts) else cfg.n_layers  # type: ignore[attr-defined]
+
+
+def model_active_parameters(cfg: object) -> int:
+    """The weight elements one token's forward pass uses: a mixture-of-experts model's
+    ``active_parameters()`` (every weight but the experts its router does not pick:
+    :meth:`~mambalaya.workloads.families.jamba_granite.MoEHybridConfig.active_parameters`);
+    every parameter of a model without experts."""
+    active = getattr(cfg, "active_parameters", None)
+    return active() if callable(active) else cfg.model_parameters()  # type: ignore[attr-defined]
+
+
 @app.command("models")
 @user_errors
 def models_cmd(fmt: FormatOpt = Format.table) -> None:
-    """List the model presets with their configurations and parameter counts."""
+    """List the model presets with their configurations, parameter counts and, for a
+    mixture-of-experts model, the parameters one token uses (active)."""
     rows = []
     for name, cfg in PRESETS.items():
         shape = family_shape(cfg)
@@ -54,13 +73,14 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
                 "model": name,
                 "family": cfg.family,
                 "d_model": cfg.d_model,
-                "n_layers": cfg.n_layers,
+                "n_layers": model_layer_count(cfg),
                 "d_state": cfg.mamba_d_state if cfg.family in HYBRID_FAMILIES else cfg.d_state,
                 "expand": cfg.mamba_expand if cfg.family in HYBRID_FAMILIES else cfg.expand,
                 "d_conv": cfg.mamba_d_conv if cfg.family in HYBRID_FAMILIES else cfg.d_conv,
                 "shape": shape,
                 "vocab_size": cfg.vocab_size,
                 "parameters": cfg.model_parameters(),
+                "active_parameters": model_active_parameters(cfg),
             }
         )
     if fmt == Format.json:
@@ -68,7 +88,9 @@ def models_cmd(fmt: FormatOpt = Format.table) -> None:
     elif fmt == Format.csv:
         emit(rows_csv(rows), None)
     else:
-        out_console.print(rows_table(rows, "model presets (parameters: embedding + layers + final norm)"))
+        out_console.print(rows_table(rows, "model presets (n_layers: every layer of the model; parameters: embedding "
+                                           "+ layers + final norm; active_parameters: those one token uses, top-k of "
+                                           "a MoE layer's experts, all of a model without experts)"))
 
 
 @cascade_app.command("show")

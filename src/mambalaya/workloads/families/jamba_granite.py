@@ -2,13 +2,20 @@
 
 * **Jamba** (``JambaModel``): Mamba-1 mixers with RMSNorms on ``dt``, ``B`` and ``C``
   (``JambaMambaMixer``) and grouped-query attention without a position embedding
-  (``JambaAttention``), each followed by a dense gated MLP or a MoE block (softmax over all
-  experts, top-k of it, not renormalised: ``JambaTopKRouter``).
+  (``JambaAttention``, scores scaled by ``head_dim ** -0.5``), each followed by a dense gated
+  MLP or a MoE block (softmax over all experts, top-k of it, not renormalised:
+  ``JambaTopKRouter``).
 * **Granite 4 hybrid** (``GraniteMoeHybridModel``): Mamba-2 mixers (as Bamba's) and attention
   (rotary embedding only with ``position_embedding_type="rope"``; scores scaled by
   ``attention_multiplier``), each followed by a MoE block (top-k logits, softmax over them:
   ``GraniteMoeHybridTopKRouter``) plus an always-on shared MLP; both residual branches scaled
   by ``residual_multiplier``.
+
+Both attentions take their head width as ``getattr(config, "head_dim", hidden_size //
+num_attention_heads)`` (transformers 5.25, ``JambaAttention`` and ``GraniteMoeHybridAttention``),
+and Granite's rotary embedding rotates that many channels of a head: a ``head_dim`` in the
+config gives heads that are not ``hidden/heads`` wide (``q_proj`` then has ``heads*head_dim``
+outputs, not ``hidden``).
 
 A layer is one cascade (the mixer block, then the feed-forward block with its tensors prefixed
 ``FF_``, :func:`~mambalaya.einsum.compose.chain_cascades`). Layer types name both halves:
@@ -62,6 +69,9 @@ class MoEHybridConfig(BaseModel):
     shared_d_ff: PositiveInt | None = None  # Granite: shared_intermediate_size
     n_heads: PositiveInt
     n_kv_heads: PositiveInt
+    #: head_dim; None: hidden_size // num_attention_heads, the default both attentions take
+    #: (``getattr(config, "head_dim", config.hidden_size // config.num_attention_heads)``)
+    head_dim: PositiveInt | None = None
     rope: bool = False  # Granite: position_embedding_type == "rope"; Jamba: none
     rope_theta: float = Field(10000.0, gt=0)
     attention_multiplier: float | None = Field(None, gt=0)  # None: head_dim ** -0.5
@@ -118,7 +128,8 @@ class MoEHybridConfig(BaseModel):
 
     def attention(self) -> AttentionConfig:
         return AttentionConfig(d_model=self.d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads,
-                               rope_theta=self.rope_theta, partial_rotary_factor=1.0 if self.rope else 0.0,
+                               head_dim=self.head_dim, rope_theta=self.rope_theta,
+                               partial_rotary_factor=1.0 if self.rope else 0.0,
                                norm_eps=self.norm_eps)
 
     def mamba1(self) -> Mamba1Config:
@@ -152,10 +163,20 @@ class MoEHybridConfig(BaseModel):
         return n + self.mlp().layer_parameters()
 
     def model_parameters(self, *, active: bool = False) -> int:
-        """Embedding (and the LM head unless tied) + every layer + the final norm."""
+        """Embedding (and the LM head unless tied) + every layer + the final norm (``active``:
+        :meth:`active_parameters`)."""
         embed = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)
         layers = sum(n * self.layer_parameters(t, active=active) for t, n in self.layer_counts().items())
         return embed + layers + self.d_model
+
+    def active_parameters(self) -> int:
+        """The weight elements one token's forward pass uses: every weight of the model except
+        the ``n_experts - top_k`` experts a MoE layer's router does not pick for the token. So
+        the embedding, the LM head, every mixer, norm, router, dense MLP and Granite's shared MLP
+        count whole, and each MoE layer ``top_k`` of its experts. The embedding counts whole
+        although a token reads one row of it, as the model cards count it (jamba-v0.1: 12B
+        active of 52B; granite-4.0-h-tiny: 1B of 7B)."""
+        return self.model_parameters(active=True)
 
 
 def parse_moe_hybrid_config(data: dict, *, source: str = "model config") -> MoEHybridConfig:

@@ -55,8 +55,8 @@ INERT_FIELDS: dict[str, dict[str, str]] = {
     },
 }
 _READ = {
-    "jamba": set(JAMBA_DEFAULTS) | {"num_local_experts", "layers_block_type", "layer_types"},
-    "granitemoehybrid": set(GRANITE_DEFAULTS) | {"layers_block_type"},
+    "jamba": set(JAMBA_DEFAULTS) | {"num_local_experts", "layers_block_type", "layer_types", "head_dim"},
+    "granitemoehybrid": set(GRANITE_DEFAULTS) | {"layers_block_type", "head_dim"},
 }
 #: The transformers config class of each family this module reads.
 CONFIG_CLASSES = {"jamba": "JambaConfig", "granitemoehybrid": "GraniteMoeHybridConfig"}
@@ -80,6 +80,26 @@ def _listed_types(cfg: ConfigFile, key: str, n: int) -> tuple[str, ...] | None:
     if listed is not None and len(listed) != n:
         raise cfg.error(f"field {key} must list one layer type per layer ({n}), not {len(listed)}")
     return listed
+
+
+def _attention_heads(cfg: ConfigFile) -> dict[str, Any]:
+    """The attention's heads as both families' attention reads them (transformers 5.25,
+    ``JambaAttention`` and ``GraniteMoeHybridAttention``: ``self.head_dim = getattr(config,
+    "head_dim", config.hidden_size // config.num_attention_heads)``; neither config class
+    declares the field, so it is there only when config.json gives it). Given, it is the head
+    width whatever hidden_size is (a null fails transformers' ``nn.Linear``, so it is refused);
+    absent, the heads must divide hidden_size (transformers would floor the quotient)."""
+    heads, hidden = cfg.integer("num_attention_heads"), cfg.integer("hidden_size")
+    if cfg.has("head_dim"):
+        if cfg.value("head_dim") is None:
+            raise cfg.error("field head_dim is null: transformers' attention takes the field as it is when "
+                            "config.json has it and cannot size its projections with a null; leave it out for "
+                            "hidden_size // num_attention_heads")
+        return {"n_heads": heads, "head_dim": cfg.integer("head_dim")}
+    if hidden % heads:
+        raise cfg.error(f"field num_attention_heads = {heads} does not divide hidden_size = {hidden} (and no "
+                        "head_dim is given)")
+    return {"n_heads": heads}
 
 
 def _jamba(cfg: ConfigFile) -> dict[str, Any]:
@@ -106,15 +126,12 @@ def _jamba(cfg: ConfigFile) -> dict[str, Any]:
     top_k = cfg.integer("num_experts_per_tok")
     if any(moe) and top_k > experts:
         raise cfg.error(f"field num_experts_per_tok = {top_k} exceeds num_experts = {experts}")
-    heads, hidden = cfg.integer("num_attention_heads"), cfg.integer("hidden_size")
-    if hidden % heads:
-        raise cfg.error(f"field num_attention_heads = {heads} does not divide hidden_size = {hidden}")
     return {
-        "family": "jamba", "d_model": hidden,
+        "family": "jamba", "d_model": cfg.integer("hidden_size"),
         "layer_types": tuple(t + ("-moe" if m else "") for t, m in zip(mixers, moe)),
-        "d_ff": cfg.integer("intermediate_size"), "n_experts": experts, "top_k": top_k,
+        "d_ff": cfg.integer("intermediate_size"), "n_experts": experts, "top_k": top_k, **_attention_heads(cfg),
         # JambaConfig refuses a null num_key_value_heads (its field is a plain int): so does this reader
-        "n_heads": heads, "n_kv_heads": cfg.integer("num_key_value_heads"),
+        "n_kv_heads": cfg.integer("num_key_value_heads"),
         "mamba_d_state": cfg.integer("mamba_d_state"), "mamba_d_conv": cfg.integer("mamba_d_conv"),
         "mamba_expand": cfg.integer("mamba_expand"), "mamba_dt_rank": cfg.integer_or_auto("mamba_dt_rank"),
         "vocab_size": cfg.integer("vocab_size"), "tie_embeddings": cfg.boolean("tie_word_embeddings"),
@@ -138,9 +155,12 @@ def _granite(cfg: ConfigFile) -> dict[str, Any]:
                         "for 'rope' and none otherwise (None, 'nope')")
     theta = default_rope_theta(cfg)
     cfg.require_no_clamp("time_step_limit")
-    hidden, heads = cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
-    if hidden % heads:
-        raise cfg.error(f"field num_attention_heads = {heads} does not divide hidden_size = {hidden}")
+    hidden, attention = cfg.integer("hidden_size"), _attention_heads(cfg)
+    heads, head_dim = attention["n_heads"], attention.get("head_dim")
+    if head_dim is not None and head_dim > 4 and head_dim % 2:  # transformers' RotaryEmbeddingConfigMixin.validate_rope
+        raise cfg.error(f"field head_dim = {head_dim} is odd: transformers {TRANSFORMERS_VERSION}'s "
+                        "GraniteMoeHybridConfig refuses an odd head_dim above 4, whatever position_embedding_type "
+                        "says (it checks its rotary parameters, which it always sets, against whole heads)")
     expand, mheads = cfg.integer("mamba_expand"), cfg.integer("mamba_n_heads")
     if (expand * hidden) % mheads:
         raise cfg.error(f"field mamba_n_heads = {mheads} does not divide mamba_expand * hidden_size")
@@ -149,7 +169,7 @@ def _granite(cfg: ConfigFile) -> dict[str, Any]:
         "family": "granitemoehybrid", "d_model": hidden,
         "layer_types": tuple(t + ("-moe" if experts else "") for t in mixers),
         "d_ff": cfg.integer("intermediate_size"), "n_experts": experts, "top_k": top_k if experts else 0,
-        "shared_d_ff": cfg.integer("shared_intermediate_size"), "n_heads": heads,
+        "shared_d_ff": cfg.integer("shared_intermediate_size"), **attention,
         "n_kv_heads": cfg.integer_or("num_key_value_heads", heads),
         "rope": position == "rope", "rope_theta": theta,
         "attention_multiplier": cfg.positive_number("attention_multiplier"),

@@ -43,7 +43,7 @@ from mambalaya.workloads.hf.fields import (
 from mambalaya.workloads.hf.loader import WeightLoadError
 from mambalaya.workloads.hf.weights import load_mamba1_config
 from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_config
-from mambalaya.workloads.families.bamba import hybrid_config_from_hf, hybrid_layer, rope_from_hf
+from mambalaya.workloads.families.bamba import bamba_config_from_hf, hybrid_layer, rope_from_hf
 from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 
@@ -71,7 +71,7 @@ MAMBA2_BASE: dict[str, Any] = {"model_type": "mamba2", "hidden_size": 32, "num_h
 
 
 def _bamba_built(data: dict) -> tuple:
-    config = hybrid_config_from_hf(data)
+    config = bamba_config_from_hf(data)
     out: list[Any] = [config.model_parameters(), config.layer_types]
     for layer_type in config.layer_counts():
         for phase in ("prefill", "decode"):
@@ -249,7 +249,7 @@ def test_omitted_fields_read_as_the_class_defaults() -> None:
         declared = {f.name: f.default for f in dataclasses.fields(config_class)}
         for key, value in defaults.items():
             assert declared[key] == value, (config_class.__name__, key)
-    assert hybrid_config_from_hf({"model_type": "bamba"}) == hybrid_config_from_hf(BambaConfig().to_dict())
+    assert bamba_config_from_hf({"model_type": "bamba"}) == bamba_config_from_hf(BambaConfig().to_dict())
     assert load_mamba1_config({"model_type": "mamba"}) == load_mamba1_config(MambaConfig().to_dict())
     assert load_mamba2_config({"model_type": "mamba2"}) == load_mamba2_config(HFMamba2Config().to_dict())
     assert load_mamba2_config({"model_type": "mamba2"})["ngroups"] == 8  # transformers' default, not mamba_ssm's 1
@@ -292,7 +292,7 @@ def test_the_layer_pattern_is_the_one_transformers_builds(layers: dict) -> None:
     from transformers import BambaConfig
 
     built = BambaConfig(**{k: v for k, v in layers.items() if k != "layers_block_type"}).layers_block_type
-    ours = hybrid_config_from_hf({**BAMBA_BASE, **layers}).layer_types
+    ours = bamba_config_from_hf({**BAMBA_BASE, **layers}).layer_types
     assert list(ours) == ["attention" if t == "full_attention" else "mamba" for t in built]
 
 
@@ -315,10 +315,10 @@ def test_inert_bamba_fields_change_no_layer_in_transformers() -> None:
     assert set(BAMBA_INERT_CHANGES) | METADATA == set(BAMBA_FIELDS.inert)
     common = dict(layer_types=["mamba", "attention"], seq_len=5, n_decode=1, seed=7)
     reference = hf.run_hf_bamba(**common)
-    ours = hybrid_config_from_hf(reference["config"])
+    ours = bamba_config_from_hf(reference["config"])
     for field, value in BAMBA_INERT_CHANGES.items():
         changed = hf.run_hf_bamba(**common, **{field: value})
-        assert hybrid_config_from_hf({**reference["config"], field: value}) == ours, field
+        assert bamba_config_from_hf({**reference["config"], field: value}) == ours, field
         for a, b in zip(reference["layers"], changed["layers"]):
             for x, y in zip(a["outputs"], b["outputs"]):
                 np.testing.assert_array_equal(x, y, err_msg=field)

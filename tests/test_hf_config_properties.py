@@ -287,13 +287,13 @@ def test_wrong_types_are_refused_naming_the_field(tmp_path: Path, family: str, c
 
 
 def test_encoded_floats_in_a_dict_are_decoded_and_infinite_only_where_transformers_allows() -> None:
-    from mambalaya.workloads.families.bamba import hybrid_config_from_hf
+    from mambalaya.workloads.families.bamba import bamba_config_from_hf
     from mambalaya.workloads.families.nemotron_h import nemotron_h_config_from_hf
 
-    assert hybrid_config_from_hf(BASES["bamba"]).n_layers == 3
+    assert bamba_config_from_hf(BASES["bamba"]).n_layers == 3
     assert nemotron_h_config_from_hf(BASES["nemotron_h"]).n_layers == 4
     with pytest.raises(MambalayaError, match="field rms_norm_eps must be a positive finite number, not inf"):
-        hybrid_config_from_hf({**BASES["bamba"], "rms_norm_eps": INF})
+        bamba_config_from_hf({**BASES["bamba"], "rms_norm_eps": INF})
     with pytest.raises(MambalayaError, match="field time_step_limit"):  # a lower bound of -inf is no value
         nemotron_h_config_from_hf({**BASES["nemotron_h"], "time_step_limit": [INF, INF]})
     cfg = ConfigFile.of({"a": [0.0, {"__float__": "Infinity"}], "b": {"c": {"__float__": "-Infinity"}}}, "x")

@@ -34,13 +34,13 @@ def _from_dict(family: str) -> Callable[[dict], Any]:
     from mambalaya.workloads.hf.config_moe import moe_config_from_hf
     from mambalaya.workloads.hf.weights import load_mamba1_config
     from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_config
-    from mambalaya.workloads.families.bamba import hybrid_config_from_hf
+    from mambalaya.workloads.families.bamba import bamba_config_from_hf
     from mambalaya.workloads.blocks.mamba1 import Mamba1Config
     from mambalaya.workloads.blocks.mamba2 import Mamba2Config
 
     return {"mamba": lambda d: Mamba1Config(**load_mamba1_config(d)),
             "mamba2": lambda d: Mamba2Config(**load_mamba2_config(d)),
-            "bamba": hybrid_config_from_hf, "jamba": moe_config_from_hf,
+            "bamba": bamba_config_from_hf, "jamba": moe_config_from_hf,
             "granitemoehybrid": moe_config_from_hf}.get(family, family_config_from_hf)
 
 

@@ -349,7 +349,7 @@ from mambalaya.workloads.hf.loader import WeightLoadError  # noqa: E402
 from mambalaya.workloads.families.bamba import (  # noqa: E402
     PRESETS as HYBRID_PRESETS,
     PUBLISHED_PARAMETERS_B,
-    hybrid_config_from_hf,
+    bamba_config_from_hf,
     hybrid_layer,
 )
 from mambalaya.workloads.blocks.mamba2 import chunked_output_to_positions  # noqa: E402
@@ -362,7 +362,7 @@ def test_whole_bamba_layers_from_the_loader_match_transformers(bamba_reference: 
     """Each layer as one cascade (mixer then MLP), its config read from transformers'
     config.json and its weights through the loader core, equals transformers' decoder layer in
     prefill and in every decode step (state and KV cache carried), within 1e-5."""
-    config = hybrid_config_from_hf(bamba_reference["config"])
+    config = bamba_config_from_hf(bamba_reference["config"])
     assert config.layer_types == ("mamba", "attention", "attention")
     for k, layer in enumerate(bamba_reference["layers"]):
         weights = load_bamba_layer(bamba_reference["state_dict"], k, config)
@@ -410,25 +410,25 @@ def test_bamba_config_json_gives_the_preset_and_bad_fields_are_named() -> None:
             "mamba_n_heads": 128, "mamba_d_head": "auto", "mamba_d_state": 128, "mamba_n_groups": 1,
             "mamba_expand": 2, "mamba_d_conv": 4, "mamba_chunk_size": 256, "vocab_size": 128000,
             "tie_word_embeddings": False, "rms_norm_eps": 1e-5}
-    assert hybrid_config_from_hf(data) == HYBRID_PRESETS["bamba-9b"]
+    assert bamba_config_from_hf(data) == HYBRID_PRESETS["bamba-9b"]
     # transformers builds the pattern from attn_layer_indices and cannot set layers_block_type: a
     # list that agrees is accepted, one that does not is refused (it would be another model)
     agreeing = ["full_attention" if i in (9, 18, 27) else "linear_attention" for i in range(32)]
-    assert hybrid_config_from_hf({**data, "layers_block_type": agreeing}) == HYBRID_PRESETS["bamba-9b"]
+    assert bamba_config_from_hf({**data, "layers_block_type": agreeing}) == HYBRID_PRESETS["bamba-9b"]
     pattern = ["mamba"] * 9 + ["attention"] + ["mamba"] * 22
     with pytest.raises(SpecError, match=r"field layers_block_type lists 32 layers and makes layer 18 mamba, but "
                                         r"transformers .* attn_layer_indices = \[9, 18, 27\]"):
-        hybrid_config_from_hf({**data, "layers_block_type": pattern})
+        bamba_config_from_hf({**data, "layers_block_type": pattern})
     with pytest.raises(SpecError, match=r"field layers_block_type\[3\] is 'moe', not a layer type"):
-        hybrid_config_from_hf({**data, "layers_block_type": ["mamba"] * 3 + ["moe"] + ["mamba"] * 28})
+        bamba_config_from_hf({**data, "layers_block_type": ["mamba"] * 3 + ["moe"] + ["mamba"] * 28})
     with pytest.raises(SpecError, match="field num_attention_heads = 30 does not divide hidden_size = 4096"):
-        hybrid_config_from_hf({**data, "num_attention_heads": 30})
+        bamba_config_from_hf({**data, "num_attention_heads": 30})
     with pytest.raises(SpecError, match="field attn_layer_indices names layer 32, outside 0..31"):
-        hybrid_config_from_hf({**data, "attn_layer_indices": [9, 32]})
+        bamba_config_from_hf({**data, "attn_layer_indices": [9, 32]})
     with pytest.raises(SpecError, match="field mlp_bias is True"):
-        hybrid_config_from_hf({**data, "mlp_bias": True})
+        bamba_config_from_hf({**data, "mlp_bias": True})
     with pytest.raises(SpecError, match="field num_key_value_heads = 7 does not divide num_attention_heads = 32"):
-        hybrid_config_from_hf({**data, "num_key_value_heads": 7})
+        bamba_config_from_hf({**data, "num_key_value_heads": 7})
     # wrong types are one error naming the field, not a traceback
     for key, value, needle in (("hidden_size", "64", "field hidden_size must be a positive integer"),
                                ("mamba_expand", "2", "field mamba_expand must be a positive integer"),
@@ -438,7 +438,7 @@ def test_bamba_config_json_gives_the_preset_and_bad_fields_are_named() -> None:
                                ("rope_parameters", {"rope_type": "linear"}, "rope_type is 'linear'"),
                                ("mamba_d_head", 32, "mamba_n_heads \\* mamba_d_head = 4096 is not")):
         with pytest.raises(SpecError, match=needle):
-            hybrid_config_from_hf({**data, key: value})
+            bamba_config_from_hf({**data, key: value})
     # the chunked scan of a hybrid Mamba layer needs whole chunks (its MLP would count padding)
     with pytest.raises(SpecError, match="pads L = 100 to a multiple of the chunk size 256"):
         hybrid_layer(HYBRID_PRESETS["bamba-9b"], "mamba", batch=1, seq_len=100, scan="chunked")
@@ -446,7 +446,7 @@ def test_bamba_config_json_gives_the_preset_and_bad_fields_are_named() -> None:
 
 
 def test_bamba_loader_names_what_does_not_fit() -> None:
-    config = hybrid_config_from_hf({"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
+    config = bamba_config_from_hf({"hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4,
                                     "num_key_value_heads": 2, "intermediate_size": 24, "attn_layer_indices": [1],
                                     "mamba_n_heads": 4, "mamba_d_state": 4, "vocab_size": 8})
     rng = np.random.default_rng(0)

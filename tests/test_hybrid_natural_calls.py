@@ -18,7 +18,7 @@ from mambalaya.errors import SpecError
 from mambalaya.execute.layers import run_hybrid_layer
 from mambalaya.workloads.blocks.attention import attention_constants, cache_from_hf, rotary_tables
 from mambalaya.workloads.hf.weights_bamba import load_bamba_layer
-from mambalaya.workloads.families.bamba import HybridConfig, hybrid_config_from_hf, hybrid_inputs, hybrid_layer
+from mambalaya.workloads.families.bamba import HybridConfig, bamba_config_from_hf, hybrid_inputs, hybrid_layer
 
 requires_hf = pytest.mark.skipif(
     importlib.util.find_spec("torch") is None or importlib.util.find_spec("transformers") is None,
@@ -51,7 +51,7 @@ def test_partial_rotary_and_explicit_head_dim_match_transformers(partial_rotary_
     state it returns) equals transformers' decoder layer within 1e-5, and the KV cache it
     carries equals transformers' after every step."""
     ref = partial_rotary_reference
-    config = hybrid_config_from_hf(ref["config"])
+    config = bamba_config_from_hf(ref["config"])
     att = config.attention()
     assert (att.head_channels, att.rotary_dim, att.rope_theta, config.norm_eps) == (24, 6, 1000.0, 1e-4)
     for k, layer in enumerate(ref["layers"]):

@@ -21,7 +21,7 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from mambalaya.errors import ExecutionError
+from mambalaya.errors import ExecutionError, SpecError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import (
     Access,
@@ -486,8 +486,17 @@ def carry_states(cascade: Cascade, results: Mapping[str, np.ndarray]) -> dict[st
     """The incoming-state arrays of the next step, from a run's outgoing states.
 
     Each tensor with ``updates: S`` gives state ``S``; ranks of size 1 that ``S`` lacks are
-    dropped (the decode step's ``H[b,i,e,n]`` with ``I=1`` becomes ``H0[b,e,n]``).
+    dropped (the decode step's ``H[b,i,e,n]`` with ``I=1`` becomes ``H0[b,e,n]``). A layer
+    whose recurrent scan (its ``ssm`` region, as the Mamba and Gated DeltaNet builders mark it)
+    carries no state out was built without ``state_io``: asking it for its states is a
+    SpecError saying so, not an empty result.
     """
+    if "ssm" in cascade.regions and not any(spec.updates for spec in cascade.tensors.values()):
+        raise SpecError(
+            f"cascade {cascade.name!r} runs a recurrent scan but carries no state out: it was built without state_io, "
+            "so it writes no final recurrent or conv states (HN, CS*N) for a next step to continue from; build the "
+            "prefill with state_io=True (build_layer(..., state_io=True), gdn_layer(..., state_io=True), "
+            "mamba2_layer(..., state_io=True)) to hand its states to decode")
     out: dict[str, np.ndarray] = {}
     for t, spec in cascade.tensors.items():
         if spec.updates is None:

@@ -16,12 +16,13 @@ from mambalaya.workloads.blocks.mamba2 import PRESETS as MAMBA2_PRESETS
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer, parse_mamba2_config
 from mambalaya.workloads.blocks.gated_deltanet import PRESETS as GDN_PRESETS
 from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_layer, parse_gdn_config
+from mambalaya.workloads.blocks.gated_deltanet import check_chunk_size_form
 from mambalaya.workloads.families.bamba import PRESETS as HYBRID_PRESETS
-from mambalaya.workloads.families.bamba import HybridConfig, hybrid_config_from_hf, hybrid_layer, parse_hybrid_config
+from mambalaya.workloads.families.bamba import HybridConfig, hybrid_layer, parse_hybrid_config
 from mambalaya.workloads.families.jamba_granite import MOE_FAMILIES, MOE_PRESETS, MoEHybridConfig, moe_family_layer
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 from mambalaya.workloads.families.base import FamilyModel, build_family_layer
-from mambalaya.workloads.families.dense import FAMILY_PRESETS, family_config_from_hf
+from mambalaya.workloads.families.dense import FAMILY_PRESETS, family_config_from_hf, hybrid_config_from_hf
 
 ModelConfig = Union[Mamba1Config, Mamba2Config, HybridConfig, GatedDeltaNetConfig, MoEHybridConfig, FamilyModel]
 #: Families whose models interleave layer types (evaluated per layer type), besides the dense
@@ -44,23 +45,12 @@ def load_model_config(path: str | Path) -> ModelConfig:
     data = parse_document_text(text, source=str(path), json_document=path.suffix == ".json")
     if not isinstance(data, dict):
         raise SpecError("a model config is a mapping of fields to values", source=str(path))
-    if data.get("family") == "bamba":
-        return parse_hybrid_config(data, source=str(path))
-    if data.get("model_type") == "bamba":
-        return hybrid_config_from_hf(data, source=str(path))
-    if data.get("family") in MOE_FAMILIES:
-        from mambalaya.workloads.families.jamba_granite import parse_moe_hybrid_config
-
-        return parse_moe_hybrid_config(data, source=str(path))
-    if data.get("model_type") in MOE_FAMILIES:
-        from mambalaya.workloads.hf.config_moe import moe_config_from_hf
-
-        return moe_config_from_hf(data, source=str(path))
-    if data.get("family") == "gated_deltanet":
-        return parse_gdn_config(data, source=str(path))
-    family = family_config_from_hf(data, source=str(path))
-    if family is not None:
-        return family
+    own = _own_fields_reader(data)
+    if own is not None:  # mambalaya's own fields, naming their family
+        return own(data, source=str(path))
+    hybrid = family_config_from_hf(data, source=str(path))  # a hybrid family's config.json, by model_type
+    if hybrid is not None:
+        return hybrid
     if _is_mamba2(data):
         if "d_model" not in data or "ssm_cfg" in data:
             from mambalaya.workloads.hf.weights_mamba2 import load_mamba2_config
@@ -73,6 +63,21 @@ def load_model_config(path: str | Path) -> ModelConfig:
 
         data = _converted(load_mamba1_config, data, path)
     return parse_config(data, source=str(path))
+
+
+def _own_fields_reader(data: dict):
+    """The parser of a config in mambalaya's own fields for the hybrid and Gated DeltaNet
+    families, by its ``family`` (None for another config). A config that names both a
+    ``family`` and a transformers ``model_type`` is read by its family's parser, which refuses
+    ``model_type`` as a field it does not have."""
+    family = data.get("family")
+    if family == "bamba":
+        return parse_hybrid_config
+    if family in MOE_FAMILIES:
+        from mambalaya.workloads.families.jamba_granite import parse_moe_hybrid_config
+
+        return parse_moe_hybrid_config
+    return parse_gdn_config if family == "gated_deltanet" else None
 
 
 def _converted(loader, data: dict, path: Path) -> dict:
@@ -120,6 +125,7 @@ def build_layer(
     precision: "str | PrecisionPolicy | None" = None,
     layer_type: str | None = None,
     softmax: str = "three-pass",
+    chunk_size: int | None = None,
 ) -> Cascade:
     """One layer of ``model`` as a cascade.
 
@@ -133,7 +139,14 @@ def build_layer(
     delta rule, the default in prefill) and ``recurrent`` (:mod:`~mambalaya.workloads.blocks.gated_deltanet`).
     ``precision`` (a policy name, file or :class:`PrecisionPolicy`) sets each tensor's width,
     ``design`` widths being ``bits``; without it every tensor is ``bits`` wide (``uniform``).
+
+    ``chunk_size`` sets the chunk length of a Gated DeltaNet layer's chunked form (a
+    ``gated_deltanet`` model, or the ``gdn`` layers of an OLMo-Hybrid model) in place of its
+    config's ``chunk_size`` (default 64, transformers'); it is refused by name for a layer or
+    form without those chunks.
     """
+    if chunk_size is not None:
+        model = _with_gdn_chunk_size(model, chunk_size, phase=phase, scan=scan, layer_type=layer_type)
     if isinstance(model, MoEHybridConfig):
         if layer_type is None or layer_type not in model.layer_counts():
             raise SpecError(f"a {model.family} model has layers of types {', '.join(model.layer_counts())}; name the "
@@ -178,5 +191,25 @@ def build_layer(
     return apply_policy(cascade, precision, bits, family=model.family)
 
 
+def _with_gdn_chunk_size(model: ModelConfig, chunk_size: int, *, phase: str, scan: str | None,
+                         layer_type: str | None) -> ModelConfig:
+    """``model`` with its Gated DeltaNet chunk length set to ``chunk_size`` (the ``chunk_size``
+    of :func:`build_layer`), checked against the layer and form it would set."""
+    form = scan or ("chunked" if phase == "prefill" else "recurrent")  # build_layer's default form
+    if isinstance(model, GatedDeltaNetConfig):
+        return model.with_chunk_size(check_chunk_size_form(chunk_size, scan=form, phase=phase))
+    mixer = getattr(model, "mixer", None)
+    if isinstance(model, FamilyModel) and isinstance(mixer, GatedDeltaNetConfig):  # OLMo-Hybrid's gdn layers
+        model.check_layer_type(layer_type)
+        if layer_type not in model.SCANNED:
+            raise SpecError(f"chunk_size sets the chunk length of the Gated DeltaNet layers' chunked form "
+                            f"({', '.join(model.SCANNED)}); the {layer_type} layers have none; leave chunk_size out")
+        size = check_chunk_size_form(chunk_size, scan=form, phase=phase)
+        return model.model_copy(update={"mixer": mixer.with_chunk_size(size)})
+    raise SpecError(f"chunk_size sets the chunk length of a Gated DeltaNet layer's chunked form; a "
+                    f"{getattr(model, 'family', type(model).__name__)} model has no Gated DeltaNet layer (a Mamba-2 "
+                    "layer's chunk length is its config's chunk_size, mamba_chunk_size in a hybrid model)")
+
+
 __all__ = ["HYBRID_FAMILIES", "PRESETS", "SCANS", "MoEHybridConfig", "GatedDeltaNetConfig", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
-           "load_model_config", "resolve_model"]
+           "hybrid_config_from_hf", "load_model_config", "resolve_model"]

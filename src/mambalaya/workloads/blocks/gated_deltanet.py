@@ -82,6 +82,9 @@ from mambalaya.workloads.checks import check_layer_args, validated_config
 from mambalaya.workloads.blocks.masks import causal_mask
 
 LINEAR, FULL = "linear_attention", "full_attention"
+#: transformers 5.25's ``torch_chunk_gated_delta_rule(..., chunk_size=64)`` (see
+#: :attr:`GatedDeltaNetConfig.chunk_size`).
+DEFAULT_CHUNK_SIZE = 64
 
 
 class GatedDeltaNetConfig(BaseModel):
@@ -101,8 +104,12 @@ class GatedDeltaNetConfig(BaseModel):
     k_head_dim: PositiveInt
     v_head_dim: PositiveInt
     d_conv: PositiveInt = 4
-    #: transformers' torch_chunk_gated_delta_rule default (the layer does not pass another).
-    chunk_size: PositiveInt = 64
+    #: The chunked (WY/UT) form's chunk length: transformers 5.25's ``torch_chunk_gated_delta_rule``
+    #: default (``chunk_size: int = 64``, models/olmo_hybrid/modeling_olmo_hybrid.py), which
+    #: ``OlmoHybridGatedDeltaNet.forward`` calls without another; OlmoHybridConfig has no field
+    #: for it. A setting here (:meth:`with_chunk_size`; ``chunk_size=`` of :func:`gdn_layer` and
+    #: :func:`~mambalaya.workloads.build_layer`): the outputs and states do not depend on it.
+    chunk_size: PositiveInt = DEFAULT_CHUNK_SIZE
     #: 2 when linear_allow_neg_eigval (OLMo-Hybrid's default), 1 otherwise (Qwen3-Next).
     beta_scale: float = Field(2.0, gt=0)
     norm_eps: float = Field(1e-6, gt=0)
@@ -128,6 +135,11 @@ class GatedDeltaNetConfig(BaseModel):
         if LINEAR not in self.layer_types:
             raise ValueError("layer_types has no 'linear_attention' layer, the layer this family models")
         return self
+
+    def with_chunk_size(self, chunk_size: int) -> "GatedDeltaNetConfig":
+        """This config with the chunked form's chunk length ``chunk_size``; a SpecError naming
+        ``chunk_size`` unless it is a positive integer."""
+        return self.model_copy(update={"chunk_size": checked_chunk_size(chunk_size)})
 
     @property
     def n_layers(self) -> int:
@@ -189,6 +201,29 @@ class GatedDeltaNetConfig(BaseModel):
         counts = self.layer_counts()
         layers = counts.get(LINEAR, 0) * self.layer_parameters() + counts.get(FULL, 0) * self.attention_parameters()
         return embed + layers + len(self.layer_types) * self.mlp_parameters() + self.d_model
+
+
+def checked_chunk_size(chunk_size: object) -> int:
+    """``chunk_size`` as an int if it is a positive integer, else one SpecError naming it."""
+    if isinstance(chunk_size, bool) or not isinstance(chunk_size, (int, np.integer)) or chunk_size < 1:
+        raise SpecError(f"chunk_size, the Gated DeltaNet chunked form's chunk length, must be a positive integer, not "
+                        f"{chunk_size!r} (the default is transformers' {DEFAULT_CHUNK_SIZE})")
+    return int(chunk_size)
+
+
+def check_chunk_size_form(chunk_size: object, *, scan: str, phase: str) -> int:
+    """A ``chunk_size`` build argument checked against the form it would set: a positive
+    integer (:func:`checked_chunk_size`), for the chunked form of a prefill; one SpecError
+    naming ``chunk_size`` otherwise, as the recurrent form and a decode step have no chunks."""
+    size = checked_chunk_size(chunk_size)
+    if phase == "decode":
+        raise SpecError(f"chunk_size = {size} sets the chunk length of the chunked form, but a decode step (I = 1) "
+                        "runs the recurrent form, which has no chunks; leave chunk_size out")
+    if scan != "chunked":
+        raise SpecError(f"chunk_size = {size} sets the chunk length of the chunked form (scan='chunked'), but this "
+                        f"prefill runs the {scan} form, which has no chunks; leave chunk_size out or use "
+                        "scan='chunked'")
+    return size
 
 
 def parse_gdn_config(data: dict, *, source: str = "model config") -> GatedDeltaNetConfig:
@@ -369,16 +404,21 @@ CHUNK_REGION: tuple[str, ...] = ("ACS", "LD", "DO", "DC", "CD", "KK", "QK", "AS"
 
 
 def gdn_layer(config: GatedDeltaNetConfig, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
-              state_io: bool | None = None, scan: str = "recurrent", name: str | None = None) -> Cascade:
+              state_io: bool | None = None, scan: str = "recurrent", name: str | None = None,
+              chunk_size: int | None = None) -> Cascade:
     """One Gated DeltaNet block as a cascade (arguments as
     :func:`~mambalaya.workloads.blocks.mamba2.mamba2_layer`): ``scan="chunked"`` is the WY/UT chunked
-    form with chunks of ``config.chunk_size`` (prefill only; its ``XO`` is ``[B,C,Q,D]``),
-    ``scan="recurrent"`` the per-position delta rule (the decode form)."""
+    form with chunks of ``chunk_size`` (default ``config.chunk_size``; prefill only; its ``XO`` is
+    ``[B,C,Q,D]``), ``scan="recurrent"`` the per-position delta rule (the decode form), which
+    takes no ``chunk_size``. Without ``state_io`` a prefill writes no final states (``HN``,
+    ``CS*N``): build it with ``state_io=True`` to continue from it."""
     if scan not in ("recurrent", "chunked"):
         raise SpecError(f"scan must be 'recurrent' or 'chunked', not {scan!r}")
     check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
     if phase == "decode" and scan == "chunked":
         raise SpecError("a decode step (I = 1) uses the recurrent scan; scan='chunked' is for prefill")
+    if chunk_size is not None:
+        config = config.with_chunk_size(check_chunk_size_form(chunk_size, scan=scan, phase=phase))
     positions = 1 if phase == "decode" else seq_len
     with_state = phase == "decode" if state_io is None else state_io
     if phase == "decode" and not with_state:
@@ -460,5 +500,6 @@ def gdn_constants(cascade: Cascade) -> dict[str, np.ndarray]:
     return {"LM": causal_mask(q, s), "SL": np.tril(np.ones((q, s)), k=-1), "EYE": np.eye(q, s)}
 
 
-__all__ = ["CONSTANTS", "FRONT", "PRESETS", "SCAN_CHUNKED", "SCAN_RECURRENT", "WEIGHTS", "GatedDeltaNetConfig",
-           "gdn_constants", "gdn_layer", "parse_gdn_config"]
+__all__ = ["CONSTANTS", "DEFAULT_CHUNK_SIZE", "FRONT", "PRESETS", "SCAN_CHUNKED", "SCAN_RECURRENT", "WEIGHTS",
+           "GatedDeltaNetConfig", "check_chunk_size_form", "checked_chunk_size", "gdn_constants", "gdn_layer",
+           "parse_gdn_config"]

@@ -8,12 +8,14 @@ or grouped-query attention with a partial rotary embedding (``BambaAttention``:
 one cascade (:func:`~mambalaya.einsum.compose.chain_cascades`: the mixer block, then the MLP
 block with its tensors prefixed ``FF_``), so fusion may cross from the mixer into the MLP.
 
-A transformers ``config.json`` is read as transformers' ``BambaConfig`` reads it
-(:func:`hybrid_config_from_hf`): the layer pattern from ``attn_layer_indices`` with
+A transformers Bamba ``config.json`` is read as transformers' ``BambaConfig`` reads it
+(:func:`bamba_config_from_hf`): the layer pattern from ``attn_layer_indices`` with
 ``num_hidden_layers``, the rotary embedding from ``rope_parameters`` (theta and the rotated
 fraction of each head), an explicit ``head_dim``, and every other field either read, checked to
 be one mambalaya models, or listed as unable to change a layer
 (:data:`~mambalaya.workloads.hf.fields.BAMBA_FIELDS`).
+:func:`~mambalaya.workloads.families.dense.hybrid_config_from_hf` reads the config.json of any
+hybrid family, dispatching on its ``model_type`` to that family's reader.
 """
 
 from __future__ import annotations
@@ -193,16 +195,18 @@ def rope_from_hf(data: dict | ConfigFile, *, source: str = "config.json") -> tup
     return theta, fraction
 
 
-def hybrid_config_from_hf(data: dict, *, source: str = "config.json") -> HybridConfig:
+def bamba_config_from_hf(data: dict, *, source: str = "config.json") -> HybridConfig:
     """A :class:`HybridConfig` from a transformers Bamba ``config.json`` (as a dict), read as
     transformers' BambaConfig reads it: an omitted field takes BambaConfig's default, and every
     field is read, checked to be one mambalaya models, or one that cannot change a layer
     (:data:`~mambalaya.workloads.hf.fields.BAMBA_FIELDS`). Every field is read by type
     (:class:`~mambalaya.workloads.hf.config.ConfigFile`); every problem is one SpecError naming
-    the config.json field."""
+    the config.json field. (:func:`~mambalaya.workloads.families.dense.hybrid_config_from_hf`
+    reads a config.json of any hybrid family, this one's included.)"""
     cfg = ConfigFile.of(data, source, defaults=BAMBA_DEFAULTS, what="Bamba")
     if cfg.value("model_type") not in (None, "bamba"):
-        raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; the hybrid family modelled is 'bamba'")
+        raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; the Bamba reader reads 'bamba' configs "
+                        "(hybrid_config_from_hf reads every hybrid family's)")
     problem = BAMBA_FIELDS.problem(cfg.data)
     if problem:
         raise cfg.error(problem)
@@ -394,7 +398,7 @@ __all__ = ["layer_length",
     "PRESETS",
     "PUBLISHED_PARAMETERS_B",
     "HybridConfig",
-    "hybrid_config_from_hf",
+    "bamba_config_from_hf",
     "hybrid_inputs",
     "hybrid_layer",
     "hybrid_weights",

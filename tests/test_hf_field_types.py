@@ -23,7 +23,7 @@ INERT_FIELDS: dict[str, set[str]] = {
     "BambaConfig": set(hf_fields.BAMBA_FIELDS.inert),
     "FalconH1Config": set(falcon_h1.INERT),
     "Zamba2Config": set(zamba2.INERT),
-    "NemotronHConfig": set(nemotron_h.INERT),
+    "NemotronHConfig": set(nemotron_h.INERT) | set(nemotron_h.MOE_FIELDS),  # MoE fields: inert in dense configs
     "OlmoHybridConfig": set(olmo_hybrid.INERT),
     **{cls: set(hf_config_moe.INERT_FIELDS[family]) | set(hf_fields.TRANSFORMERS_COMMON_INERT)
        for family, cls in hf_config_moe.CONFIG_CLASSES.items()},

@@ -25,27 +25,42 @@ scales the input or output of a linear map by a constant, so the loader
 (:func:`~mambalaya.workloads.hf.weights_families.load_falcon_h1_layer`) folds each into the
 weight it scales (exactly, as a deployed kernel does) and the cascade spends no operation on
 them. ``embedding_multiplier`` and ``lm_head_multiplier`` act outside the layers (the evaluation
-excludes embedding and LM head). ``mamba_rms_norm`` (off by default) puts the mixer's gated
-RMSNorm (norm after the gate) before ``out_proj``; without it the gated output goes straight to
-``out_proj``; the norm-before-gate variant is refused.
+excludes embedding and LM head). The model holds them (:class:`FalconH1Multipliers`, read from
+the config.json with the rest), so the loader finds them in the config as the other families'
+loaders find what they need.
+
+**The mixer's gated RMSNorm.** ``mamba_rms_norm`` (off by default) puts transformers'
+``FalconH1RMSNormGated`` before ``out_proj``: an RMSNorm over each of the ``mamba_n_groups``
+groups of ``mamba_d_ssm / mamba_n_groups`` channels (``hidden_states.view(..., n_groups,
+dim // n_groups)``; in the cascade a group's ``R*P`` channels), with weight ``WGN``, and the gate
+``silu(z)`` applied after the norm when ``mamba_norm_before_gate`` (FalconH1Config's default:
+``YN = YD * RG * WGN * GZ`` with ``SG`` the squares of the ungated ``YD``; tensor ``YG`` is
+dropped) or before it otherwise (the Mamba-2 block's tail: ``YG = YD * GZ``, then the norm of
+``YG``). Without the norm the gated output ``YG`` goes straight to ``out_proj``.
+
+**The Mamba width.** ``mamba_d_ssm`` is its own field (``FalconH1Mixer.intermediate_size``;
+``mamba_expand * hidden_size`` only when it is null), not necessarily a multiple of the hidden
+size: the mixer is a :class:`FalconH1MixerConfig`, the Mamba-2 block with
+``d_inner = mamba_d_ssm``.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Annotated, Any, ClassVar, Literal
 
-from pydantic import BeforeValidator, Field, PositiveInt, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, PositiveInt, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
-from mambalaya.specio import list_as_tuple
+from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 from mambalaya.workloads.blocks.attention import AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import chunk_padding_free_form
 from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel, check_known_fields
-from mambalaya.workloads.hf.config import ConfigFile, default_rope_theta, shown
+from mambalaya.workloads.hf.config import MAX_SIZE, ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 
@@ -80,13 +95,71 @@ ATTENTION_ONLINE = ("AMR[b,i,t,y,v] = max(AMR[b,i,t-1,y,v], ASC[b,i,t,y,v])",
            "ALR[b,i,t,y,v] = ALR[b,i,t-1,y,v]*ACF[b,i,t,y,v] + APE[b,i,t,y,v]",
            "AOR[b,i,t,y,v,e] = AOR[b,i,t-1,y,v,e]*ACF[b,i,t,y,v] + APE[b,i,t,y,v]*AV[b,{t},y,e]",
            "AAO[b,i,y,v,e] = AOR[b,i,T-1,y,v,e]/ALR[b,i,T-1,y,v]")
+#: The mixer's gated RMSNorm with the gate after the norm (``mamba_norm_before_gate``,
+#: transformers' ``FalconH1RMSNormGated``): the squares of the ungated scan output ``YD``, then
+#: ``YD`` normalised, weighted and gated in one Einsum; they replace the Mamba-2 tail's ``SG``
+#: and ``YN`` in place (its ``RG`` reads the new ``SG``; ``YG`` is dropped). ``{o}``: the
+#: output's position indices.
+NORM_BEFORE_GATE_TAIL = ("SG[b,{o},g] = YD[b,{o},g,r,p]*YD[b,{o},g,r,p]",
+                         "YN[b,{o},g,r,p] = YD[b,{o},g,r,p]*RG[b,{o},g]*WGN[g,r,p]*GZ[b,{o},g,r,p]")
 ATTENTION_REGIONS = {"three-pass": ("ASC", "AMX", "AEX", "ASM", "APR", "AAO"),
            "online": ("ASC", "AMR", "ACF", "APE", "ALR", "AOR", "AAO")}
 
 
+#: The list multipliers (finite numbers, as every number of a strict model), which a YAML or
+#: JSON document spells as lists.
+_Pair = Annotated[tuple[float, float], BeforeValidator(list_as_tuple)]
+_Five = Annotated[tuple[float, float, float, float, float], BeforeValidator(list_as_tuple)]
+
+
+class FalconH1Multipliers(BaseModel):
+    """The multipliers of a Falcon-H1 config.json, under transformers' names, each
+    ``FalconH1Config``'s default (1) where absent: what the weight loader folds into the weights
+    (:func:`~mambalaya.workloads.hf.weights_families.load_falcon_h1_layer`). They scale weights
+    by constants, so no count and no cost depends on them. ``mlp_multipliers`` is (gate, down);
+    ``ssm_multipliers`` is (z, x, B, C, dt), the blocks of ``in_proj``'s rows."""
+
+    model_config = SPEC_MODEL_CONFIG
+
+    lm_head_multiplier: float = 1.0
+    embedding_multiplier: float = 1.0
+    mlp_multipliers: _Pair = (1.0, 1.0)
+    key_multiplier: float = 1.0
+    attention_out_multiplier: float = 1.0
+    attention_in_multiplier: float = 1.0
+    ssm_multipliers: _Five = (1.0, 1.0, 1.0, 1.0, 1.0)
+    ssm_in_multiplier: float = 1.0
+    ssm_out_multiplier: float = 1.0
+
+
+class FalconH1MixerConfig(Mamba2Config):
+    """The Mamba-2 block of a Falcon-H1 layer: :class:`~mambalaya.workloads.blocks.mamba2.Mamba2Config`
+    whose width ``d_inner`` is ``d_ssm`` (transformers' ``FalconH1Mixer.intermediate_size``, the
+    config's ``mamba_d_ssm``), not ``expand * d_model``: ``expand`` is not read. The cascade of
+    :func:`~mambalaya.workloads.blocks.mamba2.mamba2_layer` and the weight count only read the
+    width through ``d_inner`` (the ranks ``G``, ``R``, ``P``), so they take it as it is."""
+
+    d_ssm: PositiveInt
+    expand: PositiveInt = 1
+
+    @model_validator(mode="after")
+    def _heads_fit(self) -> "FalconH1MixerConfig":  # replaces Mamba2Config's check of expand * d_model
+        if self.d_ssm % self.headdim:
+            raise ValueError(f"mamba_d_ssm = {self.d_ssm} is not a multiple of the Mamba head size {self.headdim}")
+        if self.nheads % self.ngroups:
+            raise ValueError(f"mamba_n_heads = {self.nheads} is not a multiple of mamba_n_groups = {self.ngroups} "
+                             "(each group's B and C serve a whole number of heads)")
+        return self
+
+    @property
+    def d_inner(self) -> int:
+        return self.d_ssm
+
+
 class FalconH1Model(FamilyModel):
     """A Falcon-H1 model: transformers' ``FalconH1Config`` fields under mambalaya's names (every
-    layer is ``parallel``; the multipliers are folded into the weights, see the module doc)."""
+    layer is ``parallel``; the multipliers are folded into the weights, see the module doc).
+    ``mamba_norm_before_gate`` (FalconH1Config's default true) only acts with ``mamba_rms_norm``."""
 
     LAYER_TYPES: ClassVar[tuple[str, ...]] = ("parallel",)
     SCANNED: ClassVar[tuple[str, ...]] = ("parallel",)
@@ -106,13 +179,12 @@ class FalconH1Model(FamilyModel):
     mamba_d_conv: PositiveInt = 4
     mamba_chunk_size: PositiveInt = 256
     mamba_rms_norm: bool = False
+    mamba_norm_before_gate: bool = True
     norm_eps: float = Field(1e-5, gt=0)
+    multipliers: FalconH1Multipliers = FalconH1Multipliers()
 
     @model_validator(mode="after")
     def _blocks_fit(self) -> "FalconH1Model":
-        if self.mamba_d_ssm % self.d_model:
-            raise ValueError(f"mamba_d_ssm = {self.mamba_d_ssm} is not a whole multiple of d_model = {self.d_model} "
-                             "(mambalaya's Mamba-2 block has d_inner = expand * d_model)")
         if self.mamba_d_ssm % self.mamba_heads:
             raise ValueError(f"mamba_heads = {self.mamba_heads} does not divide mamba_d_ssm = {self.mamba_d_ssm}")
         if self.n_heads % self.n_kv_heads or self.head_dim % 2:
@@ -126,18 +198,26 @@ class FalconH1Model(FamilyModel):
         return self.mamba_d_state
 
     @property
-    def expand(self) -> int:
-        return self.mamba_d_ssm // self.d_model
+    def expand(self) -> int | float:
+        """The Mamba width over the hidden size, ``mamba_d_ssm / d_model`` (whole or not)."""
+        ratio = self.mamba_d_ssm / self.d_model
+        return int(ratio) if ratio.is_integer() else ratio
 
     @property
     def d_conv(self) -> int:
         return self.mamba_d_conv
 
-    def mamba2(self) -> Mamba2Config:
-        return Mamba2Config(d_model=self.d_model, n_layers=self.n_layers, d_state=self.mamba_d_state,
-                            headdim=self.mamba_d_ssm // self.mamba_heads, ngroups=self.mamba_ngroups,
-                            expand=self.expand, d_conv=self.mamba_d_conv, chunk_size=self.mamba_chunk_size,
-                            vocab_size=self.vocab_size, norm_eps=self.norm_eps)
+    @property
+    def norm_before_gate(self) -> bool:
+        """Whether the mixer normalises before the gate: only with its gated norm (``mamba_rms_norm``)."""
+        return self.mamba_rms_norm and self.mamba_norm_before_gate
+
+    def mamba2(self) -> FalconH1MixerConfig:
+        return FalconH1MixerConfig(d_model=self.d_model, n_layers=self.n_layers, d_state=self.mamba_d_state,
+                                   headdim=self.mamba_d_ssm // self.mamba_heads, ngroups=self.mamba_ngroups,
+                                   d_ssm=self.mamba_d_ssm, d_conv=self.mamba_d_conv,
+                                   chunk_size=self.mamba_chunk_size, vocab_size=self.vocab_size,
+                                   norm_eps=self.norm_eps)
 
     def attention_config(self) -> AttentionConfig:
         return AttentionConfig(d_model=self.d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads,
@@ -177,6 +257,7 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
     chunked = "Q" in mixer.ranks
     o, at = ("c,q", "c*Q+q") if chunked else ("i", "i")
     drop = {"XO"} | (set() if c.mamba_rms_norm else {"SG", "RG", "YN", "WGN"})
+    drop |= {"YG"} if c.norm_before_gate else set()
     ranks = list(mixer.ranks.values()) + [
         Rank("T", seq_len + 1 if decode else seq_len, "L+1" if decode else "L"),
         Rank("Y", c.n_kv_heads, "n_kv_heads"), Rank("V", c.n_heads // c.n_kv_heads, "n_heads/n_kv_heads"),
@@ -196,10 +277,14 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
              "KNA[b,i,y,u,w] = AKR[b,i,y,u,w]", "VN[b,i,y,e] = AV[b,i,y,e]"]
     sizes = {r.name: r.size for r in ranks}
     parsed = [parse_einsum(line, sizes=sizes) for line in lines]
+    in_place = {e.name: e for e in (parse_einsum(line.replace("{o}", o), sizes=sizes)
+                                    for line in (NORM_BEFORE_GATE_TAIL if c.norm_before_gate else ()))}
     replaced = {e.name for e in parsed}
-    einsums = [e for e in mixer.einsums if e.name not in drop and e.name not in replaced] + parsed
+    einsums = [in_place.get(e.name, e) for e in mixer.einsums if e.name not in drop and e.name not in replaced] + parsed
     used = {e.name for e in parsed} | {x for e in parsed for x in e.input_tensors}
     tensors = {n: s for n, s in mixer.tensors.items() if n not in drop}
+    if in_place:
+        tensors["YN"] = replace(tensors["YN"], description="normalised output times the gate (norm before the gate)")
     tensors.update({n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in ATTENTION_TENSORS.items()
                     if n in used})
     tensors["XO"] = mixer.tensors["XO"]
@@ -207,7 +292,8 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
         tensors.update(kv_cache_tensors(tensors[src], cache, new, decode=decode))
     block = build_cascade(
         name=f"falcon-h1-block-{phase}",
-        params={**mixer.params, "ascale": c.head_dim ** -0.5, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
+        params={**{k: v for k, v in mixer.params.items() if k != "expand"}, "d_ssm": c.mamba_d_ssm,
+                "ascale": c.head_dim ** -0.5, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
                 "head_dim": c.head_dim},
         ranks=ranks, tensors=list(tensors.values()), einsums=einsums,
         description=(f"Falcon-H1 parallel block, {phase}, {form} scan beside {softmax} attention; "
@@ -262,23 +348,21 @@ def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> Falc
     for key in ("layers_block_type", "layer_types"):
         cfg.layer_types(key, {"hybrid": "parallel"}, "Falcon-H1 (every FalconH1Config layer is 'hybrid')")
     rms = cfg.boolean("mamba_rms_norm")
+    # FalconH1Config's default is true; a null acts as false (FalconH1RMSNormGated tests its truth)
     before_gate = cfg.boolean("mamba_norm_before_gate") if cfg.given("mamba_norm_before_gate") else \
-        not cfg.has("mamba_norm_before_gate")  # FalconH1Config's default is true; null acts as false
-    if rms and before_gate:
-        raise cfg.error("field mamba_norm_before_gate is true (FalconH1Config's default) with mamba_rms_norm: the "
-                        "norm before the gate is not modelled (mambalaya's gated norm follows the gate)")
+        not cfg.has("mamba_norm_before_gate")
     cfg.require_no_clamp("time_step_limit")
-    multipliers_from_hf(cfg)  # read by the loader; each checked here
+    multipliers = multipliers_from_hf(cfg)
     hidden, heads = cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
-    d_ssm = cfg.integer_or("mamba_d_ssm", cfg.integer("mamba_expand") * hidden)
+    d_ssm = mamba_width_from_hf(cfg, hidden)
     m_heads = cfg.integer("mamba_n_heads")
+    if d_ssm % m_heads:
+        raise cfg.error(f"field mamba_n_heads = {m_heads} does not divide the Mamba width {d_ssm} (mamba_d_ssm; "
+                        "FalconH1Config refuses it too)")
     d_head = cfg.integer_or_auto("mamba_d_head")
     if d_head is not None and d_head * m_heads != d_ssm:
         raise cfg.error(f"fields mamba_d_head * mamba_n_heads = {d_head * m_heads} is not the Mamba width "
                         f"{d_ssm} (mamba_d_ssm)")
-    if d_ssm % hidden or d_ssm % m_heads:
-        raise cfg.error(f"field mamba_d_ssm = {d_ssm} must be a whole multiple of hidden_size = {hidden} and of "
-                        f"mamba_n_heads = {m_heads} (mambalaya's Mamba-2 block has d_inner = expand * hidden_size)")
     theta = default_rope_theta(cfg)
     kv = cfg.integer_or("num_key_value_heads", heads)
     fields = {
@@ -288,12 +372,28 @@ def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> Falc
         "rope_theta": theta, "mamba_d_ssm": d_ssm, "mamba_heads": m_heads,
         "mamba_d_state": cfg.integer("mamba_d_state"), "mamba_ngroups": cfg.integer("mamba_n_groups"),
         "mamba_d_conv": cfg.integer("mamba_d_conv"), "mamba_chunk_size": cfg.integer("mamba_chunk_size"),
-        "mamba_rms_norm": rms, "norm_eps": cfg.positive_number("rms_norm_eps"), "vocab_size": cfg.integer("vocab_size"),
-        "tie_embeddings": cfg.boolean("tie_word_embeddings"),
+        "mamba_rms_norm": rms, "mamba_norm_before_gate": before_gate, "norm_eps": cfg.positive_number("rms_norm_eps"),
+        "vocab_size": cfg.integer("vocab_size"), "tie_embeddings": cfg.boolean("tie_word_embeddings"),
+        "multipliers": FalconH1Multipliers(**multipliers),
     }
     from mambalaya.workloads.checks import validated_config
 
     return validated_config(FalconH1Model, fields, what="Falcon-H1", source=source)
+
+
+def mamba_width_from_hf(cfg: ConfigFile, hidden: int) -> int:
+    """The Mamba width as transformers reads it (``FalconH1Mixer.intermediate_size``):
+    ``mamba_d_ssm`` (default 1024), or ``mamba_expand * hidden_size`` when it is null (only then
+    does ``mamba_expand`` count; otherwise only its type is checked)."""
+    if cfg.value("mamba_d_ssm") is not None:
+        if cfg.value("mamba_expand") is not None:
+            cfg.integer("mamba_expand")  # unread, but a config transformers runs types it (int | None)
+        return cfg.integer("mamba_d_ssm")
+    width = cfg.integer("mamba_expand") * hidden
+    if width > MAX_SIZE:
+        raise cfg.error(f"fields mamba_expand * hidden_size = {width:,} (the Mamba width, mamba_d_ssm being null) is "
+                        f"more than any size mambalaya reads (at most {MAX_SIZE:,})")
+    return width
 
 
 def multipliers_from_hf(data: dict | ConfigFile) -> dict[str, Any]:
@@ -315,8 +415,9 @@ def multipliers_from_hf(data: dict | ConfigFile) -> dict[str, Any]:
 #: third-party test suite; the release was not reachable from here): hidden 3072, 44 layers,
 #: 12 attention heads, 2 KV heads, head_dim 128, MLP 12288, vocab 130048, untied, Mamba-2 width
 #: mamba_d_ssm 3072 in 24 heads of 128, state 256, 1 group, conv 4, chunk 128. rope_theta
-#: 1e11 (Falcon-H1's; it changes no count) and mamba_rms_norm false (FalconH1Config's default)
-#: are assumptions. Parameters counted from the module shapes (checked against transformers'
+#: 1e11 (Falcon-H1's; it changes no count), mamba_rms_norm false (FalconH1Config's default) and
+#: the multipliers at FalconH1Config's defaults (1: they scale weights and change no count or
+#: cost) are assumptions. Parameters counted from the module shapes (checked against transformers'
 #: modules on the meta device in tests/test_dense_families.py): 7,585,513,568 ("7B").
 PRESETS: dict[str, FalconH1Model] = {
     "falcon-h1-7b": FalconH1Model(d_model=3072, layer_types=("parallel",) * 44, d_ff=12288, n_heads=12, n_kv_heads=2,
@@ -325,5 +426,7 @@ PRESETS: dict[str, FalconH1Model] = {
 }
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"falcon-h1-7b": 7.0}
 
-__all__ = ["ATTENTION_THREE_PASS", "ATTENTION_REGIONS", "ATTENTION_ONLINE", "ATTENTION_TENSORS", "MULTIPLIERS", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1Model", "falcon_h1_config_from_hf",
-           "falcon_h1_layer", "multipliers_from_hf"]
+__all__ = ["ATTENTION_THREE_PASS", "ATTENTION_REGIONS", "ATTENTION_ONLINE", "ATTENTION_TENSORS", "MULTIPLIERS",
+           "NORM_BEFORE_GATE_TAIL", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1MixerConfig", "FalconH1Model",
+           "FalconH1Multipliers", "falcon_h1_config_from_hf", "falcon_h1_layer", "mamba_width_from_hf",
+           "multipliers_from_hf"]

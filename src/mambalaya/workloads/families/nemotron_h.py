@@ -1,5 +1,5 @@
-"""Nemotron-H (transformers' ``NemotronHConfig``, dense): Mamba-2, attention and MLP layers as
-separate blocks, in the order of the config's layer pattern.
+"""Nemotron-H (transformers' ``NemotronHConfig``): Mamba-2, attention, MLP and mixture-of-experts
+layers as separate blocks, in the order of the config's layer pattern.
 
 Every layer of Nemotron-H is one block: ``x + mixer(norm(x))`` (``NemotronHBlock``), and the
 mixer is one of
@@ -11,21 +11,35 @@ mixer is one of
   with **no** position embedding (its forward applies no rotary embedding) and no bias: the
   attention block of :mod:`~mambalaya.workloads.blocks.attention` with no rotated channels;
 * ``mlp`` (``-``, ``mlp``): ``NemotronHMLP``, ``down_proj(relu(up_proj(x))^2)``, no gate and
-  no bias (:func:`relu2_mlp_layer`).
+  no bias (:func:`relu2_mlp_layer`);
+* ``moe`` (``E``, ``moe``; NVIDIA Nemotron 3 Nano): ``NemotronHMoE``, the MoE block of
+  :mod:`~mambalaya.workloads.blocks.moe` with its ``sigmoid-topk`` router (sigmoid scores, the
+  choice on the scores plus ``e_score_correction_bias`` within the ``topk_group`` best of
+  ``n_group`` groups, the weights normalised with ``norm_topk_prob`` and scaled by
+  ``routed_scaling_factor``), ``relu2`` experts without a gate, optionally between the latent
+  projections of ``moe_latent_size``, and the always-on ``relu2`` shared MLP of
+  ``moe_shared_expert_intermediate_size`` (:meth:`NemotronHModel.moe_config`).
 
-So a layer is one cascade and the fusion engine sees the block boundary of each type. MoE
-layers (``E``, ``moe``) belong to Nemotron-H's MoE variants and are refused here.
+So a layer is one cascade and the fusion engine sees the block boundary of each type.
+
+The Mamba width is its own field: ``mamba_num_heads * mamba_head_dim``
+(``NemotronHMamba2Mixer.intermediate_size``), a multiple of the hidden size or not; ``expand``
+is not read (:class:`NemotronHMixerConfig`).
 
 A config.json is read as transformers 5.25 reads it (:func:`nemotron_h_config_from_hf`): the
 layer pattern from ``layers_block_type`` (its alias ``layer_types``) or, when neither is given,
 from the older ``hybrid_override_pattern`` string; the older field names ``mamba_n_groups``,
-``mamba_d_conv``, ``mamba_chunk_size``, ... as ``NemotronHConfig.__post_init__`` renames them.
+``mamba_d_conv``, ``mamba_chunk_size``, ... as ``NemotronHConfig.__post_init__`` renames them,
+and ``num_local_experts`` as ``n_routed_experts`` (its ``attribute_map``; given both, it wins).
+The MoE fields are read when the pattern has a MoE layer; without one they act nowhere, and only
+their types are checked as transformers checks them.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal
 
+import numpy as np
 from pydantic import BeforeValidator, Field, PositiveInt, model_validator
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
@@ -34,14 +48,19 @@ from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.blocks.attention import AttentionConfig, attention_layer
+from mambalaya.workloads.blocks.moe import MoEConfig, Routing, moe_constants, moe_layer
 from mambalaya.workloads.checks import check_layer_args, validated_config
 from mambalaya.workloads.families.base import FamilyModel, check_known_fields
 from mambalaya.workloads.hf.config import MAX_LAYERS, ConfigFile, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 
 #: transformers' layer type names -> mambalaya's; pattern characters -> transformers' names.
-HF_LAYER_TYPES = {"linear_attention": "mamba", "full_attention": "attention", "mlp": "mlp"}
+HF_LAYER_TYPES = {"linear_attention": "mamba", "full_attention": "attention", "mlp": "mlp", "moe": "moe"}
 PATTERN = {"M": "linear_attention", "*": "full_attention", "-": "mlp", "E": "moe"}
+#: The older layer type names every transformers 5.25 config renames in its layer list
+#: (``configuration_utils._LEGACY_LAYER_TYPE_REMAP``: ``mamba`` -> ``linear_attention``,
+#: ``attention`` -> ``full_attention``), as mambalaya's names.
+LEGACY_LAYER_TYPES = {"mamba": "mamba", "attention": "attention"}
 
 RELU2_EINSUMS: tuple[str, ...] = (
     "SS[b,i] = X[b,i,d]*X[b,i,d]",
@@ -89,15 +108,46 @@ def relu2_mlp_layer(d_model: int, d_ff: int, *, eps: float, batch: int, seq_len:
     )
 
 
-class NemotronHModel(FamilyModel):
-    """A dense Nemotron-H model: transformers' ``NemotronHConfig`` fields under mambalaya's
-    names (``layer_types`` in mambalaya's names: ``mamba``, ``attention``, ``mlp``)."""
+class NemotronHMixerConfig(Mamba2Config):
+    """The Mamba-2 block of a Nemotron-H ``mamba`` layer:
+    :class:`~mambalaya.workloads.blocks.mamba2.Mamba2Config` whose width ``d_inner`` is its own
+    field ``d_ssm`` (transformers' ``NemotronHMamba2Mixer.intermediate_size = mamba_num_heads *
+    mamba_head_dim``), not ``expand * d_model``. The cascade of
+    :func:`~mambalaya.workloads.blocks.mamba2.mamba2_layer` and the weight count read the width
+    only through ``d_inner`` (the ranks ``G``, ``R``, ``P``); ``expand`` is the whole ratio
+    ``d_ssm / d_model`` where there is one (a cascade parameter, read by no Einsum), else 1."""
 
-    LAYER_TYPES: ClassVar[tuple[str, ...]] = ("mamba", "attention", "mlp")
+    d_ssm: PositiveInt
+
+    @model_validator(mode="after")
+    def _heads_fit(self) -> "NemotronHMixerConfig":  # replaces Mamba2Config's check of expand * d_model
+        if self.d_ssm % self.headdim:
+            raise ValueError(f"d_ssm = {self.d_ssm} is not a multiple of the Mamba head size {self.headdim}")
+        if self.nheads % self.ngroups:
+            raise ValueError(f"the {self.nheads} Mamba heads are not a multiple of n_groups = {self.ngroups}")
+        return self
+
+    @property
+    def d_inner(self) -> int:
+        return self.d_ssm
+
+
+class NemotronHModel(FamilyModel):
+    """A Nemotron-H model: transformers' ``NemotronHConfig`` fields under mambalaya's names
+    (``layer_types`` in mambalaya's names: ``mamba``, ``attention``, ``mlp``, ``moe``). The
+    ``moe_`` fields (``NemotronHConfig``'s defaults) act only in ``moe`` layers: ``moe_experts``
+    [n_routed_experts], ``moe_top_k`` [num_experts_per_tok], ``moe_d_ff``
+    [moe_intermediate_size], ``moe_shared_d_ff`` [moe_shared_expert_intermediate_size],
+    ``moe_latent_size``, ``moe_n_group`` [n_group], ``moe_topk_group`` [topk_group],
+    ``moe_norm_topk_prob`` [norm_topk_prob], ``moe_routed_scaling_factor``
+    [routed_scaling_factor]; ``routing`` is the cost model's token-per-expert assumption
+    (:mod:`~mambalaya.workloads.blocks.moe`)."""
+
+    LAYER_TYPES: ClassVar[tuple[str, ...]] = ("mamba", "attention", "mlp", "moe")
     SCANNED: ClassVar[tuple[str, ...]] = ("mamba",)
 
     family: Literal["nemotron_h"] = "nemotron_h"
-    layer_types: Annotated[tuple[Literal["mamba", "attention", "mlp"], ...],
+    layer_types: Annotated[tuple[Literal["mamba", "attention", "mlp", "moe"], ...],
                            BeforeValidator(list_as_tuple)] = Field(min_length=1)
     d_ff: PositiveInt
     n_heads: PositiveInt
@@ -110,15 +160,23 @@ class NemotronHModel(FamilyModel):
     mamba_d_conv: PositiveInt = 4
     mamba_chunk_size: PositiveInt = 128
     norm_eps: float = Field(1e-5, gt=0)
+    moe_experts: PositiveInt = 8
+    moe_top_k: PositiveInt = 2
+    moe_d_ff: PositiveInt = 7688
+    moe_shared_d_ff: PositiveInt = 7688
+    moe_latent_size: PositiveInt | None = None
+    moe_n_group: PositiveInt = 1
+    moe_topk_group: PositiveInt = 1
+    moe_norm_topk_prob: bool = True
+    moe_routed_scaling_factor: float = 1.0
+    routing: Routing = "uniform"
 
     @model_validator(mode="after")
     def _blocks_fit(self) -> "NemotronHModel":
-        inner = self.mamba_heads * self.mamba_headdim
-        if inner % self.d_model:
-            raise ValueError(f"mamba_heads * mamba_headdim = {inner} is not a whole multiple of d_model = "
-                             f"{self.d_model} (mambalaya's Mamba-2 block has d_inner = expand * d_model)")
         self.attention_config()
         self.mamba2()
+        if "moe" in self.layer_types:
+            self.moe_config()
         return self
 
     @property
@@ -126,34 +184,86 @@ class NemotronHModel(FamilyModel):
         return self.mamba_d_state
 
     @property
-    def expand(self) -> int:
-        return self.mamba_heads * self.mamba_headdim // self.d_model
+    def d_ssm(self) -> int:
+        """The Mamba width, ``mamba_heads * mamba_headdim``."""
+        return self.mamba_heads * self.mamba_headdim
+
+    @property
+    def expand(self) -> int | float:
+        """The Mamba width over the hidden size, ``d_ssm / d_model`` (whole or not)."""
+        ratio = self.d_ssm / self.d_model
+        return int(ratio) if ratio.is_integer() else ratio
 
     @property
     def d_conv(self) -> int:
         return self.mamba_d_conv
 
+    @property
+    def n_experts(self) -> int:
+        """The routed experts of the ``moe`` layers; 0 without one (nothing to route)."""
+        return self.moe_experts if "moe" in self.layer_types else 0
+
+    @property
+    def top_k(self) -> int:
+        return self.moe_top_k
+
     def attention_config(self) -> AttentionConfig:
         return AttentionConfig(d_model=self.d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads,
                                head_dim=self.head_dim, partial_rotary_factor=0.0, norm_eps=self.norm_eps)
 
-    def mamba2(self) -> Mamba2Config:
-        return Mamba2Config(d_model=self.d_model, n_layers=max(1, self.layer_types.count("mamba")),
-                            d_state=self.mamba_d_state, headdim=self.mamba_headdim, ngroups=self.mamba_ngroups,
-                            expand=self.expand, d_conv=self.mamba_d_conv, chunk_size=self.mamba_chunk_size,
-                            vocab_size=self.vocab_size, norm_eps=self.norm_eps, tie_embeddings=self.tie_embeddings)
+    def mamba2(self) -> NemotronHMixerConfig:
+        whole = self.d_ssm // self.d_model if self.d_ssm % self.d_model == 0 else 1
+        return NemotronHMixerConfig(d_model=self.d_model, n_layers=max(1, self.layer_types.count("mamba")),
+                                    d_state=self.mamba_d_state, headdim=self.mamba_headdim,
+                                    ngroups=self.mamba_ngroups, expand=whole, d_ssm=self.d_ssm,
+                                    d_conv=self.mamba_d_conv, chunk_size=self.mamba_chunk_size,
+                                    vocab_size=self.vocab_size, norm_eps=self.norm_eps,
+                                    tie_embeddings=self.tie_embeddings)
 
-    def layer_parameters(self, layer_type: str) -> int:
+    def moe_config(self) -> MoEConfig:
+        """The block of a ``moe`` layer (``NemotronHMoE``): the sigmoid router, ``relu2`` experts
+        and shared MLP, the latent projections when ``moe_latent_size`` is set."""
+        return MoEConfig(d_model=self.d_model, d_ff=self.moe_d_ff, n_experts=self.moe_experts, top_k=self.moe_top_k,
+                         router="sigmoid-topk", expert_mlp="relu2", shared_d_ff=self.moe_shared_d_ff,
+                         norm_eps=self.norm_eps, routing=self.routing, n_group=self.moe_n_group,
+                         topk_group=self.moe_topk_group, norm_topk_prob=self.moe_norm_topk_prob,
+                         routed_scaling_factor=self.moe_routed_scaling_factor, latent_size=self.moe_latent_size)
+
+    def layer_parameters(self, layer_type: str, *, active: bool = False) -> int:
+        """One layer's weight elements (``active``: those one token uses, ``moe_top_k`` of a MoE
+        layer's experts)."""
         if layer_type == "mamba":
             return self.mamba2().layer_parameters()
         if layer_type == "attention":
             return self.attention_config().layer_parameters()
+        if layer_type == "moe":
+            moe = self.moe_config()
+            return moe.active_parameters() if active else moe.layer_parameters()
         return self.d_model + 2 * self.d_model * self.d_ff  # norm, up_proj, down_proj
 
+    def active_parameters(self) -> int:
+        """The weight elements one token's forward pass uses (every one but the experts a MoE
+        layer's router does not pick)."""
+        skipped = sum(n * (self.layer_parameters(t) - self.layer_parameters(t, active=True))
+                      for t, n in self.layer_counts().items())
+        return self.model_parameters() - skipped
+
+    def constants(self, cascade: Cascade) -> dict[str, np.ndarray]:
+        """The MoE router's group membership ``GM`` (:func:`~mambalaya.workloads.blocks.moe.moe_constants`)."""
+        return {**super().constants(cascade), **moe_constants(cascade)}
+
     def shape_text(self) -> str:
-        return (f"{super().shape_text()}; attention heads={self.n_heads} kv={self.n_kv_heads} (no rotary); "
+        text = (f"{super().shape_text()}; attention heads={self.n_heads} kv={self.n_kv_heads} (no rotary); "
                 f"relu2 mlp={self.d_ff}; mamba heads={self.mamba_heads} headdim={self.mamba_headdim} "
                 f"groups={self.mamba_ngroups}")
+        if "moe" not in self.layer_types:
+            return text
+        m = self.moe_config()
+        groups = f", {m.topk_group} of {m.n_group} groups" if m.group_limited else ""
+        latent = f", latent {m.latent_size}" if m.latent_size else ""
+        return (f"{text}; moe {m.n_experts} experts of {m.d_ff}, top-{m.top_k} (sigmoid{groups}, scaled "
+                f"{m.routed_scaling_factor:g}){latent}, shared mlp={m.shared_d_ff}; routing "
+                f"{'uniform' if self.routing == 'uniform' else 'histogram'}")
 
     def layer(self, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
               scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
@@ -168,6 +278,8 @@ class NemotronHModel(FamilyModel):
         if layer_type == "mlp":
             return relu2_mlp_layer(self.d_model, self.d_ff, eps=self.norm_eps, batch=batch, seq_len=seq_len,
                                    phase=phase, bits=bits, name=name)
+        if layer_type == "moe":
+            return moe_layer(self.moe_config(), batch=batch, seq_len=seq_len, phase=phase, bits=bits, name=name)
         raise SpecError(f"layer type {layer_type!r} is not one of Nemotron-H's ({', '.join(self.LAYER_TYPES)})")
 
 
@@ -181,32 +293,48 @@ DEFAULTS: dict[str, Any] = {
     "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 21504, "mlp_hidden_act": "relu2",
     "ssm_state_size": 128, "mamba_num_heads": 128, "mamba_head_dim": 64, "mamba_hidden_act": "silu",
     "n_groups": 8, "conv_kernel": 4, "chunk_size": 128, "layer_norm_epsilon": 1e-5,
+    "n_routed_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 7688,
+    "moe_shared_expert_intermediate_size": 7688, "moe_latent_size": None, "n_group": 1, "topk_group": 1,
+    "norm_topk_prob": True, "routed_scaling_factor": 1.0,
 }
 #: The older names NemotronHConfig.__post_init__ renames.
 ALIASES = {"mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel", "mamba_chunk_size": "chunk_size",
            "mamba_conv_bias": "use_conv_bias", "mamba_dt_limit": "time_step_limit", "mamba_expand": "expand",
            "mamba_dt_min": "time_step_min", "mamba_dt_max": "time_step_max", "mamba_dt_init_floor": "time_step_floor"}
+#: NemotronHConfig's attribute_map alias of ``n_routed_experts``: set after the fields, so it wins
+#: when both are given, and set without a type check (a dense config may give it any value).
+EXPERTS_ALIAS = "num_local_experts"
 #: Fields with one value mambalaya models (the value it must have, and why).
 MODELLED = {
     "use_conv_bias": (True, "the Mamba-2 block's depthwise conv has a bias"),
     "use_bias": (False, "the Mamba-2 projections have no bias"),
     "mamba_proj_bias": (False, "the Mamba-2 projections have no bias"),
-    "mlp_bias": (False, "the MLP projections have no bias"),
+    "mlp_bias": (False, "the MLP, shared-expert and latent projections have no bias"),
     "attention_bias": (False, "the attention projections have no bias"),
     "sliding_window": (None, "attention is over the whole context"),
     "num_nextn_predict_layers": (0, "multi-token-prediction layers are not modelled"),
 }
-#: Fields that cannot change what a dense layer computes (with the reason).
+#: The fields of the MoE block (``NemotronHMoE``): read when the pattern has a ``moe`` layer;
+#: without one they act nowhere and, like the inert fields, only their types are checked.
+MOE_FIELDS = {"n_routed_experts", "num_experts_per_tok", "moe_intermediate_size", "moe_shared_expert_intermediate_size",
+              "moe_latent_size", "n_group", "topk_group", "norm_topk_prob", "routed_scaling_factor"}
+#: Fields that cannot change what a layer computes (with the reason).
 INERT = {
     "model_type", "architectures", "auto_map", "transformers_version", "torch_dtype", "dtype", "use_cache",
     "num_logits_to_keep", "pad_token_id", "bos_token_id", "eos_token_id", "max_position_embeddings",
     "attention_dropout", "hidden_dropout", "initializer_range", "rescale_prenorm_residual", "residual_in_fp32",
-    "use_mamba_kernels", "mamba_ssm_cache_dtype", "time_step_min", "time_step_max", "time_step_floor", "expand",
+    "use_mamba_kernels", "mamba_ssm_cache_dtype", "time_step_min", "time_step_max", "time_step_floor",
+    # expand: NemotronHMamba2Mixer's width is mamba_num_heads * mamba_head_dim, it never reads expand
+    "expand",
     "num_hidden_layers", "hidden_act", "output_router_logits", "mtp_layers_block_type", "mtp_hybrid_override_pattern",
-    # MoE fields: NemotronHConfig has them (with defaults) in every config; they act only in 'moe' layers
-    "n_routed_experts", "num_local_experts", "n_shared_experts", "moe_intermediate_size",
-    "moe_shared_expert_intermediate_size", "moe_latent_size", "moe_shared_expert_overlap", "num_experts_per_tok",
-    "routed_scaling_factor", "n_group", "topk_group", "norm_topk_prob", "router_aux_loss_coef",
+    # n_shared_experts: NemotronHMoE builds one shared MLP of moe_shared_expert_intermediate_size whatever it
+    # says; moe_shared_expert_overlap: read by no module (a kernel scheduling hint); router_aux_loss_coef: a
+    # training loss
+    "n_shared_experts", "moe_shared_expert_overlap", "router_aux_loss_coef",
+    # written by NVIDIA's remote-code configs (Nemotron 3 Nano's config.json), not NemotronHConfig 5.25 fields:
+    # no module of modeling_nemotron_h reads them (its attention applies no rotary embedding; its norms read
+    # layer_norm_epsilon)
+    "norm_eps", "rope_theta", "partial_rotary_factor",
     "_name_or_path", "id2label", "label2id", "return_dict", "output_hidden_states", "output_attentions",
     "chunk_size_feed_forward", "is_encoder_decoder", "problem_type", "tokenizer_class", "attention_head_dim",
 }
@@ -215,13 +343,13 @@ READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "hybrid_override_pat
 
 def nemotron_layer_types(cfg: ConfigFile) -> tuple[str, ...]:
     """The layer pattern as NemotronHConfig 5.25 builds it: ``layers_block_type`` (or its alias
-    ``layer_types``), else ``hybrid_override_pattern``; a MoE layer is refused (field named)."""
-    names = {**HF_LAYER_TYPES, "moe": "moe"}
+    ``layer_types``; the older names ``mamba`` and ``attention`` renamed), else
+    ``hybrid_override_pattern``, else its default ``M E * -``."""
     key = "layers_block_type" if cfg.has("layers_block_type") else "layer_types" if cfg.has("layer_types") else None
     if key is not None and cfg.given(key):
-        types = cfg.layer_types(key, names, "Nemotron-H")
-    elif cfg.has("hybrid_override_pattern"):
-        key, pattern = "hybrid_override_pattern", cfg.value("hybrid_override_pattern")
+        return cfg.layer_types(key, {**HF_LAYER_TYPES, **LEGACY_LAYER_TYPES}, "Nemotron-H")  # type: ignore[return-value]
+    if cfg.has("hybrid_override_pattern"):
+        pattern = cfg.value("hybrid_override_pattern")
         if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_LAYERS:
             raise cfg.error(f"field hybrid_override_pattern must be a string of 1 to {MAX_LAYERS:,} of M, *, - and E "
                             f"(one per layer), not {shown(pattern)}")
@@ -229,17 +357,29 @@ def nemotron_layer_types(cfg: ConfigFile) -> tuple[str, ...]:
         if bad is not None:
             raise cfg.error(f"field hybrid_override_pattern[{bad}] is {pattern[bad]!r}, not one of M (Mamba-2), "
                             "* (attention), - (MLP), E (MoE)")
-        types = tuple(names[PATTERN[ch]] for ch in pattern)
-    else:
-        types = ("mamba", "moe", "attention", "mlp")  # NemotronHConfig's default
-        key = "layers_block_type"
-    if "moe" in types:
-        k = types.index("moe")
-        raise cfg.error(f"field {key}[{k}] is a MoE layer ({'E' if key == 'hybrid_override_pattern' else 'moe'}"
-                        f"{'; the default pattern when no layer pattern is given has one' if not cfg.has(key) else ''}"
-                        "): mambalaya models dense Nemotron-H (Mamba-2, attention and MLP layers); its MoE "
-                        "variants are not modelled here")
-    return types
+        return tuple(HF_LAYER_TYPES[PATTERN[ch]] for ch in pattern)
+    return ("mamba", "moe", "attention", "mlp")  # NemotronHConfig's default
+
+
+def _moe_fields(cfg: ConfigFile) -> dict[str, Any]:
+    """The MoE block's fields, each by type, and what ``NemotronHTopkRouter`` needs of them
+    (one error naming the fields)."""
+    experts, top_k = cfg.integer("n_routed_experts"), cfg.integer("num_experts_per_tok")
+    groups, kept = cfg.integer("n_group"), cfg.integer("topk_group")
+    if experts % groups or experts // groups < 2:
+        raise cfg.error(f"fields n_group = {groups} and n_routed_experts = {experts}: the router splits the experts "
+                        "into n_group equal groups of at least two (it scores a group by its two best experts)")
+    if kept > groups:
+        raise cfg.error(f"field topk_group = {kept} exceeds n_group = {groups}: the router cannot keep more groups "
+                        "than there are")
+    if top_k > kept * (experts // groups):
+        raise cfg.error(f"field num_experts_per_tok = {top_k} exceeds the {kept * (experts // groups)} experts of "
+                        f"the topk_group = {kept} groups the router keeps: it would pick experts it masked out")
+    return {"moe_experts": experts, "moe_top_k": top_k, "moe_d_ff": cfg.integer("moe_intermediate_size"),
+            "moe_shared_d_ff": cfg.integer("moe_shared_expert_intermediate_size"),
+            "moe_latent_size": cfg.integer_or("moe_latent_size", None), "moe_n_group": groups,
+            "moe_topk_group": kept, "moe_norm_topk_prob": cfg.boolean("norm_topk_prob"),
+            "moe_routed_scaling_factor": cfg.number("routed_scaling_factor")}
 
 
 def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> NemotronHModel:
@@ -254,18 +394,19 @@ def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> Nem
     for old, new in ALIASES.items():
         if old in renamed:
             renamed[new] = renamed.pop(old)
+    types = nemotron_layer_types(ConfigFile(renamed, source, DEFAULTS))
+    has_moe = "moe" in types
+    if EXPERTS_ALIAS in renamed:
+        alias = renamed.pop(EXPERTS_ALIAS)
+        if has_moe:
+            renamed["n_routed_experts"] = alias
     cfg = ConfigFile(renamed, source, DEFAULTS)
-    types = nemotron_layer_types(cfg)
-    check_known_fields(cfg, "NemotronHConfig", READ, INERT, MODELLED)
+    check_known_fields(cfg, "NemotronHConfig", READ, INERT if has_moe else INERT | MOE_FIELDS, MODELLED)
     for key, value in (("mlp_hidden_act", "relu2"), ("mamba_hidden_act", "silu")):
         cfg.require(key, value, "the only activation modelled there")
     cfg.require_no_clamp("time_step_limit", nullable=False)
     hidden = cfg.integer("hidden_size")
     heads, head_dim = cfg.integer("mamba_num_heads"), cfg.integer("mamba_head_dim")
-    inner = heads * head_dim
-    if inner % hidden:
-        raise cfg.error(f"fields mamba_num_heads * mamba_head_dim = {inner} is not a whole multiple of hidden_size "
-                        f"= {hidden}; mambalaya's Mamba-2 block has d_inner = expand * hidden_size")
     groups = cfg.integer("n_groups")
     if heads % groups:
         raise cfg.error(f"field n_groups = {groups} does not divide mamba_num_heads = {heads}")
@@ -280,7 +421,7 @@ def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> Nem
         "mamba_d_state": cfg.integer("ssm_state_size"), "mamba_ngroups": groups,
         "mamba_d_conv": cfg.integer("conv_kernel"), "mamba_chunk_size": cfg.integer("chunk_size"),
         "norm_eps": cfg.positive_number("layer_norm_epsilon"), "vocab_size": cfg.integer("vocab_size"),
-        "tie_embeddings": cfg.boolean("tie_word_embeddings"),
+        "tie_embeddings": cfg.boolean("tie_word_embeddings"), **(_moe_fields(cfg) if has_moe else {}),
     }
     return validated_config(NemotronHModel, fields, what="Nemotron-H", source=source)
 
@@ -304,5 +445,5 @@ PRESETS: dict[str, NemotronHModel] = {
 #: Published whole-model parameter counts (billions): the model card's "8B".
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"nemotron-h-8b": 8.0}
 
-__all__ = ["HF_LAYER_TYPES", "PRESETS", "PUBLISHED_PARAMETERS_B", "NemotronHModel", "nemotron_h_config_from_hf",
-           "relu2_mlp_layer"]
+__all__ = ["HF_LAYER_TYPES", "PRESETS", "PUBLISHED_PARAMETERS_B", "NemotronHMixerConfig", "NemotronHModel",
+           "nemotron_h_config_from_hf", "relu2_mlp_layer"]

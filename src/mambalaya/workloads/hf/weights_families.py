@@ -5,7 +5,12 @@ tensor layouts of its layer cascade, through the shared loader core
 * Nemotron-H (``NemotronHBlock``, keys under ``backbone.layers.{i}.`` or ``layers.{i}.``):
   ``norm.weight`` and the mixer: the Mamba-2 mixer's ``mixer.in_proj``, ``mixer.conv1d``, ...
   (a ``Mamba2Block``'s keys: :func:`~mambalaya.workloads.hf.weights_mamba2.load_mamba2_layer`),
-  the attention's ``mixer.{q,k,v,o}_proj.weight``, or the MLP's ``mixer.{up,down}_proj.weight``.
+  the attention's ``mixer.{q,k,v,o}_proj.weight``, the MLP's ``mixer.{up,down}_proj.weight``,
+  or the MoE block's ``mixer.gate.weight`` [X, D] -> ``WR`` [D, X], ``mixer.gate.e_score_correction_bias``
+  -> ``EB``, ``mixer.experts.up_proj`` [X, F, A] -> ``WU`` [X, A, F], ``mixer.experts.down_proj``
+  [X, A, F] -> ``WDN`` [X, F, A], ``mixer.shared_experts.{up,down}_proj.weight`` -> ``WSU``/``WSD``
+  and, with ``moe_latent_size``, ``mixer.fc{1,2}_latent_proj.weight`` -> ``WL1``/``WL2`` (``A`` is
+  the latent size, else the hidden size).
 * Falcon-H1 (``model.layers.{i}.``): ``input_layernorm``, ``mamba.*`` (the Mamba-2 mixer's
   names, ``norm.weight`` only with ``mamba_rms_norm``), ``self_attn.{q,k,v,o}_proj``,
   ``pre_ff_layernorm`` and ``feed_forward.{gate,up,down}_proj``; every multiplier is folded into
@@ -35,7 +40,7 @@ from mambalaya.workloads.families.zamba2 import Zamba2Model
 _NH_ATTENTION = ("norm.weight", "mixer.q_proj.weight", "mixer.k_proj.weight", "mixer.v_proj.weight",
                  "mixer.o_proj.weight")
 _NH_MLP = ("norm.weight", "mixer.up_proj.weight", "mixer.down_proj.weight")
-_NH_SCOPE = "mambalaya models dense Nemotron-H layers with no projection biases."
+_NH_SCOPE = "mambalaya models Nemotron-H layers with no projection biases."
 NEMOTRON_H_KEYS: dict[str, LayerKeys] = {
     "attention": LayerKeys(family="Nemotron-H attention", required=_NH_ATTENTION,
                            block="a Nemotron-H attention block (norm, NemotronHAttention)", scope=_NH_SCOPE,
@@ -46,6 +51,20 @@ NEMOTRON_H_KEYS: dict[str, LayerKeys] = {
                      unsupported={k.replace("weight", "bias"): "a bias, which mambalaya does not model"
                                   for k in _NH_MLP[1:]}),
 }
+_NH_MOE = ("norm.weight", "mixer.gate.weight", "mixer.gate.e_score_correction_bias", "mixer.experts.up_proj",
+           "mixer.experts.down_proj", "mixer.shared_experts.up_proj.weight", "mixer.shared_experts.down_proj.weight")
+_NH_LATENT = ("mixer.fc1_latent_proj.weight", "mixer.fc2_latent_proj.weight")
+
+
+def _nemotron_h_moe_keys(latent: bool) -> LayerKeys:
+    """The keys of a Nemotron-H MoE layer (``NemotronHMoE``), with the latent projections when
+    the config sets ``moe_latent_size``."""
+    biases = {k.replace("weight", "bias"): "a bias, which mambalaya does not model"
+              for k in (*_NH_MOE[5:], *_NH_LATENT)}
+    extra = {} if latent else {k: "a latent projection, but the config sets no moe_latent_size" for k in _NH_LATENT}
+    return LayerKeys(family="Nemotron-H MoE", required=_NH_MOE + (_NH_LATENT if latent else ()),
+                     block="a Nemotron-H MoE block (norm, NemotronHMoE)", scope=_NH_SCOPE,
+                     unsupported={**biases, **extra})
 
 
 def _check_layer(layer: Any, n_layers: int, family: str) -> int:
@@ -64,6 +83,9 @@ def load_nemotron_h_layer(source: Any, layer: int, config: NemotronHModel, dtype
     kind = config.layer_types[layer]
     if kind == "mamba":
         weights = load_mamba2_layer(source, layer, "float64", ngroups=config.mamba_ngroups, d_state=config.mamba_d_state)
+        return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
+    if kind == "moe":
+        weights = _nemotron_h_moe(source, layer, config)
         return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
     tensors = read_layer(source, layer, NEMOTRON_H_KEYS[kind])
     tensors.require_floating()
@@ -91,6 +113,31 @@ def load_nemotron_h_layer(source: Any, layer: int, config: NemotronHModel, dtype
         except SpecError as err:  # pragma: no cover - the shapes were checked above
             raise WeightLoadError(f"{tensors.where}: {err}") from None
     return {name: as_layout(np.asarray(arr), out_dtype) for name, arr in weights.items()}
+
+
+def _nemotron_h_moe(source: Any, layer: int, config: NemotronHModel) -> dict[str, np.ndarray]:
+    """A Nemotron-H MoE layer's tensors in the MoE cascade's layouts (module doc)."""
+    moe = config.moe_config()
+    latent = moe.latent_size is not None
+    tensors = read_layer(source, layer, _nemotron_h_moe_keys(latent))
+    tensors.require_floating()
+    d, x, f, v, a = moe.d_model, moe.n_experts, moe.d_ff, moe.shared_d_ff, moe.expert_width
+    shapes = {"norm.weight": (d,), "mixer.gate.weight": (x, d), "mixer.gate.e_score_correction_bias": (x,),
+              "mixer.experts.up_proj": (x, f, a), "mixer.experts.down_proj": (x, a, f),
+              "mixer.shared_experts.up_proj.weight": (v, d), "mixer.shared_experts.down_proj.weight": (d, v)}
+    if latent:
+        shapes.update({"mixer.fc1_latent_proj.weight": (a, d), "mixer.fc2_latent_proj.weight": (d, a)})
+    tensors.require_shapes(shapes, f"hidden_size={d}, n_routed_experts={x}, moe_intermediate_size={f}, "
+                                   f"moe_shared_expert_intermediate_size={v}, moe_latent_size={moe.latent_size}")
+    weights = {"WN": tensors["norm.weight"], "WR": tensors["mixer.gate.weight"].T,
+               "EB": tensors["mixer.gate.e_score_correction_bias"],
+               "WU": np.transpose(tensors["mixer.experts.up_proj"], (0, 2, 1)),
+               "WDN": np.transpose(tensors["mixer.experts.down_proj"], (0, 2, 1)),
+               "WSU": tensors["mixer.shared_experts.up_proj.weight"].T,
+               "WSD": tensors["mixer.shared_experts.down_proj.weight"].T}
+    if latent:
+        weights.update(WL1=tensors["mixer.fc1_latent_proj.weight"].T, WL2=tensors["mixer.fc2_latent_proj.weight"].T)
+    return weights
 
 
 _OH_MLP = ("mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight")
@@ -177,41 +224,45 @@ def falcon_h1_keys(config: FalconH1Model) -> LayerKeys:
                                                        "false"})
 
 
-def load_falcon_h1_layer(source: Any, layer: int, config: FalconH1Model, multipliers: dict[str, Any],
-                         dtype: Any = "float32") -> dict[str, np.ndarray]:
-    """Layer ``layer`` of a Falcon-H1 checkpoint as the weights of its one-cascade layer, with
-    ``multipliers`` (:func:`~mambalaya.workloads.families.falcon_h1.multipliers_from_hf` of its
-    config.json) folded into the weights they scale."""
+def load_falcon_h1_layer(source: Any, layer: int, config: FalconH1Model, dtype: Any = "float32"
+                         ) -> dict[str, np.ndarray]:
+    """Layer ``layer`` of a Falcon-H1 checkpoint as the weights of its one-cascade layer, with the
+    config's multipliers (``config.multipliers``, read from its config.json) folded into the
+    weights they scale. To fold other multipliers, load with a config that holds them
+    (``config.model_copy(update={"multipliers": ...})``)."""
     from mambalaya.workloads.blocks.attention import weights_from_projections
 
+    if isinstance(dtype, dict):
+        raise WeightLoadError("load_falcon_h1_layer takes the multipliers from config.multipliers (read from the "
+                              "config.json with the rest); its fourth argument is the dtype")
     out_dtype = resolve_dtype(dtype, "Falcon-H1")
     layer = _check_layer(layer, config.n_layers, "Falcon-H1")
     tensors = read_layer(source, layer, falcon_h1_keys(config))
     tensors.require_floating()
-    c, mu = config, multipliers
+    c, mu = config, config.multipliers
     d, f, e, gn = c.d_model, c.d_ff, c.mamba_d_ssm, c.mamba_ngroups * c.mamba_d_state
     tensors.require_shapes({"mamba.in_proj.weight": (2 * e + 2 * gn + c.mamba_heads, d),
                             "feed_forward.gate_proj.weight": (f, d), "feed_forward.down_proj.weight": (d, f)},
                            f"hidden_size={d}, mamba_d_ssm={e}, intermediate_size={f}")
-    z, x, b, cc, dt = (float(v) for v in mu["ssm_multipliers"])
+    z, x, b, cc, dt = mu.ssm_multipliers
     mup = np.concatenate([np.full(e, z), np.full(e, x), np.full(gn, b), np.full(gn, cc), np.full(c.mamba_heads, dt)])
     block = {"norm.weight": tensors["input_layernorm.weight"],
              "mixer.norm.weight": tensors["mamba.norm.weight"] if c.mamba_rms_norm else np.ones(e)}
     block.update({"mixer." + k[len("mamba."):]: tensors[k] for k in _FH_MAMBA})
-    block["mixer.in_proj.weight"] = tensors["mamba.in_proj.weight"] * (mu["ssm_in_multiplier"] * mup)[:, None]
-    block["mixer.out_proj.weight"] = tensors["mamba.out_proj.weight"] * mu["ssm_out_multiplier"]
+    block["mixer.in_proj.weight"] = tensors["mamba.in_proj.weight"] * (mu.ssm_in_multiplier * mup)[:, None]
+    block["mixer.out_proj.weight"] = tensors["mamba.out_proj.weight"] * mu.ssm_out_multiplier
     weights = load_mamba2_layer(block, layer, "float64", ngroups=c.mamba_ngroups, d_state=c.mamba_d_state)
     if not c.mamba_rms_norm:
         weights.pop("WGN")
-    att, a_in = c.attention_config(), mu["attention_in_multiplier"]
+    att, a_in = c.attention_config(), mu.attention_in_multiplier
     try:
         proj = weights_from_projections(att, norm=np.ones(d), q_proj=tensors["self_attn.q_proj.weight"] * a_in,
-                                        k_proj=tensors["self_attn.k_proj.weight"] * (a_in * mu["key_multiplier"]),
+                                        k_proj=tensors["self_attn.k_proj.weight"] * (a_in * mu.key_multiplier),
                                         v_proj=tensors["self_attn.v_proj.weight"] * a_in,
-                                        o_proj=tensors["self_attn.o_proj.weight"] * mu["attention_out_multiplier"])
+                                        o_proj=tensors["self_attn.o_proj.weight"] * mu.attention_out_multiplier)
     except SpecError as err:
         raise WeightLoadError(f"{tensors.where}: {err}") from None
-    gate, down = (float(v) for v in mu["mlp_multipliers"])
+    gate, down = mu.mlp_multipliers
     weights.update(WAQ=proj["WQA"], WAK=proj["WKA"], WAV=proj["WV"], WAO=proj["WO"],
                    FF_WN=tensors["pre_ff_layernorm.weight"], FF_WG=tensors["feed_forward.gate_proj.weight"].T * gate,
                    FF_WU=tensors["feed_forward.up_proj.weight"].T,

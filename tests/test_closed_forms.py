@@ -17,7 +17,7 @@ from mambalaya.search.picking import legal_rules
 from mambalaya.arch import load_arch
 from mambalaya.fusion.mapping import FusionGroup, Loop, MappingError, check_group, footprint_bytes
 from mambalaya.search import candidates, picks, mappings as search
-from mambalaya.cost.latency import combine, group_seconds, onchip_seconds
+from mambalaya.cost.latency import combine, group_cycles, group_seconds, onchip_seconds
 from mambalaya.search.mappings import named_mapping
 from mambalaya.cost.buffer import group_buffer_accesses
 from mambalaya.cost.traffic import group_traffic
@@ -49,7 +49,6 @@ def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, c
     latency equal ``group_buffer_accesses`` and ``group_seconds`` (to 1e-12: summed in another
     order); the footprint bound is at least the footprint; and a candidate that keeps the
     tile-size-independent rules and whose bound fits is legal."""
-    arch = load_arch("mambalaya")
     names = [e.name for e in cascade.einsums]
     rng = random.Random(7)
     segments = [(a, b) for b in range(1, len(names) + 1) for a in range(b)]
@@ -57,33 +56,86 @@ def test_closed_forms_equal_the_general_model_on_sampled_candidates(name: str, c
     for a, b in rng.sample(segments, len(segments)):
         if checked >= 150:
             break
-        einsums = names[a:b]
-        model = candidates.cost_model(cascade, einsums, candidates.tileable_ranks(cascade, einsums))
-        if not model.exact_traffic:
-            continue
-        cand = model.candidates()
-        cycles = model.cycles(arch.compute)
-        for pos in rng.sample(range(cand.kept.size), min(6, cand.kept.size)):
-            group = model.group_at(int(cand.kept[pos]))
-            exact = group_traffic(cascade, group)
-            assert exact.total_bytes == cand.kept_traffic[pos], (name, group)
-            assert footprint_bytes(cascade, group) <= cand.kept_fp[pos], (name, group)
-            tiling = int(cand.kept_tiling[pos])
-            comp = cycles[tiling:tiling + 1] / arch.clock_hz
-            mem = cand.kept_traffic[pos:pos + 1] / arch.memory.offchip_bandwidth_bytes_per_s
-            onchip = model.onchip_bytes(cand.kept[pos:pos + 1], cand.kept_traffic[pos:pos + 1])
-            latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip), cand.steps[tiling:tiling + 1],
-                                        len(einsums))
-            buffer = group_buffer_accesses(cascade, group, exact).total_bytes
-            assert float(onchip[0]) == pytest.approx(buffer, rel=1e-12), (name, group)  # halos and rotations included
-            assert float(latency[0]) == pytest.approx(group_seconds(arch, cascade, group, exact), rel=1e-12), (name, group)
-            if legal_rules(cascade, group) and cand.kept_fp[pos] <= BUFFER:
-                check_group(cascade, group, BUFFER)
-            else:
-                with pytest.raises(MappingError):
-                    check_group(cascade, group, BUFFER if legal_rules(cascade, group) else None)
-            checked += 1
+        checked += _check_sampled_candidates(name, cascade, names[a:b], rng, 6)
     assert checked >= 150
+
+
+def _check_sampled_candidates(name: str, cascade, einsums: list[str], rng: random.Random, samples: int,
+                              wanted=None) -> int:
+    """The checks of :func:`test_closed_forms_equal_the_general_model_on_sampled_candidates` on
+    ``samples`` kept candidates of the group of ``einsums`` (of those whose group ``wanted``
+    accepts, if given; none if its closed form is not exact); how many were checked."""
+    arch = load_arch("mambalaya")
+    checked = 0
+    model = candidates.cost_model(cascade, einsums, candidates.tileable_ranks(cascade, einsums))
+    if not model.exact_traffic:
+        return 0
+    cand = model.candidates()
+    cycles = model.cycles(arch.compute)
+    pool = [p for p in range(cand.kept.size) if wanted is None or wanted(model.group_at(int(cand.kept[p])))]
+    for pos in rng.sample(pool, min(samples, len(pool))):
+        group = model.group_at(int(cand.kept[pos]))
+        exact = group_traffic(cascade, group)
+        assert exact.total_bytes == cand.kept_traffic[pos], (name, group)
+        assert footprint_bytes(cascade, group) <= cand.kept_fp[pos], (name, group)
+        tiling = int(cand.kept_tiling[pos])
+        comp = cycles[tiling:tiling + 1] / arch.clock_hz
+        mem = cand.kept_traffic[pos:pos + 1] / arch.memory.offchip_bandwidth_bytes_per_s
+        onchip = model.onchip_bytes(cand.kept[pos:pos + 1], cand.kept_traffic[pos:pos + 1])
+        latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip), cand.steps[tiling:tiling + 1],
+                                    len(einsums))
+        buffer = group_buffer_accesses(cascade, group, exact).total_bytes
+        assert float(onchip[0]) == pytest.approx(buffer, rel=1e-12), (name, group)  # halos and rotations included
+        assert float(latency[0]) == pytest.approx(group_seconds(arch, cascade, group, exact), rel=1e-12), (name, group)
+        if legal_rules(cascade, group) and cand.kept_fp[pos] <= BUFFER:
+            check_group(cascade, group, BUFFER)
+        else:
+            with pytest.raises(MappingError):
+                check_group(cascade, group, BUFFER if legal_rules(cascade, group) else None)
+        checked += 1
+    return checked
+
+
+def _select_runner_groups():
+    """Groups holding a select-runner (an Einsum that reads one position of what the group
+    makes, and so runs once along that rank): the final state beside its scan, and the chunked
+    scan's chunk decay ``CD`` beside the cumulative sum it reads the last position of."""
+    mamba1 = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2, state_io=True)
+    yield "mamba1-state", mamba1, ["DELTA", "AD", "BX", "H", "YS", "HN"], "HN"
+    yield "mamba1-state-scan", mamba1, ["AD", "BX", "H", "HN"], "HN"
+    recurrent = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=128, batch=2, scan="recurrent", state_io=True)
+    scan = [e.name for e in recurrent.einsums if e.name in ("AD", "BX", "H", "YS", "HN")]
+    yield "mamba2-recurrent-state", recurrent, scan, "HN"
+    chunked = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=2, scan="chunked", state_io=True)
+    yield "mamba2-chunked-state", chunked, ["ST", "CD", "HC", "HN"], "HN"
+    yield "mamba2-chunked-cd", chunked, ["ACS", "CD"], "CD"
+    gdn = build_layer(PRESETS["olmo-hybrid-7b"], phase="prefill", seq_len=128, batch=1, layer_type="gdn",
+                      scan="recurrent", state_io=True)
+    yield "gdn-recurrent-state", gdn, [gdn.producer("HN").inputs[0].tensor, "HN"], "HN"
+
+
+@pytest.mark.parametrize("name,cascade,einsums,runner", list(_select_runner_groups()),
+                         ids=lambda x: x if isinstance(x, str) else "")
+def test_closed_forms_hold_for_groups_with_a_select_runner(name: str, cascade, einsums, runner) -> None:
+    """The same checks on groups in which ``runner`` runs once along a rank the group tiles
+    (its step shapes, buffer accesses and writes leave that rank's loop out)."""
+    from mambalaya.fusion.mapping import select_ranks
+
+    ranks = candidates.tileable_ranks(cascade, einsums)
+    model = candidates.cost_model(cascade, einsums, ranks)
+    assert model.select_ranks(runner), (name, ranks)  # it would run once along a rank the group may tile
+    rng = random.Random(11)
+    assert _check_sampled_candidates(name, cascade, einsums, rng, 30,
+                                     wanted=lambda g: bool(select_ranks(cascade, g, runner))) >= 5
+    assert _check_sampled_candidates(name, cascade, einsums, rng, 10) >= 1
+    # the group's cycles with its units in series, so that no unit hides the runner's
+    arch = load_arch("mambalaya")
+    serial = arch.model_copy(update={"compute": arch.compute.model_copy(update={"overlap_compute_units": False})})
+    cand = model.candidates()
+    cycles = model.cycles(serial.compute)
+    for flat, tiling in list(zip(cand.kept.tolist(), cand.kept_tiling.tolist()))[::7]:
+        group = model.group_at(flat)
+        assert float(cycles[tiling]) == pytest.approx(group_cycles(serial, cascade, group)[0].total(False), rel=1e-12), group
 
 
 def _mapping_summary(cascade, name: str, arch, buffer: int = BUFFER) -> tuple:

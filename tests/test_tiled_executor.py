@@ -115,7 +115,7 @@ def test_whole_cascade_tiling_is_legal_only_without_state_out() -> None:
     c = prefill(state_io=True)
     with pytest.raises(MappingError) as err:
         whole(c, [("B", 1), ("I", 3)])
-    assert err.value.rule == "alignment"  # CSN and HN read XI and H at fixed positions of I
+    assert err.value.rule == "alignment"  # CSN reads XI at j+L-3 along I (HN, one position of H, may run once along I)
     whole(prefill(), [("B", 1), ("I", 3)])
 
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.execute import execute
 from mambalaya.execute.tiled import run_tiled
-from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping
+from mambalaya.fusion.group_analysis import analyse
+from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, MappingError, check_mapping, select_ranks
 from mambalaya.search.mappings import NAMED_MAPPINGS, named_mapping, tileable_ranks
 from mambalaya.cost.buffer import group_buffer_accesses
 from mambalaya.cost.traffic import mapping_traffic
@@ -42,6 +43,7 @@ CASCADES = {
     "mamba2-chunked": mamba2_layer(CFG2, batch=2, seq_len=8, scan="chunked"),
     "mamba2-chunked-state": mamba2_layer(CFG2, batch=1, seq_len=6, scan="chunked", state_io=True),
     "mamba2-recurrent": mamba2_layer(CFG2, batch=2, seq_len=5, scan="recurrent"),
+    "mamba2-recurrent-state": mamba2_layer(CFG2, batch=2, seq_len=5, scan="recurrent", state_io=True),
     "mamba2-decode": mamba2_layer(CFG2, batch=2, seq_len=1, phase="decode"),
     # the scans unrolled into one Einsum per step (what AccelForge costs)
     "prefill-state-unrolled": unroll_recurrences(mamba1_layer(CFG, batch=2, seq_len=4, state_io=True)),
@@ -121,9 +123,11 @@ def random_mappings(draw):
     names = [e.name for e in c.einsums]
     cuts = draw(st.lists(st.booleans(), min_size=len(names) - 1, max_size=len(names) - 1))
     bounds = [0] + [i + 1 for i, cut in enumerate(cuts) if cut] + [len(names)]
+    segments = [names[a:b] for a, b in zip(bounds, bounds[1:])]
+    if draw(st.booleans()):  # sometimes each select-runner joins the group of what it reads
+        segments = joined_select_runners(c, segments)
     groups = []
-    for n, (a, b) in enumerate(zip(bounds, bounds[1:])):
-        members = names[a:b]
+    for n, members in enumerate(segments):
         # tileable ranks, plus sometimes any rank (legal ones recompute an RSp producer)
         pool = tileable_ranks(c, members) + (list(c.ranks) if draw(st.booleans()) else [])
         pool = list(dict.fromkeys(r for r in pool if c.size(r) > 1))
@@ -132,6 +136,57 @@ def random_mappings(draw):
         halo = draw(st.sampled_from(["retain", "recompute"]))
         groups.append(FusionGroup(f"F{n}", tuple(members), loops, halo))
     return key, Mapping("random", tuple(groups))
+
+
+def joined_select_runners(c, segments: list[list[str]]) -> list[list[str]]:
+    """``segments`` with every Einsum that would run once along a rank of the group making all
+    it reads (a select-runner: the final state ``HN`` beside its scan) moved into that group."""
+    segments = [list(s) for s in segments]
+    order = {e.name: k for k, e in enumerate(c.einsums)}
+    for e in c.einsums:
+        where = {x: k for k, s in enumerate(segments) for x in s}
+        if not e.inputs or any(c.producer(t) is None for t in e.input_tensors):
+            continue
+        (target, *more) = {where[t] for t in e.input_tensors}
+        joined = sorted(segments[target] + [e.name], key=order.get)
+        if more or target == where[e.name] or e.name not in analyse(c, tuple(joined)).selects:
+            continue
+        segments[where[e.name]].remove(e.name)
+        segments[target] = joined
+    return [s for s in segments if s]
+
+
+@pytest.mark.parametrize("key", [k for k in CASCADES if "state" in k and "unrolled" not in k])
+def test_select_runners_run_once_in_the_tile_holding_their_position(key) -> None:
+    """The final state (``HN = H[.., last position, ..]``, or the chunked scan's ``HC[.., last
+    chunk, ..]``) and the chunk decay (``CD = exp(ACS[.., last position of the chunk, ..])``)
+    joined to the group making what they read, over tilings of its ranks (theirs among them):
+    they run only in the tile holding that position and write once, the tensor they read stays
+    on chip, and the executor moves the bytes the model counts."""
+    c = CASCADES[key]
+    segments = joined_select_runners(c, [[e.name] for e in c.einsums])
+    joined = [s for s in segments if len(s) > 1]
+    assert joined
+    runs = 0
+    for members in joined:
+        ranks = [r for r in tileable_ranks(c, members) if r in analyse(c, tuple(members)).selects.get(members[-1], ())]
+        others = [r for r in tileable_ranks(c, members) if r not in ranks]
+        for rank in ranks:
+            for tile in sorted({1, 2, c.size(rank) - 1} - {0}):
+                for loops in ((Loop(rank, tile),), (Loop(rank, tile), *[Loop(r, 1) for r in others[:1]]),
+                              (*[Loop(r, 2) for r in others[:1]], Loop(rank, tile))):
+                    groups = [FusionGroup(f"F{n}", tuple(s), loops if s is members else ()) for n, s in enumerate(segments)]
+                    mapping = check_mapping(c, Mapping("m", tuple(groups)))
+                    run, model = check_run(c, key, mapping)
+                    g = next(g for g in mapping.groups if g.einsums == tuple(members))
+                    runner = members[-1]
+                    assert select_ranks(c, g, runner) == {rank}
+                    assert run.group_write_bytes(g.name)[runner] == c.nbytes(runner)  # once, though the rank is tiled
+                    for t in c.einsum(runner).input_tensors:  # read elsewhere (YS reads H) or not written at all
+                        elsewhere = any(x.name not in members for x in c.consumers(t)) or t in c.output_tensors()
+                        assert (t in run.group_write_bytes(g.name)) == elsewhere, t
+                    runs += 1
+    assert runs >= 3
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, rank_of_variable
-from mambalaya.fusion.mapping import FusionGroup, group_einsums, register_resident
+from mambalaya.fusion.mapping import FusionGroup, einsum_loops, group_einsums, register_resident
 from mambalaya.cost.traffic import (GroupTraffic, TrafficSizeError, component_sums, read_elements, read_plan,
                                      group_traffic)
 
@@ -53,14 +53,17 @@ def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, acce
 
 
 def buffer_read_bytes_over_tilings(cascade: Cascade, probe: FusionGroup, tensor: str, accesses: list[Access],
-                                   ranks: list[str], tiles: list[np.ndarray], trips: list[np.ndarray]) -> np.ndarray:
+                                   ranks: list[str], tiles: list[np.ndarray], trips: list[np.ndarray],
+                                   n_tilings: int | None = None) -> np.ndarray:
     """:func:`buffer_read_elements` in bytes for every tiling of ``ranks`` at once (``tiles`` and
     ``trips`` per rank and tiling; ``probe`` fuses every rank at its full size): the same box
     sums, window halos and rotated boxes read again per tile included. A component whose boxes
     tile its dimensions exactly (plain rank indices, no incoming state) sums to its untiled box
     at any tile; the others are summed per distinct tile. A tiling whose boxes cannot be counted
-    without enumerating too many tiles (:class:`TrafficSizeError`) costs infinitely many bytes."""
-    n = len(tiles[0]) if tiles else 1
+    without enumerating too many tiles (:class:`TrafficSizeError`) costs infinitely many bytes.
+    ``n_tilings``: the tilings, where ``ranks`` may be none of a grid's (a select-runner's
+    reads, with its select ranks left out)."""
+    n = len(tiles[0]) if tiles else (n_tilings or 1)
     plan = read_plan(cascade, probe, tensor, accesses, None)
     own, every = np.ones(n), np.ones(n)
     for dims, comp_ranks, bounds in plan.comps:
@@ -143,7 +146,9 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     every byte written to DRAM is read from it (drain). A recurrence's reads of its own
     earlier positions are not counted: its carried state lives in the lanes computing it. Nor
     are the writes and reads of an intermediate that a pointwise chain carries in its lanes'
-    registers (:func:`~mambalaya.fusion.mapping.register_resident`).
+    registers (:func:`~mambalaya.fusion.mapping.register_resident`). A select-runner reads and
+    writes only in the steps it runs in: its select ranks' loops are left out
+    (:func:`~mambalaya.fusion.mapping.einsum_loops`).
     :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
     """
     memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
@@ -151,17 +156,18 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     if key in memo:
         return memo[key]
     traffic = traffic or group_traffic(cascade, group)
-    fused = {lp.rank: lp for lp in group.loops}
     lanes = register_resident(cascade, group)
     reads: dict[str, float] = {}
     writes: dict[str, float] = {}
     for e in group_einsums(cascade, group):
+        loops = einsum_loops(cascade, group, e.name)  # a select-runner's steps: its select ranks' loops left out
+        runs = group if loops == group.loops else FusionGroup(group.name, group.einsums, loops, group.halo)
         reads[e.name] = sum(
-            buffer_read_elements(cascade, group, t, [a for a in e.inputs if a.tensor == t])
+            buffer_read_elements(cascade, runs, t, [a for a in e.inputs if a.tensor == t])
             for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in lanes)
         )
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
-        repeat = math.prod(lp.trips(cascade.size(r)) for r, lp in fused.items() if r not in out_ranks)
+        repeat = math.prod(lp.trips(cascade.size(lp.rank)) for lp in loops if lp.rank not in out_ranks)
         writes[e.name] = 0.0 if e.name in lanes else cascade.elements(e.name) * repeat * cascade.tensors[e.name].bits / 8
     found = BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
     memo[key] = found

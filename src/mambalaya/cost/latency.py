@@ -16,7 +16,9 @@ Per Einsum, the operations of :mod:`mambalaya.einsum.stats` go to the unit that 
   with no MFU, it costs ``unary_cost_pe_ops`` elementwise operations instead.
 
 A group runs every Einsum once per step over the step's tiles, so an Einsum's cycles are summed
-over the group's step shapes. The array runs one mode at a time, so its 2D and 1D cycles add
+over the group's step shapes; a select-runner runs once along its select ranks
+(:func:`~mambalaya.fusion.mapping.select_ranks`), so its shapes leave their loops out
+(:func:`einsum_shapes`). The array runs one mode at a time, so its 2D and 1D cycles add
 up; the MFUs (and a separate vector unit) run beside it when ``overlap_compute_units``. An
 Einsum's compute time is ``max(array, mfu, vector)`` cycles (their sum without overlap) over
 the clock; its memory time is its off-chip bytes over the bandwidth; its on-chip time is its
@@ -56,7 +58,7 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.errors import MambalayaError
-from mambalaya.fusion.mapping import FusionGroup, Mapping
+from mambalaya.fusion.mapping import FusionGroup, Mapping, einsum_loops
 from mambalaya.cost.spatial import SpatialMapping, StepShape, einsum_runs, einsum_unit_cycles, step_shapes
 from mambalaya.cost.buffer import BufferAccesses, group_buffer_accesses
 from mambalaya.cost.traffic import GroupTraffic, group_traffic
@@ -281,7 +283,18 @@ class LayerLatency:
 
 
 def group_shapes(cascade: Cascade, group: FusionGroup) -> list[StepShape]:
+    """The shapes of the group's steps (:func:`~mambalaya.cost.spatial.step_shapes`)."""
     return step_shapes({r: cascade.size(r) for r in cascade.ranks}, [(lp.rank, lp.tile) for lp in group.loops])
+
+
+def einsum_shapes(cascade: Cascade, group: FusionGroup, einsum: str) -> list[StepShape]:
+    """The shapes of the steps Einsum ``einsum`` of the group runs in: the group's, but for a
+    select-runner, which runs once along its select ranks
+    (:func:`~mambalaya.fusion.mapping.einsum_loops`), without their loops."""
+    loops = einsum_loops(cascade, group, einsum)
+    if loops == group.loops:
+        return group_shapes(cascade, group)
+    return step_shapes({r: cascade.size(r) for r in cascade.ranks}, [(lp.rank, lp.tile) for lp in loops])
 
 
 def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitCycles, list[tuple[Einsum, UnitCycles, SpatialMapping]]]:
@@ -295,7 +308,8 @@ def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitC
         per = []
         for name in group.einsums:
             e = cascade.einsum(name)
-            cyc, spatial = einsum_cycles(arch.compute, cascade, e, shapes)
+            own = shapes if einsum_loops(cascade, group, name) == group.loops else einsum_shapes(cascade, group, name)
+            cyc, spatial = einsum_cycles(arch.compute, cascade, e, own)
             total = total + cyc
             per.append((e, cyc, spatial))
         memo[key] = (total, per)
@@ -500,8 +514,7 @@ def group_runs(cascade: Cascade, group: FusionGroup) -> list[Any]:
     memo = cascade.__dict__.setdefault("_group_runs_memo", {})
     key = (group.einsums, group.loops)
     if key not in memo:
-        shapes = group_shapes(cascade, group)
-        memo[key] = [einsum_runs(cascade, cascade.einsum(n), shapes) for n in group.einsums]
+        memo[key] = [einsum_runs(cascade, cascade.einsum(n), einsum_shapes(cascade, group, n)) for n in group.einsums]
     return memo[key]
 
 

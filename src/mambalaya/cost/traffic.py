@@ -11,7 +11,8 @@ With ``halo: retain`` a window dimension reads each row once over the tiles of i
 previous tile's rows are still on chip). Rows an access reaches below 0 along the axis of
 ``T``'s initial value are read from that state tensor. A tensor the group produces and that
 leaves it is written once per step that computes it: its size times the trips of the fused
-ranks it lacks (a recomputed RSp producer writes again). A **resident** tensor is read again
+ranks it lacks (a recomputed RSp producer writes again), but for its producer's select ranks,
+along which it runs, and so writes, once (:func:`~mambalaya.fusion.mapping.select_ranks`). A **resident** tensor is read again
 only when a loop that indexes it (of more than one trip) moves: the trips of the loops it does
 not mention count only when they run outside the innermost loop it does. Bytes are
 elements x bits / 8.
@@ -40,6 +41,7 @@ from mambalaya.einsum.routing import tensor_scale
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
+    einsum_loops,
     footprint_bytes,
     group_einsums,
     index_span,
@@ -491,10 +493,21 @@ def read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
         if not initial:
             continue
         readers = [e for e in einsums_ if t in e.input_tensors]
-        accs = [a for e in readers for a in e.inputs if a.tensor == t]
+        accs = [a for e in readers for a in e.inputs if a.tensor == t and may_reach_initial(cascade, a)]
         if accs:
             steps.append((t, accs, True, ("self", tuple(e.name for e in readers)), None, initial))
     return steps
+
+
+def may_reach_initial(cascade: Cascade, access: Access) -> bool:
+    """Whether ``access`` may read its tensor's incoming state: False when it indexes the
+    initial value's axis with a constant at or above 0 (one position of the tensor itself, as
+    a select-runner reads the scan's last position), which never reaches below 0."""
+    axis = cascade.initial_axis(access.tensor)
+    if axis is None:
+        return False
+    idx = access.indices[axis[0]]
+    return bool(idx.terms) or idx.const < 0
 
 
 def _scale(cascade: Cascade, tensor: str) -> float:
@@ -527,14 +540,13 @@ def apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dict
 def _group_writes(cascade: Cascade, group: FusionGroup) -> dict[str, float]:
     """Bytes the group writes, per tensor."""
     writes: dict[str, float] = {}
-    fused = {lp.rank: lp for lp in group.loops}
     for t in tensors_written(cascade, group):
         e = cascade.einsum(t)
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
         repeat = 1
-        for r, lp in fused.items():
-            if r not in out_ranks:
-                repeat *= lp.trips(cascade.size(r))
+        for lp in einsum_loops(cascade, group, t):  # a select-runner writes once along its select ranks
+            if lp.rank not in out_ranks:
+                repeat *= lp.trips(cascade.size(lp.rank))
         writes[t] = written_bytes(cascade, t, repeat)
     return writes
 

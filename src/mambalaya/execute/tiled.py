@@ -25,7 +25,10 @@ tested against.
      brought on chip and this tile needs again are taken from an on-chip halo buffer, not
      re-read;
   2. every Einsum of the group runs in cascade order over the step's ranges (an Einsum lacking
-     a fused rank is so recomputed once per tile of it). Intermediates are read from on-chip
+     a fused rank is so recomputed once per tile of it), but a select-runner
+     (:func:`~mambalaya.fusion.mapping.select_ranks`: it reads one position along a fused
+     rank) runs only in the steps whose tile of each of its select ranks holds its position,
+     and only those steps count its accesses to the tensors it reads. Intermediates are read from on-chip
      tiles only: the producer's current tile, its retained halo rows from previous tiles of a
      window rank, and incoming-state rows (read off-chip) below 0; a recurrence runs position
      by position from its carried state (its last ``distance`` positions), kept on chip across
@@ -84,6 +87,7 @@ from mambalaya.fusion.mapping import (
     intermediates,
     produced_in,
     register_resident,
+    select_positions,
     tensors_written,
     window_halos,
 )
@@ -205,10 +209,14 @@ class _GroupRun:
         self.tiles = [tile_bounds(cascade.size(lp.rank), lp.tile) for lp in self.loops]
         self.trips = {lp.rank: len(t) for lp, t in zip(self.loops, self.tiles)}
         self.accs: dict[str, list[Access]] = {}
+        #: per select-runner, the position of each of its select ranks it runs at
+        self.runs_at = {e.name: pos for e in self.einsums if (pos := select_positions(cascade, group, e.name))}
+        self.reader_accs: dict[str, list[tuple[str, Access]]] = {}  # per tensor, (reading Einsum, access)
         for e in self.einsums:
             for a in e.inputs:
                 if a.tensor != e.name:
                     self.accs.setdefault(a.tensor, []).append(a)
+                    self.reader_accs.setdefault(a.tensor, []).append((e.name, a))
         # the rank along which a tensor's halo is retained (innermost if several)
         order = {lp.rank: n for n, lp in enumerate(self.loops)}
         self.retain_rank: dict[str, str] = {}
@@ -238,11 +246,19 @@ class _GroupRun:
             (-init[1] if init is not None and init[0] == p else 0, n) for p, n in enumerate(self.c.shape(tensor))
         )
 
+    def _runs_in(self, einsum: str, ranges: TMapping[str, tuple[int, int]]) -> bool:
+        """Whether ``einsum`` runs in the step over ``ranges``: always, but a select-runner only
+        where the tile of each of its select ranks holds its position."""
+        at = self.runs_at.get(einsum)
+        return at is None or all(ranges[r.lower()][0] <= p < ranges[r.lower()][1] for r, p in at.items())
+
     def _need(self, tensor: str, ranges: TMapping[str, tuple[int, int]]) -> Box:
-        """Bounding box (unclipped) of the group's accesses to ``tensor`` over ``ranges``."""
+        """Bounding box (unclipped) of the accesses to ``tensor`` over ``ranges`` of the
+        group's Einsums that run in that step (:meth:`_runs_in`)."""
+        accs = [a for e, a in self.reader_accs[tensor] if self._runs_in(e, ranges)]
         box = []
         for p in range(len(self.c.shape(tensor))):
-            spans = [index_range(a.indices[p], ranges) for a in self.accs[tensor]]
+            spans = [index_range(a.indices[p], ranges) for a in accs]
             box.append((min(s[0] for s in spans), max(s[1] for s in spans)))
         return tuple(box)
 
@@ -424,6 +440,8 @@ class _GroupRun:
         tiles: dict[str, tuple[Box, np.ndarray]] = {}
         transient_carry = 0.0
         for e in self.einsums:
+            if not self._runs_in(e.name, ranges):
+                continue  # a select-runner outside the tile holding its position
             for t in e.input_tensors:
                 if t != e.name and t not in onchip:
                     box, tile = tiles[t]

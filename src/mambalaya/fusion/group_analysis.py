@@ -11,7 +11,7 @@ boxes, the footprint, the traffic of a tiling) is computed from it by those modu
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum, rank_of_variable
@@ -34,12 +34,17 @@ class GroupAnalysis:
     intermediates: tuple[str, ...]
     #: intermediates a pointwise chain carries in its lanes' registers, never in the buffer
     in_registers: frozenset[str]
-    #: ranks every Einsum writes and none reduces (a recurrence's contracted state ranks count
-    #: as reduced), generational ones last: what the group tiles (those of more than one element)
+    #: ranks every Einsum writes or runs once along (:attr:`selects`) and none reduces (a
+    #: recurrence's contracted state ranks count as reduced), generational ones last: what the
+    #: group tiles (those of more than one element)
     tileable: tuple[str, ...]
     #: ranks some Einsum writes and none reduces, generational ones last: what a fixed grouping
     #: may tile when a member lacks a rank (it then re-runs per tile)
     widened: tuple[str, ...]
+    #: per member that would run once along a rank the group tiles (a *select-runner*,
+    #: :func:`select_positions`), those ranks and the one position it reads along each; members
+    #: that would not are absent (read-only)
+    selects: dict[str, dict[str, int]] = field(default_factory=dict)
 
 
 def analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
@@ -65,17 +70,49 @@ def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
     inter = tuple(e.name for e in members
                   if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name)))
     lanes = frozenset(e.name for e in members if _carried_in_lanes(cascade, e, inside, set(writes)))
+    selects = {e.name: found for e in members if (found := select_positions(cascade, e, inside))}
     common: set[str] | None = None
     written: set[str] = set()
     reduced: set[str] = set()
     for e in members:
         outs = {rank_of_variable(v) for v in e.output_variables}
-        common = outs if common is None else common & outs
+        runs_on = outs | set(selects.get(e.name, ()))
+        common = runs_on if common is None else common & runs_on
         written |= outs
         reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
     return GroupAnalysis(einsums, tuple(reads), writes, inter, lanes,
                          _generational_last(cascade, (common or set()) - reduced),
-                         _generational_last(cascade, written - reduced))
+                         _generational_last(cascade, written - reduced), selects)
+
+
+def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str, int]:
+    """The ranks along which ``e``, in a group of the Einsums ``inside``, runs once if the
+    group tiles them, each with the one position it reads along it (the *select ranks* of
+    :mod:`mambalaya.fusion.mapping`, before they are narrowed to the ranks the group tiles).
+
+    A rank ``R`` qualifies when ``e`` is no recurrence, its output lacks ``R`` and it does not
+    reduce ``R``; every tensor it reads is made in the group (it reads nothing off chip) and
+    every one of its reads indexes each dimension of rank ``R`` of that tensor with one
+    constant position, at or above 0, the same in all of them (at least one read); and no other
+    Einsum of the group reads its output (it leaves the group, written once along ``R``).
+    ``HN[b,e,n] = H[b,1023,e,n]`` beside the scan ``H`` runs once along ``I``, in the tile
+    holding position 1023."""
+    if cascade.recurrence(e) is not None or not e.inputs:
+        return {}
+    if any(a.tensor not in inside or a.tensor == e.name for a in e.inputs):
+        return {}
+    if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name)):
+        return {}
+    excluded = {rank_of_variable(v) for v in (*e.output_variables, *e.reduced_variables)}
+    found: dict[str, int] | None = None
+    for a in e.inputs:
+        positions: dict[str, int | None] = {}
+        for idx, rank in zip(a.indices, cascade.tensors[a.tensor].ranks):
+            one = idx.const if not idx.terms and idx.const >= 0 else None
+            positions[rank] = one if positions.get(rank, one) == one else None
+        here = {r: p for r, p in positions.items() if p is not None and r not in excluded}
+        found = here if found is None else {r: p for r, p in found.items() if here.get(r) == p}
+    return found or {}
 
 
 def _generational_last(cascade: Cascade, ranks: set[str]) -> tuple[str, ...]:

@@ -17,6 +17,16 @@ Semantics (the traffic model and the tiled executor both implement exactly this)
   incoming-state rows an access reaches below 0). Along a window rank with ``halo: retain``
   (the default) rows already read in the previous tile of that rank stay on chip and are not
   read again; with ``halo: recompute`` they are read (or recomputed) again.
+* An Einsum that reads a fused rank ``R`` at **one position** runs once along ``R``: its
+  ``R`` is a *select rank* (:func:`select_ranks`) when its output lacks ``R``, it does not
+  reduce ``R``, it reads only tensors made in the group, each of its reads indexes every
+  dimension of rank ``R`` with the same constant position ``p >= 0``, and no other Einsum of
+  the group reads its output. Such a *select-runner* (``HN[b,e,n] = H[b,1023,e,n]``, the
+  final state handed to decode, beside the scan ``H``) runs only in the steps whose tile of
+  each of its select ranks holds its position, after the producer of what it reads (cascade
+  order, same step), over the step's tiles of its other fused ranks; its output is written
+  then, so once along its select ranks. Its step shapes, runs, buffer accesses and writes all
+  leave out the loops of its select ranks (:func:`einsum_loops`).
 * A recurrence's carried state (``H[b,i-1,e,n]``) and a retained window halo stay on chip
   between tiles of the ordered rank.
 * A tensor the group reads off-chip and lists in ``resident`` stays on chip from one step to
@@ -33,8 +43,10 @@ Legality (checked by :func:`check_mapping`, each rule named in the error):
 ``reduction``        no Einsum of a group reduces a fused rank: an RSb/RD reduction completes
                      inside a tile (else the consumer would see partial sums)
 ``alignment``        inside a group, a consumer indexes a fused-rank dimension of an
-                     intermediate by that rank's variable (plus window offsets), never by a
-                     constant or another rank: it can only see the current tile
+                     intermediate by that rank's variable (plus window offsets), never by
+                     another rank, and by a constant only along its select ranks (it runs
+                     once along them, in the tile holding that position): otherwise it can
+                     only see the current tile
 ``future``           inside a group, no consumer reads ahead (``i+1``) along a fused rank
 ``halo``             inside a group, a window over a fused rank needs ``halo: retain``
                      (recomputing a halo inside a group is not supported)
@@ -157,6 +169,48 @@ def register_resident(cascade: Cascade, group: FusionGroup) -> frozenset[str]:
     the lane then carries each element from producer to reader, holding one word per such
     tensor, whatever the tile."""
     return analyse(cascade, group.einsums).in_registers
+
+
+def select_ranks(cascade: Cascade, group: FusionGroup, einsum: str) -> frozenset[str]:
+    """The fused ranks Einsum ``einsum`` of the group runs once along (its *select ranks*, see
+    the module doc): the ranks the group tiles of
+    :attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.selects`. Empty for every Einsum
+    that runs in every step."""
+    return group_select_ranks(cascade, group).get(einsum, frozenset())
+
+
+def group_select_ranks(cascade: Cascade, group: FusionGroup) -> dict[str, frozenset[str]]:
+    """Per select-runner of the group (a member with select ranks, :func:`select_ranks`), its
+    select ranks; the group's other members are absent. Depends on the group's Einsums and
+    fused ranks alone, so memoised on the (immutable) cascade like the other rule helpers
+    (read-only)."""
+    memo = cascade.__dict__.setdefault("_group_select_ranks_memo", {})
+    key = (group.einsums, frozenset(group.fused_ranks))
+    hit = memo.get(key)
+    if hit is None:
+        fused = key[1]
+        found = {}
+        for name, positions in analyse(cascade, group.einsums).selects.items():
+            ranks = {r for r in fused.intersection(positions) if positions[r] < cascade.size(r)}  # a position it holds
+            if ranks:
+                found[name] = frozenset(ranks)
+        hit = memo[key] = found
+    return hit
+
+
+def select_positions(cascade: Cascade, group: FusionGroup, einsum: str) -> dict[str, int]:
+    """Per select rank of ``einsum`` in the group, the one position it reads along it: it runs
+    in the tile of that rank holding the position."""
+    positions = analyse(cascade, group.einsums).selects.get(einsum, {})
+    return {r: positions[r] for r in select_ranks(cascade, group, einsum)}
+
+
+def einsum_loops(cascade: Cascade, group: FusionGroup, einsum: str) -> tuple[Loop, ...]:
+    """The group's loops that Einsum ``einsum`` runs over: all of them, but its select ranks'
+    (:func:`select_ranks`), along which it runs once. Its step shapes, runs, on-chip accesses
+    and off-chip writes are counted over these loops."""
+    select = select_ranks(cascade, group, einsum)
+    return tuple(lp for lp in group.loops if lp.rank not in select) if select else group.loops
 
 
 def _extent(cascade: Cascade, group: FusionGroup, rank: str, *, full_inside_of: str | None = None) -> int:
@@ -407,20 +461,21 @@ def check_group_rules(cascade: Cascade, g: FusionGroup) -> None:
             raise MappingError("a resident tensor is listed twice", rule="resident", group=g.name)
     fused_key = frozenset(fused)
     for e in group_einsums(cascade, g):
-        problem = _einsum_rule_problem(cascade, e, tuple(t for t in e.input_tensors if t in inside), fused_key, g.halo)
+        problem = _einsum_rule_problem(cascade, e, tuple(t for t in e.input_tensors if t in inside), fused_key, g.halo,
+                                       select_ranks(cascade, g, e.name))
         if problem is not None:
             message, rule, edge = problem
             raise MappingError(message, rule=rule, group=g.name, edge=edge)
 
 
 def _einsum_rule_problem(cascade: Cascade, e: Einsum, inside: tuple[str, ...], fused: frozenset[str],
-                         halo: str) -> tuple[str, str, str] | None:
+                         halo: str, select: frozenset[str] = frozenset()) -> tuple[str, str, str] | None:
     """The first rule of :func:`check_group_rules` that Einsum ``e`` breaks in a group that
-    tiles ``fused`` and produces the tensors ``inside`` among ``e``'s inputs, as (message,
-    rule, edge); None if it keeps them all. Memoised on the (immutable) cascade: the groups
-    of a search share their Einsums."""
+    tiles ``fused`` and produces the tensors ``inside`` among ``e``'s inputs, where ``e`` runs
+    once along ``select`` (:func:`select_ranks`), as (message, rule, edge); None if it keeps
+    them all. Memoised on the (immutable) cascade: the groups of a search share their Einsums."""
     memo = cascade.__dict__.setdefault("_einsum_rule_memo", {})
-    key = (e.name, inside, fused, halo)
+    key = (e.name, inside, fused, halo, select)
     if key in memo:
         return memo[key]
     problem = None
@@ -432,7 +487,7 @@ def _einsum_rule_problem(cascade: Cascade, e: Einsum, inside: tuple[str, ...], f
     for acc in e.inputs if problem is None else ():
         if acc.tensor not in inside or acc.tensor == e.name:
             continue
-        problem = _access_rule_problem(cascade, e, acc, fused, halo)
+        problem = _access_rule_problem(cascade, e, acc, fused - select, halo)
         if problem is not None:
             break
     memo[key] = problem
@@ -442,7 +497,8 @@ def _einsum_rule_problem(cascade: Cascade, e: Einsum, inside: tuple[str, ...], f
 def _access_rule_problem(cascade: Cascade, e: Einsum, acc: Access, fused: frozenset[str],
                          halo: str) -> tuple[str, str, str] | None:
     """The alignment, future or halo rule that ``e``'s read ``acc`` of a tensor made in its
-    group breaks, as (message, rule, edge), or None."""
+    group breaks, as (message, rule, edge), or None. ``fused`` leaves out ``e``'s select ranks:
+    its constant index on them reads the one position of the tile it runs in."""
     edge = f"{acc.tensor}->{e.name}"
     for idx, rank in zip(acc.indices, cascade.tensors[acc.tensor].ranks):
         if rank not in fused:

@@ -23,6 +23,7 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.cost.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.einsum.ir import rank_of_variable
+from mambalaya.fusion.group_analysis import analyse
 from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, window_halos)
 from mambalaya.search.group_shape import shape_of_group, held_layout, held_bytes, keepable_under
 from mambalaya.cost.buffer import buffer_read_bytes_over_tilings
@@ -88,6 +89,7 @@ class GroupCostModel:
         full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
         self.probe = full
         self._shape = shape = shape_of_group(cascade, full.einsums, tuple(ranks))
+        self._selects = analyse(cascade, full.einsums).selects  # the members that run once along a rank they read at one position
         # traffic: each read/written tensor costs its untiled bytes times the trips of the
         # fused ranks its accesses do not mention (see cost/traffic.py)
         read_bytes, write_bytes = untiled_traffic(cascade, full.einsums)
@@ -287,7 +289,7 @@ class GroupCostModel:
             lanes = register_resident(self.cascade, self.probe)
             total = np.zeros(self.n_tilings)
             for name in self.probe.einsums:
-                reads, write = self._einsum_buffer_bytes(name)
+                reads, write = self._einsum_buffer_bytes(name, self.select_ranks(name))
                 part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
                 if name not in lanes:
                     part = part + write
@@ -296,25 +298,36 @@ class GroupCostModel:
             self._tiling_buffer = total
         return self._tiling_buffer if tilings is None else self._tiling_buffer[tilings]
 
-    def _einsum_buffer_bytes(self, name: str) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
-        """One Einsum's on-chip reads (per tensor) and writes per tiling of this model's ranks:
-        memoised on the cascade per Einsum and ranks, which every group holding it and tiling
-        them shares."""
+    def select_ranks(self, name: str) -> tuple[str, ...]:
+        """The ranks of this model that Einsum ``name`` runs once along when the group tiles
+        them (:func:`~mambalaya.fusion.mapping.select_ranks`; a rank at its full size is one
+        trip, so leaving it out or in changes nothing)."""
+        positions = self._selects.get(name)
+        return tuple(r for r in self.ranks if r in positions) if positions else ()
+
+    def _einsum_buffer_bytes(self, name: str, select: tuple[str, ...] = ()) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
+        """One Einsum's on-chip reads (per tensor) and writes per tiling of this model's ranks,
+        running once along ``select`` (its select ranks: their loops left out): memoised on
+        the cascade per Einsum, ranks and select ranks, which every group holding it and
+        tiling them shares."""
         cascade, ranks = self.cascade, self.ranks
         memo = cascade.__dict__.setdefault("_einsum_buffer_bytes_memo", {})
-        key = (name, tuple(ranks))
+        key = (name, tuple(ranks), select)
         hit = memo.get(key)
         if hit is None:
             e = cascade.einsum(name)
-            tiles, trips = self.grid()
-            probe = FusionGroup("probe", (name,), tuple(Loop(r, cascade.size(r)) for r in ranks))
+            all_tiles, all_trips = self.grid()
+            runs = [i for i, r in enumerate(ranks) if r not in select]
+            own = [ranks[i] for i in runs]
+            tiles, trips = [all_tiles[i] for i in runs], [all_trips[i] for i in runs]
+            probe = FusionGroup("probe", (name,), tuple(Loop(r, cascade.size(r)) for r in own))
             reads = []
             for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
                 accs = [a for a in e.inputs if a.tensor == t]
-                reads.append((t, buffer_read_bytes_over_tilings(cascade, probe, t, accs, ranks, tiles, trips)))
+                reads.append((t, buffer_read_bytes_over_tilings(cascade, probe, t, accs, own, tiles, trips, self.n_tilings)))
             outs = {rank_of_variable(v) for v in e.output_variables}
             repeat = np.ones(self.n_tilings)
-            for i, r in enumerate(ranks):
+            for i, r in enumerate(own):
                 if r not in outs:
                     repeat = repeat * trips[i]
             hit = memo[key] = (reads, cascade.elements(name) * repeat * cascade.tensors[name].bits / 8)
@@ -721,16 +734,17 @@ def cycles_together(models: list[GroupCostModel], compute: Any) -> list[np.ndarr
     for m in models:
         if key in m._cycles:
             continue
-        einsums, ranks = m.probe.einsums, tuple(m.ranks)
+        einsums = m.probe.einsums
+        ranks = (tuple(m.ranks), tuple(m.select_ranks(name) for name in einsums))  # a select-runner's cycles differ
         shorter_ranks, total = sums.pop(einsums[:-1], (None, None))
-        if shorter_ranks != ranks:
+        if shorter_ranks is None or shorter_ranks != (ranks[0], ranks[1][:-1]):
             total = None
         start = len(einsums) - 1 if total is not None else 0
         if total is None:
             total = {"array_2d": 0.0, "array_1d": 0.0, "vector": 0.0, "mfu": 0.0}
         tiles = m.grid()[0]
         for name in einsums[start:]:
-            cyc = einsum_grid_cycles(compute, m.cascade, name, m.ranks, tiles)
+            cyc = einsum_grid_cycles(compute, m.cascade, name, m.ranks, tiles, m.select_ranks(name))
             total = {k: total[k] + cyc[k] for k in total}
         sums[einsums] = (ranks, total)
         array = total["array_2d"] + total["array_1d"]
@@ -742,30 +756,38 @@ def cycles_together(models: list[GroupCostModel], compute: Any) -> list[np.ndarr
     return [m._cycles[key] for m in models]
 
 
-def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray]) -> dict[str, Any]:
+def einsum_grid_cycles(compute: Any, cascade: Cascade, name: str, ranks: list[str], tiles: list[np.ndarray],
+                       select: tuple[str, ...] = ()) -> dict[str, Any]:
     """One Einsum's unit cycles for every tiling of ``ranks`` (the grid of
-    :meth:`GroupCostModel.grid`), memoised on the cascade: the grid depends only on the ranks,
-    so every candidate group of a search that tiles the same ranks shares it."""
+    :meth:`GroupCostModel.grid`), running once along ``select`` (its select ranks in the group,
+    :func:`~mambalaya.fusion.mapping.select_ranks`: their loops left out of its step shapes),
+    memoised on the cascade: the grid depends only on the ranks, so every candidate group of a
+    search that tiles the same ranks shares it."""
     memo = cascade.__dict__.setdefault("_grid_cycles_memo", {})
-    key = (spec_key(compute), name, tuple(ranks))
+    key = (spec_key(compute), name, tuple(ranks), select)
     hit = memo.get(key)
     if hit is None:
         e = cascade.einsum(name)
-        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e), _grid_step_shapes(cascade, ranks, tiles),
-                                    shapes_key=("grid", tuple(ranks)))
+        hit, _ = einsum_unit_cycles(compute, cascade, e, einsum_ops(cascade, e),
+                                    _grid_step_shapes(cascade, ranks, tiles, select),
+                                    shapes_key=("grid", tuple(ranks)) + (("select", select) if select else ()))
+        if select:  # a select-runner's shapes over no other rank are scalars: the same cycles in every tiling
+            n = len(tiles[0]) if tiles else 1
+            hit = {k: np.broadcast_to(np.asarray(v, dtype=float), (n,)) if np.ndim(v) == 0 else v for k, v in hit.items()}
         memo[key] = hit
     return hit
 
 
-def _grid_step_shapes(cascade: Cascade, ranks: list[str], tiles: list[np.ndarray]) -> list[Any]:
+def _grid_step_shapes(cascade: Cascade, ranks: list[str], tiles: list[np.ndarray], select: tuple[str, ...] = ()) -> list[Any]:
     """:func:`~mambalaya.cost.spatial.step_shapes` of every tiling of ``ranks`` (the grid's
-    ``tiles``), memoised on the cascade per ranks: they depend on the sizes alone, and every
-    Einsum and compute section costed over that grid reads them (read-only)."""
+    ``tiles``) but the loops of ``select``, memoised on the cascade per ranks and select ranks:
+    they depend on the sizes alone, and every Einsum and compute section costed over that grid
+    reads them (read-only)."""
     memo = cascade.__dict__.setdefault("_grid_step_shapes_memo", {})
-    key = tuple(ranks)
+    key = (tuple(ranks), select)
     hit = memo.get(key)
     if hit is None:
-        hit = step_shapes({r: cascade.size(r) for r in cascade.ranks}, list(zip(ranks, tiles)))
+        hit = step_shapes({r: cascade.size(r) for r in cascade.ranks}, [(r, t) for r, t in zip(ranks, tiles) if r not in select])
         if not tiles or len(tiles[0]) <= KEPT_SHAPES_TILINGS:
             memo[key] = hit
     return hit

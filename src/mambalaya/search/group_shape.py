@@ -11,7 +11,8 @@ from typing import Any, NamedTuple
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable, rank_variable
 from mambalaya.fusion.mapping import FusionGroup, intermediates, register_resident, tensors_read, tensors_written
-from mambalaya.cost.traffic import read_steps
+from mambalaya.cost.traffic import may_reach_initial, read_steps
+from mambalaya.fusion.group_analysis import analyse
 
 
 class _GroupShape(NamedTuple):
@@ -22,7 +23,7 @@ class _GroupShape(NamedTuple):
     mentioned: dict[str, frozenset[int]]  # ... and those they do
     aligned: dict[str, bool]  # ... whether its reads are aligned (:func:`_reads_aligned`)
     readable: frozenset[str]  # the tensors it reads off-chip (residency candidates)
-    unwritten: dict[str, list[int]]  # per tensor it writes: the tiled ranks its output does not index
+    unwritten: dict[str, list[int]]  # per tensor it writes: the tiled ranks its output does not index and its producer does not select
     orders: list[tuple[int, ...]]  # loop orders (rank indices, outermost first), the fixed one first
     held: list[tuple[float, tuple[str, ...], list[int]]]  # footprint parts: :func:`held_layout`
     keep_under: dict[tuple[int, ...], frozenset[str]]  # per loop order, the tensors residency may keep (filled on use)
@@ -48,8 +49,9 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
                                                                                        accesses.get(t, ())))
                  for t in targets}
     unwritten = {}
+    selects = analyse(cascade, einsums).selects  # a select-runner writes once along the ranks it selects
     for t in tensors_written(cascade, probe):
-        outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables}
+        outs = {rank_of_variable(v) for v in cascade.einsum(t).output_variables} | set(selects.get(t, ()))
         unwritten[t] = [i for i, r in enumerate(ranks) if r not in outs]
     gen = set(cascade.generational_ranks)
     free = [i for i, r in enumerate(ranks) if r not in gen]
@@ -116,7 +118,7 @@ def _read_accesses(cascade: Cascade, einsums: tuple[str, ...]
                 out.setdefault(a.tensor, []).append(a)
                 where[a.tensor] = where.get(a.tensor, ()) + ((name, i),)
             initial = spec[a.tensor].initial
-            if initial:
+            if initial and (a.tensor not in inside or may_reach_initial(cascade, a)):  # as read_steps reads it
                 out.setdefault(initial, []).append(a)
                 where[initial] = where.get(initial, ()) + ((name, i),)
     return out, where

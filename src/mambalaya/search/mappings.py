@@ -53,15 +53,19 @@ from __future__ import annotations
 import functools
 import math
 import time
+from dataclasses import replace
 from typing import Any
 
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.fusion.group_analysis import analyse
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
+    MappingError,
     check_mapping,
+    group_order,
     unfused_mapping,
 )
 from mambalaya.cost.energy import require_energy
@@ -281,8 +285,9 @@ def optimal(
                             f"group, at most {convex_search.EXHAUSTIVE_GROUP_LIMIT:,}; cascade {cascade.name!r} has "
                             f"{space.masks.size:,}: use --objective latency, or the optimal mapping")
         if grouping != "limits":
+            found = select_runner_moves(cascade, [c.choice() for c in grouping], buffer_bytes, stats, arch, objective)
             stats.seconds += time.perf_counter() - t0
-            return _finish(cascade, "optimal-convex" if widest else "optimal", [c.choice() for c in grouping],
+            return _finish(cascade, "optimal-convex" if widest else "optimal", found,
                            buffer_bytes, f"least {what} over connected convex groups and tiles", arch)
     names = [e.name for e in cascade.einsums]
     n = len(names)
@@ -334,14 +339,80 @@ def optimal(
             chosen.append(choice)
             b = a
         chosen.reverse()
+    found = select_runner_moves(cascade, [c.choice() for c in chosen], buffer_bytes, stats, arch, objective)
     stats.seconds += time.perf_counter() - t0
-    return _finish(cascade, "optimal", [c.choice() for c in chosen], buffer_bytes,
+    return _finish(cascade, "optimal", found, buffer_bytes,
                    f"least {what} over contiguous groups and tiles (its connected convex groups exceed the "
                    "default search's limits: the optimal-convex mapping searches them)" if CONVEX_GROUPS
                    else f"least {what} over contiguous groups and tiles", arch)
 
 
 _OBJECTIVE_WORDS = {"latency": "latency", "energy": "energy", "edp": "energy-delay product"}
+
+
+def select_runner_moves(cascade: Cascade, choices: list[GroupChoice], buffer_bytes: int | None,
+                        stats: SearchStats | None, arch: Any, objective: str) -> list[GroupChoice]:
+    """The optimal search's last pass: each Einsum ``S`` (in cascade order) that reads only
+    tensors one other group of ``choices`` makes, and that would run once along a rank in that
+    group (a *select-runner*, :func:`~mambalaya.fusion.mapping.select_ranks`: it reads one
+    position of what the group makes, as the final state ``HN`` reads the scan's last), is
+    tried in that group: both groups are chosen again (:func:`best_group`, the producers' group
+    with ``S``, the donor without it, if any Einsum is left), and the move is kept when the
+    objective does not get worse (:func:`_move_not_worse`). The dynamic programmes cannot find
+    such groupings where ``S`` comes late in the cascade's order (contiguous segments) or the
+    limits leave them out; without the move the group ``S`` reads from writes the whole tensor
+    off chip for one position of it. Returned in the order given (a donor left empty removed)."""
+    choices = list(choices)
+    for name in [e.name for e in cascade.einsums]:
+        where = {x: k for k, c in enumerate(choices) for x in c.group.einsums}
+        inputs = cascade.einsum(name).input_tensors
+        if not inputs or any(cascade.producer(t) is None for t in inputs):
+            continue
+        targets = {where[t] for t in inputs}
+        donor = where[name]
+        if len(targets) != 1 or donor in targets:
+            continue
+        (target,) = targets
+        members = set(choices[target].group.einsums) | {name}
+        joined = tuple(e.name for e in cascade.einsums if e.name in members)
+        if name not in analyse(cascade, joined).selects:
+            continue
+        rest = [x for x in choices[donor].group.einsums if x != name]
+        grown = best_group(cascade, list(joined), buffer_bytes, stats=stats, arch=arch, objective=objective)
+        shrunk = best_group(cascade, rest, buffer_bytes, stats=stats, arch=arch, objective=objective) if rest else None
+        if grown is None or (rest and shrunk is None):
+            continue
+        trial = [grown if k == target else shrunk if k == donor else c for k, c in enumerate(choices)]
+        trial = [c for c in trial if c is not None]
+        try:
+            group_order(cascade, [replace(c.group, name=f"G{k}") for k, c in enumerate(trial)])
+        except MappingError:
+            continue
+        if _move_not_worse(choices, trial, [choices[target], choices[donor]], [grown, shrunk], arch, objective):
+            choices = trial
+    return choices
+
+
+def _move_not_worse(before: list[GroupChoice], after: list[GroupChoice], old: list[GroupChoice],
+                    new: list[GroupChoice | None], arch: Any, objective: str) -> bool:
+    """Whether the mapping ``after`` (``old`` groups replaced by ``new``) is no worse than
+    ``before``: without an architecture in traffic; for latency, the moved groups' latency
+    lower by more than :data:`LATENCY_TIE_TOLERANCE`, or within it and moving no more
+    traffic; for energy, in energy; for EDP, the product of the mapping's summed latencies and
+    energies."""
+    moved = [c for c in new if c is not None]
+    traffic_old, traffic_new = sum(c.traffic_bytes for c in old), sum(c.traffic_bytes for c in moved)
+    if arch is None:
+        return traffic_new <= traffic_old
+    if objective == "energy":
+        return sum(c.energy_pj for c in moved) <= sum(c.energy_pj for c in old)  # type: ignore[misc]
+    if objective == "edp":
+        return (sum(c.latency_s for c in after) * sum(c.energy_pj for c in after)  # type: ignore[misc]
+                <= sum(c.latency_s for c in before) * sum(c.energy_pj for c in before))  # type: ignore[misc]
+    latency_old, latency_new = sum(c.latency_s for c in old), sum(c.latency_s for c in moved)  # type: ignore[misc]
+    if latency_new < latency_old * (1 - LATENCY_TIE_TOLERANCE):
+        return True
+    return latency_new <= latency_old * (1 + LATENCY_TIE_TOLERANCE) and traffic_new <= traffic_old
 
 #: Search groupings over connected convex groups (:mod:`mambalaya.search.convex`) where the
 #: cascade's are few enough; the tests compare against False (contiguous groups only).
@@ -448,6 +519,7 @@ __all__ = [
     "ideal",
     "named_mapping",
     "optimal",
+    "select_runner_moves",
     "ssm_ri",
     "stitched",
     "tileable_ranks",

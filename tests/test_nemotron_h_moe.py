@@ -18,7 +18,7 @@ from mambalaya.errors import SpecError
 from mambalaya.execute.layers import run_family_layer
 from mambalaya.workloads.blocks.attention import cache_from_hf
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
-from mambalaya.workloads.families.nemotron_h import NemotronHMixerConfig, NemotronHModel, nemotron_h_config_from_hf
+from mambalaya.workloads.families.nemotron_h import NemotronHModel, nemotron_h_config_from_hf
 from mambalaya.workloads.hf.weights_families import load_nemotron_h_layer
 from mambalaya.workloads.hf.weights_mamba2 import mamba2_states_from_hf
 
@@ -254,10 +254,10 @@ def test_moe_layer_cascade_and_routing_cost() -> None:
 
 
 def test_mixer_width_of_its_own_builds_the_mamba2_cascade() -> None:
-    """With a width that is a whole multiple of the hidden size, Nemotron-H's mixer config builds
-    exactly the cascade Mamba2Config builds (the nemotron-h-8b preset's numbers are unchanged);
+    """With a width of its own (d_ssm) that is a whole multiple of the hidden size, the mixer
+    config builds exactly the cascade expand builds (the nemotron-h-8b preset's numbers are unchanged);
     with another width, the head ranks follow mamba_num_heads."""
-    whole = NemotronHMixerConfig(d_model=64, d_ssm=128, expand=2, headdim=16, ngroups=2, d_state=16, chunk_size=8)
+    whole = Mamba2Config(d_model=64, d_ssm=128, expand=2, headdim=16, ngroups=2, d_state=16, chunk_size=8)
     plain = Mamba2Config(d_model=64, expand=2, headdim=16, ngroups=2, d_state=16, chunk_size=8)
     for phase, scan in (("prefill", "chunked"), ("prefill", "recurrent"), ("decode", "recurrent")):
         ours = mamba2_layer(whole, batch=2, seq_len=16, phase=phase, scan=scan, state_io=True)

@@ -105,6 +105,10 @@ class Mamba2Config(BaseModel):
     headdim: PositiveInt = 64
     ngroups: PositiveInt = 1
     expand: PositiveInt = 2
+    #: The Mamba width where a model gives it as a field of its own rather than ``expand *
+    #: d_model`` (Falcon-H1's ``mamba_d_ssm``, Nemotron-H's ``mamba_num_heads *
+    #: mamba_head_dim``); None: ``expand * d_model``. ``expand`` is then only a label.
+    d_ssm: PositiveInt | None = None
     d_conv: PositiveInt = 4
     chunk_size: PositiveInt = 256
     #: Rows of the (tied) embedding: 50277 padded to a multiple of 16 (``pad_vocab_size_multiple``
@@ -117,16 +121,17 @@ class Mamba2Config(BaseModel):
 
     @model_validator(mode="after")
     def _heads_fit(self) -> "Mamba2Config":
-        d_inner = self.expand * self.d_model
+        d_inner = self.d_inner
         if d_inner % self.headdim:
-            raise ValueError(f"d_inner = expand*d_model = {d_inner} is not a multiple of headdim {self.headdim}")
+            width = "d_ssm" if self.d_ssm is not None else "expand*d_model"
+            raise ValueError(f"d_inner = {width} = {d_inner} is not a multiple of headdim {self.headdim}")
         if (d_inner // self.headdim) % self.ngroups:
             raise ValueError(f"nheads = {d_inner // self.headdim} is not a multiple of ngroups {self.ngroups}")
         return self
 
     @property
     def d_inner(self) -> int:
-        return self.expand * self.d_model
+        return self.d_ssm if self.d_ssm is not None else self.expand * self.d_model
 
     @property
     def nheads(self) -> int:

@@ -40,8 +40,8 @@ dropped) or before it otherwise (the Mamba-2 block's tail: ``YG = YD * GZ``, the
 
 **The Mamba width.** ``mamba_d_ssm`` is its own field (``FalconH1Mixer.intermediate_size``;
 ``mamba_expand * hidden_size`` only when it is null), not necessarily a multiple of the hidden
-size: the mixer is a :class:`FalconH1MixerConfig`, the Mamba-2 block with
-``d_inner = mamba_d_ssm``.
+size: the mixer is the Mamba-2 block with its width as a field of its own
+(:attr:`~mambalaya.workloads.blocks.mamba2.Mamba2Config.d_ssm` = ``mamba_d_ssm``).
 """
 
 from __future__ import annotations
@@ -132,30 +132,6 @@ class FalconH1Multipliers(BaseModel):
     ssm_out_multiplier: float = 1.0
 
 
-class FalconH1MixerConfig(Mamba2Config):
-    """The Mamba-2 block of a Falcon-H1 layer: :class:`~mambalaya.workloads.blocks.mamba2.Mamba2Config`
-    whose width ``d_inner`` is ``d_ssm`` (transformers' ``FalconH1Mixer.intermediate_size``, the
-    config's ``mamba_d_ssm``), not ``expand * d_model``: ``expand`` is not read. The cascade of
-    :func:`~mambalaya.workloads.blocks.mamba2.mamba2_layer` and the weight count only read the
-    width through ``d_inner`` (the ranks ``G``, ``R``, ``P``), so they take it as it is."""
-
-    d_ssm: PositiveInt
-    expand: PositiveInt = 1
-
-    @model_validator(mode="after")
-    def _heads_fit(self) -> "FalconH1MixerConfig":  # replaces Mamba2Config's check of expand * d_model
-        if self.d_ssm % self.headdim:
-            raise ValueError(f"mamba_d_ssm = {self.d_ssm} is not a multiple of the Mamba head size {self.headdim}")
-        if self.nheads % self.ngroups:
-            raise ValueError(f"mamba_n_heads = {self.nheads} is not a multiple of mamba_n_groups = {self.ngroups} "
-                             "(each group's B and C serve a whole number of heads)")
-        return self
-
-    @property
-    def d_inner(self) -> int:
-        return self.d_ssm
-
-
 class FalconH1Model(FamilyModel):
     """A Falcon-H1 model: transformers' ``FalconH1Config`` fields under mambalaya's names (every
     layer is ``parallel``; the multipliers are folded into the weights, see the module doc).
@@ -212,8 +188,8 @@ class FalconH1Model(FamilyModel):
         """Whether the mixer normalises before the gate: only with its gated norm (``mamba_rms_norm``)."""
         return self.mamba_rms_norm and self.mamba_norm_before_gate
 
-    def mamba2(self) -> FalconH1MixerConfig:
-        return FalconH1MixerConfig(d_model=self.d_model, n_layers=self.n_layers, d_state=self.mamba_d_state,
+    def mamba2(self) -> Mamba2Config:
+        return Mamba2Config(d_model=self.d_model, n_layers=self.n_layers, d_state=self.mamba_d_state,
                                    headdim=self.mamba_d_ssm // self.mamba_heads, ngroups=self.mamba_ngroups,
                                    d_ssm=self.mamba_d_ssm, d_conv=self.mamba_d_conv,
                                    chunk_size=self.mamba_chunk_size, vocab_size=self.vocab_size,
@@ -363,6 +339,10 @@ def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> Falc
     if d_head is not None and d_head * m_heads != d_ssm:
         raise cfg.error(f"fields mamba_d_head * mamba_n_heads = {d_head * m_heads} is not the Mamba width "
                         f"{d_ssm} (mamba_d_ssm)")
+    groups = cfg.integer("mamba_n_groups")
+    if m_heads % groups:
+        raise cfg.error(f"field mamba_n_groups = {groups} does not divide mamba_n_heads = {m_heads} (each group's B "
+                        "and C serve a whole number of heads)")
     theta = default_rope_theta(cfg)
     kv = cfg.integer_or("num_key_value_heads", heads)
     fields = {
@@ -370,7 +350,7 @@ def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> Falc
         "d_ff": cfg.integer("intermediate_size"), "n_heads": heads, "n_kv_heads": kv,
         "head_dim": cfg.integer_or("head_dim", hidden // heads),
         "rope_theta": theta, "mamba_d_ssm": d_ssm, "mamba_heads": m_heads,
-        "mamba_d_state": cfg.integer("mamba_d_state"), "mamba_ngroups": cfg.integer("mamba_n_groups"),
+        "mamba_d_state": cfg.integer("mamba_d_state"), "mamba_ngroups": groups,
         "mamba_d_conv": cfg.integer("mamba_d_conv"), "mamba_chunk_size": cfg.integer("mamba_chunk_size"),
         "mamba_rms_norm": rms, "mamba_norm_before_gate": before_gate, "norm_eps": cfg.positive_number("rms_norm_eps"),
         "vocab_size": cfg.integer("vocab_size"), "tie_embeddings": cfg.boolean("tie_word_embeddings"),
@@ -427,6 +407,6 @@ PRESETS: dict[str, FalconH1Model] = {
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"falcon-h1-7b": 7.0}
 
 __all__ = ["ATTENTION_THREE_PASS", "ATTENTION_REGIONS", "ATTENTION_ONLINE", "ATTENTION_TENSORS", "MULTIPLIERS",
-           "NORM_BEFORE_GATE_TAIL", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1MixerConfig", "FalconH1Model",
+           "NORM_BEFORE_GATE_TAIL", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1Model",
            "FalconH1Multipliers", "falcon_h1_config_from_hf", "falcon_h1_layer", "mamba_width_from_hf",
            "multipliers_from_hf"]

@@ -24,7 +24,7 @@ So a layer is one cascade and the fusion engine sees the block boundary of each 
 
 The Mamba width is its own field: ``mamba_num_heads * mamba_head_dim``
 (``NemotronHMamba2Mixer.intermediate_size``), a multiple of the hidden size or not; ``expand``
-is not read (:class:`NemotronHMixerConfig`).
+is not read (the mixer's :attr:`~mambalaya.workloads.blocks.mamba2.Mamba2Config.d_ssm`).
 
 A config.json is read as transformers 5.25 reads it (:func:`nemotron_h_config_from_hf`): the
 layer pattern from ``layers_block_type`` (its alias ``layer_types``) or, when neither is given,
@@ -108,30 +108,6 @@ def relu2_mlp_layer(d_model: int, d_ff: int, *, eps: float, batch: int, seq_len:
     )
 
 
-class NemotronHMixerConfig(Mamba2Config):
-    """The Mamba-2 block of a Nemotron-H ``mamba`` layer:
-    :class:`~mambalaya.workloads.blocks.mamba2.Mamba2Config` whose width ``d_inner`` is its own
-    field ``d_ssm`` (transformers' ``NemotronHMamba2Mixer.intermediate_size = mamba_num_heads *
-    mamba_head_dim``), not ``expand * d_model``. The cascade of
-    :func:`~mambalaya.workloads.blocks.mamba2.mamba2_layer` and the weight count read the width
-    only through ``d_inner`` (the ranks ``G``, ``R``, ``P``); ``expand`` is the whole ratio
-    ``d_ssm / d_model`` where there is one (a cascade parameter, read by no Einsum), else 1."""
-
-    d_ssm: PositiveInt
-
-    @model_validator(mode="after")
-    def _heads_fit(self) -> "NemotronHMixerConfig":  # replaces Mamba2Config's check of expand * d_model
-        if self.d_ssm % self.headdim:
-            raise ValueError(f"d_ssm = {self.d_ssm} is not a multiple of the Mamba head size {self.headdim}")
-        if self.nheads % self.ngroups:
-            raise ValueError(f"the {self.nheads} Mamba heads are not a multiple of n_groups = {self.ngroups}")
-        return self
-
-    @property
-    def d_inner(self) -> int:
-        return self.d_ssm
-
-
 class NemotronHModel(FamilyModel):
     """A Nemotron-H model: transformers' ``NemotronHConfig`` fields under mambalaya's names
     (``layer_types`` in mambalaya's names: ``mamba``, ``attention``, ``mlp``, ``moe``). The
@@ -211,9 +187,9 @@ class NemotronHModel(FamilyModel):
         return AttentionConfig(d_model=self.d_model, n_heads=self.n_heads, n_kv_heads=self.n_kv_heads,
                                head_dim=self.head_dim, partial_rotary_factor=0.0, norm_eps=self.norm_eps)
 
-    def mamba2(self) -> NemotronHMixerConfig:
+    def mamba2(self) -> Mamba2Config:
         whole = self.d_ssm // self.d_model if self.d_ssm % self.d_model == 0 else 1
-        return NemotronHMixerConfig(d_model=self.d_model, n_layers=max(1, self.layer_types.count("mamba")),
+        return Mamba2Config(d_model=self.d_model, n_layers=max(1, self.layer_types.count("mamba")),
                                     d_state=self.mamba_d_state, headdim=self.mamba_headdim,
                                     ngroups=self.mamba_ngroups, expand=whole, d_ssm=self.d_ssm,
                                     d_conv=self.mamba_d_conv, chunk_size=self.mamba_chunk_size,
@@ -445,5 +421,5 @@ PRESETS: dict[str, NemotronHModel] = {
 #: Published whole-model parameter counts (billions): the model card's "8B".
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"nemotron-h-8b": 8.0}
 
-__all__ = ["HF_LAYER_TYPES", "PRESETS", "PUBLISHED_PARAMETERS_B", "NemotronHMixerConfig", "NemotronHModel",
+__all__ = ["HF_LAYER_TYPES", "PRESETS", "PUBLISHED_PARAMETERS_B", "NemotronHModel",
            "nemotron_h_config_from_hf", "relu2_mlp_layer"]

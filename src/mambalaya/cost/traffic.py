@@ -476,7 +476,17 @@ def read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
     init_to)``, the elements read of ``tensor`` through ``accesses`` (identified by ``key``)
     counted to ``own_to`` (None: not counted, a recurrence's own earlier rows) and those of its
     initial value to ``init_to``. They depend on the group's Einsums alone, not on its loops
-    or the rank sizes."""
+    or the rank sizes, so they are memoised per cascade structure
+    (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`: a search costs many tilings of
+    one group, a sweep the same groups at other sizes); the list is shared, not to be changed."""
+    memo = cascade.structure_memo.setdefault("read_steps", {})
+    hit = memo.get(group.einsums)
+    if hit is None:
+        hit = memo[group.einsums] = _read_steps(cascade, group)
+    return hit
+
+
+def _read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
     einsums_ = group_einsums(cascade, group)
     steps: list[ReadStep] = []
     readers_of: dict[str, list[Einsum]] = {}  # per tensor, the group's other Einsums reading it, in order

@@ -27,8 +27,6 @@ from pydantic import BaseModel, BeforeValidator, PositiveInt
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
 from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
-from mambalaya.workloads.hf.config import ConfigFile
-from mambalaya.workloads.hf.field_types import field_type_problem
 from mambalaya.workloads.blocks.masks import causal_mask
 
 #: The prefix of the second block's tensors in a layer made of two blocks (as Bamba's ``FF_``).
@@ -107,20 +105,6 @@ class FamilyModel(BaseModel):
         return layer_type
 
 
-def check_known_fields(cfg: ConfigFile, config_class: str, read: set, inert: set, modelled: dict) -> None:
-    """Every field of a family's config.json is one mambalaya reads, one that cannot change a
-    layer, or one whose value it models (``modelled``: field -> (value, why), the value of the
-    same type: ``1`` is not ``true``); anything else is refused by name."""
-    for key in cfg.data:
-        if key not in read and key not in inert and key not in modelled:
-            raise cfg.error(f"field {key} is not a {config_class} field mambalaya knows (transformers 5.25); it "
-                            "cannot tell whether it changes a layer")
-        if key in inert and (wrong_type := field_type_problem(config_class, key, cfg.data[key])):
-            raise cfg.error(wrong_type)
-    for key, (value, why) in modelled.items():
-        cfg.require(key, value, why)
-
-
 def is_hybrid(config: Any) -> bool:
     """Whether ``config`` is a model of several layer types evaluated layer type by layer type
     (Bamba, a mixture-of-experts hybrid family, or a dense hybrid family)."""
@@ -176,5 +160,5 @@ def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, A
     return {**out, **incoming_state(cascade, state, decode=decode)}
 
 
-__all__ = ["SECOND_PREFIX", "FamilyModel", "build_family_layer", "check_known_fields", "family_inputs", "is_hybrid",
+__all__ = ["SECOND_PREFIX", "FamilyModel", "build_family_layer", "family_inputs", "is_hybrid",
            "scanned_layer_types"]

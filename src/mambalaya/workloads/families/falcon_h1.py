@@ -59,8 +59,8 @@ from mambalaya.errors import SpecError
 from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 from mambalaya.workloads.blocks.attention import AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import chunk_padding_free_form
-from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel, check_known_fields
-from mambalaya.workloads.hf.config import MAX_SIZE, ConfigFile, default_rope_theta, shown
+from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel
+from mambalaya.workloads.hf.config import check_known_fields, MAX_SIZE, ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 

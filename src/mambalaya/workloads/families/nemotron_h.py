@@ -50,8 +50,8 @@ from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.blocks.attention import AttentionConfig, attention_layer
 from mambalaya.workloads.blocks.moe import MoEConfig, Routing, moe_constants, moe_layer
 from mambalaya.workloads.checks import check_layer_args, validated_config
-from mambalaya.workloads.families.base import FamilyModel, check_known_fields
-from mambalaya.workloads.hf.config import MAX_LAYERS, ConfigFile, shown
+from mambalaya.workloads.families.base import FamilyModel
+from mambalaya.workloads.hf.config import check_known_fields, MAX_LAYERS, ConfigFile, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 
 #: transformers' layer type names -> mambalaya's; pattern characters -> transformers' names.

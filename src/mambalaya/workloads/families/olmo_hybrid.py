@@ -47,10 +47,10 @@ from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.blocks.attention import ATTENTION_REGION, ONLINE, THREE_PASS, AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.checks import check_layer_args, chunk_padding_free_form
-from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel, check_known_fields
+from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.blocks.gated_deltanet import LINEAR, GatedDeltaNetConfig, gdn_layer
 from mambalaya.workloads.blocks.gated_deltanet import PRESETS as GDN_PRESETS
-from mambalaya.workloads.hf.config import ConfigFile, default_rope_theta
+from mambalaya.workloads.hf.config import check_known_fields, ConfigFile, default_rope_theta
 from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE

@@ -55,8 +55,8 @@ from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.blocks.attention import AttentionConfig, kv_cache_tensors
 from mambalaya.workloads.families.falcon_h1 import ATTENTION_TENSORS, ATTENTION_ONLINE, ATTENTION_REGIONS, ATTENTION_THREE_PASS
-from mambalaya.workloads.families.base import FamilyModel, check_known_fields
-from mambalaya.workloads.hf.config import ConfigFile, default_rope_theta, shown
+from mambalaya.workloads.families.base import FamilyModel
+from mambalaya.workloads.hf.config import check_known_fields, ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE

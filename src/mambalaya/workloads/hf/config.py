@@ -45,7 +45,8 @@ from mambalaya.specio import (
     strict_bool,
     strict_int,
 )
-from mambalaya.workloads.hf.fields import NO_CLAMP, ConfigFields, shown
+from mambalaya.workloads.hf.field_types import field_type_problem
+from mambalaya.workloads.hf.fields import NO_CLAMP, TRANSFORMERS_VERSION, ConfigFields, shown
 from mambalaya.workloads.hf.loader import WeightLoadError
 
 #: The most layers a config.json may give (``num_hidden_layers``, or the length of a layer
@@ -315,6 +316,23 @@ class ConfigFile:
                              f"{shown(expected)} ({why})")
 
 
+def check_known_fields(cfg: ConfigFile, config_class: str, read: set, inert: set, modelled: dict) -> None:
+    """Every field of a family's config.json is one mambalaya reads, one that cannot change a
+    layer (``inert``; its value must still have the type transformers' ``config_class`` checks,
+    :func:`~mambalaya.workloads.hf.field_types.field_type_problem`), or one whose value it models
+    (``modelled``: field -> (value, why), the value of the same type: ``1`` is not ``true``);
+    anything else is refused by name. The readers of the families whose tables are sets of
+    names (Jamba, Granite 4, Nemotron-H, Falcon-H1, Zamba2, OLMo-Hybrid) all check through it."""
+    for key in cfg.data:
+        if key not in read and key not in inert and key not in modelled:
+            raise cfg.error(f"field {key} is not a field of transformers {TRANSFORMERS_VERSION}'s {config_class} that "
+                            "mambalaya knows; it cannot tell whether it changes a layer")
+        if key in inert and (wrong_type := field_type_problem(config_class, key, cfg.data[key])):
+            raise cfg.error(wrong_type)
+    for key, (value, why) in modelled.items():
+        cfg.require(key, value, why)
+
+
 def same_value(value: Any, expected: Any) -> bool:
     """``value == expected`` with the same type (``1`` is not ``True``, ``0`` not ``False``)."""
     return type(value) is type(expected) and value == expected
@@ -447,6 +465,6 @@ def config_beside(source: Any) -> Path | None:
     return config if config.is_file() else None
 
 
-__all__ = ["MAX_LAYERS", "MAX_SIZE", "ConfigFile", "ConfigReading", "audit_config", "config_beside", "config_format",
+__all__ = ["check_known_fields", "MAX_LAYERS", "MAX_SIZE", "ConfigFile", "ConfigReading", "audit_config", "config_beside", "config_format",
            "decoded_floats", "default_rope_theta", "padded_vocab", "positive_int",
            "read_config_fields", "read_config_json", "same_value", "shown", "ssm_cfg_of"]

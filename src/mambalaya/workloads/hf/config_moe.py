@@ -9,8 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mambalaya.workloads.hf.config import ConfigFile, default_rope_theta, same_value, shown
-from mambalaya.workloads.hf.field_types import field_type_problem
+from mambalaya.workloads.hf.config import ConfigFile, check_known_fields, default_rope_theta, same_value, shown
 from mambalaya.workloads.hf.fields import TRANSFORMERS_COMMON_INERT, TRANSFORMERS_VERSION
 from mambalaya.workloads.families.jamba_granite import MoEHybridConfig, parse_moe_hybrid_config
 
@@ -61,18 +60,6 @@ _READ = {
 #: The transformers config class of each family this module reads.
 CONFIG_CLASSES = {"jamba": "JambaConfig", "granitemoehybrid": "GraniteMoeHybridConfig"}
 _KINDS = {"mamba": "mamba", "linear_attention": "mamba", "attention": "attention", "full_attention": "attention"}
-
-
-def _check_fields(family: str, cfg: ConfigFile) -> None:
-    for key in cfg.data:
-        if key in _REFUSED[family]:
-            cfg.require(key, _REFUSED[family][key], f"the one value in the {family} layers it models")
-        elif key not in _READ[family] and key not in INERT_FIELDS[family] and key not in TRANSFORMERS_COMMON_INERT:
-            raise cfg.error(f"field {key} is not a field of transformers {TRANSFORMERS_VERSION}'s {family} config that "
-                            "mambalaya knows; it cannot tell whether it changes a layer")
-        elif key not in _READ[family] and (wrong_type := field_type_problem(CONFIG_CLASSES[family], key,
-                                                                            cfg.data[key])):
-            raise cfg.error(wrong_type)
 
 
 def _listed_types(cfg: ConfigFile, key: str, n: int) -> tuple[str, ...] | None:
@@ -192,7 +179,9 @@ def moe_config_from_hf(data: dict, *, source: str = "config.json") -> MoEHybridC
         raise cfg.error(f"field model_type is {shown(family)}; the MoE hybrid families modelled are 'jamba' and "
                         "'granitemoehybrid'")
     cfg = ConfigFile(cfg.data, source, JAMBA_DEFAULTS if family == "jamba" else GRANITE_DEFAULTS)
-    _check_fields(family, cfg)
+    refused = f"the one value in the {family} layers it models"
+    check_known_fields(cfg, CONFIG_CLASSES[family], _READ[family], set(INERT_FIELDS[family]) | set(TRANSFORMERS_COMMON_INERT),
+                       {key: (value, refused) for key, value in _REFUSED[family].items()})
     fields = _jamba(cfg) if family == "jamba" else _granite(cfg)
     return parse_moe_hybrid_config(fields, source=source)
 

@@ -328,7 +328,7 @@ def test_hybrid_suite_runs_every_dense_family(tmp_path) -> None:
     assert HybridSuiteConfig().models == HYBRID_MODELS == ("bamba-9b", "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b",
                                                          "zamba2-2.7b", "jamba-v0.1", "granite-4.0-h-tiny")
     out = CliRunner().invoke(app, ["reproduce", "--suite", "hybrid", "--models", "nemotron-h-8b,olmo-hybrid-7b",
-                                   "--seq-lens", "2048", "--batch", "1", "--no-figures", "--out", str(tmp_path)])
+                                   "--seq-lens", "2048", "--batch", "1", "--no-figures", "--workers", "1", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     latency = pd.read_csv(tmp_path / "hybrid" / "hybrid_latency.csv")
     assert len(latency) == 2 * 2 * 4

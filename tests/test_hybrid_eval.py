@@ -155,7 +155,7 @@ def test_sweep_points_of_a_hybrid_model(tmp_path) -> None:
 
 def test_reproduce_hybrid_suite_writes_tables_figures_and_reports(tmp_path) -> None:
     out = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--models", "bamba-9b", "--seq-lens", "2048", "--batch",
-                              "1", "--out", str(tmp_path)])
+                              "1", "--workers", "1", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     folder = tmp_path / "hybrid"
     latency = pd.read_csv(folder / "hybrid_latency.csv")
@@ -201,3 +201,44 @@ def test_commands_that_cover_mamba_models_only_say_so_for_a_hybrid(tmp_path) -> 
     # a YAML value error that is not an escape keeps its own message
     with pytest.raises(SpecError, match="not valid YAML: month must be in 1..12"):
         parse_yaml_text("a: 2001-13-01\n", source="s.yaml")
+
+
+def test_a_layer_costed_again_under_the_same_inputs_is_reused_with_the_same_numbers() -> None:
+    """A decode step's Mamba layer does not read the KV cache: at a second context length the
+    suite reuses its mapping and cost (CostedLayers), and they equal a fresh search's; the
+    attention layer (it reads the cache) and a design that differs in any field are searched."""
+    from mambalaya.experiments.evaluate import CostedLayers
+    from mambalaya.arch import with_settings
+
+    reuse = CostedLayers()
+    first = evaluate_hybrid("mambalaya", "small", SMALL, phase="decode", seq_len=256, batch=2, reuse=reuse)
+    assert reuse.hits == 0 and len(reuse.entries) == 2
+    second = evaluate_hybrid("mambalaya", "small", SMALL, phase="decode", seq_len=512, batch=2, reuse=reuse)
+    assert reuse.hits == 1 and len(reuse.entries) == 3  # the Mamba layer reused, the attention layer searched
+    fresh = evaluate_hybrid("mambalaya", "small", SMALL, phase="decode", seq_len=512, batch=2)
+    for t in fresh.layers:
+        assert second.layers[t].result == fresh.layers[t].result and second.layers[t].mapping == fresh.layers[t].mapping
+    assert second.layers["mamba"].result == first.layers["mamba"].result
+    other = with_settings(load_arch("mambalaya"), ["memory.onchip_buffer_bytes=1MB"])
+    evaluate_hybrid(other, "small", SMALL, phase="decode", seq_len=512, batch=2, reuse=reuse)
+    assert reuse.hits == 1 and len(reuse.entries) == 5
+
+
+def test_hybrid_suite_on_worker_processes_writes_the_same_tables(tmp_path) -> None:
+    """The suite's (model, phase) tasks on two spawned worker processes give the tables the
+    suite computes in one process, row for row."""
+    from mambalaya.experiments.hybrid_suite import HybridSuiteConfig, run_hybrid_suite, suite_workers
+    from mambalaya.specio import dump_yaml
+
+    model = tmp_path / "small.yaml"
+    model.write_text(dump_yaml(SMALL.model_dump(mode="json")))
+    tables = {}
+    for workers in (1, 2):
+        config = HybridSuiteConfig(models=(str(model),), batch=2, seq_lens=(256,), figures=False,
+                                   designs=("mambalaya", "marca-ideal"), out=tmp_path / f"w{workers}", workers=workers)
+        assert suite_workers(config) == workers
+        steps: list[int] = []
+        tables[workers] = run_hybrid_suite(config, lambda _msg, n: steps.append(n)).tables["hybrid_latency"]
+        assert sum(steps) == 2 * 2 + 2
+    pd.testing.assert_frame_equal(tables[1], tables[2])
+    assert suite_workers(HybridSuiteConfig(models=("bamba-9b",), workers=8)) == 2  # never more than its tasks

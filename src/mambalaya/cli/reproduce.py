@@ -61,6 +61,7 @@ def reproduce_cmd(
     compare_precision: Annotated[str, typer.Option("--compare-precision", help="Also compute the headline ratios under this precision policy ('none' to skip); the main result uses each design's own.")] = "uniform",
     sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
     sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", parser=size_parser, help="With --suite hybrid: worker processes, one (model, phase) each at a time (default: one per core; 1 runs in this process). The tables are the same.")] = None,
 ) -> None:
     """Run the paper's evaluation (or the hybrid-model suite) and write tables, figures,
     report.md and report.html."""
@@ -78,8 +79,10 @@ def reproduce_cmd(
     if suite == Suite.hybrid:
         from mambalaya.experiments.hybrid_suite import HYBRID_MODELS
 
-        _reproduce_hybrid(out, tuple(given_models or HYBRID_MODELS), given_lens, batch, figures, precision)
+        _reproduce_hybrid(out, tuple(given_models or HYBRID_MODELS), given_lens, batch, figures, precision, workers)
         return
+    if workers is not None:
+        raise MambalayaError("--workers applies to --suite hybrid only: the paper suite runs in this process")
     names = tuple(given_models or ("mamba-1.4b", "mamba2-2.7b"))
     for m in names:
         if m not in PRESETS:
@@ -137,7 +140,7 @@ def check_reproduce_out(out: Path, suite: Suite, figures: bool, inputs: dict[str
 
 
 def _reproduce_hybrid(out: Path, names: tuple[str, ...], lens: tuple[int, ...] | None, batch: int, figures: bool,
-                      precision: str | None) -> None:
+                      precision: str | None, workers: int | None = None) -> None:
     """The hybrid suite on ``names`` at ``lens`` (None: the suite's own), written to ``out``/hybrid."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -145,12 +148,12 @@ def _reproduce_hybrid(out: Path, names: tuple[str, ...], lens: tuple[int, ...] |
 
     lens = lens or HybridSuiteConfig.seq_lens
     config = HybridSuiteConfig(models=names, batch=batch, seq_lens=lens, out=out / "hybrid", figures=figures,
-                               precision=precision)
+                               precision=precision, workers=workers)
     steps = suite_steps(config)
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:
         task = bar.add_task("reproduce --suite hybrid", total=steps)
-        result = run_hybrid_suite(config, lambda message: bar.update(task, advance=1, description=message))
+        result = run_hybrid_suite(config, lambda message, steps: bar.update(task, advance=steps, description=message))
         bar.update(task, completed=steps, description="done")
     err_console.print(f"wrote {result.report} (and report.html) with {len(result.figures)} figure files and "
                       f"{len(result.tables)} tables in {result.seconds:.1f} s")

@@ -8,7 +8,7 @@ latency and energy results are made)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
@@ -133,15 +133,47 @@ def evaluate(
                             policy=policy, objective=objective, n_layers=config.n_layers, dram=dram)
 
 
+@dataclass
+class CostedLayers:
+    """The mappings and costs of layers a run has evaluated, by what decides them: the
+    cascade's value (its name, Einsums, tensors, ranks with their sizes, parameters), the
+    design's whole spec, the named mapping, the objective, the policy and the layer count.
+    A run that meets the same layer again (a decode step's Mamba, MLP or MoE layer, which does
+    not read the KV cache, at every context length of the hybrid suite) takes the first
+    evaluation's mapping and cost instead of searching again: the same inputs, so the same
+    numbers (the search is deterministic). Its :class:`SearchStats` are the first search's.
+    Mapping files are never reused (a file may change between evaluations)."""
+
+    entries: dict[tuple, tuple[Mapping, LayerLatency, SearchStats]] = field(default_factory=dict)
+    hits: int = 0
+
+    @staticmethod
+    def key(spec: ArchSpec, cascade: Cascade, mapping: str, objective: str, n_layers: int,
+            policy: PrecisionPolicy) -> tuple:
+        return (cascade.name, cascade.description, cascade.structure_key, tuple(cascade.params.items()),
+                tuple(cascade.ranks.items()), spec.model_dump_json(), mapping, objective, n_layers,
+                policy.model_dump_json())
+
+
 def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Cascade, *, phase: str, batch: int,
                      mapping: str | None, policy: PrecisionPolicy, objective: str = "latency",
-                     n_layers: int = 1, dram: DramUse | None = None) -> Evaluation:
+                     n_layers: int = 1, dram: DramUse | None = None, reuse: CostedLayers | None = None) -> Evaluation:
     """One built layer cascade on ``spec`` under ``mapping`` (the design's own when None),
     the model counting ``n_layers`` such layers; ``dram`` is the model's checked use of the
-    design's off-chip memory (:func:`require_fits`), carried to the reports."""
-    stats = SearchStats()
-    m = resolve_mapping(mapping, cascade, spec, stats, objective)
-    result = layer_latency(spec, cascade, m, n_layers=n_layers)
+    design's off-chip memory (:func:`require_fits`), carried to the reports. With ``reuse``, a
+    layer costed before under the same inputs (:class:`CostedLayers`) is not searched again."""
+    name = mapping or spec.mappings.default
+    key = (CostedLayers.key(spec, cascade, name, objective, n_layers, policy)
+           if reuse is not None and name in NAMED_MAPPINGS else None)
+    if key is not None and key in reuse.entries:  # type: ignore[union-attr]
+        reuse.hits += 1  # type: ignore[union-attr]
+        m, result, stats = reuse.entries[key]  # type: ignore[union-attr]
+    else:
+        stats = SearchStats()
+        m = resolve_mapping(mapping, cascade, spec, stats, objective)
+        result = layer_latency(spec, cascade, m, n_layers=n_layers)
+        if key is not None:
+            reuse.entries[key] = (m, result, stats)  # type: ignore[union-attr]
     return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective,
                       dram)
 
@@ -211,6 +243,19 @@ def dram_use(spec: ArchSpec, config: Any, *, batch: int, seq_len: int,
 
 LAYERS: dict[tuple, Cascade] = {}
 _LAYER_CACHE_SIZE = 64
+
+
+def forget_cached_layers() -> None:
+    """Empty :func:`cached_layer`'s cache, each layer's memos dropped first
+    (:func:`~mambalaya.search.memos.forget_results`: its cost models refer back to it, a cycle
+    the collector would otherwise have to find): for a run that moves on to layers no earlier
+    one shares (the hybrid suite's next context length), whose memory would otherwise grow
+    with every layer it keeps."""
+    from mambalaya.search.memos import forget_results
+
+    for cascade in LAYERS.values():
+        forget_results(cascade)
+    LAYERS.clear()
 
 
 def cached_layer(config: ModelConfig, *, precision: PrecisionPolicy, **kwargs: Any) -> Cascade:

@@ -24,8 +24,8 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError
-from mambalaya.experiments.evaluate import (Evaluation, cached_layer, dram_use, evaluate_cascade, require_fits,
-                                            resolve_policy)
+from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
+                                            require_fits, resolve_policy)
 from mambalaya.cost.capacity import DramUse
 from mambalaya.cost.energy import ModelEnergy
 from mambalaya.workloads.families.base import scanned_layer_types
@@ -143,6 +143,7 @@ def evaluate_hybrid(
     softmax: str = "three-pass",
     precision: str | PrecisionPolicy | None = None,
     over_capacity: str = "refuse",
+    reuse: CostedLayers | None = None,
 ) -> HybridEvaluation:
     """Every layer type of ``config`` on ``arch``. A Mamba layer's prefill runs whichever scan
     form (chunked SSD or the recurrent scan) is faster on the design unless ``scan`` is given,
@@ -154,7 +155,9 @@ def evaluate_hybrid(
     A model whose weights, states and KV cache do not fit the design's off-chip memory is
     refused (:func:`~mambalaya.experiments.evaluate.require_fits`); with ``over_capacity="report"``
     it is evaluated as on one device of enough capacity and its :attr:`HybridEvaluation.dram`
-    says how many devices it needs (the hybrid suite reports such points, marked)."""
+    says how many devices it needs (the hybrid suite reports such points, marked). With
+    ``reuse``, a layer type already costed under the same inputs is not searched again
+    (:class:`~mambalaya.experiments.evaluate.CostedLayers`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
@@ -174,7 +177,7 @@ def evaluate_hybrid(
                                        name=f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
-                                              n_layers=count))
+                                              n_layers=count, reuse=reuse))
             except MambalayaError as err:
                 errors.append(f"{form + ' scan: ' if form else ''}{err}")
         if not found:

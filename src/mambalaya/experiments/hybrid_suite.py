@@ -19,7 +19,10 @@ on Mambalaya) and writes, under ``results/hybrid/``:
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -29,6 +32,7 @@ import pandas as pd
 from mambalaya import __version__
 from mambalaya.arch import load_arch
 from mambalaya.errors import MambalayaError
+from mambalaya.experiments.evaluate import CostedLayers, forget_cached_layers
 from mambalaya.experiments.hybrid import HybridEvaluation, evaluate_hybrid
 from mambalaya.workloads import resolve_model
 from mambalaya.workloads.families.base import is_hybrid
@@ -51,6 +55,8 @@ class HybridSuiteConfig:
     figures: bool = True
     #: The precision policy of every design (None: each design's own, its spec's ``precision``).
     precision: str | None = None
+    #: Worker processes (None: one per core; 1: this process). Speed only: the tables are the same.
+    workers: int | None = None
 
 
 @dataclass
@@ -93,38 +99,85 @@ def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def run_hybrid_suite(config: HybridSuiteConfig, progress: Callable[[str], None] | None = None) -> HybridSuiteResult:
-    """Evaluate the grid, write the tables, figures and report."""
+def model_phase_rows(config: HybridSuiteConfig, model: str, phase: str,
+                     progress: Callable[[str, int], None] | None = None) -> list[dict[str, Any]]:
+    """The suite's rows of one model in one phase: every context length on every design, in
+    order. A layer that does not change with L (a decode step's Mamba, MLP or MoE layer) is
+    searched once and its mapping and cost reused (:class:`~mambalaya.experiments.evaluate.CostedLayers`);
+    the layers built for a length, with their memos, are dropped once every design has been
+    costed on them (:func:`~mambalaya.experiments.evaluate.forget_cached_layers`): the next
+    length's layers share none of them, and kept they held gigabytes. Speed and memory only:
+    every number is the same."""
+    tick = progress or (lambda _msg, _steps: None)
+    specs = {d: load_arch(d) for d in config.designs}
+    cfg = resolve_model(model)
+    reuse = CostedLayers()
+    rows = []
+    for L in config.seq_lens:
+        for d in config.designs:
+            tick(f"{model} {phase} L={L} {d}", 1)
+            rows.append(_row(model, evaluate_hybrid(specs[d], model, cfg, phase=phase, seq_len=L, batch=config.batch,
+                                                    precision=config.precision, over_capacity="report",
+                                                    reuse=reuse)))
+        forget_cached_layers()
+    return rows
+
+
+def suite_workers(config: HybridSuiteConfig) -> int:
+    """Worker processes the suite runs on: ``config.workers``, else one per core this process
+    may use, never more than its (model, phase) tasks."""
+    tasks = len(config.models) * len(config.phases)
+    if config.workers is not None:
+        return max(1, min(config.workers, tasks))
+    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                      tasks))
+
+
+def _suite_rows(config: HybridSuiteConfig, tick: Callable[[str, int], None]) -> list[dict[str, Any]]:
+    """Every row of the grid, in the order (model, phase, L, design), computed in this process or
+    in :func:`suite_workers` worker processes, one (model, phase) task each (a task's lengths
+    share its memos); a task's progress is counted when it ends."""
+    tasks = [(model, phase) for model in config.models for phase in config.phases]
+    workers = suite_workers(config)
+    if workers == 1:
+        return [row for model, phase in tasks for row in model_phase_rows(config, model, phase, tick)]
+    per_task = len(config.seq_lens) * len(config.designs)
+    done: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    # spawned, not forked: the caller may run threads (a progress bar's)
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        futures = {pool.submit(model_phase_rows, config, model, phase): (model, phase) for model, phase in tasks}
+        for future in as_completed(futures):
+            model, phase = futures[future]
+            done[(model, phase)] = future.result()
+            tick(f"{model} {phase}: {len(config.seq_lens)} lengths on {len(config.designs)} designs", per_task)
+    return [row for task in tasks for row in done[task]]
+
+
+def run_hybrid_suite(config: HybridSuiteConfig,
+                     progress: Callable[[str, int], None] | None = None) -> HybridSuiteResult:
+    """Evaluate the grid, write the tables, figures and report. ``progress(message, steps)`` is
+    told of each step done (:func:`suite_steps` in all)."""
     t0 = time.perf_counter()
-    tick = progress or (lambda _msg: None)
+    tick = progress or (lambda _msg, _steps: None)
     result = HybridSuiteResult(config)
     config.out.mkdir(parents=True, exist_ok=True)
     specs = {d: load_arch(d) for d in config.designs}
     if STUDIED not in specs:
         raise MambalayaError(f"the hybrid suite studies {STUDIED!r}: include it in the designs")
-    rows = []
     for model in config.models:
-        cfg = resolve_model(model)
-        if not is_hybrid(cfg):
-            raise MambalayaError(f"model {model!r} is not a hybrid model (family {cfg.family}); the hybrid suite "
-                                 f"takes hybrid presets ({', '.join(HYBRID_MODELS)}) or their config files")
-        for phase in config.phases:
-            for L in config.seq_lens:
-                for d in config.designs:
-                    tick(f"{model} {phase} L={L} {d}")
-                    rows.append(_row(model, evaluate_hybrid(specs[d], model, cfg, phase=phase, seq_len=L,
-                                                            batch=config.batch, precision=config.precision,
-                                                            over_capacity="report")))
-    latency = pd.DataFrame(rows)
+        if not is_hybrid(resolve_model(model)):
+            raise MambalayaError(f"model {model!r} is not a hybrid model (family {resolve_model(model).family}); the "
+                                 f"hybrid suite takes hybrid presets ({', '.join(HYBRID_MODELS)}) or their config files")
+    latency = pd.DataFrame(_suite_rows(config, tick))
     speedups = speedup_rows(latency)
     result.tables = {"hybrid_latency": latency, "hybrid_speedups": speedups}
     for name, table in result.tables.items():
         table.to_csv(config.out / f"{name}.csv", index=False)
-    tick("figures")
+    tick("figures", 1)
     if config.figures:
         result.figures = _write_figures(config, speedups)
     result.seconds = time.perf_counter() - t0
-    tick("report")
+    tick("report", 1)
     result.report = _write_report(config, result, specs)
     from mambalaya.report.html import write_html_report
 
@@ -261,5 +314,5 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
     return path
 
 
-__all__ = ["HYBRID_DESIGNS", "HYBRID_MODELS", "HybridSuiteConfig", "HybridSuiteResult", "run_hybrid_suite", "speedup_rows",
-           "suite_steps"]
+__all__ = ["HYBRID_DESIGNS", "HYBRID_MODELS", "HybridSuiteConfig", "HybridSuiteResult", "model_phase_rows",
+           "run_hybrid_suite", "speedup_rows", "suite_steps", "suite_workers"]

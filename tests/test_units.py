@@ -173,3 +173,67 @@ def test_lane_passes_round_up_exactly(values, divisor) -> None:
     assert [int(x) for x in _ceil_div(floats, divisor)] == [-(-int(v) // divisor) for v in floats]
     big = np.array([2.0**60, 2.0**60 + 2**8])
     assert np.array_equal(_ceil_div(big, divisor), -(-big // divisor))
+
+
+#: The Einsums of the shipped cascades whose multiply-accumulates run on the lanes, each with
+#: the reason the algebra gives (every other Einsum with MACs runs on the array).
+ON_THE_LANES = {
+    **dict.fromkeys(("SS", "SG", "FF_SS", "ASS", "FSS", "PSS", "QS", "KS", "SK", "SQ", "BMQ", "CMQ", "DLQ"),
+                    "a sum of squares (an RMS or L2 norm): a dot product, one operand, no reuse"),
+    "YS": "Mamba-1's readout H[e,n]*C[n] over the state: a matrix-vector product per position",
+    "YD": "the recurrent delta rule's readout H[p,n]*q[n]: a matrix-vector product per position",
+    "H": "the recurrent delta rule's state read H[i-1,p,m]*k[m] (times k[n]): a matrix-vector product per step",
+    "FF_MO": "the MoE combine, experts' outputs times their routing weights summed over experts: a matrix-vector "
+             "product per token",
+    **dict.fromkeys(("XC", "BC", "CC", "KC", "QC", "VC"), "a causal conv1d: a sliding window (a Toeplitz view)"),
+    "TI": "the forward substitution: each row q waits for the rows before it (its generational rank is an output "
+          "rank of one side), a vector times a matrix per step",
+}
+
+
+def _shipped_cascades(refusals: set[str]):
+    """Every shipped preset's every layer type, phase, scan form and softmax form (small sizes:
+    the unit depends on the Einsums, not on the sizes); what is refused is added to ``refusals``."""
+    from mambalaya.errors import SpecError
+    from mambalaya.workloads.families.base import is_hybrid, scanned_layer_types
+
+    for name, cfg in PRESETS.items():
+        for layer_type in (list(cfg.layer_counts()) if is_hybrid(cfg) else [None]):
+            chosen = {"layer_type": layer_type} if layer_type else {}
+            scanned = layer_type in scanned_layer_types(cfg) if layer_type else cfg.family != "mamba1"
+            for phase, scans in (("prefill", ("chunked", "recurrent") if scanned else (None,)), ("decode", (None,))):
+                for scan in scans:
+                    for softmax in (("three-pass", "online") if is_hybrid(cfg) else (None,)):
+                        forms = {"scan": scan, **({"softmax": softmax} if softmax else {})}
+                        try:
+                            yield name, build_layer(cfg, phase=phase, seq_len=256, batch=1, **forms, **chosen)
+                        except SpecError as err:  # a form the layer does not have
+                            refusals.add(str(err).split(":")[0])
+
+
+def test_every_contraction_of_every_shipped_cascade_runs_where_its_algebra_says() -> None:
+    """Walk every Einsum with MACs in every shipped cascade (every family, both phases, both scan
+    forms, both softmax forms): it runs on the array (the GPU's tensor cores on gpu-h100),
+    wherever its product sits (Gated DeltaNet's chunk-state update inside a recurrence, its W
+    product behind a scale), unless it is one of the reasoned exceptions above."""
+    from mambalaya.cost.contraction import contractions
+    from mambalaya.cost.latency import layer_latency
+    from mambalaya.search.mappings import named_mapping
+
+    gpu = load_arch("gpu-h100")
+    seen: dict[str, set[str]] = {}
+    checked, refusals = 0, set()
+    for name, cascade in _shipped_cascades(refusals):
+        rows = {r.einsum: r for r in layer_latency(gpu, cascade, named_mapping("unfused", cascade, None)).einsums}
+        for e in cascade.einsums:
+            if not einsum_ops(cascade, e).get("mac"):
+                continue
+            on_array = all(t.on_array for t in contractions(cascade, e))
+            expected = e.name not in ON_THE_LANES
+            assert on_array == expected, (name, cascade.name, str(e), ON_THE_LANES.get(e.name, "expected on the array"))
+            assert (rows[e.name].spatial.unit == "array_2d") == expected, (name, cascade.name, e.name)
+            seen.setdefault("array" if on_array else "lanes", set()).add(e.name)
+            checked += 1
+    assert checked > 500 and set(ON_THE_LANES) <= seen["lanes"]  # every exception still exists somewhere
+    assert refusals == {"Jamba's Mamba layers are Mamba-1, which has only the recurrent scan, not scan='chunked'"}
+    assert {"HC", "W", "U", "ST", "CB", "SC", "AO"} <= seen["array"]

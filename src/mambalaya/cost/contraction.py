@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Binary, Einsum, Role, accesses, additive_terms, expr_variables, peel_scales, rank_of_variable
+from mambalaya.einsum.ir import (Binary, Einsum, Expr, Role, accesses, additive_terms, expr_variables, peel_scales,
+                                 rank_of_variable)
 
 
 @dataclass(frozen=True)
@@ -52,15 +53,65 @@ def _mac_terms(einsum: Einsum) -> tuple[Binary, ...]:
     return tuple(out)
 
 
+def _factors(term: Expr) -> list[Expr]:
+    """The multiplicands of a product, its tree flattened (``(a*b)*c`` -> ``[a, b, c]``); a
+    unary function, a quotient or a sum is one factor."""
+    if isinstance(term, Binary) and term.op == "*":
+        return _factors(term.lhs) + _factors(term.rhs)
+    return [term]
+
+
+def _ranks_of(side: Any) -> set[str]:
+    return {rank_of_variable(v) for v in expr_variables(side)}
+
+
+def _is_matrix_product(a_ranks: set[str], b_ranks: set[str], out_ranks: set[str], reduced: set[str]) -> bool:
+    """Each side has an output rank the other lacks, and both sides hold every reduced rank
+    (each operand is reused across the other's ranks)."""
+    return bool(reduced and (a_ranks - b_ranks) & out_ranks and (b_ranks - a_ranks) & out_ranks
+                and reduced <= a_ranks & b_ranks)
+
+
+def _two_sides(term: Binary, out_ranks: set[str], reduced: set[str], is_weight: Any) -> tuple[list[Expr], list[Expr]]:
+    """The two sides of a reduced product: its top multiply's operands when they make a matrix
+    product (or when no split does), else the first split of its factors that does, in the
+    order of the factors. Factors that hold no reduced rank multiply the sum once per output
+    point (:mod:`mambalaya.einsum.stats` pulls them out), so they are not part of it: ``W =
+    TI[q,s]*BETA[s]*KN[s,n]*DO[s]`` is ``TI`` times ``BETA*KN*DO``, a matrix product whose tree
+    split (``TI*BETA*KN`` times ``DO``) is not."""
+    tree = ([term.lhs], [term.rhs])
+    if _is_matrix_product(_ranks_of(term.lhs), _ranks_of(term.rhs), out_ranks, reduced):
+        return tree
+    factors = [f for f in _factors(term) if _ranks_of(f) & reduced]
+    for split in range(1, 2 ** (len(factors) - 1) if len(factors) > 1 else 1):
+        a = [f for k, f in enumerate(factors) if split >> k & 1]
+        b = [f for k, f in enumerate(factors) if not split >> k & 1]
+        a_ranks = set().union(*(_ranks_of(f) for f in a))
+        b_ranks = set().union(*(_ranks_of(f) for f in b))
+        if _is_matrix_product(a_ranks, b_ranks, out_ranks, reduced):
+            return (a, b) if not any(is_weight(f) for f in a) else (b, a)
+    return tree
+
+
 def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
     """One :class:`Contraction` per product the Einsum reduces (empty without MACs): its sides,
     rank roles (``K`` the reduced ranks of that product) and whether the 2D array can run it.
-    The array runs a GEMM with a weight, and a reduction of two activations that is a matrix
-    product (each side has an output rank the other lacks, so each operand is reused across the
-    other's ranks): the SSD's CB, YDG, ST and YO, attention's scores and value product. It does
-    not run a sliding window (its operand is a Toeplitz view), a recurrence, or a dot product or
-    matrix-vector product of activations (RMSNorm's sum of squares, Mamba-1's readout over the
-    state), which has no reuse for a second array dimension; those run on the lanes."""
+
+    The unit is decided by the algebra, wherever the product sits in the expression (the
+    Einsum's whole expression, an additive term beside others, a term of a recurrence): the
+    array runs a GEMM with a weight, and a reduced product of activations that is a matrix
+    product (:func:`_two_sides`: each side has an output rank the other lacks, and both hold
+    the reduced ranks, so each operand is reused across the other's ranks): the SSD's CB, YDG,
+    ST and YO, attention's scores and value product, Gated DeltaNet's W, U and chunk-state
+    products. In a recurrence it does so when each step is a whole matrix product, the
+    generational rank on both sides (Gated DeltaNet's chunk-state update ``HC[c] = ... -
+    KW[c,n,m]*HC[c-1,p,m]``). It does not run a sliding window (its operand is a Toeplitz
+    view), a dot product or a matrix-vector product (RMSNorm's sum of squares, Mamba-1's
+    readout over the state, a delta rule's per-position state read), which has no reuse for a
+    second array dimension, or a recurrence that makes one row of the product per step (a
+    forward substitution, whose generational rank is an output rank of one side only, each row
+    waiting for the rows before it); those run on the lanes (``tests/test_units.py`` walks every
+    shipped cascade)."""
     memo = cascade.structure_memo.setdefault("contractions", {})
     if einsum.name in memo:
         return memo[einsum.name]
@@ -68,21 +119,22 @@ def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
     def is_weight(side: Any) -> bool:
         return any(cascade.tensors[a.tensor].role == Role.WEIGHT for a in accesses(side))
 
-    def names(side: Any) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(a.tensor for a in accesses(side)))
+    def names(sides: list[Expr]) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a.tensor for side in sides for a in accesses(side)))
 
     kind = cascade.kind(einsum)
     out_ranks = [rank_of_variable(v) for v in einsum.output_variables]
     reduced_all = set(einsum.reduced_variables)
+    generational = cascade.generational_rank(einsum)
     found = []
     for term in _mac_terms(einsum):
-        a_side, b_side = term.lhs, term.rhs
-        if is_weight(a_side) and not is_weight(b_side):
-            a_side, b_side = b_side, a_side
-        has_weight = is_weight(b_side)
-        a_ranks = {rank_of_variable(v) for v in expr_variables(a_side)}
-        b_ranks = {rank_of_variable(v) for v in expr_variables(b_side)}
         reduced = {rank_of_variable(v) for v in set(expr_variables(term)) & reduced_all}
+        a_sides, b_sides = _two_sides(term, set(out_ranks), reduced, is_weight)
+        if any(is_weight(f) for f in a_sides) and not any(is_weight(f) for f in b_sides):
+            a_sides, b_sides = b_sides, a_sides
+        has_weight = any(is_weight(f) for f in b_sides)
+        a_ranks = set().union(*(_ranks_of(f) for f in a_sides))
+        b_ranks = set().union(*(_ranks_of(f) for f in b_sides))
         roles = {
             "K": tuple(r for r in cascade.ranks if r in reduced),
             "N": tuple(r for r in out_ranks if r in b_ranks and r not in a_ranks),
@@ -90,9 +142,10 @@ def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
             + tuple(r for r in out_ranks if r not in a_ranks and r not in b_ranks),
             "S": tuple(r for r in out_ranks if r in a_ranks and r in b_ranks),
         }
-        matrix_product = bool(roles["K"] and roles["N"] and any(r in a_ranks for r in roles["M"]))
-        on_array = kind == "gemm" or (kind == "reduction" and matrix_product)
-        found.append(Contraction(roles, names(a_side), names(b_side), has_weight, on_array))
+        matrix_product = _is_matrix_product(a_ranks, b_ranks, set(out_ranks), reduced)
+        whole_steps = generational is None or generational in roles["S"]
+        on_array = kind == "gemm" or (kind in ("reduction", "recurrent") and matrix_product and whole_steps)
+        found.append(Contraction(roles, names(a_sides), names(b_sides), has_weight, on_array))
     memo[einsum.name] = tuple(found)
     return memo[einsum.name]
 

@@ -1,7 +1,8 @@
 """Which unit runs each Einsum: every contraction the 2D array can run goes to it, with weights
-or activations on either side, in the best of the design's dataflows; dot products, windows
-and recurrences run on the lanes; the lanes may take the array's work only where a design
-allows it, and a dataflow switch costs what the design declares."""
+or activations on either side, in the best of the design's dataflows, wherever the product sits
+(a recurrence's whole-step matrix product included); dot products, matrix-vector products,
+windows and row-by-row recurrences run on the lanes; the lanes may take the array's work only
+where a design allows it, and a dataflow switch costs what the design declares."""
 
 from __future__ import annotations
 
@@ -203,7 +204,7 @@ def _shipped_cascades(refusals: set[str]):
             scanned = layer_type in scanned_layer_types(cfg) if layer_type else cfg.family != "mamba1"
             for phase, scans in (("prefill", ("chunked", "recurrent") if scanned else (None,)), ("decode", (None,))):
                 for scan in scans:
-                    for softmax in (("three-pass", "online") if is_hybrid(cfg) else (None,)):
+                    for softmax in (("three-pass", "online", "blocked") if is_hybrid(cfg) else (None,)):
                         forms = {"scan": scan, **({"softmax": softmax} if softmax else {})}
                         try:
                             yield name, build_layer(cfg, phase=phase, seq_len=256, batch=1, **forms, **chosen)

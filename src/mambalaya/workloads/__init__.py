@@ -17,6 +17,7 @@ from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer, parse_
 from mambalaya.workloads.blocks.gated_deltanet import PRESETS as GDN_PRESETS
 from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_layer, parse_gdn_config
 from mambalaya.workloads.blocks.gated_deltanet import check_chunk_size_form
+from mambalaya.workloads.blocks.attention import KEY_BLOCK
 from mambalaya.workloads.families.bamba import PRESETS as HYBRID_PRESETS
 from mambalaya.workloads.families.bamba import HybridConfig, hybrid_layer, parse_hybrid_config
 from mambalaya.workloads.families.jamba_granite import MOE_FAMILIES, MOE_PRESETS, MoEHybridConfig, moe_family_layer
@@ -126,12 +127,16 @@ def build_layer(
     layer_type: str | None = None,
     softmax: str = "three-pass",
     chunk_size: int | None = None,
+    key_block: int | None = None,
 ) -> Cascade:
     """One layer of ``model`` as a cascade.
 
     A hybrid model has several layer types: ``layer_type`` (``mamba`` or ``attention``) names
-    the one to build, and ``softmax`` its attention's form (``three-pass`` or ``online``; see
-    :func:`~mambalaya.workloads.families.bamba.hybrid_layer`).
+    the one to build, and ``softmax`` its attention's form (``three-pass``, ``online`` or
+    ``blocked``; see :func:`~mambalaya.workloads.blocks.attention.attention_layer`). ``key_block``
+    sets the blocked form's block of keys (default
+    :data:`~mambalaya.workloads.blocks.attention.KEY_BLOCK`, FlashAttention-2's 64); it is
+    refused with another form.
 
     ``scan`` picks Mamba-2's scan form: ``chunked`` (the SSD algorithm, the default in prefill)
     or ``recurrent`` (the only form of a decode step); Mamba-1 has only the recurrent scan. A
@@ -145,6 +150,9 @@ def build_layer(
     config's ``chunk_size`` (default 64, transformers'); it is refused by name for a layer or
     form without those chunks.
     """
+    if key_block is not None and softmax != "blocked":
+        raise SpecError(f"key_block sets the blocked softmax's block of keys; softmax={softmax!r} has no key blocks")
+    blocks = KEY_BLOCK if key_block is None else key_block
     if chunk_size is not None:
         model = _with_gdn_chunk_size(model, chunk_size, phase=phase, scan=scan, layer_type=layer_type)
     if isinstance(model, MoEHybridConfig):
@@ -154,11 +162,12 @@ def build_layer(
         if state_io is False:
             raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
         cascade = moe_family_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                                   softmax=softmax, name=name)  # type: ignore[arg-type]
+                                   softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
         return cascade if precision is None else apply_policy(cascade, precision, bits, family="bamba")
     if isinstance(model, FamilyModel):
         return build_family_layer(model, phase=phase, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
-                                  name=name, scan=scan, precision=precision, layer_type=layer_type, softmax=softmax)
+                                  name=name, scan=scan, precision=precision, layer_type=layer_type, softmax=softmax,
+                                  key_block=blocks)
     if isinstance(model, HybridConfig):
         if layer_type is None or layer_type not in model.layer_counts():
             what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"
@@ -167,7 +176,7 @@ def build_layer(
         if state_io is False:
             raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
         cascade = hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                               softmax=softmax, name=name)  # type: ignore[arg-type]
+                               softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
         return cascade if precision is None else apply_policy(cascade, precision, bits, family="bamba")
     if layer_type is not None:
         raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")

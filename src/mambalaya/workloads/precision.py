@@ -144,6 +144,7 @@ def family_tensor_names(family: str) -> frozenset[str]:
                     continue
                 names |= set(mamba2_layer(cfg2, batch=1, seq_len=8, phase=phase, state_io=state_io, scan=scan).tensors)
     elif family == "bamba":
+        from mambalaya.workloads.blocks.attention import SOFTMAX_FORMS
         from mambalaya.workloads.families.bamba import HybridConfig, hybrid_layer
 
         cfg3 = HybridConfig(d_model=16, layer_types=("mamba", "attention"), d_ff=8, n_heads=2, n_kv_heads=1,
@@ -151,7 +152,7 @@ def family_tensor_names(family: str) -> frozenset[str]:
         for layer_type in ("mamba", "attention"):
             for phase in ("prefill", "decode"):
                 for form in ("chunked", "recurrent") if layer_type == "mamba" and phase == "prefill" else (None,):
-                    for softmax in ("three-pass", "online") if layer_type == "attention" else ("three-pass",):
+                    for softmax in SOFTMAX_FORMS if layer_type == "attention" else ("three-pass",):
                         names |= set(hybrid_layer(cfg3, layer_type, batch=1, seq_len=4, phase=phase, scan=form,
                                                   softmax=softmax).tensors)  # type: ignore[arg-type]
     elif family == "gated_deltanet":

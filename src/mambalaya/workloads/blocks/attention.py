@@ -50,10 +50,38 @@ zero in the IR): softmax does not change when every score is shifted by one cons
 values are the same unless every score of a row is below about -87 (float32), where
 ``exp`` underflows.
 
+``softmax="blocked"`` replaces 11-16 by FlashAttention's blocked online softmax (Dao 2023,
+FlashAttention-2 Algorithm 1): the same recurrence, run over *blocks of keys*. The key rank
+``T`` splits into ``TB = ceil(T / key_block)`` blocks of ``TQ = key_block`` keys, key
+``tb*TQ + tq``; per block the recurrence takes the block's row max, rescales once, and the
+block's value product is a matrix product (``PE x V`` over ``TQ``, on the 2D array):
+
+* ``SC[b,i,tb,tq,g,r] = QR*KR[b,tb*TQ+tq,..]*scale + QB*KB[b,tb*TQ+tq,..]*scale + KM[i,tb,tq]``
+* ``KBX[b,i,tb,g,r] max= SC[b,i,tb,tq,g,r]`` (the block's row max)
+* ``MR[b,i,tb,g,r] = max(MR[b,i,tb-1,g,r], KBX[b,i,tb,g,r])``
+* ``CF[b,i,tb,g,r] = exp(MR[b,i,tb-1,g,r] - MR[b,i,tb,g,r])`` (one rescale per block)
+* ``PE[b,i,tb,tq,g,r] = exp(SC[b,i,tb,tq,g,r] - MR[b,i,tb,g,r])``, ``KBS[b,i,tb,g,r] = PE`` summed over ``tq``
+* ``LR[b,i,tb,g,r] = LR[b,i,tb-1,g,r]*CF + KBS`` and
+  ``OR[b,i,tb,g,r,e] = OR[b,i,tb-1,g,r,e]*CF[b,i,tb,g,r] + PE[b,i,tb,tq,g,r]*V[b,tb*TQ+tq,g,e]``
+* ``AO[b,i,g,r,e] = OR[b,i,TB-1,g,r,e]/LR[b,i,TB-1,g,r]``
+
+``key_block`` is a setting (default :data:`KEY_BLOCK` = 64: FlashAttention-2's forward
+kernel's block of keys, ``kBlockN = 64`` for head dim 128 in ``flash_fwd_launch_template.h``).
+Keys past the last one (``tb*TQ+tq >= T`` when ``key_block`` does not divide ``T``) read zeros
+in the IR, as the chunked Mamba-2 form's last chunk does, so the constant ``KM[i,tb,tq]``
+masks them in both phases: ``0`` for a real key the query sees (in prefill ``key <= i``, in
+decode every one of the ``T = L + 1``), ``-inf`` for a masked or padded one
+(:func:`attention_constants`). The running max starts at 0, as the online form's does: block 0
+holds key 0, which every query sees, and ``TB = ceil(T / key_block)`` makes no block of padding
+alone, so a block's max is ``-inf`` only when causality masks all of it, and then the running
+max, finite from its start, stays as it was (``CF = 1``, ``PE = 0``; from ``-inf`` it would be
+``-inf - -inf``). The shift argument of the online form holds unchanged.
+
 Decode (``I = 1``) reads the key/value cache as state: ``KR``, ``KB`` and ``V`` take the cached
 ``KC0A[b,m,g,u,w]``, ``KC0B[b,m,g,p]``, ``VC0[b,m,g,e]`` (``M = L`` positions, rotated keys, as
 transformers caches them) as their values below position 0, and the scores read
-``KR[b,t-(T-1),..]`` over ``T = L + 1`` keys: ``L`` cached, then the new one. The new position's
+``KR[b,t-(T-1),..]`` over ``T = L + 1`` keys: ``L`` cached, then the new one (the blocked
+form reads ``KR[b,tb*TQ+tq-M,..]``, ``M = L = T - 1``: the same keys). The new position's
 key and value are written as ``KNA``, ``KNB``, ``VN`` (appended to the cache: :func:`append_kv`),
 so a step reads ``L`` cached positions and writes one. A prefill writes the cache of its ``L``
 positions the same way (``cache_out=True``, the default), as transformers' ``cache.update`` does.
@@ -63,6 +91,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import math
+
 import numpy as np
 from pydantic import BaseModel, Field, PositiveInt, model_validator
 
@@ -70,13 +100,21 @@ from mambalaya.specio import SPEC_MODEL_CONFIG
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
-from mambalaya.workloads.blocks.masks import causal_mask
+from mambalaya.workloads.blocks.masks import causal_mask, key_block_mask
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 
 Phase = Literal["prefill", "decode"]
-Softmax = Literal["three-pass", "online"]
+Softmax = Literal["three-pass", "online", "blocked"]
+#: The softmax forms every layer with attention takes.
+SOFTMAX_FORMS: tuple[str, ...] = ("three-pass", "online", "blocked")
+#: The default key block of ``softmax="blocked"``: FlashAttention-2's forward kernel runs
+#: blocks of ``kBlockN = 64`` keys for head dim 128 (Dao-AILab/flash-attention
+#: ``csrc/flash_attn/src/flash_fwd_launch_template.h``, ``run_mha_fwd_hdim128``:
+#: ``Flash_fwd_kernel_traits<128, 128, 64, 4, ...>``, 128 queries x 64 keys, on sm80 and sm90;
+#: sm86/sm89 run 32 keys when not causal). A setting (``key_block=``), not a property of the model.
+KEY_BLOCK = 64
 
 
 class AttentionConfig(BaseModel):
@@ -168,6 +206,71 @@ ONLINE: tuple[str, ...] = (
     "OR[b,i,t,g,r,e] = OR[b,i,t-1,g,r,e]*CF[b,i,t,g,r] + PE[b,i,t,g,r]*V[b,{t},g,e]",
     "AO[b,i,g,r,e] = OR[b,i,T-1,g,r,e]/LR[b,i,T-1,g,r]",
 )
+
+
+def check_softmax(softmax: str) -> None:
+    """Refuse a softmax form no attention layer has."""
+    if softmax not in SOFTMAX_FORMS:
+        raise SpecError(f"softmax must be one of {', '.join(repr(f) for f in SOFTMAX_FORMS)}, not {softmax!r}")
+
+
+def key_block_ranks(keys: int, key_block: int, *, decode: bool) -> list[Rank]:
+    """The blocked form's key ranks: ``TB = ceil(keys / key_block)`` blocks of ``TQ = key_block``
+    keys (``keys`` = ``L`` in prefill, ``L + 1`` in decode)."""
+    if isinstance(key_block, bool) or not isinstance(key_block, int) or key_block < 1:
+        raise SpecError(f"key_block must be a positive whole number of keys, not {key_block!r}")
+    return [Rank("TB", math.ceil(keys / key_block), "ceil((L+1)/key_block)" if decode else "ceil(L/key_block)"),
+            Rank("TQ", key_block, "key_block")]
+
+
+def key_index(decode: bool) -> str:
+    """The key a blocked Einsum reads at ``[tb, tq]``: ``tb*TQ+tq``, in decode shifted by the
+    ``M`` cached positions (the cache is the state below position 0, as ``t-(T-1)`` reads it)."""
+    return "tb*TQ+tq-M" if decode else "tb*TQ+tq"
+
+
+def blocked_softmax_lines(score_products: list[str] | tuple[str, ...], *, prefix: str = "", heads: str = "g,r",
+                          value: str = "V", mask: str = "KM", decode: bool = False) -> list[str]:
+    """The blocked form's Einsums, scores to ``AO`` (see the module docstring), for a layer
+    whose attention tensors are named ``prefix`` + the attention block's names (Falcon-H1's and
+    Zamba2's ``A``), with query heads ``heads`` (the key/value head first) and values ``value``.
+    ``score_products`` are the score's products, ``{k}`` where they read a key."""
+    p, h, k = prefix, heads, key_index(decode)
+    kv = h.split(",")[0]
+    scores = [term.replace("{k}", k) for term in score_products] + [f"{mask}[i,tb,tq]"]
+    return [
+        f"{p}SC[b,i,tb,tq,{h}] = " + " + ".join(scores),
+        f"{p}KBX[b,i,tb,{h}] max= {p}SC[b,i,tb,tq,{h}]",
+        f"{p}MR[b,i,tb,{h}] = max({p}MR[b,i,tb-1,{h}], {p}KBX[b,i,tb,{h}])",
+        f"{p}CF[b,i,tb,{h}] = exp({p}MR[b,i,tb-1,{h}] - {p}MR[b,i,tb,{h}])",
+        f"{p}PE[b,i,tb,tq,{h}] = exp({p}SC[b,i,tb,tq,{h}] - {p}MR[b,i,tb,{h}])",
+        f"{p}KBS[b,i,tb,{h}] = {p}PE[b,i,tb,tq,{h}]",
+        f"{p}LR[b,i,tb,{h}] = {p}LR[b,i,tb-1,{h}]*{p}CF[b,i,tb,{h}] + {p}KBS[b,i,tb,{h}]",
+        f"{p}OR[b,i,tb,{h},e] = {p}OR[b,i,tb-1,{h},e]*{p}CF[b,i,tb,{h}] + {p}PE[b,i,tb,tq,{h}]*{value}[b,{k},{kv},e]",
+        f"{p}AO[b,i,{h},e] = {p}OR[b,i,TB-1,{h},e]/{p}LR[b,i,TB-1,{h}]",
+    ]
+
+
+def blocked_tensors(*, prefix: str = "", heads: tuple[str, str] = ("G", "R"),
+                    mask: str = "KM") -> dict[str, tuple[tuple[str, ...], Role, str]]:
+    """The blocked form's tensors (name: ranks, role, description), named as
+    :func:`blocked_softmax_lines` names them."""
+    p, h = prefix, heads
+    row, key = ("B", "I", "TB", *h), ("B", "I", "TB", "TQ", *h)
+    return {
+        mask: (("I", "TB", "TQ"), _IN,
+               "key mask in log space: 0 for a key the query sees, -inf for a later or padded one"),
+        f"{p}SC": (key, _X, "scaled, masked scores, by key block"),
+        f"{p}KBX": (row, _X, "each key block's row max"),
+        f"{p}MR": (row, _X, "running max over key blocks (blocked softmax)"),
+        f"{p}CF": (row, _X, "rescale factor exp(old max - new max), once per key block"),
+        f"{p}PE": (key, _X, "exp(score - running max)"),
+        f"{p}KBS": (row, _X, "each key block's row sum"),
+        f"{p}LR": (row, _X, "running sum over key blocks (blocked softmax)"),
+        f"{p}OR": ((*row, "E"), _X, "running weighted values over key blocks (blocked softmax)"),
+    }
+
+
 OUTPUT: tuple[str, ...] = (
     "O[b,i,d] = AO[b,i,g,r,e]*WO[g,r,e,d]",
     "XO[b,i,d] = X[b,i,d] + O[b,i,d]",
@@ -223,6 +326,7 @@ _CACHED = {"KR": ("KC0A", "KNA"), "KB": ("KC0B", "KNB"), "V": ("VC0", "VN")}
 ATTENTION_REGION: dict[str, tuple[str, ...]] = {
     "three-pass": ("SC", "MX", "EX", "SM", "PR", "AO"),
     "online": ("SC", "MR", "CF", "PE", "LR", "OR", "AO"),
+    "blocked": ("SC", "KBX", "MR", "CF", "PE", "KBS", "LR", "OR", "AO"),
 }
 
 
@@ -236,6 +340,7 @@ def attention_layer(
     softmax: Softmax = "three-pass",
     cache_out: bool = True,
     name: str | None = None,
+    key_block: int = KEY_BLOCK,
 ) -> Cascade:
     """One attention block as a cascade.
 
@@ -243,9 +348,11 @@ def attention_layer(
     ``phase="decode"``: one new position after ``seq_len`` cached ones (``I = 1``,
     ``T = seq_len + 1``, ``M = seq_len``), reading the cache as state. ``cache_out`` writes the
     new positions' keys and values (``KNA``, ``KNB``, ``VN``); a decode step always writes them.
+    ``softmax`` is ``three-pass``, ``online`` or ``blocked``, the last over blocks of
+    ``key_block`` keys (default :data:`KEY_BLOCK`, FlashAttention-2's 64; see the module
+    docstring); the other forms ignore ``key_block``.
     """
-    if softmax not in ("three-pass", "online"):
-        raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
+    check_softmax(softmax)
     check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
     c = config
     decode = phase == "decode"
@@ -269,6 +376,9 @@ def attention_layer(
         ranks.append(Rank("P", n_pass, "head_dim-rotary_dim"))
     if decode:
         ranks.append(Rank("M", seq_len, "L"))
+    blocked = softmax == "blocked"
+    if blocked:
+        ranks = [r for r in ranks if r.name != "T"] + key_block_ranks(keys, key_block, decode=decode)
     params: dict[str, float] = {
         "batch": batch,
         "L": seq_len,
@@ -285,22 +395,26 @@ def attention_layer(
     score_terms = []
     if c.rotary_dim:
         lines += ROTARY
-        score_terms.append(f"QR[b,i,g,r,u,w]*KR[b,{t_index},g,u,w]*scale")
+        score_terms.append("QR[b,i,g,r,u,w]*KR[b,{k},g,u,w]*scale")
     if n_pass:
         lines += PASS
-        score_terms.append(f"QB[b,i,g,r,p]*KB[b,{t_index},g,p]*scale")
+        score_terms.append("QB[b,i,g,r,p]*KB[b,{k},g,p]*scale")
     lines.append(VALUE)
-    if not decode:
-        score_terms.append("CM[i,t]")
-    lines.append("SC[b,i,t,g,r] = " + " + ".join(score_terms))
-    lines += [line.replace("{t}", t_index) for line in (ONLINE if softmax == "online" else THREE_PASS)]
+    if blocked:
+        params["key_block"] = key_block
+        lines += blocked_softmax_lines(score_terms, decode=decode)
+    else:
+        score_terms = [term.replace("{k}", t_index) for term in score_terms] + ([] if decode else ["CM[i,t]"])
+        lines.append("SC[b,i,t,g,r] = " + " + ".join(score_terms))
+        lines += [line.replace("{t}", t_index) for line in (ONLINE if softmax == "online" else THREE_PASS)]
     lines += OUTPUT
 
     sizes = {r.name: r.size for r in ranks}
     einsums = [parse_einsum(line, sizes=sizes) for line in lines]
     used = {e.name for e in einsums} | {t for e in einsums for t in e.input_tensors}
+    specs = {**_TENSORS, **blocked_tensors()} if blocked else _TENSORS
     tensors: dict[str, TensorSpec] = {
-        t: TensorSpec(t, rk, role, bits, description=desc) for t, (rk, role, desc) in _TENSORS.items() if t in used
+        t: TensorSpec(t, rk, role, bits, description=desc) for t, (rk, role, desc) in specs.items() if t in used
     }
     for src, (cache, new) in _CACHED.items():
         if src not in tensors:
@@ -311,13 +425,14 @@ def attention_layer(
             idx = ",".join(r.lower() for r in out_ranks)
             einsums.append(parse_einsum(f"{new}[{idx}] = {src}[{idx}]", sizes=sizes))
     return build_cascade(
-        name=name or f"attention-{phase}" + ("-online" if softmax == "online" else ""),
+        name=name or f"attention-{phase}" + ("" if softmax == "three-pass" else f"-{softmax}"),
         params=params,
         ranks=ranks,
         tensors=list(tensors.values()),
         einsums=einsums,
         description=(
-            f"attention block, {phase}, {softmax} softmax, hidden {c.d_model}, {c.n_heads} heads "
+            f"attention block, {phase}, {softmax} softmax"
+            + (f" ({key_block}-key blocks)" if blocked else "") + f", hidden {c.d_model}, {c.n_heads} heads "
             f"({c.n_kv_heads} kv), head_dim {c.head_channels} (rotary {c.rotary_dim}), batch={batch}, "
             + (f"1 position after {seq_len} cached" if decode else f"{seq_len} positions")
         ),
@@ -353,7 +468,8 @@ def kv_cache_tensors(spec: TensorSpec, cache: str, new: str | None, *, decode: b
 
 def attention_constants(cascade: Cascade, config: "AttentionConfig | Any", *, start: int | None = None) -> dict[str, np.ndarray]:
     """The constant inputs of an attention cascade: the rotary tables at the block's absolute
-    positions and, in prefill, the causal mask ``CM[i,t]`` (0 where ``t <= i``, ``-inf`` above).
+    positions and, in prefill, the causal mask ``CM[i,t]`` (0 where ``t <= i``, ``-inf`` above);
+    the blocked softmax's key mask ``KM[i,tb,tq]`` in both phases (:func:`key_block_mask`).
 
     ``config`` is the block's :class:`AttentionConfig` or a model config that has one (a
     :class:`~mambalaya.workloads.families.bamba.HybridConfig`: its ``attention()``). The positions are
@@ -367,8 +483,8 @@ def attention_constants(cascade: Cascade, config: "AttentionConfig | Any", *, st
             raise SpecError(f"attention_constants takes an AttentionConfig or a model config with attention layers, "
                             f"not a {type(config).__name__}")
         config = make()
-    if "T" not in cascade.ranks:
-        raise SpecError(f"cascade {cascade.name} has no key rank T: it is not an attention block")
+    if "T" not in cascade.ranks and "TB" not in cascade.ranks:
+        raise SpecError(f"cascade {cascade.name} has no key rank T (or TB): it is not an attention block")
     decode = "M" in cascade.ranks
     first = cascade.size("M") if decode else 0
     if start is not None and start != first:
@@ -381,6 +497,8 @@ def attention_constants(cascade: Cascade, config: "AttentionConfig | Any", *, st
         out["COS"], out["SIN"] = rotary_tables(config, positions)
     if "CM" in cascade.tensors and cascade.tensors["CM"].ranks == ("I", "T"):
         out["CM"] = causal_mask(*cascade.shape("CM"))
+    if "KM" in cascade.tensors and cascade.tensors["KM"].ranks == ("I", "TB", "TQ"):
+        out["KM"] = key_block_mask(*cascade.shape("KM"), first=first)
     return out
 
 
@@ -447,10 +565,17 @@ __all__ = [
     "AttentionConfig",
     "CACHE_IN",
     "CACHE_OUT",
+    "KEY_BLOCK",
+    "SOFTMAX_FORMS",
     "WEIGHTS",
     "append_kv",
     "attention_constants",
     "attention_layer",
+    "blocked_softmax_lines",
+    "blocked_tensors",
+    "check_softmax",
+    "key_block_ranks",
+    "key_index",
     "cache_from_hf",
     "parse_attention_config",
     "rotary_tables",

@@ -15,4 +15,14 @@ def causal_mask(rows: int, cols: int) -> np.ndarray:
     return mask
 
 
-__all__ = ["causal_mask"]
+def key_block_mask(rows: int, blocks: int, block: int, *, first: int = 0) -> np.ndarray:
+    """The blocked softmax's key mask ``[rows, blocks, block]`` (float64): ``0`` where key
+    ``tb*block + tq`` is at or before query ``first + i`` (``first``: the query's absolute
+    position offset, the cache length in decode), ``-inf`` for a later key, which includes
+    every padded key past the last real one (the last real key is the last query's)."""
+    keys = np.arange(blocks * block).reshape(1, blocks, block)
+    queries = (np.arange(rows) + first).reshape(rows, 1, 1)
+    return np.where(keys <= queries, 0.0, -np.inf)
+
+
+__all__ = ["causal_mask", "key_block_mask"]

@@ -43,7 +43,7 @@ from mambalaya.workloads.hf.fields import (
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Role
-from mambalaya.workloads.blocks.attention import AttentionConfig, Softmax, attention_layer
+from mambalaya.workloads.blocks.attention import KEY_BLOCK, AttentionConfig, Softmax, attention_layer
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 
@@ -288,11 +288,13 @@ def hybrid_layer(
     softmax: Softmax = "three-pass",
     name: str | None = None,
     state: Mapping[str, Any] | None = None,
+    key_block: int = KEY_BLOCK,
 ) -> Cascade:
     """One layer of ``layer_type`` (``mamba`` or ``attention``) as one cascade: the mixer block
     then the MLP block (tensors prefixed ``FF_``). A Mamba layer's prefill uses ``scan``
     (default chunked) and carries its state out (``state_io``, as a generating model must); an
-    attention layer writes its KV cache.
+    attention layer writes its KV cache; ``softmax`` is its form (``three-pass``, ``online``, or
+    ``blocked`` over blocks of ``key_block`` keys: :func:`~mambalaya.workloads.blocks.attention.attention_layer`).
 
     ``seq_len`` is the prompt length in prefill. In decode it is the number of cached positions
     before the new one, which only an attention layer needs: a Mamba layer's step does not
@@ -303,7 +305,7 @@ def hybrid_layer(
     seq_len = layer_length(layer_type, phase, seq_len, state)
     if layer_type == "attention":
         mixer = attention_layer(config.attention(), batch=batch, seq_len=seq_len, phase=phase,  # type: ignore[arg-type]
-                                bits=bits, softmax=softmax)
+                                bits=bits, softmax=softmax, key_block=key_block)
     else:
         form = chunk_padding_free_form(scan, phase, seq_len, config.mamba_chunk_size, "a hybrid layer's MLP would "
                                        "then count the padded rows too (the real model drops them before its MLP)")
@@ -359,7 +361,8 @@ def hybrid_inputs(cascade: Cascade, config: HybridConfig, *, state: Mapping[str,
     from mambalaya.workloads.blocks.attention import attention_constants
     from mambalaya.workloads.blocks.mamba2 import mamba2_constants
 
-    out = attention_constants(cascade, config) if "T" in cascade.ranks else mamba2_constants(cascade)
+    attention = "T" in cascade.ranks or "TB" in cascade.ranks
+    out = attention_constants(cascade, config) if attention else mamba2_constants(cascade)
     return {**out, **incoming_state(cascade, state, decode=_is_decode(cascade))}
 
 

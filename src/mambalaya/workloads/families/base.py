@@ -27,7 +27,8 @@ from pydantic import BaseModel, BeforeValidator, PositiveInt
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
 from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
-from mambalaya.workloads.blocks.masks import causal_mask
+from mambalaya.workloads.blocks.attention import KEY_BLOCK
+from mambalaya.workloads.blocks.masks import causal_mask, key_block_mask
 
 #: The prefix of the second block's tensors in a layer made of two blocks (as Bamba's ``FF_``).
 SECOND_PREFIX = "FF_"
@@ -73,9 +74,11 @@ class FamilyModel(BaseModel):
         return embed + layers + self.extra_parameters() + self.d_model
 
     def layer(self, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
-              scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
+              scan: str | None = None, softmax: str = "three-pass", name: str | None = None,
+              key_block: int = KEY_BLOCK) -> Cascade:
         """One layer of ``layer_type`` as one cascade (``seq_len``: the prompt in prefill, the
-        cached positions before the new one in decode)."""
+        cached positions before the new one in decode); ``softmax`` and ``key_block``: its
+        attention's form (:func:`~mambalaya.workloads.blocks.attention.attention_layer`)."""
         raise NotImplementedError  # pragma: no cover - every family defines it
 
     def precision_family(self, layer_type: str) -> str:
@@ -90,8 +93,13 @@ class FamilyModel(BaseModel):
     def constants(self, cascade: Cascade) -> dict[str, np.ndarray]:
         """Constant inputs of a layer cascade only this family has: the causal mask ``AMK`` of a
         layer that runs attention inside one cascade (Falcon-H1's parallel block, Zamba2's
-        shared block)."""
-        return {"AMK": causal_mask(*cascade.shape("AMK"))} if "AMK" in cascade.tensors else {}
+        shared block), or its blocked softmax's key mask ``AKM`` (a decode step's query is at
+        the cache length ``M``)."""
+        out = {"AMK": causal_mask(*cascade.shape("AMK"))} if "AMK" in cascade.tensors else {}
+        if "AKM" in cascade.tensors:
+            first = cascade.size("M") if "M" in cascade.ranks else 0
+            out["AKM"] = key_block_mask(*cascade.shape("AKM"), first=first)
+        return out
 
     def shape_text(self) -> str:
         counts = ", ".join(f"{n} {t}" for t, n in self.layer_counts().items())
@@ -122,7 +130,8 @@ def scanned_layer_types(config: Any) -> tuple[str, ...]:
 
 def build_family_layer(model: FamilyModel, *, phase: str, seq_len: int, batch: int, bits: int = 16,
                        state_io: bool | None = None, name: str | None = None, scan: str | None = None,
-                       precision: Any = None, layer_type: str | None = None, softmax: str = "three-pass") -> Cascade:
+                       precision: Any = None, layer_type: str | None = None, softmax: str = "three-pass",
+                       key_block: int = KEY_BLOCK) -> Cascade:
     """:func:`~mambalaya.workloads.build_layer` for a dense hybrid family's model."""
     from mambalaya.workloads.precision import apply_policy
 
@@ -134,7 +143,7 @@ def build_family_layer(model: FamilyModel, *, phase: str, seq_len: int, batch: i
         raise SpecError(f"scan applies to the layers with a scan ({', '.join(model.SCANNED) or 'none'}); a "
                         f"{layer_type} layer has none")
     cascade = model.layer(layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                          softmax=softmax, name=name)
+                          softmax=softmax, name=name, key_block=key_block)
     return cascade if precision is None else apply_policy(cascade, precision, bits,
                                                           family=model.precision_family(layer_type))
 
@@ -152,7 +161,7 @@ def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, A
 
     out: dict[str, np.ndarray] = {}
     if "T" in cascade.ranks and "CM" in cascade.tensors and cascade.tensors["CM"].ranks == ("I", "T") \
-            or "COS" in cascade.tensors:
+            or "KM" in cascade.tensors or "COS" in cascade.tensors:
         out.update(attention_constants(cascade, model.attention_config()))
     out.update(gdn_constants(cascade) if "EYE" in cascade.tensors else mamba2_constants(cascade))
     out.update(model.constants(cascade))

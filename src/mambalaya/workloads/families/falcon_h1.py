@@ -14,7 +14,9 @@ The attention's ranks are named apart from the mixer's: ``Y`` KV heads, ``V`` qu
 head, ``U`` x ``W`` the rotated halves and frequencies of a head (the rotary embedding covers the
 whole head), ``E`` value channels, ``T`` keys, ``M`` cached positions; its tensors are ``AQ``,
 ``AK``, ``AV``, ``AQR``, ``AKR``, ``AMK`` (the causal mask), ``ASC``, the softmax, ``AAO``,
-``AOUT``. Its KV cache is ``KC0A``/``VC0``, appended ``KNA``/``VN``, as the attention block's.
+``AOUT``; the blocked softmax (``softmax="blocked"``, the attention block's form over key blocks
+``TB`` x ``TQ``) names its tensors the attention block's with the prefix ``A`` and its key mask
+``AKM``. Its KV cache is ``KC0A``/``VC0``, appended ``KNA``/``VN``, as the attention block's.
 
 **The multipliers.** transformers applies ``ssm_in_multiplier`` to the mixer's input, the
 ``mup_vector`` (``ssm_multipliers``: one factor each for the z, x, B, C and dt channels) to
@@ -57,7 +59,8 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
-from mambalaya.workloads.blocks.attention import AttentionConfig, kv_cache_tensors
+from mambalaya.workloads.blocks.attention import (KEY_BLOCK, AttentionConfig, blocked_softmax_lines, blocked_tensors,
+                                                   check_softmax, key_block_ranks, kv_cache_tensors)
 from mambalaya.workloads.checks import chunk_padding_free_form
 from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.hf.config import check_known_fields, MAX_SIZE, ConfigFile, default_rope_theta, shown
@@ -103,7 +106,32 @@ ATTENTION_ONLINE = ("AMR[b,i,t,y,v] = max(AMR[b,i,t-1,y,v], ASC[b,i,t,y,v])",
 NORM_BEFORE_GATE_TAIL = ("SG[b,{o},g] = YD[b,{o},g,r,p]*YD[b,{o},g,r,p]",
                          "YN[b,{o},g,r,p] = YD[b,{o},g,r,p]*RG[b,{o},g]*WGN[g,r,p]*GZ[b,{o},g,r,p]")
 ATTENTION_REGIONS = {"three-pass": ("ASC", "AMX", "AEX", "ASM", "APR", "AAO"),
-           "online": ("ASC", "AMR", "ACF", "APE", "ALR", "AOR", "AAO")}
+           "online": ("ASC", "AMR", "ACF", "APE", "ALR", "AOR", "AAO"),
+           "blocked": ("ASC", "AKBX", "AMR", "ACF", "APE", "AKBS", "ALR", "AOR", "AAO")}
+#: The blocked softmax's tensors in these layers (the attention block's, prefixed ``A``; heads
+#: ``Y`` x ``V``; the key mask ``AKM``).
+ATTENTION_BLOCKED_TENSORS = blocked_tensors(prefix="A", heads=("Y", "V"), mask="AKM")
+
+
+def attention_softmax_lines(softmax: str, score: str, *, decode: bool) -> list[str]:
+    """The attention of Falcon-H1's and Zamba2's layers from the scores on: ``ASC`` (``score``,
+    the query-key product with ``{t}`` where it reads a key) and the ``softmax`` form through
+    ``AAO``; the blocked form reads the keys at ``{k}`` and masks with ``AKM`` in both phases."""
+    if softmax == "blocked":
+        return blocked_softmax_lines([score.replace("{t}", "{k}")], prefix="A", heads="y,v", value="AV", mask="AKM",
+                                     decode=decode)
+    t = "t-(T-1)" if decode else "t"
+    return [f"ASC[b,i,t,y,v] = {score.replace('{t}', t)}" + ("" if decode else " + AMK[i,t]"),
+            *(line.replace("{t}", t) for line in (ATTENTION_ONLINE if softmax == "online" else ATTENTION_THREE_PASS))]
+
+
+def attention_ranks(seq_len: int, softmax: str, key_block: int, *, decode: bool) -> list[Rank]:
+    """The key rank(s) of Falcon-H1's and Zamba2's attention: ``T`` (``L``, or ``L+1`` in
+    decode), or ``TB`` x ``TQ`` in the blocked form."""
+    keys = seq_len + 1 if decode else seq_len
+    if softmax == "blocked":
+        return key_block_ranks(keys, key_block, decode=decode)
+    return [Rank("T", keys, "L+1" if decode else "L")]
 
 
 #: The list multipliers (finite numbers, as every number of a strict model), which a YAML or
@@ -213,18 +241,20 @@ class FalconH1Model(FamilyModel):
                 f"{self.mamba_heads}; mlp={self.d_ff}")
 
     def layer(self, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
-              scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
+              scan: str | None = None, softmax: str = "three-pass", name: str | None = None,
+              key_block: int = KEY_BLOCK) -> Cascade:
         if layer_type != "parallel":
             raise SpecError(f"layer type {layer_type!r} is not Falcon-H1's (parallel)")
         return falcon_h1_layer(self, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                               softmax=softmax, name=name)
+                               softmax=softmax, name=name, key_block=key_block)
 
 
 def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
-                    scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
-    """One Falcon-H1 layer as one cascade (see the module docstring)."""
-    if softmax not in ATTENTION_REGIONS:
-        raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
+                    scan: str | None = None, softmax: str = "three-pass", name: str | None = None,
+                    key_block: int = KEY_BLOCK) -> Cascade:
+    """One Falcon-H1 layer as one cascade (see the module docstring); ``softmax="blocked"`` runs
+    over blocks of ``key_block`` keys (:func:`~mambalaya.workloads.blocks.attention.attention_layer`)."""
+    check_softmax(softmax)
     c, decode = config, phase == "decode"
     form = chunk_padding_free_form(scan, phase, seq_len, c.mamba_chunk_size,
                                    "the attention and MLP of the layer would then count the padded rows too")
@@ -234,19 +264,16 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
     o, at = ("c,q", "c*Q+q") if chunked else ("i", "i")
     drop = {"XO"} | (set() if c.mamba_rms_norm else {"SG", "RG", "YN", "WGN"})
     drop |= {"YG"} if c.norm_before_gate else set()
-    ranks = list(mixer.ranks.values()) + [
-        Rank("T", seq_len + 1 if decode else seq_len, "L+1" if decode else "L"),
+    ranks = list(mixer.ranks.values()) + attention_ranks(seq_len, softmax, key_block, decode=decode) + [
         Rank("Y", c.n_kv_heads, "n_kv_heads"), Rank("V", c.n_heads // c.n_kv_heads, "n_heads/n_kv_heads"),
         Rank("U", 2, "2"), Rank("W", c.head_dim // 2, "head_dim/2"), Rank("E", c.head_dim, "head_dim")]
     if decode:
         ranks.append(Rank("M", seq_len, "L"))
-    t = "t-(T-1)" if decode else "t"
     lines = ["AQ[b,i,y,v,u,w] = XN[b,i,d]*WAQ[d,y,v,u,w]", "AK[b,i,y,u,w] = XN[b,i,d]*WAK[d,y,u,w]",
              "AV[b,i,y,e] = XN[b,i,d]*WAV[d,y,e]",
              "AQR[b,i,y,v,u,w] = AQ[b,i,y,v,u,w]*COS[i,w] + AQ[b,i,y,v,1-u,w]*SIN[u,i,w]",
              "AKR[b,i,y,u,w] = AK[b,i,y,u,w]*COS[i,w] + AK[b,i,y,1-u,w]*SIN[u,i,w]",
-             f"ASC[b,i,t,y,v] = AQR[b,i,y,v,u,w]*AKR[b,{t},y,u,w]*ascale" + ("" if decode else " + AMK[i,t]"),
-             *(line.replace("{t}", t) for line in (ATTENTION_ONLINE if softmax == "online" else ATTENTION_THREE_PASS)),
+             *attention_softmax_lines(softmax, "AQR[b,i,y,v,u,w]*AKR[b,{t},y,u,w]*ascale", decode=decode),
              "AOUT[b,i,d] = AAO[b,i,y,v,e]*WAO[y,v,e,d]",
              f"O[b,{o},d] = {'YN' if c.mamba_rms_norm else 'YG'}[b,{o},g,r,p]*WO[g,r,p,d]",
              f"XO[b,{o},d] = X[b,{at},d] + O[b,{o},d] + AOUT[b,{at},d]",
@@ -261,7 +288,8 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
     tensors = {n: s for n, s in mixer.tensors.items() if n not in drop}
     if in_place:
         tensors["YN"] = replace(tensors["YN"], description="normalised output times the gate (norm before the gate)")
-    tensors.update({n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in ATTENTION_TENSORS.items()
+    specs = {**ATTENTION_TENSORS, **ATTENTION_BLOCKED_TENSORS} if softmax == "blocked" else ATTENTION_TENSORS
+    tensors.update({n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in specs.items()
                     if n in used})
     tensors["XO"] = mixer.tensors["XO"]
     for src, cache, new in (("AKR", "KC0A", "KNA"), ("AV", "VC0", "VN")):
@@ -270,7 +298,7 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
         name=f"falcon-h1-block-{phase}",
         params={**{k: v for k, v in mixer.params.items() if k != "expand"}, "d_ssm": c.mamba_d_ssm,
                 "ascale": c.head_dim ** -0.5, "n_heads": c.n_heads, "n_kv_heads": c.n_kv_heads,
-                "head_dim": c.head_dim},
+                "head_dim": c.head_dim, **({"key_block": key_block} if softmax == "blocked" else {})},
         ranks=ranks, tensors=list(tensors.values()), einsums=einsums,
         description=(f"Falcon-H1 parallel block, {phase}, {form} scan beside {softmax} attention; "
                      f"{mixer.description}; attention {c.n_heads} heads ({c.n_kv_heads} kv), head_dim {c.head_dim}"),
@@ -406,7 +434,8 @@ PRESETS: dict[str, FalconH1Model] = {
 }
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"falcon-h1-7b": 7.0}
 
-__all__ = ["ATTENTION_THREE_PASS", "ATTENTION_REGIONS", "ATTENTION_ONLINE", "ATTENTION_TENSORS", "MULTIPLIERS",
+__all__ = ["ATTENTION_BLOCKED_TENSORS", "ATTENTION_THREE_PASS", "ATTENTION_REGIONS", "ATTENTION_ONLINE",
+           "ATTENTION_TENSORS", "attention_ranks", "attention_softmax_lines", "MULTIPLIERS",
            "NORM_BEFORE_GATE_TAIL", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1Model",
            "FalconH1Multipliers", "falcon_h1_config_from_hf", "falcon_h1_layer", "mamba_width_from_hf",
            "multipliers_from_hf"]

@@ -38,7 +38,7 @@ from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.compose import chain_cascades
 from mambalaya.einsum.ir import Binary, Einsum, Param, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
-from mambalaya.workloads.blocks.attention import AttentionConfig, Softmax, attention_layer
+from mambalaya.workloads.blocks.attention import KEY_BLOCK, AttentionConfig, Softmax, attention_layer
 from mambalaya.workloads.checks import chunk_padding_free_form, validated_config
 from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
@@ -250,7 +250,7 @@ def _scaled_residual(cascade: Cascade, multiplier: float) -> Cascade:
 def moe_family_layer(
     config: MoEHybridConfig, layer_type: str, *, batch: int, seq_len: int | None = None, phase: str = "prefill",
     bits: int = 16, scan: str | None = None, softmax: Softmax = "three-pass", name: str | None = None,
-    state: Mapping[str, Any] | None = None,
+    state: Mapping[str, Any] | None = None, key_block: int = KEY_BLOCK,
 ) -> Cascade:
     """One layer of ``layer_type`` as one cascade: the mixer block, then the dense MLP or the
     MoE block (tensors prefixed ``FF_``). Arguments as :func:`~mambalaya.workloads.families.bamba.hybrid_layer`."""
@@ -263,7 +263,7 @@ def moe_family_layer(
     seq_len = layer_length(mixer_type, phase, seq_len, state)
     if mixer_type == "attention":
         mixer = attention_layer(config.attention(), batch=batch, seq_len=seq_len, phase=phase,  # type: ignore[arg-type]
-                                bits=bits, softmax=softmax)
+                                bits=bits, softmax=softmax, key_block=key_block)
         if config.attention_multiplier is not None:
             mixer = replace(mixer, params={**mixer.params, "scale": config.attention_multiplier})
     elif config.family == "jamba":

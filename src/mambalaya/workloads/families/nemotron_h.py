@@ -47,7 +47,7 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
-from mambalaya.workloads.blocks.attention import AttentionConfig, attention_layer
+from mambalaya.workloads.blocks.attention import KEY_BLOCK, AttentionConfig, attention_layer
 from mambalaya.workloads.blocks.moe import MoEConfig, Routing, moe_constants, moe_layer
 from mambalaya.workloads.checks import check_layer_args, validated_config
 from mambalaya.workloads.families.base import FamilyModel
@@ -242,7 +242,8 @@ class NemotronHModel(FamilyModel):
                 f"{'uniform' if self.routing == 'uniform' else 'histogram'}")
 
     def layer(self, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
-              scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
+              scan: str | None = None, softmax: str = "three-pass", name: str | None = None,
+              key_block: int = KEY_BLOCK) -> Cascade:
         name = name or f"nemotron_h-{layer_type}-{phase}"
         if layer_type == "mamba":
             form = scan or ("chunked" if phase == "prefill" else "recurrent")
@@ -250,7 +251,7 @@ class NemotronHModel(FamilyModel):
                                 state_io=True, scan=form, name=name)  # type: ignore[arg-type]
         if layer_type == "attention":
             return attention_layer(self.attention_config(), batch=batch, seq_len=seq_len, phase=phase,  # type: ignore[arg-type]
-                                   bits=bits, softmax=softmax, name=name)  # type: ignore[arg-type]
+                                   bits=bits, softmax=softmax, name=name, key_block=key_block)  # type: ignore[arg-type]
         if layer_type == "mlp":
             return relu2_mlp_layer(self.d_model, self.d_ff, eps=self.norm_eps, batch=batch, seq_len=seq_len,
                                    phase=phase, bits=bits, name=name)

@@ -24,7 +24,7 @@ cached positions in decode. Einsums:
 * with the rotary embedding, the query and key channels are laid out ``[U, W]`` (halves x
   frequencies) and ``QR``, ``KR`` rotate ``QB``, ``KB`` as :mod:`~mambalaya.workloads.blocks.attention`
   does; without, they are ``P``
-* ``SC = QR*KR*scale + CM`` (``QB*KB`` without rotation), the softmax (three-pass or online, as
+* ``SC = QR*KR*scale + CM`` (``QB*KB`` without rotation), the softmax (three-pass, online or blocked, as
   :mod:`~mambalaya.workloads.blocks.attention`), ``AO = PR x V``, ``O = AO x WO``
 * ``PSS = sum O^2``, ``PRS = rsqrt(PSS/D + eps)``, ``PON = O*PRS*WPN``, ``XO = X + PON``
 
@@ -45,7 +45,9 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
-from mambalaya.workloads.blocks.attention import ATTENTION_REGION, ONLINE, THREE_PASS, AttentionConfig, kv_cache_tensors
+from mambalaya.workloads.blocks.attention import (ATTENTION_REGION, KEY_BLOCK, ONLINE, THREE_PASS, AttentionConfig,
+                                                   blocked_softmax_lines, blocked_tensors, check_softmax,
+                                                   key_block_ranks, kv_cache_tensors)
 from mambalaya.workloads.checks import check_layer_args, chunk_padding_free_form
 from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.blocks.gated_deltanet import LINEAR, GatedDeltaNetConfig, gdn_layer
@@ -83,12 +85,12 @@ ATTENTION_WEIGHTS = ("WQ", "WK", "WV", "WQN", "WKN", "WO", "WPN")
 
 def olmo_attention_block(config: GatedDeltaNetConfig, *, batch: int, seq_len: int, phase: str = "prefill",
                          bits: int = 16, softmax: str = "three-pass", rope_theta: float | None = None,
-                         name: str | None = None) -> Cascade:
+                         name: str | None = None, key_block: int = KEY_BLOCK) -> Cascade:
     """OLMo-Hybrid's attention with QK-norm and its post-norm residual (see the module
     docstring), rotary over whole heads when ``rope_theta`` is given, none (NoPE) when it is
-    None; prefill of ``seq_len`` positions or one decode step after ``seq_len`` cached ones."""
-    if softmax not in ("three-pass", "online"):
-        raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
+    None; prefill of ``seq_len`` positions or one decode step after ``seq_len`` cached ones.
+    ``softmax="blocked"`` runs over blocks of ``key_block`` keys, as the attention block's."""
+    check_softmax(softmax)
     check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
     c, decode, rope = config, phase == "decode", rope_theta is not None
     hd = c.head_dim or c.d_model // c.n_heads
@@ -102,6 +104,9 @@ def olmo_attention_block(config: GatedDeltaNetConfig, *, batch: int, seq_len: in
     ranks += [Rank("U", 2, "2"), Rank("W", hd // 2, "head_dim/2")] if rope else [Rank("P", hd, "head_dim")]
     if decode:
         ranks.append(Rank("M", seq_len, "L"))
+    blocked = softmax == "blocked"
+    if blocked:
+        ranks = [r for r in ranks if r.name != "T"] + key_block_ranks(keys, key_block, decode=decode)
     t, ch = ("t-(T-1)" if decode else "t"), ("u,w" if rope else "p")
     lines = [
         f"QI[b,i,g,r,{ch}] = X[b,i,d]*WQ[d,g,r,{ch}]",
@@ -118,9 +123,14 @@ def olmo_attention_block(config: GatedDeltaNetConfig, *, batch: int, seq_len: in
         lines += ["QR[b,i,g,r,u,w] = QB[b,i,g,r,u,w]*COS[i,w] + QB[b,i,g,r,1-u,w]*SIN[u,i,w]",
                   "KR[b,i,g,u,w] = KB[b,i,g,u,w]*COS[i,w] + KB[b,i,g,1-u,w]*SIN[u,i,w]"]
     key, q = ("KR", "QR") if rope else ("KB", "QB")
+    if blocked:
+        lines += blocked_softmax_lines([f"{q}[b,i,g,r,{ch}]*{key}[b,{{k}},g,{ch}]*scale"], decode=decode)
+    else:
+        lines += [
+            f"SC[b,i,t,g,r] = {q}[b,i,g,r,{ch}]*{key}[b,{t},g,{ch}]*scale" + ("" if decode else " + CM[i,t]"),
+            *(line.replace("{t}", t) for line in (ONLINE if softmax == "online" else THREE_PASS)),
+        ]
     lines += [
-        f"SC[b,i,t,g,r] = {q}[b,i,g,r,{ch}]*{key}[b,{t},g,{ch}]*scale" + ("" if decode else " + CM[i,t]"),
-        *(line.replace("{t}", t) for line in (ONLINE if softmax == "online" else THREE_PASS)),
         "O[b,i,d] = AO[b,i,g,r,e]*WO[g,r,e,d]",
         "PSS[b,i] = O[b,i,d]*O[b,i,d]",
         "PRS[b,i] = rsqrt(PSS[b,i]/D + eps)",
@@ -128,7 +138,7 @@ def olmo_attention_block(config: GatedDeltaNetConfig, *, batch: int, seq_len: in
         "XO[b,i,d] = X[b,i,d] + PON[b,i,d]",
     ]
     cached = (("KR", "KC0A", "KNA") if rope else ("KB", "KC0B", "KNB"), ("V", "VC0", "VN"))
-    specs = dict(_TENSORS)
+    specs = {**_TENSORS, **blocked_tensors()} if blocked else dict(_TENSORS)
     if rope:
         layout = {"P": ("U", "W")}
         for n in ("WQ", "WK", "QI", "KI", "WQN", "WKN", "QB", "KB"):
@@ -151,11 +161,12 @@ def olmo_attention_block(config: GatedDeltaNetConfig, *, batch: int, seq_len: in
         name=name or f"olmo-attention-{phase}",
         params={"batch": batch, "L": seq_len, "hidden_size": c.d_model, "n_heads": c.n_heads,
                 "n_kv_heads": c.n_kv_heads, "head_dim": hd, "eps": c.norm_eps, "scale": hd ** -0.5,
-                "qdim": c.n_heads * hd, "kdim": c.n_kv_heads * hd},
+                "qdim": c.n_heads * hd, "kdim": c.n_kv_heads * hd, **({"key_block": key_block} if blocked else {})},
         ranks=ranks, tensors=list(tensors.values()), einsums=einsums,
         description=(f"OLMo attention block (QK-norm, {'rotary' if rope else 'no position embedding'}, post-norm), "
-                     f"{phase}, {softmax} softmax, hidden {c.d_model}, {c.n_heads} heads ({c.n_kv_heads} kv), head_dim "
-                     f"{hd}, batch={batch}, " + (f"1 position after {seq_len} cached" if decode else f"{seq_len} positions")),
+                     f"{phase}, {softmax} softmax{f' ({key_block}-key blocks)' if blocked else ''}, hidden {c.d_model}, "
+                     f"{c.n_heads} heads ({c.n_kv_heads} kv), head_dim {hd}, batch={batch}, "
+                     + (f"1 position after {seq_len} cached" if decode else f"{seq_len} positions")),
         regions={"attention": ATTENTION_REGION[softmax]},
     )
 
@@ -249,11 +260,12 @@ class OlmoHybridModel(FamilyModel):
                 f"mlp={m.d_ff}")
 
     def layer(self, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
-              scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
+              scan: str | None = None, softmax: str = "three-pass", name: str | None = None,
+              key_block: int = KEY_BLOCK) -> Cascade:
         m, name = self.mixer, name or f"olmo_hybrid-{layer_type}-{phase}"
         if layer_type == "attention":
             first = olmo_attention_block(m, batch=batch, seq_len=seq_len, phase=phase, bits=bits, softmax=softmax,
-                                         rope_theta=self.rope_theta)
+                                         rope_theta=self.rope_theta, key_block=key_block)
             second = post_norm_mlp_block(m.d_model, m.d_ff, eps=m.norm_eps, batch=batch, seq_len=seq_len,
                                          phase=phase, bits=bits)
             return chain_cascades(first, second, prefix=SECOND_PREFIX, name=name)

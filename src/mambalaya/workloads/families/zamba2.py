@@ -53,8 +53,9 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
-from mambalaya.workloads.blocks.attention import AttentionConfig, kv_cache_tensors
-from mambalaya.workloads.families.falcon_h1 import ATTENTION_TENSORS, ATTENTION_ONLINE, ATTENTION_REGIONS, ATTENTION_THREE_PASS
+from mambalaya.workloads.blocks.attention import KEY_BLOCK, AttentionConfig, check_softmax, kv_cache_tensors
+from mambalaya.workloads.families.falcon_h1 import (ATTENTION_BLOCKED_TENSORS, ATTENTION_REGIONS, ATTENTION_TENSORS,
+                                                    attention_ranks, attention_softmax_lines)
 from mambalaya.workloads.families.base import FamilyModel
 from mambalaya.workloads.hf.config import check_known_fields, ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
@@ -210,11 +211,12 @@ class Zamba2Model(FamilyModel):
                 f"groups={self.mamba_ngroups} d_state={self.mamba_d_state}")
 
     def layer(self, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
-              scan: str | None = None, softmax: str = "three-pass", name: str | None = None) -> Cascade:
+              scan: str | None = None, softmax: str = "three-pass", name: str | None = None,
+              key_block: int = KEY_BLOCK) -> Cascade:
         if layer_type not in self.LAYER_TYPES:
             raise SpecError(f"layer type {layer_type!r} is not one of Zamba2's ({', '.join(self.LAYER_TYPES)})")
         return zamba2_layer(self, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                            softmax=softmax, name=name)
+                            softmax=softmax, name=name, key_block=key_block)
 
 
 def _mixer_lines(hybrid: bool, decode: bool, chunked: bool) -> dict[str, str]:
@@ -229,7 +231,6 @@ def _mixer_lines(hybrid: bool, decode: bool, chunked: bool) -> dict[str, str]:
 
 
 def _shared_block_lines(c: Zamba2Model, decode: bool, softmax: str) -> list[str]:
-    t = "t-(T-1)" if decode else "t"
     lines = ["ASS[b,i] = X[b,i,d]*X[b,i,d] + EMB[b,i,d]*EMB[b,i,d]", "ARS[b,i] = rsqrt(ASS[b,i]/(2*D) + eps)",
              "AXN[b,i,d] = X[b,i,d]*ARS[b,i]*WAN[d]", "AEN[b,i,d] = EMB[b,i,d]*ARS[b,i]*WAE[d]"]
     out = {"Q": "AQ[b,i,y,v,u,w]", "K": "AK[b,i,y,u,w]", "V": "AV[b,i,y,e]"}
@@ -244,8 +245,7 @@ def _shared_block_lines(c: Zamba2Model, decode: bool, softmax: str) -> list[str]
     if c.mem_rope:
         lines += ["AQR[b,i,y,v,u,w] = AQ[b,i,y,v,u,w]*COS[i,w] + AQ[b,i,y,v,1-u,w]*SIN[u,i,w]",
                   "AKR[b,i,y,u,w] = AK[b,i,y,u,w]*COS[i,w] + AK[b,i,y,1-u,w]*SIN[u,i,w]"]
-    lines.append(f"ASC[b,i,t,y,v] = {q}[b,i,y,v,u,w]*{k}[b,{t},y,u,w]*ascale" + ("" if decode else " + AMK[i,t]"))
-    lines += [line.replace("{t}", t) for line in (ATTENTION_ONLINE if softmax == "online" else ATTENTION_THREE_PASS)]
+    lines += attention_softmax_lines(softmax, f"{q}[b,i,y,v,u,w]*{k}[b,{{t}},y,u,w]*ascale", decode=decode)
     lines += ["AOUT[b,i,d] = AAO[b,i,y,v,e]*WAO[y,v,e,d]",
               "FSS[b,i] = AOUT[b,i,d]*AOUT[b,i,d]", "FRS[b,i] = rsqrt(FSS[b,i]/D + eps)",
               "FXN[b,i,d] = AOUT[b,i,d]*FRS[b,i]*WFN[d]", "FLA[b,i,z] = FXN[b,i,d]*WLM[d,z]",
@@ -259,10 +259,10 @@ def _shared_block_lines(c: Zamba2Model, decode: bool, softmax: str) -> list[str]
 
 def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: int, phase: str = "prefill",
                  bits: int = 16, scan: str | None = None, softmax: str = "three-pass",
-                 name: str | None = None) -> Cascade:
-    """One Zamba2 layer (``mamba`` or ``hybrid``) as one cascade (see the module docstring)."""
-    if softmax not in ATTENTION_REGIONS:
-        raise SpecError(f"softmax must be 'three-pass' or 'online', not {softmax!r}")
+                 name: str | None = None, key_block: int = KEY_BLOCK) -> Cascade:
+    """One Zamba2 layer (``mamba`` or ``hybrid``) as one cascade (see the module docstring); a
+    hybrid layer's attention takes ``softmax`` (``blocked``: over blocks of ``key_block`` keys)."""
+    check_softmax(softmax)
     c, decode, hybrid = config, phase == "decode", layer_type == "hybrid"
     form = scan or ("chunked" if phase == "prefill" else "recurrent")
     mixer = mamba2_layer(c.mamba2(), batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
@@ -270,7 +270,7 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
     ranks = list(mixer.ranks.values())
     params = {**mixer.params, "geps": GATED_NORM_EPS, "dtmin": c.time_step_min}
     if hybrid:
-        ranks += [Rank("T", seq_len + 1 if decode else seq_len, "L+1" if decode else "L"),
+        ranks += attention_ranks(seq_len, softmax, key_block, decode=decode) + [
                   Rank("Y", c.n_kv_heads, "n_kv_heads"), Rank("V", c.n_heads // c.n_kv_heads, "n_heads/n_kv_heads"),
                   Rank("U", 2, "2"), Rank("W", c.head_dim // 2, "head_dim/2"), Rank("E", c.head_dim, "head_dim"),
                   Rank("F", c.d_ff, "intermediate_size"), Rank("H", c.d_model, "hidden_size"),
@@ -288,7 +288,7 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
         shared = [parse_einsum(line, sizes=sizes) for line in _shared_block_lines(c, decode, softmax)]
         einsums = shared + mixer_einsums
         used = {e.name for e in shared} | {x for e in shared for x in e.input_tensors}
-        specs = {**ATTENTION_TENSORS, **_SHARED_TENSORS}
+        specs = {**ATTENTION_TENSORS, **(ATTENTION_BLOCKED_TENSORS if softmax == "blocked" else {}), **_SHARED_TENSORS}
         new = {n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in specs.items() if n in used}
         new["WAQ"] = replace(new["WAQ"], description="shared q_proj, x half")
         new["WAK"] = replace(new["WAK"], description="shared k_proj, x half")

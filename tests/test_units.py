@@ -193,12 +193,16 @@ ON_THE_LANES = {
 
 
 def _shipped_cascades(refusals: set[str]):
-    """Every shipped preset's every layer type, phase, scan form and softmax form (small sizes:
+    """Every shipped family's every layer type, phase, scan form and softmax form (small sizes:
     the unit depends on the Einsums, not on the sizes); what is refused is added to ``refusals``."""
     from mambalaya.errors import SpecError
     from mambalaya.workloads.families.base import is_hybrid, scanned_layer_types
 
-    for name, cfg in PRESETS.items():
+    families: dict[str, str] = {}
+    for name, cfg in PRESETS.items():  # one preset per family: presets of a family share their Einsums
+        families.setdefault(cfg.family, name)
+    for name in families.values():
+        cfg = PRESETS[name]
         for layer_type in (list(cfg.layer_counts()) if is_hybrid(cfg) else [None]):
             chosen = {"layer_type": layer_type} if layer_type else {}
             scanned = layer_type in scanned_layer_types(cfg) if layer_type else cfg.family != "mamba1"

@@ -330,3 +330,30 @@ def test_refusals() -> None:
     for model in (FALCON, OLMO):
         with pytest.raises(SpecError, match="'blocked'"):
             model.layer(model.layer_types[-1], batch=1, seq_len=8, softmax="flash")
+
+
+@pytest.mark.parametrize("softmax", ["three-pass", "online", "blocked"])
+def test_a_non_causal_prefill_is_softmax_attention_over_every_key(softmax: str) -> None:
+    """``causal=False`` (a non-causal kernel's work, as FlashAttention's benchmarks run it): every
+    query sees every key, padded keys of the blocked form masked (100 keys in blocks of 32);
+    its per-head output equals softmax(Q K^T * scale) V computed here, and differs from the
+    causal one."""
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8, partial_rotary_factor=0.0)
+    heads = {}
+    for causal in (False, True):
+        c = attention_layer(att, batch=2, seq_len=L, softmax=softmax, key_block=32, causal=causal)
+        assert ("(non-causal)" in c.description) == (not causal)
+        x = np.random.default_rng(3).normal(size=(2, L, 32))
+        results = execute(c, {"X": x, **_random_weights(c, 4), **attention_constants(c, att)}, dtype="float64",
+                          keep="all")
+        heads[causal] = results["AO"]
+    q, k, v = results["QB"], results["KB"], results["V"]  # [b,i,g,r,p], [b,t,g,p], [b,t,g,e]
+    scores = np.einsum("bigrp,btgp->bigrt", q, k) * att.head_channels ** -0.5
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    expected = np.einsum("bigrt,btge->bigre", probs, v)
+    assert rel_err(heads[False], expected) < 1e-12
+    assert rel_err(heads[True], expected) > 1e-3
+    if softmax == "blocked":
+        none_padded = attention_layer(att, batch=1, seq_len=64, softmax="blocked", key_block=32, causal=False)
+        assert "KM" not in none_padded.tensors  # no mask term where no key is masked or padded

@@ -44,6 +44,19 @@ def test_the_fused_h100_ssd_is_bounded_because_its_contractions_use_the_tensor_c
     assert fused and all(r.speed_of_light_ratio < 0.5 for r in fused)
 
 
+def test_flashattention_kernels_are_bounded_and_predicted_within_the_band(shipped) -> None:
+    """FlashAttention-2 and -3 forward on the H100 (non-causal, head dims 64, 128, 256): run as
+    the blocked softmax, whose value product is on the tensor cores, every speed of light is
+    below the measured kernel and every prediction within [0.5, 2] of it; the non-causal
+    cascade carries no mask (every block whole)."""
+    fa = [r for r in shipped.results if r.case.family == "attention"]
+    assert {r.case.id.split("-")[0] for r in fa} == {"fa2", "fa3"} and len(fa) == 12
+    assert all(r.in_band and not r.violates for r in fa), [(r.case.id, r.ratio) for r in fa]
+    from mambalaya.experiments.validate import case_cascade
+    part = case_cascade(fa[0].case, "shipped")
+    assert "KM" not in part.tensors and "CM" not in part.tensors and {"SC", "OR", "AO"} <= {e.name for e in part.einsums}
+
+
 def case_file(tmp_path, **changes):
     cases, _ = load_cases()
     data = cases.model_dump(mode="json")
@@ -88,6 +101,8 @@ def test_validate_writes_its_table_and_figure(tmp_path) -> None:
     ({"kernels": [["AD", "BX"]]}, "must split exactly the Einsums"),
     ({"measured_ms": -1}, "cases[0].measured_ms: must be >= 0.001"),
     ({"read": "guess"}, "cases[0].read: must be one of"),
+    ({"causal": False}, "causal apply to attention kernels only (family mamba1)"),
+    ({"family": "attention", "model": {"d_model": 64, "n_heads": 3}}, "case m1-scan-L512: invalid attention sizes"),
 ])
 def test_a_bad_case_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
     path = case_file(tmp_path, **changes)

@@ -1,4 +1,4 @@
-"""The model against published GPU measurements of Mamba-family kernels.
+"""The model against published GPU measurements of Mamba-family and attention kernels.
 
 A case (``data/validation/gpu-kernels.yaml``) is one measured kernel: its source, the hardware
 (a shipped GPU spec), the setup, the Einsums the kernel runs and the measured time. For each,
@@ -26,7 +26,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_validator
 
 from mambalaya.arch import load_arch
 from mambalaya.arch.kernels import speed_of_light
@@ -37,6 +37,7 @@ from mambalaya.cost.latency import layer_latency
 from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
 from mambalaya.workloads import build_layer
+from mambalaya.workloads.blocks.attention import ATTENTION_REGION, KEY_BLOCK, AttentionConfig, attention_layer
 from mambalaya.workloads.blocks.mamba1 import SSM_REGION, parse_config
 from mambalaya.workloads.blocks.mamba2 import SSD_REGION, parse_mamba2_config
 
@@ -60,8 +61,9 @@ class Case(BaseModel):
     read: Literal["text", "table", "figure"] = Field(description="How the value was read from the source.")
     uncertainty: float = Field(ge=0, le=1, description="Relative uncertainty of the value as read (0 for text or a table).")
     arch: str = Field(description="The shipped GPU spec that models the hardware.")
-    family: Literal["mamba1", "mamba2"]
-    model: dict = Field(description="The layer's sizes, in mambalaya's model-config fields.")
+    family: Literal["mamba1", "mamba2", "attention"]
+    model: dict = Field(description="The layer's sizes, in mambalaya's model-config fields (an attention "
+                                    "kernel's: AttentionConfig's).")
     batch: int = Field(gt=0)
     seq_len: int = Field(gt=0)
     #: A measured kernel time: from 1 us (a kernel launch alone takes a few) to 10^7 ms (hours), so
@@ -70,6 +72,17 @@ class Case(BaseModel):
     einsums: Annotated[tuple[str, ...], _AS_TUPLE] | None = Field(None, description="The Einsums the kernel runs; default the scan region.")
     kernels: Annotated[tuple[Annotated[tuple[str, ...], _AS_TUPLE], ...], _AS_TUPLE] | None = Field(None, description="How they split into kernels; default one.")
     assumed: str = Field("", description="Setup details the source does not state, and the choice made.")
+    causal: bool | None = Field(None, description="An attention kernel: causal (the default) or not.")
+    key_block: int | None = Field(None, gt=0, description="An attention kernel: keys per block of the blocked "
+                                                        "softmax (default the attention block's KEY_BLOCK).")
+
+    @model_validator(mode="after")
+    def _attention_fields(self) -> "Case":
+        if self.family != "attention":
+            given = [f for f in ("causal", "key_block") if getattr(self, f) is not None]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to attention kernels only (family {self.family})")
+        return self
 
 
 class Assumption(BaseModel):
@@ -180,18 +193,31 @@ def load_cases(path: str | Path | None = None) -> tuple[CaseFile, str]:
     return cases, name
 
 
-def _cascade(case: Case, name: str):
+def _attention_layer(case: Case, name: str):
+    """An attention kernel's layer: the attention block at the case's sizes with FlashAttention's
+    blocked softmax (``softmax="blocked"``), causal or not as the case says."""
     try:
+        config = AttentionConfig.model_validate(case.model)
+    except ValidationError as err:
+        raise SpecError(describe_validation_error(err, f"case {case.id}: invalid attention sizes"), source=name) from None
+    return attention_layer(config, batch=case.batch, seq_len=case.seq_len, softmax="blocked",
+                           key_block=case.key_block or KEY_BLOCK, causal=case.causal is not False)
+
+
+def case_cascade(case: Case, name: str):
+    """The Einsums a case's kernel runs: a part of its layer's cascade (:func:`sub_cascade`)."""
+    if case.family == "attention":
+        layer = _attention_layer(case, name)
+    else:
         model = (parse_config if case.family == "mamba1" else parse_mamba2_config)(
             {"n_layers": 1, **case.model, "family": case.family}, source=f"{name}, case {case.id}")
-    except SpecError:
-        raise
-    scan = "chunked" if case.family == "mamba2" else None
-    layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan=scan)
+        scan = "chunked" if case.family == "mamba2" else None
+        layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan=scan)
     # by default the scan kernel's Einsums: Mamba-2's SSD with its output Y (intra- plus
     # inter-chunk terms and the D skip, as mamba_chunk_scan_combined writes it), Mamba-1's
-    # discretisation, scan and readout
-    einsums = case.einsums or ((*SSD_REGION, "YD") if case.family == "mamba2" else SSM_REGION)
+    # discretisation, scan and readout; an attention kernel's scores through its per-head output
+    default = {"mamba2": (*SSD_REGION, "YD"), "mamba1": SSM_REGION, "attention": ATTENTION_REGION["blocked"]}
+    einsums = case.einsums or default[case.family]
     try:
         return sub_cascade(layer, einsums, name=case.id)
     except SpecError as err:
@@ -199,7 +225,7 @@ def _cascade(case: Case, name: str):
 
 
 def validate_case(case: Case, source_text: str, name: str, spec=None) -> Result:
-    part = _cascade(case, name)
+    part = case_cascade(case, name)
     kernels = case.kernels or (tuple(e.name for e in part.einsums),)
     listed = [e for k in kernels for e in k]
     if sorted(listed) != sorted(e.name for e in part.einsums):
@@ -235,4 +261,5 @@ def validate(path: str | Path | None = None) -> Validation:
     return Validation(name, results, tuple(sensitivity))
 
 
-__all__ = ["Assumption", "Case", "Result", "SHIPPED_CASES", "Validation", "load_cases", "validate", "validate_case"]
+__all__ = ["Assumption", "Case", "Result", "SHIPPED_CASES", "Validation", "case_cascade", "load_cases", "validate",
+           "validate_case"]

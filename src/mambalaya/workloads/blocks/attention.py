@@ -230,14 +230,14 @@ def key_index(decode: bool) -> str:
 
 
 def blocked_softmax_lines(score_products: list[str] | tuple[str, ...], *, prefix: str = "", heads: str = "g,r",
-                          value: str = "V", mask: str = "KM", decode: bool = False) -> list[str]:
+                          value: str = "V", mask: str | None = "KM", decode: bool = False) -> list[str]:
     """The blocked form's Einsums, scores to ``AO`` (see the module docstring), for a layer
     whose attention tensors are named ``prefix`` + the attention block's names (Falcon-H1's and
     Zamba2's ``A``), with query heads ``heads`` (the key/value head first) and values ``value``.
     ``score_products`` are the score's products, ``{k}`` where they read a key."""
     p, h, k = prefix, heads, key_index(decode)
     kv = h.split(",")[0]
-    scores = [term.replace("{k}", k) for term in score_products] + [f"{mask}[i,tb,tq]"]
+    scores = [term.replace("{k}", k) for term in score_products] + ([f"{mask}[i,tb,tq]"] if mask else [])
     return [
         f"{p}SC[b,i,tb,tq,{h}] = " + " + ".join(scores),
         f"{p}KBX[b,i,tb,{h}] max= {p}SC[b,i,tb,tq,{h}]",
@@ -341,6 +341,7 @@ def attention_layer(
     cache_out: bool = True,
     name: str | None = None,
     key_block: int = KEY_BLOCK,
+    causal: bool = True,
 ) -> Cascade:
     """One attention block as a cascade.
 
@@ -350,7 +351,11 @@ def attention_layer(
     new positions' keys and values (``KNA``, ``KNB``, ``VN``); a decode step always writes them.
     ``softmax`` is ``three-pass``, ``online`` or ``blocked``, the last over blocks of
     ``key_block`` keys (default :data:`KEY_BLOCK`, FlashAttention-2's 64; see the module
-    docstring); the other forms ignore ``key_block``.
+    docstring); the other forms ignore ``key_block``. ``causal=False`` (a prefill whose every
+    query sees every key, as a non-causal attention kernel runs) drops the causal mask: the
+    scores take no mask term, but for the blocked form's padded keys (``KM`` then masks only
+    those, and is left out when ``key_block`` divides ``T``). A decode step sees every key
+    either way.
     """
     check_softmax(softmax)
     check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
@@ -400,11 +405,15 @@ def attention_layer(
         lines += PASS
         score_terms.append("QB[b,i,g,r,p]*KB[b,{k},g,p]*scale")
     lines.append(VALUE)
+    masked = causal and not decode
+    if not causal:
+        params["causal"] = 0
     if blocked:
         params["key_block"] = key_block
-        lines += blocked_softmax_lines(score_terms, decode=decode)
+        mask = "KM" if masked or keys % key_block else None
+        lines += blocked_softmax_lines(score_terms, decode=decode, mask=mask)
     else:
-        score_terms = [term.replace("{k}", t_index) for term in score_terms] + ([] if decode else ["CM[i,t]"])
+        score_terms = [term.replace("{k}", t_index) for term in score_terms] + (["CM[i,t]"] if masked else [])
         lines.append("SC[b,i,t,g,r] = " + " + ".join(score_terms))
         lines += [line.replace("{t}", t_index) for line in (ONLINE if softmax == "online" else THREE_PASS)]
     lines += OUTPUT
@@ -431,7 +440,7 @@ def attention_layer(
         tensors=list(tensors.values()),
         einsums=einsums,
         description=(
-            f"attention block, {phase}, {softmax} softmax"
+            f"attention block, {phase}, {softmax} softmax" + ("" if masked or decode else " (non-causal)")
             + (f" ({key_block}-key blocks)" if blocked else "") + f", hidden {c.d_model}, {c.n_heads} heads "
             f"({c.n_kv_heads} kv), head_dim {c.head_channels} (rotary {c.rotary_dim}), batch={batch}, "
             + (f"1 position after {seq_len} cached" if decode else f"{seq_len} positions")
@@ -498,7 +507,9 @@ def attention_constants(cascade: Cascade, config: "AttentionConfig | Any", *, st
     if "CM" in cascade.tensors and cascade.tensors["CM"].ranks == ("I", "T"):
         out["CM"] = causal_mask(*cascade.shape("CM"))
     if "KM" in cascade.tensors and cascade.tensors["KM"].ranks == ("I", "TB", "TQ"):
-        out["KM"] = key_block_mask(*cascade.shape("KM"), first=first)
+        keys = cascade.size("M") + 1 if decode else cascade.size("I")
+        out["KM"] = key_block_mask(*cascade.shape("KM"), first=first,
+                                   keys=None if cascade.params.get("causal", 1) else keys)
     return out
 
 

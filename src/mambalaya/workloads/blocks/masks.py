@@ -15,14 +15,18 @@ def causal_mask(rows: int, cols: int) -> np.ndarray:
     return mask
 
 
-def key_block_mask(rows: int, blocks: int, block: int, *, first: int = 0) -> np.ndarray:
+def key_block_mask(rows: int, blocks: int, block: int, *, first: int = 0, keys: int | None = None) -> np.ndarray:
     """The blocked softmax's key mask ``[rows, blocks, block]`` (float64): ``0`` where key
     ``tb*block + tq`` is at or before query ``first + i`` (``first``: the query's absolute
     position offset, the cache length in decode), ``-inf`` for a later key, which includes
-    every padded key past the last real one (the last real key is the last query's)."""
-    keys = np.arange(blocks * block).reshape(1, blocks, block)
+    every padded key past the last real one (the last real key is the last query's). With
+    ``keys`` (a non-causal block of that many keys), ``0`` for every real key, ``-inf`` for the
+    padded ones only."""
+    index = np.arange(blocks * block).reshape(1, blocks, block)
+    if keys is not None:
+        return np.broadcast_to(np.where(index < keys, 0.0, -np.inf), (rows, blocks, block)).copy()
     queries = (np.arange(rows) + first).reshape(rows, 1, 1)
-    return np.where(keys <= queries, 0.0, -np.inf)
+    return np.where(index <= queries, 0.0, -np.inf)
 
 
 __all__ = ["causal_mask", "key_block_mask"]

@@ -273,7 +273,8 @@ def test_the_blocked_value_product_runs_on_the_array_and_rescales_once_per_block
     """OR's additive term PE[b,i,tb,tq,g,r]*V[b,tb*TQ+tq,g,e] is a matrix product (reduced over
     TQ, generational rank TB on both sides): on the array, B*I*TB*TQ*G*R*E MACs. Its rescale
     OR*CF and LR's are B*I*TB*G*R(*E) multiplies, once per block (the online form's run once per
-    key); the block's max and sum are reductions on the lanes."""
+    key); the block's max and sum are reductions on the lanes. Each count is the share of the
+    (query, key block) pairs the causal prefill computes."""
     c = build_layer(resolve_model("bamba-9b"), phase="prefill", seq_len=1000, batch=2, layer_type="attention",
                     softmax="blocked")
     b, i, tb, tq, g, r, e = (c.size(n) for n in ("B", "I", "TB", "TQ", "G", "R", "E"))
@@ -281,12 +282,17 @@ def test_the_blocked_value_product_runs_on_the_array_and_rescales_once_per_block
     (product,) = contractions(c, c.einsum("OR"))
     assert product.on_array and product.roles["K"] == ("TQ",)
     ops = einsum_ops(c, c.einsum("OR"))
-    assert ops["mac"] == b * i * tb * tq * g * r * e
-    assert ops["mul"] == b * i * tb * g * r * e  # OR[tb-1]*CF: per block, not per key
-    assert einsum_ops(c, c.einsum("LR"))["mul"] == b * i * tb * g * r
-    assert einsum_ops(c, c.einsum("CF"))["exp"] == b * i * tb * g * r
+    from mambalaya.einsum.routing import computed_key_blocks
+    share = computed_key_blocks(i, tb, tq)  # the causal prefill skips the key blocks it masks whole
+
+    def seen(dense: int) -> int:
+        return round(dense * share)
+    assert ops["mac"] == seen(b * i * tb * tq * g * r * e)
+    assert ops["mul"] == seen(b * i * tb * g * r * e)  # OR[tb-1]*CF: per block, not per key
+    assert einsum_ops(c, c.einsum("LR"))["mul"] == seen(b * i * tb * g * r)
+    assert einsum_ops(c, c.einsum("CF"))["exp"] == seen(b * i * tb * g * r)
     assert all(t.on_array for t in contractions(c, c.einsum("SC")))
-    assert einsum_ops(c, c.einsum("KBX")) == {"max": b * i * tb * tq * g * r}
+    assert einsum_ops(c, c.einsum("KBX")) == {"max": seen(b * i * tb * tq * g * r)}
     online = build_layer(resolve_model("bamba-9b"), phase="prefill", seq_len=1000, batch=2, layer_type="attention",
                          softmax="online")
     assert contractions(online, online.einsum("OR")) == ()  # a rank-1 update per key: no MACs at all
@@ -357,3 +363,52 @@ def test_a_non_causal_prefill_is_softmax_attention_over_every_key(softmax: str) 
     if softmax == "blocked":
         none_padded = attention_layer(att, batch=1, seq_len=64, softmax="blocked", key_block=32, causal=False)
         assert "KM" not in none_padded.tensors  # no mask term where no key is masked or padded
+
+
+# --------------------------------------------------------------------------------------------
+# masked key blocks are skipped work (einsum.routing)
+# --------------------------------------------------------------------------------------------
+
+def test_computed_key_blocks_count_each_querys_blocks() -> None:
+    from fractions import Fraction
+
+    from mambalaya.einsum.routing import computed_key_blocks
+
+    for queries in range(1, 40):
+        for block in range(1, 9):
+            for blocks in range(1, 9):
+                seen = sum(min(blocks, i // block + 1) for i in range(queries))
+                assert computed_key_blocks(queries, blocks, block) == Fraction(seen, queries * blocks)
+    assert computed_key_blocks(2048, 32, 64) == Fraction(33, 64)  # (TB + 1) / (2 TB)
+
+
+def test_a_causal_blocked_prefill_skips_the_key_blocks_its_mask_hides_whole() -> None:
+    """In a causal blocked prefill, the Einsums over queries and key blocks (scores, block max
+    and sum, running statistics and output) do the share of their dense work whose blocks a
+    query sees, and the tensors they write move that share, off chip too; the per-head output,
+    the projections and the eager forms are not scaled, nor is a non-causal prefill or a decode
+    step (it sees every key)."""
+    from fractions import Fraction
+
+    from mambalaya.einsum.routing import computed_key_blocks, einsum_scale, tensor_scale
+    from mambalaya.einsum.stats import einsum_stats
+
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8)
+    causal = attention_layer(att, batch=1, seq_len=L, softmax="blocked", key_block=32)
+    share = computed_key_blocks(L, 4, 32)
+    assert share == Fraction(32 * (1 + 2 + 3) + 4 * 4, 100 * 4)
+    core = {"SC", "KBX", "MR", "CF", "PE", "KBS", "LR", "OR"}
+    for e in causal.einsums:
+        assert einsum_scale(causal, e.name) == (share if e.name in core else 1), e.name
+    assert {t for t in causal.tensors if tensor_scale(causal, t) != 1} == core | {"KM"}
+    full = attention_layer(att, batch=1, seq_len=L, softmax="blocked", key_block=32, causal=False)
+    dense = einsum_ops(full, full.einsum("OR"))
+    assert einsum_ops(causal, causal.einsum("OR"))["mac"] == round(dense["mac"] * share)
+    stats = {e.name: einsum_stats(causal, e) for e in causal.einsums}
+    assert stats["SC"].write_bytes == round(causal.elements("SC") * share) * causal.tensors["SC"].bits / 8
+    unfused = layer_latency(load_arch("marca-ideal"), causal, named_mapping("unfused", causal, None))
+    unfused_full = layer_latency(load_arch("marca-ideal"), full, named_mapping("unfused", full, None))
+    assert unfused.offchip_bytes < 0.75 * unfused_full.offchip_bytes
+    for other in (full, attention_layer(att, batch=1, seq_len=L, phase="decode", softmax="blocked", key_block=32),
+                  attention_layer(att, batch=1, seq_len=L, softmax="three-pass")):
+        assert all(einsum_scale(other, e.name) == 1 for e in other.einsums), other.name

@@ -17,7 +17,8 @@ Counting rules (every number the tool prints comes from here):
 * Unary functions are counted each under its own name (``exp``, ``silu``, ...). A copy counts
   nothing. ``ops_total`` = 2 per MAC + 1 per other operation.
 * A mixture-of-experts block's routed Einsums count the operations and elements of the
-  token-expert pairs and experts that exist, not of their dense form
+  token-expert pairs and experts that exist, not of their dense form, and a causal blocked
+  attention prefill's those of the (query, key block) pairs it does not skip
   (:mod:`mambalaya.einsum.routing`).
 * Unfused traffic is the algorithmic minimum: each tensor an Einsum reads is read once (the
   elements its accesses reach, e.g. one position of ``H`` for ``HN[b,e,n] = H[b,I-1,e,n]``),

@@ -270,7 +270,7 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         "attention fusion, **and with the best fusion our engine finds on Mambalaya** (the same optimal search as for "
         "Mamba layers). The attention cascade computes every (query, key) pair and masks the upper triangle, as eager "
         "attention does; a kernel that skips fully masked tiles does about half the score and value work in prefill "
-        "(not modelled).",
+        "(the blocked form, `softmax=\"blocked\"`, models that; this suite runs the three-pass form).",
         "",
         "Designs (shipped specs `mambalaya/arch/specs/<name>.yaml`, `mambalaya arch show <name>` prints every field): "
         + "; ".join(_design_text(d, specs[d]) for d in config.designs) + ".",

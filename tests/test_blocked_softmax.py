@@ -412,3 +412,23 @@ def test_a_causal_blocked_prefill_skips_the_key_blocks_its_mask_hides_whole() ->
     for other in (full, attention_layer(att, batch=1, seq_len=L, phase="decode", softmax="blocked", key_block=32),
                   attention_layer(att, batch=1, seq_len=L, softmax="three-pass")):
         assert all(einsum_scale(other, e.name) == 1 for e in other.einsums), other.name
+
+
+def test_the_buffer_moves_only_the_unskipped_blocks_operands() -> None:
+    """The on-chip buffer follows the same share: unfused, each core Einsum of a causal blocked
+    prefill reads that share of the operands the non-causal one reads and writes that share of
+    its output; the output projection after the core is not scaled."""
+    from mambalaya.cost.buffer import group_buffer_accesses
+    from mambalaya.einsum.routing import computed_key_blocks
+    from mambalaya.fusion.mapping import FusionGroup
+
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8)
+    layers = {causal: attention_layer(att, batch=1, seq_len=L, softmax="blocked", key_block=32, causal=causal)
+              for causal in (True, False)}
+    share = float(computed_key_blocks(L, 4, 32))
+    for name in ("SC", "PE", "OR", "O"):
+        got = {causal: group_buffer_accesses(c, FusionGroup(name, (name,), ())) for causal, c in layers.items()}
+        scale = share if name != "O" else 1.0
+        assert math.isclose(got[True].einsum_read_bytes[name], got[False].einsum_read_bytes[name] * scale, rel_tol=1e-12)
+        assert math.isclose(got[True].einsum_write_bytes[name], got[False].einsum_write_bytes[name] * scale,
+                            rel_tol=1e-12)

@@ -14,8 +14,9 @@ import numpy as np
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, rank_of_variable
 from mambalaya.fusion.mapping import FusionGroup, einsum_loops, group_einsums, register_resident
+from mambalaya.einsum.routing import einsum_scale
 from mambalaya.cost.traffic import (GroupTraffic, TrafficSizeError, component_sums, read_elements, read_plan,
-                                     group_traffic)
+                                     group_traffic, written_bytes)
 
 
 @dataclass(frozen=True)
@@ -148,7 +149,10 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     are the writes and reads of an intermediate that a pointwise chain carries in its lanes'
     registers (:func:`~mambalaya.fusion.mapping.register_resident`). A select-runner reads and
     writes only in the steps it runs in: its select ranks' loops are left out
-    (:func:`~mambalaya.fusion.mapping.einsum_loops`).
+    (:func:`~mambalaya.fusion.mapping.einsum_loops`). An Einsum that runs a share of its dense
+    work (a MoE block's routed pairs, a causal blocked prefill's unskipped key blocks,
+    :mod:`mambalaya.einsum.routing`) reads that share of its operands, and writes the share of
+    its output that exists, as the off-chip traffic counts them.
     :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
     """
     memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
@@ -162,13 +166,14 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     for e in group_einsums(cascade, group):
         loops = einsum_loops(cascade, group, e.name)  # a select-runner's steps: its select ranks' loops left out
         runs = group if loops == group.loops else FusionGroup(group.name, group.einsums, loops, group.halo)
+        share = float(einsum_scale(cascade, e.name))
         reads[e.name] = sum(
-            buffer_read_elements(cascade, runs, t, [a for a in e.inputs if a.tensor == t])
+            buffer_read_elements(cascade, runs, t, [a for a in e.inputs if a.tensor == t]) * share
             for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in lanes)
         )
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
         repeat = math.prod(lp.trips(cascade.size(lp.rank)) for lp in loops if lp.rank not in out_ranks)
-        writes[e.name] = 0.0 if e.name in lanes else cascade.elements(e.name) * repeat * cascade.tensors[e.name].bits / 8
+        writes[e.name] = 0.0 if e.name in lanes else written_bytes(cascade, e.name, repeat)
     found = BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
     memo[key] = found
     return found

@@ -20,6 +20,7 @@ import numpy as np
 
 from mambalaya.arch.keys import spec_key
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.routing import einsum_scale
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.cost.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.einsum.ir import rank_of_variable
@@ -28,7 +29,7 @@ from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, wind
 from mambalaya.search.group_shape import shape_of_group, held_layout, held_bytes, keepable_under
 from mambalaya.cost.buffer import buffer_read_bytes_over_tilings
 from mambalaya.search.irregular_reads import irregular_read_bytes, times_trips
-from mambalaya.cost.traffic import untiled_traffic
+from mambalaya.cost.traffic import untiled_traffic, written_bytes
 from mambalaya.search.tile_ranks import rank_tile_options, tile_options, tileable_ranks, widened_ranks
 
 
@@ -330,7 +331,8 @@ class GroupCostModel:
             for i, r in enumerate(own):
                 if r not in outs:
                     repeat = repeat * trips[i]
-            hit = memo[key] = (reads, cascade.elements(name) * repeat * cascade.tensors[name].bits / 8)
+            share = float(einsum_scale(cascade, name))  # a routed or masked Einsum's share (einsum.routing)
+            hit = memo[key] = ([(t, r * share) for t, r in reads], written_bytes(cascade, name, repeat))
         return hit
 
     def forget_cycles(self) -> None:

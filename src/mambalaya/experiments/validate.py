@@ -224,42 +224,55 @@ def case_cascade(case: Case, name: str):
         raise SpecError(f"case {case.id}: {err.message if hasattr(err, 'message') else err}", source=name) from None
 
 
-def validate_case(case: Case, source_text: str, name: str, spec=None) -> Result:
-    part = case_cascade(case, name)
+def case_kernels(case: Case, part, name: str) -> tuple[tuple[str, ...], ...]:
+    """The kernels a case's Einsums split into (default one), checked to split them exactly."""
     kernels = case.kernels or (tuple(e.name for e in part.einsums),)
     listed = [e for k in kernels for e in k]
     if sorted(listed) != sorted(e.name for e in part.einsums):
         raise SpecError(f"case {case.id}: kernels {kernels} must split exactly the Einsums "
                         f"{', '.join(e.name for e in part.einsums)}", source=name)
-    spec = spec if spec is not None else load_arch(case.arch)
+    return tuple(tuple(k) for k in kernels)
+
+
+def predicted_s(part, kernels: tuple[tuple[str, ...], ...], spec) -> float:
+    """A case's predicted time: its kernels, each one group, on ``spec`` with its kernels section."""
     groups = tuple(FusionGroup(f"K{i + 1}", k) for i, k in enumerate(kernels))
     mapping = check_mapping(part, Mapping("kernels", groups, None, "the measured kernels' grouping"), ignore_buffer=True)
-    predicted = layer_latency(spec, part, mapping, per_einsum=False).latency_s
+    return layer_latency(spec, part, mapping, per_einsum=False).latency_s
+
+
+def validate_case(case: Case, source_text: str, name: str, spec=None, part=None) -> Result:
+    """One case predicted and bounded (``part``: its :func:`case_cascade`, if already built)."""
+    part = part if part is not None else case_cascade(case, name)
+    kernels = case_kernels(case, part, name)
+    spec = spec if spec is not None else load_arch(case.arch)
     sol = layer_latency(speed_of_light(spec), part, ideal(part), per_einsum=False).latency_s
-    return Result(case, source_text, predicted, sol, tuple(tuple(k) for k in kernels))
+    return Result(case, source_text, predicted_s(part, kernels, spec), sol, kernels)
 
 
 def validate(path: str | Path | None = None) -> Validation:
     """Every case of the file (default the shipped measurements), predicted and bounded, and
     the predicted / measured median of each GPU's cases with each kernels assumption at the
-    ends of its range (the speed of light does not depend on them)."""
+    ends of its range (the speed of light does not depend on them: each case's is computed
+    once, and its cascade built once)."""
     from mambalaya.arch import with_settings
 
     cases, name = load_cases(path)
-    results = tuple(validate_case(c, cases.sources[c.source], name) for c in cases.cases)
+    parts = {c.id: case_cascade(c, name) for c in cases.cases}
+    results = tuple(validate_case(c, cases.sources[c.source], name, part=parts[c.id]) for c in cases.cases)
     sensitivity = []
     for a in cases.assumptions:
-        mine = [c for c in cases.cases if c.arch == a.arch]
+        mine = [r for r in results if r.case.arch == a.arch]
         if not mine:
             raise SpecError(f"assumption {a.key} names arch {a.arch!r}, which no case uses", source=name)
-        base = statistics.median(r.ratio for r in results if r.case.arch == a.arch)
+        base = statistics.median(r.ratio for r in mine)
         for end, value in (("low", a.low), ("high", a.high)):
             spec = with_settings(load_arch(a.arch), [f"{a.key}={value}"], option="assumption")
-            ratios = [validate_case(c, cases.sources[c.source], name, spec).ratio for c in mine]
+            ratios = [predicted_s(parts[r.case.id], r.kernels, spec) / r.measured_s for r in mine]
             sensitivity.append({"arch": a.arch, "assumption": a.key, "end": end, "value": value,
                                 "median_ratio": statistics.median(ratios), "base_median_ratio": base})
     return Validation(name, results, tuple(sensitivity))
 
 
-__all__ = ["Assumption", "Case", "Result", "SHIPPED_CASES", "Validation", "case_cascade", "load_cases", "validate",
-           "validate_case"]
+__all__ = ["Assumption", "Case", "Result", "SHIPPED_CASES", "Validation", "case_cascade", "case_kernels", "load_cases",
+           "predicted_s", "validate", "validate_case"]

@@ -357,7 +357,7 @@ def test_cli_lists_and_evaluates_the_presets() -> None:
     for name in ("nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b"):
         assert name in listed.output
         for phase in ("prefill", "decode"):
-            arch = "mambalaya" if phase == "decode" else "marca-ideal"  # the optimal prefill search: the suite test
+            arch = "geens-ideal" if phase == "decode" else "marca-ideal"  # the optimal search: the suite test
             out = runner.invoke(app, ["evaluate", "--model", name, "--arch", arch, "--phase", phase,
                                       "-L", "256", "--batch", "1"])
             assert out.exit_code == 0 and "model (" in out.output, out.output[-500:]

@@ -325,6 +325,8 @@ def test_blocked_statistics_under_reference_kernels() -> None:
 
 def test_refusals() -> None:
     att = AttentionConfig(d_model=16, n_heads=2, n_kv_heads=1)
+    with pytest.raises(SpecError, match="causal must be True or False"):
+        attention_layer(att, batch=1, seq_len=8, causal="no")  # type: ignore[arg-type]
     for bad in (0, -3, 2.5, True):
         with pytest.raises(SpecError, match="key_block"):
             attention_layer(att, batch=1, seq_len=8, softmax="blocked", key_block=bad)  # type: ignore[arg-type]

@@ -362,6 +362,8 @@ def attention_layer(
     """
     check_softmax(softmax)
     check_layer_args(phase, batch=batch, seq_len=seq_len, bits=bits)
+    if not isinstance(causal, bool):
+        raise SpecError(f"causal must be True or False, not {causal!r}")
     c = config
     decode = phase == "decode"
     if decode and not cache_out:

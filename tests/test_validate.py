@@ -63,6 +63,20 @@ def test_flashattention_kernels_are_bounded_and_predicted_within_the_band(shippe
     assert "KM" not in part.tensors and "CM" not in part.tensors and {"SC", "OR", "AO"} <= {e.name for e in part.einsums}
 
 
+def test_the_chunked_delta_rule_is_bounded_by_flas_kernels(shipped) -> None:
+    """FLA's chunk_gated_delta_rule_fwd on the H100 (FlashInfer PR 3788's table), run as
+    mambalaya's chunked delta rule split into FLA's four kernels: every speed of light below the
+    measured time; the predictions rise with the head count (the model has no term for a grid
+    that does not fill the SMs) and are within [0.5, 2] from 16 heads on."""
+    gdn = [r for r in shipped.results if r.case.family == "gated_deltanet"]
+    assert len(gdn) == 9 and all(len(r.kernels) == 4 for r in gdn)
+    assert not any(r.violates for r in gdn)
+    heads = lambda r: r.case.model["num_v_heads"]  # noqa: E731
+    assert all(r.in_band for r in gdn if heads(r) >= 16), [(r.case.id, r.ratio) for r in gdn]
+    by_heads = {h: max(r.ratio for r in gdn if heads(r) == h) for h in (8, 16, 64)}
+    assert by_heads[8] < by_heads[16] < by_heads[64]
+
+
 def case_file(tmp_path, **changes):
     cases, _ = load_cases()
     data = cases.model_dump(mode="json")
@@ -109,6 +123,7 @@ def test_validate_writes_its_table_and_figure(tmp_path) -> None:
     ({"read": "guess"}, "cases[0].read: must be one of"),
     ({"causal": False}, "causal apply to attention kernels only (family mamba1)"),
     ({"family": "attention", "model": {"d_model": 64, "n_heads": 3}}, "case m1-scan-L512: invalid attention sizes"),
+    ({"family": "gated_deltanet", "model": {"d_model": 64}}, "m1-scan-L512"),
 ])
 def test_a_bad_case_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
     path = case_file(tmp_path, **changes)

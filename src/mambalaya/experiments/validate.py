@@ -1,4 +1,4 @@
-"""The model against published GPU measurements of Mamba-family and attention kernels.
+"""The model against published GPU measurements of Mamba-family, attention and Gated DeltaNet kernels.
 
 A case (``data/validation/gpu-kernels.yaml``) is one measured kernel: its source, the hardware
 (a shipped GPU spec), the setup, the Einsums the kernel runs and the measured time. For each,
@@ -38,6 +38,7 @@ from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
 from mambalaya.workloads import build_layer
 from mambalaya.workloads.blocks.attention import ATTENTION_REGION, KEY_BLOCK, AttentionConfig, attention_layer
+from mambalaya.workloads.blocks.gated_deltanet import CHUNK_REGION, parse_gdn_config
 from mambalaya.workloads.blocks.mamba1 import SSM_REGION, parse_config
 from mambalaya.workloads.blocks.mamba2 import SSD_REGION, parse_mamba2_config
 
@@ -61,7 +62,7 @@ class Case(BaseModel):
     read: Literal["text", "table", "figure"] = Field(description="How the value was read from the source.")
     uncertainty: float = Field(ge=0, le=1, description="Relative uncertainty of the value as read (0 for text or a table).")
     arch: str = Field(description="The shipped GPU spec that models the hardware.")
-    family: Literal["mamba1", "mamba2", "attention"]
+    family: Literal["mamba1", "mamba2", "attention", "gated_deltanet"]
     model: dict = Field(description="The layer's sizes, in mambalaya's model-config fields (an attention "
                                     "kernel's: AttentionConfig's).")
     batch: int = Field(gt=0)
@@ -204,10 +205,19 @@ def _attention_layer(case: Case, name: str):
                            key_block=case.key_block or KEY_BLOCK, causal=case.causal is not False)
 
 
+#: A Gated DeltaNet case's fields outside its mixer (the MLP's width, the attention layers' heads,
+#: the vocabulary): they never reach the delta rule's Einsums, so a case need not give them.
+GDN_OUTSIDE_THE_KERNEL = {"layer_types": ["linear_attention"], "d_ff": 1, "n_heads": 1, "n_kv_heads": 1,
+                          "vocab_size": 1}
+
+
 def case_cascade(case: Case, name: str):
     """The Einsums a case's kernel runs: a part of its layer's cascade (:func:`sub_cascade`)."""
     if case.family == "attention":
         layer = _attention_layer(case, name)
+    elif case.family == "gated_deltanet":
+        model = parse_gdn_config({**GDN_OUTSIDE_THE_KERNEL, **case.model}, source=f"{name}, case {case.id}")
+        layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan="chunked")
     else:
         model = (parse_config if case.family == "mamba1" else parse_mamba2_config)(
             {"n_layers": 1, **case.model, "family": case.family}, source=f"{name}, case {case.id}")
@@ -215,8 +225,10 @@ def case_cascade(case: Case, name: str):
         layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan=scan)
     # by default the scan kernel's Einsums: Mamba-2's SSD with its output Y (intra- plus
     # inter-chunk terms and the D skip, as mamba_chunk_scan_combined writes it), Mamba-1's
-    # discretisation, scan and readout; an attention kernel's scores through its per-head output
-    default = {"mamba2": (*SSD_REGION, "YD"), "mamba1": SSM_REGION, "attention": ATTENTION_REGION["blocked"]}
+    # discretisation, scan and readout; an attention kernel's scores through its per-head output;
+    # the chunked delta rule's, from the decay's cumulative sum to its output before the gated norm
+    default = {"mamba2": (*SSD_REGION, "YD"), "mamba1": SSM_REGION, "attention": ATTENTION_REGION["blocked"],
+               "gated_deltanet": CHUNK_REGION}
     einsums = case.einsums or default[case.family]
     try:
         return sub_cascade(layer, einsums, name=case.id)

@@ -242,3 +242,25 @@ def test_hybrid_suite_on_worker_processes_writes_the_same_tables(tmp_path) -> No
         assert sum(steps) == 2 * 2 + 2
     pd.testing.assert_frame_equal(tables[1], tables[2])
     assert suite_workers(HybridSuiteConfig(models=("bamba-9b",), workers=8)) == 2  # never more than its tasks
+
+
+def test_softmax_option_picks_the_attention_form_and_names_it(tmp_path) -> None:
+    """``--softmax blocked`` evaluates a hybrid model's attention layers in FlashAttention's form
+    (the cascade's name says so, and its cost differs);
+    ``compare`` takes it too; on a model without attention it is refused, naming the model."""
+    model = tmp_path / "small.yaml"
+    from mambalaya.specio import dump_yaml
+
+    model.write_text(dump_yaml(SMALL.model_dump(mode="json")))
+    args = ["evaluate", "--model", str(model), "--arch", "mambalaya", "--mapping", "ideal", "-L", "512", "--batch", "2",
+            "--format", "json"]
+    runs = {form: runner.invoke(app, args + (["--softmax", form] if form else [])) for form in (None, "blocked")}
+    assert all(r.exit_code == 0 for r in runs.values()), [r.output[-400:] for r in runs.values()]
+    default, blocked = (json.loads(runs[f].output) for f in (None, "blocked"))
+    assert "attention-prefill-blocked" in runs["blocked"].output and "-blocked" not in runs[None].output
+    assert blocked["totals"]["model_latency_s"] != default["totals"]["model_latency_s"]
+    compared = runner.invoke(app, ["compare", "--model", str(model), "--archs", "gpu-h100,mambalaya", "--baseline",
+                                   "gpu-h100", "--seq-lens", "512", "--batch", "2", "--softmax", "online"])
+    assert compared.exit_code == 0, compared.output
+    refused = runner.invoke(app, ["evaluate", "--model", "mamba-130m", "--softmax", "blocked"])
+    assert refused.exit_code == 1 and "model 'mamba-130m' has no attention layers" in refused.output

@@ -42,6 +42,7 @@ def evaluate_cmd(
                       inputs={**run.input_paths(), "--arch": arch, "--mapping": mapping})
 
     config, design = run.config(), run.design(arch)
+    softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
                   precision=run.precision)
     if not is_hybrid(config):
@@ -51,7 +52,7 @@ def evaluate_cmd(
         raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "
                              "layers are searched for latency")
     else:
-        hv = evaluate_hybrid(design, run.model, config, **common)  # refuses a model over the design's DRAM
+        hv = evaluate_hybrid(design, run.model, config, softmax=softmax, **common)  # refuses a model over the DRAM
         emit_hybrid(hv, run, config, seq_len, fmt, output, dram=hv.dram)
 
 
@@ -77,9 +78,11 @@ def compare_cmd(
                       inputs={**run.input_paths(), "--archs": names, "--baseline": baseline})
 
     config = run.config()
-    rows = (hybrid_compare_rows if is_hybrid(config) else compare_rows)(
-        names, run.model, config, phase=run.phase.value, seq_lens=lens, batch=run.batch,
-        baseline=baseline, scan=run.scan, precision=run.precision, settings=tuple(run.settings or ()))
+    softmax = run.softmax_form(config)
+    common = dict(phase=run.phase.value, seq_lens=lens, batch=run.batch, baseline=baseline, scan=run.scan,
+                  precision=run.precision, settings=tuple(run.settings or ()))
+    rows = (hybrid_compare_rows(names, run.model, config, softmax=softmax, **common) if is_hybrid(config)
+            else compare_rows(names, run.model, config, **common))
     emit_comparison(rows, run, config, baseline, fmt, output)
 
 

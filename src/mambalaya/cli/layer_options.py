@@ -4,7 +4,7 @@
   --seq-len --batch --bits --precision --state-io --scan --layer-type --unroll``) as one
   :class:`LayerArgs`, its ``layer`` parameter (the cascade and fusion commands).
 * ``@design_options()`` gives a command the options that set up a workload on designs
-  (``--model --phase --batch --scan --precision --set --routing``) as one :class:`DesignArgs`,
+  (``--model --phase --batch --scan --precision --set --routing --softmax``) as one :class:`DesignArgs`,
   its ``run`` parameter (``evaluate`` and ``compare``).
 
 Typer reads a command's options from its signature, so :func:`_option_group` writes those
@@ -24,7 +24,7 @@ from mambalaya.errors import SpecError
 from mambalaya.cli.options import (DEFAULT_BITS, DEFAULT_CASCADE_BATCH, DEFAULT_CASCADE_MODEL, DEFAULT_DESIGN_BATCH,
                                    DEFAULT_DESIGN_MODEL, DEFAULT_SEQ_LEN, ArchPrecisionOpt, BatchOpt, BitsOpt,
                                    LayerTypeOpt, ModelOpt, PhaseOpt, PhaseOption, PrecisionOpt, RoutingOpt, ScanOpt,
-                                   SeqLenOpt, SetOpt, StateIoOpt, UnrollFlag)
+                                   SeqLenOpt, SetOpt, SoftmaxOpt, SoftmaxOption, StateIoOpt, UnrollFlag)
 
 
 @dataclass(frozen=True)
@@ -86,10 +86,23 @@ class DesignArgs:
     precision: str | None = None
     settings: list[str] | None = None
     routing: Path | None = None
+    softmax: SoftmaxOption | None = None
 
     def input_paths(self) -> dict[str, Any]:
         """The options that may name an input file, by option (for :func:`~mambalaya.outputs.check_output_path`)."""
         return {"--model": self.model, "--precision": self.precision, "--routing": self.routing}
+
+    def softmax_form(self, config: Any) -> str:
+        """The attention layers' softmax form (``three-pass`` when not given); ``--softmax`` on a
+        model without attention layers is refused, naming the model."""
+        from mambalaya.workloads.families.base import is_hybrid
+
+        if self.softmax is None:
+            return "three-pass"
+        if not is_hybrid(config):
+            raise SpecError(f"--softmax {self.softmax.value}: model {self.model!r} has no attention layers (the "
+                            "softmax form applies to a hybrid model's attention)")
+        return self.softmax.value
 
     def config(self) -> Any:
         """The model's config, with the ``--routing`` histogram where one is given."""
@@ -106,7 +119,7 @@ class DesignArgs:
 
 
 _DESIGN_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "batch": BatchOpt, "scan": ScanOpt,
-                       "precision": ArchPrecisionOpt, "settings": SetOpt, "routing": RoutingOpt}
+                       "precision": ArchPrecisionOpt, "settings": SetOpt, "routing": RoutingOpt, "softmax": SoftmaxOpt}
 
 
 def design_options() -> Callable[[Callable[..., Any]], Callable[..., Any]]:

@@ -37,6 +37,14 @@ class PhaseOption(str, Enum):
     decode = "decode"
 
 
+class SoftmaxOption(str, Enum):
+    """The attention layers' softmax form (:data:`mambalaya.workloads.blocks.attention.SOFTMAX_FORMS`)."""
+
+    three_pass = "three-pass"
+    online = "online"
+    blocked = "blocked"
+
+
 # --------------------------------------------------------------------------------------------
 # Defaults several commands share
 # --------------------------------------------------------------------------------------------
@@ -64,6 +72,7 @@ SeqLenOpt = Annotated[int, typer.Option("--seq-len", "-L", parser=size_parser, h
 BatchOpt = Annotated[int, typer.Option("--batch", "-B", parser=size_parser, help="Batch size, a positive integer.")]
 BitsOpt = Annotated[int, typer.Option("--bits", parser=size_parser, help="The design's bits per element (every tensor's width under the uniform precision policy).")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
+SoftmaxOpt = Annotated[Optional[SoftmaxOption], typer.Option("--softmax", help="A hybrid model's attention: three-pass (eager, every query-key pair; the default), online (one pass, a recurrence per key) or blocked (FlashAttention's: key blocks of 64, masked blocks skipped).")]
 LayerTypeOpt = Annotated[Optional[str], typer.Option("--layer-type", help="A hybrid model's layer type to build: mamba or attention (each with its MLP).")]
 ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm; default in prefill) or recurrent (the only decode form).")]
 UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]

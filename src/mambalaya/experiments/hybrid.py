@@ -19,7 +19,7 @@ both). A decode step's ``seq_len`` is the context already in the KV cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
@@ -175,6 +175,8 @@ def evaluate_hybrid(
                 cascade = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
                                        bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
                                        name=f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
+                if softmax != "three-pass" and "attention" in cascade.regions:  # the report names the form
+                    cascade = replace(cascade, name=f"{cascade.name}-{softmax}")
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
                                               n_layers=count, reuse=reuse))

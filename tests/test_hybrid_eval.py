@@ -264,3 +264,20 @@ def test_softmax_option_picks_the_attention_form_and_names_it(tmp_path) -> None:
     assert compared.exit_code == 0, compared.output
     refused = runner.invoke(app, ["evaluate", "--model", "mamba-130m", "--softmax", "blocked"])
     assert refused.exit_code == 1 and "model 'mamba-130m' has no attention layers" in refused.output
+
+
+def test_the_hybrid_suite_takes_the_softmax_form(tmp_path) -> None:
+    """``reproduce --suite hybrid --softmax blocked``: every attention layer runs FlashAttention's
+    form (the tables name its cascades) and the report says so; the paper suite refuses it."""
+    from mambalaya.specio import dump_yaml
+
+    model = tmp_path / "small.yaml"
+    model.write_text(dump_yaml(SMALL.model_dump(mode="json")))
+    out = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--models", str(model), "--seq-lens", "512", "--batch",
+                              "2", "--no-figures", "--workers", "1", "--softmax", "blocked", "--out", str(tmp_path / "r")])
+    assert out.exit_code == 0, out.output
+    latency = pd.read_csv(tmp_path / "r" / "hybrid" / "hybrid_latency.csv")
+    assert latency["attention_cascade"].str.endswith("-blocked").all()
+    assert "Attention runs the `blocked` softmax form" in (tmp_path / "r" / "hybrid" / "report.md").read_text()
+    refused = runner.invoke(app, ["reproduce", "--softmax", "blocked", "--out", str(tmp_path / "p")])
+    assert refused.exit_code == 1 and "--softmax applies to --suite hybrid only" in refused.output

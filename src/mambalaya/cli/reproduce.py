@@ -27,6 +27,7 @@ from mambalaya.cli.options import (
     SensitivityDesignOpt,
     SensitivityOutDirOpt,
     SensitivitySeqLensOpt,
+    SoftmaxOpt,
 )
 from mambalaya.errors import MambalayaError
 from mambalaya.workloads import PRESETS, resolve_model
@@ -62,6 +63,7 @@ def reproduce_cmd(
     sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
     sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
     workers: Annotated[Optional[int], typer.Option("--workers", parser=size_parser, help="With --suite hybrid: worker processes, one (model, phase) each at a time (default: one per core; 1 runs in this process). The tables are the same.")] = None,
+    softmax: SoftmaxOpt = None,
 ) -> None:
     """Run the paper's evaluation (or the hybrid-model suite) and write tables, figures,
     report.md and report.html."""
@@ -79,10 +81,13 @@ def reproduce_cmd(
     if suite == Suite.hybrid:
         from mambalaya.experiments.hybrid_suite import HYBRID_MODELS
 
-        _reproduce_hybrid(out, tuple(given_models or HYBRID_MODELS), given_lens, batch, figures, precision, workers)
+        _reproduce_hybrid(out, tuple(given_models or HYBRID_MODELS), given_lens, batch, figures, precision, workers,
+                          softmax.value if softmax else "three-pass")
         return
     if workers is not None:
         raise MambalayaError("--workers applies to --suite hybrid only: the paper suite runs in this process")
+    if softmax is not None:
+        raise MambalayaError("--softmax applies to --suite hybrid only: the paper's models have no attention layers")
     names = tuple(given_models or ("mamba-1.4b", "mamba2-2.7b"))
     for m in names:
         if m not in PRESETS:
@@ -140,7 +145,7 @@ def check_reproduce_out(out: Path, suite: Suite, figures: bool, inputs: dict[str
 
 
 def _reproduce_hybrid(out: Path, names: tuple[str, ...], lens: tuple[int, ...] | None, batch: int, figures: bool,
-                      precision: str | None, workers: int | None = None) -> None:
+                      precision: str | None, workers: int | None = None, softmax: str = "three-pass") -> None:
     """The hybrid suite on ``names`` at ``lens`` (None: the suite's own), written to ``out``/hybrid."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -148,7 +153,7 @@ def _reproduce_hybrid(out: Path, names: tuple[str, ...], lens: tuple[int, ...] |
 
     lens = lens or HybridSuiteConfig.seq_lens
     config = HybridSuiteConfig(models=names, batch=batch, seq_lens=lens, out=out / "hybrid", figures=figures,
-                               precision=precision, workers=workers)
+                               precision=precision, workers=workers, softmax=softmax)
     steps = suite_steps(config)
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:

@@ -57,6 +57,8 @@ class HybridSuiteConfig:
     precision: str | None = None
     #: Worker processes (None: one per core; 1: this process). Speed only: the tables are the same.
     workers: int | None = None
+    #: The attention layers' softmax form (``three-pass``, ``online`` or ``blocked``).
+    softmax: str = "three-pass"
 
 
 @dataclass
@@ -117,8 +119,8 @@ def model_phase_rows(config: HybridSuiteConfig, model: str, phase: str,
         for d in config.designs:
             tick(f"{model} {phase} L={L} {d}", 1)
             rows.append(_row(model, evaluate_hybrid(specs[d], model, cfg, phase=phase, seq_len=L, batch=config.batch,
-                                                    precision=config.precision, over_capacity="report",
-                                                    reuse=reuse)))
+                                                    precision=config.precision, softmax=config.softmax,
+                                                    over_capacity="report", reuse=reuse)))
         forget_cached_layers()
     return rows
 
@@ -268,9 +270,13 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         "region, Mambalaya the optimal search) and, in prefill, whichever scan form (chunked SSD or recurrent) is "
         "faster on the design. **Attention layers run unfused on MARCA and Geens et al.**, whose papers describe no "
         "attention fusion, **and with the best fusion our engine finds on Mambalaya** (the same optimal search as for "
-        "Mamba layers). The attention cascade computes every (query, key) pair and masks the upper triangle, as eager "
-        "attention does; a kernel that skips fully masked tiles does about half the score and value work in prefill "
-        "(the blocked form, `softmax=\"blocked\"`, models that; this suite runs the three-pass form).",
+        "Mamba layers). "
+        + ("The attention cascade computes every (query, key) pair and masks the upper triangle, as eager attention "
+           "does; a kernel that skips fully masked tiles does about half the score and value work in prefill (the "
+           "blocked form, `--softmax blocked`, models that)." if config.softmax == "three-pass" else
+           f"Attention runs the `{config.softmax}` softmax form (`--softmax {config.softmax}`)"
+           + (": FlashAttention's key blocks, a causal prefill skipping the blocks its mask hides." if
+              config.softmax == "blocked" else ": one pass, a recurrence per key.")),
         "",
         "Designs (shipped specs `mambalaya/arch/specs/<name>.yaml`, `mambalaya arch show <name>` prints every field): "
         + "; ".join(_design_text(d, specs[d]) for d in config.designs) + ".",

@@ -1,7 +1,7 @@
 """Design-space sweeps on this machine: points per second, locally and on an external 2-worker
 Dask cluster.
 
-    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster] [--grid realistic|any|wide|both] [--repeat N]
+    python benchmarks/bench_sweep.py [--workers 2] [--skip-cluster] [--grid realistic|any|wide|hybrid|both] [--repeat N]
 
 Each time is the whole `mambalaya sweep` command, from the interpreter's start to its exit
 (the CLI's imports and the worker processes' start included); with ``--repeat`` the local run
@@ -60,6 +60,20 @@ grid:
   memory.offchip_bandwidth_bytes_per_s: [1e12, 2.039e12, 4e12]
 """
 
+#: Hybrid models (issue 45): the three designs, two buffers, Bamba and Nemotron-H, both phases:
+#: 48 points, each a whole hybrid model (every layer type searched on Mambalaya).
+HYBRID = """
+name: hybrid
+chunk_size: 4
+grid:
+  arch: [mambalaya, marca-ideal, geens-ideal]
+  memory.onchip_buffer_bytes: [16MiB, 64MiB]
+  model: [bamba-9b, nemotron-h-8b]
+  seq_len: [2048, 8192]
+  batch: [16]
+  phase: [prefill, decode]
+"""
+
 SPEC = """
 name: bench
 chunk_size: 48
@@ -91,10 +105,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--skip-cluster", action="store_true")
-    ap.add_argument("--grid", choices=["realistic", "any", "wide", "both"], default="both")
+    ap.add_argument("--grid", choices=["realistic", "any", "wide", "hybrid", "both"], default="both")
     ap.add_argument("--repeat", type=int, default=1, help="local runs of each grid (the median is printed too)")
     args = ap.parse_args()
-    grids = {"realistic": REALISTIC, "any": ANY, "wide": SPEC}
+    grids = {"realistic": REALISTIC, "any": ANY, "wide": SPEC, "hybrid": HYBRID}
     for name in (["realistic", "wide"] if args.grid == "both" else [args.grid]):
         run_grid(name, grids[name], args.workers, args.skip_cluster, max(1, args.repeat))
 

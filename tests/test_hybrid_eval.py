@@ -151,6 +151,15 @@ def test_sweep_points_of_a_hybrid_model(tmp_path) -> None:
     direct = evaluate_hybrid("mambalaya", "small", SMALL, phase="decode", seq_len=point["seq_len"], batch=1)
     assert out["model_latency_s"] == direct.model_latency_s
     assert out["attention_share"] == direct.share_of_time("attention")
+    # the worker reuses the decode step's Mamba layer at the other length (the same numbers as a fresh search)
+    from mambalaya.experiments.sweep import HYBRID_LAYERS
+
+    hits = HYBRID_LAYERS.hits
+    other = next(p for p in points if p["model"] == str(path) and p is not point)
+    again = evaluate_point(other)
+    assert HYBRID_LAYERS.hits >= hits + 1
+    fresh = evaluate_hybrid("mambalaya", "small", SMALL, phase="decode", seq_len=other["seq_len"], batch=1)
+    assert again["model_latency_s"] == fresh.model_latency_s
 
 
 def test_reproduce_hybrid_suite_writes_tables_figures_and_reports(tmp_path) -> None:

@@ -146,6 +146,8 @@ class CostedLayers:
 
     entries: dict[tuple, tuple[Mapping, LayerLatency, SearchStats]] = field(default_factory=dict)
     hits: int = 0
+    #: The most entries kept (the oldest dropped first; None: no bound): memory only.
+    limit: int | None = None
 
     @staticmethod
     def key(spec: ArchSpec, cascade: Cascade, mapping: str, objective: str, n_layers: int,
@@ -174,6 +176,8 @@ def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Casc
         result = layer_latency(spec, cascade, m, n_layers=n_layers)
         if key is not None:
             reuse.entries[key] = (m, result, stats)  # type: ignore[union-attr]
+            if reuse.limit is not None and len(reuse.entries) > reuse.limit:  # type: ignore[union-attr]
+                reuse.entries.pop(next(iter(reuse.entries)))  # type: ignore[union-attr]
     return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective,
                       dram)
 

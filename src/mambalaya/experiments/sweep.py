@@ -52,6 +52,7 @@ from typing import Any, Callable
 
 
 from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.experiments.evaluate import CostedLayers
 from mambalaya.experiments.sweep_spec import POINT_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
 from mambalaya.experiments.sweep_workers import Costliest, tune_allocator, tune_collector
@@ -64,6 +65,10 @@ from mambalaya.workloads.families.base import is_hybrid
 _CASCADES: dict[tuple, Any] = {}
 #: Layers whose cascades (and memos) a worker keeps; past it they are all dropped (memory).
 KEPT_CASCADES = 64
+#: A worker's hybrid layers costed so far (:class:`~mambalaya.experiments.evaluate.CostedLayers`):
+#: a decode point's Mamba, MLP or MoE layer at another context length, on the same design, is
+#: not searched again. Speed only: the same inputs give the same numbers. The most kept, for memory.
+HYBRID_LAYERS = CostedLayers(limit=4096)
 _ARCHS: dict[str, Any] = {}
 
 
@@ -121,7 +126,8 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
         from mambalaya.experiments.hybrid import evaluate_hybrid, point_outputs
 
         hv = evaluate_hybrid(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len,
-                             batch=batch, mapping=None if point["mapping"] == "default" else point["mapping"])
+                             batch=batch, mapping=None if point["mapping"] == "default" else point["mapping"],
+                             reuse=HYBRID_LAYERS)
         return {**point_outputs(hv), "buffer_bytes": arch.memory.onchip_buffer_bytes,
                 "pes": arch.compute.array_rows * arch.compute.array_cols,
                 "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s}

@@ -19,7 +19,7 @@ both). A decode step's ``seq_len`` is the context already in the KV cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
@@ -172,11 +172,14 @@ def evaluate_hybrid(
         found, errors = [], []
         for form in forms:
             try:  # (a form the layer does not have, Jamba's Mamba-1 chunked, is refused here)
-                cascade = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
-                                       bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
-                                       name=f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
+                def layer(name: str) -> Any:
+                    return cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
+                                        bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
+                                        name=name)
+
+                cascade = layer(f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
                 if softmax != "three-pass" and "attention" in cascade.regions:  # the report names the form
-                    cascade = replace(cascade, name=f"{cascade.name}-{softmax}")
+                    cascade = layer(f"{cascade.name}-{softmax}")  # cached too: the designs share its memos
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
                                               n_layers=count, reuse=reuse))

@@ -332,7 +332,9 @@ class GroupCostModel:
                 if r not in outs:
                     repeat = repeat * trips[i]
             share = float(einsum_scale(cascade, name))  # a routed or masked Einsum's share (einsum.routing)
-            hit = memo[key] = ([(t, r * share) for t, r in reads], written_bytes(cascade, name, repeat))
+            if share != 1.0:
+                reads = [(t, r * share) for t, r in reads]
+            hit = memo[key] = (reads, written_bytes(cascade, name, repeat))
         return hit
 
     def forget_cycles(self) -> None:

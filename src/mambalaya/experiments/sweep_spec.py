@@ -163,11 +163,12 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
       is impossible (a buffer too small for a mapping, levels that do not nest) is not known
       before the point runs, and is that point's stored failure.
     """
-    for key in [*grid, *fixed]:
+    for where, key in [*(("grid", k) for k in grid), *(("fixed", k) for k in fixed)]:
         if not isinstance(key, str) or key not in POINT_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
             raise SpecError(
-                f"{show(key)} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field (dotted, e.g. "
-                "memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision / power_budget_w)", source=source)
+                f"{where}: {show(key)} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
+                "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision / power_budget_w)",
+                source=source)
     clash = overlapping_fields([*grid, *fixed])
     if clash is not None:
         first, second = clash

@@ -125,6 +125,70 @@ def test_names_cover_every_form() -> None:
         assert set(cascade.tensors) <= family_tensor_names(form.split()[0])
 
 
+def _statistic_kind(cascade, einsum) -> str | None:
+    """What the algebra says an Einsum computes, for the statistics a reference kernel keeps in
+    float32: a max (a max-reduction or a running max), an exponential, a sum of exponentials, a
+    sum of squares (reduced over a rank: a norm's), or a reciprocal root of one."""
+    from mambalaya.einsum.ir import Binary, Unary, accesses, walk
+
+    functions = {n.fn for n in walk(einsum.expr) if isinstance(n, Unary)}
+    functions |= {n.op for n in walk(einsum.expr) if isinstance(n, Binary)}
+    reads, name = accesses(einsum.expr), einsum.output.tensor
+    reduced = {v for a in reads for v in a.variables} - set(einsum.output.variables)
+    producers = {e.output.tensor: e for e in cascade.einsums}
+
+    def is_exp(tensor: str) -> bool:
+        return tensor in producers and any(isinstance(n, Unary) and n.fn == "exp" for n in walk(producers[tensor].expr))
+
+    if einsum.reduce_op == "max" or "max" in functions:
+        return "max"
+    if "rsqrt" in functions:
+        return "reciprocal root"
+    if "exp" in functions:
+        return "exponential"
+    if reads and all(is_exp(a.tensor) for a in reads if a.tensor != name) and (reduced or name in {a.tensor for a in reads}):
+        return "sum of exponentials"  # reduced over a rank, or running (the online forms' LR)
+    squares = [(a, b) for a, b in zip(reads[::2], reads[1::2])]
+    if reduced and len(reads) % 2 == 0 and all(a == b for a, b in squares):
+        return "sum of squares"
+    return None
+
+
+#: Statistics the reference kernels do not keep in float32, with the reason.
+NOT_FLOAT32 = {
+    "PE": "the fused forms' probabilities are converted to the element type for the P.V GEMM (flash-attention "
+          "flash_fwd_kernel.h rP = convert_type<Element>(acc_s))",
+    "APE": "as PE, in Falcon-H1's and Zamba2's attention",
+}
+
+
+def test_every_statistic_of_every_shipped_cascade_is_float32_under_reference_kernels() -> None:
+    """The rule behind the policy's names, proved on every form of every shipped family's layers
+    (not on the layers its entries were written for): what the reference implementations compute
+    a max, an exponential, a softmax's sum, a norm's sum of squares or its reciprocal root in
+    (float32, each entry's source) is what reference-kernels gives every such Einsum's output,
+    whatever prefix a family's block puts on its names."""
+    from mambalaya.workloads.shipped import shipped_layers
+
+    checked: dict[str, set[str]] = {}
+    for layer in shipped_layers():
+        cascade = apply_policy(layer.cascade, "reference-kernels", 16, family=layer.precision_family)
+        for einsum in cascade.einsums:
+            kind = _statistic_kind(cascade, einsum)
+            if kind is None:
+                continue
+            name = einsum.output.tensor
+            expected = 16 if name in NOT_FLOAT32 else 32
+            assert cascade.tensors[name].bits == expected, (layer.preset, layer.layer_type, layer.phase, layer.scan,
+                                                            layer.softmax, kind, str(einsum))
+            checked.setdefault(kind, set()).add(name)
+    assert {"MX", "AMX", "FF_LM", "KBX", "AKBX", "MR", "AMR"} <= checked["max"]
+    assert {"SS", "ASS", "FSS", "BMQ", "QS", "PSS", "SQ", "FF_SS"} <= checked["sum of squares"]
+    assert {"SM", "ASM", "LR", "ALR", "KBS", "AKBS", "FF_LS"} <= checked["sum of exponentials"]
+    assert {"EX", "AEX", "CF", "ACF", "AD", "FF_LE"} <= checked["exponential"]
+    assert {"RS", "ARS", "FRS", "DLS", "QRS", "PRS"} <= checked["reciprocal root"]
+
+
 def test_unfused_traffic_moves_by_exactly_the_widened_tensors() -> None:
     """Unfused, every tensor crosses DRAM: widening the float32 ones from 16 to 32 bits adds
     exactly their unfused bytes once more."""

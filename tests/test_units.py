@@ -192,30 +192,6 @@ ON_THE_LANES = {
 }
 
 
-def _shipped_cascades(refusals: set[str]):
-    """Every shipped family's every layer type, phase, scan form and softmax form (small sizes:
-    the unit depends on the Einsums, not on the sizes); what is refused is added to ``refusals``."""
-    from mambalaya.errors import SpecError
-    from mambalaya.workloads.families.base import is_hybrid, scanned_layer_types
-
-    families: dict[str, str] = {}
-    for name, cfg in PRESETS.items():  # one preset per family: presets of a family share their Einsums
-        families.setdefault(cfg.family, name)
-    for name in families.values():
-        cfg = PRESETS[name]
-        for layer_type in (list(cfg.layer_counts()) if is_hybrid(cfg) else [None]):
-            chosen = {"layer_type": layer_type} if layer_type else {}
-            scanned = layer_type in scanned_layer_types(cfg) if layer_type else cfg.family != "mamba1"
-            for phase, scans in (("prefill", ("chunked", "recurrent") if scanned else (None,)), ("decode", (None,))):
-                for scan in scans:
-                    for softmax in (("three-pass", "online", "blocked") if is_hybrid(cfg) else (None,)):
-                        forms = {"scan": scan, **({"softmax": softmax} if softmax else {})}
-                        try:
-                            yield name, build_layer(cfg, phase=phase, seq_len=256, batch=1, **forms, **chosen)
-                        except SpecError as err:  # a form the layer does not have
-                            refusals.add(str(err).split(":")[0])
-
-
 def test_every_contraction_of_every_shipped_cascade_runs_where_its_algebra_says() -> None:
     """Walk every Einsum with MACs in every shipped cascade (every family, both phases, both scan
     forms, both softmax forms): it runs on the array (the GPU's tensor cores on gpu-h100),
@@ -224,11 +200,13 @@ def test_every_contraction_of_every_shipped_cascade_runs_where_its_algebra_says(
     from mambalaya.cost.contraction import contractions
     from mambalaya.cost.latency import layer_latency
     from mambalaya.search.mappings import named_mapping
+    from mambalaya.workloads.shipped import shipped_layers
 
     gpu = load_arch("gpu-h100")
     seen: dict[str, set[str]] = {}
     checked, refusals = 0, set()
-    for name, cascade in _shipped_cascades(refusals):
+    for layer in shipped_layers(refusals=refusals):
+        name, cascade = layer.preset, layer.cascade
         rows = {r.einsum: r for r in layer_latency(gpu, cascade, named_mapping("unfused", cascade, None)).einsums}
         for e in cascade.einsums:
             if not einsum_ops(cascade, e).get("mac"):

@@ -123,52 +123,26 @@ class PrecisionPolicy(BaseModel):
         return len(widths) == 1
 
 
-@lru_cache(maxsize=None)
 def family_tensor_names(family: str) -> frozenset[str]:
-    """Every tensor name of the family's layer cascades: prefill with and without state, decode,
-    and (Mamba-2, Gated DeltaNet) both scan forms; (Bamba) both layer types, scan forms and
-    softmax forms."""
-    from mambalaya.workloads.blocks.mamba1 import Mamba1Config, mamba1_layer
-    from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
-
-    names: set[str] = set()
-    if family == "mamba1":
-        cfg = Mamba1Config(d_model=16)
-        for phase, state_io in (("prefill", False), ("prefill", True), ("decode", None)):
-            names |= set(mamba1_layer(cfg, batch=1, seq_len=4, phase=phase, state_io=state_io).tensors)
-    elif family == "mamba2":
-        cfg2 = Mamba2Config(d_model=64, headdim=16, d_state=8, chunk_size=4)
-        for scan in ("recurrent", "chunked"):
-            for phase, state_io in (("prefill", False), ("prefill", True), ("decode", None)):
-                if phase == "decode" and scan == "chunked":
-                    continue
-                names |= set(mamba2_layer(cfg2, batch=1, seq_len=8, phase=phase, state_io=state_io, scan=scan).tensors)
-    elif family == "bamba":
-        from mambalaya.workloads.blocks.attention import SOFTMAX_FORMS
-        from mambalaya.workloads.families.bamba import HybridConfig, hybrid_layer
-
-        cfg3 = HybridConfig(d_model=16, layer_types=("mamba", "attention"), d_ff=8, n_heads=2, n_kv_heads=1,
-                            mamba_heads=2, mamba_headdim=16, mamba_d_state=4, mamba_chunk_size=2, vocab_size=8)
-        for layer_type in ("mamba", "attention"):
-            for phase in ("prefill", "decode"):
-                for form in ("chunked", "recurrent") if layer_type == "mamba" and phase == "prefill" else (None,):
-                    for softmax in SOFTMAX_FORMS if layer_type == "attention" else ("three-pass",):
-                        names |= set(hybrid_layer(cfg3, layer_type, batch=1, seq_len=4, phase=phase, scan=form,
-                                                  softmax=softmax).tensors)  # type: ignore[arg-type]
-    elif family == "gated_deltanet":
-        from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_layer
-
-        cfg4 = GatedDeltaNetConfig(d_model=16, layer_types=("linear_attention",), num_k_heads=1, num_v_heads=2,
-                                   k_head_dim=4, v_head_dim=4, chunk_size=2, d_ff=8, n_heads=2, n_kv_heads=1,
-                                   vocab_size=8)
-        for scan in ("recurrent", "chunked"):
-            for phase, state_io in (("prefill", False), ("prefill", True), ("decode", None)):
-                if phase == "decode" and scan == "chunked":
-                    continue
-                names |= set(gdn_layer(cfg4, batch=1, seq_len=4, phase=phase, state_io=state_io, scan=scan).tensors)
-    else:
+    """Every tensor name of the layers whose widths ``family``'s entries set: every form of every
+    shipped model family's layers of that precision family
+    (:func:`~mambalaya.workloads.shipped.shipped_layers`: prefill with and without state, decode,
+    both scan forms, every softmax form; the ``bamba`` entries set Bamba's, the mixture-of-experts
+    hybrids' and the dense hybrid families' attention, Mamba and MLP layers)."""
+    names = _tensor_names_by_family()
+    if family not in names:
         raise SpecError(f"unknown model family {family!r} (known: {', '.join(FAMILIES)})")
-    return frozenset(names)
+    return names[family]
+
+
+@lru_cache(maxsize=1)
+def _tensor_names_by_family() -> dict[str, frozenset[str]]:
+    from mambalaya.workloads.shipped import shipped_layers
+
+    names: dict[str, set[str]] = {family: set() for family in FAMILIES}
+    for layer in shipped_layers():  # 256: a multiple of every preset's chunk size
+        names[layer.precision_family] |= set(layer.cascade.tensors)
+    return {family: frozenset(found) for family, found in names.items()}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -130,11 +130,9 @@ def scanned_layer_types(config: Any) -> tuple[str, ...]:
 
 def build_family_layer(model: FamilyModel, *, phase: str, seq_len: int, batch: int, bits: int = 16,
                        state_io: bool | None = None, name: str | None = None, scan: str | None = None,
-                       precision: Any = None, layer_type: str | None = None, softmax: str = "three-pass",
+                       layer_type: str | None = None, softmax: str = "three-pass",
                        key_block: int = KEY_BLOCK) -> Cascade:
-    """:func:`~mambalaya.workloads.build_layer` for a dense hybrid family's model."""
-    from mambalaya.workloads.precision import apply_policy
-
+    """:func:`~mambalaya.workloads.layers.layer_cascade` for a dense hybrid family's model."""
     layer_type = model.check_layer_type(layer_type)
     if state_io is False:
         raise SpecError(f"a {model.family} model's layers always carry their state and KV cache out; "  # type: ignore[attr-defined]
@@ -142,10 +140,8 @@ def build_family_layer(model: FamilyModel, *, phase: str, seq_len: int, batch: i
     if scan is not None and layer_type not in model.SCANNED:
         raise SpecError(f"scan applies to the layers with a scan ({', '.join(model.SCANNED) or 'none'}); a "
                         f"{layer_type} layer has none")
-    cascade = model.layer(layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                          softmax=softmax, name=name, key_block=key_block)
-    return cascade if precision is None else apply_policy(cascade, precision, bits,
-                                                          family=model.precision_family(layer_type))
+    return model.layer(layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
+                       softmax=softmax, name=name, key_block=key_block)
 
 
 def family_inputs(cascade: Cascade, model: FamilyModel, *, state: Mapping[str, Any] | None = None

@@ -335,6 +335,8 @@ _UNITS: dict[str, str] = {
     "area.overhead_fraction": "",
     "kernels.compute_fraction": "",
     "kernels.offchip_fraction": "",
+    "kernels.sm_count": "SMs",
+    "kernels.sm_offchip_bytes_per_s": "B/s per SM",
     "compute.dataflow_switch_cycles": "cycles",
     "compute.stationary_double_buffered": "",
     "compute.gemm_in_1d_mode": "",

@@ -20,6 +20,7 @@ fractions come from microbenchmarks named in the spec's sources, the same for ev
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from dataclasses import dataclass
 from importlib import resources
@@ -34,6 +35,7 @@ from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
 from mambalaya.cost.latency import layer_latency
+from mambalaya.cost.launch import Launch, launched_group_seconds
 from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
 from mambalaya.workloads import build_layer
@@ -50,6 +52,46 @@ _STRICT = SPEC_MODEL_CONFIG
 PREDICTION_BAND = (0.5, 2.0)
 #: A tuple field of a case file, written as a YAML list.
 _AS_TUPLE = BeforeValidator(list_as_tuple)
+
+
+def _tiles(value):
+    """A grid rank's tile, or the tiles an autotuner tries (a YAML list)."""
+    return list_as_tuple(value) if isinstance(value, list) else value
+
+
+class Kernel(BaseModel):
+    """One kernel of a case: the Einsums it runs and, where its source says, its launch grid."""
+
+    model_config = _STRICT
+
+    einsums: Annotated[tuple[str, ...], _AS_TUPLE] = Field(min_length=1)
+    grid: dict[str, Annotated[int | tuple[int, ...], BeforeValidator(_tiles)]] = Field(
+        default_factory=dict,
+        description="The ranks the kernel launches thread blocks over, each with its block's tile (or the tiles "
+                    "its autotuner tries: the prediction takes the fastest); none: it fills the GPU.")
+    grid_source: str = Field("", description="Where the grid comes from (the kernel's launch code).")
+
+    @model_validator(mode="after")
+    def _grid_has_a_source(self) -> "Kernel":
+        tiles = [t for v in self.grid.values() for t in (v if isinstance(v, tuple) else (v,))]
+        if any(t < 1 for t in tiles) or any(isinstance(v, tuple) and not v for v in self.grid.values()):
+            raise ValueError("a grid tile is a positive integer (or a non-empty list of them)")
+        if self.grid and not self.grid_source.strip():
+            raise ValueError("a grid needs grid_source: the launch code it is read from")
+        return self
+
+    def launches(self) -> tuple[Launch | None, ...]:
+        """The launch grids the kernel may run on (one per autotuned combination; None: no grid)."""
+        if not self.grid:
+            return (None,)
+        ranks = list(self.grid)
+        choices = [v if isinstance(v, tuple) else (v,) for v in self.grid.values()]
+        return tuple(Launch(tuple(zip(ranks, combo))) for combo in itertools.product(*choices))
+
+
+def _kernel_entry(value):
+    """A kernel written as a list of Einsums is a kernel without a grid."""
+    return {"einsums": value} if isinstance(value, (list, tuple)) else value
 
 
 class Case(BaseModel):
@@ -71,7 +113,9 @@ class Case(BaseModel):
     #: every ratio to it is finite.
     measured_ms: float = Field(ge=1e-3, le=1e7)
     einsums: Annotated[tuple[str, ...], _AS_TUPLE] | None = Field(None, description="The Einsums the kernel runs; default the scan region.")
-    kernels: Annotated[tuple[Annotated[tuple[str, ...], _AS_TUPLE], ...], _AS_TUPLE] | None = Field(None, description="How they split into kernels; default one.")
+    kernels: Annotated[tuple[Annotated[Kernel, BeforeValidator(_kernel_entry)], ...], _AS_TUPLE] | None = Field(
+        None, description="How they split into kernels (each a list of Einsums, or einsums with a launch grid); "
+                          "default one.")
     assumed: str = Field("", description="Setup details the source does not state, and the choice made.")
     causal: bool | None = Field(None, description="An attention kernel: causal (the default) or not.")
     key_block: int | None = Field(None, gt=0, description="An attention kernel: keys per block of the blocked "
@@ -111,7 +155,7 @@ class Result:
     source_text: str
     predicted_s: float
     speed_of_light_s: float
-    kernels: tuple[tuple[str, ...], ...]
+    kernels: tuple[Kernel, ...]
 
     @property
     def measured_s(self) -> float:
@@ -163,12 +207,17 @@ class Validation:
     def rows(self) -> list[dict]:
         return [{
             "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
-            "kernels": " | ".join(",".join(k) for k in r.kernels),
+            "kernels": " | ".join(",".join(k.einsums) + (f" on grid {_grid_text(k)}" if k.grid else "")
+                                  for k in r.kernels),
             "measured_ms": r.measured_s * 1e3, "read": r.case.read, "uncertainty": r.case.uncertainty,
             "predicted_ms": r.predicted_s * 1e3, "ratio": r.ratio,
             "speed_of_light_ms": r.speed_of_light_s * 1e3, "sol_ratio": r.speed_of_light_ratio,
             "sol_ok": not r.violates, "in_band": r.in_band, "source": r.source_text, "assumed": r.case.assumed,
         } for r in self.results]
+
+
+def _grid_text(kernel: Kernel) -> str:
+    return "x".join(f"{r}/{'|'.join(map(str, t)) if isinstance(t, tuple) else t}" for r, t in kernel.grid.items())
 
 
 SHIPPED_CASES = "gpu-kernels.yaml"
@@ -236,21 +285,30 @@ def case_cascade(case: Case, name: str):
         raise SpecError(f"case {case.id}: {err.message if hasattr(err, 'message') else err}", source=name) from None
 
 
-def case_kernels(case: Case, part, name: str) -> tuple[tuple[str, ...], ...]:
-    """The kernels a case's Einsums split into (default one), checked to split them exactly."""
-    kernels = case.kernels or (tuple(e.name for e in part.einsums),)
-    listed = [e for k in kernels for e in k]
+def case_kernels(case: Case, part, name: str) -> tuple[Kernel, ...]:
+    """The kernels a case's Einsums split into (default one, without a grid), checked to split
+    them exactly and to name only ranks of the case's Einsums in their grids."""
+    kernels = case.kernels or (Kernel(einsums=tuple(e.name for e in part.einsums)),)
+    listed = [e for k in kernels for e in k.einsums]
     if sorted(listed) != sorted(e.name for e in part.einsums):
-        raise SpecError(f"case {case.id}: kernels {kernels} must split exactly the Einsums "
+        raise SpecError(f"case {case.id}: kernels {tuple(k.einsums for k in kernels)} must split exactly the Einsums "
                         f"{', '.join(e.name for e in part.einsums)}", source=name)
-    return tuple(tuple(k) for k in kernels)
+    for k in kernels:
+        unknown = [r for r in k.grid if r not in part.ranks]
+        if unknown:
+            raise SpecError(f"case {case.id}: the grid of kernel {','.join(k.einsums)} names rank(s) "
+                            f"{', '.join(unknown)}, which its Einsums do not have (their ranks: "
+                            f"{', '.join(part.ranks)})", source=name)
+    return tuple(kernels)
 
 
-def predicted_s(part, kernels: tuple[tuple[str, ...], ...], spec) -> float:
-    """A case's predicted time: its kernels, each one group, on ``spec`` with its kernels section."""
-    groups = tuple(FusionGroup(f"K{i + 1}", k) for i, k in enumerate(kernels))
+def predicted_s(part, kernels: tuple[Kernel, ...], spec) -> float:
+    """A case's predicted time: its kernels, each one group, on ``spec`` with its kernels section,
+    each on its launch grid (:mod:`mambalaya.cost.launch`; an autotuned grid at its fastest)."""
+    groups = tuple(FusionGroup(f"K{i + 1}", k.einsums) for i, k in enumerate(kernels))
     mapping = check_mapping(part, Mapping("kernels", groups, None, "the measured kernels' grouping"), ignore_buffer=True)
-    return layer_latency(spec, part, mapping, per_einsum=False).latency_s
+    return sum(min(launched_group_seconds(spec, part, group, launch) for launch in kernel.launches())
+               for group, kernel in zip(mapping.groups, kernels))
 
 
 def validate_case(case: Case, source_text: str, name: str, spec=None, part=None) -> Result:
@@ -286,5 +344,5 @@ def validate(path: str | Path | None = None) -> Validation:
     return Validation(name, results, tuple(sensitivity))
 
 
-__all__ = ["Assumption", "Case", "Result", "SHIPPED_CASES", "Validation", "case_cascade", "case_kernels", "load_cases",
+__all__ = ["Assumption", "Case", "Kernel", "Result", "SHIPPED_CASES", "Validation", "case_cascade", "case_kernels", "load_cases",
            "predicted_s", "validate", "validate_case"]

@@ -1,0 +1,75 @@
+"""A GPU kernel's launch grid: a grid of fewer thread blocks than SMs runs its compute and
+on-chip work on that many SMs and draws at most what they keep in flight; a grid that fills the
+GPU costs what every evaluation costs."""
+
+from __future__ import annotations
+
+import pytest
+
+from mambalaya.arch import load_arch, loads_arch, arch_to_yaml
+from mambalaya.arch.kernels import grid_shares, offchip_bytes_per_s, speed_of_light
+from mambalaya.cost.latency import combine, group_totals
+from mambalaya.cost.launch import Launch, launched_group_seconds
+from mambalaya.errors import SpecError
+from mambalaya.experiments.validate import case_cascade, load_cases
+from mambalaya.fusion.mapping import FusionGroup
+
+
+@pytest.fixture(scope="module")
+def delta_rule():
+    """FLA's chunk-state kernel of the 8-head, 64K-token case: its Einsums as one group."""
+    cases, name = load_cases()
+    case = next(c for c in cases.cases if c.id == "gdn-fla-h8-L64k")
+    part = case_cascade(case, name)
+    return part, FusionGroup("h", ("DC", "CD", "ST", "KW", "HC"))
+
+
+def test_a_grid_shares_the_sms_it_occupies() -> None:
+    gpu = load_arch("gpu-h100")
+    assert grid_shares(gpu, 1000) == (1.0, 1.0)
+    compute, offchip = grid_shares(gpu, 16)
+    assert compute == pytest.approx(16 / 132) and offchip == 1.0  # 16 x 570 GB/s is above 0.89 x 3.35 TB/s
+    compute, offchip = grid_shares(gpu, 2)
+    assert compute == pytest.approx(2 / 132)
+    assert offchip == pytest.approx(2 * 570e9 / offchip_bytes_per_s(gpu))
+    assert grid_shares(speed_of_light(gpu), 2) == (1.0, 1.0)  # the peak rates know no grid
+    assert grid_shares(load_arch("mambalaya"), 2) == (1.0, 1.0)  # nor does an accelerator
+
+
+def test_thread_blocks_are_the_product_of_each_ranks_tiles(delta_rule) -> None:
+    part, _ = delta_rule
+    assert Launch((("P", 32), ("G", 1))).thread_blocks(part) == 4 * 8
+    assert Launch((("P", 48),)).thread_blocks(part) == 3  # ceil(128 / 48)
+    with pytest.raises(SpecError, match="rank 'Z'"):
+        Launch((("Z", 1),)).thread_blocks(part)
+    with pytest.raises(SpecError, match="at least 1"):
+        Launch((("P", 0),)).thread_blocks(part)
+
+
+def test_a_grid_that_fills_the_gpu_costs_what_the_group_costs(delta_rule) -> None:
+    part, group = delta_rule
+    gpu = load_arch("gpu-h100")
+    full = group_totals(gpu, part, group).latency
+    assert launched_group_seconds(gpu, part, group, None) == full
+    assert launched_group_seconds(gpu, part, group, Launch((("C", 1), ("G", 1)))) == pytest.approx(full)
+
+
+def test_an_underfilled_grid_slows_its_compute_by_the_idle_share(delta_rule) -> None:
+    """32 blocks (4 of 32 value channels x 8 heads) on 132 SMs: the compute and on-chip seconds
+    over 32/132, the off-chip ones as before (32 SMs keep more than the HBM's bandwidth flowing)."""
+    part, group = delta_rule
+    gpu = load_arch("gpu-h100")
+    t = group_totals(gpu, part, group)
+    share = 32 / 132
+    expected, _ = combine(gpu, t.comp_latency / share, t.mem_latency, t.onchip_latency / share, t.steps,
+                          len(group.einsums))
+    got = launched_group_seconds(gpu, part, group, Launch((("P", 32), ("G", 1))))
+    assert got == pytest.approx(expected) and got > t.latency
+
+
+def test_sm_fields_are_checked() -> None:
+    text = arch_to_yaml(load_arch("gpu-h100"))
+    with pytest.raises(SpecError, match="sm_offchip_bytes_per_s needs sm_count"):
+        loads_arch(text.replace("  sm_count: 132\n", ""))
+    with pytest.raises(SpecError, match="sm_count"):
+        loads_arch(text.replace("sm_count: 132", "sm_count: 0"))

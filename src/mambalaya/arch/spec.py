@@ -26,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
 from mambalaya.arch.kernels import KernelSpec
+from mambalaya.arch.system import SystemSpec
 from mambalaya.arch.levels import StagingLevel, check_capacities, check_level_names
 from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec, known_unary_names
 from mambalaya.arch.quantities import (BANDWIDTH_UNITS, BYTE_UNITS, HZ_UNITS, BYTES_PER_CYCLE_RANGE,  # noqa: F401
@@ -491,6 +492,13 @@ class ArchSpec(BaseModel):
             "kernels reach (mambalaya.arch.kernels); None: an ideal accelerator at its peak rates."
         ),
     )
+    system: SystemSpec | None = Field(
+        None,
+        description=(
+            "How several devices of this design are joined (mambalaya.arch.system): link bandwidth, latency "
+            "and energy, and the default device count; None: the design runs on one device only."
+        ),
+    )
     sources: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -580,7 +588,7 @@ class ArchSpec(BaseModel):
 
 _SECTIONS: dict[str, type[BaseModel]] = {"compute": ComputeSpec, "memory": MemorySpec, "mappings": MappingPolicy,
                                          "energy": EnergySpec, "kernels": KernelSpec, "technology": TechnologySpec,
-                                         "area": AreaSpec}
+                                         "area": AreaSpec, "system": SystemSpec}
 
 
 def field_paths() -> list[str]:

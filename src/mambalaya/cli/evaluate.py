@@ -19,6 +19,7 @@ from mambalaya.outputs import check_output_path, write_text_output
 from mambalaya.workloads.families.base import is_hybrid
 
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")]
+DevicesOpt = Annotated[Optional[int], typer.Option("--devices", min=1, help="Devices to run the model on, pipeline parallel (its layers split in order; the design's system section joins them). Default: the design's system.devices, else 1.")]
 
 
 @app.command("evaluate")
@@ -30,11 +31,12 @@ def evaluate_cmd(
     seq_len: SeqLenOpt = DEFAULT_SEQ_LEN,
     mapping: DesignMappingOpt = None,
     objective: ObjectiveOpt = Objective.latency,
+    devices: DevicesOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Latency, traffic, utilisation and (where the arch has an energy section) energy of one
-    layer and the whole model on a design."""
+    layer and the whole model on a design (or, with --devices, several of it)."""
     from mambalaya.experiments.evaluate import evaluate
     from mambalaya.experiments.hybrid import evaluate_hybrid
 
@@ -44,7 +46,7 @@ def evaluate_cmd(
     config, design = run.config(), run.design(arch)
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
-                  precision=run.precision)
+                  precision=run.precision, devices=devices)
     if not is_hybrid(config):
         ev = evaluate(design, run.model, config, objective=objective.value, **common)
         emit_evaluation(ev, run, config, seq_len, fmt, output)

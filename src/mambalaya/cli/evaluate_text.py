@@ -77,6 +77,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer"), highlight=False)
         if ev.dram is not None:
             out_console.print(ev.dram.text(), highlight=False)
+        if ev.pipeline is not None:
+            out_console.print(pipeline_text(ev.arch, ev.pipeline, ev.stage_dram), highlight=False)
         if "area_mm2" in t:
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
@@ -90,6 +92,26 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print("note: the on-chip buffer's bandwidth is unbounded (the spec gives neither "
                               "memory.onchip_banks with memory.onchip_bank_port_bytes nor "
                               "memory.onchip_bandwidth_bytes_per_cycle), so no group is bound by it", highlight=False)
+
+
+def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
+    """The pipeline line: the devices and their layers, the transfers' time and share (and
+    energy where the links have one), how busy the devices are, and each device's memory."""
+    from mambalaya.cost.capacity import byte_size
+
+    system = arch.system
+    stages = ", ".join(f"{s.start}-{s.stop - 1}" for s in pipeline.stages)
+    energy = ("" if pipeline.interconnect_j is None
+              else f", {pipeline.interconnect_j * 1e3:.4g} mJ over the links")
+    memory = "; ".join(f"device {d}: {byte_size(u.used_bytes)}" + (f" of {byte_size(u.capacity_bytes)}"
+                                                                   if u.capacity_bytes else "")
+                       for d, u in enumerate(stage_dram))
+    sent = byte_size(pipeline.boundary_bytes[0]) if pipeline.boundary_bytes else "0 B"
+    return (f"pipeline over {pipeline.devices} devices (layers {stages}): layers {milliseconds(pipeline.layers_s)} ms "
+            f"+ interconnect {milliseconds(pipeline.interconnect_s)} ms ({pipeline.interconnect_share:.2%} of the time: "
+            f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
+            f"after {system.link_latency_s * 1e6:g} us{energy}); each device computes {pipeline.busy_share:.1%} of the "
+            f"time (the pipeline's bubble: one batch, no micro-batches); DRAM {memory}")
 
 
 def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:
@@ -149,6 +171,8 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                           highlight=False)
         if dram is not None:
             out_console.print(dram.text(), highlight=False)
+        if hv.pipeline is not None:
+            out_console.print(pipeline_text(hv.arch, hv.pipeline, hv.stage_dram), highlight=False)
         energy = hv.energy
         if energy is not None:
             t = hv.totals()

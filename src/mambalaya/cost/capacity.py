@@ -17,8 +17,9 @@ are not counted: they are a layer's at a time, small beside these at any batch t
 
 :func:`check_fits` refuses a model that needs more than the capacity (a :class:`CapacityError`
 naming the need, the capacity and the devices whose joined capacity would hold it), and
-otherwise says how much is used and left (:class:`DramUse`). Running a model across devices is
-not modelled yet (the multi-device issue, 46). This module computes only; the evaluation
+otherwise says how much is used and left (:class:`DramUse`). A model over one device's capacity
+runs pipeline parallel over several (:mod:`mambalaya.experiments.devices`, each device checked
+against its stage's need). This module computes only; the evaluation
 (:mod:`mambalaya.experiments.evaluate`) gathers the inputs and calls it.
 """
 
@@ -150,20 +151,21 @@ def devices_to_hold(need_bytes: float, capacity_bytes: int) -> int:
     return max(1, math.ceil(need_bytes / capacity_bytes))
 
 
-def check_fits(need: MemoryNeed, capacity_bytes: int | None, *, model: str, arch: str) -> DramUse:
+def check_fits(need: MemoryNeed, capacity_bytes: int | None, *, model: str, arch: str,
+               across: str | None = None) -> DramUse:
     """``need`` against a design's off-chip capacity: the use, or a :class:`CapacityError`
-    naming the need, the capacity and the devices that would hold it (None: not checked)."""
+    naming the need, the capacity, the devices whose joined capacity would hold it and
+    ``across``, the caller's word on running it over several (None: not checked)."""
     if capacity_bytes is not None and need.total_bytes > capacity_bytes:
         devices = devices_to_hold(need.total_bytes, capacity_bytes)
-        remedy = ("The weights alone are over the capacity, so no batch or length fits: use a smaller model"
-                  if need.weight_bytes > capacity_bytes else "Use a smaller batch or sequence length")
+        remedy = ("The weights alone are over the capacity, so no batch or length on one device fits: use a "
+                  "smaller model" if need.weight_bytes > capacity_bytes else "Use a smaller batch or sequence length")
         raise CapacityError(
             f"{model} does not fit in the off-chip memory of {arch}: it needs {byte_size(need.total_bytes)} "
             f"({need.parts_text()}), over memory.offchip_capacity_bytes = {byte_size(capacity_bytes)} "
-            f"({capacity_bytes:,} bytes); its capacity would hold it on {devices:,} such devices "
-            f"(ceil({need.total_bytes:,.0f} / {capacity_bytes:,})), but running a model across devices is not "
-            f"modelled yet (the multi-device issue, 46). {remedy}, or a design with more memory "
-            "(--set memory.offchip_capacity_bytes=...)")
+            f"({capacity_bytes:,} bytes); the joined capacity of {devices:,} such devices would hold it "
+            f"(ceil({need.total_bytes:,.0f} / {capacity_bytes:,}))" + (f"; {across}" if across else "")
+            + f". {remedy}, several devices, or a design with more memory (--set memory.offchip_capacity_bytes=...)")
     return DramUse(need, capacity_bytes)
 
 

@@ -8,7 +8,7 @@ latency and energy results are made)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
@@ -16,6 +16,9 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.fusion.mapping import Mapping
 from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits, memory_need, state_bytes
+from mambalaya.cost.pipeline import PipelineCost
+from mambalaya.experiments.devices import (costed_layer_type, fewest_pipeline_devices, pipeline_of, require_fits_on,
+                                           resolve_devices)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
@@ -42,6 +45,9 @@ class Evaluation:
     objective: str = "latency"
     #: The model's use of the design's off-chip memory (None where the caller did not check it).
     dram: DramUse | None = None
+    #: On several devices (pipeline parallel): the pipeline and each device's use of its memory.
+    pipeline: PipelineCost | None = None
+    stage_dram: tuple[DramUse, ...] = ()
 
     @property
     def energy(self) -> LayerEnergy | None:
@@ -67,22 +73,39 @@ class Evaluation:
         if self.dram is not None:
             extra.update(dram_need_bytes=self.dram.used_bytes, dram_capacity_bytes=self.dram.capacity_bytes,
                          dram_left_bytes=self.dram.left_bytes)
+        model_s, tokens_per_s = r.model_latency_s, r.tokens_per_s
+        if self.pipeline is not None:
+            extra.update(pipeline_totals(self.pipeline, self.stage_dram))
+            model_s = self.pipeline.latency_s
+            tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
         return {
             "latency_s": r.latency_s,
-            "model_latency_s": r.model_latency_s,
+            "model_latency_s": model_s,
             "offchip_bytes": r.offchip_bytes,
             "compute_util": r.compute_util,
             "mem_util": r.mem_util,
             "comp_s": r.comp_s,
             "groups": len(r.groups),
             "n_layers": r.n_layers,
-            "tokens_per_s": r.tokens_per_s,
+            "tokens_per_s": tokens_per_s,
             "onchip_s": r.onchip_s,
             "buffer_bytes": r.buffer_bytes,
             "spatial_util": r.spatial_util,
             "bound": r.bound,
             **extra,
         }
+
+
+def pipeline_totals(pipeline: PipelineCost, stage_dram: tuple[DramUse, ...]) -> dict[str, Any]:
+    """A pipeline's own figures in an evaluation's totals: the devices, the time and (where the
+    links have one) energy of the transfers between them, and the fullest device's memory."""
+    out: dict[str, Any] = {"devices": pipeline.devices, "layers_latency_s": pipeline.layers_s,
+                           "interconnect_s": pipeline.interconnect_s, "interconnect_share": pipeline.interconnect_share,
+                           "boundary_bytes": pipeline.boundary_bytes[0] if pipeline.boundary_bytes else 0.0,
+                           "devices_busy_share": pipeline.busy_share, "interconnect_energy_j": pipeline.interconnect_j}
+    if stage_dram:
+        out["dram_need_bytes_per_device"] = [u.used_bytes for u in stage_dram]
+    return out
 
 
 def over_budget(power_w: float, budget_w: float | None) -> bool:
@@ -118,19 +141,31 @@ def evaluate(
     scan: str | None = None,
     precision: str | PrecisionPolicy | None = None,
     objective: str = "latency",
+    devices: int | None = None,
 ) -> Evaluation:
     """One layer of ``config`` on ``arch`` under its mapping (searched for ``objective``:
     latency, energy or edp). Tensor widths follow ``precision``
     (default: the arch's own policy, ``arch.precision``), whose ``design`` width is the arch's
     ``bits_per_element``. ``scan`` picks Mamba-2's scan form (default: chunked in prefill,
-    recurrent in decode)."""
+    recurrent in decode). ``devices`` (default the design's ``system.devices``, else 1) runs the
+    model pipeline parallel over that many devices (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
-    dram = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy)
+    n_devices = resolve_devices(spec, devices)
+    if n_devices == 1:
+        dram, stage_dram = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy), ()
+    else:
+        dram, stage_dram = None, require_fits_on(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
+                                                 policy=policy)
     cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
-    return evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch, mapping=mapping,
-                            policy=policy, objective=objective, n_layers=config.n_layers, dram=dram)
+    ev = evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch, mapping=mapping,
+                          policy=policy, objective=objective, n_layers=config.n_layers, dram=dram)
+    if n_devices == 1:
+        return ev
+    kind = costed_layer_type(config)
+    return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade}),
+                   stage_dram=stage_dram)
 
 
 @dataclass
@@ -233,7 +268,17 @@ def require_fits(spec: ArchSpec, model_name: str, config: Any, *, batch: int, se
     the capacity and the devices that would hold it). Every evaluation calls it before costing:
     :func:`evaluate` (and so compare and reproduce), and the hybrid and sweep evaluations."""
     use = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=precision)
-    return check_fits(use.need, use.capacity_bytes, model=model_name, arch=spec.name)
+    across = None
+    if use.capacity_bytes is not None and use.used_bytes > use.capacity_bytes:
+        if spec.system is None:
+            across = (f"{spec.name} has no system section, so it runs on one device (a design with one, such as "
+                      "gpu-h100, runs a model over several: --devices)")
+        else:
+            fewest = fewest_pipeline_devices(config, use.capacity_bytes, batch=batch, seq_len=seq_len,
+                                             bits=spec.bits_per_element, policy=resolve_policy(spec, precision), start=2)
+            across = (f"in a pipeline (its layers split in order) it runs on {fewest}: --devices {fewest}"
+                      if fewest is not None else "no pipeline holds it (one layer per device is over the capacity)")
+    return check_fits(use.need, use.capacity_bytes, model=model_name, arch=spec.name, across=across)
 
 
 def dram_use(spec: ArchSpec, config: Any, *, batch: int, seq_len: int,

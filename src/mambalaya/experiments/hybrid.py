@@ -24,9 +24,11 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError
+from mambalaya.experiments.devices import pipeline_of, require_fits_on, resolve_devices
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
-                                            require_fits, resolve_policy)
+                                            pipeline_totals, require_fits, resolve_policy)
 from mambalaya.cost.capacity import DramUse
+from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.energy import ModelEnergy
 from mambalaya.workloads.families.base import scanned_layer_types
 from mambalaya.workloads.families.bamba import HybridConfig
@@ -51,9 +53,15 @@ class HybridEvaluation:
     layers: dict[str, Evaluation]
     #: the model's use of the design's off-chip memory (:func:`~mambalaya.experiments.evaluate.dram_use`)
     dram: DramUse | None = None
+    #: on several devices (pipeline parallel): the pipeline and each device's use of its memory
+    pipeline: PipelineCost | None = None
+    stage_dram: tuple[DramUse, ...] = ()
 
     @property
     def model_latency_s(self) -> float:
+        """Every layer's latency, and on several devices the transfers between them."""
+        if self.pipeline is not None:
+            return self.pipeline.latency_s
         return sum(ev.result.model_latency_s for ev in self.layers.values())
 
     def share_of_time(self, layer_type: str) -> float:
@@ -107,6 +115,7 @@ class HybridEvaluation:
             "n_layers": self.config.n_layers,
             "attention_share": self.attention_share,
             **self.energy_totals(),
+            **({} if self.pipeline is None else pipeline_totals(self.pipeline, self.stage_dram)),
         }
         for t, ev in self.layers.items():
             out[f"{t}_layers"] = ev.result.n_layers
@@ -144,6 +153,7 @@ def evaluate_hybrid(
     precision: str | PrecisionPolicy | None = None,
     over_capacity: str = "refuse",
     reuse: CostedLayers | None = None,
+    devices: int | None = None,
 ) -> HybridEvaluation:
     """Every layer type of ``config`` on ``arch``. A Mamba layer's prefill runs whichever scan
     form (chunked SSD or the recurrent scan) is faster on the design unless ``scan`` is given,
@@ -157,13 +167,23 @@ def evaluate_hybrid(
     it is evaluated as on one device of enough capacity and its :attr:`HybridEvaluation.dram`
     says how many devices it needs (the hybrid suite reports such points, marked). With
     ``reuse``, a layer type already costed under the same inputs is not searched again
-    (:class:`~mambalaya.experiments.evaluate.CostedLayers`)."""
+    (:class:`~mambalaya.experiments.evaluate.CostedLayers`). ``devices`` (default the design's
+    ``system.devices``, else 1) runs the model pipeline parallel over that many devices, each
+    checked to hold its layers (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")
-    dram = (require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy)
-            if over_capacity == "refuse" else dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy))
+    n_devices = resolve_devices(spec, devices)
+    stage_dram: tuple[DramUse, ...] = ()
+    if n_devices > 1:
+        if over_capacity != "refuse":
+            raise ValueError("over_capacity='report' is for one device; a pipeline's devices are each checked")
+        dram = None
+        stage_dram = require_fits_on(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len, policy=policy)
+    else:
+        dram = (require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy)
+                if over_capacity == "refuse" else dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy))
     layers: dict[str, Evaluation] = {}
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
@@ -189,7 +209,10 @@ def evaluate_hybrid(
             raise MambalayaError(f"{model_name} {layer_type} layers, {phase} L={seq_len}, on {spec.name}: "
                                  + "; ".join(errors))
         layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
-    return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram)
+    pipeline = None if n_devices == 1 else pipeline_of(
+        spec, config, n_devices, {t: ev.result.latency_s for t, ev in layers.items()},
+        {t: ev.cascade for t, ev in layers.items()})
+    return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, pipeline, stage_dram)
 
 
 def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:

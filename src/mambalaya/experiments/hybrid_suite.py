@@ -246,9 +246,9 @@ def _capacity_lines(latency: pd.DataFrame) -> list[str]:
     where = "; ".join(f"{model} {phase} from L = {L:,}" for (model, phase), L in first.items())
     return [f"**Memory.** {len(over)} of {len(latency)} evaluations need more off-chip memory than one device has "
             f"(weights, recurrent and conv states, KV cache at batch and L): {where}. Their latencies (marked † with "
-            "the devices whose joined memory would hold the model) are those of one device with enough memory; "
-            "running a model across devices, with its collectives, is not modelled yet (issue 46). `mambalaya "
-            "evaluate` refuses such a point.", ""]
+            "the devices whose joined memory would hold the model) are those of one device with enough memory. "
+            "`mambalaya evaluate` refuses such a point on one device, naming the devices a pipeline needs, and runs "
+            "it pipeline parallel with `--devices N` on a design whose spec joins its devices (`system`).", ""]
 
 
 def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: dict) -> Path:

@@ -67,6 +67,11 @@ class FamilyModel(BaseModel):
         """Weights outside the layers besides the embedding, LM head and final norm (none here)."""
         return 0
 
+    def shared_parameters(self, layer_types: set[str]) -> int:
+        """Of :meth:`extra_parameters`, the weights a device running layers of ``layer_types``
+        must hold besides those layers' own (weights several layers share; none here)."""
+        return 0
+
     def model_parameters(self) -> int:
         """Embedding (and the LM head unless tied) + every layer + the final norm."""
         embed = self.vocab_size * self.d_model * (1 if self.tie_embeddings else 2)

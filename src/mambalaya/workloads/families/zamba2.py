@@ -203,6 +203,11 @@ class Zamba2Model(FamilyModel):
         """The shared blocks, each once (transformers builds min(num_mem_blocks, hybrid layers))."""
         return min(self.num_mem_blocks, len(self.hybrid_layer_ids)) * self.shared_block_parameters()
 
+    def shared_parameters(self, layer_types: set[str]) -> int:
+        """A device running hybrid layers holds the shared blocks (all of them: an assumption, a
+        device whose hybrid layers use one block would need only that one)."""
+        return self.extra_parameters() if "hybrid" in layer_types else 0
+
     def shape_text(self) -> str:
         return (f"{super().shape_text()}; {min(self.num_mem_blocks, len(self.hybrid_layer_ids))} shared blocks "
                 f"(attention heads={self.n_heads} kv={self.n_kv_heads} head_dim={self.head_dim}"

@@ -1,0 +1,61 @@
+"""Several devices joined by links: the ``system`` section of a design spec.
+
+A design spec describes one device. Its optional ``system`` section says how several of them
+are joined: the bandwidth each device sends at over its link (one direction), the latency of a
+transfer, and, where a source gives it, the energy per bit moved. ``devices`` is how many an
+evaluation uses unless told otherwise (``--devices``); one device is the design alone, costed
+exactly as without the section.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from mambalaya.arch.quantities import BANDWIDTH_UNITS, OFFCHIP_BANDWIDTH_RANGE, PhysicalRange, parse_float_quantity
+
+_CONFIG = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
+
+#: The most devices a system may join (a bound, so a typo is refused; the largest NVLink domains
+#: have 72 GPUs, clusters thousands).
+MAX_DEVICES = 65_536
+LINK_LATENCY_RANGE = PhysicalRange(
+    0, 1e-2, "0 to 10 ms", "a link transfer's fixed cost is microseconds; 10 ms is far above any interconnect", "s")
+LINK_ENERGY_RANGE = PhysicalRange(
+    0, 1e3, "0 to 1000 pJ/bit", "an off-package link costs a few pJ per bit; 1000 is far above any", "pJ/bit")
+
+
+class SystemSpec(BaseModel):
+    """How several devices of this design are joined."""
+
+    model_config = _CONFIG
+
+    devices: int = Field(1, ge=1, le=MAX_DEVICES, description="Devices an evaluation uses by default (--devices).")
+    link_bandwidth_bytes_per_s: Annotated[float, OFFCHIP_BANDWIDTH_RANGE.validator()] = Field(
+        gt=0, description="Bytes per second one device sends to another over its link, one direction. YAML may "
+                          "say '450 GB/s'. " + OFFCHIP_BANDWIDTH_RANGE.note)
+    link_latency_s: Annotated[float, LINK_LATENCY_RANGE.validator()] = Field(
+        ge=0, description="Seconds a transfer takes before its first byte arrives. " + LINK_LATENCY_RANGE.note)
+    link_energy_pj_per_bit: Annotated[float, LINK_ENERGY_RANGE.validator()] | None = Field(
+        None, ge=0, description="Energy per bit a link moves; None: not modelled (no energy line for the links). "
+                                + LINK_ENERGY_RANGE.note)
+
+    @field_validator("link_bandwidth_bytes_per_s", mode="before")
+    @classmethod
+    def _bandwidth(cls, value: Any) -> Any:
+        return parse_float_quantity(value, BANDWIDTH_UNITS, "a bandwidth")
+
+    def transfer_s(self, n_bytes: float) -> float:
+        """Seconds to send ``n_bytes`` from one device to the next: the latency plus the bytes
+        over the link's bandwidth."""
+        return self.link_latency_s + n_bytes / self.link_bandwidth_bytes_per_s
+
+    def transfer_j(self, n_bytes: float) -> float | None:
+        """Joules to move ``n_bytes`` over a link (None where the spec gives no energy)."""
+        if self.link_energy_pj_per_bit is None:
+            return None
+        return 8 * n_bytes * self.link_energy_pj_per_bit * 1e-12
+
+
+__all__ = ["MAX_DEVICES", "SystemSpec"]

@@ -1,0 +1,154 @@
+"""A model on several devices of one design, pipeline parallel (:mod:`mambalaya.cost.pipeline`).
+
+``devices`` comes from ``--devices`` or the design's ``system.devices`` (default 1); more than
+one needs the design's ``system`` section (its links). Each device holds a contiguous run of
+the model's layers in their order (:func:`layer_order`), so what it must hold
+(:func:`stage_needs`) is those layers' weights (per layer type, :func:`layer_weight_parameters`),
+recurrent states and KV caches, any weights its layers share with others (Zamba2's shared blocks,
+on every device that runs a hybrid layer), and on the first device the weights outside the layers
+(the embedding, the LM head, the final norm): an assumption, as the stage that embeds the tokens
+is taken to hold the head too. Each device's need is checked against the design's capacity
+(:func:`require_fits_on`); a model that does not fit is refused naming the fewest devices whose
+pipeline would hold it (:func:`fewest_pipeline_devices`). The latency adds the transfers at the
+stage boundaries to the layers' (:func:`pipeline_of`); a layer's own cost is unchanged, so one
+device is exactly the single-device evaluation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mambalaya.arch import ArchSpec
+from mambalaya.cost.capacity import CapacityError, DramUse, MemoryNeed, byte_size, memory_need, state_bytes
+from mambalaya.cost.pipeline import PipelineCost, pipeline_cost, stage_layers
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Role
+from mambalaya.errors import SpecError
+from mambalaya.workloads import build_layer
+from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig
+from mambalaya.workloads.families.base import is_hybrid
+from mambalaya.workloads.precision import PrecisionPolicy
+
+#: Gated DeltaNet models' layer types (the olmo-hybrid preset): the built delta-rule layers and
+#: the attention layers the evaluation does not build (their KV cache is held all the same).
+GDN_LINEAR, GDN_FULL = "linear_attention", "full_attention"
+
+
+def resolve_devices(spec: ArchSpec, devices: int | None) -> int:
+    """The device count of an evaluation: ``devices``, else the design's ``system.devices``,
+    else 1; more than one needs the design's ``system`` section."""
+    n = devices if devices is not None else (spec.system.devices if spec.system is not None else 1)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise SpecError(f"--devices is a whole number of devices, at least 1 (got {n!r})")
+    if n > 1 and spec.system is None:
+        raise SpecError(f"{spec.name} has no system section (how its devices are joined: system.link_bandwidth_"
+                        "bytes_per_s, system.link_latency_s), so it runs on one device only; use a design with one "
+                        "(gpu-h100) or add it to your spec")
+    return n
+
+
+def layer_order(config: Any) -> tuple[str | None, ...]:
+    """The model's layers in order, by layer type (None for a model of one layer type)."""
+    if is_hybrid(config) or isinstance(config, GatedDeltaNetConfig):
+        return tuple(config.layer_types)
+    return (None,) * config.n_layers
+
+
+def costed_layer_type(config: Any) -> str | None:
+    """The layer type a model of one costed layer type evaluates (None: its only type; a Gated
+    DeltaNet model's delta-rule layers, its attention layers not being built)."""
+    return GDN_LINEAR if isinstance(config, GatedDeltaNetConfig) else None
+
+
+def layer_weight_parameters(config: Any, layer_type: str | None) -> int:
+    """Weight elements of one layer of ``layer_type`` (its norms, mixer and MLP)."""
+    if isinstance(config, GatedDeltaNetConfig):
+        mixer = config.layer_parameters() if layer_type == GDN_LINEAR else config.attention_parameters()
+        return mixer + config.mlp_parameters()
+    return config.layer_parameters() if layer_type is None else config.layer_parameters(layer_type)
+
+
+def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: int, bits: int,
+                  policy: PrecisionPolicy) -> tuple[float, float]:
+    """(recurrent and conv state bytes, KV cache bytes) of one layer of ``layer_type``."""
+    if isinstance(config, GatedDeltaNetConfig) and layer_type == GDN_FULL:  # not built: its KV cache alone
+        head_dim = config.head_dim or config.d_model // config.n_heads
+        width = policy.bits("bamba", "VC0", Role.STATE, bits)
+        return 0.0, 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8
+    chosen = {"layer_type": layer_type} if is_hybrid(config) else {}
+    step = build_layer(config, phase="decode", seq_len=max(seq_len, 1), batch=batch, bits=bits, precision=policy,
+                       **chosen)
+    return state_bytes(step)
+
+
+def stage_needs(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
+                policy: PrecisionPolicy) -> tuple[MemoryNeed, ...]:
+    """What each of ``devices`` pipeline stages must hold (see the module doc)."""
+    order = layer_order(config)
+    weight_bits = policy.bits("", "", Role.WEIGHT, bits)
+    kinds = dict.fromkeys(order)
+    params = {t: layer_weight_parameters(config, t) for t in kinds}
+    states = {t: _layer_states(config, t, batch=batch, seq_len=seq_len, bits=bits, policy=policy) for t in kinds}
+    shared = getattr(config, "shared_parameters", lambda types: 0)
+    outside = config.model_parameters() - sum(params[t] for t in order) - shared(set(order))
+    needs = []
+    for d, stage in enumerate(stage_layers(len(order), devices)):
+        held = [order[i] for i in stage]
+        counts = {t: held.count(t) for t in dict.fromkeys(held)}
+        own = sum(params[t] * n for t, n in counts.items()) + shared(set(held))
+        needs.append(memory_need(own + (outside if d == 0 else 0),
+                                 weight_bits, [(n, states[t]) for t, n in counts.items()], batch=batch,
+                                 seq_len=seq_len))
+    return tuple(needs)
+
+
+def fewest_pipeline_devices(config: Any, capacity_bytes: int, *, batch: int, seq_len: int, bits: int,
+                            policy: PrecisionPolicy, start: int = 1) -> int | None:
+    """The fewest devices (from ``start``) whose pipeline stages each fit ``capacity_bytes``
+    (None: not even one layer per device fits)."""
+    for n in range(max(start, 1), len(layer_order(config)) + 1):
+        needs = stage_needs(config, n, batch=batch, seq_len=seq_len, bits=bits, policy=policy)
+        if all(need.total_bytes <= capacity_bytes for need in needs):
+            return n
+    return None
+
+
+def require_fits_on(spec: ArchSpec, model_name: str, config: Any, devices: int, *, batch: int, seq_len: int,
+                    policy: PrecisionPolicy) -> tuple[DramUse, ...]:
+    """Each pipeline stage's use of its device's off-chip memory, or a
+    :class:`~mambalaya.cost.capacity.CapacityError` naming the stage over the capacity and the
+    fewest devices that would hold the model."""
+    capacity = spec.memory.offchip_capacity_bytes
+    needs = stage_needs(config, devices, batch=batch, seq_len=seq_len, bits=spec.bits_per_element, policy=policy)
+    uses = tuple(DramUse(need, capacity) for need in needs)
+    if capacity is None:
+        return uses
+    over = [d for d, need in enumerate(needs) if need.total_bytes > capacity]
+    if over:
+        d = over[0]
+        fewest = fewest_pipeline_devices(config, capacity, batch=batch, seq_len=seq_len, bits=spec.bits_per_element,
+                                         policy=policy, start=devices + 1)
+        remedy = (f"--devices {fewest} holds it" if fewest is not None
+                  else "no pipeline holds it (one layer per device is over the capacity)")
+        raise CapacityError(
+            f"{model_name} does not fit on {devices} devices of {spec.name} in a pipeline: device {d} holds "
+            f"{byte_size(needs[d].total_bytes)} ({needs[d].parts_text()}), over memory.offchip_capacity_bytes = "
+            f"{byte_size(capacity)}; {remedy}, or use a smaller batch or sequence length")
+    return uses
+
+
+def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | None, float],
+                layer_cascades: dict[str | None, Cascade]) -> PipelineCost:
+    """The pipeline of ``devices`` stages over the model's layers: each layer takes
+    ``layer_s[type]`` seconds (0 for a type the evaluation does not cost, a Gated DeltaNet model's
+    attention layers), each boundary sends what the next stage's first layer reads
+    (``layer_cascades[type]``, or any costed layer's: the residual stream is the same)."""
+    order = layer_order(config)
+    stages = stage_layers(len(order), devices)
+    fallback = next(iter(layer_cascades.values()))
+    firsts = [layer_cascades.get(order[stage[0]], fallback) for stage in stages]
+    return pipeline_cost(spec.system, [layer_s.get(t, 0.0) for t in order], firsts, devices)
+
+
+__all__ = ["costed_layer_type", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters", "pipeline_of", "require_fits_on",
+           "resolve_devices", "stage_needs"]

@@ -1,0 +1,145 @@
+"""Several devices, pipeline parallel (issue 46): a design's system section joins its devices;
+a model's layers split in order over them, each device checked to hold its layers; the batch's
+latency is every layer's plus a transfer of the activations at each boundary over a link; one
+device is exactly the single-device evaluation."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mambalaya.arch import arch_to_yaml, load_arch, loads_arch, with_settings
+from mambalaya.cli import app
+from mambalaya.cost.capacity import CapacityError
+from mambalaya.cost.pipeline import boundary_bytes, stage_layers
+from mambalaya.errors import SpecError
+from mambalaya.experiments.devices import layer_order, stage_needs
+from mambalaya.experiments.evaluate import evaluate, model_memory_need
+from mambalaya.experiments.hybrid import evaluate_hybrid
+from mambalaya.workloads import PRESETS
+from mambalaya.workloads.precision import load_policy
+
+runner = CliRunner()
+POLICY = load_policy("reference-kernels")
+
+
+def test_stages_are_contiguous_runs_as_equal_as_the_layers_allow() -> None:
+    assert stage_layers(5, 2) == (range(0, 3), range(3, 5))
+    assert stage_layers(4, 4) == tuple(range(i, i + 1) for i in range(4))
+    assert stage_layers(24, 1) == (range(0, 24),)
+    with pytest.raises(SpecError, match="leave a device without a layer"):
+        stage_layers(3, 4)
+    with pytest.raises(SpecError, match="at least one device"):
+        stage_layers(3, 0)
+
+
+@pytest.mark.parametrize("name", ["mamba-130m", "mamba2-130m", "bamba-9b", "jamba-v0.1", "granite-4.0-h-tiny",
+                                  "nemotron-h-8b", "olmo-hybrid-7b", "falcon-h1-7b", "olmo-hybrid"])
+def test_the_devices_hold_together_what_one_device_holds(name: str) -> None:
+    """Every weight, state and KV cache of the model is on exactly one device."""
+    config = PRESETS[name]
+    one = model_memory_need(config, batch=4, seq_len=2048, bits=16, policy=POLICY)
+    for devices in (1, 2, 3):
+        needs = stage_needs(config, devices, batch=4, seq_len=2048, bits=16, policy=POLICY)
+        assert sum(n.parameters for n in needs) == one.parameters
+        assert sum(n.state_bytes for n in needs) == pytest.approx(one.state_bytes, rel=1e-12)
+        assert sum(n.kv_cache_bytes for n in needs) == pytest.approx(one.kv_cache_bytes, rel=1e-12)
+
+
+def test_zamba2s_shared_blocks_are_on_every_device_that_runs_a_hybrid_layer() -> None:
+    config = PRESETS["zamba2-2.7b"]
+    shared = config.extra_parameters()
+    one = model_memory_need(config, batch=1, seq_len=2048, bits=16, policy=POLICY)
+    needs = stage_needs(config, 3, batch=1, seq_len=2048, bits=16, policy=POLICY)
+    assert all("hybrid" in [layer_order(config)[i] for i in s] for s in stage_layers(config.n_layers, 3))
+    assert sum(n.parameters for n in needs) == one.parameters + 2 * shared
+
+
+@pytest.mark.parametrize("arch", ["gpu-h100", "mambalaya"])
+def test_one_device_is_the_single_device_evaluation_exactly(arch: str) -> None:
+    config = PRESETS["mamba2-130m"]
+    base = evaluate(arch, "mamba2-130m", config, phase="prefill", seq_len=1024, batch=2)
+    one = evaluate(arch, "mamba2-130m", config, phase="prefill", seq_len=1024, batch=2, devices=1)
+    assert one.pipeline is None and one.totals() == base.totals()
+
+
+def test_a_design_without_links_runs_on_one_device_only() -> None:
+    with pytest.raises(SpecError, match="mambalaya has no system section"):
+        evaluate("mambalaya", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1, devices=2)
+
+
+def test_a_pipeline_adds_a_transfer_of_the_residual_stream_per_boundary() -> None:
+    """mamba-130m over 3 H100s: the latency is its 24 layers' plus 2 transfers, each the next
+    stage's input X (batch x L x d_model at its width) over 450 GB/s after 3 us."""
+    config = PRESETS["mamba-130m"]
+    ev = evaluate("gpu-h100", "mamba-130m", config, phase="prefill", seq_len=1024, batch=2, devices=3)
+    single = evaluate("gpu-h100", "mamba-130m", config, phase="prefill", seq_len=1024, batch=2)
+    x_bytes = 2 * 1024 * 768 * ev.cascade.tensors["X"].bits / 8
+    assert boundary_bytes(ev.cascade) == x_bytes
+    transfer = 3e-6 + x_bytes / 450e9
+    t = ev.totals()
+    assert t["devices"] == 3 and t["interconnect_s"] == pytest.approx(2 * transfer)
+    assert t["model_latency_s"] == pytest.approx(single.result.model_latency_s + 2 * transfer)
+    assert t["interconnect_share"] == pytest.approx(2 * transfer / t["model_latency_s"])
+    assert t["devices_busy_share"] == pytest.approx(single.result.model_latency_s / (3 * t["model_latency_s"]))
+    assert t["latency_s"] == single.result.latency_s  # a layer costs what it costs on one device
+    assert t["interconnect_energy_j"] is None  # the H100 spec gives no link energy
+
+
+def test_link_energy_is_its_own_line_where_the_spec_gives_it() -> None:
+    spec = with_settings(load_arch("gpu-h100"), ["system.link_energy_pj_per_bit=5"])
+    ev = evaluate(spec, "mamba-130m", PRESETS["mamba-130m"], phase="decode", seq_len=512, batch=4, devices=2)
+    assert ev.totals()["interconnect_energy_j"] == pytest.approx(8 * boundary_bytes(ev.cascade) * 5e-12)
+
+
+def test_jamba_runs_on_two_h100s_and_names_the_interconnect() -> None:
+    """The issue's case: refused on one H100 naming two devices; on two it runs, every layer type
+    costed as on one device, the transfer its own line."""
+    config = PRESETS["jamba-v0.1"]
+    hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", config, phase="prefill", seq_len=2048, batch=8, devices=2)
+    layers = sum(ev.result.model_latency_s for ev in hv.layers.values())
+    assert hv.pipeline.devices == 2 and hv.model_latency_s == pytest.approx(layers + hv.pipeline.interconnect_s)
+    assert hv.pipeline.boundary_bytes == (8 * 2048 * 4096 * 2,)  # X at the design's 16 bits
+    assert all(u.used_bytes <= 80e9 for u in hv.stage_dram)
+    assert sum(hv.share_of_time(t) for t in hv.layers) + hv.pipeline.interconnect_share == pytest.approx(1.0)
+    r = runner.invoke(app, ["evaluate", "-m", "jamba-v0.1", "-a", "gpu-h100", "-L", "2048", "-B", "8",
+                            "--devices", "2"])
+    assert r.exit_code == 0, r.output
+    assert "pipeline over 2 devices (layers 0-15, 16-31)" in r.stdout and "of the time: 1 transfer of" in r.stdout
+    out = runner.invoke(app, ["evaluate", "-m", "jamba-v0.1", "-a", "gpu-h100", "-L", "2048", "-B", "8",
+                              "--devices", "2", "--format", "json"])
+    totals = json.loads(out.stdout)["totals"]
+    assert totals["devices"] == 2 and totals["interconnect_s"] > 0 and len(totals["dram_need_bytes_per_device"]) == 2
+
+
+def test_a_pipeline_too_short_for_the_model_names_the_devices_that_hold_it() -> None:
+    spec = with_settings(load_arch("gpu-h100"), ["memory.offchip_capacity_bytes=40GB"])
+    with pytest.raises(CapacityError, match="does not fit on 2 devices of gpu-h100 in a pipeline: device 0 holds .*"
+                                            "--devices 3 holds it"):
+        evaluate_hybrid(spec, "jamba-v0.1", PRESETS["jamba-v0.1"], phase="prefill", seq_len=2048, batch=1, devices=2)
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("system.link_bandwidth_bytes_per_s=-5", "system.link_bandwidth_bytes_per_s"),
+    ("system.link_latency_s=1", "system.link_latency_s"),
+    ("system.devices=0", "system.devices"),
+])
+def test_bad_system_fields_are_one_clear_error(setting: str, needle: str) -> None:
+    with pytest.raises(SpecError, match=needle):
+        with_settings(load_arch("gpu-h100"), [setting])
+
+
+def test_the_system_section_round_trips_and_refuses_unknown_fields() -> None:
+    spec = load_arch("gpu-h100")
+    assert loads_arch(arch_to_yaml(spec)) == spec
+    with pytest.raises(SpecError, match="system.topology"):
+        loads_arch(arch_to_yaml(spec).replace("  link_latency_s:", "  topology: ring\n  link_latency_s:"))
+
+
+def test_devices_option_is_checked() -> None:
+    r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "--devices", "0"])
+    assert r.exit_code == 2 and "--devices" in r.output
+    r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "--devices", "200", "-a", "gpu-h100"])
+    assert r.exit_code == 1 and "use at most 24 devices" in " ".join(r.stderr.split())

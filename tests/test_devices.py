@@ -124,7 +124,7 @@ def test_a_pipeline_too_short_for_the_model_names_the_devices_that_hold_it() -> 
 @pytest.mark.parametrize("setting, needle", [
     ("system.link_bandwidth_bytes_per_s=-5", "system.link_bandwidth_bytes_per_s"),
     ("system.link_latency_s=1", "system.link_latency_s"),
-    ("system.devices=0", "system.devices"),
+    ("system.devices=2", "system.devices"),  # the device count is the evaluation's (--devices), not the spec's
 ])
 def test_bad_system_fields_are_one_clear_error(setting: str, needle: str) -> None:
     with pytest.raises(SpecError, match=needle):

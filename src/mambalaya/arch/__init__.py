@@ -336,7 +336,6 @@ _UNITS: dict[str, str] = {
     "kernels.compute_fraction": "",
     "kernels.offchip_fraction": "",
     "kernels.sm_count": "SMs",
-    "system.devices": "devices",
     "system.link_bandwidth_bytes_per_s": "B/s",
     "system.link_latency_s": "s",
     "system.link_energy_pj_per_bit": "pJ/bit",

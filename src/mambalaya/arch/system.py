@@ -2,9 +2,10 @@
 
 A design spec describes one device. Its optional ``system`` section says how several of them
 are joined: the bandwidth each device sends at over its link (one direction), the latency of a
-transfer, and, where a source gives it, the energy per bit moved. ``devices`` is how many an
-evaluation uses unless told otherwise (``--devices``); one device is the design alone, costed
-exactly as without the section.
+transfer, and, where a source gives it, the energy per bit moved. How many devices run a model
+is the evaluation's choice (``evaluate --devices N``), not the design's: every other consumer of
+a spec (compare, sweeps, the suites) runs one device, so no reader can take a device count from
+a spec and report one device's numbers for it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,6 @@ class SystemSpec(BaseModel):
 
     model_config = _CONFIG
 
-    devices: int = Field(1, ge=1, le=MAX_DEVICES, description="Devices an evaluation uses by default (--devices).")
     link_bandwidth_bytes_per_s: Annotated[float, OFFCHIP_BANDWIDTH_RANGE.validator()] = Field(
         gt=0, description="Bytes per second one device sends to another over its link, one direction. YAML may "
                           "say '450 GB/s'. " + OFFCHIP_BANDWIDTH_RANGE.note)

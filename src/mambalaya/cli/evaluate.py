@@ -19,7 +19,7 @@ from mambalaya.outputs import check_output_path, write_text_output
 from mambalaya.workloads.families.base import is_hybrid
 
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")]
-DevicesOpt = Annotated[Optional[int], typer.Option("--devices", min=1, help="Devices to run the model on, pipeline parallel (its layers split in order; the design's system section joins them). Default: the design's system.devices, else 1.")]
+DevicesOpt = Annotated[Optional[int], typer.Option("--devices", min=1, help="Devices to run the model on, pipeline parallel (its layers split in order; the design's system section joins them). Default: 1.")]
 
 
 @app.command("evaluate")

@@ -1,7 +1,7 @@
 """A model on several devices of one design, pipeline parallel (:mod:`mambalaya.cost.pipeline`).
 
-``devices`` comes from ``--devices`` or the design's ``system.devices`` (default 1); more than
-one needs the design's ``system`` section (its links). Each device holds a contiguous run of
+``devices`` comes from ``--devices`` (default 1: the device count is the evaluation's choice, not
+the design's); more than one needs the design's ``system`` section (its links). Each device holds a contiguous run of
 the model's layers in their order (:func:`layer_order`), so what it must hold
 (:func:`stage_needs`) is those layers' weights (per layer type, :func:`layer_weight_parameters`),
 recurrent states and KV caches, any weights its layers share with others (Zamba2's shared blocks,
@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from mambalaya.arch import ArchSpec
+from mambalaya.arch.system import MAX_DEVICES
 from mambalaya.cost.capacity import CapacityError, DramUse, MemoryNeed, byte_size, memory_need, state_bytes
 from mambalaya.cost.pipeline import PipelineCost, pipeline_cost, stage_layers
 from mambalaya.einsum.cascade import Cascade
@@ -35,11 +36,11 @@ GDN_LINEAR, GDN_FULL = "linear_attention", "full_attention"
 
 
 def resolve_devices(spec: ArchSpec, devices: int | None) -> int:
-    """The device count of an evaluation: ``devices``, else the design's ``system.devices``,
-    else 1; more than one needs the design's ``system`` section."""
-    n = devices if devices is not None else (spec.system.devices if spec.system is not None else 1)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise SpecError(f"--devices is a whole number of devices, at least 1 (got {n!r})")
+    """The device count of an evaluation: ``devices`` (None: 1); more than one needs the
+    design's ``system`` section (its links)."""
+    n = 1 if devices is None else devices
+    if not isinstance(n, int) or isinstance(n, bool) or not 1 <= n <= MAX_DEVICES:
+        raise SpecError(f"--devices is a whole number of devices from 1 to {MAX_DEVICES:,} (got {n!r})")
     if n > 1 and spec.system is None:
         raise SpecError(f"{spec.name} has no system section (how its devices are joined: system.link_bandwidth_"
                         "bytes_per_s, system.link_latency_s), so it runs on one device only; use a design with one "

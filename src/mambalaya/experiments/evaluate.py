@@ -147,8 +147,8 @@ def evaluate(
     latency, energy or edp). Tensor widths follow ``precision``
     (default: the arch's own policy, ``arch.precision``), whose ``design`` width is the arch's
     ``bits_per_element``. ``scan`` picks Mamba-2's scan form (default: chunked in prefill,
-    recurrent in decode). ``devices`` (default the design's ``system.devices``, else 1) runs the
-    model pipeline parallel over that many devices (:mod:`mambalaya.experiments.devices`)."""
+    recurrent in decode). ``devices`` (default 1) runs the model pipeline parallel over that many
+    devices of the design (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)

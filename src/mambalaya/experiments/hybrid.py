@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
-from mambalaya.errors import MambalayaError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.devices import pipeline_of, require_fits_on, resolve_devices
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
                                             pipeline_totals, require_fits, resolve_policy)
@@ -167,9 +167,9 @@ def evaluate_hybrid(
     it is evaluated as on one device of enough capacity and its :attr:`HybridEvaluation.dram`
     says how many devices it needs (the hybrid suite reports such points, marked). With
     ``reuse``, a layer type already costed under the same inputs is not searched again
-    (:class:`~mambalaya.experiments.evaluate.CostedLayers`). ``devices`` (default the design's
-    ``system.devices``, else 1) runs the model pipeline parallel over that many devices, each
-    checked to hold its layers (:mod:`mambalaya.experiments.devices`)."""
+    (:class:`~mambalaya.experiments.evaluate.CostedLayers`). ``devices`` (default 1) runs the model pipeline
+    parallel over that many devices of the design, each checked to hold its layers
+    (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
@@ -178,7 +178,8 @@ def evaluate_hybrid(
     stage_dram: tuple[DramUse, ...] = ()
     if n_devices > 1:
         if over_capacity != "refuse":
-            raise ValueError("over_capacity='report' is for one device; a pipeline's devices are each checked")
+            raise SpecError("over_capacity='report' evaluates a model as on one device of enough memory; a "
+                            "pipeline's devices are each checked against their capacity")
         dram = None
         stage_dram = require_fits_on(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len, policy=policy)
     else:

@@ -86,27 +86,16 @@ def layer_cascade(
     if chunk_size is not None:
         model = _with_gdn_chunk_size(model, chunk_size, phase=phase, scan=scan, layer_type=layer_type)
     if isinstance(model, MoEHybridConfig):
-        if layer_type is None or layer_type not in model.layer_counts():
-            raise SpecError(f"a {model.family} model has layers of types {', '.join(model.layer_counts())}; name the "
-                            "one to build (layer_type, --layer-type)")
-        if state_io is False:
-            raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
-        cascade = moe_family_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                                   softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
-        return cascade
+        _check_hybrid_layer(model, layer_type, state_io)
+        return moe_family_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
+                                softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
     if isinstance(model, FamilyModel):
         return build_family_layer(model, phase=phase, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
                                   name=name, scan=scan, layer_type=layer_type, softmax=softmax, key_block=blocks)
     if isinstance(model, HybridConfig):
-        if layer_type is None or layer_type not in model.layer_counts():
-            what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"
-            raise SpecError(f"a hybrid model has layers of types {', '.join(model.layer_counts())}; {what} "
-                            "(layer_type, --layer-type)")
-        if state_io is False:
-            raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
-        cascade = hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                               softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
-        return cascade
+        _check_hybrid_layer(model, layer_type, state_io)
+        return hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
+                            softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
     if layer_type is not None:
         raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")
     if softmax != "three-pass":
@@ -125,6 +114,16 @@ def layer_cascade(
         cascade = mamba1_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                                state_io=state_io, name=name)
     return cascade
+
+
+def _check_hybrid_layer(model: Any, layer_type: str | None, state_io: bool | None) -> None:
+    """A Bamba or mixture-of-experts hybrid's layer: a layer type it has, its state carried out."""
+    if layer_type is None or layer_type not in model.layer_counts():
+        what = "name the one to build" if layer_type is None else f"it has no {layer_type!r} layer; name one of them"
+        raise SpecError(f"a {model.family} model has layers of types {', '.join(model.layer_counts())}; {what} "
+                        "(layer_type, --layer-type)")
+    if state_io is False:
+        raise SpecError("a hybrid model's layers always carry their state and KV cache out; state_io cannot be False")
 
 
 def _with_gdn_chunk_size(model: ModelConfig, chunk_size: int, *, phase: str, scan: str | None,

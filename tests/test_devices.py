@@ -65,6 +65,16 @@ def test_one_device_is_the_single_device_evaluation_exactly(arch: str) -> None:
     assert one.pipeline is None and one.totals() == base.totals()
 
 
+def test_zamba2s_original_embedding_travels_while_a_hybrid_layer_is_to_come() -> None:
+    """Zamba2's hybrid layers read the original embedding EMB besides X: every boundary before
+    the last hybrid layer sends both, whatever layer starts the stage."""
+    config = PRESETS["zamba2-2.7b"]
+    hv = evaluate_hybrid("gpu-h100", "zamba2-2.7b", config, phase="decode", seq_len=512, batch=2, devices=4)
+    x = 2 * 1 * config.d_model * 2  # a decode step's X at 16 bits
+    assert max(layer_order(config).index("hybrid", s.start) for s in hv.pipeline.stages[1:]) < config.n_layers
+    assert hv.pipeline.boundary_bytes == (2 * x, 2 * x, 2 * x)
+
+
 def test_a_design_without_links_runs_on_one_device_only() -> None:
     with pytest.raises(SpecError, match="mambalaya has no system section"):
         evaluate("mambalaya", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1, devices=2)

@@ -2,9 +2,10 @@
 
 Device ``d`` holds a contiguous run of the model's layers (:func:`stage_layers`: as equal in
 count as the layers allow, the first stages taking one more where they do not divide); a batch
-passes through the stages in turn, and at each boundary the activations the next stage's first
-layer reads from the one before (its input tensors over the model width ``D``: the residual
-stream ``X``, and Zamba2's original embedding ``EMB``; :func:`boundary_bytes`) go over a link
+passes through the stages in turn, and at each boundary the activations the layers from there
+on read from before (their input tensors over the model width ``D``: the residual stream ``X``,
+and Zamba2's original embedding ``EMB`` while a hybrid layer is still to come;
+:func:`boundary_bytes`) go over a link
 (:meth:`~mambalaya.arch.system.SystemSpec.transfer_s`). A layer costs what it costs on one
 device (the same cascade, mapping and design), so the batch's latency is the sum of every
 layer's plus the transfers (:class:`PipelineCost`); the other devices wait meanwhile, the
@@ -43,13 +44,18 @@ def stage_layers(n_layers: int, devices: int) -> tuple[range, ...]:
     return tuple(stages)
 
 
-def boundary_bytes(cascade: Cascade) -> float:
-    """Bytes a stage whose first layer is ``cascade`` receives from the stage before: the layer's
-    input tensors over the model width (their elements times their widths); constants a device
-    makes itself (masks, rotary tables) have no ``D`` rank and are not sent."""
-    return float(sum(math.prod(cascade.shape(name)) * spec.bits / 8
-                     for name, spec in cascade.tensors.items()
-                     if spec.role == Role.INPUT and MODEL_WIDTH_RANK in spec.ranks))
+def boundary_bytes(*downstream: Cascade) -> float:
+    """Bytes a stage receives from the one before: the input tensors over the model width that
+    the layers from it on read (``downstream``: their cascades; the residual stream ``X``, and
+    Zamba2's original embedding ``EMB`` while a hybrid layer is still to come), each once, its
+    elements times its width. Constants a device makes itself (masks, rotary tables) have no
+    ``D`` rank and are not sent."""
+    sent: dict[str, float] = {}
+    for cascade in downstream:
+        for name, spec in cascade.tensors.items():
+            if spec.role == Role.INPUT and MODEL_WIDTH_RANK in spec.ranks:
+                sent.setdefault(name, math.prod(cascade.shape(name)) * spec.bits / 8)
+    return float(sum(sent.values()))
 
 
 @dataclass(frozen=True)
@@ -95,16 +101,16 @@ class PipelineCost:
         return self.layers_s / (self.devices * self.latency_s) if self.latency_s else 0.0
 
 
-def pipeline_cost(system, layer_s: Sequence[float], first_layers: Sequence[Cascade], devices: int) -> PipelineCost:
-    """The :class:`PipelineCost` of a model whose layer ``i`` takes ``layer_s[i]`` seconds, split
-    over ``devices`` stages; ``first_layers[d]`` is the cascade of stage ``d``'s first layer
-    (stage 0's is not sent to). ``system`` is the design's
+def pipeline_cost(system, layer_s: Sequence[float], layers: Sequence[Cascade], devices: int) -> PipelineCost:
+    """The :class:`PipelineCost` of a model whose layer ``i`` takes ``layer_s[i]`` seconds and
+    reads as ``layers[i]`` does, split over ``devices`` stages; ``system`` is the design's
     :class:`~mambalaya.arch.system.SystemSpec`."""
     stages = stage_layers(len(layer_s), devices)
-    if len(first_layers) != devices:
-        raise ValueError(f"{len(first_layers)} first layers for {devices} stages")
+    if len(layers) != len(layer_s):
+        raise ValueError(f"{len(layers)} layer cascades for {len(layer_s)} layers")
     stage_s = tuple(float(sum(layer_s[i] for i in stage)) for stage in stages)
-    sent = tuple(boundary_bytes(c) for c in first_layers[1:])
+    distinct = lambda cascades: {id(c): c for c in cascades}.values()  # noqa: E731
+    sent = tuple(boundary_bytes(*distinct(layers[stage.start:])) for stage in stages[1:])
     seconds = tuple(system.transfer_s(b) for b in sent)
     joules = None if system.link_energy_pj_per_bit is None else tuple(system.transfer_j(b) for b in sent)
     return PipelineCost(stages, stage_s, sent, seconds, joules)

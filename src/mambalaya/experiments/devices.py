@@ -142,13 +142,12 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                 layer_cascades: dict[str | None, Cascade]) -> PipelineCost:
     """The pipeline of ``devices`` stages over the model's layers: each layer takes
     ``layer_s[type]`` seconds (0 for a type the evaluation does not cost, a Gated DeltaNet model's
-    attention layers), each boundary sends what the next stage's first layer reads
-    (``layer_cascades[type]``, or any costed layer's: the residual stream is the same)."""
+    attention layers) and reads as ``layer_cascades[type]`` does (an uncosted type as a costed
+    one: the residual stream is the same)."""
     order = layer_order(config)
-    stages = stage_layers(len(order), devices)
     fallback = next(iter(layer_cascades.values()))
-    firsts = [layer_cascades.get(order[stage[0]], fallback) for stage in stages]
-    return pipeline_cost(spec.system, [layer_s.get(t, 0.0) for t in order], firsts, devices)
+    return pipeline_cost(spec.system, [layer_s.get(t, 0.0) for t in order],
+                         [layer_cascades.get(t, fallback) for t in order], devices)
 
 
 __all__ = ["costed_layer_type", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters", "pipeline_of", "require_fits_on",

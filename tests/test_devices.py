@@ -153,3 +153,16 @@ def test_devices_option_is_checked() -> None:
     assert r.exit_code == 2 and "--devices" in r.output
     r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "--devices", "200", "-a", "gpu-h100"])
     assert r.exit_code == 1 and "use at most 24 devices" in " ".join(r.stderr.split())
+
+
+def test_compare_runs_every_design_over_the_devices() -> None:
+    r = runner.invoke(app, ["compare", "-m", "mamba-130m", "--archs", "gpu-h100", "--baseline", "gpu-h100",
+                            "--seq-lens", "1024", "-B", "2", "--devices", "2", "--format", "json"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.stdout)
+    single = evaluate("gpu-h100", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=1024, batch=2)
+    assert row["devices"] == 2 and row["model_latency_s"] == pytest.approx(
+        single.result.model_latency_s + row["interconnect_s"])
+    r = runner.invoke(app, ["compare", "-m", "mamba-130m", "--archs", "mambalaya", "--baseline", "gpu-h100",
+                            "--seq-lens", "1024", "--devices", "2"])
+    assert r.exit_code == 1 and "mambalaya has no system section" in " ".join(r.stderr.split())

@@ -66,11 +66,12 @@ def compare_cmd(
     archs: Annotated[str, typer.Option("--archs", help="Comma-separated designs.")] = "mambalaya,marca-ideal,geens-ideal",
     seq_lens: CompareSeqLensOpt = "2048,16384,131072,1048576",
     baseline: CompareBaselineOpt = DEFAULT_BASELINE,
+    devices: DevicesOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
     """Latencies of several designs across sequence lengths, with speedups over a baseline
-    (--set changes every design alike)."""
+    (--set changes every design alike; --devices runs each over that many devices)."""
     from mambalaya.experiments.evaluate import compare_rows
     from mambalaya.experiments.hybrid import hybrid_compare_rows
 
@@ -82,7 +83,7 @@ def compare_cmd(
     config = run.config()
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_lens=lens, batch=run.batch, baseline=baseline, scan=run.scan,
-                  precision=run.precision, settings=tuple(run.settings or ()))
+                  precision=run.precision, settings=tuple(run.settings or ()), devices=devices)
     rows = (hybrid_compare_rows(names, run.model, config, softmax=softmax, **common) if is_hybrid(config)
             else compare_rows(names, run.model, config, **common))
     emit_comparison(rows, run, config, baseline, fmt, output)

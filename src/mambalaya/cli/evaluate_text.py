@@ -196,7 +196,8 @@ def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, ba
         title = f"{run.model} {run.phase.value}, batch {run.batch}: each design with its own mapping; speedup over {baseline}"
         if is_hybrid(config):  # the table keeps what compares; csv and json hold every column
             keep = ("seq_len", "arch", "model_latency_s", "tokens_per_s",
-                    *(f"{t}_mapping" for t in config.layer_counts()), "attention_share", f"speedup_vs_{baseline}")
+                    *(f"{t}_mapping" for t in config.layer_counts()), "attention_share", "devices", "interconnect_s",
+                    f"speedup_vs_{baseline}")
             rows = [{k: r[k] for k in keep if k in r} for r in rows]
             title += " (whole model; --format csv for each layer type's latency, cascade and share)"
         print_table(rows_table(rows, title), output)

@@ -50,6 +50,11 @@ class Evaluation:
     stage_dram: tuple[DramUse, ...] = ()
 
     @property
+    def model_latency_s(self) -> float:
+        """The whole model's latency: every layer's, and on several devices the transfers."""
+        return self.pipeline.latency_s if self.pipeline is not None else self.result.model_latency_s
+
+    @property
     def energy(self) -> LayerEnergy | None:
         """The energy of this evaluation's actions (None when the arch has no energy section)."""
         if self.arch.energy is None:
@@ -73,10 +78,9 @@ class Evaluation:
         if self.dram is not None:
             extra.update(dram_need_bytes=self.dram.used_bytes, dram_capacity_bytes=self.dram.capacity_bytes,
                          dram_left_bytes=self.dram.left_bytes)
-        model_s, tokens_per_s = r.model_latency_s, r.tokens_per_s
+        model_s, tokens_per_s = self.model_latency_s, r.tokens_per_s
         if self.pipeline is not None:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
-            model_s = self.pipeline.latency_s
             tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
         return {
             "latency_s": r.latency_s,
@@ -373,16 +377,20 @@ def compare_rows(
     scan: str | None = None,
     precision: str | None = None,
     settings: tuple[str, ...] = (),
+    devices: int | None = None,
 ) -> list[dict[str, Any]]:
     """Latency of each design at each sequence length, with the speedup over ``baseline``;
-    ``settings`` (``FIELD=VALUE``) change every design alike."""
+    ``settings`` (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's
+    model pipeline parallel over that many devices (the speedup stays per layer; the model's
+    latency and the transfers are their own columns)."""
     if baseline not in archs:
         archs = [baseline] + archs
     specs = designs_with(archs, settings)
     rows = []
     for L in seq_lens:
         evals = {a: evaluate(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,
-                             mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision) for a in archs}
+                             mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision,
+                             devices=devices) for a in archs}
         base = evals[baseline].result.latency_s
         for a, ev in evals.items():
             r = ev.result
@@ -393,10 +401,13 @@ def compare_rows(
                     "mapping": ev.mapping.name,
                     "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
-                    "model_latency_s": r.model_latency_s,
+                    "model_latency_s": ev.model_latency_s,
                     "offchip_bytes": r.offchip_bytes,
                     "compute_util": r.compute_util,
                     "mem_util": r.mem_util,
+                    **({} if ev.pipeline is None else {"devices": ev.pipeline.devices,
+                                                       "interconnect_s": ev.pipeline.interconnect_s,
+                                                       "interconnect_share": ev.pipeline.interconnect_share}),
                     "speedup_vs_" + baseline: base / r.latency_s,
                 }
             )

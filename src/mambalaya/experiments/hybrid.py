@@ -250,11 +250,13 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
 
 def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig, *, phase: str, seq_lens: list[int],
                         batch: int, baseline: str, scan: str | None = None, softmax: str = "three-pass",
-                        precision: str | None = None, settings: tuple[str, ...] = ()) -> list[dict[str, Any]]:
+                        precision: str | None = None, settings: tuple[str, ...] = (),
+                        devices: int | None = None) -> list[dict[str, Any]]:
     """Whole-model latency of each design at each context length, each layer type's share
     and mapping, and the speedup over ``baseline``. In decode, ``seq_len`` is the context in
     the KV cache, so (unlike a pure Mamba model) every length is its own row. ``settings``
-    (``FIELD=VALUE``) change every design alike."""
+    (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's model pipeline
+    parallel over that many devices."""
     from mambalaya.experiments.evaluate import designs_with
 
     if baseline not in archs:
@@ -263,7 +265,7 @@ def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig,
     rows = []
     for L in seq_lens:
         evals = {a: evaluate_hybrid(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch, scan=scan,
-                                    softmax=softmax, precision=precision) for a in archs}
+                                    softmax=softmax, precision=precision, devices=devices) for a in archs}
         base = evals[baseline].model_latency_s
         for a, ev in evals.items():
             rows.append({"seq_len": L, "arch": a, **ev.totals(), "speedup_vs_" + baseline: base / ev.model_latency_s})

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 import pytest
+from pydantic import BaseModel
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -569,3 +570,23 @@ def test_any_set_is_one_error_or_a_valid_design(settings_, design) -> None:
         assert "\n" not in str(err)
         return
     assert isinstance(spec, ArchSpec)
+
+
+def test_arch_show_lists_every_field_of_every_section_a_spec_has() -> None:
+    """`arch show` (arch_rows) walks the spec's sections: every field of every section a shipped
+    spec has is a row (a table field is its entries' rows), so no section can be left out of the
+    traceable listing (the system section once was); the description is prose, shown by name."""
+    from mambalaya.arch import field_paths
+
+    for name in SHIPPED:
+        spec = load_arch(name)
+        listed = {r["field"] for r in arch_rows(spec)}
+        for path in field_paths():
+            section, _, field = path.partition(".")
+            if path in ("sources", "description") or path.count(".") > 1 or getattr(spec, section, None) is None:
+                continue
+            value = getattr(getattr(spec, section), field) if field else getattr(spec, section)
+            if isinstance(value, (dict, BaseModel)):
+                continue  # a section or a table: its fields or entries are the rows
+
+            assert path in listed, (name, path)

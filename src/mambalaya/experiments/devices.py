@@ -1,8 +1,9 @@
 """A model on several devices of one design, pipeline parallel (:mod:`mambalaya.cost.pipeline`).
 
 ``devices`` comes from ``--devices`` (default 1: the device count is the evaluation's choice, not
-the design's); more than one needs the design's ``system`` section (its links). Each device holds a contiguous run of
-the model's layers in their order (:func:`layer_order`), so what it must hold
+the design's); more than one needs the design's ``system`` section (its links). Each device
+holds a contiguous run of the model's layers in their order (:func:`layer_order`), so what it
+must hold
 (:func:`stage_needs`) is those layers' weights (per layer type, :func:`layer_weight_parameters`),
 recurrent states and KV caches, any weights its layers share with others (Zamba2's shared blocks,
 on every device that runs a hybrid layer), and on the first device the weights outside the layers
@@ -85,21 +86,34 @@ def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: i
 def stage_needs(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
                 policy: PrecisionPolicy) -> tuple[MemoryNeed, ...]:
     """What each of ``devices`` pipeline stages must hold (see the module doc)."""
-    order = layer_order(config)
-    weight_bits = policy.bits("", "", Role.WEIGHT, bits)
-    kinds = dict.fromkeys(order)
-    params = {t: layer_weight_parameters(config, t) for t in kinds}
-    states = {t: _layer_states(config, t, batch=batch, seq_len=seq_len, bits=bits, policy=policy) for t in kinds}
-    shared = getattr(config, "shared_parameters", lambda types: 0)
-    outside = config.model_parameters() - sum(params[t] for t in order) - shared(set(order))
+    return _split_needs(_ModelHoldings(config, batch=batch, seq_len=seq_len, bits=bits, policy=policy), devices)
+
+
+class _ModelHoldings:
+    """What a model's layers hold, per layer type (weights, states, KV caches), and what it
+    holds outside them: built once, split over any device count."""
+
+    def __init__(self, config: Any, *, batch: int, seq_len: int, bits: int, policy: PrecisionPolicy) -> None:
+        self.order = layer_order(config)
+        self.batch, self.seq_len = batch, seq_len
+        self.weight_bits = policy.bits("", "", Role.WEIGHT, bits)
+        kinds = dict.fromkeys(self.order)
+        self.params = {t: layer_weight_parameters(config, t) for t in kinds}
+        self.states = {t: _layer_states(config, t, batch=batch, seq_len=seq_len, bits=bits, policy=policy)
+                       for t in kinds}
+        self.shared = getattr(config, "shared_parameters", lambda types: 0)
+        self.outside = config.model_parameters() - sum(self.params[t] for t in self.order) - self.shared(set(self.order))
+
+
+def _split_needs(held: _ModelHoldings, devices: int) -> tuple[MemoryNeed, ...]:
     needs = []
-    for d, stage in enumerate(stage_layers(len(order), devices)):
-        held = [order[i] for i in stage]
-        counts = {t: held.count(t) for t in dict.fromkeys(held)}
-        own = sum(params[t] * n for t, n in counts.items()) + shared(set(held))
-        needs.append(memory_need(own + (outside if d == 0 else 0),
-                                 weight_bits, [(n, states[t]) for t, n in counts.items()], batch=batch,
-                                 seq_len=seq_len))
+    for d, stage in enumerate(stage_layers(len(held.order), devices)):
+        types = [held.order[i] for i in stage]
+        counts = {t: types.count(t) for t in dict.fromkeys(types)}
+        own = sum(held.params[t] * n for t, n in counts.items()) + held.shared(set(types))
+        needs.append(memory_need(own + (held.outside if d == 0 else 0), held.weight_bits,
+                                 [(n, held.states[t]) for t, n in counts.items()], batch=held.batch,
+                                 seq_len=held.seq_len))
     return tuple(needs)
 
 
@@ -107,9 +121,9 @@ def fewest_pipeline_devices(config: Any, capacity_bytes: int, *, batch: int, seq
                             policy: PrecisionPolicy, start: int = 1) -> int | None:
     """The fewest devices (from ``start``) whose pipeline stages each fit ``capacity_bytes``
     (None: not even one layer per device fits)."""
-    for n in range(max(start, 1), len(layer_order(config)) + 1):
-        needs = stage_needs(config, n, batch=batch, seq_len=seq_len, bits=bits, policy=policy)
-        if all(need.total_bytes <= capacity_bytes for need in needs):
+    held = _ModelHoldings(config, batch=batch, seq_len=seq_len, bits=bits, policy=policy)
+    for n in range(max(start, 1), len(held.order) + 1):
+        if all(need.total_bytes <= capacity_bytes for need in _split_needs(held, n)):
             return n
     return None
 

@@ -511,6 +511,10 @@ def test_a_text_where_a_number_is_is_one_error_when_the_spec_is_read(tmp_path) -
     ("grid:\n  seq_len: [1024]\nfixed:\n  seq_len: 2048", "'seq_len' is set both in 'grid' ([1024]) and in 'fixed' (2048)"),
     ("grid:\n  compute.unary_cost_cycles.exp: [1, 2]\nfixed:\n  compute.unary_cost_cycles: {exp: 3}",
      "fixed.compute.unary_cost_cycles and grid.compute.unary_cost_cycles.exp both set"),
+    # fields no point reads: every value would repeat one result
+    ("grid:\n  arch: [gpu-h100]\n  system.link_bandwidth_bytes_per_s: [100GB/s, 450GB/s]",
+     "grid.system.link_bandwidth_bytes_per_s: the system section joins several devices"),
+    ("fixed:\n  model: mamba-130m\n  kernels.sm_count: 64", "fixed.kernels.sm_count: the SMs a launch grid"),
 ])
 def test_every_field_of_a_sweep_is_checked_when_the_spec_is_read(tmp_path, setting, needle) -> None:
     head = "grid:\n  model: [mamba-130m]\n" if "model" not in setting else "grid:\n  seq_len: [64]\n"

@@ -148,13 +148,23 @@ POINT_MAPPINGS = ("default", *MAPPING_NAMES)
 MAX_POINT_SIZE = MAX_RANK_SIZE
 
 
+#: Architecture fields no sweep point reads, with why: a point runs one device, and its groups
+#: have no launch grid (:mod:`mambalaya.cost.launch`), so sweeping them would repeat one result.
+NOT_READ_BY_POINTS = {
+    "system": "the system section joins several devices, and a sweep point runs one (evaluate --devices runs several)",
+    "kernels.sm_count": "the SMs a launch grid spreads over matter only to a kernel with a grid (validate's cases)",
+    "kernels.sm_offchip_bytes_per_s": "an SM's bandwidth matters only to a kernel with a launch grid (validate's cases)",
+}
+
+
 def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, source: str = "<spec>") -> None:
     """Every field of a sweep, checked once before any point runs; a problem is one
     :class:`SpecError` naming ``source``, the field and where it is set (``grid.seq_len``,
     ``fixed.clock_hz``):
 
-    * every field is a point field (:data:`POINT_KEYS`) or an architecture field, set in one
-      place only (not in both ``grid`` and ``fixed``, nor a table and one of its entries);
+    * every field is a point field (:data:`POINT_KEYS`) or an architecture field a point reads
+      (not one of :data:`NOT_READ_BY_POINTS`), set in one place only (not in both ``grid`` and
+      ``fixed``, nor a table and one of its entries);
     * ``seq_len`` and ``batch`` are integers from 1 to 2^53 (``64.0`` and ``64.9`` are not),
       ``phase`` prefill or decode, ``mapping`` default or a named mapping, ``arch`` a design that
       loads, ``model`` a model that resolves;
@@ -169,6 +179,10 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
                 f"{where}: {show(key)} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
                 "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision / power_budget_w)",
                 source=source)
+        unread = next((f for f in NOT_READ_BY_POINTS if key == f or key.startswith(f + ".")), None)
+        if unread is not None:
+            raise SpecError(f"{where}.{key}: {NOT_READ_BY_POINTS[unread]}; a sweep point would not read it, so every "
+                            "value would give the same numbers", source=source)
     clash = overlapping_fields([*grid, *fixed])
     if clash is not None:
         first, second = clash

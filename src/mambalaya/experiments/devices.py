@@ -72,7 +72,11 @@ def layer_weight_parameters(config: Any, layer_type: str | None) -> int:
 
 def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: int, bits: int,
                   policy: PrecisionPolicy) -> tuple[float, float]:
-    """(recurrent and conv state bytes, KV cache bytes) of one layer of ``layer_type``."""
+    """(recurrent and conv state bytes, KV cache bytes) of one layer of ``layer_type``: the
+    incoming states of its decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
+    its delta-rule layers only, yet runs its ``full_attention`` layers too: each holds a key and a
+    value cache of ``n_kv_heads x head_dim`` per position, at the width the policy gives a hybrid
+    attention layer's value cache."""
     if isinstance(config, GatedDeltaNetConfig) and layer_type == GDN_FULL:  # not built: its KV cache alone
         head_dim = config.head_dim or config.d_model // config.n_heads
         width = policy.bits("bamba", "VC0", Role.STATE, bits)

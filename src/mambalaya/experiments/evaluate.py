@@ -13,19 +13,17 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Role
 from mambalaya.fusion.mapping import Mapping
-from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits, memory_need, state_bytes
+from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.experiments.devices import (costed_layer_type, fewest_pipeline_devices, pipeline_of, require_fits_on,
-                                           resolve_devices)
+                                           resolve_devices, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
 from mambalaya.search.mappings import NAMED_MAPPINGS, SearchStats, load_mapping_file, named_mapping
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import ModelConfig, build_layer
-from mambalaya.workloads.families.base import is_hybrid
 from mambalaya.workloads.precision import PrecisionPolicy, load_policy
 
 
@@ -156,11 +154,8 @@ def evaluate(
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
-    if n_devices == 1:
-        dram, stage_dram = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy), ()
-    else:
-        dram, stage_dram = None, require_fits_on(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
-                                                 policy=policy)
+    dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
+                                           policy=policy)
     cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
     ev = evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch, mapping=mapping,
@@ -229,40 +224,16 @@ def model_memory_need(config: Any, *, batch: int, seq_len: int, bits: int, polic
     """What one device holds to run ``config`` at ``batch`` with ``seq_len`` positions (the
     prompt in prefill, the cached context in decode): its parameters at the policy's weight
     width, and each layer type's states and KV cache from its decode step's cascade
-    (:func:`mambalaya.cost.capacity.state_bytes`). Memoised: sweeps and comparisons ask again."""
+    (:func:`mambalaya.cost.capacity.state_bytes`): the one stage of a one-device pipeline
+    (:func:`~mambalaya.experiments.devices.stage_needs`). Memoised: sweeps and comparisons ask again."""
     key = (config, batch, seq_len, bits, policy.model_dump_json())
     need = _NEEDS.get(key)
     if need is None:
-        layer_types = config.layer_counts() if is_hybrid(config) else {None: config.n_layers}
-        states = []
-        for layer_type, count in layer_types.items():
-            chosen = {} if layer_type is None else {"layer_type": layer_type}
-            step = build_layer(config, phase="decode", seq_len=max(seq_len, 1), batch=batch, bits=bits,
-                               precision=policy, **chosen)
-            states.append((count, state_bytes(step)))
-        states.extend(unbuilt_attention_states(config, batch=batch, seq_len=seq_len, bits=bits, policy=policy))
-        weight_bits = policy.bits("", "", Role.WEIGHT, bits)
-        need = memory_need(config.model_parameters(), weight_bits, states, batch=batch, seq_len=seq_len)
+        (need,) = stage_needs(config, 1, batch=batch, seq_len=seq_len, bits=bits, policy=policy)
         if len(_NEEDS) >= _NEEDS_SIZE:
             _NEEDS.pop(next(iter(_NEEDS)))
         _NEEDS[key] = need
     return need
-
-
-def unbuilt_attention_states(config: Any, *, batch: int, seq_len: int, bits: int,
-                             policy: PrecisionPolicy) -> list[tuple[int, tuple[float, float]]]:
-    """(layers, (0, KV cache bytes of one)) for attention layers a model holds but the
-    evaluation does not build: a Gated DeltaNet model (the ``olmo-hybrid`` preset) builds its
-    Gated DeltaNet layers only, yet runs its ``full_attention`` layers too, each with a key and a
-    value cache of ``n_kv_heads x head_dim`` per position, at the width the policy gives a
-    hybrid attention layer's value cache. Empty for every other model."""
-    if getattr(config, "family", None) != "gated_deltanet":
-        return []
-    attention_layers = config.layer_counts().get("full_attention", 0)
-    head_dim = config.head_dim or config.d_model // config.n_heads
-    width = policy.bits("bamba", "VC0", Role.STATE, bits)
-    per_layer = 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8
-    return [(attention_layers, (0.0, per_layer))] if attention_layers else []
 
 
 def require_fits(spec: ArchSpec, model_name: str, config: Any, *, batch: int, seq_len: int,
@@ -283,6 +254,16 @@ def require_fits(spec: ArchSpec, model_name: str, config: Any, *, batch: int, se
             across = (f"in a pipeline (its layers split in order) it runs on {fewest}: --devices {fewest}"
                       if fewest is not None else "no pipeline holds it (one layer per device is over the capacity)")
     return check_fits(use.need, use.capacity_bytes, model=model_name, arch=spec.name, across=across)
+
+
+def require_fits_across(spec: ArchSpec, model_name: str, config: Any, devices: int, *, batch: int, seq_len: int,
+                        policy: PrecisionPolicy) -> tuple[DramUse | None, tuple[DramUse, ...]]:
+    """The model checked against the memory of ``devices`` devices: on one,
+    ``(its use, ())`` (:func:`require_fits`); on several, ``(None, each device's use)``
+    (:func:`~mambalaya.experiments.devices.require_fits_on`). Refuses what does not fit."""
+    if devices == 1:
+        return require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy), ()
+    return None, require_fits_on(spec, model_name, config, devices, batch=batch, seq_len=seq_len, policy=policy)
 
 
 def dram_use(spec: ArchSpec, config: Any, *, batch: int, seq_len: int,

@@ -24,9 +24,9 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.experiments.devices import pipeline_of, require_fits_on, resolve_devices
+from mambalaya.experiments.devices import pipeline_of, resolve_devices
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
-                                            pipeline_totals, require_fits, resolve_policy)
+                                            pipeline_totals, require_fits_across, resolve_policy)
 from mambalaya.cost.capacity import DramUse
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.energy import ModelEnergy
@@ -175,16 +175,14 @@ def evaluate_hybrid(
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")
     n_devices = resolve_devices(spec, devices)
-    stage_dram: tuple[DramUse, ...] = ()
-    if n_devices > 1:
-        if over_capacity != "refuse":
-            raise SpecError("over_capacity='report' evaluates a model as on one device of enough memory; a "
-                            "pipeline's devices are each checked against their capacity")
-        dram = None
-        stage_dram = require_fits_on(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len, policy=policy)
+    if over_capacity == "refuse":
+        dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
+                                               policy=policy)
+    elif n_devices > 1:
+        raise SpecError("over_capacity='report' evaluates a model as on one device of enough memory; a "
+                        "pipeline's devices are each checked against their capacity")
     else:
-        dram = (require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=policy)
-                if over_capacity == "refuse" else dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy))
+        dram, stage_dram = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy), ()
     layers: dict[str, Evaluation] = {}
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]

@@ -35,17 +35,15 @@ class ShippedLayer:
     cascade: Cascade
 
 
-def _forms(config: Any, layer_type: str | None) -> Iterator[tuple[str, str | None, str | None, bool | None]]:
-    """(phase, scan, softmax, state_io) of every form a layer type may have."""
+def _forms(config: Any, layer_type: str | None) -> Iterator[tuple[str, str | None, bool | None]]:
+    """(phase, scan, state_io) of every form a layer type may have."""
     scanned = layer_type in scanned_layer_types(config) if layer_type else config.family != "mamba1"
-    softmaxes: tuple[str | None, ...] = SOFTMAX_FORMS if is_hybrid(config) else (None,)
     carried: tuple[bool | None, ...] = (None,) if is_hybrid(config) else (False, True)
     for phase, scans, states in (("prefill", ("chunked", "recurrent") if scanned else (None,), carried),
                                  ("decode", (None,), (None,))):
         for scan in scans:
-            for softmax in softmaxes:
-                for state_io in states:
-                    yield phase, scan, softmax, state_io
+            for state_io in states:
+                yield phase, scan, state_io
 
 
 def shipped_layers(*, seq_len: int = 256, batch: int = 1, refusals: set[str] | None = None) -> Iterator[ShippedLayer]:
@@ -53,26 +51,34 @@ def shipped_layers(*, seq_len: int = 256, batch: int = 1, refusals: set[str] | N
     ``batch`` (a rule about Einsums does not depend on the sizes; 256 is a multiple of every
     preset's chunk length), every tensor at the design's width (a policy's widths go on top:
     :func:`~mambalaya.workloads.precision.apply_policy` with the layer's ``precision_family``).
-    A form a layer does not have (Jamba's Mamba-1 layers have no chunked scan) is skipped, its
-    refusal's first clause added to ``refusals``."""
+    A hybrid's layer is built in every softmax form where it has an attention region, in the
+    default form otherwise (the others would repeat it). A form a layer does not have (Jamba's
+    Mamba-1 layers have no chunked scan) is skipped, its refusal's first clause added to
+    ``refusals``."""
     families: dict[str, str] = {}
     for name, cfg in PRESETS.items():
         families.setdefault(cfg.family, name)
     for name in families.values():
         cfg = PRESETS[name]
         for layer_type in (list(cfg.layer_counts()) if is_hybrid(cfg) else [None]):
-            for phase, scan, softmax, state_io in _forms(cfg, layer_type):
-                options = {"layer_type": layer_type} if layer_type else {}
-                options.update({"softmax": softmax} if softmax else {})
+            chosen = {"layer_type": layer_type} if layer_type else {}
+            family = precision_family(cfg, layer_type)
+            for phase, scan, state_io in _forms(cfg, layer_type):
                 try:
                     cascade = layer_cascade(cfg, phase=phase, seq_len=seq_len, batch=batch, scan=scan,
-                                            state_io=state_io, **options)
+                                            state_io=state_io, **chosen)
                 except SpecError as err:  # a form the layer does not have
                     if refusals is not None:
                         refusals.add(str(err).split(":")[0])
                     continue
-                yield ShippedLayer(name, layer_type, phase, scan, softmax, state_io,
-                                   precision_family(cfg, layer_type), cascade)
+                if not is_hybrid(cfg):
+                    yield ShippedLayer(name, layer_type, phase, scan, None, state_io, family, cascade)
+                    continue
+                yield ShippedLayer(name, layer_type, phase, scan, SOFTMAX_FORMS[0], state_io, family, cascade)
+                for softmax in SOFTMAX_FORMS[1:] if "attention" in cascade.regions else ():
+                    other = layer_cascade(cfg, phase=phase, seq_len=seq_len, batch=batch, scan=scan,
+                                          state_io=state_io, softmax=softmax, **chosen)
+                    yield ShippedLayer(name, layer_type, phase, scan, softmax, state_io, family, other)
 
 
 __all__ = ["ShippedLayer", "shipped_layers"]

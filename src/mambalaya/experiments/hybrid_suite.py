@@ -20,7 +20,6 @@ on Mambalaya) and writes, under ``results/hybrid/``:
 from __future__ import annotations
 
 import multiprocessing
-import os
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
@@ -34,6 +33,7 @@ from mambalaya.arch import load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.evaluate import CostedLayers, forget_cached_layers
 from mambalaya.experiments.hybrid import HybridEvaluation, evaluate_hybrid
+from mambalaya.experiments.sweep_workers import usable_cores
 from mambalaya.workloads import resolve_model
 from mambalaya.workloads.families.base import is_hybrid
 
@@ -131,8 +131,7 @@ def suite_workers(config: HybridSuiteConfig) -> int:
     tasks = len(config.models) * len(config.phases)
     if config.workers is not None:
         return max(1, min(config.workers, tasks))
-    return max(1, min(len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
-                      tasks))
+    return max(1, min(usable_cores(), tasks))
 
 
 def _suite_rows(config: HybridSuiteConfig, tick: Callable[[str, int], None]) -> list[dict[str, Any]]:

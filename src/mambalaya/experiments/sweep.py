@@ -55,7 +55,7 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import CostedLayers
 from mambalaya.experiments.sweep_spec import POINT_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
-from mambalaya.experiments.sweep_workers import Costliest, tune_allocator, tune_collector
+from mambalaya.experiments.sweep_workers import Costliest, tune_allocator, tune_collector, usable_cores
 from mambalaya.workloads.families.base import is_hybrid
 
 # ----------------------------------------------------------------------------------------------
@@ -424,7 +424,7 @@ def run_sweep(
         todo = [p for p in points if point_id(p) not in done]
         chunks = _chunks(todo, spec.chunk_size)
         on_cluster = client is not None or bool(scheduler)
-        local_workers = min(workers or os.cpu_count() or 1, len(chunks))
+        local_workers = min(workers or usable_cores(), len(chunks))
         summary = SweepSummary(spec.store, len(points), len(points) - len(todo), chunks=len(chunks),
                                workers=None if on_cluster else local_workers)
         if on_progress:  # (before any point runs: the count, chunks and workers)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import gc
+import os
 import sys
 from collections import Counter
 from typing import Any
@@ -26,6 +27,15 @@ ALLOCATOR_TRIM_THRESHOLD_BYTES = 64 << 20
 
 
 @functools.lru_cache(maxsize=1)
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system has one, else the
+    machine's count): how many local worker processes a run starts by default, the sweep's and
+    the hybrid suite's alike."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, len(os.sched_getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 def tune_allocator() -> bool:
     """Have glibc's malloc keep the memory of freed numpy arrays for the next ones, in this
     process (a worker of the sweep's own cluster); True where mallopt accepted both

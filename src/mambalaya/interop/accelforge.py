@@ -42,7 +42,6 @@ import json
 import math
 import os
 import pickle
-import subprocess
 import sys
 import tempfile
 import time
@@ -53,7 +52,7 @@ import yaml
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
-from mambalaya.interop.accelforge_worker import RESULT_PREFIX, AccelForgeWorker
+from mambalaya.interop.accelforge_worker import RESULT_PREFIX, AccelForgeRecords, AccelForgeWorker, call_accelforge
 from mambalaya.interop.accelforge_export import (DRAM, STATIC_APPROXIMATIONS, Export, translate, workload_dict,  # noqa: F401
                                                 export_arch, export_workload, unfused_mapping_yaml,  # noqa: F401
                                                 unrolled_for_export, write_export)  # noqa: F401
@@ -71,7 +70,7 @@ def _require_accelforge():
     return accelforge
 
 
-def _dram_bits(result, ex: Export) -> dict[str, float]:
+def _dram_bits(result) -> dict[str, float]:
     """Off-chip bits per our tensor from AccelForge's model (reads + writes at MainMemory)."""
     bits: dict[str, float] = {}
     for (einsum, component, tensor, action), value in result.actions(per_einsum=True, per_tensor=True).items():
@@ -124,7 +123,7 @@ class _Chdir:
 
 def cross_check(cascade: Cascade, mapping: str = "unfused", *, unroll_scan: int | None = None,
                 buffer_bytes: int | None = None, arch_spec: Any = None) -> list[dict]:
-    """Per-tensor off-chip bits, ours vs AccelForge's model.
+    """Per-tensor off-chip bits, ours vs AccelForge's model (AccelForge in this interpreter).
 
     ``mapping="unfused"``: AccelForge evaluates the explicit unfused mapping
     (:func:`unfused_mapping_yaml`) against our ``unfused`` mapping. ``mapping="mapper"``:
@@ -132,7 +131,8 @@ def cross_check(cascade: Cascade, mapping: str = "unfused", *, unroll_scan: int 
     buffer, its chosen mapping re-evaluated by its model, against our ``optimal`` search.
     Returns ``[{tensor, ours_bits, accelforge_bits, rel_diff}]``.
     """
-    return _run(cascade, mapping, unroll_scan=unroll_scan, buffer_bytes=buffer_bytes, arch_spec=arch_spec)["rows"]
+    inputs = traffic_inputs(cascade, mapping, unroll_scan=unroll_scan, buffer_bytes=buffer_bytes, arch_spec=arch_spec)
+    return compare_traffic(cascade, inputs, run_traffic(inputs), unroll_scan=unroll_scan)["rows"]
 
 
 def _default_arch():
@@ -141,43 +141,48 @@ def _default_arch():
     return load_arch("mambalaya")
 
 
-def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None, arch_spec=None) -> dict:
-    af = _require_accelforge()
-    from mambalaya.search.mappings import named_mapping, optimal
-    from mambalaya.cost.traffic import mapping_traffic
-
-    recurrent, (cascade, ex) = cascade, translate(cascade, unroll_scan)
+def traffic_inputs(cascade: Cascade, mapping: str = "unfused", *, unroll_scan: int | None = None,
+                   buffer_bytes: int | None = None, arch_spec: Any = None) -> dict:
+    """Everything AccelForge reads for a traffic cross-check, as text (no AccelForge needed):
+    ``{"mode", "workload", "arch", "mapping", "buffer_bytes"}``. The same inputs give AccelForge's
+    same answer, which is what lets a result be recorded and replayed
+    (:class:`~mambalaya.interop.accelforge_worker.AccelForgeRecords`)."""
+    if mapping not in ("unfused", "mapper"):
+        raise MambalayaError(f"cross-check mapping must be 'unfused' or 'mapper', not {mapping!r}")
+    ex = translate(cascade, unroll_scan)[1]
     spec = arch_spec if arch_spec is not None else _default_arch()
+    buf = None
+    if mapping == "mapper":
+        buf = buffer_bytes if buffer_bytes is not None else spec.memory.onchip_buffer_bytes
+    return {
+        "mode": mapping,
+        "workload": yaml.safe_dump(workload_dict(ex), sort_keys=False),
+        "arch": export_arch(spec, buffer_bits=math.inf if buf is None else buf * 8),
+        "mapping": unfused_mapping_yaml(ex) if mapping == "unfused" else None,
+        "buffer_bytes": buf,
+    }
+
+
+def run_traffic(inputs: dict) -> dict:
+    """AccelForge's side of a traffic cross-check (Python >= 3.12 with accelforge):
+    ``{"bits": {tensor: off-chip bits}, "latency_s", "seconds"}``."""
+    af = _require_accelforge()
+    from accelforge.model.main import evaluate_mapping
+
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-") as tmp:
-        wl = Path(tmp, "workload.yaml")
-        wl.write_text(yaml.safe_dump(workload_dict(ex), sort_keys=False), encoding="utf-8")
-        if mapping == "unfused":
-            arch = Path(tmp, "arch.yaml")
-            arch.write_text(export_arch(spec, buffer_bits=math.inf), encoding="utf-8")
-            mp = Path(tmp, "mapping.yaml")
-            mp.write_text(unfused_mapping_yaml(ex), encoding="utf-8")
-            from accelforge.model.main import evaluate_mapping
+        paths = {k: Path(tmp, f"{k}.yaml") for k in ("arch", "workload", "mapping") if inputs[k] is not None}
+        for key, path in paths.items():
+            path.write_text(inputs[key], encoding="utf-8")
+        t0 = time.perf_counter()
+        with _Chdir(_scratch_dir()):
+            if inputs["mode"] == "unfused":
+                result = evaluate_mapping(af.Spec.from_yaml(str(paths["arch"]), str(paths["workload"]), str(paths["mapping"])))
+            else:
+                import copy
 
-            t0 = time.perf_counter()
-            with _Chdir(_scratch_dir()):
-                result = evaluate_mapping(af.Spec.from_yaml(str(arch), str(wl), str(mp)))
-            seconds = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            ours = mapping_traffic(cascade, named_mapping("unfused", cascade, None))
-            ours_seconds = time.perf_counter() - t1
-            ours_recurrent = ours if recurrent is cascade else mapping_traffic(recurrent, named_mapping("unfused", recurrent, None))
-        elif mapping == "mapper":
-            import copy
+                from accelforge.mapper.FFM.main import map_workload_to_arch
 
-            from accelforge.mapper.FFM.main import map_workload_to_arch
-            from accelforge.model.main import evaluate_mapping
-
-            buf = buffer_bytes if buffer_bytes is not None else spec.memory.onchip_buffer_bytes
-            arch = Path(tmp, "arch.yaml")
-            arch.write_text(export_arch(spec, buffer_bits=buf * 8), encoding="utf-8")
-            s = af.Spec.from_yaml(str(arch), str(wl))
-            t0 = time.perf_counter()
-            with _Chdir(_scratch_dir()):
+                s = af.Spec.from_yaml(str(paths["arch"]), str(paths["workload"]))
                 # eval_in_detail=False: the detailed pass renders mapping.svg through graphviz's
                 # `dot`; we re-evaluate the chosen mapping with the model ourselves instead.
                 found = map_workload_to_arch(s, print_progress=False, eval_in_detail=False)
@@ -185,23 +190,36 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
                 chosen.model.metrics = chosen.mapper.info_metrics
                 chosen.mapping = found.data.iloc[0]["Total<SEP>mapping"](_for_model=True)
                 result = evaluate_mapping(chosen)
-            seconds = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            ours = mapping_traffic(cascade, optimal(cascade, buf))
-            ours_seconds = time.perf_counter() - t1
-            ours_recurrent = ours if recurrent is cascade else mapping_traffic(recurrent, optimal(recurrent, buf))
-        else:
-            raise MambalayaError(f"cross-check mapping must be 'unfused' or 'mapper', not {mapping!r}")
-        theirs = _dram_bits(result, ex)
-        try:
-            latency = float(result.latency())
-        except (TypeError, ValueError, KeyError):  # pragma: no cover - reporting only
-            latency = float("nan")
+        seconds = time.perf_counter() - t0
+    try:
+        latency = float(result.latency())
+    except (TypeError, ValueError, KeyError):  # pragma: no cover - reporting only
+        latency = math.nan
+    return {"bits": _dram_bits(result), "latency_s": None if math.isnan(latency) else latency, "seconds": seconds}
+
+
+def compare_traffic(cascade: Cascade, inputs: dict, theirs: dict, *, unroll_scan: int | None = None) -> dict:
+    """Our side of a traffic cross-check beside AccelForge's (``theirs``: :func:`run_traffic`'s
+    answer to ``inputs``), costed by this interpreter's mambalaya on the cascade AccelForge read:
+    ``{"rows": [{tensor, ours_bits, accelforge_bits, rel_diff}], "accelforge_seconds",
+    "ours_seconds", "accelforge_latency_s", "ours_groups", "ours_recurrent_bits"}``."""
+    from mambalaya.cost.traffic import mapping_traffic
+    from mambalaya.search.mappings import named_mapping, optimal
+
+    recurrent, cascade = cascade, translate(cascade, unroll_scan)[0]
+    if inputs["mode"] == "unfused":
+        cost = lambda c: mapping_traffic(c, named_mapping("unfused", c, None))  # noqa: E731
+    else:
+        cost = lambda c: mapping_traffic(c, optimal(c, inputs["buffer_bytes"]))  # noqa: E731
+    t0 = time.perf_counter()
+    ours = cost(cascade)
+    ours_seconds = time.perf_counter() - t0
+    ours_recurrent = ours if recurrent is cascade else cost(recurrent)
     return {
-        "rows": _rows_vs(ours.by_tensor, theirs),
-        "accelforge_seconds": seconds,
+        "rows": _rows_vs(ours.by_tensor, theirs["bits"]),
+        "accelforge_seconds": theirs["seconds"],
         "ours_seconds": ours_seconds,
-        "accelforge_latency_s": latency,
+        "accelforge_latency_s": theirs["latency_s"],
         "ours_groups": [list(g.einsums) for g in ours.mapping.groups],
         # what our model gives the same mapping on the cascade before unrolling (the scan's
         # carried state on chip); equal to the above when nothing was unrolled
@@ -210,7 +228,8 @@ def _run(cascade: Cascade, mapping: str, *, unroll_scan=None, buffer_bytes=None,
 
 
 def _serve(jobs: int | None = None) -> int:
-    """The worker's loop: one request path per line on stdin, one result line on stdout."""
+    """The worker's loop: one request path per line on stdin (a pickle of ``{"kind", "inputs"}``:
+    AccelForge's inputs as text), one result line on stdout."""
     import traceback
 
     import accelforge  # noqa: F401  (imported once, before the first request)
@@ -224,16 +243,11 @@ def _serve(jobs: int | None = None) -> int:
         try:
             req = pickle.loads(Path(line.strip()).read_bytes())
             if req["kind"] == "traffic":
-                result = _run(req["cascade"], **req["kwargs"])
-                if math.isnan(result["accelforge_latency_s"]):
-                    result["accelforge_latency_s"] = None
+                result = run_traffic(req["inputs"])
             elif req["kind"] == "gemm_cycles":
-                from mambalaya.arch import load_arch
-                from mambalaya.interop.accelforge_spatial import accelforge_gemm_cycles
+                from mambalaya.interop.accelforge_spatial import run_gemm_cycles
 
-                kw = dict(req["kwargs"])
-                result = accelforge_gemm_cycles(req["cascade"], kw["names"], load_arch(kw.get("arch", "mambalaya")),
-                                                kw.get("dataflow", "weight-stationary"))
+                result = run_gemm_cycles(req["inputs"])
             else:
                 raise MambalayaError(f"unknown request kind {req['kind']!r}")
             out: dict[str, Any] = {"result": result}
@@ -245,25 +259,17 @@ def _serve(jobs: int | None = None) -> int:
     return 0
 
 
-def cross_check_via(python312: "str | AccelForgeWorker", cascade: Cascade, mapping: str = "unfused", *,
-                    unroll_scan: int | None = None, buffer_bytes: int | None = None, timeout: float = 1800) -> dict:
-    """Run :func:`cross_check` in another interpreter (Python >= 3.12 with accelforge and this
-    mambalaya installed), or in an :class:`AccelForgeWorker`: the cascade goes over as a pickle,
-    the result comes back as JSON (``{"rows": [...], "accelforge_seconds": ..., ...}``)."""
-    if isinstance(python312, AccelForgeWorker):
-        return python312.call("traffic", cascade, mapping=mapping, unroll_scan=unroll_scan, buffer_bytes=buffer_bytes)
-    with tempfile.TemporaryDirectory(prefix="mambalaya-af-") as tmp:
-        pk = Path(tmp, "cascade.pkl")
-        pk.write_bytes(pickle.dumps(cascade))
-        cmd = [python312, "-m", "mambalaya.interop.accelforge", "--cascade-pickle", str(pk), "--mapping", mapping]
-        if unroll_scan is not None:
-            cmd += ["--unroll-scan", str(unroll_scan)]
-        if buffer_bytes is not None:
-            cmd += ["--buffer-bytes", str(buffer_bytes)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if proc.returncode != 0:
-        raise MambalayaError(f"AccelForge cross-check in {python312} failed:\n{proc.stderr.strip()[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+def cross_check_via(accelforge: "str | AccelForgeWorker | AccelForgeRecords", cascade: Cascade,
+                    mapping: str = "unfused", *, unroll_scan: int | None = None,
+                    buffer_bytes: int | None = None) -> dict:
+    """:func:`cross_check` with AccelForge in another interpreter: ``accelforge`` is a Python >= 3.12
+    with accelforge and this mambalaya installed (a worker started for this call), an
+    :class:`AccelForgeWorker`, or :class:`AccelForgeRecords` (recorded answers, else a worker).
+    AccelForge's inputs are made here and go over as text; our side is costed here
+    (:func:`compare_traffic`'s result: ``{"rows": [...], "accelforge_seconds": ..., ...}``)."""
+    inputs = traffic_inputs(cascade, mapping, unroll_scan=unroll_scan, buffer_bytes=buffer_bytes)
+    theirs = call_accelforge(accelforge, "traffic", inputs)
+    return compare_traffic(cascade, inputs, theirs, unroll_scan=unroll_scan)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -271,7 +277,6 @@ def main(argv: list[str] | None = None) -> int:
                                 description="Cross-check a cascade's off-chip traffic against AccelForge (Python >= 3.12).")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--serve", action="store_true", help="serve requests from stdin (see AccelForgeWorker)")
-    src.add_argument("--cascade-pickle", help="a pickled mambalaya Cascade")
     src.add_argument("--model", help="a preset name (mamba-130m, ...)")
     p.add_argument("--phase", default="decode", choices=["decode", "prefill"])
     p.add_argument("--seq-len", type=int, default=1)
@@ -283,21 +288,17 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.serve:
         return _serve(args.jobs)
-    if args.cascade_pickle:
-        cascade = pickle.loads(Path(args.cascade_pickle).read_bytes())
-    else:
-        from mambalaya.workloads import PRESETS, build_layer
+    from mambalaya.workloads import PRESETS, build_layer
 
-        seq = args.unroll_scan or args.seq_len
-        cascade = build_layer(PRESETS[args.model], phase=args.phase, seq_len=seq if args.phase == "prefill" else 1,
-                              batch=args.batch)
+    seq = args.unroll_scan or args.seq_len
+    cascade = build_layer(PRESETS[args.model], phase=args.phase, seq_len=seq if args.phase == "prefill" else 1,
+                          batch=args.batch)
     try:
-        out = _run(cascade, args.mapping, unroll_scan=args.unroll_scan, buffer_bytes=args.buffer_bytes)
+        inputs = traffic_inputs(cascade, args.mapping, unroll_scan=args.unroll_scan, buffer_bytes=args.buffer_bytes)
+        out = compare_traffic(cascade, inputs, run_traffic(inputs), unroll_scan=args.unroll_scan)
     except MambalayaError as err:
         print(str(err), file=sys.stderr)
         return 2
-    if math.isnan(out["accelforge_latency_s"]):
-        out["accelforge_latency_s"] = None
     print(json.dumps(out))
     return 0
 

@@ -16,11 +16,6 @@ Needs Python >= 3.12 with ``accelforge`` (see :func:`mambalaya.interop.accelforg
 
 from __future__ import annotations
 
-import argparse
-import json
-import pickle
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -133,10 +128,22 @@ def gemm_workload_dict(cascade: Cascade, name: str) -> dict:
     }
 
 
-def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any,
-                           dataflow: str = "weight-stationary") -> dict[str, dict[str, Any]]:
-    """AccelForge's latency (in cycles of ``spec``'s clock) of each GEMM alone, with the mapping
-    its mapper chose: ``{name: {"cycles", "seconds", "spatial", "mapper_s"}}``."""
+def gemm_cycles_inputs(cascade: Cascade, names: list[str], spec: Any,
+                       dataflow: str = "weight-stationary") -> dict:
+    """Everything AccelForge reads to time each GEMM of ``names`` alone on ``spec``'s array in
+    ``dataflow``, as text (no AccelForge needed): ``{"arch", "workloads": {name: YAML},
+    "clock_hz"}``."""
+    return {
+        "arch": array_arch_yaml(spec, dataflow),
+        "workloads": {name: yaml.safe_dump(gemm_workload_dict(cascade, name), sort_keys=False) for name in names},
+        "clock_hz": spec.clock_hz,
+    }
+
+
+def run_gemm_cycles(inputs: dict) -> dict[str, dict[str, Any]]:
+    """AccelForge's latency (in cycles of the inputs' clock) of each GEMM alone, with the mapping
+    its mapper chose: ``{name: {"cycles", "seconds", "spatial", "mapper_s"}}`` (Python >= 3.12
+    with accelforge)."""
     try:
         import accelforge as af
         from accelforge.mapper.FFM.main import map_workload_to_arch
@@ -145,10 +152,10 @@ def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any,
     out: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="mambalaya-af-lat-") as tmp:
         arch = Path(tmp, "arch.yaml")
-        arch.write_text(array_arch_yaml(spec, dataflow), encoding="utf-8")
-        for name in names:
+        arch.write_text(inputs["arch"], encoding="utf-8")
+        for name, workload in inputs["workloads"].items():
             wl = Path(tmp, f"{name}.yaml")
-            wl.write_text(yaml.safe_dump(gemm_workload_dict(cascade, name), sort_keys=False), encoding="utf-8")
+            wl.write_text(workload, encoding="utf-8")
             s = af.Spec.from_yaml(str(arch), str(wl))
             s.mapper.metrics = af.Metrics.LATENCY  # the mapper minimises latency
             t0 = time.perf_counter()
@@ -158,8 +165,15 @@ def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any,
             seconds = float(row["Total<SEP>latency"])
             mapping = row["Total<SEP>mapping"]()
             spatial = [_spatial_text(n) for n in mapping.nodes if type(n).__name__ == "Spatial"]
-            out[name] = {"cycles": seconds * spec.clock_hz, "seconds": seconds, "spatial": spatial, "mapper_s": mapper_s}
+            out[name] = {"cycles": seconds * inputs["clock_hz"], "seconds": seconds, "spatial": spatial,
+                         "mapper_s": mapper_s}
     return out
+
+
+def accelforge_gemm_cycles(cascade: Cascade, names: list[str], spec: Any,
+                           dataflow: str = "weight-stationary") -> dict[str, dict[str, Any]]:
+    """:func:`run_gemm_cycles` on :func:`gemm_cycles_inputs` in this interpreter."""
+    return run_gemm_cycles(gemm_cycles_inputs(cascade, names, spec, dataflow))
 
 
 def _spatial_text(node: Any) -> str:
@@ -169,44 +183,18 @@ def _spatial_text(node: Any) -> str:
     return f"{parts[0]} over {parts[-2]}" if len(parts) >= 3 else text
 
 
-def accelforge_gemm_cycles_via(python312: Any, cascade: Cascade, names: list[str], arch: str = "mambalaya",
-                               timeout: float = 1800, dataflow: str = "weight-stationary") -> dict[str, dict[str, Any]]:
-    """:func:`accelforge_gemm_cycles` in another interpreter (Python >= 3.12 with accelforge and
-    this mambalaya), or in an :class:`~mambalaya.interop.accelforge_worker.AccelForgeWorker`: the
-    cascade goes over as a pickle, the result comes back as JSON."""
-    from mambalaya.interop.accelforge_worker import AccelForgeWorker
-
-    if isinstance(python312, AccelForgeWorker):
-        return python312.call("gemm_cycles", cascade, names=list(names), arch=arch, dataflow=dataflow)
-    with tempfile.TemporaryDirectory(prefix="mambalaya-af-lat-") as tmp:
-        pk = Path(tmp, "cascade.pkl")
-        pk.write_bytes(pickle.dumps(cascade))
-        cmd = [python312, "-m", "mambalaya.interop.accelforge_spatial", "--cascade-pickle", str(pk), "--arch", arch,
-               "--dataflow", dataflow,
-               "--einsums", ",".join(names)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    if proc.returncode != 0:
-        raise MambalayaError(f"AccelForge latency check in {python312} failed:\n{proc.stderr.strip()[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def main(argv: list[str] | None = None) -> int:
+def accelforge_gemm_cycles_via(accelforge: Any, cascade: Cascade, names: list[str], arch: str = "mambalaya",
+                               dataflow: str = "weight-stationary") -> dict[str, dict[str, Any]]:
+    """:func:`accelforge_gemm_cycles` with AccelForge in another interpreter (``accelforge``: a
+    Python >= 3.12 with accelforge and this mambalaya, an
+    :class:`~mambalaya.interop.accelforge_worker.AccelForgeWorker` or
+    :class:`~mambalaya.interop.accelforge_worker.AccelForgeRecords`): the inputs are made here
+    from the arch spec named ``arch`` and go over as text."""
     from mambalaya.arch import load_arch
+    from mambalaya.interop.accelforge_worker import call_accelforge
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cascade-pickle", required=True)
-    p.add_argument("--arch", default="mambalaya")
-    p.add_argument("--dataflow", default="weight-stationary", choices=sorted(DATAFLOW_PLACEMENT))
-    p.add_argument("--einsums", required=True, help="comma-separated GEMM names")
-    args = p.parse_args(argv)
-    cascade = pickle.loads(Path(args.cascade_pickle).read_bytes())
-    result = accelforge_gemm_cycles(cascade, [n for n in args.einsums.split(",") if n], load_arch(args.arch), args.dataflow)
-    print(json.dumps(result))
-    return 0
+    return call_accelforge(accelforge, "gemm_cycles", gemm_cycles_inputs(cascade, names, load_arch(arch), dataflow))
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
-
-
-__all__ = ["accelforge_gemm_cycles", "accelforge_gemm_cycles_via", "array_arch_yaml", "gemm_workload_dict"]
+__all__ = ["accelforge_gemm_cycles", "accelforge_gemm_cycles_via", "array_arch_yaml", "gemm_cycles_inputs",
+           "gemm_workload_dict", "run_gemm_cycles"]

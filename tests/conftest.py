@@ -55,13 +55,14 @@ def accelforge_worker():
 
 @pytest.fixture(scope="session")
 def live_accelforge():
-    """AccelForge run live on every request (no records): skipped, saying why, without a Python
-    >= 3.12 with accelforge."""
+    """AccelForge run live on every request (no records; ``MAMBALAYA_ACCELFORGE_RECORD=1`` writes
+    its answers): skipped, saying why, without a Python >= 3.12 with accelforge."""
     found = find_python312()
     if found is None:
         print(f"SKIP: {NO_ACCELFORGE}")
         pytest.skip(NO_ACCELFORGE)
-    records = AccelForgeRecords(ACCELFORGE_RECORDS, found, live=True, jobs=1)
+    records = AccelForgeRecords(ACCELFORGE_RECORDS, found, live=True,
+                                write=os.environ.get("MAMBALAYA_ACCELFORGE_RECORD") == "1", jobs=1)
     yield records
     records.close()
 

@@ -15,20 +15,18 @@ from mambalaya.interop import accelforge_worker
 from mambalaya.interop.accelforge import traffic_inputs
 from mambalaya.interop.accelforge_spatial import gemm_cycles_inputs
 from mambalaya.interop.accelforge_worker import AccelForgeRecords, request_key
+from mambalaya.einsum import loads_cascade
 from mambalaya.workloads import PRESETS, build_layer
-from mambalaya.workloads.blocks.mamba1 import Mamba1Config
-
-TINY = Mamba1Config(d_model=8, d_state=4)  # tests/test_accelforge.py's
+from test_accelforge import RMSNORM_GEMM
 
 
 def recorded_requests():
-    """One request of each kind the suite records: the tiny Mamba decode step's unfused traffic
-    (tests/test_accelforge.py) and mamba-2.8b's decode GEMMs, weight-stationary
-    (tests/test_accelforge_latency.py)."""
-    decode = build_layer(TINY, phase="decode", seq_len=1, batch=1)
+    """One small request of each kind (AccelForge's minutes are in the suite's larger ones, which
+    replay): an RMSNorm feeding a GEMM, unfused (tests/test_accelforge.py), and one decode GEMM
+    of mamba-2.8b, weight-stationary (tests/test_accelforge_latency.py)."""
     big = build_layer(PRESETS["mamba-2.8b"], phase="decode", seq_len=1, batch=1)
-    gemms = [e.name for e in big.einsums if big.kind(e) == "gemm"]
-    return [("traffic", traffic_inputs(decode)), ("gemm_cycles", gemm_cycles_inputs(big, gemms, load_arch("mambalaya")))]
+    return [("traffic", traffic_inputs(loads_cascade(RMSNORM_GEMM))),
+            ("gemm_cycles", gemm_cycles_inputs(big, ["DL"], load_arch("mambalaya")))]
 
 
 def test_every_record_names_its_kind_and_version_and_is_named_by_its_inputs_kind():
@@ -42,13 +40,14 @@ def test_every_record_names_its_kind_and_version_and_is_named_by_its_inputs_kind
 
 def test_recorded_answers_are_what_accelforge_answers_now(live_accelforge):
     """The records replay AccelForge faithfully: run live on the same inputs (one request of each
-    kind, in one AccelForge process), it gives the recorded numbers (its own timings apart)."""
+    kind, in one AccelForge process), it gives the recorded numbers (its own timings apart). A
+    record of these two requests is written with ``MAMBALAYA_ACCELFORGE_RECORD=1``."""
     for kind, inputs in recorded_requests():
+        now = live_accelforge.call(kind, inputs)
         path = ACCELFORGE_RECORDS / f"{request_key(kind, inputs)}.json"
-        assert path.exists(), f"no record of the {kind} request: re-record the suite's (see tests/conftest.py)"
+        assert path.exists(), f"no record of the {kind} request: record it (see this test's doc)"
         record = json.loads(path.read_text(encoding="utf-8"))
         assert record["accelforge_version"] == live_accelforge.version
-        now = live_accelforge.call(kind, inputs)
         if kind == "traffic":
             assert now["bits"] == record["result"]["bits"] and now["latency_s"] == record["result"]["latency_s"]
             continue

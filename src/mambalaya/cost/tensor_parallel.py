@@ -1,0 +1,243 @@
+"""Tensor parallelism: a layer's heads and channels split across devices, an all-reduce wherever
+an Einsum sums over a split rank.
+
+**What splits** (:func:`tensor_parallel_ranks`): the ranks of a layer's heads and inner
+channels, recognised by the size expression its builder wrote for them
+(:data:`SPLIT_SIZE_EXPRESSIONS`: Mamba-1's inner channels, Mamba-2's heads, attention's
+key/value heads with their query heads, Gated DeltaNet's heads, an MLP's or expert's
+intermediate channels), the layout of Megatron-LM's tensor parallelism (Shoeybi et al., arXiv
+1909.08053: column-parallel projections in, row-parallel projections out) and of
+state-spaces/mamba's ``mamba_ssm/distributed`` layers for Mamba. Every other rank (batch,
+positions, the model width ``D``, state size, head dimension, groups) is whole on every device:
+an Einsum without a split rank runs on every device, whole (Mamba-2's ``B`` and ``C`` with one
+group, the norms, the residual).
+
+**Each device's layer** (:func:`device_cascade`) is the cascade with every split rank's size
+divided by the device count: the same Einsums on a part of the heads and channels. Its cost on
+one device of the design is the layer's cost per device.
+
+**Collectives** (:func:`all_reduces`), by the algebra: an Einsum that reduces over a split rank
+leaves on each device the sum over its part only (the out-projection's partial products, the
+partial sum of squares of a norm over the whole inner width, Mamba-1's ``x_proj`` over the
+channels); its output is summed over the devices (a max-reduction: maximised), an all-reduce,
+before any Einsum reads it. Nothing else crosses devices.
+
+**What a split forbids** (:func:`check_split`, each refusal naming the Einsum): an access that
+reads a split rank at anything but a split rank's own plain variable (a shifted or constant
+index would read another device's part); an Einsum that reduces over one split rank and keeps
+another in its output (the partial sums of one device would miss the other devices' parts); a
+recurrence along a split rank (each step would wait for another device).
+
+**An all-reduce's time** (:func:`all_reduce_s`): the ring algorithm, each device sending
+``2 (N-1)/N`` times the bytes over its link in ``2 (N-1)`` steps, each paying the link's
+latency: the factor NCCL's bus bandwidth is defined with (nccl-tests, doc/PERFORMANCE.md), so a
+measured all-reduce bus bandwidth is the link bandwidth this model takes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from mambalaya.einsum.cascade import Cascade, build_cascade
+from mambalaya.einsum.ir import (Access, Binary, Const, Einsum, Param, Role, Unary, additive_terms,
+                                rank_of_variable, walk)
+from mambalaya.errors import SpecError
+
+#: The size expressions (as the layer builders write them) of the ranks tensor parallelism
+#: splits, with what each rank is.
+SPLIT_SIZE_EXPRESSIONS: Mapping[str, str] = {
+    "expand*d_model": "Mamba-1's inner channels",
+    "expand*d_model/headdim/ngroups": "Mamba-2's heads (per group)",
+    "n_kv_heads": "attention's key/value heads (their query heads go with them)",
+    "num_k_heads": "Gated DeltaNet's heads",
+    "intermediate_size": "an MLP's or expert's intermediate channels",
+    "shared_intermediate_size": "a shared expert's intermediate channels",
+}
+
+
+def tensor_parallel_ranks(cascade: Cascade) -> tuple[str, ...]:
+    """The ranks of ``cascade`` that tensor parallelism splits (see the module doc), in the
+    cascade's rank order."""
+    return tuple(name for name, rank in cascade.ranks.items() if rank.size_expr in SPLIT_SIZE_EXPRESSIONS)
+
+
+def check_split(cascade: Cascade, split: Iterable[str]) -> None:
+    """Raise :class:`~mambalaya.errors.SpecError`, naming the Einsum, if splitting the ranks
+    ``split`` across devices is not a tensor-parallel layout of ``cascade`` (see the module doc)."""
+    ranks = frozenset(split)
+    unknown = ranks - set(cascade.ranks)
+    if unknown:
+        raise SpecError(f"cascade {cascade.name!r} has no rank {', '.join(sorted(unknown))} to split "
+                        f"(its ranks: {', '.join(cascade.ranks)})")
+    for e in cascade.einsums:
+        for access in (e.output, *e.inputs):
+            for rank, index in zip(cascade.tensors[access.tensor].ranks, access.indices):
+                variable = index.plain_variable
+                if rank in ranks and (variable is None or rank_of_variable(variable) not in ranks):
+                    raise SpecError(
+                        f"Einsum {e.name} reads {access} at {index} along rank {rank}, which tensor parallelism "
+                        f"splits: a device would need another device's part (split ranks must be read at a split "
+                        f"rank's own index)")
+        reduced = {rank_of_variable(v) for v in e.reduced_variables} & ranks
+        kept = set(cascade.tensors[e.name].ranks) & ranks
+        if reduced and kept:
+            raise SpecError(f"Einsum {e.name} sums over split rank {', '.join(sorted(reduced))} and keeps split rank "
+                            f"{', '.join(sorted(kept))}: one device's partial sums would miss the other devices' parts")
+        recurrence = cascade.recurrence(e)
+        if recurrence is not None and recurrence[0] in ranks:
+            raise SpecError(f"Einsum {e.name} is a recurrence along split rank {recurrence[0]}: each step would wait "
+                            "for another device")
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """One all-reduce of a tensor-parallel layer: the output of Einsum ``einsum`` (``op``: the
+    Einsum's reduction, ``sum`` or ``max``), ``bytes`` on each device."""
+
+    einsum: str
+    op: str
+    bytes: float
+
+
+def all_reduces(cascade: Cascade, split: Iterable[str]) -> tuple[AllReduce, ...]:
+    """The all-reduces of ``cascade`` with ``split`` ranks split (checked by :func:`check_split`),
+    one per tensor summed over the devices (see :func:`partial_tensors` for where)."""
+    ranks = frozenset(split)
+    check_split(cascade, ranks)
+    _, reduced = partial_tensors(cascade, ranks)
+    return tuple(AllReduce(name, cascade.einsum(name).reduce_op,
+                           math.prod(cascade.shape(name)) * cascade.tensors[name].bits / 8)
+                 for name in (e.name for e in cascade.einsums) if name in reduced)
+
+
+def partial_tensors(cascade: Cascade, split: frozenset[str]) -> tuple[frozenset[str], frozenset[str]]:
+    """(the tensors each device computes as a partial sum over its part of the split ranks, the
+    ones of them all-reduced as soon as they are computed).
+
+    An Einsum that reduces over a split rank computes a partial sum. An Einsum *linear in the
+    partial sums* it reads (a sum-reduction each of whose additive terms has exactly one partial
+    tensor as a plain factor, read nowhere else in the term, and no recurrence) computes one
+    too: summing over the devices commutes with it, so its inputs' all-reduce may move to its
+    output (an MoE layer's expert outputs, combined by the router's weights, are summed over
+    the devices once combined, as a sum of routed and shared experts is). A partial tensor is
+    all-reduced where it is computed unless every reader carries it on that way and their
+    outputs are no larger; a layer's outputs and states are always all-reduced."""
+    partial = {e.name for e in cascade.einsums if _reduces_split(e, split)}
+    sources = frozenset(partial)
+    for e in cascade.einsums:  # the most that linear readers could carry partial sums through
+        if (e.name not in sources and set(e.input_tensors) & partial and _linear_in(cascade, e, partial)
+                and not set(cascade.tensors[e.name].ranks) & split):
+            partial.add(e.name)  # (an output over a split rank would hold other parts on other devices)
+    reduced: set[str] = set()
+    while True:
+        visible = partial - reduced
+        carriers = {e.name for e in cascade.einsums
+                    if e.name in partial and e.name not in sources and _linear_in(cascade, e, visible)}
+        partial = set(sources) | carriers  # a reader of a whole input among its sums carries none
+        reduced &= partial
+        visible = partial - reduced
+        more = set()
+        for name in visible:
+            readers = cascade.consumers(name)
+            carried = [r for r in readers if r.name in carriers and r.name != name]
+            if (len(carried) < len(readers) or not readers or _leaves_layer(cascade, name)
+                    or sum(_bytes(cascade, r.name) for r in carried) > _bytes(cascade, name)):
+                more.add(name)
+        if not more and carriers == partial - sources:
+            return frozenset(partial), frozenset(reduced)
+        reduced |= more
+
+
+def _reduces_split(einsum, split: frozenset[str]) -> bool:
+    return bool({rank_of_variable(v) for v in einsum.reduced_variables} & split)
+
+
+def _bytes(cascade: Cascade, name: str) -> float:
+    return math.prod(cascade.shape(name)) * cascade.tensors[name].bits / 8
+
+
+def _leaves_layer(cascade: Cascade, name: str) -> bool:
+    spec = cascade.tensors[name]
+    return spec.role == Role.OUTPUT or spec.updates is not None
+
+
+def _linear_in(cascade: Cascade, einsum, partial: set[str] | frozenset[str]) -> bool:
+    """Whether ``einsum``'s output is a partial sum when the tensors ``partial`` are: a sum whose
+    every additive term holds exactly one of them, as a plain factor, and reads it nowhere else."""
+    if einsum.reduce_op != "sum" or cascade.recurrence(einsum) is not None:
+        return False
+    for _sign, term in additive_terms(einsum.expr):
+        direct = [a for a in _factors(term) if isinstance(a, Access) and a.tensor in partial]
+        anywhere = [a for a in walk(term) if isinstance(a, Access) and a.tensor in partial]
+        if len(direct) != 1 or len(anywhere) != 1:
+            return False
+    return True
+
+
+def _factors(term):
+    """The multiplicative factors of a product (a quotient's numerator's, not its divisor's)."""
+    if isinstance(term, Binary) and term.op == "*":
+        return _factors(term.lhs) + _factors(term.rhs)
+    if isinstance(term, Binary) and term.op == "/":
+        return _factors(term.lhs)
+    return (term,)
+
+
+def device_cascade(cascade: Cascade, split: Iterable[str], devices: int) -> Cascade:
+    """Each of ``devices`` devices' part of ``cascade``: every rank of ``split`` at its size over
+    ``devices`` (which must divide it), everything else as it is."""
+    ranks = frozenset(split)
+    check_split(cascade, ranks)
+    if devices == 1 or not ranks:
+        return cascade
+    for name in ranks:
+        size = cascade.size(name)
+        if size % devices:
+            raise SpecError(f"tensor parallelism over {devices} devices splits rank {name} "
+                            f"({SPLIT_SIZE_EXPRESSIONS.get(cascade.ranks[name].size_expr or '', 'a split rank')}, "
+                            f"{size}) into equal parts, and {devices} does not divide {size}")
+    whole = {name: cascade.size(name) for name in ranks}
+    einsums = [dataclasses.replace(e, expr=_whole_sizes(e.expr, whole)) for e in cascade.einsums]
+    return with_rank_sizes(cascade, {name: size // devices for name, size in whole.items()}, f"/{devices}",
+                           einsums=einsums)
+
+
+def _whole_sizes(expr, whole: Mapping[str, int]):
+    """``expr`` with every split rank's size, read as a scalar (a norm's ``R*P``: the mean over
+    all the heads' channels), at its whole size: a device divides by the whole layer's count."""
+    if isinstance(expr, Param) and expr.name in whole:
+        return Const(float(whole[expr.name]))
+    if isinstance(expr, Unary):
+        return dataclasses.replace(expr, arg=_whole_sizes(expr.arg, whole))
+    if isinstance(expr, Binary):
+        return dataclasses.replace(expr, lhs=_whole_sizes(expr.lhs, whole), rhs=_whole_sizes(expr.rhs, whole))
+    return expr
+
+
+def with_rank_sizes(cascade: Cascade, sizes: Mapping[str, int], note: str = "", *,
+                    einsums: Iterable[Einsum] | None = None) -> Cascade:
+    """``cascade`` rebuilt (and so checked again) with the ranks of ``sizes`` at those sizes
+    (and ``einsums``, when given, for its Einsums); ``note`` is appended to each changed rank's
+    size expression."""
+    ranks = [dataclasses.replace(rank, size=sizes[name], size_expr=f"({rank.size_expr}){note}" if note else rank.size_expr)
+             if name in sizes else rank for name, rank in cascade.ranks.items()]
+    return build_cascade(name=cascade.name, params=cascade.params, ranks=ranks, tensors=cascade.tensors.values(),
+                         einsums=cascade.einsums if einsums is None else einsums, description=cascade.description,
+                         regions=cascade.regions)
+
+
+def all_reduce_s(n_bytes: float, devices: int, link_bandwidth_bytes_per_s: float, link_latency_s: float) -> float:
+    """Seconds of a ring all-reduce of ``n_bytes`` on each of ``devices`` devices (see the module
+    doc); 0 on one device."""
+    if devices <= 1:
+        return 0.0
+    steps = 2 * (devices - 1)
+    return steps * link_latency_s + steps / devices * n_bytes / link_bandwidth_bytes_per_s
+
+
+__all__ = ["AllReduce", "SPLIT_SIZE_EXPRESSIONS", "all_reduce_s", "all_reduces", "check_split", "device_cascade",
+           "partial_tensors",
+           "tensor_parallel_ranks", "with_rank_sizes"]

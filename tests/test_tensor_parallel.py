@@ -1,0 +1,156 @@
+"""Tensor parallelism (mambalaya.cost.tensor_parallel), proved on every shipped layer: each form
+of each family's layers, split over simulated devices in the numpy executor (each device holds
+its part of the split ranks, and the devices exchange nothing but the model's all-reduces),
+gives the whole layer's outputs; and the bytes they exchange are the model's."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from mambalaya.cost.tensor_parallel import (SPLIT_SIZE_EXPRESSIONS, all_reduce_s, all_reduces, check_split,
+                                            device_cascade, partial_tensors, tensor_parallel_ranks, with_rank_sizes)
+from mambalaya.einsum import loads_cascade
+from mambalaya.errors import SpecError
+from mambalaya.execute.numpy_exec import execute, resolve_dtype, run_einsum
+from mambalaya.workloads.shipped import shipped_layers
+
+DEVICES = 2
+#: Sizes the proof shrinks to (the algebra does not depend on them): every split rank to two
+#: parts of two, the model width to 8. Positions stay as built (the chunk lengths tie them).
+SPLIT_SIZE, WIDTH_SIZE = 4, 8
+WIDTH_EXPRESSIONS = {"d_model", "hidden_size"}
+#: An attention head of 128 channels (rotary over all of them) shrinks to 8.
+HEAD_SIZES = {"head_dim": 8, "head_dim/2": 4}
+
+
+
+def small(cascade):
+    split = tensor_parallel_ranks(cascade)
+    sizes = {r: SPLIT_SIZE for r in split}
+    sizes.update({name: WIDTH_SIZE for name, rank in cascade.ranks.items() if rank.size_expr in WIDTH_EXPRESSIONS})
+    sizes.update({name: HEAD_SIZES[rank.size_expr] for name, rank in cascade.ranks.items()
+                  if rank.size_expr in HEAD_SIZES and rank.size == 16 * HEAD_SIZES[rank.size_expr]})
+    return with_rank_sizes(cascade, sizes), split
+
+
+def layer_id(layer) -> str:
+    return "-".join(str(x) for x in (layer.preset, layer.layer_type, layer.phase, layer.scan, layer.softmax,
+                                     layer.state_io) if x is not None)
+
+
+def proof_layers():
+    """Every shipped layer form: at 16 positions, the chunked forms that need a whole chunk at
+    256 (a multiple of every preset's chunk length)."""
+    short = list(shipped_layers(seq_len=16))
+    built = {layer_id(x) for x in short}
+    return short + [x for x in shipped_layers(seq_len=256) if layer_id(x) not in built]
+
+
+LAYERS = proof_layers()
+
+
+def device_part(cascade, tensor: str, array: np.ndarray, split, device: int) -> np.ndarray:
+    """Device ``device``'s part of ``array`` (tensor ``tensor`` of ``cascade``): its share of
+    every split rank the tensor has."""
+    index = tuple(slice(device * (size := cascade.size(r)) // DEVICES, (device + 1) * size // DEVICES)
+                  if r in split else slice(None) for r in cascade.tensors[tensor].ranks)
+    return array[index]
+
+
+def run_on_devices(cascade, split, arrays):
+    """Each device runs its part of the layer Einsum by Einsum; after each Einsum the model
+    all-reduces, the devices sum (or maximise) their results. Returns each device's values and
+    the bytes each device sent into all-reduces, per tensor."""
+    part = device_cascade(cascade, split, DEVICES)
+    _, reduced = partial_tensors(cascade, frozenset(split))
+    dtype = resolve_dtype("float64")
+    values = [{t: device_part(cascade, t, a, split, d) for t, a in arrays.items()} for d in range(DEVICES)]
+    exchanged = {}
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        for e in part.einsums:
+            for d in range(DEVICES):
+                values[d][e.name] = run_einsum(part, e, values[d], dtype)
+            if e.name in reduced:
+                results = [values[d][e.name] for d in range(DEVICES)]
+                total = np.maximum.reduce(results) if e.reduce_op == "max" else np.sum(results, axis=0)
+                for d in range(DEVICES):
+                    values[d][e.name] = total
+                exchanged[e.name] = results[0].size * part.tensors[e.name].bits / 8
+    return values, exchanged
+
+
+@pytest.mark.parametrize("layer", LAYERS, ids=[layer_id(x) for x in LAYERS])
+def test_a_layer_split_over_devices_equals_the_whole_layer(layer):
+    cascade, split = small(layer.cascade)
+    assert split, "every shipped layer has heads or channels to split"
+    rng = np.random.default_rng(0)
+    arrays = {t: rng.uniform(-0.5, 0.5, cascade.shape(t)) for t in cascade.external_tensors()}
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        whole = execute(cascade, arrays, keep="all")
+    values, exchanged = run_on_devices(cascade, split, arrays)
+    for t in cascade.output_tensors():
+        for d in range(DEVICES):
+            np.testing.assert_allclose(values[d][t], device_part(cascade, t, whole[t], split, d), rtol=1e-9,
+                                       atol=1e-12, err_msg=f"{t} on device {d}")
+    model = {r.einsum: r.bytes for r in all_reduces(device_cascade(cascade, split, DEVICES), split)}
+    assert exchanged == model
+
+
+def test_the_split_ranks_are_the_heads_and_inner_channels_of_every_layer():
+    """Each shipped layer splits exactly its ranks with a head or inner-channel size; those
+    layers with a mixer split it, those with an MLP split its channels; the model width and the
+    positions never split."""
+    for layer in LAYERS:
+        c = layer.cascade
+        split = tensor_parallel_ranks(c)
+        assert {c.ranks[r].size_expr for r in split} <= set(SPLIT_SIZE_EXPRESSIONS)
+        assert not {"B", "I", "D", "T"} & set(split), layer_id(layer)
+
+
+def test_all_reduces_fall_where_the_algebra_puts_them():
+    """A Mamba-1 layer sums over its channels in x_proj (dt, B, C) and the out-projection; an MoE
+    layer all-reduces its experts' combined output, not each expert's."""
+    by_id = {layer_id(x): x.cascade for x in LAYERS}
+    m1 = by_id["mamba-130m-prefill-False"]
+    assert [r.einsum for r in all_reduces(m1, tensor_parallel_ranks(m1))] == ["DL", "BM", "CM", "O"]
+    moe = by_id["jamba-v0.1-mamba-moe-prefill-recurrent-three-pass"]
+    reduced = [r.einsum for r in all_reduces(moe, tensor_parallel_ranks(moe))]
+    assert "FF_EO" not in reduced and "FF_MO" in reduced
+
+
+SPLITTABLE = """
+name: split
+params: {}
+ranks: {B: 1, I: 4, D: 4, F: 6}
+tensors:
+  X: {ranks: [B, I, D], role: input}
+  W: {ranks: [D, F], role: weight}
+  V: {ranks: [F, D], role: weight}
+  H: {ranks: [B, I, F], role: intermediate}
+  S: {ranks: [B, I, F], role: intermediate}
+  Y: {ranks: [B, I, D], role: output}
+einsums:
+  - H[b,i,f] = X[b,i,d]*W[d,f]
+  - S[b,i,f] = H[b,i,f-1]
+  - Y[b,i,d] = S[b,i,f]*V[f,d]
+"""
+
+
+def test_a_split_that_would_read_another_devices_part_is_refused_naming_the_einsum():
+    c = loads_cascade(SPLITTABLE)
+    with pytest.raises(SpecError, match=r"Einsum S reads H\[b,i,f-1\] at f-1 along rank F"):
+        check_split(c, ["F"])
+    with pytest.raises(SpecError, match="does not divide 6"):
+        device_cascade(loads_cascade(SPLITTABLE.replace("- S[b,i,f] = H[b,i,f-1]", "- S[b,i,f] = H[b,i,f]")),
+                       ["F"], 4)
+    with pytest.raises(SpecError, match="has no rank Z to split"):
+        check_split(c, ["Z"])
+
+
+def test_a_ring_all_reduce_sends_twice_the_bytes_less_one_share_and_pays_the_latency_per_step():
+    assert all_reduce_s(1e9, 1, 450e9, 3e-6) == 0.0
+    assert math.isclose(all_reduce_s(1e9, 2, 450e9, 3e-6), 2 * 3e-6 + 1e9 / 450e9)
+    assert math.isclose(all_reduce_s(1e9, 8, 450e9, 3e-6), 14 * 3e-6 + 14 / 8 * 1e9 / 450e9)

@@ -5,17 +5,28 @@ gives the whole layer's outputs; and the bytes they exchange are the model's."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
+from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
+from mambalaya.cli import app
 from mambalaya.cost.tensor_parallel import (SPLIT_SIZE_EXPRESSIONS, all_reduce_s, all_reduces, check_split,
                                             device_cascade, partial_tensors, tensor_parallel_ranks, with_rank_sizes)
 from mambalaya.einsum import loads_cascade
 from mambalaya.errors import SpecError
 from mambalaya.execute.numpy_exec import execute, resolve_dtype, run_einsum
+from mambalaya.experiments.evaluate import evaluate, model_memory_need
+from mambalaya.experiments.hybrid import evaluate_hybrid
+from mambalaya.workloads import PRESETS, build_layer
+from mambalaya.workloads.precision import load_policy
 from mambalaya.workloads.shipped import shipped_layers
+
+runner = CliRunner()
+POLICY = load_policy("reference-kernels")
 
 DEVICES = 2
 #: Sizes the proof shrinks to (the algebra does not depend on them): every split rank to two
@@ -154,3 +165,75 @@ def test_a_ring_all_reduce_sends_twice_the_bytes_less_one_share_and_pays_the_lat
     assert all_reduce_s(1e9, 1, 450e9, 3e-6) == 0.0
     assert math.isclose(all_reduce_s(1e9, 2, 450e9, 3e-6), 2 * 3e-6 + 1e9 / 450e9)
     assert math.isclose(all_reduce_s(1e9, 8, 450e9, 3e-6), 14 * 3e-6 + 14 / 8 * 1e9 / 450e9)
+
+
+# -- evaluate and compare over several devices, tensor parallel ---------------------------------
+
+def test_one_device_tensor_parallel_is_the_single_device_evaluation_exactly():
+    config = PRESETS["mamba2-130m"]
+    single = evaluate("gpu-h100", "mamba2-130m", config, phase="prefill", seq_len=1024, batch=2)
+    one = evaluate("gpu-h100", "mamba2-130m", config, phase="prefill", seq_len=1024, batch=2, devices=1,
+                   parallel="tensor")
+    assert one.totals() == single.totals() and one.tensor_parallel is None
+
+
+def test_the_model_is_each_devices_part_of_every_layer_plus_its_all_reduces():
+    config = PRESETS["mamba-2.8b"]
+    ev = evaluate("gpu-h100", "mamba-2.8b", config, phase="prefill", seq_len=2048, batch=8, devices=4,
+                  parallel="tensor")
+    tp = ev.tensor_parallel
+    whole = build_layer(config, phase="prefill", seq_len=2048, batch=8, precision="reference-kernels")
+    assert ev.cascade.size("E") == whole.size("E") // 4 and ev.cascade.size("D") == whole.size("D")
+    (layers,) = tp.layers.values()
+    assert [r.einsum for r in layers.all_reduces] == ["DL", "BM", "CM", "O"]
+    system = ev.arch.system
+    assert layers.all_reduce_s == pytest.approx(sum(all_reduce_s(r.bytes, 4, system.link_bandwidth_bytes_per_s,
+                                                                 system.link_latency_s) for r in layers.all_reduces))
+    assert ev.model_latency_s == pytest.approx(config.n_layers * (ev.result.latency_s + layers.all_reduce_s))
+    single = evaluate("gpu-h100", "mamba-2.8b", config, phase="prefill", seq_len=2048, batch=8)
+    assert 2 < single.model_latency_s / ev.model_latency_s < 4  # four devices: faster, not four times
+    t = ev.totals()
+    assert t["devices"] == 4 and t["parallel"] == "tensor" and t["interconnect_s"] == pytest.approx(tp.interconnect_s)
+    assert ev.dram.used_bytes < single.dram.used_bytes  # the split weights and states
+
+
+def test_jamba_fits_two_h100s_tensor_parallel_and_names_its_all_reduces():
+    r = runner.invoke(app, ["evaluate", "-m", "jamba-v0.1", "-a", "gpu-h100", "-L", "2048", "-B", "8",
+                            "--devices", "2", "--parallel", "tensor"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "tensor parallel over 2 devices (every layer's heads and channels split)" in text
+    assert "mamba-moe: DL, BM, CM, O, FF_MO" in text and "on each device" in text
+    hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", PRESETS["jamba-v0.1"], phase="prefill", seq_len=2048, batch=8,
+                         devices=2, parallel="tensor")
+    parts = sum(ev.result.model_latency_s for ev in hv.layers.values())
+    assert hv.model_latency_s == pytest.approx(parts + hv.tensor_parallel.interconnect_s)
+    assert hv.dram.used_bytes < 80e9 < model_memory_need(PRESETS["jamba-v0.1"], batch=8, seq_len=2048,
+                                                        bits=16, policy=POLICY).total_bytes
+
+
+def test_energy_over_devices_is_every_devices_and_the_links_and_power_is_one_devices():
+    spec = arch_from_dict({**arch_to_dict(load_arch("mambalaya")),
+                           "system": {"link_bandwidth_bytes_per_s": 4.5e11, "link_latency_s": 3e-6,
+                                      "link_energy_pj_per_bit": 5.0}})
+    ev = evaluate(spec, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=1024, batch=2, devices=2,
+                  parallel="tensor")
+    t, tp, part = ev.totals(), ev.tensor_parallel, ev.energy
+    (layers,) = tp.layers.values()
+    sent = sum(r.bytes for r in layers.all_reduces) * 2  # 2 devices x 2 (N-1)/N x bytes
+    assert tp.interconnect_j == pytest.approx(layers.count * 8 * sent * 5e-12)
+    assert t["model_energy_j"] == pytest.approx(2 * part.model_j + tp.interconnect_j)
+    assert t["average_power_w"] == pytest.approx(part.model_j / ev.model_latency_s)
+
+
+def test_compare_and_refusals_over_tensor_parallel_devices():
+    r = runner.invoke(app, ["compare", "-m", "mamba2-130m", "--archs", "gpu-h100", "--baseline", "gpu-h100",
+                            "--seq-lens", "1024", "-B", "2", "--devices", "2", "--parallel", "tensor",
+                            "--format", "json"])
+    assert r.exit_code == 0, r.output
+    (row,) = json.loads(r.stdout)
+    assert row["parallel"] == "tensor" and row["devices"] == 2 and row["interconnect_s"] > 0
+    r = runner.invoke(app, ["evaluate", "-m", "mamba2-130m", "-a", "gpu-h100", "--devices", "5", "--parallel", "tensor"])
+    assert r.exit_code == 1 and "5 does not divide 24" in " ".join(r.stderr.split())
+    r = runner.invoke(app, ["evaluate", "-m", "mamba2-130m", "-a", "gpu-h100", "--devices", "2", "--parallel", "data"])
+    assert r.exit_code == 2 and "--parallel" in r.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
@@ -19,7 +20,15 @@ from mambalaya.outputs import check_output_path, write_text_output
 from mambalaya.workloads.families.base import is_hybrid
 
 ObjectiveOpt = Annotated[Objective, typer.Option("--objective", help="What the mapping search minimises: latency, energy (needs the arch's energy section) or edp.")]
-DevicesOpt = Annotated[Optional[int], typer.Option("--devices", min=1, help="Devices to run the model on, pipeline parallel (its layers split in order; the design's system section joins them). Default: 1.")]
+DevicesOpt = Annotated[Optional[int], typer.Option("--devices", min=1, help="Devices to run the model on (the design's system section joins them), split as --parallel says. Default: 1.")]
+
+
+class Parallel(str, Enum):
+    pipeline = "pipeline"
+    tensor = "tensor"
+
+
+ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order) or tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them).")]
 
 
 @app.command("evaluate")
@@ -32,6 +41,7 @@ def evaluate_cmd(
     mapping: DesignMappingOpt = None,
     objective: ObjectiveOpt = Objective.latency,
     devices: DevicesOpt = None,
+    parallel: ParallelOpt = Parallel.pipeline,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -46,7 +56,7 @@ def evaluate_cmd(
     config, design = run.config(), run.design(arch)
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
-                  precision=run.precision, devices=devices)
+                  precision=run.precision, devices=devices, parallel=parallel.value)
     if not is_hybrid(config):
         ev = evaluate(design, run.model, config, objective=objective.value, **common)
         emit_evaluation(ev, run, config, seq_len, fmt, output)
@@ -67,6 +77,7 @@ def compare_cmd(
     seq_lens: CompareSeqLensOpt = "2048,16384,131072,1048576",
     baseline: CompareBaselineOpt = DEFAULT_BASELINE,
     devices: DevicesOpt = None,
+    parallel: ParallelOpt = Parallel.pipeline,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -83,7 +94,8 @@ def compare_cmd(
     config = run.config()
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_lens=lens, batch=run.batch, baseline=baseline, scan=run.scan,
-                  precision=run.precision, settings=tuple(run.settings or ()), devices=devices)
+                  precision=run.precision, settings=tuple(run.settings or ()), devices=devices,
+                  parallel=parallel.value)
     rows = (hybrid_compare_rows(names, run.model, config, softmax=softmax, **common) if is_hybrid(config)
             else compare_rows(names, run.model, config, **common))
     emit_comparison(rows, run, config, baseline, fmt, output)

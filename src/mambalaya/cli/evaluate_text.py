@@ -62,15 +62,19 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         rate = (f"{rate_text(t['tokens_per_s'])} tokens/s" if run.phase == PhaseOption.decode
                 else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
         out_console.print(
-            f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
+            ("" if ev.tensor_parallel is None else "each device's part: ")
+            + f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
             f"{rate}; off-chip {whole(t['offchip_bytes'])} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}; "
             f"2D spatial util {t['spatial_util']:.1%}; bound: {t['bound']}",
             highlight=False,
         )
         if energy is not None:
             parts = ", ".join(f"{k} {v * 1e3:.4g} mJ" for k, v in energy.by_component_j().items())
+            tp = ev.tensor_parallel
+            layer_what = "layer" if tp is None else "one device's part of a layer"
+            model_what = "model" if tp is None else f"model on all {tp.devices} devices and their links"
             out_console.print(
-                f"energy: layer {t['layer_energy_j'] * 1e3:.4g} mJ ({parts}); model {t['model_energy_j']:.4g} J; "
+                f"energy: {layer_what} {t['layer_energy_j'] * 1e3:.4g} mJ ({parts}); {model_what} {t['model_energy_j']:.4g} J; "
                 f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s (mapping searched for {ev.objective})",
                 highlight=False,
             )
@@ -79,6 +83,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print(ev.dram.text(), highlight=False)
         if ev.pipeline is not None:
             out_console.print(pipeline_text(ev.arch, ev.pipeline, ev.stage_dram), highlight=False)
+        if ev.tensor_parallel is not None:
+            out_console.print(tensor_parallel_text(ev.arch, ev.tensor_parallel), highlight=False)
         if "area_mm2" in t:
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
@@ -112,6 +118,22 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each device computes {pipeline.busy_share:.1%} of the "
             f"time (the pipeline's bubble: one batch, no micro-batches); DRAM {memory}")
+
+
+def tensor_parallel_text(arch: Any, tp: Any) -> str:
+    """The tensor-parallel line: the devices, the layers' time on each, the all-reduces' time,
+    share, bytes and (where the links have one) energy."""
+    from mambalaya.cost.capacity import byte_size
+
+    system = arch.system
+    per_layer = "; ".join(f"{t or 'layer'}: {', '.join(r.einsum for r in lt.all_reduces)}"
+                          for t, lt in tp.layers.items())
+    energy = "" if tp.interconnect_j is None else f", {tp.interconnect_j * 1e3:.4g} mJ over the links"
+    return (f"tensor parallel over {tp.devices} devices (every layer's heads and channels split): layers "
+            f"{milliseconds(tp.layers_s)} ms on each device + all-reduces {milliseconds(tp.interconnect_s)} ms "
+            f"({tp.interconnect_share:.2%} of the time; ring, {byte_size(tp.all_reduce_bytes)} per device at "
+            f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a step{energy}); "
+            f"all-reduced per layer ({per_layer})")
 
 
 def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:
@@ -167,20 +189,26 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                           f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
         rate = "tokens/s" if run.phase == PhaseOption.decode else "tokens/s prefill throughput"
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
-                          f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass",
+                          f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass"
+                          + ("" if hv.tensor_parallel is None else " on each device"),
                           highlight=False)
         if dram is not None:
             out_console.print(dram.text(), highlight=False)
         if hv.pipeline is not None:
             out_console.print(pipeline_text(hv.arch, hv.pipeline, hv.stage_dram), highlight=False)
+        if hv.tensor_parallel is not None:
+            out_console.print(tensor_parallel_text(hv.arch, hv.tensor_parallel), highlight=False)
         energy = hv.energy
         if energy is not None:
             t = hv.totals()
+            tp = hv.tensor_parallel
             parts = ", ".join(f"{k} {v:.4g} J" for k, v in energy.by_component_j().items())
             layers = "; ".join(f"{lt} layer {t[f'{lt}_layer_energy_j'] * 1e3:.4g} mJ x {ev.result.n_layers}"
                                for lt, ev in hv.layers.items())
-            out_console.print(f"energy: model {energy.model_j:.4g} J ({parts}); {layers}; "
-                              f"{energy.per_token_j * 1e6:.4g} uJ/token; EDP {energy.edp_js:.4g} J*s", highlight=False)
+            what = "model" if tp is None else f"model on all {tp.devices} devices and their links"
+            per_device = "" if tp is None else f"each device {energy.model_j:.4g} J: "
+            out_console.print(f"energy: {what} {t['model_energy_j']:.4g} J ({per_device}{parts}; {layers}); "
+                              f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s", highlight=False)
             out_console.print(power_text(hv.arch, t, throttled_key="throttled_model_latency_s", what="the model"),
                               highlight=False)
 

@@ -238,6 +238,70 @@ def all_reduce_s(n_bytes: float, devices: int, link_bandwidth_bytes_per_s: float
     return steps * link_latency_s + steps / devices * n_bytes / link_bandwidth_bytes_per_s
 
 
-__all__ = ["AllReduce", "SPLIT_SIZE_EXPRESSIONS", "all_reduce_s", "all_reduces", "check_split", "device_cascade",
-           "partial_tensors",
+
+
+@dataclass(frozen=True)
+class TensorParallelLayers:
+    """One layer type of a tensor-parallel model: ``count`` layers, each ``layer_s`` seconds on
+    a device (its part of the heads and channels) plus its ``all_reduces``, ``all_reduce_s``
+    seconds and (where the links have an energy) ``all_reduce_j`` joules over all devices."""
+
+    count: int
+    layer_s: float
+    all_reduces: tuple[AllReduce, ...]
+    all_reduce_s: float
+    all_reduce_j: float | None
+
+
+@dataclass(frozen=True)
+class TensorParallelCost:
+    """A model tensor parallel over ``devices``: every device runs every layer on its part, the
+    devices wait for each other at every all-reduce (the collectives are not overlapped with
+    compute: an assumption, Megatron-LM's all-reduces sit on the critical path)."""
+
+    devices: int
+    layers: Mapping[str | None, TensorParallelLayers]
+
+    @property
+    def layers_s(self) -> float:
+        return sum(t.count * t.layer_s for t in self.layers.values())
+
+    @property
+    def interconnect_s(self) -> float:
+        return sum(t.count * t.all_reduce_s for t in self.layers.values())
+
+    @property
+    def latency_s(self) -> float:
+        return self.layers_s + self.interconnect_s
+
+    @property
+    def interconnect_share(self) -> float:
+        return self.interconnect_s / self.latency_s if self.latency_s else 0.0
+
+    @property
+    def interconnect_j(self) -> float | None:
+        joules = [t.all_reduce_j for t in self.layers.values()]
+        return None if any(j is None for j in joules) else sum(t.count * t.all_reduce_j for t in self.layers.values())  # type: ignore[operator]
+
+    @property
+    def all_reduce_bytes(self) -> float:
+        """Bytes each device all-reduces over the model's layers."""
+        return sum(t.count * sum(r.bytes for r in t.all_reduces) for t in self.layers.values())
+
+
+def tensor_parallel_layers(system, cascade: Cascade, devices: int, *, count: int, layer_s: float) -> TensorParallelLayers:
+    """A layer type's :class:`TensorParallelLayers`: ``cascade`` is the whole layer, ``layer_s``
+    its part's seconds on one device; ``system`` the design's
+    :class:`~mambalaya.arch.system.SystemSpec`. A ring all-reduce sends ``2 (N-1)/N`` times the
+    bytes from each of the N devices, the links' energy counted on all of them."""
+    reduces = all_reduces(cascade, tensor_parallel_ranks(cascade))
+    seconds = sum(all_reduce_s(r.bytes, devices, system.link_bandwidth_bytes_per_s, system.link_latency_s)
+                  for r in reduces)
+    sent = sum(r.bytes for r in reduces) * 2 * (devices - 1)  # over all devices: N x 2 (N-1)/N x bytes
+    joules = system.transfer_j(sent) if system.link_energy_pj_per_bit is not None else None
+    return TensorParallelLayers(count, layer_s, reduces, seconds, joules)
+
+
+__all__ = ["AllReduce", "SPLIT_SIZE_EXPRESSIONS", "TensorParallelCost", "TensorParallelLayers", "all_reduce_s",
+           "all_reduces", "check_split", "device_cascade", "partial_tensors", "tensor_parallel_layers",
            "tensor_parallel_ranks", "with_rank_sizes"]

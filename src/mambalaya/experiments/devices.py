@@ -17,12 +17,14 @@ device is exactly the single-device evaluation.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from mambalaya.arch import ArchSpec
 from mambalaya.arch.system import MAX_DEVICES
 from mambalaya.cost.capacity import CapacityError, DramUse, MemoryNeed, byte_size, memory_need, state_bytes
 from mambalaya.cost.pipeline import PipelineCost, pipeline_cost, stage_layers
+from mambalaya.cost.tensor_parallel import device_cascade, tensor_parallel_ranks
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
@@ -70,8 +72,54 @@ def layer_weight_parameters(config: Any, layer_type: str | None) -> int:
     return config.layer_parameters() if layer_type is None else config.layer_parameters(layer_type)
 
 
+#: How a model runs over several devices (``--parallel``): its layers split in order
+#: (:mod:`mambalaya.cost.pipeline`), or every layer's heads and channels split
+#: (:mod:`mambalaya.cost.tensor_parallel`).
+PARALLEL_STRATEGIES = ("pipeline", "tensor")
+
+
+def resolve_parallel(parallel: str | None, devices: int) -> str:
+    """The parallel strategy of an evaluation over ``devices`` (None: pipeline)."""
+    chosen = "pipeline" if parallel is None else parallel
+    if chosen not in PARALLEL_STRATEGIES:
+        raise SpecError(f"--parallel is {' or '.join(PARALLEL_STRATEGIES)}, not {parallel!r}")
+    return chosen
+
+
+def tensor_parallel_need(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
+                         policy: PrecisionPolicy) -> MemoryNeed:
+    """What each of ``devices`` devices holds with every layer's heads and channels split
+    (:mod:`mambalaya.cost.tensor_parallel`): per layer type, the layer's weights in the share its
+    split decode step keeps (norms and ungrouped projections whole on every device) and the
+    states and KV caches of that split step; the weights outside the layers (embedding, head,
+    final norm) and Zamba2's shared blocks whole on every device (an assumption on the safe
+    side: Megatron-LM also splits the vocabulary). A Gated DeltaNet model's unbuilt attention
+    layers keep ``1/devices`` of their weights and KV cache (their heads split)."""
+    held = _ModelHoldings(config, batch=batch, seq_len=seq_len, bits=bits, policy=policy, tensor_devices=devices)
+    counts = {t: held.order.count(t) for t in dict.fromkeys(held.order)}
+    own = sum(held.params[t] * n for t, n in counts.items()) + held.shared(set(held.order))
+    return memory_need(own + held.outside, held.weight_bits, [(n, held.states[t]) for t, n in counts.items()],
+                       batch=batch, seq_len=seq_len)
+
+
+def require_fits_tensor_parallel(spec: ArchSpec, model_name: str, config: Any, devices: int, *, batch: int,
+                                 seq_len: int, policy: PrecisionPolicy) -> DramUse:
+    """Each device's use of its off-chip memory under tensor parallelism, or a
+    :class:`~mambalaya.cost.capacity.CapacityError` saying what one device holds."""
+    need = tensor_parallel_need(config, devices, batch=batch, seq_len=seq_len, bits=spec.bits_per_element,
+                                policy=policy)
+    capacity = spec.memory.offchip_capacity_bytes
+    if capacity is not None and need.total_bytes > capacity:
+        raise CapacityError(
+            f"{model_name} does not fit on {devices} devices of {spec.name} tensor parallel: each holds "
+            f"{byte_size(need.total_bytes)} ({need.parts_text()}), over memory.offchip_capacity_bytes = "
+            f"{byte_size(capacity)}; use more devices, a pipeline (--parallel pipeline), or a smaller batch or "
+            "sequence length")
+    return DramUse(need, capacity)
+
+
 def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: int, bits: int,
-                  policy: PrecisionPolicy) -> tuple[float, float]:
+                  policy: PrecisionPolicy, tensor_devices: int = 1) -> tuple[float, float, float]:
     """(recurrent and conv state bytes, KV cache bytes) of one layer of ``layer_type``: the
     incoming states of its decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
     its delta-rule layers only, yet runs its ``full_attention`` layers too: each holds a key and a
@@ -80,11 +128,19 @@ def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: i
     if isinstance(config, GatedDeltaNetConfig) and layer_type == GDN_FULL:  # not built: its KV cache alone
         head_dim = config.head_dim or config.d_model // config.n_heads
         width = policy.bits("bamba", "VC0", Role.STATE, bits)
-        return 0.0, 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8
+        return 0.0, 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8 / tensor_devices, 1 / tensor_devices
     chosen = {"layer_type": layer_type} if is_hybrid(config) else {}
     step = build_layer(config, phase="decode", seq_len=max(seq_len, 1), batch=batch, bits=bits, precision=policy,
                        **chosen)
-    return state_bytes(step)
+    if tensor_devices == 1:
+        return (*state_bytes(step), 1.0)
+    part = device_cascade(step, tensor_parallel_ranks(step), tensor_devices)
+    return (*state_bytes(part), _weight_bytes(part) / _weight_bytes(step))
+
+
+def _weight_bytes(cascade: Cascade) -> float:
+    return sum(math.prod(cascade.shape(t)) * spec.bits / 8 for t, spec in cascade.tensors.items()
+               if spec.role == Role.WEIGHT)
 
 
 def stage_needs(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
@@ -97,16 +153,19 @@ class _ModelHoldings:
     """What a model's layers hold, per layer type (weights, states, KV caches), and what it
     holds outside them: built once, split over any device count."""
 
-    def __init__(self, config: Any, *, batch: int, seq_len: int, bits: int, policy: PrecisionPolicy) -> None:
+    def __init__(self, config: Any, *, batch: int, seq_len: int, bits: int, policy: PrecisionPolicy,
+                 tensor_devices: int = 1) -> None:
         self.order = layer_order(config)
         self.batch, self.seq_len = batch, seq_len
         self.weight_bits = policy.bits("", "", Role.WEIGHT, bits)
         kinds = dict.fromkeys(self.order)
-        self.params = {t: layer_weight_parameters(config, t) for t in kinds}
-        self.states = {t: _layer_states(config, t, batch=batch, seq_len=seq_len, bits=bits, policy=policy)
-                       for t in kinds}
+        whole = {t: layer_weight_parameters(config, t) for t in kinds}
+        held = {t: _layer_states(config, t, batch=batch, seq_len=seq_len, bits=bits, policy=policy,
+                                 tensor_devices=tensor_devices) for t in kinds}
+        self.states = {t: (recurrent, kv) for t, (recurrent, kv, _share) in held.items()}
+        self.params = {t: round(whole[t] * held[t][2]) for t in kinds}  # the share of the weights a device keeps
         self.shared = getattr(config, "shared_parameters", lambda types: 0)
-        self.outside = config.model_parameters() - sum(self.params[t] for t in self.order) - self.shared(set(self.order))
+        self.outside = config.model_parameters() - sum(whole[t] for t in self.order) - self.shared(set(self.order))
 
 
 def _split_needs(held: _ModelHoldings, devices: int) -> tuple[MemoryNeed, ...]:
@@ -168,5 +227,6 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices)
 
 
-__all__ = ["costed_layer_type", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters", "pipeline_of", "require_fits_on",
-           "resolve_devices", "stage_needs"]
+__all__ = ["PARALLEL_STRATEGIES", "costed_layer_type", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
+           "pipeline_of", "require_fits_on", "require_fits_tensor_parallel", "resolve_devices", "resolve_parallel",
+           "stage_needs", "tensor_parallel_need"]

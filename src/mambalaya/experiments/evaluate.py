@@ -16,8 +16,10 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping
 from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
 from mambalaya.cost.pipeline import PipelineCost
+from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
+                                            tensor_parallel_ranks)
 from mambalaya.experiments.devices import (costed_layer_type, fewest_pipeline_devices, pipeline_of, require_fits_on,
-                                           resolve_devices, stage_needs)
+                                           require_fits_tensor_parallel, resolve_devices, resolve_parallel, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
@@ -46,10 +48,15 @@ class Evaluation:
     #: On several devices (pipeline parallel): the pipeline and each device's use of its memory.
     pipeline: PipelineCost | None = None
     stage_dram: tuple[DramUse, ...] = ()
+    #: Tensor parallel over several devices: each layer's part on a device and its all-reduces
+    #: (``cascade`` and ``result`` are then one device's part of the layer).
+    tensor_parallel: TensorParallelCost | None = None
 
     @property
     def model_latency_s(self) -> float:
         """The whole model's latency: every layer's, and on several devices the transfers."""
+        if self.tensor_parallel is not None:
+            return self.tensor_parallel.latency_s
         return self.pipeline.latency_s if self.pipeline is not None else self.result.model_latency_s
 
     @property
@@ -80,6 +87,10 @@ class Evaluation:
         if self.pipeline is not None:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
             tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
+        if self.tensor_parallel is not None:
+            tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
+            extra.update(tensor_parallel_totals(self.tensor_parallel, energy and energy.model_j,
+                                                r.batch * r.positions, self.arch.power_budget_w))
         return {
             "latency_s": r.latency_s,
             "model_latency_s": model_s,
@@ -96,6 +107,32 @@ class Evaluation:
             "bound": r.bound,
             **extra,
         }
+
+
+def tensor_parallel_totals(tp: TensorParallelCost, device_model_j: float | None, tokens: int,
+                           power_budget_w: float | None) -> dict[str, Any]:
+    """Tensor parallelism's own figures in an evaluation's totals, and its energy: the devices'
+    together (each device's model energy times the devices, plus the links' where they have an
+    energy), per token and times the latency; the average power is one device's (its energy
+    over the model's latency, all-reduces included), against the budget of one device."""
+    out: dict[str, Any] = {"devices": tp.devices, "parallel": "tensor", "layers_latency_s": tp.layers_s,
+                           "interconnect_s": tp.interconnect_s, "interconnect_share": tp.interconnect_share,
+                           "all_reduce_bytes": tp.all_reduce_bytes, "interconnect_energy_j": tp.interconnect_j}
+    if device_model_j is not None:
+        total_j = tp.devices * device_model_j + (tp.interconnect_j or 0.0)
+        power_w = device_model_j / tp.latency_s if tp.latency_s else 0.0
+        out.update(model_energy_j=total_j, energy_per_token_j=total_j / tokens if tokens else 0.0,
+                   edp_js=total_j * tp.latency_s, average_power_w=power_w,
+                   over_power_budget=over_budget(power_w, power_budget_w))
+    return out
+
+
+def devices_columns(cost: PipelineCost | TensorParallelCost | None) -> dict[str, Any]:
+    """A comparison row's columns for a model over several devices (none on one)."""
+    if cost is None:
+        return {}
+    return {"devices": cost.devices, "parallel": "tensor" if isinstance(cost, TensorParallelCost) else "pipeline",
+            "interconnect_s": cost.interconnect_s, "interconnect_share": cost.interconnect_share}
 
 
 def pipeline_totals(pipeline: PipelineCost, stage_dram: tuple[DramUse, ...]) -> dict[str, Any]:
@@ -144,25 +181,38 @@ def evaluate(
     precision: str | PrecisionPolicy | None = None,
     objective: str = "latency",
     devices: int | None = None,
+    parallel: str | None = None,
 ) -> Evaluation:
     """One layer of ``config`` on ``arch`` under its mapping (searched for ``objective``:
     latency, energy or edp). Tensor widths follow ``precision``
     (default: the arch's own policy, ``arch.precision``), whose ``design`` width is the arch's
     ``bits_per_element``. ``scan`` picks Mamba-2's scan form (default: chunked in prefill,
-    recurrent in decode). ``devices`` (default 1) runs the model pipeline parallel over that many
-    devices of the design (:mod:`mambalaya.experiments.devices`)."""
+    recurrent in decode). ``devices`` (default 1) runs the model over that many devices of the
+    design, ``parallel`` saying how: ``pipeline`` (the default; the layers split in order) or
+    ``tensor`` (every layer's heads and channels split, :mod:`mambalaya.cost.tensor_parallel`:
+    the layer costed is then one device's part) (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
-    dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
-                                           policy=policy)
+    tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
+    if tensor:
+        dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,
+                                                        seq_len=seq_len, policy=policy), ()
+    else:
+        dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
+                                               policy=policy)
     cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
-    ev = evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch, mapping=mapping,
+    costed = device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices) if tensor else cascade
+    ev = evaluate_cascade(spec, model_name, config, costed, phase=phase, batch=batch, mapping=mapping,
                           policy=policy, objective=objective, n_layers=config.n_layers, dram=dram)
     if n_devices == 1:
         return ev
     kind = costed_layer_type(config)
+    if tensor:
+        layers = tensor_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
+                                        layer_s=ev.result.latency_s)
+        return replace(ev, tensor_parallel=TensorParallelCost(n_devices, {kind: layers}))
     return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade}),
                    stage_dram=stage_dram)
 
@@ -359,11 +409,13 @@ def compare_rows(
     precision: str | None = None,
     settings: tuple[str, ...] = (),
     devices: int | None = None,
+    parallel: str | None = None,
 ) -> list[dict[str, Any]]:
     """Latency of each design at each sequence length, with the speedup over ``baseline``;
     ``settings`` (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's
-    model pipeline parallel over that many devices (the speedup stays per layer; the model's
-    latency and the transfers are their own columns)."""
+    model over that many devices, ``parallel`` (pipeline or tensor) saying how (the speedup
+    stays per layer, of one device's part under tensor parallelism; the model's latency and the
+    interconnect are their own columns)."""
     if baseline not in archs:
         archs = [baseline] + archs
     specs = designs_with(archs, settings)
@@ -371,7 +423,7 @@ def compare_rows(
     for L in seq_lens:
         evals = {a: evaluate(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,
                              mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision,
-                             devices=devices) for a in archs}
+                             devices=devices, parallel=parallel) for a in archs}
         base = evals[baseline].result.latency_s
         for a, ev in evals.items():
             r = ev.result
@@ -386,9 +438,7 @@ def compare_rows(
                     "offchip_bytes": r.offchip_bytes,
                     "compute_util": r.compute_util,
                     "mem_util": r.mem_util,
-                    **({} if ev.pipeline is None else {"devices": ev.pipeline.devices,
-                                                       "interconnect_s": ev.pipeline.interconnect_s,
-                                                       "interconnect_share": ev.pipeline.interconnect_share}),
+                    **devices_columns(ev.pipeline or ev.tensor_parallel),
                     "speedup_vs_" + baseline: base / r.latency_s,
                 }
             )

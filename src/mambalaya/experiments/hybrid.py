@@ -24,9 +24,12 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.experiments.devices import pipeline_of, resolve_devices
+from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
+                                            tensor_parallel_ranks)
+from mambalaya.experiments.devices import pipeline_of, require_fits_tensor_parallel, resolve_devices, resolve_parallel
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
-                                            pipeline_totals, require_fits_across, resolve_policy)
+                                            pipeline_totals, require_fits_across, resolve_policy,
+                                            tensor_parallel_totals)
 from mambalaya.cost.capacity import DramUse
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.energy import ModelEnergy
@@ -56,10 +59,14 @@ class HybridEvaluation:
     #: on several devices (pipeline parallel): the pipeline and each device's use of its memory
     pipeline: PipelineCost | None = None
     stage_dram: tuple[DramUse, ...] = ()
+    #: tensor parallel over several devices (each layer type's evaluation is then one device's part)
+    tensor_parallel: TensorParallelCost | None = None
 
     @property
     def model_latency_s(self) -> float:
         """Every layer's latency, and on several devices the transfers between them."""
+        if self.tensor_parallel is not None:
+            return self.tensor_parallel.latency_s
         if self.pipeline is not None:
             return self.pipeline.latency_s
         return sum(ev.result.model_latency_s for ev in self.layers.values())
@@ -102,6 +109,14 @@ class HybridEvaluation:
         energy = self.energy
         if energy is None:
             return {}
+        if self.tensor_parallel is not None:  # the devices' energy together, one device's power
+            positions = 1 if self.phase == "decode" else self.seq_len
+            tp = tensor_parallel_totals(self.tensor_parallel, energy.model_j, self.batch * positions,
+                                        energy.power_budget_w)
+            return {k: tp[k] for k in ("model_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
+                                       "over_power_budget")} | {"power_budget_w": energy.power_budget_w,
+                                                                "leakage_w": energy.leakage_w,
+                                                                "throttled_model_latency_s": energy.throttled_model_latency_s}
         return {"model_energy_j": energy.model_j, "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
                 "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
                 "over_power_budget": energy.over_power_budget, "leakage_w": energy.leakage_w,
@@ -116,6 +131,8 @@ class HybridEvaluation:
             "attention_share": self.attention_share,
             **self.energy_totals(),
             **({} if self.pipeline is None else pipeline_totals(self.pipeline, self.stage_dram)),
+            **({} if self.tensor_parallel is None else
+               {k: v for k, v in tensor_parallel_totals(self.tensor_parallel, None, 0, None).items()}),
         }
         for t, ev in self.layers.items():
             out[f"{t}_layers"] = ev.result.n_layers
@@ -154,6 +171,7 @@ def evaluate_hybrid(
     over_capacity: str = "refuse",
     reuse: CostedLayers | None = None,
     devices: int | None = None,
+    parallel: str | None = None,
 ) -> HybridEvaluation:
     """Every layer type of ``config`` on ``arch``. A Mamba layer's prefill runs whichever scan
     form (chunked SSD or the recurrent scan) is faster on the design unless ``scan`` is given,
@@ -167,15 +185,21 @@ def evaluate_hybrid(
     it is evaluated as on one device of enough capacity and its :attr:`HybridEvaluation.dram`
     says how many devices it needs (the hybrid suite reports such points, marked). With
     ``reuse``, a layer type already costed under the same inputs is not searched again
-    (:class:`~mambalaya.experiments.evaluate.CostedLayers`). ``devices`` (default 1) runs the model pipeline
-    parallel over that many devices of the design, each checked to hold its layers
+    (:class:`~mambalaya.experiments.evaluate.CostedLayers`). ``devices`` (default 1) runs the model over
+    that many devices of the design, ``parallel`` saying how: ``pipeline`` (the default; each device
+    checked to hold its layers) or ``tensor`` (every layer's heads and channels split, each layer
+    type costed as one device's part, :mod:`mambalaya.cost.tensor_parallel`)
     (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")
     n_devices = resolve_devices(spec, devices)
-    if over_capacity == "refuse":
+    tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
+    if tensor and over_capacity == "refuse":
+        dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,
+                                                        seq_len=seq_len, policy=policy), ()
+    elif over_capacity == "refuse":
         dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
                                                policy=policy)
     elif n_devices > 1:
@@ -184,6 +208,7 @@ def evaluate_hybrid(
     else:
         dram, stage_dram = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy), ()
     layers: dict[str, Evaluation] = {}
+    whole: dict[str, Any] = {}  # per costed cascade's name, the whole layer it is a device's part of
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
         if layer_type in scanned_layer_types(config):
@@ -199,6 +224,9 @@ def evaluate_hybrid(
                 cascade = layer(f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
                 if softmax != "three-pass" and "attention" in cascade.regions:  # the report names the form
                     cascade = layer(f"{cascade.name}-{softmax}")  # cached too: the designs share its memos
+                if tensor:
+                    part = device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices)
+                    whole[part.name], cascade = cascade, part
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
                                               n_layers=count, reuse=reuse))
@@ -208,6 +236,11 @@ def evaluate_hybrid(
             raise MambalayaError(f"{model_name} {layer_type} layers, {phase} L={seq_len}, on {spec.name}: "
                                  + "; ".join(errors))
         layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
+    if tensor:
+        cost = TensorParallelCost(n_devices, {t: tensor_parallel_layers(spec.system, whole[ev.cascade.name], n_devices,
+                                                                        count=ev.result.n_layers, layer_s=ev.result.latency_s)
+                                              for t, ev in layers.items()})
+        return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, tensor_parallel=cost)
     pipeline = None if n_devices == 1 else pipeline_of(
         spec, config, n_devices, {t: ev.result.latency_s for t, ev in layers.items()},
         {t: ev.cascade for t, ev in layers.items()})
@@ -249,12 +282,12 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
 def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig, *, phase: str, seq_lens: list[int],
                         batch: int, baseline: str, scan: str | None = None, softmax: str = "three-pass",
                         precision: str | None = None, settings: tuple[str, ...] = (),
-                        devices: int | None = None) -> list[dict[str, Any]]:
+                        devices: int | None = None, parallel: str | None = None) -> list[dict[str, Any]]:
     """Whole-model latency of each design at each context length, each layer type's share
     and mapping, and the speedup over ``baseline``. In decode, ``seq_len`` is the context in
     the KV cache, so (unlike a pure Mamba model) every length is its own row. ``settings``
-    (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's model pipeline
-    parallel over that many devices."""
+    (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's model over that
+    many devices, ``parallel`` (pipeline or tensor) saying how."""
     from mambalaya.experiments.evaluate import designs_with
 
     if baseline not in archs:
@@ -263,7 +296,8 @@ def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig,
     rows = []
     for L in seq_lens:
         evals = {a: evaluate_hybrid(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch, scan=scan,
-                                    softmax=softmax, precision=precision, devices=devices) for a in archs}
+                                    softmax=softmax, precision=precision, devices=devices, parallel=parallel)
+                 for a in archs}
         base = evals[baseline].model_latency_s
         for a, ev in evals.items():
             rows.append({"seq_len": L, "arch": a, **ev.totals(), "speedup_vs_" + baseline: base / ev.model_latency_s})

@@ -237,3 +237,21 @@ def test_compare_and_refusals_over_tensor_parallel_devices():
     assert r.exit_code == 1 and "5 does not divide 24" in " ".join(r.stderr.split())
     r = runner.invoke(app, ["evaluate", "-m", "mamba2-130m", "-a", "gpu-h100", "--devices", "2", "--parallel", "data"])
     assert r.exit_code == 2 and "--parallel" in r.output
+
+
+def test_best_keeps_the_faster_strategy_and_names_both():
+    config = PRESETS["mamba2-130m"]
+    kw = dict(phase="decode", seq_len=1024, batch=1, devices=2)
+    each = {s: evaluate("gpu-h100", "mamba2-130m", config, parallel=s, **kw).model_latency_s
+            for s in ("pipeline", "tensor")}
+    best = evaluate("gpu-h100", "mamba2-130m", config, parallel="best", **kw)
+    assert dict(best.strategies_s) == pytest.approx(each) and best.model_latency_s == min(each.values())
+    assert best.totals()["parallel_strategies_s"] == dict(best.strategies_s)
+    # five devices do not divide mamba2-130m's 24 heads: best keeps the pipeline, naming nothing else
+    five = evaluate("gpu-h100", "mamba2-130m", config, parallel="best", phase="decode", seq_len=1024, batch=1,
+                    devices=5)
+    assert [s for s, _ in five.strategies_s] == ["pipeline"] and five.pipeline is not None
+    r = runner.invoke(app, ["evaluate", "-m", "mamba2-130m", "-a", "gpu-h100", "--phase", "decode", "-L", "1024",
+                            "--devices", "2", "--parallel", "best"])
+    assert r.exit_code == 0, r.output
+    assert "--parallel best: pipeline" in r.stdout and "; kept " in r.stdout

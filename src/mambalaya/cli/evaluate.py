@@ -26,9 +26,10 @@ DevicesOpt = Annotated[Optional[int], typer.Option("--devices", min=1, help="Dev
 class Parallel(str, Enum):
     pipeline = "pipeline"
     tensor = "tensor"
+    best = "best"
 
 
-ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order) or tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them).")]
+ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them) or best (the faster of the two).")]
 
 
 @app.command("evaluate")

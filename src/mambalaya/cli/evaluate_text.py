@@ -85,6 +85,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print(pipeline_text(ev.arch, ev.pipeline, ev.stage_dram), highlight=False)
         if ev.tensor_parallel is not None:
             out_console.print(tensor_parallel_text(ev.arch, ev.tensor_parallel), highlight=False)
+        if ev.strategies_s:
+            out_console.print(strategies_text(ev.strategies_s, ev.model_latency_s), highlight=False)
         if "area_mm2" in t:
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
@@ -118,6 +120,13 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each device computes {pipeline.busy_share:.1%} of the "
             f"time (the pipeline's bubble: one batch, no micro-batches); DRAM {memory}")
+
+
+def strategies_text(strategies_s: tuple[tuple[str, float], ...], chosen_s: float) -> str:
+    """``--parallel best``: each strategy's model latency and the one kept."""
+    chosen = next(s for s, latency in strategies_s if latency == chosen_s)
+    return ("--parallel best: " + "; ".join(f"{s} {milliseconds(latency)} ms" for s, latency in strategies_s)
+            + f"; kept {chosen}")
 
 
 def tensor_parallel_text(arch: Any, tp: Any) -> str:
@@ -198,6 +207,8 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
             out_console.print(pipeline_text(hv.arch, hv.pipeline, hv.stage_dram), highlight=False)
         if hv.tensor_parallel is not None:
             out_console.print(tensor_parallel_text(hv.arch, hv.tensor_parallel), highlight=False)
+        if hv.strategies_s:
+            out_console.print(strategies_text(hv.strategies_s, hv.model_latency_s), highlight=False)
         energy = hv.energy
         if energy is not None:
             t = hv.totals()

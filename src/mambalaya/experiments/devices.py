@@ -17,7 +17,9 @@ device is exactly the single-device evaluation.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from collections.abc import Callable
 from typing import Any
 
 from mambalaya.arch import ArchSpec
@@ -27,7 +29,7 @@ from mambalaya.cost.pipeline import PipelineCost, pipeline_cost, stage_layers
 from mambalaya.cost.tensor_parallel import device_cascade, tensor_parallel_ranks
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
-from mambalaya.errors import SpecError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.workloads import build_layer
 from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig
 from mambalaya.workloads.families.base import is_hybrid
@@ -79,11 +81,29 @@ PARALLEL_STRATEGIES = ("pipeline", "tensor")
 
 
 def resolve_parallel(parallel: str | None, devices: int) -> str:
-    """The parallel strategy of an evaluation over ``devices`` (None: pipeline)."""
+    """The parallel strategy of an evaluation over ``devices`` (None: pipeline); ``best``: each
+    strategy is evaluated and the faster kept (:func:`fastest_strategy`)."""
     chosen = "pipeline" if parallel is None else parallel
-    if chosen not in PARALLEL_STRATEGIES:
-        raise SpecError(f"--parallel is {' or '.join(PARALLEL_STRATEGIES)}, not {parallel!r}")
+    if chosen not in (*PARALLEL_STRATEGIES, "best"):
+        raise SpecError(f"--parallel is {', '.join(PARALLEL_STRATEGIES)} or best, not {parallel!r}")
     return chosen
+
+
+def fastest_strategy(evaluate_with: Callable[[str], Any], what: str) -> Any:
+    """The evaluation (``evaluate_with(strategy)``) of least model latency over the
+    :data:`PARALLEL_STRATEGIES`, carrying every strategy's latency in ``strategies_s``; a strategy
+    the model cannot take (a device count that does not divide its heads) is left out, and if
+    none can, one error names each one's reason."""
+    found, refused = {}, []
+    for strategy in PARALLEL_STRATEGIES:
+        try:
+            found[strategy] = evaluate_with(strategy)
+        except MambalayaError as err:
+            refused.append(f"{strategy}: {err}")
+    if not found:
+        raise MambalayaError(f"{what} runs in no parallel strategy: " + "; ".join(refused))
+    best = min(found.values(), key=lambda ev: ev.model_latency_s)
+    return dataclasses.replace(best, strategies_s=tuple((s, ev.model_latency_s) for s, ev in found.items()))
 
 
 def tensor_parallel_need(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
@@ -227,6 +247,6 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices)
 
 
-__all__ = ["PARALLEL_STRATEGIES", "costed_layer_type", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
+__all__ = ["PARALLEL_STRATEGIES", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
            "pipeline_of", "require_fits_on", "require_fits_tensor_parallel", "resolve_devices", "resolve_parallel",
            "stage_needs", "tensor_parallel_need"]

@@ -18,7 +18,8 @@ from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (costed_layer_type, fewest_pipeline_devices, pipeline_of, require_fits_on,
+from mambalaya.experiments.devices import (costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
+                                           require_fits_on,
                                            require_fits_tensor_parallel, resolve_devices, resolve_parallel, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
@@ -51,6 +52,8 @@ class Evaluation:
     #: Tensor parallel over several devices: each layer's part on a device and its all-reduces
     #: (``cascade`` and ``result`` are then one device's part of the layer).
     tensor_parallel: TensorParallelCost | None = None
+    #: With ``parallel="best"``: each strategy's model latency, the fastest kept.
+    strategies_s: tuple[tuple[str, float], ...] = ()
 
     @property
     def model_latency_s(self) -> float:
@@ -87,6 +90,8 @@ class Evaluation:
         if self.pipeline is not None:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
             tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
+        if self.strategies_s:
+            extra["parallel_strategies_s"] = dict(self.strategies_s)
         if self.tensor_parallel is not None:
             tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
             extra.update(tensor_parallel_totals(self.tensor_parallel, energy and energy.model_j,
@@ -138,7 +143,7 @@ def devices_columns(cost: PipelineCost | TensorParallelCost | None) -> dict[str,
 def pipeline_totals(pipeline: PipelineCost, stage_dram: tuple[DramUse, ...]) -> dict[str, Any]:
     """A pipeline's own figures in an evaluation's totals: the devices, the time and (where the
     links have one) energy of the transfers between them, and the fullest device's memory."""
-    out: dict[str, Any] = {"devices": pipeline.devices, "layers_latency_s": pipeline.layers_s,
+    out: dict[str, Any] = {"devices": pipeline.devices, "parallel": "pipeline", "layers_latency_s": pipeline.layers_s,
                            "interconnect_s": pipeline.interconnect_s, "interconnect_share": pipeline.interconnect_share,
                            "boundary_bytes": pipeline.boundary_bytes[0] if pipeline.boundary_bytes else 0.0,
                            "devices_busy_share": pipeline.busy_share, "interconnect_energy_j": pipeline.interconnect_j}
@@ -190,10 +195,16 @@ def evaluate(
     recurrent in decode). ``devices`` (default 1) runs the model over that many devices of the
     design, ``parallel`` saying how: ``pipeline`` (the default; the layers split in order) or
     ``tensor`` (every layer's heads and channels split, :mod:`mambalaya.cost.tensor_parallel`:
-    the layer costed is then one device's part) (:mod:`mambalaya.experiments.devices`)."""
+    the layer costed is then one device's part) or ``best`` (the faster of the two, both
+    latencies in ``strategies_s``) (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
+    if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:
+        return fastest_strategy(lambda strategy: evaluate(
+            spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+            precision=policy, objective=objective, devices=n_devices, parallel=strategy),
+            f"{model_name} on {n_devices} devices of {spec.name}")
     tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
     if tensor:
         dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,

@@ -26,7 +26,8 @@ from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import pipeline_of, require_fits_tensor_parallel, resolve_devices, resolve_parallel
+from mambalaya.experiments.devices import (fastest_strategy, pipeline_of, require_fits_tensor_parallel,
+                                           resolve_devices, resolve_parallel)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
                                             pipeline_totals, require_fits_across, resolve_policy,
                                             tensor_parallel_totals)
@@ -61,6 +62,8 @@ class HybridEvaluation:
     stage_dram: tuple[DramUse, ...] = ()
     #: tensor parallel over several devices (each layer type's evaluation is then one device's part)
     tensor_parallel: TensorParallelCost | None = None
+    #: with ``parallel="best"``: each strategy's model latency, the fastest kept
+    strategies_s: tuple[tuple[str, float], ...] = ()
 
     @property
     def model_latency_s(self) -> float:
@@ -133,6 +136,7 @@ class HybridEvaluation:
             **({} if self.pipeline is None else pipeline_totals(self.pipeline, self.stage_dram)),
             **({} if self.tensor_parallel is None else
                {k: v for k, v in tensor_parallel_totals(self.tensor_parallel, None, 0, None).items()}),
+            **({"parallel_strategies_s": dict(self.strategies_s)} if self.strategies_s else {}),
         }
         for t, ev in self.layers.items():
             out[f"{t}_layers"] = ev.result.n_layers
@@ -188,13 +192,18 @@ def evaluate_hybrid(
     (:class:`~mambalaya.experiments.evaluate.CostedLayers`). ``devices`` (default 1) runs the model over
     that many devices of the design, ``parallel`` saying how: ``pipeline`` (the default; each device
     checked to hold its layers) or ``tensor`` (every layer's heads and channels split, each layer
-    type costed as one device's part, :mod:`mambalaya.cost.tensor_parallel`)
-    (:mod:`mambalaya.experiments.devices`)."""
+    type costed as one device's part, :mod:`mambalaya.cost.tensor_parallel`) or ``best`` (the faster,
+    both latencies in ``strategies_s``) (:mod:`mambalaya.experiments.devices`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")
     n_devices = resolve_devices(spec, devices)
+    if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:
+        return fastest_strategy(lambda strategy: evaluate_hybrid(
+            spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+            softmax=softmax, precision=policy, over_capacity=over_capacity, reuse=reuse, devices=n_devices,
+            parallel=strategy), f"{model_name} on {n_devices} devices of {spec.name}")
     tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
     if tensor and over_capacity == "refuse":
         dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,

@@ -6,7 +6,6 @@ gives the whole layer's outputs; and the bytes they exchange are the model's."""
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
@@ -14,8 +13,11 @@ from typer.testing import CliRunner
 
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 from mambalaya.cli import app
-from mambalaya.cost.tensor_parallel import (SPLIT_SIZE_EXPRESSIONS, all_reduce_s, all_reduces, check_split,
-                                            device_cascade, partial_tensors, tensor_parallel_ranks, with_rank_sizes)
+from mambalaya.arch.system import SystemSpec
+from mambalaya.cost.tensor_parallel import (SPLIT_SIZE_EXPRESSIONS, all_reduce_algorithm, all_reduce_bound_s,
+                                            all_reduce_options, all_reduce_s, all_reduce_sent_bytes, all_reduces,
+                                            check_split, device_cascade, partial_tensors, tensor_parallel_ranks,
+                                            with_rank_sizes)
 from mambalaya.einsum import loads_cascade
 from mambalaya.errors import SpecError
 from mambalaya.execute.numpy_exec import execute, resolve_dtype, run_einsum
@@ -161,10 +163,21 @@ def test_a_split_that_would_read_another_devices_part_is_refused_naming_the_eins
         check_split(c, ["Z"])
 
 
-def test_a_ring_all_reduce_sends_twice_the_bytes_less_one_share_and_pays_the_latency_per_step():
-    assert all_reduce_s(1e9, 1, 450e9, 3e-6) == 0.0
-    assert math.isclose(all_reduce_s(1e9, 2, 450e9, 3e-6), 2 * 3e-6 + 1e9 / 450e9)
-    assert math.isclose(all_reduce_s(1e9, 8, 450e9, 3e-6), 14 * 3e-6 + 14 / 8 * 1e9 / 450e9)
+def test_an_all_reduce_takes_its_fastest_algorithm():
+    """Ring: 2 (N-1) steps, 2 (N-1)/N of the bytes per device; one-shot: one step, N-1 times the
+    bytes; in-network (where the switch reduces): two steps, the bytes once. Each call pays the
+    collective's fixed cost, each step the link's latency."""
+    ring = SystemSpec(link_bandwidth_bytes_per_s=450e9, link_latency_s=3e-6, collective_latency_s=6.6e-6)
+    assert all_reduce_options(1e9, 1, ring) == {} and all_reduce_s(1e9, 1, ring) == 0.0
+    options = all_reduce_options(1e9, 8, ring)
+    assert options["ring"] == pytest.approx(6.6e-6 + 14 * 3e-6 + 14 / 8 * 1e9 / 450e9)
+    assert options["one-shot"] == pytest.approx(6.6e-6 + 3e-6 + 7 * 1e9 / 450e9) and "in-network" not in options
+    assert all_reduce_algorithm(1e9, 8, ring)[0] == "ring" and all_reduce_algorithm(1e3, 8, ring)[0] == "one-shot"
+    switch = ring.model_copy(update={"in_network_reduction": True})
+    assert all_reduce_algorithm(1e9, 8, switch) == ("in-network", pytest.approx(6.6e-6 + 6e-6 + 1e9 / 450e9))
+    assert all_reduce_bound_s(1e9, 8, switch) == pytest.approx(1e9 / 450e9)
+    assert all_reduce_bound_s(1e9, 8, ring) == pytest.approx(14 / 8 * 1e9 / 450e9)
+    assert all_reduce_sent_bytes(1e9, 8, "ring") == pytest.approx(1.75e9)
 
 
 # -- evaluate and compare over several devices, tensor parallel ---------------------------------
@@ -186,9 +199,8 @@ def test_the_model_is_each_devices_part_of_every_layer_plus_its_all_reduces():
     assert ev.cascade.size("E") == whole.size("E") // 4 and ev.cascade.size("D") == whole.size("D")
     (layers,) = tp.layers.values()
     assert [r.einsum for r in layers.all_reduces] == ["DL", "BM", "CM", "O"]
-    system = ev.arch.system
-    assert layers.all_reduce_s == pytest.approx(sum(all_reduce_s(r.bytes, 4, system.link_bandwidth_bytes_per_s,
-                                                                 system.link_latency_s) for r in layers.all_reduces))
+    assert layers.all_reduce_s == pytest.approx(sum(all_reduce_s(r.bytes, 4, ev.arch.system)
+                                                    for r in layers.all_reduces))
     assert ev.model_latency_s == pytest.approx(config.n_layers * (ev.result.latency_s + layers.all_reduce_s))
     single = evaluate("gpu-h100", "mamba-2.8b", config, phase="prefill", seq_len=2048, batch=8)
     assert 2 < single.model_latency_s / ev.model_latency_s < 4  # four devices: faster, not four times
@@ -203,7 +215,8 @@ def test_jamba_fits_two_h100s_tensor_parallel_and_names_its_all_reduces():
     assert r.exit_code == 0, r.output
     text = " ".join(r.stdout.split())
     assert "tensor parallel over 2 devices (every layer's heads and channels split)" in text
-    assert "mamba-moe: DL, BM, CM, O, FF_MO" in text and "on each device" in text
+    assert "mamba-moe: DL one-shot, BM one-shot, CM one-shot, O one-shot, FF_MO one-shot" in text  # two devices
+    assert "on each device" in text
     hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", PRESETS["jamba-v0.1"], phase="prefill", seq_len=2048, batch=8,
                          devices=2, parallel="tensor")
     parts = sum(ev.result.model_latency_s for ev in hv.layers.values())
@@ -220,7 +233,7 @@ def test_energy_over_devices_is_every_devices_and_the_links_and_power_is_one_dev
                   parallel="tensor")
     t, tp, part = ev.totals(), ev.tensor_parallel, ev.energy
     (layers,) = tp.layers.values()
-    sent = sum(r.bytes for r in layers.all_reduces) * 2  # 2 devices x 2 (N-1)/N x bytes
+    sent = 2 * sum(all_reduce_sent_bytes(r.bytes, 2, a) for r, a in zip(layers.all_reduces, layers.algorithms))
     assert tp.interconnect_j == pytest.approx(layers.count * 8 * sent * 5e-12)
     assert t["model_energy_j"] == pytest.approx(2 * part.model_j + tp.interconnect_j)
     assert t["average_power_w"] == pytest.approx(part.model_j / ev.model_latency_s)

@@ -13,7 +13,7 @@ from mambalaya.arch.kernels import speed_of_light
 from mambalaya.cli import app
 from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
-from mambalaya.experiments.validate import load_cases, validate
+from mambalaya.experiments.validate import load_cases, load_collectives, validate, validate_collectives
 from mambalaya.fusion.mapping import unfused_mapping
 from mambalaya.cost.latency import layer_latency
 from mambalaya.search.mappings import ideal
@@ -118,12 +118,15 @@ def test_strict_fails_on_a_prediction_outside_the_band_and_names_it(tmp_path) ->
     case with a measurement 100x its prediction, above its speed of light) fails it, named; and
     without --strict the count is reported and the command passes."""
     case = validate(case_file(tmp_path)).results[0]
+    reduce = validate_collectives()[-1]  # an all-reduce in the band, so --strict judges the kernel case alone
+    assert reduce.in_band
+    in_band = ["--collectives", str(collective_file(tmp_path, **reduce.case.model_dump()))]
     near = case_file(tmp_path, id="near", measured_ms=case.predicted_s * 1e3 * 1.5)
-    assert runner.invoke(app, ["validate", "--cases", str(near), "--strict"]).exit_code == 0
+    assert runner.invoke(app, ["validate", "--cases", str(near), "--strict", *in_band]).exit_code == 0
     far = case_file(tmp_path, id="far-off", measured_ms=case.predicted_s * 1e3 * 100)
-    lenient = runner.invoke(app, ["validate", "--cases", str(far)])
+    lenient = runner.invoke(app, ["validate", "--cases", str(far), *in_band])
     assert lenient.exit_code == 0 and "outside [0.5, 2] of the measurement: 1" in lenient.output
-    strict = runner.invoke(app, ["validate", "--cases", str(far), "--strict"])
+    strict = runner.invoke(app, ["validate", "--cases", str(far), "--strict", *in_band])
     assert strict.exit_code == 1 and "far-off (0.01x)" in strict.output
 
 
@@ -193,3 +196,47 @@ def test_every_single_einsum_is_a_part_of_its_cascade() -> None:
         for e in c.einsums:
             part = sub_cascade(c, [e.name])
             assert [x.name for x in part.einsums] == [e.name]
+
+
+# -- measured all-reduces against the tensor-parallel model ---------------------------------------
+
+def collective_file(tmp_path, **changes):
+    cases, _ = load_collectives()
+    data = cases.model_dump(mode="json")
+    data["cases"] = [dict(data["cases"][0], **changes)]
+    path = tmp_path / "collectives.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_every_measured_all_reduce_is_at_or_above_its_speed_of_light_and_large_ones_are_in_the_band() -> None:
+    results = validate_collectives()
+    assert len(results) >= 30 and not [r.case.id for r in results if r.violates]
+    large = [r for r in results if r.case.bytes >= 2**28]
+    assert large and all(r.in_band for r in large), [(r.case.id, r.ratio) for r in large if not r.in_band]
+    forced = [r for r in results if r.case.algorithm == "ring"]
+    assert forced and {r.algorithm for r in forced} == {"ring"}
+    assert {r.algorithm for r in results
+            if r.case.devices == 8 and r.case.bytes >= 2**20 and r.case.algorithm == "auto"} == {"in-network"}
+
+
+def test_validate_reports_the_all_reduces_and_fails_on_one_faster_than_its_bound(tmp_path) -> None:
+    out = runner.invoke(app, ["validate", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    assert "measured NCCL all-reduces against the model's" in out.output
+    assert (tmp_path / "collectives.csv").read_text().startswith("case,arch,devices,bytes")
+    fast = collective_file(tmp_path, id="too-fast", bytes=2**30, measured_us=100)  # 1 GiB in 0.1 ms: 10 TB/s
+    out = runner.invoke(app, ["validate", "--collectives", str(fast)])
+    assert out.exit_code == 1 and "too-fast" in out.output and "breaks a bound" in out.output
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"source": "nowhere"}, "source 'nowhere' is not one of sources"),
+    ({"devices": 1}, "cases[0].devices"),
+    ({"algorithm": "tree"}, "cases[0].algorithm"),
+    ({"bytes": 1.5}, "cases[0].bytes"),
+])
+def test_a_bad_collective_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
+    with pytest.raises(SpecError, match="collectives.yaml") as info:
+        validate_collectives(collective_file(tmp_path, **changes))
+    assert needle in str(info.value)

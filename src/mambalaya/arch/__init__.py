@@ -338,6 +338,8 @@ _UNITS: dict[str, str] = {
     "kernels.sm_count": "SMs",
     "system.link_bandwidth_bytes_per_s": "B/s",
     "system.link_latency_s": "s",
+    "system.collective_latency_s": "s",
+    "system.in_network_reduction": "",
     "system.link_energy_pj_per_bit": "pJ/bit",
     "kernels.sm_offchip_bytes_per_s": "B/s per SM",
     "compute.dataflow_switch_cycles": "cycles",

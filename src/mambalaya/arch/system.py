@@ -37,6 +37,14 @@ class SystemSpec(BaseModel):
                           "say '450 GB/s'. " + OFFCHIP_BANDWIDTH_RANGE.note)
     link_latency_s: Annotated[float, LINK_LATENCY_RANGE.validator()] = Field(
         ge=0, description="Seconds a transfer takes before its first byte arrives. " + LINK_LATENCY_RANGE.note)
+    collective_latency_s: Annotated[float, LINK_LATENCY_RANGE.validator()] = Field(
+        0.0, ge=0, description="Seconds a collective (an all-reduce) costs before its steps: its launch and the devices' "
+                               "synchronisation, paid once per call; 0 (the default): none beyond its steps. "
+                               + LINK_LATENCY_RANGE.note)
+    in_network_reduction: bool = Field(
+        False, strict=True, description="Whether the switch joining the devices reduces data in flight (NVLink SHARP on "
+                                        "the third-generation NVSwitch): an all-reduce then sends each device's bytes once "
+                                        "and receives the sum once, in two steps.")
     link_energy_pj_per_bit: Annotated[float, LINK_ENERGY_RANGE.validator()] | None = Field(
         None, ge=0, description="Energy per bit a link moves; None: not modelled (no energy line for the links). "
                                 + LINK_ENERGY_RANGE.note)

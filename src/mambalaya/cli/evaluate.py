@@ -103,27 +103,33 @@ def compare_cmd(
 
 
 #: What ``validate --out`` writes in its folder.
-VALIDATE_FILES = ("validation.csv", "validation.png", "validation.svg")
+VALIDATE_FILES = ("validation.csv", "validation.png", "validation.svg", "collectives.csv")
 
 
 @app.command("validate")
 @user_errors
 def validate_cmd(
     cases: Annotated[Optional[Path], typer.Option("--cases", help="A YAML file of measured cases (default: the shipped published measurements).")] = None,
+    collectives: Annotated[Optional[Path], typer.Option("--collectives", help="A YAML file of measured all-reduces (default: the shipped NCCL measurements on H100 nodes).")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write validation.csv and the predicted-vs-measured figure here.")] = None,
     fmt: FormatOpt = Format.table,
     strict: Annotated[bool, typer.Option("--strict", help="Also exit 1 when a prediction is outside [0.5, 2] of its measurement.")] = False,
 ) -> None:
     """The model against published GPU kernel timings: each case predicted with the kernel's
-    own grouping, and its speed of light; exits 1 where a speed of light is above a measurement
-    (and, with --strict, where a prediction is outside [0.5, 2] of it)."""
-    from mambalaya.experiments.validate import validate
+    own grouping, and its speed of light; and the all-reduce of tensor parallelism against
+    measured NCCL all-reduces. Exits 1 where a speed of light is above a measurement (and, with
+    --strict, where a prediction is outside [0.5, 2] of it)."""
+    from mambalaya.experiments.validate import validate, validate_collectives
 
-    check_output_path(out, kind="directory", option="--out", inputs={"--cases": cases}, writes=VALIDATE_FILES)
+    check_output_path(out, kind="directory", option="--out", inputs={"--cases": cases, "--collectives": collectives},
+                      writes=VALIDATE_FILES)
     result = validate(cases)
+    reduced = validate_collectives(collectives)
     rows = result.rows()
+    reduce_rows = [r.row() for r in reduced]
     if fmt == Format.json:
-        emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity)}, indent=2), None)
+        emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity),
+                         "collectives": reduce_rows}, indent=2), None)
     elif fmt == Format.csv:
         emit(rows_csv(rows), None)
     else:
@@ -138,18 +144,29 @@ def validate_cmd(
         if result.sensitivity:
             out_console.print(rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
                                           "assumption at the ends of its range (the speed of light does not depend on them)"))
+        keep = ("case", "devices", "bytes", "nccl_algorithm", "model_algorithm", "measured_us", "predicted_us", "ratio",
+                "speed_of_light_us")
+        out_console.print(rows_table([{**{k: r[k] for k in keep}, "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}
+                                      for r in reduce_rows], "measured NCCL all-reduces against the model's"))
+        out_console.print(f"{len(reduced)} all-reduces: predicted / measured median "
+                          f"{__import__('statistics').median(r.ratio for r in reduced):.3g}; "
+                          f"outside [0.5, 2]: {sum(not r.in_band for r in reduced)}; speed of light above the "
+                          f"measurement: {sum(r.violates for r in reduced)}")
     if out is not None:
         from mambalaya.report.figures.save import save_figure
         from mambalaya.report.figures.validation import validation_figure
 
         write_text_output(out / "validation.csv", rows_csv(rows))
+        write_text_output(out / "collectives.csv", rows_csv(reduce_rows))
         save_figure(validation_figure(__import__("pandas").DataFrame(rows)), out / "validation")
-    if result.violations:
-        err_console.print("error: the speed of light is slower than the measured kernel in "
-                          + ", ".join(r.case.id for r in result.violations) + ": the model breaks a bound it claims")
+    violations = [*result.violations, *(r for r in reduced if r.violates)]
+    if violations:
+        err_console.print("error: the speed of light is slower than the measurement in "
+                          + ", ".join(r.case.id for r in violations) + ": the model breaks a bound it claims")
         raise typer.Exit(1)
-    if strict and result.outside_band:
-        err_console.print(f"error (--strict): {len(result.outside_band)} of {len(result.results)} predictions are outside "
-                          "[0.5, 2] of their measurements: " + ", ".join(f"{r.case.id} ({r.ratio:.2g}x)"
-                                                                          for r in result.outside_band))
+    outside = [*result.outside_band, *(r for r in reduced if not r.in_band)]
+    if strict and outside:
+        err_console.print(f"error (--strict): {len(outside)} of {len(result.results) + len(reduced)} predictions are "
+                          "outside [0.5, 2] of their measurements: " + ", ".join(f"{r.case.id} ({r.ratio:.2g}x)"
+                                                                               for r in outside))
         raise typer.Exit(1)

@@ -135,14 +135,15 @@ def tensor_parallel_text(arch: Any, tp: Any) -> str:
     from mambalaya.cost.capacity import byte_size
 
     system = arch.system
-    per_layer = "; ".join(f"{t or 'layer'}: {', '.join(r.einsum for r in lt.all_reduces)}"
+    per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join(f"{r.einsum} {a}" for r, a in zip(lt.all_reduces, lt.algorithms))
                           for t, lt in tp.layers.items())
     energy = "" if tp.interconnect_j is None else f", {tp.interconnect_j * 1e3:.4g} mJ over the links"
     return (f"tensor parallel over {tp.devices} devices (every layer's heads and channels split): layers "
             f"{milliseconds(tp.layers_s)} ms on each device + all-reduces {milliseconds(tp.interconnect_s)} ms "
-            f"({tp.interconnect_share:.2%} of the time; ring, {byte_size(tp.all_reduce_bytes)} per device at "
-            f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a step{energy}); "
-            f"all-reduced per layer ({per_layer})")
+            f"({tp.interconnect_share:.2%} of the time; {byte_size(tp.all_reduce_bytes)} all-reduced per device, links "
+            f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a step, "
+            f"{system.collective_latency_s * 1e6:g} us a call{energy}); all-reduced per layer, with the algorithm "
+            f"({per_layer})")
 
 
 def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:

@@ -28,10 +28,14 @@ index would read another device's part); an Einsum that reduces over one split r
 another in its output (the partial sums of one device would miss the other devices' parts); a
 recurrence along a split rank (each step would wait for another device).
 
-**An all-reduce's time** (:func:`all_reduce_s`): the ring algorithm, each device sending
-``2 (N-1)/N`` times the bytes over its link in ``2 (N-1)`` steps, each paying the link's
-latency: the factor NCCL's bus bandwidth is defined with (nccl-tests, doc/PERFORMANCE.md), so a
-measured all-reduce bus bandwidth is the link bandwidth this model takes.
+**An all-reduce's time** (:func:`all_reduce_algorithm`): the fastest of the algorithms the
+system offers, as NCCL's tuner picks one per size (NVIDIA/nccl ``src/graph/tuning.cc``): a
+ring (``2 (N-1)`` steps, each device sending ``2 (N-1)/N`` times the bytes: the factor
+nccl-tests' bus bandwidth is defined with, doc/PERFORMANCE.md), a one-shot exchange (one step,
+each device sending its buffer to the ``N-1`` others: the small messages' algorithm) and, where
+the switch reduces in flight (``system.in_network_reduction``: NVLink SHARP, NCCL's NVLS), an
+in-network reduction (two steps, each device sending its bytes once). Each step pays the
+link's latency, each call the collective's fixed cost (``system.collective_latency_s``).
 """
 
 from __future__ import annotations
@@ -229,13 +233,54 @@ def with_rank_sizes(cascade: Cascade, sizes: Mapping[str, int], note: str = "", 
                          regions=cascade.regions)
 
 
-def all_reduce_s(n_bytes: float, devices: int, link_bandwidth_bytes_per_s: float, link_latency_s: float) -> float:
-    """Seconds of a ring all-reduce of ``n_bytes`` on each of ``devices`` devices (see the module
-    doc); 0 on one device."""
+#: The all-reduce algorithms (:func:`all_reduce_options`): per algorithm, its steps (each paying
+#: the link latency) and the bytes each device sends over its link, per byte all-reduced.
+ALL_REDUCE_ALGORITHMS = {
+    # each device sends a share to the next, twice round the ring (reduce-scatter, all-gather)
+    "ring": (lambda n: 2 * (n - 1), lambda n: 2 * (n - 1) / n),
+    # each device sends its whole buffer to every other and sums what it receives: one step
+    "one-shot": (lambda n: 1, lambda n: n - 1),
+    # the switch sums in flight (NVLink SHARP): each device sends its buffer once, receives the sum
+    "in-network": (lambda n: 2, lambda n: 1),
+}
+
+
+def all_reduce_options(n_bytes: float, devices: int, system) -> dict[str, float]:
+    """Seconds of an all-reduce of ``n_bytes`` on each of ``devices`` devices by each algorithm
+    the ``system`` (:class:`~mambalaya.arch.system.SystemSpec`) offers (the in-network one only
+    where its switch reduces): the collective's fixed cost, the algorithm's steps at the link's
+    latency, and its bytes per device over the link's bandwidth. Empty on one device."""
+    if devices <= 1:
+        return {}
+    offered = [a for a in ALL_REDUCE_ALGORITHMS if a != "in-network" or system.in_network_reduction]
+    return {a: system.collective_latency_s + ALL_REDUCE_ALGORITHMS[a][0](devices) * system.link_latency_s
+            + ALL_REDUCE_ALGORITHMS[a][1](devices) * n_bytes / system.link_bandwidth_bytes_per_s for a in offered}
+
+
+def all_reduce_algorithm(n_bytes: float, devices: int, system) -> tuple[str, float]:
+    """The fastest all-reduce algorithm for ``n_bytes`` (:func:`all_reduce_options`), as NCCL's
+    tuner picks one per size, and its seconds; ``("none", 0.0)`` on one device."""
+    options = all_reduce_options(n_bytes, devices, system)
+    return min(options.items(), key=lambda item: item[1]) if options else ("none", 0.0)
+
+
+def all_reduce_s(n_bytes: float, devices: int, system) -> float:
+    """Seconds of the fastest all-reduce of ``n_bytes`` on each of ``devices`` devices."""
+    return all_reduce_algorithm(n_bytes, devices, system)[1]
+
+
+def all_reduce_sent_bytes(n_bytes: float, devices: int, algorithm: str) -> float:
+    """Bytes one device sends over its link in an all-reduce of ``n_bytes`` by ``algorithm``."""
+    return ALL_REDUCE_ALGORITHMS[algorithm][1](devices) * n_bytes if devices > 1 else 0.0
+
+
+def all_reduce_bound_s(n_bytes: float, devices: int, system) -> float:
+    """A lower bound on an all-reduce's seconds: the fewest bytes any algorithm sends per device
+    over the link's bandwidth, no latency (a speed of light)."""
     if devices <= 1:
         return 0.0
-    steps = 2 * (devices - 1)
-    return steps * link_latency_s + steps / devices * n_bytes / link_bandwidth_bytes_per_s
+    offered = [a for a in ALL_REDUCE_ALGORITHMS if a != "in-network" or system.in_network_reduction]
+    return min(ALL_REDUCE_ALGORITHMS[a][1](devices) for a in offered) * n_bytes / system.link_bandwidth_bytes_per_s
 
 
 
@@ -251,6 +296,8 @@ class TensorParallelLayers:
     all_reduces: tuple[AllReduce, ...]
     all_reduce_s: float
     all_reduce_j: float | None
+    #: the algorithm each all-reduce takes (:func:`all_reduce_algorithm`)
+    algorithms: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -292,16 +339,17 @@ class TensorParallelCost:
 def tensor_parallel_layers(system, cascade: Cascade, devices: int, *, count: int, layer_s: float) -> TensorParallelLayers:
     """A layer type's :class:`TensorParallelLayers`: ``cascade`` is the whole layer, ``layer_s``
     its part's seconds on one device; ``system`` the design's
-    :class:`~mambalaya.arch.system.SystemSpec`. A ring all-reduce sends ``2 (N-1)/N`` times the
-    bytes from each of the N devices, the links' energy counted on all of them."""
+    :class:`~mambalaya.arch.system.SystemSpec`. Each all-reduce takes its fastest algorithm; the
+    links' energy counts the bytes every device sends by it."""
     reduces = all_reduces(cascade, tensor_parallel_ranks(cascade))
-    seconds = sum(all_reduce_s(r.bytes, devices, system.link_bandwidth_bytes_per_s, system.link_latency_s)
-                  for r in reduces)
-    sent = sum(r.bytes for r in reduces) * 2 * (devices - 1)  # over all devices: N x 2 (N-1)/N x bytes
+    chosen = [all_reduce_algorithm(r.bytes, devices, system) for r in reduces]
+    seconds = sum(s for _, s in chosen)
+    sent = devices * sum(all_reduce_sent_bytes(r.bytes, devices, a) for r, (a, _) in zip(reduces, chosen))
     joules = system.transfer_j(sent) if system.link_energy_pj_per_bit is not None else None
-    return TensorParallelLayers(count, layer_s, reduces, seconds, joules)
+    return TensorParallelLayers(count, layer_s, reduces, seconds, joules, tuple(a for a, _ in chosen))
 
 
-__all__ = ["AllReduce", "SPLIT_SIZE_EXPRESSIONS", "TensorParallelCost", "TensorParallelLayers", "all_reduce_s",
+__all__ = ["ALL_REDUCE_ALGORITHMS", "AllReduce", "SPLIT_SIZE_EXPRESSIONS", "TensorParallelCost", "TensorParallelLayers",
+           "all_reduce_algorithm", "all_reduce_bound_s", "all_reduce_options", "all_reduce_s", "all_reduce_sent_bytes",
            "all_reduces", "check_split", "device_cascade", "partial_tensors", "tensor_parallel_layers",
            "tensor_parallel_ranks", "with_rank_sizes"]

@@ -344,5 +344,111 @@ def validate(path: str | Path | None = None) -> Validation:
     return Validation(name, results, tuple(sensitivity))
 
 
-__all__ = ["Assumption", "Case", "Kernel", "Result", "SHIPPED_CASES", "Validation", "case_cascade", "case_kernels", "load_cases",
-           "predicted_s", "validate", "validate_case"]
+# -- collectives: the all-reduce of tensor parallelism against measured NCCL all-reduces ----------------------
+
+SHIPPED_COLLECTIVES = "collectives.yaml"
+
+
+class CollectiveCase(BaseModel):
+    """One measured all-reduce (nccl-tests' all_reduce_perf row)."""
+
+    model_config = _STRICT
+
+    id: str = Field(min_length=1)
+    source: str = Field(description="A key of the file's sources.")
+    devices: int = Field(ge=2, le=65_536)
+    bytes: int = Field(gt=0, description="Bytes each device all-reduces (nccl-tests' size column).")
+    measured_us: float = Field(gt=0, le=1e10)
+    algorithm: Literal["auto", "ring"] = Field("auto", description="auto: NCCL's tuner chose; ring: NCCL_ALGO=RING.")
+
+
+class CollectiveFile(BaseModel):
+    model_config = _STRICT
+
+    arch: str = Field(description="The shipped spec whose system section models the measured nodes.")
+    sources: dict[str, str]
+    cases: Annotated[tuple[CollectiveCase, ...], _AS_TUPLE] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class CollectiveResult:
+    """A measured all-reduce beside the model's (:mod:`mambalaya.cost.tensor_parallel`): the
+    predicted time of the fastest algorithm (the case's, if NCCL was forced to one) and the
+    speed of light, the fewest bytes any such algorithm sends over the link's bandwidth."""
+
+    case: CollectiveCase
+    arch: str
+    source_text: str
+    algorithm: str
+    predicted_s: float
+    speed_of_light_s: float
+
+    @property
+    def measured_s(self) -> float:
+        return self.case.measured_us / 1e6
+
+    @property
+    def ratio(self) -> float:
+        return self.predicted_s / self.measured_s
+
+    @property
+    def violates(self) -> bool:
+        return self.speed_of_light_s > self.measured_s
+
+    @property
+    def in_band(self) -> bool:
+        low, high = PREDICTION_BAND
+        return low <= self.ratio <= high
+
+    def row(self) -> dict:
+        c = self.case
+        return {"case": c.id, "arch": self.arch, "devices": c.devices, "bytes": c.bytes, "nccl_algorithm": c.algorithm,
+                "model_algorithm": self.algorithm, "measured_us": c.measured_us, "predicted_us": self.predicted_s * 1e6,
+                "ratio": self.ratio, "speed_of_light_us": self.speed_of_light_s * 1e6,
+                "sol_ratio": self.speed_of_light_s / self.measured_s, "sol_ok": not self.violates,
+                "in_band": self.in_band, "source": self.source_text}
+
+
+def load_collectives(path: str | Path | None = None) -> tuple[CollectiveFile, str]:
+    """The collective cases (default the shipped ``collectives.yaml``) and their name for messages."""
+    if path is None:
+        name = f"{SHIPPED_COLLECTIVES} (shipped)"
+        text = resources.files("mambalaya.data.validation").joinpath(SHIPPED_COLLECTIVES).read_text(encoding="utf-8")
+    else:
+        name = str(path)
+        text = read_spec_file(path, "collective cases")
+    try:
+        cases = CollectiveFile.model_validate(parse_yaml_text(text, source=name))
+    except ValidationError as err:
+        raise SpecError(describe_validation_error(err, "invalid collective cases"), source=name) from None
+    for c in cases.cases:
+        if c.source not in cases.sources:
+            raise SpecError(f"invalid collective cases: case {c.id}: source {c.source!r} is not one of sources "
+                            f"({', '.join(cases.sources)})", source=name)
+    return cases, name
+
+
+def validate_collectives(path: str | Path | None = None) -> tuple[CollectiveResult, ...]:
+    """Every measured all-reduce of the file against the model on its arch's system section."""
+    from mambalaya.cost.tensor_parallel import all_reduce_algorithm, all_reduce_bound_s, all_reduce_options
+
+    cases, name = load_collectives(path)
+    system = load_arch(cases.arch).system
+    if system is None:
+        raise SpecError(f"collective cases: arch {cases.arch!r} has no system section to model them", source=name)
+    results = []
+    for c in cases.cases:
+        if c.algorithm == "ring":
+            algorithm, predicted = "ring", all_reduce_options(c.bytes, c.devices, system)["ring"]
+            ring_only = system.model_copy(update={"in_network_reduction": False})
+            bound = all_reduce_bound_s(c.bytes, c.devices, ring_only)
+        else:
+            algorithm, predicted = all_reduce_algorithm(c.bytes, c.devices, system)
+            bound = all_reduce_bound_s(c.bytes, c.devices, system)
+        results.append(CollectiveResult(c, cases.arch, cases.sources[c.source], algorithm, predicted, bound))
+    return tuple(results)
+
+
+__all__ = ["Assumption", "Case", "CollectiveCase", "CollectiveResult", "Kernel", "Result", "SHIPPED_CASES",
+           "SHIPPED_COLLECTIVES", "Validation", "case_cascade", "case_kernels", "load_cases", "load_collectives",
+           "predicted_s", "validate", "validate_case", "validate_collectives"]

@@ -268,3 +268,39 @@ def test_best_keeps_the_faster_strategy_and_names_both():
                             "--devices", "2", "--parallel", "best"])
     assert r.exit_code == 0, r.output
     assert "--parallel best: pipeline" in r.stdout and "; kept " in r.stdout
+
+
+CARRIED = """
+name: carried
+params: {}
+ranks: {B: 1, I: 2, D: 3, F: 4}
+tensors:
+  X: {ranks: [B, I, D], role: input}
+  W: {ranks: [D, F], role: weight}
+  V: {ranks: [F, D], role: weight}
+  G: {ranks: [B, I], role: input}
+  H: {ranks: [B, I, F], role: intermediate}
+  P: {ranks: [B, I, D], role: intermediate}
+  M: {ranks: [B, I, D], role: intermediate}
+  Y: {ranks: [B, I, D], role: output}
+einsums:
+  - H[b,i,f] = X[b,i,d]*W[d,f]
+  - P[b,i,d] = H[b,i,f]*V[f,d]
+  - M[b,i,d] max= H[b,i,f]*V[f,d]
+  - Y[b,i,d] = G[b,i]*P[b,i,d] + M[b,i,d]*G[b,i]
+"""
+
+
+def test_a_partial_sum_is_carried_by_a_linear_reader_and_a_partial_maximum_never():
+    """P (a sum over the split F) could be carried into Y, but Y's other term holds M, a maximum
+    over F: a partial maximum is not summed across devices, so M is all-reduced (maximised) where
+    it is made; with M whole, Y's term M*G holds no partial sum, so Y carries nothing and P is
+    all-reduced too. Executed split, the layer equals the whole."""
+    c = loads_cascade(CARRIED)
+    assert [(r.einsum, r.op) for r in all_reduces(c, ["F"])] == [("P", "sum"), ("M", "max")]
+    rng = np.random.default_rng(1)
+    arrays = {t: rng.uniform(-0.5, 0.5, c.shape(t)) for t in c.external_tensors()}
+    values, _ = run_on_devices(c, ("F",), arrays)
+    np.testing.assert_allclose(values[0]["Y"], execute(c, arrays)["Y"], rtol=1e-12)
+    summed = loads_cascade(CARRIED.replace("M[b,i,d] max=", "M[b,i,d] ="))
+    assert [r.einsum for r in all_reduces(summed, ["F"])] == ["Y"]  # both terms carry one partial sum: once, at Y

@@ -170,8 +170,11 @@ def _leaves_layer(cascade: Cascade, name: str) -> bool:
 
 def _linear_in(cascade: Cascade, einsum, partial: set[str] | frozenset[str]) -> bool:
     """Whether ``einsum``'s output is a partial sum when the tensors ``partial`` are: a sum whose
-    every additive term holds exactly one of them, as a plain factor, and reads it nowhere else."""
+    every additive term holds exactly one of them, as a plain factor, and reads it nowhere else.
+    A partial maximum (a max-reduction over a split rank) is carried by nothing."""
     if einsum.reduce_op != "sum" or cascade.recurrence(einsum) is not None:
+        return False
+    if any(cascade.einsum(t).reduce_op != "sum" for t in einsum.input_tensors if t in partial):
         return False
     for _sign, term in additive_terms(einsum.expr):
         direct = [a for a in _factors(term) if isinstance(a, Access) and a.tensor in partial]

@@ -3,15 +3,15 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from typer.testing import CliRunner
 
 from mambalaya.arch import load_arch
+from mambalaya.cli import app
 from mambalaya.einsum.cascade import build_cascade
 from mambalaya.einsum.ir import UNARY_FUNCTIONS, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -52,7 +52,6 @@ def test_every_shipped_spec_costs_gelu(spec: Path) -> None:
         assert c.unary_cost_pe_ops["gelu"] > 0
     if arch.energy is not None:
         assert arch.energy.mfu_pj["gelu"] > 0
-    run = subprocess.run([sys.executable, "-m", "mambalaya", "arch", "show", str(spec)], capture_output=True,
-                         text=True, timeout=120)
-    assert run.returncode == 0, run.stderr
+    run = CliRunner().invoke(app, ["arch", "show", str(spec)])
+    assert run.exit_code == 0, run.output
     assert "gelu" in run.stdout

@@ -10,7 +10,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from mambalaya.arch import arch_to_yaml, load_arch, loads_arch, with_settings
+from mambalaya.arch import arch_from_dict, arch_to_dict, arch_to_yaml, load_arch, loads_arch, with_settings
 from mambalaya.cli import app
 from mambalaya.cost.capacity import CapacityError
 from mambalaya.cost.pipeline import boundary_bytes, stage_layers
@@ -169,3 +169,59 @@ def test_compare_runs_every_design_over_the_devices() -> None:
     r = runner.invoke(app, ["compare", "-m", "mamba-130m", "--archs", "mambalaya", "--baseline", "gpu-h100",
                             "--seq-lens", "1024", "--devices", "2"])
     assert r.exit_code == 1 and "mambalaya has no system section" in " ".join(r.stderr.split())
+
+
+# -- micro-batches: GPipe's schedule --------------------------------------------------------------
+
+def test_micro_batches_fill_the_pipeline_by_gpipes_schedule() -> None:
+    """Each layer costed for one micro-batch; the first micro-batch passes every stage and
+    boundary, the others follow one per bottleneck interval (its stage and outgoing transfer)."""
+    config = PRESETS["mamba-2.8b"]
+    kw = dict(phase="prefill", seq_len=2048, batch=8, devices=4)
+    one = evaluate("gpu-h100", "mamba-2.8b", config, **kw)
+    four = evaluate("gpu-h100", "mamba-2.8b", config, micro_batches=4, **kw)
+    p = four.pipeline
+    micro = evaluate("gpu-h100", "mamba-2.8b", config, phase="prefill", seq_len=2048, batch=2)
+    assert four.result.latency_s == micro.result.latency_s and four.batch == 8 and four.result.batch == 2
+    assert p.stage_s == pytest.approx((16 * micro.result.latency_s,) * 4)
+    interval = max(s + (p.transfer_s[i] if i < 3 else 0.0) for i, s in enumerate(p.stage_s))
+    assert four.model_latency_s == pytest.approx(sum(p.stage_s) + sum(p.transfer_s) + 3 * interval)
+    assert p.busy_share == pytest.approx(4 * sum(p.stage_s) / (4 * four.model_latency_s))
+    assert four.model_latency_s < one.model_latency_s and p.busy_share > one.pipeline.busy_share
+    assert four.totals()["tokens_per_s"] == pytest.approx(8 * 2048 / four.model_latency_s)
+    width = four.cascade.tensors["X"].bits // 8  # float32 in Mamba-1 (residual_in_fp32)
+    assert p.boundary_bytes == (2 * 2048 * 2560 * width,) * 3  # a micro-batch's residual stream
+
+
+def test_micro_batched_energy_is_every_micro_batchs() -> None:
+    spec = arch_from_dict({**arch_to_dict(load_arch("mambalaya")),
+                           "system": {"link_bandwidth_bytes_per_s": 4.5e11, "link_latency_s": 3e-6}})
+    ev = evaluate(spec, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=1024, batch=4, devices=2,
+                  micro_batches=2)
+    t = ev.totals()
+    assert t["model_energy_j"] == pytest.approx(2 * ev.energy.model_j)
+    assert t["average_power_w"] == pytest.approx(t["model_energy_j"] / ev.model_latency_s)
+    assert t["energy_per_token_j"] == pytest.approx(ev.energy.per_token_j) and t["micro_batches"] == 2
+    hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", PRESETS["jamba-v0.1"], phase="prefill", seq_len=2048, batch=8,
+                         devices=2, micro_batches=4)
+    parts = sum(ev.result.offchip_bytes * ev.result.n_layers for ev in hv.layers.values())
+    assert hv.offchip_bytes == 4 * parts and hv.pipeline.micro_batches == 4
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--micro-batches", "3", "--devices", "2", "-B", "8"], "--micro-batches 3 must divide the batch (8)"),
+    (["--micro-batches", "2", "-B", "8"], "use it with --devices N (N > 1) and --parallel pipeline"),
+    (["--micro-batches", "2", "-B", "8", "--devices", "2", "--parallel", "tensor"], "--parallel pipeline"),
+    (["--micro-batches", "0"], "--micro-batches"),
+])
+def test_micro_batches_are_checked(args, needle) -> None:
+    r = runner.invoke(app, ["evaluate", "-m", "mamba2-130m", "-a", "gpu-h100", *args])
+    assert r.exit_code in (1, 2) and needle in " ".join(r.output.split())
+
+
+def test_the_pipeline_line_names_the_micro_batches() -> None:
+    r = runner.invoke(app, ["evaluate", "-m", "mamba2-130m", "-a", "gpu-h100", "-L", "1024", "-B", "4",
+                            "--devices", "2", "--micro-batches", "2"])
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "2 micro-batches, GPipe's schedule" in text and "each micro-batch's (batch 2): layer" in text

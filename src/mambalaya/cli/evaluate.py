@@ -29,6 +29,7 @@ class Parallel(str, Enum):
     best = "best"
 
 
+MicroBatchesOpt = Annotated[Optional[int], typer.Option("--micro-batches", min=1, help="Split the batch into this many micro-batches between a pipeline's stages (GPipe's schedule; with --devices N and --parallel pipeline). Default: 1.")]
 ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them) or best (the faster of the two).")]
 
 
@@ -43,6 +44,7 @@ def evaluate_cmd(
     objective: ObjectiveOpt = Objective.latency,
     devices: DevicesOpt = None,
     parallel: ParallelOpt = Parallel.pipeline,
+    micro_batches: MicroBatchesOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -57,7 +59,7 @@ def evaluate_cmd(
     config, design = run.config(), run.design(arch)
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
-                  precision=run.precision, devices=devices, parallel=parallel.value)
+                  precision=run.precision, devices=devices, parallel=parallel.value, micro_batches=micro_batches)
     if not is_hybrid(config):
         ev = evaluate(design, run.model, config, objective=objective.value, **common)
         emit_evaluation(ev, run, config, seq_len, fmt, output)
@@ -79,6 +81,7 @@ def compare_cmd(
     baseline: CompareBaselineOpt = DEFAULT_BASELINE,
     devices: DevicesOpt = None,
     parallel: ParallelOpt = Parallel.pipeline,
+    micro_batches: MicroBatchesOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:
@@ -96,7 +99,7 @@ def compare_cmd(
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_lens=lens, batch=run.batch, baseline=baseline, scan=run.scan,
                   precision=run.precision, settings=tuple(run.settings or ()), devices=devices,
-                  parallel=parallel.value)
+                  parallel=parallel.value, micro_batches=micro_batches)
     rows = (hybrid_compare_rows(names, run.model, config, softmax=softmax, **common) if is_hybrid(config)
             else compare_rows(names, run.model, config, **common))
     emit_comparison(rows, run, config, baseline, fmt, output)

@@ -63,6 +63,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
                 else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
         out_console.print(
             ("" if ev.tensor_parallel is None else "each device's part: ")
+            + ("" if ev.pipeline is None or ev.pipeline.micro_batches == 1
+               else f"each micro-batch's (batch {ev.batch // ev.pipeline.micro_batches}): ")
             + f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
             f"{rate}; off-chip {whole(t['offchip_bytes'])} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}; "
             f"2D spatial util {t['spatial_util']:.1%}; bound: {t['bound']}",
@@ -115,11 +117,15 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
                                                                    if u.capacity_bytes else "")
                        for d, u in enumerate(stage_dram))
     sent = byte_size(pipeline.boundary_bytes[0]) if pipeline.boundary_bytes else "0 B"
+    m = pipeline.micro_batches
+    schedule = ("one batch, no micro-batches" if m == 1 else
+                f"{m} micro-batches, GPipe's schedule: the first through every stage, then one per "
+                f"{milliseconds(pipeline.interval_s(pipeline.bottleneck))} ms of stage {pipeline.bottleneck}")
     return (f"pipeline over {pipeline.devices} devices (layers {stages}): layers {milliseconds(pipeline.layers_s)} ms "
             f"+ interconnect {milliseconds(pipeline.interconnect_s)} ms ({pipeline.interconnect_share:.2%} of the time: "
-            f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
+            f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent}{' a micro-batch' if m > 1 else ''} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each device computes {pipeline.busy_share:.1%} of the "
-            f"time (the pipeline's bubble: one batch, no micro-batches); DRAM {memory}")
+            f"time (the pipeline's bubble: {schedule}); DRAM {memory}")
 
 
 def strategies_text(strategies_s: tuple[tuple[str, float], ...], chosen_s: float) -> str:
@@ -198,6 +204,8 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         parts = "; ".join(f"{t} layer {milliseconds(ev.result.latency_s)} ms x {ev.result.n_layers} "
                           f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
         rate = "tokens/s" if run.phase == PhaseOption.decode else "tokens/s prefill throughput"
+        if hv.pipeline is not None and hv.pipeline.micro_batches > 1:
+            parts = f"each micro-batch's (batch {hv.batch // hv.pipeline.micro_batches}) {parts}"
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
                           f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass"
                           + ("" if hv.tensor_parallel is None else " on each device"),

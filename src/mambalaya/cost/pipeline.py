@@ -9,8 +9,12 @@ and Zamba2's original embedding ``EMB`` while a hybrid layer is still to come;
 (:meth:`~mambalaya.arch.system.SystemSpec.transfer_s`). A layer costs what it costs on one
 device (the same cascade, mapping and design), so the batch's latency is the sum of every
 layer's plus the transfers (:class:`PipelineCost`); the other devices wait meanwhile, the
-pipeline's bubble, which only a stream of batches (micro-batches) would fill: not modelled here.
-One device is the model as without a system: no boundary, no transfer.
+pipeline's bubble. Split into ``m`` micro-batches (GPipe's schedule, Huang et al., arXiv
+1811.06965, forward only), each layer costed at the micro-batch's size, the first micro-batch
+passes every stage and boundary and the others follow one per bottleneck interval: the slowest
+stage with its outgoing transfer (a stage is taken not to compute while it sends: an assumption
+on the safe side), so the latency is the first micro-batch's path plus ``m - 1`` bottleneck
+intervals. One device is the model as without a system: no boundary, no transfer.
 """
 
 from __future__ import annotations
@@ -64,26 +68,44 @@ class PipelineCost:
     seconds and (where the links have an energy) joules."""
 
     stages: tuple[range, ...]
-    stage_s: tuple[float, ...]
-    boundary_bytes: tuple[float, ...]
-    transfer_s: tuple[float, ...]
-    transfer_j: tuple[float, ...] | None
+    stage_s: tuple[float, ...]  # one micro-batch's (the batch's, with one)
+    boundary_bytes: tuple[float, ...]  # per micro-batch
+    transfer_s: tuple[float, ...]  # per micro-batch
+    transfer_j: tuple[float, ...] | None  # per micro-batch
+    micro_batches: int = 1
 
     @property
     def devices(self) -> int:
         return len(self.stages)
 
     @property
+    def bottleneck(self) -> int:
+        """The stage whose compute and outgoing transfer take longest: one micro-batch leaves the
+        pipeline per its interval once the pipeline is full."""
+        return max(range(self.devices), key=self.interval_s)
+
+    def interval_s(self, stage: int) -> float:
+        """A stage's compute for one micro-batch and its outgoing transfer."""
+        return self.stage_s[stage] + (self.transfer_s[stage] if stage < len(self.transfer_s) else 0.0)
+
+    @property
     def layers_s(self) -> float:
-        return sum(self.stage_s)
+        """Compute on the critical path: the first micro-batch's stages, and the bottleneck
+        stage's for each other micro-batch."""
+        return sum(self.stage_s) + (self.micro_batches - 1) * self.stage_s[self.bottleneck]
 
     @property
     def interconnect_s(self) -> float:
-        return sum(self.transfer_s)
+        """Transfers on the critical path: the first micro-batch's, and the bottleneck stage's
+        outgoing one for each other micro-batch."""
+        b = self.bottleneck
+        after = self.transfer_s[b] if b < len(self.transfer_s) else 0.0
+        return sum(self.transfer_s) + (self.micro_batches - 1) * after
 
     @property
     def latency_s(self) -> float:
-        """The batch's latency: every layer in turn, and every transfer between stages."""
+        """The batch's latency: the first micro-batch through every stage and transfer, then one
+        micro-batch per bottleneck interval (with one micro-batch: every layer and transfer in turn)."""
         return self.layers_s + self.interconnect_s
 
     @property
@@ -92,18 +114,21 @@ class PipelineCost:
 
     @property
     def interconnect_j(self) -> float | None:
-        return None if self.transfer_j is None else sum(self.transfer_j)
+        return None if self.transfer_j is None else self.micro_batches * sum(self.transfer_j)
 
     @property
     def busy_share(self) -> float:
-        """The share of the devices' time they compute: each stage's seconds over the devices
-        times the latency (the rest is the bubble and the transfers)."""
-        return self.layers_s / (self.devices * self.latency_s) if self.latency_s else 0.0
+        """The share of the devices' time they compute: every micro-batch's seconds on every stage
+        over the devices times the latency (the rest is the bubble and the transfers)."""
+        busy = self.micro_batches * sum(self.stage_s)
+        return busy / (self.devices * self.latency_s) if self.latency_s else 0.0
 
 
-def pipeline_cost(system, layer_s: Sequence[float], layers: Sequence[Cascade], devices: int) -> PipelineCost:
+def pipeline_cost(system, layer_s: Sequence[float], layers: Sequence[Cascade], devices: int,
+                  micro_batches: int = 1) -> PipelineCost:
     """The :class:`PipelineCost` of a model whose layer ``i`` takes ``layer_s[i]`` seconds and
-    reads as ``layers[i]`` does, split over ``devices`` stages; ``system`` is the design's
+    reads as ``layers[i]`` does (both for one micro-batch), split over ``devices`` stages and run
+    as ``micro_batches`` micro-batches; ``system`` is the design's
     :class:`~mambalaya.arch.system.SystemSpec`."""
     stages = stage_layers(len(layer_s), devices)
     if len(layers) != len(layer_s):
@@ -113,7 +138,7 @@ def pipeline_cost(system, layer_s: Sequence[float], layers: Sequence[Cascade], d
     sent = tuple(boundary_bytes(*distinct(layers[stage.start:])) for stage in stages[1:])
     seconds = tuple(system.transfer_s(b) for b in sent)
     joules = None if system.link_energy_pj_per_bit is None else tuple(system.transfer_j(b) for b in sent)
-    return PipelineCost(stages, stage_s, sent, seconds, joules)
+    return PipelineCost(stages, stage_s, sent, seconds, joules, micro_batches)
 
 
 __all__ = ["MODEL_WIDTH_RANK", "PipelineCost", "boundary_bytes", "pipeline_cost", "stage_layers"]

@@ -235,18 +235,33 @@ def require_fits_on(spec: ArchSpec, model_name: str, config: Any, devices: int, 
     return uses
 
 
+def resolve_micro_batches(micro_batches: int | None, *, batch: int, devices: int, parallel: str) -> int:
+    """The micro-batches of an evaluation (None: 1): more than one needs a pipeline over several
+    devices and a batch they divide."""
+    m = 1 if micro_batches is None else micro_batches
+    if not isinstance(m, int) or isinstance(m, bool) or m < 1:
+        raise SpecError(f"--micro-batches is a whole number from 1 (got {micro_batches!r})")
+    if m > 1 and (devices == 1 or parallel != "pipeline"):
+        raise SpecError(f"--micro-batches {m} splits a batch between the stages of a pipeline: use it with "
+                        "--devices N (N > 1) and --parallel pipeline")
+    if batch % m:
+        raise SpecError(f"--micro-batches {m} must divide the batch ({batch}) into equal micro-batches")
+    return m
+
+
 def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | None, float],
-                layer_cascades: dict[str | None, Cascade]) -> PipelineCost:
+                layer_cascades: dict[str | None, Cascade], micro_batches: int = 1) -> PipelineCost:
     """The pipeline of ``devices`` stages over the model's layers: each layer takes
     ``layer_s[type]`` seconds (0 for a type the evaluation does not cost, a Gated DeltaNet model's
     attention layers) and reads as ``layer_cascades[type]`` does (an uncosted type as a costed
-    one: the residual stream is the same)."""
+    one: the residual stream is the same), both for one of ``micro_batches`` micro-batches."""
     order = layer_order(config)
     fallback = next(iter(layer_cascades.values()))
     return pipeline_cost(spec.system, [layer_s.get(t, 0.0) for t in order],
-                         [layer_cascades.get(t, fallback) for t in order], devices)
+                         [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
 __all__ = ["PARALLEL_STRATEGIES", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
-           "pipeline_of", "require_fits_on", "require_fits_tensor_parallel", "resolve_devices", "resolve_parallel",
+           "pipeline_of", "require_fits_on", "require_fits_tensor_parallel", "resolve_devices", "resolve_micro_batches",
+           "resolve_parallel",
            "stage_needs", "tensor_parallel_need"]

@@ -19,7 +19,7 @@ from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
 from mambalaya.experiments.devices import (costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
-                                           require_fits_on,
+                                           require_fits_on, resolve_micro_batches,
                                            require_fits_tensor_parallel, resolve_devices, resolve_parallel, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
@@ -89,7 +89,10 @@ class Evaluation:
         model_s, tokens_per_s = self.model_latency_s, r.tokens_per_s
         if self.pipeline is not None:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
-            tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
+            tokens_per_s = self.batch * r.positions / model_s if model_s else 0.0
+            if energy is not None and self.pipeline.micro_batches > 1:
+                extra.update(micro_batched_energy(energy.model_j, self.pipeline.micro_batches, model_s,
+                                                  self.arch.power_budget_w))
         if self.strategies_s:
             extra["parallel_strategies_s"] = dict(self.strategies_s)
         if self.tensor_parallel is not None:
@@ -140,13 +143,24 @@ def devices_columns(cost: PipelineCost | TensorParallelCost | None) -> dict[str,
             "interconnect_s": cost.interconnect_s, "interconnect_share": cost.interconnect_share}
 
 
+def micro_batched_energy(micro_batch_model_j: float, micro_batches: int, latency_s: float,
+                         power_budget_w: float | None) -> dict[str, Any]:
+    """A pipeline's energy over all its micro-batches (each costed as one micro-batch: the
+    energy per token is theirs), times the batch's latency, and its average power."""
+    total_j = micro_batches * micro_batch_model_j
+    power_w = total_j / latency_s if latency_s else 0.0
+    return {"model_energy_j": total_j, "edp_js": total_j * latency_s, "average_power_w": power_w,
+            "over_power_budget": over_budget(power_w, power_budget_w)}
+
+
 def pipeline_totals(pipeline: PipelineCost, stage_dram: tuple[DramUse, ...]) -> dict[str, Any]:
     """A pipeline's own figures in an evaluation's totals: the devices, the time and (where the
     links have one) energy of the transfers between them, and the fullest device's memory."""
     out: dict[str, Any] = {"devices": pipeline.devices, "parallel": "pipeline", "layers_latency_s": pipeline.layers_s,
                            "interconnect_s": pipeline.interconnect_s, "interconnect_share": pipeline.interconnect_share,
                            "boundary_bytes": pipeline.boundary_bytes[0] if pipeline.boundary_bytes else 0.0,
-                           "devices_busy_share": pipeline.busy_share, "interconnect_energy_j": pipeline.interconnect_j}
+                           "devices_busy_share": pipeline.busy_share, "interconnect_energy_j": pipeline.interconnect_j,
+                           "micro_batches": pipeline.micro_batches}
     if stage_dram:
         out["dram_need_bytes_per_device"] = [u.used_bytes for u in stage_dram]
     return out
@@ -187,6 +201,7 @@ def evaluate(
     objective: str = "latency",
     devices: int | None = None,
     parallel: str | None = None,
+    micro_batches: int | None = None,
 ) -> Evaluation:
     """One layer of ``config`` on ``arch`` under its mapping (searched for ``objective``:
     latency, energy or edp). Tensor widths follow ``precision``
@@ -196,23 +211,28 @@ def evaluate(
     design, ``parallel`` saying how: ``pipeline`` (the default; the layers split in order) or
     ``tensor`` (every layer's heads and channels split, :mod:`mambalaya.cost.tensor_parallel`:
     the layer costed is then one device's part) or ``best`` (the faster of the two, both
-    latencies in ``strategies_s``) (:mod:`mambalaya.experiments.devices`)."""
+    latencies in ``strategies_s``) (:mod:`mambalaya.experiments.devices`). ``micro_batches``
+    (default 1) splits the batch between a pipeline's stages: the layer costed is then one
+    micro-batch's (``result``; ``batch`` stays the whole batch)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
     if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:
         return fastest_strategy(lambda strategy: evaluate(
             spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-            precision=policy, objective=objective, devices=n_devices, parallel=strategy),
+            precision=policy, objective=objective, devices=n_devices, parallel=strategy,
+            micro_batches=micro_batches if strategy == "pipeline" else None),
             f"{model_name} on {n_devices} devices of {spec.name}")
     tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
+    m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices,
+                              parallel="tensor" if tensor else "pipeline")
     if tensor:
         dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,
                                                         seq_len=seq_len, policy=policy), ()
     else:
         dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
                                                policy=policy)
-    cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch, bits=spec.bits_per_element,
+    cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch // m, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
     costed = device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices) if tensor else cascade
     ev = evaluate_cascade(spec, model_name, config, costed, phase=phase, batch=batch, mapping=mapping,
@@ -224,8 +244,8 @@ def evaluate(
         layers = tensor_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
                                         layer_s=ev.result.latency_s)
         return replace(ev, tensor_parallel=TensorParallelCost(n_devices, {kind: layers}))
-    return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade}),
-                   stage_dram=stage_dram)
+    return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade},
+                                            micro_batches=m), stage_dram=stage_dram)
 
 
 @dataclass
@@ -421,6 +441,7 @@ def compare_rows(
     settings: tuple[str, ...] = (),
     devices: int | None = None,
     parallel: str | None = None,
+    micro_batches: int | None = None,
 ) -> list[dict[str, Any]]:
     """Latency of each design at each sequence length, with the speedup over ``baseline``;
     ``settings`` (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's
@@ -434,7 +455,7 @@ def compare_rows(
     for L in seq_lens:
         evals = {a: evaluate(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,
                              mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision,
-                             devices=devices, parallel=parallel) for a in archs}
+                             devices=devices, parallel=parallel, micro_batches=micro_batches) for a in archs}
         base = evals[baseline].result.latency_s
         for a, ev in evals.items():
             r = ev.result

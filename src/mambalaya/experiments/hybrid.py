@@ -27,10 +27,10 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
 from mambalaya.experiments.devices import (fastest_strategy, pipeline_of, require_fits_tensor_parallel,
-                                           resolve_devices, resolve_parallel)
+                                           resolve_devices, resolve_micro_batches, resolve_parallel)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
-                                            pipeline_totals, require_fits_across, resolve_policy,
-                                            tensor_parallel_totals)
+                                            micro_batched_energy, pipeline_totals, require_fits_across,
+                                            resolve_policy, tensor_parallel_totals)
 from mambalaya.cost.capacity import DramUse
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.energy import ModelEnergy
@@ -81,7 +81,9 @@ class HybridEvaluation:
 
     @property
     def offchip_bytes(self) -> float:
-        return sum(ev.result.offchip_bytes * ev.result.n_layers for ev in self.layers.values())
+        """Off-chip bytes of one pass of the batch through every layer (every micro-batch's)."""
+        micro_batches = 1 if self.pipeline is None else self.pipeline.micro_batches
+        return micro_batches * sum(ev.result.offchip_bytes * ev.result.n_layers for ev in self.layers.values())
 
     @property
     def tokens_per_s(self) -> float:
@@ -120,10 +122,14 @@ class HybridEvaluation:
                                        "over_power_budget")} | {"power_budget_w": energy.power_budget_w,
                                                                 "leakage_w": energy.leakage_w,
                                                                 "throttled_model_latency_s": energy.throttled_model_latency_s}
-        return {"model_energy_j": energy.model_j, "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
-                "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
-                "over_power_budget": energy.over_power_budget, "leakage_w": energy.leakage_w,
-                "throttled_model_latency_s": energy.throttled_model_latency_s}
+        out = {"model_energy_j": energy.model_j, "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
+               "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
+               "over_power_budget": energy.over_power_budget, "leakage_w": energy.leakage_w,
+               "throttled_model_latency_s": energy.throttled_model_latency_s}
+        if self.pipeline is not None and self.pipeline.micro_batches > 1:  # each layer costed for one micro-batch
+            out.update(micro_batched_energy(energy.model_j, self.pipeline.micro_batches, self.model_latency_s,
+                                            energy.power_budget_w))
+        return out
 
     def totals(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -176,6 +182,7 @@ def evaluate_hybrid(
     reuse: CostedLayers | None = None,
     devices: int | None = None,
     parallel: str | None = None,
+    micro_batches: int | None = None,
 ) -> HybridEvaluation:
     """Every layer type of ``config`` on ``arch``. A Mamba layer's prefill runs whichever scan
     form (chunked SSD or the recurrent scan) is faster on the design unless ``scan`` is given,
@@ -193,7 +200,9 @@ def evaluate_hybrid(
     that many devices of the design, ``parallel`` saying how: ``pipeline`` (the default; each device
     checked to hold its layers) or ``tensor`` (every layer's heads and channels split, each layer
     type costed as one device's part, :mod:`mambalaya.cost.tensor_parallel`) or ``best`` (the faster,
-    both latencies in ``strategies_s``) (:mod:`mambalaya.experiments.devices`)."""
+    both latencies in ``strategies_s``) (:mod:`mambalaya.experiments.devices`). ``micro_batches``
+    (default 1) splits the batch between a pipeline's stages, each layer type costed for one
+    micro-batch."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
@@ -203,8 +212,11 @@ def evaluate_hybrid(
         return fastest_strategy(lambda strategy: evaluate_hybrid(
             spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
             softmax=softmax, precision=policy, over_capacity=over_capacity, reuse=reuse, devices=n_devices,
-            parallel=strategy), f"{model_name} on {n_devices} devices of {spec.name}")
+            parallel=strategy, micro_batches=micro_batches if strategy == "pipeline" else None),
+            f"{model_name} on {n_devices} devices of {spec.name}")
     tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
+    m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices,
+                              parallel="tensor" if tensor else "pipeline")
     if tensor and over_capacity == "refuse":
         dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,
                                                         seq_len=seq_len, policy=policy), ()
@@ -226,7 +238,7 @@ def evaluate_hybrid(
         for form in forms:
             try:  # (a form the layer does not have, Jamba's Mamba-1 chunked, is refused here)
                 def layer(name: str) -> Any:
-                    return cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
+                    return cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch // m,
                                         bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
                                         name=name)
 
@@ -252,7 +264,7 @@ def evaluate_hybrid(
         return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, tensor_parallel=cost)
     pipeline = None if n_devices == 1 else pipeline_of(
         spec, config, n_devices, {t: ev.result.latency_s for t, ev in layers.items()},
-        {t: ev.cascade for t, ev in layers.items()})
+        {t: ev.cascade for t, ev in layers.items()}, micro_batches=m)
     return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, pipeline, stage_dram)
 
 
@@ -291,7 +303,8 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
 def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig, *, phase: str, seq_lens: list[int],
                         batch: int, baseline: str, scan: str | None = None, softmax: str = "three-pass",
                         precision: str | None = None, settings: tuple[str, ...] = (),
-                        devices: int | None = None, parallel: str | None = None) -> list[dict[str, Any]]:
+                        devices: int | None = None, parallel: str | None = None,
+                        micro_batches: int | None = None) -> list[dict[str, Any]]:
     """Whole-model latency of each design at each context length, each layer type's share
     and mapping, and the speedup over ``baseline``. In decode, ``seq_len`` is the context in
     the KV cache, so (unlike a pure Mamba model) every length is its own row. ``settings``
@@ -305,7 +318,8 @@ def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig,
     rows = []
     for L in seq_lens:
         evals = {a: evaluate_hybrid(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch, scan=scan,
-                                    softmax=softmax, precision=precision, devices=devices, parallel=parallel)
+                                    softmax=softmax, precision=precision, devices=devices, parallel=parallel,
+                                    micro_batches=micro_batches)
                  for a in archs}
         base = evals[baseline].model_latency_s
         for a, ev in evals.items():

@@ -62,8 +62,29 @@ def boundary_bytes(*downstream: Cascade) -> float:
     return float(sum(sent.values()))
 
 
+class SplitCost:
+    """A model over several devices: its ``layers_s`` and ``interconnect_s`` on the critical path
+    (given by the class that takes this one in), their sum and the interconnect's share."""
+
+    @property
+    def layers_s(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def interconnect_s(self) -> float:
+        raise NotImplementedError
+
+    @property
+    def latency_s(self) -> float:
+        return self.layers_s + self.interconnect_s
+
+    @property
+    def interconnect_share(self) -> float:
+        return self.interconnect_s / self.latency_s if self.latency_s else 0.0
+
+
 @dataclass(frozen=True)
-class PipelineCost:
+class PipelineCost(SplitCost):
     """A batch through a pipeline: each stage's layers' seconds, and each boundary's bytes,
     seconds and (where the links have an energy) joules."""
 
@@ -102,15 +123,8 @@ class PipelineCost:
         after = self.transfer_s[b] if b < len(self.transfer_s) else 0.0
         return sum(self.transfer_s) + (self.micro_batches - 1) * after
 
-    @property
-    def latency_s(self) -> float:
-        """The batch's latency: the first micro-batch through every stage and transfer, then one
-        micro-batch per bottleneck interval (with one micro-batch: every layer and transfer in turn)."""
-        return self.layers_s + self.interconnect_s
-
-    @property
-    def interconnect_share(self) -> float:
-        return self.interconnect_s / self.latency_s if self.latency_s else 0.0
+    # latency_s (SplitCost): the first micro-batch through every stage and transfer, then one
+    # micro-batch per bottleneck interval (with one micro-batch: every layer and transfer in turn)
 
     @property
     def interconnect_j(self) -> float | None:
@@ -141,4 +155,4 @@ def pipeline_cost(system, layer_s: Sequence[float], layers: Sequence[Cascade], d
     return PipelineCost(stages, stage_s, sent, seconds, joules, micro_batches)
 
 
-__all__ = ["MODEL_WIDTH_RANK", "PipelineCost", "boundary_bytes", "pipeline_cost", "stage_layers"]
+__all__ = ["MODEL_WIDTH_RANK", "PipelineCost", "SplitCost", "boundary_bytes", "pipeline_cost", "stage_layers"]

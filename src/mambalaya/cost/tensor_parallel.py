@@ -45,6 +45,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from mambalaya.cost.pipeline import SplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import (Access, Binary, Const, Einsum, Param, Role, Unary, additive_terms,
                                 rank_of_variable, walk)
@@ -304,7 +305,7 @@ class TensorParallelLayers:
 
 
 @dataclass(frozen=True)
-class TensorParallelCost:
+class TensorParallelCost(SplitCost):
     """A model tensor parallel over ``devices``: every device runs every layer on its part, the
     devices wait for each other at every all-reduce (the collectives are not overlapped with
     compute: an assumption, Megatron-LM's all-reduces sit on the critical path)."""
@@ -319,14 +320,6 @@ class TensorParallelCost:
     @property
     def interconnect_s(self) -> float:
         return sum(t.count * t.all_reduce_s for t in self.layers.values())
-
-    @property
-    def latency_s(self) -> float:
-        return self.layers_s + self.interconnect_s
-
-    @property
-    def interconnect_share(self) -> float:
-        return self.interconnect_s / self.latency_s if self.latency_s else 0.0
 
     @property
     def interconnect_j(self) -> float | None:

@@ -149,17 +149,16 @@ class CaseFile(BaseModel):
     cases: Annotated[tuple[Case, ...], _AS_TUPLE] = Field(min_length=1)
 
 
-@dataclass(frozen=True)
-class Result:
-    case: Case
-    source_text: str
+class Judged:
+    """A prediction and a speed of light judged against a measurement (``predicted_s``,
+    ``speed_of_light_s`` and ``measured_s`` given by the class that takes this one in)."""
+
     predicted_s: float
     speed_of_light_s: float
-    kernels: tuple[Kernel, ...]
 
     @property
     def measured_s(self) -> float:
-        return self.case.measured_ms / 1e3
+        raise NotImplementedError
 
     @property
     def ratio(self) -> float:
@@ -172,14 +171,27 @@ class Result:
 
     @property
     def violates(self) -> bool:
-        """A speed of light slower than the measured kernel."""
+        """A speed of light slower than the measurement."""
         return self.speed_of_light_s > self.measured_s
 
     @property
     def in_band(self) -> bool:
-        """The prediction within :data:`PREDICTION_BAND` of the measured kernel."""
+        """The prediction within :data:`PREDICTION_BAND` of the measurement."""
         low, high = PREDICTION_BAND
         return low <= self.ratio <= high
+
+
+@dataclass(frozen=True)
+class Result(Judged):
+    case: Case
+    source_text: str
+    predicted_s: float
+    speed_of_light_s: float
+    kernels: tuple[Kernel, ...]
+
+    @property
+    def measured_s(self) -> float:
+        return self.case.measured_ms / 1e3
 
 
 @dataclass(frozen=True)
@@ -371,7 +383,7 @@ class CollectiveFile(BaseModel):
 
 
 @dataclass(frozen=True)
-class CollectiveResult:
+class CollectiveResult(Judged):
     """A measured all-reduce beside the model's (:mod:`mambalaya.cost.tensor_parallel`): the
     predicted time of the fastest algorithm (the case's, if NCCL was forced to one) and the
     speed of light, the fewest bytes any such algorithm sends over the link's bandwidth."""
@@ -387,25 +399,12 @@ class CollectiveResult:
     def measured_s(self) -> float:
         return self.case.measured_us / 1e6
 
-    @property
-    def ratio(self) -> float:
-        return self.predicted_s / self.measured_s
-
-    @property
-    def violates(self) -> bool:
-        return self.speed_of_light_s > self.measured_s
-
-    @property
-    def in_band(self) -> bool:
-        low, high = PREDICTION_BAND
-        return low <= self.ratio <= high
-
     def row(self) -> dict:
         c = self.case
         return {"case": c.id, "arch": self.arch, "devices": c.devices, "bytes": c.bytes, "nccl_algorithm": c.algorithm,
                 "model_algorithm": self.algorithm, "measured_us": c.measured_us, "predicted_us": self.predicted_s * 1e6,
                 "ratio": self.ratio, "speed_of_light_us": self.speed_of_light_s * 1e6,
-                "sol_ratio": self.speed_of_light_s / self.measured_s, "sol_ok": not self.violates,
+                "sol_ratio": self.speed_of_light_ratio, "sol_ok": not self.violates,
                 "in_band": self.in_band, "source": self.source_text}
 
 
@@ -449,6 +448,6 @@ def validate_collectives(path: str | Path | None = None) -> tuple[CollectiveResu
     return tuple(results)
 
 
-__all__ = ["Assumption", "Case", "CollectiveCase", "CollectiveResult", "Kernel", "Result", "SHIPPED_CASES",
+__all__ = ["Assumption", "Case", "CollectiveCase", "CollectiveResult", "Judged", "Kernel", "Result", "SHIPPED_CASES",
            "SHIPPED_COLLECTIVES", "Validation", "case_cascade", "case_kernels", "load_cases", "load_collectives",
            "predicted_s", "validate", "validate_case", "validate_collectives"]

@@ -237,20 +237,25 @@ SHIPPED_CASES = "gpu-kernels.yaml"
 
 def load_cases(path: str | Path | None = None) -> tuple[CaseFile, str]:
     """The case file (default the shipped one) and its name for messages."""
+    return read_case_file(path, SHIPPED_CASES, CaseFile, "validation cases")
+
+
+def read_case_file(path: str | Path | None, shipped: str, model: type, what: str):
+    """A file of measured cases (default the shipped ``shipped``) read strictly into ``model``
+    (``sources`` and ``cases``, each case naming one of the sources), and its name for messages."""
     if path is None:
-        name = f"{SHIPPED_CASES} (shipped)"
-        text = resources.files("mambalaya.data.validation").joinpath(SHIPPED_CASES).read_text(encoding="utf-8")
+        name = f"{shipped} (shipped)"
+        text = resources.files("mambalaya.data.validation").joinpath(shipped).read_text(encoding="utf-8")
     else:
         name = str(path)
-        text = read_spec_file(path, "validation cases")
-    data = parse_yaml_text(text, source=name)
+        text = read_spec_file(path, what)
     try:
-        cases = CaseFile.model_validate(data)
+        cases = model.model_validate(parse_yaml_text(text, source=name))
     except ValidationError as err:
-        raise SpecError(describe_validation_error(err, "invalid validation cases"), source=name) from None
+        raise SpecError(describe_validation_error(err, f"invalid {what}"), source=name) from None
     for c in cases.cases:
         if c.source not in cases.sources:
-            raise SpecError(f"invalid validation cases: case {c.id}: source {c.source!r} is not one of sources "
+            raise SpecError(f"invalid {what}: case {c.id}: source {c.source!r} is not one of sources "
                             f"({', '.join(cases.sources)})", source=name)
     return cases, name
 
@@ -410,21 +415,7 @@ class CollectiveResult(Judged):
 
 def load_collectives(path: str | Path | None = None) -> tuple[CollectiveFile, str]:
     """The collective cases (default the shipped ``collectives.yaml``) and their name for messages."""
-    if path is None:
-        name = f"{SHIPPED_COLLECTIVES} (shipped)"
-        text = resources.files("mambalaya.data.validation").joinpath(SHIPPED_COLLECTIVES).read_text(encoding="utf-8")
-    else:
-        name = str(path)
-        text = read_spec_file(path, "collective cases")
-    try:
-        cases = CollectiveFile.model_validate(parse_yaml_text(text, source=name))
-    except ValidationError as err:
-        raise SpecError(describe_validation_error(err, "invalid collective cases"), source=name) from None
-    for c in cases.cases:
-        if c.source not in cases.sources:
-            raise SpecError(f"invalid collective cases: case {c.id}: source {c.source!r} is not one of sources "
-                            f"({', '.join(cases.sources)})", source=name)
-    return cases, name
+    return read_case_file(path, SHIPPED_COLLECTIVES, CollectiveFile, "collective cases")
 
 
 def validate_collectives(path: str | Path | None = None) -> tuple[CollectiveResult, ...]:
@@ -450,4 +441,4 @@ def validate_collectives(path: str | Path | None = None) -> tuple[CollectiveResu
 
 __all__ = ["Assumption", "Case", "CollectiveCase", "CollectiveResult", "Judged", "Kernel", "Result", "SHIPPED_CASES",
            "SHIPPED_COLLECTIVES", "Validation", "case_cascade", "case_kernels", "load_cases", "load_collectives",
-           "predicted_s", "validate", "validate_case", "validate_collectives"]
+           "predicted_s", "read_case_file", "validate", "validate_case", "validate_collectives"]

@@ -216,7 +216,7 @@ def test_jamba_fits_two_h100s_tensor_parallel_and_names_its_all_reduces():
     text = " ".join(r.stdout.split())
     assert "tensor parallel over 2 devices (every layer's heads and channels split)" in text
     assert "mamba-moe: DL one-shot, BM one-shot, CM one-shot, O one-shot, FF_MO one-shot" in text  # two devices
-    assert "on each device" in text
+    assert "on each device" in text and "each of the 2 devices: DRAM:" in text
     hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", PRESETS["jamba-v0.1"], phase="prefill", seq_len=2048, batch=8,
                          devices=2, parallel="tensor")
     parts = sum(ev.result.model_latency_s for ev in hv.layers.values())

@@ -82,7 +82,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             )
             out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer"), highlight=False)
         if ev.dram is not None:
-            out_console.print(ev.dram.text(), highlight=False)
+            each = "" if ev.tensor_parallel is None else f"each of the {ev.tensor_parallel.devices} devices: "
+            out_console.print(each + ev.dram.text(), highlight=False)
         if ev.pipeline is not None:
             out_console.print(pipeline_text(ev.arch, ev.pipeline, ev.stage_dram), highlight=False)
         if ev.tensor_parallel is not None:
@@ -206,12 +207,15 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         rate = "tokens/s" if run.phase == PhaseOption.decode else "tokens/s prefill throughput"
         if hv.pipeline is not None and hv.pipeline.micro_batches > 1:
             parts = f"each micro-batch's (batch {hv.batch // hv.pipeline.micro_batches}) {parts}"
+        if hv.tensor_parallel is not None:
+            parts = f"each device's part: {parts}"
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
                           f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass"
                           + ("" if hv.tensor_parallel is None else " on each device"),
                           highlight=False)
         if dram is not None:
-            out_console.print(dram.text(), highlight=False)
+            each = "" if hv.tensor_parallel is None else f"each of the {hv.tensor_parallel.devices} devices: "
+            out_console.print(each + dram.text(), highlight=False)
         if hv.pipeline is not None:
             out_console.print(pipeline_text(hv.arch, hv.pipeline, hv.stage_dram), highlight=False)
         if hv.tensor_parallel is not None:

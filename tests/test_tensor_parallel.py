@@ -14,13 +14,15 @@ from typer.testing import CliRunner
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 from mambalaya.cli import app
 from mambalaya.arch.system import SystemSpec
-from mambalaya.cost.tensor_parallel import (SPLIT_SIZE_EXPRESSIONS, all_reduce_algorithm, all_reduce_bound_s,
+from mambalaya.cost.tensor_parallel import (ALL_REDUCED_SUFFIX, SPLIT_SIZE_EXPRESSIONS, all_reduce_algorithm, all_reduce_bound_s,
                                             all_reduce_options, all_reduce_s, all_reduce_sent_bytes, all_reduces,
                                             check_split, device_cascade, partial_tensors, tensor_parallel_ranks,
                                             with_rank_sizes)
 from mambalaya.einsum import loads_cascade
+from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
 from mambalaya.execute.numpy_exec import execute, resolve_dtype, run_einsum
+from mambalaya.cost.traffic import mapping_traffic
 from mambalaya.experiments.evaluate import evaluate, model_memory_need
 from mambalaya.experiments.hybrid import evaluate_hybrid
 from mambalaya.workloads import PRESETS, build_layer
@@ -86,11 +88,12 @@ def run_on_devices(cascade, split, arrays):
         for e in part.einsums:
             for d in range(DEVICES):
                 values[d][e.name] = run_einsum(part, e, values[d], dtype)
-            if e.name in reduced:
+            if e.name in reduced:  # the all-reduce: the sum lands in <name>_AR where the cascade is cut there
                 results = [values[d][e.name] for d in range(DEVICES)]
                 total = np.maximum.reduce(results) if e.reduce_op == "max" else np.sum(results, axis=0)
+                whole = e.name + ALL_REDUCED_SUFFIX if e.name + ALL_REDUCED_SUFFIX in part.tensors else e.name
                 for d in range(DEVICES):
-                    values[d][e.name] = total
+                    values[d][whole] = total
                 exchanged[e.name] = results[0].size * part.tensors[e.name].bits / 8
     return values, exchanged
 
@@ -104,12 +107,19 @@ def test_a_layer_split_over_devices_equals_the_whole_layer(layer):
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         whole = execute(cascade, arrays, keep="all")
     values, exchanged = run_on_devices(cascade, split, arrays)
+    part = device_cascade(cascade, split, DEVICES)
     for t in cascade.output_tensors():
+        reduced = t + ALL_REDUCED_SUFFIX if t + ALL_REDUCED_SUFFIX in part.tensors else t
         for d in range(DEVICES):
-            np.testing.assert_allclose(values[d][t], device_part(cascade, t, whole[t], split, d), rtol=1e-9,
+            np.testing.assert_allclose(values[d][reduced], device_part(cascade, t, whole[t], split, d), rtol=1e-9,
                                        atol=1e-12, err_msg=f"{t} on device {d}")
-    model = {r.einsum: r.bytes for r in all_reduces(device_cascade(cascade, split, DEVICES), split)}
+    model = {r.einsum: r.bytes for r in all_reduces(cascade, split)}  # outputs hold no split rank: whole on each
     assert exchanged == model
+    # a device's cascade is cut at every all-reduce: the partial sum leaves the chip, the sum comes back
+    for name in exchanged:
+        if cascade.consumers(name):
+            assert part.tensors[name].role == Role.OUTPUT and part.tensors[name + ALL_REDUCED_SUFFIX].role == Role.INPUT
+            assert not part.consumers(name)
 
 
 def test_the_split_ranks_are_the_heads_and_inner_channels_of_every_layer():
@@ -304,3 +314,17 @@ def test_a_partial_sum_is_carried_by_a_linear_reader_and_a_partial_maximum_never
     np.testing.assert_allclose(values[0]["Y"], execute(c, arrays)["Y"], rtol=1e-12)
     summed = loads_cascade(CARRIED.replace("M[b,i,d] max=", "M[b,i,d] ="))
     assert [r.einsum for r in all_reduces(summed, ["F"])] == ["Y"]  # both terms carry one partial sum: once, at Y
+
+
+def test_a_devices_cascade_writes_each_partial_sum_and_reads_the_all_reduced_sum_back():
+    """Cut at the all-reduces: under the optimal search on an accelerator joined by links, the
+    out-projection's partial sum O is written off chip and the residual add reads O_AR back,
+    both at O's bytes; the norm's partial sum of squares SG likewise."""
+    spec = arch_from_dict({**arch_to_dict(load_arch("mambalaya")),
+                           "system": {"link_bandwidth_bytes_per_s": 4.5e11, "link_latency_s": 3e-6}})
+    ev = evaluate(spec, "mamba2-130m", PRESETS["mamba2-130m"], phase="prefill", seq_len=1024, batch=2, devices=2,
+                  parallel="tensor")
+    traffic = mapping_traffic(ev.cascade, ev.mapping).by_tensor
+    o_bytes = 2 * 1024 * 768 * ev.cascade.tensors["O"].bits / 8
+    assert traffic["O"] == (0.0, o_bytes) and traffic["O_AR"] == (o_bytes, 0.0)
+    assert traffic["SG"][1] > 0 and traffic["SG_AR"][0] == traffic["SG"][1]

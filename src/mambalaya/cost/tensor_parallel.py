@@ -47,7 +47,7 @@ from dataclasses import dataclass
 
 from mambalaya.cost.pipeline import SplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
-from mambalaya.einsum.ir import (Access, Binary, Const, Einsum, Param, Role, Unary, additive_terms,
+from mambalaya.einsum.ir import (Access, Binary, Const, Einsum, Param, Role, TensorSpec, Unary, additive_terms,
                                 rank_of_variable, walk)
 from mambalaya.errors import SpecError
 
@@ -194,9 +194,17 @@ def _factors(term):
     return (term,)
 
 
+#: The suffix of an all-reduced tensor's whole value in a device's cascade (``O`` -> ``O_AR``).
+ALL_REDUCED_SUFFIX = "_AR"
+
+
 def device_cascade(cascade: Cascade, split: Iterable[str], devices: int) -> Cascade:
     """Each of ``devices`` devices' part of ``cascade``: every rank of ``split`` at its size over
-    ``devices`` (which must divide it), everything else as it is."""
+    ``devices`` (which must divide it), everything else as it is, and the cascade cut at every
+    all-reduce (:func:`all_reduces`): the tensor a device computes as a partial sum is written
+    off chip (an output of its cascade), and its readers read the all-reduced sum back from
+    memory (``<name>_AR``, an input), as NCCL reads and writes device memory. No mapping of a
+    device's cascade can then keep a partial sum on chip for a reader that needs the whole."""
     ranks = frozenset(split)
     check_split(cascade, ranks)
     if devices == 1 or not ranks:
@@ -208,9 +216,35 @@ def device_cascade(cascade: Cascade, split: Iterable[str], devices: int) -> Casc
                             f"({SPLIT_SIZE_EXPRESSIONS.get(cascade.ranks[name].size_expr or '', 'a split rank')}, "
                             f"{size}) into equal parts, and {devices} does not divide {size}")
     whole = {name: cascade.size(name) for name in ranks}
-    einsums = [dataclasses.replace(e, expr=_whole_sizes(e.expr, whole)) for e in cascade.einsums]
+    _, reduced = partial_tensors(cascade, ranks)
+    cut = {name: f"{name}{ALL_REDUCED_SUFFIX}" for name in reduced if cascade.consumers(name)}
+    clash = sorted(set(cut.values()) & set(cascade.tensors))
+    if clash:
+        raise SpecError(f"cascade {cascade.name!r} already has a tensor {clash[0]}, the name tensor parallelism gives "
+                        f"the all-reduced {clash[0][:-len(ALL_REDUCED_SUFFIX)]}")
+    einsums = [dataclasses.replace(e, expr=_renamed(_whole_sizes(e.expr, whole), cut)) for e in cascade.einsums]
+    tensors = []
+    for name, spec in cascade.tensors.items():
+        if name in cut:
+            tensors.append(dataclasses.replace(spec, role=Role.OUTPUT, description=f"{spec.description} (this "
+                                               "device's partial sum, sent to the all-reduce)".strip()))
+            tensors.append(dataclasses.replace(spec, name=cut[name], role=Role.INPUT, initial=None, updates=None,
+                                               description=f"{name} all-reduced over the devices"))
+        else:
+            tensors.append(spec)
     return with_rank_sizes(cascade, {name: size // devices for name, size in whole.items()}, f"/{devices}",
-                           einsums=einsums)
+                           einsums=einsums, tensors=tensors)
+
+
+def _renamed(expr, names: Mapping[str, str]):
+    """``expr`` reading ``names[t]`` wherever it read a tensor ``t`` of ``names``."""
+    if isinstance(expr, Access) and expr.tensor in names:
+        return dataclasses.replace(expr, tensor=names[expr.tensor])
+    if isinstance(expr, Unary):
+        return dataclasses.replace(expr, arg=_renamed(expr.arg, names))
+    if isinstance(expr, Binary):
+        return dataclasses.replace(expr, lhs=_renamed(expr.lhs, names), rhs=_renamed(expr.rhs, names))
+    return expr
 
 
 def _whole_sizes(expr, whole: Mapping[str, int]):
@@ -226,13 +260,14 @@ def _whole_sizes(expr, whole: Mapping[str, int]):
 
 
 def with_rank_sizes(cascade: Cascade, sizes: Mapping[str, int], note: str = "", *,
-                    einsums: Iterable[Einsum] | None = None) -> Cascade:
+                    einsums: Iterable[Einsum] | None = None, tensors: Iterable[TensorSpec] | None = None) -> Cascade:
     """``cascade`` rebuilt (and so checked again) with the ranks of ``sizes`` at those sizes
-    (and ``einsums``, when given, for its Einsums); ``note`` is appended to each changed rank's
-    size expression."""
+    (and ``einsums`` and ``tensors``, when given, for its own); ``note`` is appended to each
+    changed rank's size expression."""
     ranks = [dataclasses.replace(rank, size=sizes[name], size_expr=f"({rank.size_expr}){note}" if note else rank.size_expr)
              if name in sizes else rank for name, rank in cascade.ranks.items()]
-    return build_cascade(name=cascade.name, params=cascade.params, ranks=ranks, tensors=cascade.tensors.values(),
+    return build_cascade(name=cascade.name, params=cascade.params, ranks=ranks,
+                         tensors=cascade.tensors.values() if tensors is None else tensors,
                          einsums=cascade.einsums if einsums is None else einsums, description=cascade.description,
                          regions=cascade.regions)
 
@@ -345,7 +380,7 @@ def tensor_parallel_layers(system, cascade: Cascade, devices: int, *, count: int
     return TensorParallelLayers(count, layer_s, reduces, seconds, joules, tuple(a for a, _ in chosen))
 
 
-__all__ = ["ALL_REDUCE_ALGORITHMS", "AllReduce", "SPLIT_SIZE_EXPRESSIONS", "TensorParallelCost", "TensorParallelLayers",
+__all__ = ["ALL_REDUCED_SUFFIX", "ALL_REDUCE_ALGORITHMS", "AllReduce", "SPLIT_SIZE_EXPRESSIONS", "TensorParallelCost", "TensorParallelLayers",
            "all_reduce_algorithm", "all_reduce_bound_s", "all_reduce_options", "all_reduce_s", "all_reduce_sent_bytes",
            "all_reduces", "check_split", "device_cascade", "partial_tensors", "tensor_parallel_layers",
            "tensor_parallel_ranks", "with_rank_sizes"]

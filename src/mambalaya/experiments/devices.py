@@ -1,4 +1,4 @@
-"""A model on several devices of one design, pipeline parallel (:mod:`mambalaya.cost.pipeline`).
+"""A model on several devices of one design: pipeline parallel (:mod:`mambalaya.cost.pipeline`), or tensor parallel.
 
 ``devices`` comes from ``--devices`` (default 1: the device count is the evaluation's choice, not
 the design's); more than one needs the design's ``system`` section (its links). Each device
@@ -13,6 +13,12 @@ is taken to hold the head too. Each device's need is checked against the design'
 pipeline would hold it (:func:`fewest_pipeline_devices`). The latency adds the transfers at the
 stage boundaries to the layers' (:func:`pipeline_of`); a layer's own cost is unchanged, so one
 device is exactly the single-device evaluation.
+
+With ``parallel="tensor"`` every layer's heads and channels split instead
+(:mod:`mambalaya.cost.tensor_parallel`): each device holds its share of every layer
+(:func:`tensor_parallel_need`, :func:`require_fits_tensor_parallel`); ``parallel="best"`` keeps
+the faster strategy (:func:`fastest_strategy`); ``micro_batches`` splits a pipeline's batch
+(:func:`resolve_micro_batches`).
 """
 
 from __future__ import annotations
@@ -140,12 +146,17 @@ def require_fits_tensor_parallel(spec: ArchSpec, model_name: str, config: Any, d
 
 def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: int, bits: int,
                   policy: PrecisionPolicy, tensor_devices: int = 1) -> tuple[float, float, float]:
-    """(recurrent and conv state bytes, KV cache bytes) of one layer of ``layer_type``: the
-    incoming states of its decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
+    """(recurrent and conv state bytes, KV cache bytes, the share of its weights held) of one
+    layer of ``layer_type`` on one of ``tensor_devices`` tensor-parallel devices (one: the
+    whole layer): the incoming states of its (split) decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
     its delta-rule layers only, yet runs its ``full_attention`` layers too: each holds a key and a
     value cache of ``n_kv_heads x head_dim`` per position, at the width the policy gives a hybrid
     attention layer's value cache."""
     if isinstance(config, GatedDeltaNetConfig) and layer_type == GDN_FULL:  # not built: its KV cache alone
+        if config.n_kv_heads % tensor_devices:
+            raise SpecError(f"tensor parallelism over {tensor_devices} devices splits the attention layers' "
+                            f"{config.n_kv_heads} key/value heads into equal parts, and {tensor_devices} does not "
+                            f"divide {config.n_kv_heads}")
         head_dim = config.head_dim or config.d_model // config.n_heads
         width = policy.bits("bamba", "VC0", Role.STATE, bits)
         return 0.0, 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8 / tensor_devices, 1 / tensor_devices

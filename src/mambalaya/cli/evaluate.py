@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -152,7 +153,7 @@ def validate_cmd(
         out_console.print(rows_table([{**{k: r[k] for k in keep}, "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}
                                       for r in reduce_rows], "measured NCCL all-reduces against the model's"))
         out_console.print(f"{len(reduced)} all-reduces: predicted / measured median "
-                          f"{__import__('statistics').median(r.ratio for r in reduced):.3g}; "
+                          f"{statistics.median(r.ratio for r in reduced):.3g}; "
                           f"outside [0.5, 2]: {sum(not r.in_band for r in reduced)}; speed of light above the "
                           f"measurement: {sum(r.violates for r in reduced)}")
     if out is not None:

@@ -74,6 +74,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             parts = ", ".join(f"{k} {v * 1e3:.4g} mJ" for k, v in energy.by_component_j().items())
             tp = ev.tensor_parallel
             layer_what = "layer" if tp is None else "one device's part of a layer"
+            if ev.pipeline is not None and ev.pipeline.micro_batches > 1:
+                layer_what = f"one micro-batch's (batch {ev.batch // ev.pipeline.micro_batches}) layer"
             model_what = "model" if tp is None else f"model on all {tp.devices} devices and their links"
             out_console.print(
                 f"energy: {layer_what} {t['layer_energy_j'] * 1e3:.4g} mJ ({parts}); {model_what} {t['model_energy_j']:.4g} J; "

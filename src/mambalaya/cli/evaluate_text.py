@@ -83,15 +83,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
                 highlight=False,
             )
             out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer"), highlight=False)
-        if ev.dram is not None:
-            each = "" if ev.tensor_parallel is None else f"each of the {ev.tensor_parallel.devices} devices: "
-            out_console.print(each + ev.dram.text(), highlight=False)
-        if ev.pipeline is not None:
-            out_console.print(pipeline_text(ev.arch, ev.pipeline, ev.stage_dram), highlight=False)
-        if ev.tensor_parallel is not None:
-            out_console.print(tensor_parallel_text(ev.arch, ev.tensor_parallel), highlight=False)
-        if ev.strategies_s:
-            out_console.print(strategies_text(ev.strategies_s, ev.model_latency_s), highlight=False)
+        print_devices(ev, ev.dram)
         if "area_mm2" in t:
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
                               f"{ev.arch.name}` has them one by one)", highlight=False)
@@ -129,6 +121,23 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent}{' a micro-batch' if m > 1 else ''} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each device computes {pipeline.busy_share:.1%} of the "
             f"time (the pipeline's bubble: {schedule}); DRAM {memory}")
+
+
+def print_devices(evaluation: Any, dram: Any) -> None:
+    """The memory line (each device's under tensor parallelism) and, over several devices, the
+    pipeline or tensor-parallel line and ``--parallel best``'s choice, for a Mamba model's or a
+    hybrid model's evaluation (both carry ``arch``, ``pipeline``, ``stage_dram``,
+    ``tensor_parallel``, ``strategies_s`` and ``model_latency_s``)."""
+    tp = evaluation.tensor_parallel
+    if dram is not None:
+        each = "" if tp is None else f"each of the {tp.devices} devices: "
+        out_console.print(each + dram.text(), highlight=False)
+    if evaluation.pipeline is not None:
+        out_console.print(pipeline_text(evaluation.arch, evaluation.pipeline, evaluation.stage_dram), highlight=False)
+    if tp is not None:
+        out_console.print(tensor_parallel_text(evaluation.arch, tp), highlight=False)
+    if evaluation.strategies_s:
+        out_console.print(strategies_text(evaluation.strategies_s, evaluation.model_latency_s), highlight=False)
 
 
 def strategies_text(strategies_s: tuple[tuple[str, float], ...], chosen_s: float) -> str:
@@ -215,15 +224,7 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                           f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass"
                           + ("" if hv.tensor_parallel is None else " on each device"),
                           highlight=False)
-        if dram is not None:
-            each = "" if hv.tensor_parallel is None else f"each of the {hv.tensor_parallel.devices} devices: "
-            out_console.print(each + dram.text(), highlight=False)
-        if hv.pipeline is not None:
-            out_console.print(pipeline_text(hv.arch, hv.pipeline, hv.stage_dram), highlight=False)
-        if hv.tensor_parallel is not None:
-            out_console.print(tensor_parallel_text(hv.arch, hv.tensor_parallel), highlight=False)
-        if hv.strategies_s:
-            out_console.print(strategies_text(hv.strategies_s, hv.model_latency_s), highlight=False)
+        print_devices(hv, dram)
         energy = hv.energy
         if energy is not None:
             t = hv.totals()

@@ -291,9 +291,9 @@ def all_reduce_options(n_bytes: float, devices: int, system) -> dict[str, float]
     latency, and its bytes per device over the link's bandwidth. Empty on one device."""
     if devices <= 1:
         return {}
-    offered = [a for a in ALL_REDUCE_ALGORITHMS if a != "in-network" or system.in_network_reduction]
     return {a: system.collective_latency_s + ALL_REDUCE_ALGORITHMS[a][0](devices) * system.link_latency_s
-            + ALL_REDUCE_ALGORITHMS[a][1](devices) * n_bytes / system.link_bandwidth_bytes_per_s for a in offered}
+            + ALL_REDUCE_ALGORITHMS[a][1](devices) * n_bytes / system.link_bandwidth_bytes_per_s
+            for a in _offered(system)}
 
 
 def all_reduce_algorithm(n_bytes: float, devices: int, system) -> tuple[str, float]:
@@ -318,8 +318,12 @@ def all_reduce_bound_s(n_bytes: float, devices: int, system) -> float:
     over the link's bandwidth, no latency (a speed of light)."""
     if devices <= 1:
         return 0.0
-    offered = [a for a in ALL_REDUCE_ALGORITHMS if a != "in-network" or system.in_network_reduction]
-    return min(ALL_REDUCE_ALGORITHMS[a][1](devices) for a in offered) * n_bytes / system.link_bandwidth_bytes_per_s
+    return min(ALL_REDUCE_ALGORITHMS[a][1](devices) for a in _offered(system)) * n_bytes / system.link_bandwidth_bytes_per_s
+
+
+def _offered(system) -> tuple[str, ...]:
+    """The all-reduce algorithms a system offers: the in-network one only where its switch reduces."""
+    return tuple(a for a in ALL_REDUCE_ALGORITHMS if a != "in-network" or system.in_network_reduction)
 
 
 

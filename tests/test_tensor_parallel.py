@@ -197,14 +197,14 @@ def test_one_device_tensor_parallel_is_the_single_device_evaluation_exactly():
     single = evaluate("gpu-h100", "mamba2-130m", config, phase="prefill", seq_len=1024, batch=2)
     one = evaluate("gpu-h100", "mamba2-130m", config, phase="prefill", seq_len=1024, batch=2, devices=1,
                    parallel="tensor")
-    assert one.totals() == single.totals() and one.tensor_parallel is None
+    assert one.totals() == single.totals() and one.layer_split is None
 
 
 def test_the_model_is_each_devices_part_of_every_layer_plus_its_all_reduces():
     config = PRESETS["mamba-2.8b"]
     ev = evaluate("gpu-h100", "mamba-2.8b", config, phase="prefill", seq_len=2048, batch=8, devices=4,
                   parallel="tensor")
-    tp = ev.tensor_parallel
+    tp = ev.layer_split
     whole = build_layer(config, phase="prefill", seq_len=2048, batch=8, precision="reference-kernels")
     assert ev.cascade.size("E") == whole.size("E") // 4 and ev.cascade.size("D") == whole.size("D")
     (layers,) = tp.layers.values()
@@ -230,7 +230,7 @@ def test_jamba_fits_two_h100s_tensor_parallel_and_names_its_all_reduces():
     hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", PRESETS["jamba-v0.1"], phase="prefill", seq_len=2048, batch=8,
                          devices=2, parallel="tensor")
     parts = sum(ev.result.model_latency_s for ev in hv.layers.values())
-    assert hv.model_latency_s == pytest.approx(parts + hv.tensor_parallel.interconnect_s)
+    assert hv.model_latency_s == pytest.approx(parts + hv.layer_split.interconnect_s)
     assert hv.dram.used_bytes < 80e9 < model_memory_need(PRESETS["jamba-v0.1"], batch=8, seq_len=2048,
                                                         bits=16, policy=POLICY).total_bytes
 
@@ -241,7 +241,7 @@ def test_energy_over_devices_is_every_devices_and_the_links_and_power_is_one_dev
                                       "link_energy_pj_per_bit": 5.0}})
     ev = evaluate(spec, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=1024, batch=2, devices=2,
                   parallel="tensor")
-    t, tp, part = ev.totals(), ev.tensor_parallel, ev.energy
+    t, tp, part = ev.totals(), ev.layer_split, ev.energy
     (layers,) = tp.layers.values()
     sent = 2 * sum(all_reduce_sent_bytes(r.bytes, 2, a) for r, a in zip(layers.all_reduces, layers.algorithms))
     assert tp.interconnect_j == pytest.approx(layers.count * 8 * sent * 5e-12)

@@ -118,7 +118,7 @@ def test_strict_fails_on_a_prediction_outside_the_band_and_names_it(tmp_path) ->
     case with a measurement 100x its prediction, above its speed of light) fails it, named; and
     without --strict the count is reported and the command passes."""
     case = validate(case_file(tmp_path)).results[0]
-    reduce = validate_collectives()[-1]  # an all-reduce in the band, so --strict judges the kernel case alone
+    reduce = validate_collectives()[-1]  # a collective in the band, so --strict judges the kernel case alone
     assert reduce.in_band
     in_band = ["--collectives", str(collective_file(tmp_path, **reduce.case.model_dump()))]
     near = case_file(tmp_path, id="near", measured_ms=case.predicted_s * 1e3 * 1.5)
@@ -210,7 +210,7 @@ def collective_file(tmp_path, **changes):
 
 
 def test_every_measured_all_reduce_is_at_or_above_its_speed_of_light_and_large_ones_are_in_the_band() -> None:
-    results = validate_collectives()
+    results = [r for r in validate_collectives() if r.case.collective == "all-reduce"]
     assert len(results) >= 30 and not [r.case.id for r in results if r.violates]
     large = [r for r in results if r.case.bytes >= 2**28]
     assert large and all(r.in_band for r in large), [(r.case.id, r.ratio) for r in large if not r.in_band]
@@ -220,11 +220,26 @@ def test_every_measured_all_reduce_is_at_or_above_its_speed_of_light_and_large_o
             if r.case.devices == 8 and r.case.bytes >= 2**20 and r.case.algorithm == "auto"} == {"in-network"}
 
 
+def test_every_measured_all_to_all_is_at_or_above_its_speed_of_light_and_in_the_band() -> None:
+    """The all-to-all of expert parallelism (mambalaya.cost.expert_parallel): each device sends
+    (N-1)/N of nccl-tests' size to the others, in one step."""
+    from mambalaya.arch import load_arch
+    from mambalaya.cost.expert_parallel import all_to_all_s
+
+    results = [r for r in validate_collectives() if r.case.collective == "all-to-all"]
+    assert len(results) == 10 and {r.case.devices for r in results} == {4, 8}
+    assert all(r.in_band and not r.violates for r in results), [(r.case.id, r.ratio) for r in results]
+    one = next(r for r in results if r.case.id == "a2a8-1G")
+    assert one.algorithm == "all-to-all"
+    assert one.predicted_s == pytest.approx(all_to_all_s(2**30 * 7 / 8, load_arch("gpu-h100").system))
+
+
 def test_validate_reports_the_all_reduces_and_fails_on_one_faster_than_its_bound(tmp_path) -> None:
     out = runner.invoke(app, ["validate", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
-    assert "measured NCCL all-reduces against the model's" in out.output
-    assert (tmp_path / "collectives.csv").read_text().startswith("case,arch,devices,bytes")
+    assert "measured NCCL collectives against the model's" in out.output
+    assert "32 all-reduces: predicted" in out.output and "10 all-to-alls: predicted" in out.output
+    assert (tmp_path / "collectives.csv").read_text().startswith("case,arch,collective,devices,bytes")
     fast = collective_file(tmp_path, id="too-fast", bytes=2**30, measured_us=100)  # 1 GiB in 0.1 ms: 10 TB/s
     out = runner.invoke(app, ["validate", "--collectives", str(fast)])
     assert out.exit_code == 1 and "too-fast" in out.output and "breaks a bound" in out.output
@@ -235,6 +250,8 @@ def test_validate_reports_the_all_reduces_and_fails_on_one_faster_than_its_bound
     ({"devices": 1}, "cases[0].devices"),
     ({"algorithm": "tree"}, "cases[0].algorithm"),
     ({"bytes": 1.5}, "cases[0].bytes"),
+    ({"collective": "all-gather"}, "cases[0].collective"),
+    ({"collective": "all-to-all", "algorithm": "ring"}, "an all-to-all has one"),
 ])
 def test_a_bad_collective_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
     with pytest.raises(SpecError, match="collectives.yaml") as info:

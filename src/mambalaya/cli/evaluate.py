@@ -27,11 +27,12 @@ DevicesOpt = Annotated[Optional[int], typer.Option("--devices", min=1, help="Dev
 class Parallel(str, Enum):
     pipeline = "pipeline"
     tensor = "tensor"
+    expert = "expert"
     best = "best"
 
 
 MicroBatchesOpt = Annotated[Optional[int], typer.Option("--micro-batches", min=1, help="Split the batch into this many micro-batches between a pipeline's stages (GPipe's schedule; with --devices N and --parallel pipeline). Default: 1.")]
-ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them) or best (the faster of the two).")]
+ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them), expert (a MoE model's experts, the batch's sequences elsewhere; two all-to-alls per MoE block) or best (the fastest the model takes).")]
 
 
 @app.command("evaluate")
@@ -114,14 +115,14 @@ VALIDATE_FILES = ("validation.csv", "validation.png", "validation.svg", "collect
 @user_errors
 def validate_cmd(
     cases: Annotated[Optional[Path], typer.Option("--cases", help="A YAML file of measured cases (default: the shipped published measurements).")] = None,
-    collectives: Annotated[Optional[Path], typer.Option("--collectives", help="A YAML file of measured all-reduces (default: the shipped NCCL measurements on H100 nodes).")] = None,
+    collectives: Annotated[Optional[Path], typer.Option("--collectives", help="A YAML file of measured all-reduces and all-to-alls (default: the shipped NCCL measurements on H100 nodes).")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write validation.csv and the predicted-vs-measured figure here.")] = None,
     fmt: FormatOpt = Format.table,
     strict: Annotated[bool, typer.Option("--strict", help="Also exit 1 when a prediction is outside [0.5, 2] of its measurement.")] = False,
 ) -> None:
     """The model against published GPU kernel timings: each case predicted with the kernel's
-    own grouping, and its speed of light; and the all-reduce of tensor parallelism against
-    measured NCCL all-reduces. Exits 1 where a speed of light is above a measurement (and, with
+    own grouping, and its speed of light; and the all-reduce of tensor parallelism and the
+    all-to-all of expert parallelism against measured NCCL collectives. Exits 1 where a speed of light is above a measurement (and, with
     --strict, where a prediction is outside [0.5, 2] of it)."""
     from mambalaya.experiments.validate import validate, validate_collectives
 
@@ -148,14 +149,16 @@ def validate_cmd(
         if result.sensitivity:
             out_console.print(rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
                                           "assumption at the ends of its range (the speed of light does not depend on them)"))
-        keep = ("case", "devices", "bytes", "nccl_algorithm", "model_algorithm", "measured_us", "predicted_us", "ratio",
-                "speed_of_light_us")
+        keep = ("case", "collective", "devices", "bytes", "nccl_algorithm", "model_algorithm", "measured_us",
+                "predicted_us", "ratio", "speed_of_light_us")
         out_console.print(rows_table([{**{k: r[k] for k in keep}, "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}
-                                      for r in reduce_rows], "measured NCCL all-reduces against the model's"))
-        out_console.print(f"{len(reduced)} all-reduces: predicted / measured median "
-                          f"{statistics.median(r.ratio for r in reduced):.3g}; "
-                          f"outside [0.5, 2]: {sum(not r.in_band for r in reduced)}; speed of light above the "
-                          f"measurement: {sum(r.violates for r in reduced)}")
+                                      for r in reduce_rows], "measured NCCL collectives against the model's"))
+        for kind in dict.fromkeys(r.case.collective for r in reduced):
+            these = [r for r in reduced if r.case.collective == kind]
+            out_console.print(f"{len(these)} {kind}s: predicted / measured median "
+                              f"{statistics.median(r.ratio for r in these):.3g}; "
+                              f"outside [0.5, 2]: {sum(not r.in_band for r in these)}; speed of light above the "
+                              f"measurement: {sum(r.violates for r in these)}")
     if out is not None:
         from mambalaya.report.figures.save import save_figure
         from mambalaya.report.figures.validation import validation_figure

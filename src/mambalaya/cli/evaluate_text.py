@@ -62,7 +62,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         rate = (f"{rate_text(t['tokens_per_s'])} tokens/s" if run.phase == PhaseOption.decode
                 else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
         out_console.print(
-            ("" if ev.tensor_parallel is None else "each device's part: ")
+            ("" if ev.layer_split is None else "each device's part: ")
             + ("" if ev.pipeline is None or ev.pipeline.micro_batches == 1
                else f"each micro-batch's (batch {ev.batch // ev.pipeline.micro_batches}): ")
             + f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
@@ -72,7 +72,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         )
         if energy is not None:
             parts = ", ".join(f"{k} {v * 1e3:.4g} mJ" for k, v in energy.by_component_j().items())
-            tp = ev.tensor_parallel
+            tp = ev.layer_split
             layer_what = "layer" if tp is None else "one device's part of a layer"
             if ev.pipeline is not None and ev.pipeline.micro_batches > 1:
                 layer_what = f"one micro-batch's (batch {ev.batch // ev.pipeline.micro_batches}) layer"
@@ -128,14 +128,15 @@ def print_devices(evaluation: Any, dram: Any) -> None:
     pipeline or tensor-parallel line and ``--parallel best``'s choice, for a Mamba model's or a
     hybrid model's evaluation (both carry ``arch``, ``pipeline``, ``stage_dram``,
     ``tensor_parallel``, ``strategies_s`` and ``model_latency_s``)."""
-    tp = evaluation.tensor_parallel
+    tp = evaluation.layer_split
     if dram is not None:
         each = "" if tp is None else f"each of the {tp.devices} devices: "
         out_console.print(each + dram.text(), highlight=False)
     if evaluation.pipeline is not None:
         out_console.print(pipeline_text(evaluation.arch, evaluation.pipeline, evaluation.stage_dram), highlight=False)
     if tp is not None:
-        out_console.print(tensor_parallel_text(evaluation.arch, tp), highlight=False)
+        text = tensor_parallel_text if tp.strategy == "tensor" else expert_parallel_text
+        out_console.print(text(evaluation.arch, tp), highlight=False)
     if evaluation.strategies_s:
         out_console.print(strategies_text(evaluation.strategies_s, evaluation.model_latency_s), highlight=False)
 
@@ -158,10 +159,28 @@ def tensor_parallel_text(arch: Any, tp: Any) -> str:
     energy = "" if tp.interconnect_j is None else f", {tp.interconnect_j * 1e3:.4g} mJ over the links"
     return (f"tensor parallel over {tp.devices} devices (every layer's heads and channels split): layers "
             f"{milliseconds(tp.layers_s)} ms on each device + all-reduces {milliseconds(tp.interconnect_s)} ms "
-            f"({tp.interconnect_share:.2%} of the time; {byte_size(tp.all_reduce_bytes)} all-reduced per device, links "
+            f"({tp.interconnect_share:.2%} of the time; {byte_size(tp.collective_bytes)} all-reduced per device, links "
             f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a step, "
             f"{system.collective_latency_s * 1e6:g} us a call{energy}); all-reduced per layer, with the algorithm "
             f"({per_layer})")
+
+
+def expert_parallel_text(arch: Any, ep: Any) -> str:
+    """The expert-parallel line: the devices, the layers' time on the most loaded one, the
+    all-to-alls' time, share, bytes and (where the links have one) energy."""
+    from mambalaya.cost.capacity import byte_size
+
+    system = arch.system
+    moe = {t: lt for t, lt in ep.layers.items() if lt.all_to_alls}
+    per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join(f"{a.tensor} {a.direction}" for a in lt.all_to_alls)
+                          for t, lt in moe.items())
+    energy = "" if ep.interconnect_j is None else f", {ep.interconnect_j * 1e3:.4g} mJ over the links"
+    return (f"expert parallel over {ep.devices} devices (each MoE block's experts split, every other layer on a "
+            f"{1 / ep.devices:.4g} share of the batch's sequences): layers {milliseconds(ep.layers_s)} ms on the most "
+            f"loaded device + all-to-alls {milliseconds(ep.interconnect_s)} ms ({ep.interconnect_share:.2%} of the time; "
+            f"the busiest device moves {byte_size(ep.collective_bytes)}, links {system.link_bandwidth_bytes_per_s / 1e9:g} "
+            f"GB/s, {system.link_latency_s * 1e6:g} us a step, {system.collective_latency_s * 1e6:g} us a call{energy}); "
+            f"sent per MoE block, one row per token-expert pair on another device ({per_layer})")
 
 
 def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:
@@ -218,17 +237,17 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         rate = "tokens/s" if run.phase == PhaseOption.decode else "tokens/s prefill throughput"
         if hv.pipeline is not None and hv.pipeline.micro_batches > 1:
             parts = f"each micro-batch's (batch {hv.batch // hv.pipeline.micro_batches}) {parts}"
-        if hv.tensor_parallel is not None:
+        if hv.layer_split is not None:
             parts = f"each device's part: {parts}"
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
                           f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass"
-                          + ("" if hv.tensor_parallel is None else " on each device"),
+                          + ("" if hv.layer_split is None else " on each device"),
                           highlight=False)
         print_devices(hv, dram)
         energy = hv.energy
         if energy is not None:
             t = hv.totals()
-            tp = hv.tensor_parallel
+            tp = hv.layer_split
             parts = ", ".join(f"{k} {v:.4g} J" for k, v in energy.by_component_j().items())
             layers = "; ".join(f"{lt} layer {t[f'{lt}_layer_energy_j'] * 1e3:.4g} mJ x {ev.result.n_layers}"
                                for lt, ev in hv.layers.items())

@@ -351,6 +351,7 @@ class TensorParallelCost(SplitCost):
 
     devices: int
     layers: Mapping[str | None, TensorParallelLayers]
+    strategy = "tensor"
 
     @property
     def layers_s(self) -> float:
@@ -366,7 +367,7 @@ class TensorParallelCost(SplitCost):
         return None if any(j is None for j in joules) else sum(t.count * t.all_reduce_j for t in self.layers.values())  # type: ignore[operator]
 
     @property
-    def all_reduce_bytes(self) -> float:
+    def collective_bytes(self) -> float:
         """Bytes each device all-reduces over the model's layers."""
         return sum(t.count * sum(r.bytes for r in t.all_reduces) for t in self.layers.values())
 

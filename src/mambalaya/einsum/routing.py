@@ -14,7 +14,9 @@ model scales the dense form:
 
 The three numbers are the cascade's parameters ``moe_top_k``, ``moe_experts`` and
 ``moe_experts_read`` (set by the builder from its routing assumption). A cascade without them is
-not scaled (factor 1).
+not scaled (factor 1). One device's part of an expert-parallel layer also carries ``moe_load``
+(:data:`LOAD_PARAM`): the pairs its experts compute over those its own tokens make, which
+multiplies the first two shares.
 
 A causal attention prefill in FlashAttention's blocked form (``softmax="blocked"``, key ranks
 ``TB`` blocks of ``TQ`` keys, the key mask over ``[I, TB, TQ]``) skips the key blocks the mask
@@ -40,6 +42,17 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role, rank_of_variable
 
 EXPERT_RANK = "X"
+#: The parameter of a device's part of an expert-parallel layer
+#: (:mod:`mambalaya.cost.expert_parallel`): the token-expert pairs its experts compute, over the
+#: pairs of its own tokens (1: as many as its tokens make; absent: 1).
+LOAD_PARAM = "moe_load"
+
+
+def routed_einsums(cascade: Cascade) -> frozenset[str]:
+    """The Einsums of the cascade's experts region (``experts``, or ``<prefix>_experts`` once
+    chained into a layer): those that run for ``top_k`` of the experts per token."""
+    return frozenset(name for key, members in cascade.regions.items()
+                     if key == "experts" or key.endswith("_experts") for name in members)
 
 
 def _plan(cascade: Cascade) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
@@ -53,13 +66,9 @@ def _plan(cascade: Cascade) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
     scales: dict[str, Fraction] = {}
     if "moe_experts" in params:
         n = int(params["moe_experts"])
-        pairs = Fraction(int(params["moe_top_k"]), n)
+        pairs = Fraction(int(params["moe_top_k"]), n) * Fraction(params.get(LOAD_PARAM, 1))
         weights = Fraction(int(params["moe_experts_read"]), n)
-        routed: set[str] = set()
-        for key, members in cascade.regions.items():
-            if key == "experts" or key.endswith("_experts"):
-                routed.update(members)
-        for name in routed:
+        for name in routed_einsums(cascade):
             einsums[name] = pairs
             einsum = cascade.einsum(name)
             if EXPERT_RANK in cascade.tensors[name].ranks:
@@ -127,5 +136,5 @@ def scaled_ops(cascade: Cascade, einsum: str, ops: dict[str, int]) -> dict[str, 
     return {k: int(round(v * scale)) for k, v in ops.items()}
 
 
-__all__ = ["BLOCK_KEY_RANK", "EXPERT_RANK", "KEY_BLOCK_RANK", "QUERY_RANK", "computed_key_blocks", "einsum_scale",
-           "scaled_ops", "tensor_scale"]
+__all__ = ["BLOCK_KEY_RANK", "EXPERT_RANK", "KEY_BLOCK_RANK", "LOAD_PARAM", "QUERY_RANK", "computed_key_blocks",
+           "einsum_scale", "routed_einsums", "scaled_ops", "tensor_scale"]

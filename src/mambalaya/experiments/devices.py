@@ -32,6 +32,7 @@ from mambalaya.arch import ArchSpec
 from mambalaya.arch.system import MAX_DEVICES
 from mambalaya.cost.capacity import CapacityError, DramUse, MemoryNeed, byte_size, memory_need, state_bytes
 from mambalaya.cost.pipeline import PipelineCost, pipeline_cost, stage_layers
+from mambalaya.cost.expert_parallel import check_expert_devices, expert_weights
 from mambalaya.cost.tensor_parallel import device_cascade, tensor_parallel_ranks
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
@@ -81,9 +82,10 @@ def layer_weight_parameters(config: Any, layer_type: str | None) -> int:
 
 
 #: How a model runs over several devices (``--parallel``): its layers split in order
-#: (:mod:`mambalaya.cost.pipeline`), or every layer's heads and channels split
-#: (:mod:`mambalaya.cost.tensor_parallel`).
-PARALLEL_STRATEGIES = ("pipeline", "tensor")
+#: (:mod:`mambalaya.cost.pipeline`), every layer's heads and channels split
+#: (:mod:`mambalaya.cost.tensor_parallel`), or a MoE model's experts split and its batch's
+#: sequences between the devices everywhere else (:mod:`mambalaya.cost.expert_parallel`).
+PARALLEL_STRATEGIES = ("pipeline", "tensor", "expert")
 
 
 def resolve_parallel(parallel: str | None, devices: int) -> str:
@@ -112,6 +114,26 @@ def fastest_strategy(evaluate_with: Callable[[str], Any], what: str) -> Any:
     return dataclasses.replace(best, strategies_s=tuple((s, ev.model_latency_s) for s, ev in found.items()))
 
 
+def model_experts(config: Any) -> int:
+    """The experts of each of the model's MoE blocks (0: a model without any)."""
+    return int(getattr(config, "n_experts", 0) or 0)
+
+
+def check_expert_parallel(config: Any, model_name: str, devices: int, *, batch: int) -> None:
+    """Refuse expert parallelism where it cannot split the model (see
+    :mod:`mambalaya.cost.expert_parallel`): a model without MoE layers, experts or a batch of
+    sequences that ``devices`` does not divide into equal parts."""
+    experts = model_experts(config)
+    if not experts:
+        raise SpecError(f"{model_name} has no mixture-of-experts layers: expert parallelism splits a MoE block's "
+                        "experts between the devices; use --parallel pipeline or tensor")
+    check_expert_devices(experts, devices)
+    if batch % devices:
+        raise SpecError(f"expert parallelism over {devices} devices gives each device an equal share of the batch's "
+                        f"sequences outside the experts, and {devices} does not divide the batch ({batch}); use a "
+                        "batch it divides")
+
+
 def tensor_parallel_need(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
                          policy: PrecisionPolicy) -> MemoryNeed:
     """What each of ``devices`` devices holds with every layer's heads and channels split
@@ -122,33 +144,56 @@ def tensor_parallel_need(config: Any, devices: int, *, batch: int, seq_len: int,
     side: Megatron-LM also splits the vocabulary). A Gated DeltaNet model's unbuilt attention
     layers keep ``1/devices`` of their weights and KV cache (their heads split)."""
     held = _ModelHoldings(config, batch=batch, seq_len=seq_len, bits=bits, policy=policy, tensor_devices=devices)
+    return _every_layer_need(held)
+
+
+def expert_parallel_need(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
+                         policy: PrecisionPolicy) -> MemoryNeed:
+    """What each of ``devices`` devices holds with a MoE model's experts split
+    (:mod:`mambalaya.cost.expert_parallel`): every layer's weights but the experts' whole, the
+    ``1/devices`` of each MoE block's experts it runs, the states and KV caches of its
+    ``batch/devices`` sequences, and the weights outside the layers whole (each device embeds its
+    own sequences)."""
+    held = _ModelHoldings(config, batch=batch // devices, seq_len=seq_len, bits=bits, policy=policy,
+                          expert_devices=devices)
+    return _every_layer_need(held)
+
+
+def _every_layer_need(held: "_ModelHoldings") -> MemoryNeed:
+    """A device's need when it runs its part of every layer."""
     counts = {t: held.order.count(t) for t in dict.fromkeys(held.order)}
     own = sum(held.params[t] * n for t, n in counts.items()) + held.shared(set(held.order))
     return memory_need(own + held.outside, held.weight_bits, [(n, held.states[t]) for t, n in counts.items()],
-                       batch=batch, seq_len=seq_len)
+                       batch=held.batch, seq_len=held.seq_len)
 
 
-def require_fits_tensor_parallel(spec: ArchSpec, model_name: str, config: Any, devices: int, *, batch: int,
-                                 seq_len: int, policy: PrecisionPolicy) -> DramUse:
-    """Each device's use of its off-chip memory under tensor parallelism, or a
-    :class:`~mambalaya.cost.capacity.CapacityError` saying what one device holds."""
-    need = tensor_parallel_need(config, devices, batch=batch, seq_len=seq_len, bits=spec.bits_per_element,
-                                policy=policy)
+#: Each strategy that splits every layer between the devices, with its need per device.
+LAYER_SPLIT_NEEDS = {"tensor": tensor_parallel_need, "expert": expert_parallel_need}
+
+
+def require_fits_layer_split(spec: ArchSpec, model_name: str, config: Any, devices: int, *, strategy: str,
+                             batch: int, seq_len: int, policy: PrecisionPolicy) -> DramUse:
+    """Each device's use of its off-chip memory under tensor or expert parallelism
+    (``strategy``), or a :class:`~mambalaya.cost.capacity.CapacityError` saying what one device
+    holds."""
+    need = LAYER_SPLIT_NEEDS[strategy](config, devices, batch=batch, seq_len=seq_len, bits=spec.bits_per_element,
+                                       policy=policy)
     capacity = spec.memory.offchip_capacity_bytes
     if capacity is not None and need.total_bytes > capacity:
         raise CapacityError(
-            f"{model_name} does not fit on {devices} devices of {spec.name} tensor parallel: each holds "
+            f"{model_name} does not fit on {devices} devices of {spec.name} {strategy} parallel: each holds "
             f"{byte_size(need.total_bytes)} ({need.parts_text()}), over memory.offchip_capacity_bytes = "
-            f"{byte_size(capacity)}; use more devices, a pipeline (--parallel pipeline), or a smaller batch or "
+            f"{byte_size(capacity)}; use more devices, another strategy (--parallel), or a smaller batch or "
             "sequence length")
     return DramUse(need, capacity)
 
 
 def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: int, bits: int,
-                  policy: PrecisionPolicy, tensor_devices: int = 1) -> tuple[float, float, float]:
+                  policy: PrecisionPolicy, tensor_devices: int = 1, expert_devices: int = 1) -> tuple[float, float, float]:
     """(recurrent and conv state bytes, KV cache bytes, the share of its weights held) of one
-    layer of ``layer_type`` on one of ``tensor_devices`` tensor-parallel devices (one: the
-    whole layer): the incoming states of its (split) decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
+    layer of ``layer_type`` on one of ``tensor_devices`` tensor-parallel devices, or of
+    ``expert_devices`` expert-parallel ones (``batch`` then being one device's sequences; one:
+    the whole layer): the incoming states of its (split) decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
     its delta-rule layers only, yet runs its ``full_attention`` layers too: each holds a key and a
     value cache of ``n_kv_heads x head_dim`` per position, at the width the policy gives a hybrid
     attention layer's value cache."""
@@ -163,15 +208,19 @@ def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: i
     chosen = {"layer_type": layer_type} if is_hybrid(config) else {}
     step = build_layer(config, phase="decode", seq_len=max(seq_len, 1), batch=batch, bits=bits, precision=policy,
                        **chosen)
+    if expert_devices > 1:  # its own sequences' states, all weights but the other devices' experts
+        experts = sum(math.prod(step.shape(t)) for t in expert_weights(step))
+        return (*state_bytes(step), 1 - experts * (expert_devices - 1) / expert_devices / _weight_elements(step))
     if tensor_devices == 1:
         return (*state_bytes(step), 1.0)
     part = device_cascade(step, tensor_parallel_ranks(step), tensor_devices)
-    return (*state_bytes(part), _weight_bytes(part) / _weight_bytes(step))
+    return (*state_bytes(part), _weight_elements(part) / _weight_elements(step))
 
 
-def _weight_bytes(cascade: Cascade) -> float:
-    return sum(math.prod(cascade.shape(t)) * spec.bits / 8 for t, spec in cascade.tensors.items()
-               if spec.role == Role.WEIGHT)
+def _weight_elements(cascade: Cascade) -> int:
+    """The weight elements of a layer's cascade (the share of them a device holds applies to the
+    layer's parameter count, whatever each weight's width)."""
+    return sum(math.prod(cascade.shape(t)) for t, spec in cascade.tensors.items() if spec.role == Role.WEIGHT)
 
 
 def stage_needs(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
@@ -185,14 +234,14 @@ class _ModelHoldings:
     holds outside them: built once, split over any device count."""
 
     def __init__(self, config: Any, *, batch: int, seq_len: int, bits: int, policy: PrecisionPolicy,
-                 tensor_devices: int = 1) -> None:
+                 tensor_devices: int = 1, expert_devices: int = 1) -> None:
         self.order = layer_order(config)
         self.batch, self.seq_len = batch, seq_len
         self.weight_bits = policy.bits("", "", Role.WEIGHT, bits)
         kinds = dict.fromkeys(self.order)
         whole = {t: layer_weight_parameters(config, t) for t in kinds}
         held = {t: _layer_states(config, t, batch=batch, seq_len=seq_len, bits=bits, policy=policy,
-                                 tensor_devices=tensor_devices) for t in kinds}
+                                 tensor_devices=tensor_devices, expert_devices=expert_devices) for t in kinds}
         self.states = {t: (recurrent, kv) for t, (recurrent, kv, _share) in held.items()}
         self.params = {t: round(whole[t] * held[t][2]) for t in kinds}  # the share of the weights a device keeps
         self.shared = getattr(config, "shared_parameters", lambda types: 0)
@@ -272,7 +321,7 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
-__all__ = ["PARALLEL_STRATEGIES", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
-           "pipeline_of", "require_fits_on", "require_fits_tensor_parallel", "resolve_devices", "resolve_micro_batches",
+__all__ = ["LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
+           "pipeline_of", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
            "resolve_parallel",
            "stage_needs", "tensor_parallel_need"]

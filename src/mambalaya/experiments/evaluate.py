@@ -15,12 +15,13 @@ from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping
 from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
+from mambalaya.cost.expert_parallel import ExpertParallelCost
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
+from mambalaya.experiments.devices import (check_expert_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
                                            require_fits_on, resolve_micro_batches,
-                                           require_fits_tensor_parallel, resolve_devices, resolve_parallel, stage_needs)
+                                           require_fits_layer_split, resolve_devices, resolve_parallel, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
@@ -51,15 +52,15 @@ class Evaluation:
     stage_dram: tuple[DramUse, ...] = ()
     #: Tensor parallel over several devices: each layer's part on a device and its all-reduces
     #: (``cascade`` and ``result`` are then one device's part of the layer).
-    tensor_parallel: TensorParallelCost | None = None
+    layer_split: TensorParallelCost | ExpertParallelCost | None = None
     #: With ``parallel="best"``: each strategy's model latency, the fastest kept.
     strategies_s: tuple[tuple[str, float], ...] = ()
 
     @property
     def model_latency_s(self) -> float:
         """The whole model's latency: every layer's, and on several devices the transfers."""
-        if self.tensor_parallel is not None:
-            return self.tensor_parallel.latency_s
+        if self.layer_split is not None:
+            return self.layer_split.latency_s
         return self.pipeline.latency_s if self.pipeline is not None else self.result.model_latency_s
 
     @property
@@ -95,9 +96,9 @@ class Evaluation:
                                                   self.arch.power_budget_w))
         if self.strategies_s:
             extra["parallel_strategies_s"] = dict(self.strategies_s)
-        if self.tensor_parallel is not None:
+        if self.layer_split is not None:
             tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
-            extra.update(tensor_parallel_totals(self.tensor_parallel, energy and energy.model_j,
+            extra.update(layer_split_totals(self.layer_split, energy and energy.model_j,
                                                 r.batch * r.positions, self.arch.power_budget_w))
         return {
             "latency_s": r.latency_s,
@@ -117,29 +118,33 @@ class Evaluation:
         }
 
 
-def tensor_parallel_totals(tp: TensorParallelCost, device_model_j: float | None, tokens: int,
-                           power_budget_w: float | None) -> dict[str, Any]:
-    """Tensor parallelism's own figures in an evaluation's totals, and its energy: the devices'
-    together (each device's model energy times the devices, plus the links' where they have an
-    energy), per token and times the latency; the average power is one device's (its energy
-    over the model's latency, all-reduces included), against the budget of one device."""
-    out: dict[str, Any] = {"devices": tp.devices, "parallel": "tensor", "layers_latency_s": tp.layers_s,
-                           "interconnect_s": tp.interconnect_s, "interconnect_share": tp.interconnect_share,
-                           "all_reduce_bytes": tp.all_reduce_bytes, "interconnect_energy_j": tp.interconnect_j}
+def layer_split_totals(split: TensorParallelCost | ExpertParallelCost, device_model_j: float | None, tokens: int,
+                       power_budget_w: float | None) -> dict[str, Any]:
+    """Tensor or expert parallelism's own figures in an evaluation's totals (every device runs
+    every layer on its part), and its energy: the devices' together (the most loaded device's
+    model energy times the devices, an upper bound where the experts' load is uneven, plus the
+    links' where they have an energy), per token and times the latency; the average power is
+    one device's (its energy over the model's latency, collectives included), against the
+    budget of one device. ``all_reduce_bytes`` (tensor) or ``all_to_all_bytes`` (expert): what
+    one device moves in the collectives (the busiest, for the all-to-alls)."""
+    moved = "all_reduce_bytes" if split.strategy == "tensor" else "all_to_all_bytes"
+    out: dict[str, Any] = {"devices": split.devices, "parallel": split.strategy, "layers_latency_s": split.layers_s,
+                           "interconnect_s": split.interconnect_s, "interconnect_share": split.interconnect_share,
+                           moved: split.collective_bytes, "interconnect_energy_j": split.interconnect_j}
     if device_model_j is not None:
-        total_j = tp.devices * device_model_j + (tp.interconnect_j or 0.0)
-        power_w = device_model_j / tp.latency_s if tp.latency_s else 0.0
+        total_j = split.devices * device_model_j + (split.interconnect_j or 0.0)
+        power_w = device_model_j / split.latency_s if split.latency_s else 0.0
         out.update(model_energy_j=total_j, energy_per_token_j=total_j / tokens if tokens else 0.0,
-                   edp_js=total_j * tp.latency_s, average_power_w=power_w,
+                   edp_js=total_j * split.latency_s, average_power_w=power_w,
                    over_power_budget=over_budget(power_w, power_budget_w))
     return out
 
 
-def devices_columns(cost: PipelineCost | TensorParallelCost | None) -> dict[str, Any]:
+def devices_columns(cost: PipelineCost | TensorParallelCost | ExpertParallelCost | None) -> dict[str, Any]:
     """A comparison row's columns for a model over several devices (none on one)."""
     if cost is None:
         return {}
-    return {"devices": cost.devices, "parallel": "tensor" if isinstance(cost, TensorParallelCost) else "pipeline",
+    return {"devices": cost.devices, "parallel": getattr(cost, "strategy", "pipeline"),
             "interconnect_s": cost.interconnect_s, "interconnect_share": cost.interconnect_share}
 
 
@@ -223,12 +228,14 @@ def evaluate(
             precision=policy, objective=objective, devices=n_devices, parallel=strategy,
             micro_batches=micro_batches if strategy == "pipeline" else None),
             f"{model_name} on {n_devices} devices of {spec.name}")
-    tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
-    m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices,
-                              parallel="tensor" if tensor else "pipeline")
+    strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
+    if strategy == "expert":  # a model of one layer type has no MoE block: refused, naming why
+        check_expert_parallel(config, model_name, n_devices, batch=batch)
+    tensor = strategy == "tensor"
+    m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel=strategy)
     if tensor:
-        dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,
-                                                        seq_len=seq_len, policy=policy), ()
+        dram, stage_dram = require_fits_layer_split(spec, model_name, config, n_devices, strategy="tensor",
+                                                    batch=batch, seq_len=seq_len, policy=policy), ()
     else:
         dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
                                                policy=policy)
@@ -243,7 +250,7 @@ def evaluate(
     if tensor:
         layers = tensor_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
                                         layer_s=ev.result.latency_s)
-        return replace(ev, tensor_parallel=TensorParallelCost(n_devices, {kind: layers}))
+        return replace(ev, layer_split=TensorParallelCost(n_devices, {kind: layers}))
     return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade},
                                             micro_batches=m), stage_dram=stage_dram)
 
@@ -470,7 +477,7 @@ def compare_rows(
                     "offchip_bytes": r.offchip_bytes,
                     "compute_util": r.compute_util,
                     "mem_util": r.mem_util,
-                    **devices_columns(ev.pipeline or ev.tensor_parallel),
+                    **devices_columns(ev.pipeline or ev.layer_split),
                     "speedup_vs_" + baseline: base / r.latency_s,
                 }
             )

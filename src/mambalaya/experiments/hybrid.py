@@ -24,13 +24,14 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.cost.expert_parallel import ExpertParallelCost, expert_device_cascade, expert_parallel_layers, is_moe
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (fastest_strategy, pipeline_of, require_fits_tensor_parallel,
+from mambalaya.experiments.devices import (check_expert_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
                                            resolve_devices, resolve_micro_batches, resolve_parallel)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
                                             micro_batched_energy, pipeline_totals, require_fits_across,
-                                            resolve_policy, tensor_parallel_totals)
+                                            resolve_policy, layer_split_totals)
 from mambalaya.cost.capacity import DramUse
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.energy import ModelEnergy
@@ -61,15 +62,15 @@ class HybridEvaluation:
     pipeline: PipelineCost | None = None
     stage_dram: tuple[DramUse, ...] = ()
     #: tensor parallel over several devices (each layer type's evaluation is then one device's part)
-    tensor_parallel: TensorParallelCost | None = None
+    layer_split: TensorParallelCost | ExpertParallelCost | None = None
     #: with ``parallel="best"``: each strategy's model latency, the fastest kept
     strategies_s: tuple[tuple[str, float], ...] = ()
 
     @property
     def model_latency_s(self) -> float:
         """Every layer's latency, and on several devices the transfers between them."""
-        if self.tensor_parallel is not None:
-            return self.tensor_parallel.latency_s
+        if self.layer_split is not None:
+            return self.layer_split.latency_s
         if self.pipeline is not None:
             return self.pipeline.latency_s
         return sum(ev.result.model_latency_s for ev in self.layers.values())
@@ -114,9 +115,9 @@ class HybridEvaluation:
         energy = self.energy
         if energy is None:
             return {}
-        if self.tensor_parallel is not None:  # the devices' energy together, one device's power
+        if self.layer_split is not None:  # the devices' energy together, one device's power
             positions = 1 if self.phase == "decode" else self.seq_len
-            tp = tensor_parallel_totals(self.tensor_parallel, energy.model_j, self.batch * positions,
+            tp = layer_split_totals(self.layer_split, energy.model_j, self.batch * positions,
                                         energy.power_budget_w)
             return {k: tp[k] for k in ("model_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
                                        "over_power_budget")} | {"power_budget_w": energy.power_budget_w,
@@ -140,8 +141,8 @@ class HybridEvaluation:
             "attention_share": self.attention_share,
             **self.energy_totals(),
             **({} if self.pipeline is None else pipeline_totals(self.pipeline, self.stage_dram)),
-            **({} if self.tensor_parallel is None else
-               {k: v for k, v in tensor_parallel_totals(self.tensor_parallel, None, 0, None).items()}),
+            **({} if self.layer_split is None else
+               {k: v for k, v in layer_split_totals(self.layer_split, None, 0, None).items()}),
             **({"parallel_strategies_s": dict(self.strategies_s)} if self.strategies_s else {}),
         }
         for t, ev in self.layers.items():
@@ -214,12 +215,15 @@ def evaluate_hybrid(
             softmax=softmax, precision=policy, over_capacity=over_capacity, reuse=reuse, devices=n_devices,
             parallel=strategy, micro_batches=micro_batches if strategy == "pipeline" else None),
             f"{model_name} on {n_devices} devices of {spec.name}")
-    tensor = resolve_parallel(parallel, n_devices) == "tensor" and n_devices > 1
-    m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices,
-                              parallel="tensor" if tensor else "pipeline")
-    if tensor and over_capacity == "refuse":
-        dram, stage_dram = require_fits_tensor_parallel(spec, model_name, config, n_devices, batch=batch,
-                                                        seq_len=seq_len, policy=policy), ()
+    strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
+    if strategy == "expert":
+        check_expert_parallel(config, model_name, n_devices, batch=batch)
+    tensor, expert = strategy == "tensor", strategy == "expert"
+    m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel=strategy)
+    share = n_devices if expert else m  # the sequences a costed layer holds: a device's, or a micro-batch's
+    if (tensor or expert) and over_capacity == "refuse":
+        dram, stage_dram = require_fits_layer_split(spec, model_name, config, n_devices, strategy=strategy,
+                                                    batch=batch, seq_len=seq_len, policy=policy), ()
     elif over_capacity == "refuse":
         dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
                                                policy=policy)
@@ -229,6 +233,7 @@ def evaluate_hybrid(
     else:
         dram, stage_dram = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy), ()
     layers: dict[str, Evaluation] = {}
+    routing = getattr(config, "routing", "uniform")  # the MoE blocks' token-per-expert assumption
     whole: dict[str, Any] = {}  # per costed cascade's name, the whole layer it is a device's part of
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
@@ -238,7 +243,7 @@ def evaluate_hybrid(
         for form in forms:
             try:  # (a form the layer does not have, Jamba's Mamba-1 chunked, is refused here)
                 def layer(name: str) -> Any:
-                    return cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch // m,
+                    return cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch // share,
                                         bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
                                         name=name)
 
@@ -248,6 +253,9 @@ def evaluate_hybrid(
                 if tensor:
                     part = device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices)
                     whole[part.name], cascade = cascade, part
+                elif expert and is_moe(cascade):  # the most loaded device's experts
+                    cascade = expert_device_cascade(cascade, n_devices, routing,
+                                                    total_tokens=batch * (1 if phase == "decode" else seq_len))
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
                                               n_layers=count, reuse=reuse))
@@ -257,11 +265,14 @@ def evaluate_hybrid(
             raise MambalayaError(f"{model_name} {layer_type} layers, {phase} L={seq_len}, on {spec.name}: "
                                  + "; ".join(errors))
         layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
-    if tensor:
-        cost = TensorParallelCost(n_devices, {t: tensor_parallel_layers(spec.system, whole[ev.cascade.name], n_devices,
-                                                                        count=ev.result.n_layers, layer_s=ev.result.latency_s)
-                                              for t, ev in layers.items()})
-        return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, tensor_parallel=cost)
+    if tensor or expert:
+        cost = (TensorParallelCost(n_devices, {t: tensor_parallel_layers(spec.system, whole[ev.cascade.name], n_devices,
+                                                                         count=ev.result.n_layers, layer_s=ev.result.latency_s)
+                                               for t, ev in layers.items()}) if tensor else
+                ExpertParallelCost(n_devices, {t: expert_parallel_layers(spec.system, ev.cascade, n_devices, routing,
+                                                                         count=ev.result.n_layers, layer_s=ev.result.latency_s)
+                                               for t, ev in layers.items()}))
+        return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, layer_split=cost)
     pipeline = None if n_devices == 1 else pipeline_of(
         spec, config, n_devices, {t: ev.result.latency_s for t, ev in layers.items()},
         {t: ev.cascade for t, ev in layers.items()}, micro_batches=m)

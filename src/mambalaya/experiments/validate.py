@@ -367,16 +367,25 @@ SHIPPED_COLLECTIVES = "collectives.yaml"
 
 
 class CollectiveCase(BaseModel):
-    """One measured all-reduce (nccl-tests' all_reduce_perf row)."""
+    """One measured collective (an nccl-tests all_reduce_perf or alltoall_perf row)."""
 
     model_config = _STRICT
 
     id: str = Field(min_length=1)
     source: str = Field(description="A key of the file's sources.")
+    collective: Literal["all-reduce", "all-to-all"] = "all-reduce"
     devices: int = Field(ge=2, le=65_536)
-    bytes: int = Field(gt=0, description="Bytes each device all-reduces (nccl-tests' size column).")
+    bytes: int = Field(gt=0, description="nccl-tests' size column: the bytes each device all-reduces, or for an "
+                                         "all-to-all the bytes each device sends to all devices, itself included.")
     measured_us: float = Field(gt=0, le=1e10)
     algorithm: Literal["auto", "ring"] = Field("auto", description="auto: NCCL's tuner chose; ring: NCCL_ALGO=RING.")
+
+    @model_validator(mode="after")
+    def _algorithm_of_an_all_reduce(self) -> "CollectiveCase":
+        if self.collective == "all-to-all" and self.algorithm != "auto":
+            raise ValueError("algorithm forces an all-reduce's algorithm; an all-to-all has one (a send and a receive "
+                             "per peer)")
+        return self
 
 
 class CollectiveFile(BaseModel):
@@ -406,7 +415,7 @@ class CollectiveResult(Judged):
 
     def row(self) -> dict:
         c = self.case
-        return {"case": c.id, "arch": self.arch, "devices": c.devices, "bytes": c.bytes, "nccl_algorithm": c.algorithm,
+        return {"case": c.id, "arch": self.arch, "collective": c.collective, "devices": c.devices, "bytes": c.bytes, "nccl_algorithm": c.algorithm,
                 "model_algorithm": self.algorithm, "measured_us": c.measured_us, "predicted_us": self.predicted_s * 1e6,
                 "ratio": self.ratio, "speed_of_light_us": self.speed_of_light_s * 1e6,
                 "sol_ratio": self.speed_of_light_ratio, "sol_ok": not self.violates,
@@ -419,7 +428,10 @@ def load_collectives(path: str | Path | None = None) -> tuple[CollectiveFile, st
 
 
 def validate_collectives(path: str | Path | None = None) -> tuple[CollectiveResult, ...]:
-    """Every measured all-reduce of the file against the model on its arch's system section."""
+    """Every measured collective of the file against the model on its arch's system section: an
+    all-reduce's (:mod:`mambalaya.cost.tensor_parallel`), an all-to-all's
+    (:mod:`mambalaya.cost.expert_parallel`)."""
+    from mambalaya.cost.expert_parallel import all_to_all_bound_s, all_to_all_s
     from mambalaya.cost.tensor_parallel import all_reduce_algorithm, all_reduce_bound_s, all_reduce_options
 
     cases, name = load_collectives(path)
@@ -428,6 +440,11 @@ def validate_collectives(path: str | Path | None = None) -> tuple[CollectiveResu
         raise SpecError(f"collective cases: arch {cases.arch!r} has no system section to model them", source=name)
     results = []
     for c in cases.cases:
+        if c.collective == "all-to-all":  # each device sends (N-1)/N of its buffer to the others
+            moved = c.bytes * (c.devices - 1) / c.devices
+            results.append(CollectiveResult(c, cases.arch, cases.sources[c.source], "all-to-all",
+                                            all_to_all_s(moved, system), all_to_all_bound_s(moved, system)))
+            continue
         if c.algorithm == "ring":
             algorithm, predicted = "ring", all_reduce_options(c.bytes, c.devices, system)["ring"]
             ring_only = system.model_copy(update={"in_network_reduction": False})

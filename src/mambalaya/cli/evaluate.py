@@ -28,11 +28,12 @@ class Parallel(str, Enum):
     pipeline = "pipeline"
     tensor = "tensor"
     expert = "expert"
+    sequence = "sequence"
     best = "best"
 
 
 MicroBatchesOpt = Annotated[Optional[int], typer.Option("--micro-batches", min=1, help="Split the batch into this many micro-batches between a pipeline's stages (GPipe's schedule; with --devices N and --parallel pipeline). Default: 1.")]
-ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them), expert (a MoE model's experts, the batch's sequences elsewhere; two all-to-alls per MoE block) or best (the fastest the model takes).")]
+ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them), expert (a MoE model's experts, the batch's sequences elsewhere; two all-to-alls per MoE block), sequence (a prefill's positions, the scans' states passed along the devices) or best (the fastest the model takes).")]
 
 
 @app.command("evaluate")

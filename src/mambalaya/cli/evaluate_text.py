@@ -135,7 +135,8 @@ def print_devices(evaluation: Any, dram: Any) -> None:
     if evaluation.pipeline is not None:
         out_console.print(pipeline_text(evaluation.arch, evaluation.pipeline, evaluation.stage_dram), highlight=False)
     if tp is not None:
-        text = tensor_parallel_text if tp.strategy == "tensor" else expert_parallel_text
+        text = {"tensor": tensor_parallel_text, "expert": expert_parallel_text,
+                "sequence": sequence_parallel_text}[tp.strategy]
         out_console.print(text(evaluation.arch, tp), highlight=False)
     if evaluation.strategies_s:
         out_console.print(strategies_text(evaluation.strategies_s, evaluation.model_latency_s), highlight=False)
@@ -181,6 +182,24 @@ def expert_parallel_text(arch: Any, ep: Any) -> str:
             f"the busiest device moves {byte_size(ep.collective_bytes)}, links {system.link_bandwidth_bytes_per_s / 1e9:g} "
             f"GB/s, {system.link_latency_s * 1e6:g} us a step, {system.collective_latency_s * 1e6:g} us a call{energy}); "
             f"sent per MoE block, one row per token-expert pair on another device ({per_layer})")
+
+
+def sequence_parallel_text(arch: Any, sp: Any) -> str:
+    """The sequence-parallel line: the devices, the layers' time on each, the halos' and passed
+    states' time, share, bytes and (where the links have one) energy."""
+    from mambalaya.cost.capacity import byte_size
+
+    system = arch.system
+    per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join([*(f"{h.tensor} halo of {h.positions}" for h in lt.halos),
+                                                          *(f"{c.einsum} state" for c in lt.crossings)] or ["nothing"])
+                          for t, lt in sp.layers.items())
+    energy = "" if sp.interconnect_j is None else f", {sp.interconnect_j * 1e3:.4g} mJ over the links"
+    return (f"sequence parallel over {sp.devices} devices (each prefill's positions split, the scans' states passed "
+            f"along the devices): layers {milliseconds(sp.layers_s)} ms on each device (its positions, the "
+            f"coefficients' products and the corrections) + transfers {milliseconds(sp.interconnect_s)} ms "
+            f"({sp.interconnect_share:.2%} of the time; the last device receives {byte_size(sp.collective_bytes)}, links "
+            f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a transfer{energy}); "
+            f"received per layer ({per_layer}), each state {sp.devices - 1} times in turn")
 
 
 def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from mambalaya.cost.pipeline import SplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import (Access, Binary, Const, Einsum, Param, Role, TensorSpec, Unary, additive_terms,
-                                rank_of_variable, walk)
+                                product_factors, rank_of_variable, walk)
 from mambalaya.errors import SpecError
 
 #: The size expressions (as the layer builders write them) of the ranks tensor parallelism
@@ -178,20 +178,11 @@ def _linear_in(cascade: Cascade, einsum, partial: set[str] | frozenset[str]) -> 
     if any(cascade.einsum(t).reduce_op != "sum" for t in einsum.input_tensors if t in partial):
         return False
     for _sign, term in additive_terms(einsum.expr):
-        direct = [a for a in _factors(term) if isinstance(a, Access) and a.tensor in partial]
+        direct = [a for a in product_factors(term) if isinstance(a, Access) and a.tensor in partial]
         anywhere = [a for a in walk(term) if isinstance(a, Access) and a.tensor in partial]
         if len(direct) != 1 or len(anywhere) != 1:
             return False
     return True
-
-
-def _factors(term):
-    """The multiplicative factors of a product (a quotient's numerator's, not its divisor's)."""
-    if isinstance(term, Binary) and term.op == "*":
-        return _factors(term.lhs) + _factors(term.rhs)
-    if isinstance(term, Binary) and term.op == "/":
-        return _factors(term.lhs)
-    return (term,)
 
 
 #: The suffix of an all-reduced tensor's whole value in a device's cascade (``O`` -> ``O_AR``).

@@ -206,6 +206,26 @@ def additive_terms(expr: Expr) -> tuple[tuple[int, Expr], ...]:
     return ((1, expr),)
 
 
+def product_factors(term: Expr) -> tuple[Expr, ...]:
+    """The multiplicative factors of a product (a quotient's numerator's, not its divisor's)."""
+    if isinstance(term, Binary) and term.op == "*":
+        return product_factors(term.lhs) + product_factors(term.rhs)
+    if isinstance(term, Binary) and term.op == "/":
+        return product_factors(term.lhs)
+    return (term,)
+
+
+def map_accesses(expr: Expr, fn) -> Expr:
+    """``expr`` with every access ``a`` replaced by ``fn(a)`` (an expression)."""
+    if isinstance(expr, Access):
+        return fn(expr)
+    if isinstance(expr, Unary):
+        return Unary(expr.fn, map_accesses(expr.arg, fn))
+    if isinstance(expr, Binary):
+        return Binary(expr.op, map_accesses(expr.lhs, fn), map_accesses(expr.rhs, fn))
+    return expr
+
+
 _PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
 
 

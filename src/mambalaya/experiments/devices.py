@@ -83,9 +83,11 @@ def layer_weight_parameters(config: Any, layer_type: str | None) -> int:
 
 #: How a model runs over several devices (``--parallel``): its layers split in order
 #: (:mod:`mambalaya.cost.pipeline`), every layer's heads and channels split
-#: (:mod:`mambalaya.cost.tensor_parallel`), or a MoE model's experts split and its batch's
-#: sequences between the devices everywhere else (:mod:`mambalaya.cost.expert_parallel`).
-PARALLEL_STRATEGIES = ("pipeline", "tensor", "expert")
+#: (:mod:`mambalaya.cost.tensor_parallel`), a MoE model's experts split and its batch's
+#: sequences between the devices everywhere else (:mod:`mambalaya.cost.expert_parallel`), or
+#: a prefill's positions split, the scans' states passed along the devices
+#: (:mod:`mambalaya.cost.sequence_parallel`).
+PARALLEL_STRATEGIES = ("pipeline", "tensor", "expert", "sequence")
 
 
 def resolve_parallel(parallel: str | None, devices: int) -> str:
@@ -134,6 +136,22 @@ def check_expert_parallel(config: Any, model_name: str, devices: int, *, batch: 
                         "batch it divides")
 
 
+def check_sequence_parallel(phase: str) -> None:
+    """Refuse sequence parallelism where there are no positions to split: a decode step."""
+    if phase != "prefill":
+        raise SpecError("sequence parallelism splits a prefill's positions between the devices; a decode step has "
+                        "one position: use --parallel pipeline, tensor or expert")
+
+
+def sequence_parallel_need(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
+                           policy: PrecisionPolicy) -> MemoryNeed:
+    """What each of ``devices`` devices holds with a prefill's positions split
+    (:mod:`mambalaya.cost.sequence_parallel`): every weight, and the states the prefill hands on
+    (a state is one per sequence, not per position; the last device's are the layer's): as one
+    device."""
+    return _every_layer_need(_ModelHoldings(config, batch=batch, seq_len=seq_len, bits=bits, policy=policy))
+
+
 def tensor_parallel_need(config: Any, devices: int, *, batch: int, seq_len: int, bits: int,
                          policy: PrecisionPolicy) -> MemoryNeed:
     """What each of ``devices`` devices holds with every layer's heads and channels split
@@ -168,7 +186,8 @@ def _every_layer_need(held: "_ModelHoldings") -> MemoryNeed:
 
 
 #: Each strategy that splits every layer between the devices, with its need per device.
-LAYER_SPLIT_NEEDS = {"tensor": tensor_parallel_need, "expert": expert_parallel_need}
+LAYER_SPLIT_NEEDS = {"tensor": tensor_parallel_need, "expert": expert_parallel_need,
+                     "sequence": sequence_parallel_need}
 
 
 def require_fits_layer_split(spec: ArchSpec, model_name: str, config: Any, devices: int, *, strategy: str,
@@ -321,7 +340,8 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
-__all__ = ["LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
+__all__ = ["LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
+           "sequence_parallel_need", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
            "pipeline_of", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
            "resolve_parallel",
            "stage_needs", "tensor_parallel_need"]

@@ -17,9 +17,10 @@ from mambalaya.fusion.mapping import Mapping
 from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
 from mambalaya.cost.expert_parallel import ExpertParallelCost
 from mambalaya.cost.pipeline import PipelineCost
+from mambalaya.cost.sequence_parallel import SequenceParallelCost, sequence_device_cascade, sequence_parallel_layers
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
+from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
                                            require_fits_on, resolve_micro_batches,
                                            require_fits_layer_split, resolve_devices, resolve_parallel, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
@@ -52,7 +53,7 @@ class Evaluation:
     stage_dram: tuple[DramUse, ...] = ()
     #: Tensor parallel over several devices: each layer's part on a device and its all-reduces
     #: (``cascade`` and ``result`` are then one device's part of the layer).
-    layer_split: TensorParallelCost | ExpertParallelCost | None = None
+    layer_split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost | None = None
     #: With ``parallel="best"``: each strategy's model latency, the fastest kept.
     strategies_s: tuple[tuple[str, float], ...] = ()
 
@@ -118,16 +119,17 @@ class Evaluation:
         }
 
 
-def layer_split_totals(split: TensorParallelCost | ExpertParallelCost, device_model_j: float | None, tokens: int,
+def layer_split_totals(split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost, device_model_j: float | None, tokens: int,
                        power_budget_w: float | None) -> dict[str, Any]:
     """Tensor or expert parallelism's own figures in an evaluation's totals (every device runs
     every layer on its part), and its energy: the devices' together (the most loaded device's
     model energy times the devices, an upper bound where the experts' load is uneven, plus the
     links' where they have an energy), per token and times the latency; the average power is
     one device's (its energy over the model's latency, collectives included), against the
-    budget of one device. ``all_reduce_bytes`` (tensor) or ``all_to_all_bytes`` (expert): what
-    one device moves in the collectives (the busiest, for the all-to-alls)."""
-    moved = "all_reduce_bytes" if split.strategy == "tensor" else "all_to_all_bytes"
+    budget of one device. ``all_reduce_bytes`` (tensor), ``all_to_all_bytes`` (expert) or
+    ``passed_bytes`` (sequence): what one device moves in the collectives (the busiest, for the
+    all-to-alls; the halos and states the last device receives, for sequence parallelism)."""
+    moved = {"tensor": "all_reduce_bytes", "expert": "all_to_all_bytes", "sequence": "passed_bytes"}[split.strategy]
     out: dict[str, Any] = {"devices": split.devices, "parallel": split.strategy, "layers_latency_s": split.layers_s,
                            "interconnect_s": split.interconnect_s, "interconnect_share": split.interconnect_share,
                            moved: split.collective_bytes, "interconnect_energy_j": split.interconnect_j}
@@ -140,7 +142,7 @@ def layer_split_totals(split: TensorParallelCost | ExpertParallelCost, device_mo
     return out
 
 
-def devices_columns(cost: PipelineCost | TensorParallelCost | ExpertParallelCost | None) -> dict[str, Any]:
+def devices_columns(cost: PipelineCost | TensorParallelCost | ExpertParallelCost | SequenceParallelCost | None) -> dict[str, Any]:
     """A comparison row's columns for a model over several devices (none on one)."""
     if cost is None:
         return {}
@@ -231,17 +233,20 @@ def evaluate(
     strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
     if strategy == "expert":  # a model of one layer type has no MoE block: refused, naming why
         check_expert_parallel(config, model_name, n_devices, batch=batch)
-    tensor = strategy == "tensor"
+    if strategy == "sequence":
+        check_sequence_parallel(phase)
+    tensor, sequence = strategy == "tensor", strategy == "sequence"
     m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel=strategy)
-    if tensor:
-        dram, stage_dram = require_fits_layer_split(spec, model_name, config, n_devices, strategy="tensor",
+    if tensor or sequence:
+        dram, stage_dram = require_fits_layer_split(spec, model_name, config, n_devices, strategy=strategy,
                                                     batch=batch, seq_len=seq_len, policy=policy), ()
     else:
         dram, stage_dram = require_fits_across(spec, model_name, config, n_devices, batch=batch, seq_len=seq_len,
                                                policy=policy)
     cascade = cached_layer(config, phase=phase, seq_len=seq_len, batch=batch // m, bits=spec.bits_per_element,
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
-    costed = device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices) if tensor else cascade
+    costed = (device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices) if tensor else
+              sequence_device_cascade(cascade, n_devices) if sequence else cascade)
     ev = evaluate_cascade(spec, model_name, config, costed, phase=phase, batch=batch, mapping=mapping,
                           policy=policy, objective=objective, n_layers=config.n_layers, dram=dram)
     if n_devices == 1:
@@ -251,6 +256,10 @@ def evaluate(
         layers = tensor_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
                                         layer_s=ev.result.latency_s)
         return replace(ev, layer_split=TensorParallelCost(n_devices, {kind: layers}))
+    if sequence:
+        passed = sequence_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
+                                          layer_s=ev.result.latency_s)
+        return replace(ev, layer_split=SequenceParallelCost(n_devices, {kind: passed}))
     return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade},
                                             micro_batches=m), stage_dram=stage_dram)
 

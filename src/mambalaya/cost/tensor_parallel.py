@@ -63,10 +63,45 @@ SPLIT_SIZE_EXPRESSIONS: Mapping[str, str] = {
 }
 
 
+#: The size expressions of attention's key/value heads and of the query heads each one serves.
+KV_HEADS, QUERIES_PER_KV_HEAD = "n_kv_heads", "n_heads/n_kv_heads"
+
+
 def tensor_parallel_ranks(cascade: Cascade) -> tuple[str, ...]:
     """The ranks of ``cascade`` that tensor parallelism splits (see the module doc), in the
     cascade's rank order."""
     return tuple(name for name, rank in cascade.ranks.items() if rank.size_expr in SPLIT_SIZE_EXPRESSIONS)
+
+
+def split_parts(cascade: Cascade, split: Iterable[str], devices: int) -> dict[str, int]:
+    """Into how many parts each rank splits over ``devices``: every rank of ``split`` into
+    ``devices``, except attention's key/value heads when there are fewer of them than devices
+    and their count divides the devices: then each key/value head is replicated on
+    ``devices / heads`` devices, which split the query heads it serves between them (the layout
+    Megatron-LM and vLLM take when the tensor-parallel size exceeds the key/value heads). The
+    sizes are checked by :func:`device_cascade`."""
+    parts = {name: devices for name in split}
+    queries = [n for n, r in cascade.ranks.items() if r.size_expr == QUERIES_PER_KV_HEAD]
+    for name in split:
+        heads = cascade.size(name)
+        if (cascade.ranks[name].size_expr == KV_HEADS and heads < devices and devices % heads == 0
+                and len(queries) == 1):
+            parts[name] = heads
+            parts[queries[0]] = devices // heads
+            _check_replicated(cascade, name, queries[0])
+    return parts
+
+
+def _check_replicated(cascade: Cascade, heads: str, queries: str) -> None:
+    """Refuse replicated key/value heads where an Einsum sums over them without the query heads
+    (a norm over every key head's channels): the devices holding one head would each add its
+    part, and the all-reduce would count it once per replica."""
+    for e in cascade.einsums:
+        variables = {rank_of_variable(v) for v in e.iteration_variables}
+        if heads in {rank_of_variable(v) for v in e.reduced_variables} and queries not in variables:
+            raise SpecError(f"Einsum {e.name} sums over the key/value heads ({heads}) without their query heads: with "
+                            f"more devices than key/value heads each head is on several devices, and an all-reduce "
+                            "would count it once per device; use a device count that divides the key/value heads")
 
 
 def check_split(cascade: Cascade, split: Iterable[str]) -> None:
@@ -107,10 +142,12 @@ class AllReduce:
     bytes: float
 
 
-def all_reduces(cascade: Cascade, split: Iterable[str]) -> tuple[AllReduce, ...]:
-    """The all-reduces of ``cascade`` with ``split`` ranks split (checked by :func:`check_split`),
-    one per tensor summed over the devices (see :func:`partial_tensors` for where)."""
-    ranks = frozenset(split)
+def all_reduces(cascade: Cascade, split: Iterable[str], devices: int | None = None) -> tuple[AllReduce, ...]:
+    """The all-reduces of ``cascade`` with ``split`` ranks split (checked by :func:`check_split`;
+    over ``devices``, the query heads too where key/value heads are replicated,
+    :func:`split_parts`), one per tensor summed over the devices (see :func:`partial_tensors`
+    for where)."""
+    ranks = frozenset(split if devices is None else split_parts(cascade, split, devices))
     check_split(cascade, ranks)
     _, reduced = partial_tensors(cascade, ranks)
     return tuple(AllReduce(name, cascade.einsum(name).reduce_op,
@@ -196,16 +233,18 @@ def device_cascade(cascade: Cascade, split: Iterable[str], devices: int) -> Casc
     off chip (an output of its cascade), and its readers read the all-reduced sum back from
     memory (``<name>_AR``, an input), as NCCL reads and writes device memory. No mapping of a
     device's cascade can then keep a partial sum on chip for a reader that needs the whole."""
-    ranks = frozenset(split)
-    check_split(cascade, ranks)
-    if devices == 1 or not ranks:
+    if devices == 1 or not split:
+        check_split(cascade, frozenset(split))
         return cascade
-    for name in ranks:
+    parts = split_parts(cascade, split, devices)
+    ranks = frozenset(parts)
+    check_split(cascade, ranks)
+    for name, n in parts.items():
         size = cascade.size(name)
-        if size % devices:
-            raise SpecError(f"tensor parallelism over {devices} devices splits rank {name} "
-                            f"({SPLIT_SIZE_EXPRESSIONS.get(cascade.ranks[name].size_expr or '', 'a split rank')}, "
-                            f"{size}) into equal parts, and {devices} does not divide {size}")
+        if size % n:
+            what = SPLIT_SIZE_EXPRESSIONS.get(cascade.ranks[name].size_expr or "", "the query heads of each key/value head")
+            raise SpecError(f"tensor parallelism over {devices} devices splits rank {name} ({what}, {size}) into "
+                            f"{n} equal parts, and {n} does not divide {size}")
     whole = {name: cascade.size(name) for name in ranks}
     _, reduced = partial_tensors(cascade, ranks)
     cut = {name: f"{name}{ALL_REDUCED_SUFFIX}" for name in reduced if cascade.consumers(name)}
@@ -223,8 +262,8 @@ def device_cascade(cascade: Cascade, split: Iterable[str], devices: int) -> Casc
                                                description=f"{name} all-reduced over the devices"))
         else:
             tensors.append(spec)
-    return with_rank_sizes(cascade, {name: size // devices for name, size in whole.items()}, f"/{devices}",
-                           einsums=einsums, tensors=tensors)
+    return with_rank_sizes(cascade, {name: size // parts[name] for name, size in whole.items()},
+                           {name: f"/{n}" for name, n in parts.items()}, einsums=einsums, tensors=tensors)
 
 
 def _renamed(expr, names: Mapping[str, str]):
@@ -250,12 +289,14 @@ def _whole_sizes(expr, whole: Mapping[str, int]):
     return expr
 
 
-def with_rank_sizes(cascade: Cascade, sizes: Mapping[str, int], note: str = "", *,
+def with_rank_sizes(cascade: Cascade, sizes: Mapping[str, int], note: str | Mapping[str, str] = "", *,
                     einsums: Iterable[Einsum] | None = None, tensors: Iterable[TensorSpec] | None = None) -> Cascade:
     """``cascade`` rebuilt (and so checked again) with the ranks of ``sizes`` at those sizes
     (and ``einsums`` and ``tensors``, when given, for its own); ``note`` is appended to each
     changed rank's size expression."""
-    ranks = [dataclasses.replace(rank, size=sizes[name], size_expr=f"({rank.size_expr}){note}" if note else rank.size_expr)
+    notes = note if isinstance(note, Mapping) else dict.fromkeys(sizes, note)
+    ranks = [dataclasses.replace(rank, size=sizes[name], size_expr=f"({rank.size_expr}){notes[name]}"
+                                 if notes.get(name) else rank.size_expr)
              if name in sizes else rank for name, rank in cascade.ranks.items()]
     return build_cascade(name=cascade.name, params=cascade.params, ranks=ranks,
                          tensors=cascade.tensors.values() if tensors is None else tensors,
@@ -368,7 +409,7 @@ def tensor_parallel_layers(system, cascade: Cascade, devices: int, *, count: int
     its part's seconds on one device; ``system`` the design's
     :class:`~mambalaya.arch.system.SystemSpec`. Each all-reduce takes its fastest algorithm; the
     links' energy counts the bytes every device sends by it."""
-    reduces = all_reduces(cascade, tensor_parallel_ranks(cascade))
+    reduces = all_reduces(cascade, tensor_parallel_ranks(cascade), devices)
     chosen = [all_reduce_algorithm(r.bytes, devices, system) for r in reduces]
     seconds = sum(s for _, s in chosen)
     sent = devices * sum(all_reduce_sent_bytes(r.bytes, devices, a) for r, (a, _) in zip(reduces, chosen))
@@ -376,7 +417,7 @@ def tensor_parallel_layers(system, cascade: Cascade, devices: int, *, count: int
     return TensorParallelLayers(count, layer_s, reduces, seconds, joules, tuple(a for a, _ in chosen))
 
 
-__all__ = ["ALL_REDUCED_SUFFIX", "ALL_REDUCE_ALGORITHMS", "AllReduce", "SPLIT_SIZE_EXPRESSIONS", "TensorParallelCost", "TensorParallelLayers",
+__all__ = ["ALL_REDUCED_SUFFIX", "ALL_REDUCE_ALGORITHMS", "AllReduce", "KV_HEADS", "QUERIES_PER_KV_HEAD", "SPLIT_SIZE_EXPRESSIONS", "TensorParallelCost", "TensorParallelLayers",
            "all_reduce_algorithm", "all_reduce_bound_s", "all_reduce_options", "all_reduce_s", "all_reduce_sent_bytes",
            "all_reduces", "check_split", "device_cascade", "partial_tensors", "tensor_parallel_layers",
-           "tensor_parallel_ranks", "with_rank_sizes"]
+           "split_parts", "tensor_parallel_ranks", "with_rank_sizes"]

@@ -53,6 +53,7 @@ __all__ = [
     "SECTION_FIELDS",
     "set_fields",
     "with_settings",
+    "core_design",
 ]
 
 _SPEC_DIR = "specs"
@@ -292,6 +293,31 @@ def with_settings(spec: ArchSpec, settings: list[str] | tuple[str, ...], option:
 # output
 
 
+def core_design(spec: ArchSpec) -> ArchSpec:
+    """One core of a multi-core design (its ``cores`` section) as a design of its own: the spec's
+    compute and on-chip memory, a fair share of the chip's off-chip bandwidth and capacity and of
+    its power budget (every core streams at once), and the network on chip as the system joining
+    the cores (:meth:`~mambalaya.arch.system.CoresSpec.network`)."""
+    cores = spec.cores
+    if cores is None:
+        raise ValueError(f"{spec.name} has no cores section")
+    data = arch_to_dict(spec)
+    data.pop("cores")
+    n = cores.count
+    memory = data["memory"]
+    memory["offchip_bandwidth_bytes_per_s"] = memory["offchip_bandwidth_bytes_per_s"] / n
+    if memory.get("offchip_capacity_bytes") is not None:
+        memory["offchip_capacity_bytes"] = memory["offchip_capacity_bytes"] // n
+    if data.get("power_budget_w") is not None:
+        data["power_budget_w"] = data["power_budget_w"] / n
+    data["system"] = cores.network().model_dump(mode="python")
+    data["name"] = f"{spec.name}-core"
+    data["description"] = (f"one of the {n} cores of {spec.name}, with 1/{n} of its off-chip bandwidth, capacity and "
+                           f"power budget; {spec.description}").strip()
+    data["sources"] = {k: v for k, v in spec.sources.items() if k != "cores" and not k.startswith("cores.")}
+    return arch_from_dict(data, source=f"{spec.name}'s cores")
+
+
 def arch_to_dict(spec: ArchSpec) -> dict[str, Any]:
     """The spec as plain data (numbers in base units); :func:`arch_from_dict` reads it back."""
     return spec.model_dump(mode="python")
@@ -341,6 +367,12 @@ _UNITS: dict[str, str] = {
     "system.collective_latency_s": "s",
     "system.in_network_reduction": "",
     "system.link_energy_pj_per_bit": "pJ/bit",
+    "system.unit": "",
+    "cores.count": "cores",
+    "cores.noc_bandwidth_bytes_per_s": "B/s",
+    "cores.noc_latency_s": "s",
+    "cores.noc_energy_pj_per_bit": "pJ/bit",
+    "cores.placement": "",
     "kernels.sm_offchip_bytes_per_s": "B/s per SM",
     "compute.dataflow_switch_cycles": "cycles",
     "compute.stationary_double_buffered": "",

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from mambalaya.einsum.ir import UNARY_FUNCTIONS as IR_UNARY_FUNCTIONS
 from mambalaya.errors import SpecError
 from mambalaya.arch.kernels import KernelSpec
-from mambalaya.arch.system import SystemSpec
+from mambalaya.arch.system import CoresSpec, SystemSpec
 from mambalaya.arch.levels import StagingLevel, check_capacities, check_level_names
 from mambalaya.arch.physical import AreaSpec, EnergySpec, TechnologySpec, known_unary_names
 from mambalaya.arch.quantities import (BANDWIDTH_UNITS, BYTE_UNITS, HZ_UNITS, BYTES_PER_CYCLE_RANGE,  # noqa: F401
@@ -499,6 +499,13 @@ class ArchSpec(BaseModel):
             "and energy, and the default device count; None: the design runs on one device only."
         ),
     )
+    cores: CoresSpec | None = Field(
+        None,
+        description=(
+            "A multi-core design (mambalaya.arch.system.CoresSpec): its cores, each with the compute and on-chip "
+            "memory sections above, joined by a network on chip, sharing the off-chip memory; None: one core."
+        ),
+    )
     sources: dict[str, str] = Field(
         default_factory=dict,
         description=(
@@ -522,6 +529,13 @@ class ArchSpec(BaseModel):
             if key not in known:
                 where = f"sources.{key}" if re.fullmatch(r"[\w.\-]+", key) else f"sources[{key!r}]"
                 raise FieldProblem(where, "names no field of the spec (keys are field paths such as compute.array_rows)")
+        return self
+
+    @model_validator(mode="after")
+    def _cores_or_system(self) -> ArchSpec:
+        if self.cores is not None and self.system is not None:
+            raise FieldProblem("cores", "a multi-core design joins its cores by the network on chip; a system section "
+                                        "(several such chips) with it is not modelled")
         return self
 
     @model_validator(mode="after")
@@ -588,7 +602,7 @@ class ArchSpec(BaseModel):
 
 _SECTIONS: dict[str, type[BaseModel]] = {"compute": ComputeSpec, "memory": MemorySpec, "mappings": MappingPolicy,
                                          "energy": EnergySpec, "kernels": KernelSpec, "technology": TechnologySpec,
-                                         "area": AreaSpec, "system": SystemSpec}
+                                         "area": AreaSpec, "system": SystemSpec, "cores": CoresSpec}
 
 
 def field_paths() -> list[str]:

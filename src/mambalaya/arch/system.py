@@ -10,7 +10,7 @@ a spec and report one device's numbers for it.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -48,6 +48,9 @@ class SystemSpec(BaseModel):
     link_energy_pj_per_bit: Annotated[float, LINK_ENERGY_RANGE.validator()] | None = Field(
         None, ge=0, description="Energy per bit a link moves; None: not modelled (no energy line for the links). "
                                 + LINK_ENERGY_RANGE.note)
+    unit: Literal["device", "core"] = Field(
+        "device", description="What the links join: devices (chips), or the cores of one chip (a design's cores "
+                              "section makes this system for its network on chip).")
 
     @field_validator("link_bandwidth_bytes_per_s", mode="before")
     @classmethod
@@ -66,4 +69,46 @@ class SystemSpec(BaseModel):
         return 8 * n_bytes * self.link_energy_pj_per_bit * 1e-12
 
 
-__all__ = ["MAX_DEVICES", "SystemSpec"]
+#: The most cores a design may have (a bound, so a typo is refused).
+MAX_CORES = 4096
+#: How a multi-core design places a layer's work on its cores (``cores.placement``): the
+#: strategies of several devices, on the cores of one chip (:mod:`mambalaya.experiments.devices`).
+CORE_PLACEMENTS = ("tensor", "pipeline", "sequence", "expert", "best")
+
+
+class CoresSpec(BaseModel):
+    """A multi-core design: ``count`` cores, each with the spec's compute section (its array and
+    lanes) and on-chip memory (buffer, registers, staging levels), joined by a network on chip;
+    the off-chip memory (its bandwidth and capacity) and the power budget are the chip's, shared
+    by the cores."""
+
+    model_config = _CONFIG
+
+    count: int = Field(ge=2, le=MAX_CORES, description=f"Cores on the chip, 2 to {MAX_CORES:,}.")
+    noc_bandwidth_bytes_per_s: Annotated[float, OFFCHIP_BANDWIDTH_RANGE.validator()] = Field(
+        gt=0, description="Bytes per second one core sends to another over the network on chip, one direction. "
+                          "YAML may say '64 GB/s'. " + OFFCHIP_BANDWIDTH_RANGE.note)
+    noc_latency_s: Annotated[float, LINK_LATENCY_RANGE.validator()] = Field(
+        0.0, ge=0, description="Seconds a transfer between cores takes before its first byte arrives. "
+                               + LINK_LATENCY_RANGE.note)
+    noc_energy_pj_per_bit: Annotated[float, LINK_ENERGY_RANGE.validator()] | None = Field(
+        None, ge=0, description="Energy per bit the network on chip moves; None: not modelled. " + LINK_ENERGY_RANGE.note)
+    placement: Literal["tensor", "pipeline", "sequence", "expert", "best"] = Field(
+        "tensor", description="How a layer's work is placed on the cores: tensor (each core a part of every layer's "
+                              "heads and channels, Geens et al.'s inter-core split of the channels), pipeline (layers "
+                              "in order), sequence (a prefill's positions), expert (a MoE model's experts), best (the "
+                              "fastest).")
+
+    @field_validator("noc_bandwidth_bytes_per_s", mode="before")
+    @classmethod
+    def _bandwidth(cls, value: Any) -> Any:
+        return parse_float_quantity(value, BANDWIDTH_UNITS, "a bandwidth")
+
+    def network(self) -> SystemSpec:
+        """The network on chip as the system joining the cores (no collective cost beyond its
+        steps, no in-network reduction)."""
+        return SystemSpec(link_bandwidth_bytes_per_s=self.noc_bandwidth_bytes_per_s, link_latency_s=self.noc_latency_s,
+                          link_energy_pj_per_bit=self.noc_energy_pj_per_bit, unit="core")
+
+
+__all__ = ["CORE_PLACEMENTS", "CoresSpec", "MAX_CORES", "MAX_DEVICES", "SystemSpec"]

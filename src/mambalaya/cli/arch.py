@@ -49,7 +49,9 @@ def arch_show_cmd(
         if spec.area is not None:
             from mambalaya.cost.area import area_rows, leakage_w
 
-            title = (f"area of {spec.name} by component (leakage {leakage_w(spec):.3g} W"
+            per_core = "" if spec.cores is None else (
+                f"one of its {spec.cores.count} cores, the chip {spec.cores.count} times this; ")
+            title = (f"area of {spec.name} by component ({per_core}leakage {leakage_w(spec):.3g} W"
                      + (f", power budget {spec.power_budget_w:g} W)" if spec.power_budget_w else ")"))
             tables.append(rows_table(area_rows(spec), title))
         print_tables(tables, output)

@@ -33,7 +33,7 @@ class Parallel(str, Enum):
 
 
 MicroBatchesOpt = Annotated[Optional[int], typer.Option("--micro-batches", min=1, help="Split the batch into this many micro-batches between a pipeline's stages (GPipe's schedule; with --devices N and --parallel pipeline). Default: 1.")]
-ParallelOpt = Annotated[Parallel, typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them), expert (a MoE model's experts, the batch's sequences elsewhere; two all-to-alls per MoE block), sequence (a prefill's positions, the scans' states passed along the devices) or best (the fastest the model takes).")]
+ParallelOpt = Annotated[Optional[Parallel], typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them), expert (a MoE model's experts, the batch's sequences elsewhere; two all-to-alls per MoE block), sequence (a prefill's positions, the scans' states passed along the devices) or best (the fastest the model takes). Default: pipeline; on a multi-core design, its cores.placement.")]
 
 
 @app.command("evaluate")
@@ -46,7 +46,7 @@ def evaluate_cmd(
     mapping: DesignMappingOpt = None,
     objective: ObjectiveOpt = Objective.latency,
     devices: DevicesOpt = None,
-    parallel: ParallelOpt = Parallel.pipeline,
+    parallel: ParallelOpt = None,
     micro_batches: MicroBatchesOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
@@ -62,7 +62,7 @@ def evaluate_cmd(
     config, design = run.config(), run.design(arch)
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
-                  precision=run.precision, devices=devices, parallel=parallel.value, micro_batches=micro_batches)
+                  precision=run.precision, devices=devices, parallel=parallel.value if parallel else None, micro_batches=micro_batches)
     if not is_hybrid(config):
         ev = evaluate(design, run.model, config, objective=objective.value, **common)
         emit_evaluation(ev, run, config, seq_len, fmt, output)
@@ -83,7 +83,7 @@ def compare_cmd(
     seq_lens: CompareSeqLensOpt = "2048,16384,131072,1048576",
     baseline: CompareBaselineOpt = DEFAULT_BASELINE,
     devices: DevicesOpt = None,
-    parallel: ParallelOpt = Parallel.pipeline,
+    parallel: ParallelOpt = None,
     micro_batches: MicroBatchesOpt = None,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
@@ -102,7 +102,7 @@ def compare_cmd(
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_lens=lens, batch=run.batch, baseline=baseline, scan=run.scan,
                   precision=run.precision, settings=tuple(run.settings or ()), devices=devices,
-                  parallel=parallel.value, micro_batches=micro_batches)
+                  parallel=parallel.value if parallel else None, micro_batches=micro_batches)
     rows = (hybrid_compare_rows(names, run.model, config, softmax=softmax, **common) if is_hybrid(config)
             else compare_rows(names, run.model, config, **common))
     emit_comparison(rows, run, config, baseline, fmt, output)

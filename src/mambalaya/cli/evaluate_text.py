@@ -62,7 +62,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         rate = (f"{rate_text(t['tokens_per_s'])} tokens/s" if run.phase == PhaseOption.decode
                 else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
         out_console.print(
-            ("" if ev.layer_split is None else "each device's part: ")
+            ("" if ev.layer_split is None else f"each {ev.arch.system.unit}'s part: ")
             + ("" if ev.pipeline is None or ev.pipeline.micro_batches == 1
                else f"each micro-batch's (batch {ev.batch // ev.pipeline.micro_batches}): ")
             + f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
@@ -73,10 +73,10 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         if energy is not None:
             parts = ", ".join(f"{k} {v * 1e3:.4g} mJ" for k, v in energy.by_component_j().items())
             tp = ev.layer_split
-            layer_what = "layer" if tp is None else "one device's part of a layer"
+            layer_what = "layer" if tp is None else f"one {ev.arch.system.unit}'s part of a layer"
             if ev.pipeline is not None and ev.pipeline.micro_batches > 1:
                 layer_what = f"one micro-batch's (batch {ev.batch // ev.pipeline.micro_batches}) layer"
-            model_what = "model" if tp is None else f"model on all {tp.devices} devices and their links"
+            model_what = "model" if tp is None else f"model on all {tp.devices} {ev.arch.system.unit}s and their links"
             out_console.print(
                 f"energy: {layer_what} {t['layer_energy_j'] * 1e3:.4g} mJ ({parts}); {model_what} {t['model_energy_j']:.4g} J; "
                 f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s (mapping searched for {ev.objective})",
@@ -85,8 +85,9 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer"), highlight=False)
         print_devices(ev, ev.dram)
         if "area_mm2" in t:
-            out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node (`mambalaya arch show "
-                              f"{ev.arch.name}` has them one by one)", highlight=False)
+            chip = "" if ev.cores == 1 else f"; {ev.cores} cores of {t['area_mm2'] / ev.cores:.4g} mm^2"
+            out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node{chip} (`mambalaya arch "
+                              f"show {ev.arch.name.removesuffix('-core')}` has them one by one)", highlight=False)
         if ev.arch.memory.levels:
             from mambalaya.cost.latency import layer_level_seconds
 
@@ -108,7 +109,7 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
     stages = ", ".join(f"{s.start}-{s.stop - 1}" for s in pipeline.stages)
     energy = ("" if pipeline.interconnect_j is None
               else f", {pipeline.interconnect_j * 1e3:.4g} mJ over the links")
-    memory = "; ".join(f"device {d}: {byte_size(u.used_bytes)}" + (f" of {byte_size(u.capacity_bytes)}"
+    memory = "; ".join(f"{system.unit} {d}: {byte_size(u.used_bytes)}" + (f" of {byte_size(u.capacity_bytes)}"
                                                                    if u.capacity_bytes else "")
                        for d, u in enumerate(stage_dram))
     sent = byte_size(pipeline.boundary_bytes[0]) if pipeline.boundary_bytes else "0 B"
@@ -116,10 +117,10 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
     schedule = ("one batch, no micro-batches" if m == 1 else
                 f"{m} micro-batches, GPipe's schedule: the first through every stage, then one per "
                 f"{milliseconds(pipeline.interval_s(pipeline.bottleneck))} ms of stage {pipeline.bottleneck}")
-    return (f"pipeline over {pipeline.devices} devices (layers {stages}): layers {milliseconds(pipeline.layers_s)} ms "
+    return (f"pipeline over {pipeline.devices} {system.unit}s (layers {stages}): layers {milliseconds(pipeline.layers_s)} ms "
             f"+ interconnect {milliseconds(pipeline.interconnect_s)} ms ({pipeline.interconnect_share:.2%} of the time: "
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent}{' a micro-batch' if m > 1 else ''} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
-            f"after {system.link_latency_s * 1e6:g} us{energy}); each device computes {pipeline.busy_share:.1%} of the "
+            f"after {system.link_latency_s * 1e6:g} us{energy}); each {system.unit} computes {pipeline.busy_share:.1%} of the "
             f"time (the pipeline's bubble: {schedule}); DRAM {memory}")
 
 
@@ -130,7 +131,7 @@ def print_devices(evaluation: Any, dram: Any) -> None:
     ``tensor_parallel``, ``strategies_s`` and ``model_latency_s``)."""
     tp = evaluation.layer_split
     if dram is not None:
-        each = "" if tp is None else f"each of the {tp.devices} devices: "
+        each = "" if tp is None else f"each of the {tp.devices} {evaluation.arch.system.unit}s: "
         out_console.print(each + dram.text(), highlight=False)
     if evaluation.pipeline is not None:
         out_console.print(pipeline_text(evaluation.arch, evaluation.pipeline, evaluation.stage_dram), highlight=False)
@@ -158,9 +159,10 @@ def tensor_parallel_text(arch: Any, tp: Any) -> str:
     per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join(f"{r.einsum} {a}" for r, a in zip(lt.all_reduces, lt.algorithms))
                           for t, lt in tp.layers.items())
     energy = "" if tp.interconnect_j is None else f", {tp.interconnect_j * 1e3:.4g} mJ over the links"
-    return (f"tensor parallel over {tp.devices} devices (every layer's heads and channels split): layers "
-            f"{milliseconds(tp.layers_s)} ms on each device + all-reduces {milliseconds(tp.interconnect_s)} ms "
-            f"({tp.interconnect_share:.2%} of the time; {byte_size(tp.collective_bytes)} all-reduced per device, links "
+    unit = system.unit
+    return (f"tensor parallel over {tp.devices} {unit}s (every layer's heads and channels split): layers "
+            f"{milliseconds(tp.layers_s)} ms on each {unit} + all-reduces {milliseconds(tp.interconnect_s)} ms "
+            f"({tp.interconnect_share:.2%} of the time; {byte_size(tp.collective_bytes)} all-reduced per {unit}, links "
             f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a step, "
             f"{system.collective_latency_s * 1e6:g} us a call{energy}); all-reduced per layer, with the algorithm "
             f"({per_layer})")
@@ -176,12 +178,12 @@ def expert_parallel_text(arch: Any, ep: Any) -> str:
     per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join(f"{a.tensor} {a.direction}" for a in lt.all_to_alls)
                           for t, lt in moe.items())
     energy = "" if ep.interconnect_j is None else f", {ep.interconnect_j * 1e3:.4g} mJ over the links"
-    return (f"expert parallel over {ep.devices} devices (each MoE block's experts split, every other layer on a "
+    return (f"expert parallel over {ep.devices} {system.unit}s (each MoE block's experts split, every other layer on a "
             f"{1 / ep.devices:.4g} share of the batch's sequences): layers {milliseconds(ep.layers_s)} ms on the most "
-            f"loaded device + all-to-alls {milliseconds(ep.interconnect_s)} ms ({ep.interconnect_share:.2%} of the time; "
-            f"the busiest device moves {byte_size(ep.collective_bytes)}, links {system.link_bandwidth_bytes_per_s / 1e9:g} "
+            f"loaded {system.unit} + all-to-alls {milliseconds(ep.interconnect_s)} ms ({ep.interconnect_share:.2%} of the time; "
+            f"the busiest {system.unit} moves {byte_size(ep.collective_bytes)}, links {system.link_bandwidth_bytes_per_s / 1e9:g} "
             f"GB/s, {system.link_latency_s * 1e6:g} us a step, {system.collective_latency_s * 1e6:g} us a call{energy}); "
-            f"sent per MoE block, one row per token-expert pair on another device ({per_layer})")
+            f"sent per MoE block, one row per token-expert pair on another {system.unit} ({per_layer})")
 
 
 def sequence_parallel_text(arch: Any, sp: Any) -> str:
@@ -194,10 +196,11 @@ def sequence_parallel_text(arch: Any, sp: Any) -> str:
                                                           *(f"{c.einsum} state" for c in lt.crossings)] or ["nothing"])
                           for t, lt in sp.layers.items())
     energy = "" if sp.interconnect_j is None else f", {sp.interconnect_j * 1e3:.4g} mJ over the links"
-    return (f"sequence parallel over {sp.devices} devices (each prefill's positions split, the scans' states passed "
-            f"along the devices): layers {milliseconds(sp.layers_s)} ms on each device (its positions, the "
+    unit = system.unit
+    return (f"sequence parallel over {sp.devices} {unit}s (each prefill's positions split, the scans' states passed "
+            f"along the {unit}s): layers {milliseconds(sp.layers_s)} ms on each {unit} (its positions, the "
             f"coefficients' products and the corrections) + transfers {milliseconds(sp.interconnect_s)} ms "
-            f"({sp.interconnect_share:.2%} of the time; the last device receives {byte_size(sp.collective_bytes)}, links "
+            f"({sp.interconnect_share:.2%} of the time; the last {unit} receives {byte_size(sp.collective_bytes)}, links "
             f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a transfer{energy}); "
             f"received per layer ({per_layer}), each state {sp.devices - 1} times in turn")
 
@@ -257,10 +260,10 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         if hv.pipeline is not None and hv.pipeline.micro_batches > 1:
             parts = f"each micro-batch's (batch {hv.batch // hv.pipeline.micro_batches}) {parts}"
         if hv.layer_split is not None:
-            parts = f"each device's part: {parts}"
+            parts = f"each {hv.arch.system.unit}'s part: {parts}"
         out_console.print(f"model ({config.n_layers} layers) {milliseconds(hv.model_latency_s)} ms: {parts}; "
                           f"{rate_text(hv.tokens_per_s)} {rate}; off-chip {whole(hv.offchip_bytes)} B per pass"
-                          + ("" if hv.layer_split is None else " on each device"),
+                          + ("" if hv.layer_split is None else f" on each {hv.arch.system.unit}"),
                           highlight=False)
         print_devices(hv, dram)
         energy = hv.energy
@@ -270,8 +273,8 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
             parts = ", ".join(f"{k} {v:.4g} J" for k, v in energy.by_component_j().items())
             layers = "; ".join(f"{lt} layer {t[f'{lt}_layer_energy_j'] * 1e3:.4g} mJ x {ev.result.n_layers}"
                                for lt, ev in hv.layers.items())
-            what = "model" if tp is None else f"model on all {tp.devices} devices and their links"
-            per_device = "" if tp is None else f"each device {energy.model_j:.4g} J: "
+            what = "model" if tp is None else f"model on all {tp.devices} {hv.arch.system.unit}s and their links"
+            per_device = "" if tp is None else f"each {hv.arch.system.unit} {energy.model_j:.4g} J: "
             out_console.print(f"energy: {what} {t['model_energy_j']:.4g} J ({per_device}{parts}; {layers}); "
                               f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s", highlight=False)
             out_console.print(power_text(hv.arch, t, throttled_key="throttled_model_latency_s", what="the model"),

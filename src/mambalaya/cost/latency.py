@@ -57,7 +57,7 @@ from mambalaya.arch.keys import latency_key, spec_key
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum
 from mambalaya.einsum.stats import einsum_ops
-from mambalaya.errors import MambalayaError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, einsum_loops
 from mambalaya.cost.spatial import SpatialMapping, StepShape, einsum_runs, einsum_unit_cycles, step_shapes
 from mambalaya.cost.buffer import BufferAccesses, group_buffer_accesses
@@ -523,6 +523,10 @@ def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: in
     """Latency of one layer under a (checked) mapping, and its per-Einsum rows in cascade order.
     With ``per_einsum=False`` (sweeps), the groups only (:func:`group_totals`): every total of
     the layer but the buffer bytes and the spatial utilisation, which need the rows."""
+    if getattr(arch, "cores", None) is not None:
+        raise SpecError(f"{arch.name} is a multi-core design ({arch.cores.count} cores): a layer is costed on one of its "
+                        "cores, each core's part (mambalaya evaluate and compare, or core_design() and the devices' "
+                        "strategies in Python), not on the whole chip as one array")
     groups, rows = [], []
     for g in mapping.groups:
         if not per_einsum:

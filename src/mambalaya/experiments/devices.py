@@ -60,6 +60,17 @@ def resolve_devices(spec: ArchSpec, devices: int | None) -> int:
     return n
 
 
+def on_cores(spec: ArchSpec, devices: int | None, parallel: str | None, micro_batches: int | None) -> dict[str, Any]:
+    """How an evaluation runs on a multi-core design (``spec.cores``): on its cores as on devices
+    joined by the network on chip, placed by ``cores.placement`` (or ``parallel``, which
+    overrides it); several such chips are not modelled."""
+    if devices not in (None, 1):
+        raise SpecError(f"{spec.name} is a multi-core design ({spec.cores.count} cores joined on chip): several such "
+                        "chips (--devices) are not modelled; it runs on one chip, its cores placed by cores.placement "
+                        "or --parallel")
+    return {"devices": spec.cores.count, "parallel": parallel or spec.cores.placement, "micro_batches": micro_batches}
+
+
 def layer_order(config: Any) -> tuple[str | None, ...]:
     """The model's layers in order, by layer type (None for a model of one layer type)."""
     if is_hybrid(config) or isinstance(config, GatedDeltaNetConfig):
@@ -340,7 +351,7 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
-__all__ = ["LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
+__all__ = ["on_cores", "LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
            "sequence_parallel_need", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
            "pipeline_of", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
            "resolve_parallel",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mambalaya.arch import ArchSpec, load_arch
+from mambalaya.arch import ArchSpec, core_design, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping
 from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
@@ -20,7 +20,7 @@ from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.sequence_parallel import SequenceParallelCost, sequence_device_cascade, sequence_parallel_layers
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
+from mambalaya.experiments.devices import (check_expert_parallel, on_cores, check_sequence_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
                                            require_fits_on, resolve_micro_batches,
                                            require_fits_layer_split, resolve_devices, resolve_parallel, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
@@ -65,6 +65,12 @@ class Evaluation:
         return self.pipeline.latency_s if self.pipeline is not None else self.result.model_latency_s
 
     @property
+    def cores(self) -> int:
+        """The cores of the chip this evaluation ran on (a multi-core design's, each costed as
+        one of the devices of ``layer_split`` or ``pipeline``); 1 otherwise."""
+        return chip_cores(self.arch, self.layer_split or self.pipeline)
+
+    @property
     def energy(self) -> LayerEnergy | None:
         """The energy of this evaluation's actions (None when the arch has no energy section)."""
         if self.arch.energy is None:
@@ -84,7 +90,7 @@ class Evaluation:
         if self.arch.area is not None:
             from mambalaya.cost.area import total_area_mm2
 
-            extra["area_mm2"] = total_area_mm2(self.arch)
+            extra["area_mm2"] = total_area_mm2(self.arch) * self.cores  # a multi-core chip: every core's
         if self.dram is not None:
             extra.update(dram_need_bytes=self.dram.used_bytes, dram_capacity_bytes=self.dram.capacity_bytes,
                          dram_left_bytes=self.dram.left_bytes)
@@ -117,6 +123,12 @@ class Evaluation:
             "bound": r.bound,
             **extra,
         }
+
+
+def chip_cores(arch: ArchSpec, split: Any) -> int:
+    """The cores of a multi-core chip an evaluation's ``arch`` is one core of (its system joins
+    cores, :func:`~mambalaya.arch.core_design`), from its split; 1 for any other design."""
+    return split.devices if split is not None and arch.system is not None and arch.system.unit == "core" else 1
 
 
 def layer_split_totals(split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost, device_model_j: float | None, tokens: int,
@@ -222,6 +234,10 @@ def evaluate(
     (default 1) splits the batch between a pipeline's stages: the layer costed is then one
     micro-batch's (``result``; ``batch`` stays the whole batch)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
+    if spec.cores is not None:  # each core its part, as devices joined by the network on chip
+        return evaluate(core_design(spec), model_name, config, phase=phase, seq_len=seq_len, batch=batch,
+                        mapping=mapping, scan=scan, precision=precision, objective=objective,
+                        **on_cores(spec, devices, parallel, micro_batches))
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
     if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:

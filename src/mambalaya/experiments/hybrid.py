@@ -22,14 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from mambalaya.arch import ArchSpec, load_arch
+from mambalaya.arch import ArchSpec, core_design, load_arch
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.cost.expert_parallel import ExpertParallelCost, expert_device_cascade, expert_parallel_layers, is_moe
 from mambalaya.cost.sequence_parallel import (SequenceParallelCost, check_sequence_split, sequence_device_cascade,
                                               sequence_parallel_layers, sequence_ranks)
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
+from mambalaya.experiments.devices import (check_expert_parallel, on_cores, check_sequence_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
                                            resolve_devices, resolve_micro_batches, resolve_parallel)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
                                             micro_batched_energy, pipeline_totals, require_fits_across,
@@ -207,6 +207,10 @@ def evaluate_hybrid(
     (default 1) splits the batch between a pipeline's stages, each layer type costed for one
     micro-batch."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
+    if spec.cores is not None:  # each core its part, as devices joined by the network on chip
+        return evaluate_hybrid(core_design(spec), model_name, config, phase=phase, seq_len=seq_len, batch=batch,
+                               mapping=mapping, scan=scan, softmax=softmax, precision=precision,
+                               over_capacity=over_capacity, reuse=reuse, **on_cores(spec, devices, parallel, micro_batches))
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")

@@ -225,6 +225,11 @@ def sequence_device_cascade(cascade: Cascade, devices: int) -> Cascade:
                             f"({SEQUENCE_SIZE_EXPRESSIONS[cascade.ranks[name].size_expr]}, {cascade.size(name)}) into "
                             f"equal parts, and {devices} does not divide {cascade.size(name)}")
     sizes = {name: cascade.size(name) // devices for name in split}
+    for halo in halos(cascade, split):  # a halo comes from the one device before, so it must hold that many
+        if halo.positions > sizes[halo.rank]:
+            raise SpecError(f"sequence parallelism over {devices} devices gives each {sizes[halo.rank]} of rank "
+                            f"{halo.rank}'s positions, fewer than the {halo.positions} earlier positions of {halo.tensor} "
+                            "a device reads (its halo would span several devices); use fewer devices or a longer sequence")
     tensors = dict(cascade.tensors)
     ranks = dict(cascade.ranks)
     einsums = [dataclasses.replace(e, expr=_own_last(e.expr, cascade, split, sizes)) for e in cascade.einsums]
@@ -250,6 +255,10 @@ def _own_last(node, cascade: Cascade, split: frozenset[str], sizes: Mapping[str,
         indices = []
         for rank, index in zip(cascade.tensors[access.tensor].ranks, access.indices):
             if rank in split and _index_kind(index, rank, cascade, split) == "last":
+                lo = index.bounds({v: cascade.size(rank_of_variable(v)) for v in index.variables})[0]
+                if cascade.size(rank) - lo > sizes[rank]:
+                    raise SpecError(f"{access} reads the last {cascade.size(rank) - lo} positions of rank {rank}, more "
+                                    f"than the last device's {sizes[rank]}; use fewer devices or a longer sequence")
                 index = AffineIndex(index.terms, index.const - (cascade.size(rank) - sizes[rank]))
             indices.append(index)
         return dataclasses.replace(access, indices=tuple(indices))

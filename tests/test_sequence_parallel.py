@@ -145,6 +145,8 @@ def test_the_state_crosses_and_its_readers_are_corrected_after_it_arrives():
     assert sequence_device_cascade(layer, 1) is layer
     with pytest.raises(SpecError, match="does not divide 32"):
         sequence_device_cascade(layer, 3)
+    with pytest.raises(SpecError, match="fewer than the 3 earlier positions of XI"):  # 2 positions a device
+        sequence_device_cascade(layer, 16)
 
 
 # -- evaluate over several devices, sequence parallel --------------------------------------------

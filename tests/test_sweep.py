@@ -547,3 +547,55 @@ def test_a_hybrid_moe_points_stored_attention_share_equals_what_compare_reports(
     assert attention == ["attention_share", "attention-moe_share"]  # all attention layers together, then by type
     assert row["attention_share"] == row["attention-moe_share"]
     assert 0 < stored_share < 1 and stored_share == pytest.approx(row["attention-moe_share"], rel=1e-12)
+
+
+DEVICES_SWEEP = """
+name: devices
+chunk_size: 4
+grid:
+  devices: [1, 2, 4]
+  parallel: [pipeline, tensor, sequence]
+  system.link_bandwidth_bytes_per_s: [450e9, 50e9]
+fixed:
+  arch: gpu-h100
+  model: mamba2-130m
+  phase: prefill
+  seq_len: 4096
+  batch: 4
+"""
+
+
+def test_devices_and_the_parallel_strategy_are_sweep_axes(tmp_path) -> None:
+    """A point over several devices is the evaluation over them (its latency includes the
+    collectives, its strategy and interconnect time are outputs); the system's links are read
+    once a point runs on several devices; a device count or strategy that is not one is refused
+    before any point runs."""
+    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.workloads import PRESETS
+
+    spec = load_sweep_spec(write_spec(tmp_path, DEVICES_SWEEP))
+    results = {(r.point["devices"], r.point["parallel"], r.point["system.link_bandwidth_bytes_per_s"]): r
+               for r in evaluate_chunk(spec.points())}
+    assert not [k for k, r in results.items() if r.error]
+    tensor = results[(4, "tensor", 450e9)].outputs
+    ev = evaluate("gpu-h100", "mamba2-130m", PRESETS["mamba2-130m"], phase="prefill", seq_len=4096, batch=4, devices=4,
+                  parallel="tensor")
+    assert tensor["model_latency_s"] == ev.model_latency_s and tensor["parallel_used"] == "tensor"
+    assert tensor["interconnect_s"] == ev.layer_split.interconnect_s > 0
+    assert results[(4, "tensor", 50e9)].outputs["interconnect_s"] > tensor["interconnect_s"]  # slower links
+    one = results[(1, "pipeline", 450e9)].outputs
+    assert one["model_latency_s"] == evaluate("gpu-h100", "mamba2-130m", PRESETS["mamba2-130m"], phase="prefill",
+                                              seq_len=4096, batch=4).model_latency_s
+    assert results[(2, "sequence", 450e9)].outputs["model_latency_s"] < one["model_latency_s"]
+    summary = run_sweep(spec, workers=1)
+    assert summary.computed == len(spec.points()) and summary.failed == 0
+    df = stored(spec.store)
+    assert {"devices", "parallel", "system.link_bandwidth_bytes_per_s"} <= set(df.columns)
+    for bad, needle in (("devices: [0]", "is not a device count"), ("parallel: [data]", "is not a parallel strategy")):
+        text = DEVICES_SWEEP.replace("devices: [1, 2, 4]", bad) if "devices" in bad else \
+            DEVICES_SWEEP.replace("parallel: [pipeline, tensor, sequence]", bad)
+        with pytest.raises(SpecError, match=needle):
+            load_sweep_spec(write_spec(tmp_path, text, "bad.yaml"))
+    one_device = DEVICES_SWEEP.replace("devices: [1, 2, 4]\n  parallel: [pipeline, tensor, sequence]\n", "")
+    with pytest.raises(SpecError, match="system section joins several devices"):
+        load_sweep_spec(write_spec(tmp_path, one_device, "one.yaml"))

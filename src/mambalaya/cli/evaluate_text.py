@@ -150,22 +150,27 @@ def strategies_text(strategies_s: tuple[tuple[str, float], ...], chosen_s: float
             + f"; kept {chosen}")
 
 
+def _links_text(system: Any, split: Any, step: str = "step") -> str:
+    """The links' part of a strategy's line: their bandwidth, latency, a collective's fixed cost
+    (where the strategy has collectives) and the energy over them (where they have one)."""
+    energy = "" if split.interconnect_j is None else f", {split.interconnect_j * 1e3:.4g} mJ over the links"
+    call = "" if split.strategy == "sequence" else f", {system.collective_latency_s * 1e6:g} us a call"
+    return (f"links {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a {step}"
+            f"{call}{energy}")
+
+
 def tensor_parallel_text(arch: Any, tp: Any) -> str:
     """The tensor-parallel line: the devices, the layers' time on each, the all-reduces' time,
     share, bytes and (where the links have one) energy."""
     from mambalaya.cost.capacity import byte_size
 
-    system = arch.system
     per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join(f"{r.einsum} {a}" for r, a in zip(lt.all_reduces, lt.algorithms))
                           for t, lt in tp.layers.items())
-    energy = "" if tp.interconnect_j is None else f", {tp.interconnect_j * 1e3:.4g} mJ over the links"
-    unit = system.unit
+    unit = arch.system.unit
     return (f"tensor parallel over {tp.devices} {unit}s (every layer's heads and channels split): layers "
             f"{milliseconds(tp.layers_s)} ms on each {unit} + all-reduces {milliseconds(tp.interconnect_s)} ms "
-            f"({tp.interconnect_share:.2%} of the time; {byte_size(tp.collective_bytes)} all-reduced per {unit}, links "
-            f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a step, "
-            f"{system.collective_latency_s * 1e6:g} us a call{energy}); all-reduced per layer, with the algorithm "
-            f"({per_layer})")
+            f"({tp.interconnect_share:.2%} of the time; {byte_size(tp.collective_bytes)} all-reduced per {unit}, "
+            f"{_links_text(arch.system, tp)}); all-reduced per layer, with the algorithm ({per_layer})")
 
 
 def expert_parallel_text(arch: Any, ep: Any) -> str:
@@ -173,17 +178,15 @@ def expert_parallel_text(arch: Any, ep: Any) -> str:
     all-to-alls' time, share, bytes and (where the links have one) energy."""
     from mambalaya.cost.capacity import byte_size
 
-    system = arch.system
     moe = {t: lt for t, lt in ep.layers.items() if lt.all_to_alls}
     per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join(f"{a.tensor} {a.direction}" for a in lt.all_to_alls)
                           for t, lt in moe.items())
-    energy = "" if ep.interconnect_j is None else f", {ep.interconnect_j * 1e3:.4g} mJ over the links"
-    return (f"expert parallel over {ep.devices} {system.unit}s (each MoE block's experts split, every other layer on a "
+    unit = arch.system.unit
+    return (f"expert parallel over {ep.devices} {unit}s (each MoE block's experts split, every other layer on a "
             f"{1 / ep.devices:.4g} share of the batch's sequences): layers {milliseconds(ep.layers_s)} ms on the most "
-            f"loaded {system.unit} + all-to-alls {milliseconds(ep.interconnect_s)} ms ({ep.interconnect_share:.2%} of the time; "
-            f"the busiest {system.unit} moves {byte_size(ep.collective_bytes)}, links {system.link_bandwidth_bytes_per_s / 1e9:g} "
-            f"GB/s, {system.link_latency_s * 1e6:g} us a step, {system.collective_latency_s * 1e6:g} us a call{energy}); "
-            f"sent per MoE block, one row per token-expert pair on another {system.unit} ({per_layer})")
+            f"loaded {unit} + all-to-alls {milliseconds(ep.interconnect_s)} ms ({ep.interconnect_share:.2%} of the time; "
+            f"the busiest {unit} moves {byte_size(ep.collective_bytes)}, {_links_text(arch.system, ep)}); "
+            f"sent per MoE block, one row per token-expert pair on another {unit} ({per_layer})")
 
 
 def sequence_parallel_text(arch: Any, sp: Any) -> str:
@@ -191,18 +194,16 @@ def sequence_parallel_text(arch: Any, sp: Any) -> str:
     states' time, share, bytes and (where the links have one) energy."""
     from mambalaya.cost.capacity import byte_size
 
-    system = arch.system
     per_layer = "; ".join(f"{t or 'layer'}: " + ", ".join([*(f"{h.tensor} halo of {h.positions}" for h in lt.halos),
                                                           *(f"{c.einsum} state" for c in lt.crossings)] or ["nothing"])
                           for t, lt in sp.layers.items())
-    energy = "" if sp.interconnect_j is None else f", {sp.interconnect_j * 1e3:.4g} mJ over the links"
-    unit = system.unit
+    unit = arch.system.unit
     return (f"sequence parallel over {sp.devices} {unit}s (each prefill's positions split, the scans' states passed "
             f"along the {unit}s): layers {milliseconds(sp.layers_s)} ms on each {unit} (its positions, the "
             f"coefficients' products and the corrections) + transfers {milliseconds(sp.interconnect_s)} ms "
-            f"({sp.interconnect_share:.2%} of the time; the last {unit} receives {byte_size(sp.collective_bytes)}, links "
-            f"{system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a transfer{energy}); "
-            f"received per layer ({per_layer}), each state {sp.devices - 1} times in turn")
+            f"({sp.interconnect_share:.2%} of the time; the last {unit} receives {byte_size(sp.collective_bytes)}, "
+            f"{_links_text(arch.system, sp, 'transfer')}); received per layer ({per_layer}), each state "
+            f"{sp.devices - 1} times in turn")
 
 
 def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:

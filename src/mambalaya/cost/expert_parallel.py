@@ -41,7 +41,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from mambalaya.cost.pipeline import SplitCost
+from mambalaya.cost.pipeline import LayerSplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Role
 from mambalaya.einsum.routing import EXPERT_RANK, LOAD_PARAM, routed_einsums
@@ -192,9 +192,17 @@ class ExpertParallelLayers:
     all_to_all_j: float | None
     moved_bytes: float = 0.0
 
+    @property
+    def interconnect_s(self) -> float:
+        return self.all_to_all_s
+
+    @property
+    def interconnect_j(self) -> float | None:
+        return self.all_to_all_j
+
 
 @dataclass(frozen=True)
-class ExpertParallelCost(SplitCost):
+class ExpertParallelCost(LayerSplitCost):
     """A model expert parallel over ``devices``: every device runs every layer on its share of
     the batch and its experts; the devices wait for each other at every all-to-all (not
     overlapped with compute: an assumption on the safe side, as for the all-reduces)."""
@@ -202,24 +210,6 @@ class ExpertParallelCost(SplitCost):
     devices: int
     layers: Mapping[str | None, ExpertParallelLayers]
     strategy = "expert"
-
-    @property
-    def layers_s(self) -> float:
-        return sum(t.count * t.layer_s for t in self.layers.values())
-
-    @property
-    def interconnect_s(self) -> float:
-        return sum(t.count * t.all_to_all_s for t in self.layers.values())
-
-    @property
-    def interconnect_j(self) -> float | None:
-        joules = [t.all_to_all_j for t in self.layers.values()]
-        return None if any(j is None for j in joules) else sum(t.count * t.all_to_all_j for t in self.layers.values())  # type: ignore[operator]
-
-    @property
-    def collective_bytes(self) -> float:
-        """Bytes the busiest device moves in the model's all-to-alls."""
-        return sum(t.count * t.moved_bytes for t in self.layers.values())
 
 
 def expert_parallel_layers(system, part: Cascade, devices: int, routing: str | Sequence[float], *, count: int,

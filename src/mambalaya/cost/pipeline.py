@@ -83,6 +83,35 @@ class SplitCost:
         return self.interconnect_s / self.latency_s if self.latency_s else 0.0
 
 
+class LayerSplitCost(SplitCost):
+    """A model whose every device runs every layer on its part (tensor, expert, sequence
+    parallelism): ``layers`` per layer type, each with its ``count`` of layers, ``layer_s`` (one
+    device's part), ``interconnect_s`` and ``interconnect_j`` (its collectives or transfers, the
+    joules over all devices, None where the links have no energy) and ``moved_bytes`` (what one
+    device moves in them); the devices wait for each other at every collective (not overlapped
+    with compute). ``devices``, ``layers`` and ``strategy`` are given by the class that takes
+    this one in."""
+
+    @property
+    def layers_s(self) -> float:
+        return sum(t.count * t.layer_s for t in self.layers.values())  # type: ignore[attr-defined]
+
+    @property
+    def interconnect_s(self) -> float:
+        return sum(t.count * t.interconnect_s for t in self.layers.values())  # type: ignore[attr-defined]
+
+    @property
+    def interconnect_j(self) -> float | None:
+        joules = [t.interconnect_j for t in self.layers.values()]  # type: ignore[attr-defined]
+        return None if any(j is None for j in joules) else sum(
+            t.count * t.interconnect_j for t in self.layers.values())  # type: ignore[attr-defined]
+
+    @property
+    def collective_bytes(self) -> float:
+        """Bytes one device moves in the model's collectives (see each strategy's ``moved_bytes``)."""
+        return sum(t.count * t.moved_bytes for t in self.layers.values())  # type: ignore[attr-defined]
+
+
 @dataclass(frozen=True)
 class PipelineCost(SplitCost):
     """A batch through a pipeline: each stage's layers' seconds, and each boundary's bytes,
@@ -155,4 +184,4 @@ def pipeline_cost(system, layer_s: Sequence[float], layers: Sequence[Cascade], d
     return PipelineCost(stages, stage_s, sent, seconds, joules, micro_batches)
 
 
-__all__ = ["MODEL_WIDTH_RANK", "PipelineCost", "SplitCost", "boundary_bytes", "pipeline_cost", "stage_layers"]
+__all__ = ["LayerSplitCost", "MODEL_WIDTH_RANK", "PipelineCost", "SplitCost", "boundary_bytes", "pipeline_cost", "stage_layers"]

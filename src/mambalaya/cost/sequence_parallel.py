@@ -47,7 +47,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mambalaya.cost.pipeline import SplitCost
+from mambalaya.cost.pipeline import LayerSplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import (Access, AffineIndex, Binary, Const, Einsum, Rank, Role, TensorSpec, accesses,
                                  additive_terms, map_accesses, product_factors, rank_of_variable, rank_variable)
@@ -225,6 +225,11 @@ def sequence_device_cascade(cascade: Cascade, devices: int) -> Cascade:
                             f"({SEQUENCE_SIZE_EXPRESSIONS[cascade.ranks[name].size_expr]}, {cascade.size(name)}) into "
                             f"equal parts, and {devices} does not divide {cascade.size(name)}")
     sizes = {name: cascade.size(name) // devices for name in split}
+    for halo in halos(cascade, split):  # a halo comes from the one device before, so it must hold that many
+        if halo.positions > sizes[halo.rank]:
+            raise SpecError(f"sequence parallelism over {devices} devices gives each {sizes[halo.rank]} of rank "
+                            f"{halo.rank}'s positions, fewer than the {halo.positions} earlier positions of {halo.tensor} "
+                            "a device reads (its halo would span several devices); use fewer devices or a longer sequence")
     tensors = dict(cascade.tensors)
     ranks = dict(cascade.ranks)
     einsums = [dataclasses.replace(e, expr=_own_last(e.expr, cascade, split, sizes)) for e in cascade.einsums]
@@ -250,6 +255,10 @@ def _own_last(node, cascade: Cascade, split: frozenset[str], sizes: Mapping[str,
         indices = []
         for rank, index in zip(cascade.tensors[access.tensor].ranks, access.indices):
             if rank in split and _index_kind(index, rank, cascade, split) == "last":
+                lo = index.bounds({v: cascade.size(rank_of_variable(v)) for v in index.variables})[0]
+                if cascade.size(rank) - lo > sizes[rank]:
+                    raise SpecError(f"{access} reads the last {cascade.size(rank) - lo} positions of rank {rank}, more "
+                                    f"than the last device's {sizes[rank]}; use fewer devices or a longer sequence")
                 index = AffineIndex(index.terms, index.const - (cascade.size(rank) - sizes[rank]))
             indices.append(index)
         return dataclasses.replace(access, indices=tuple(indices))
@@ -380,33 +389,28 @@ class SequenceParallelLayers:
     transfer_s: float
     transfer_j: float | None
 
+    @property
+    def interconnect_s(self) -> float:
+        return self.transfer_s
+
+    @property
+    def interconnect_j(self) -> float | None:
+        return self.transfer_j
+
+    @property
+    def moved_bytes(self) -> float:
+        """Bytes a device (the last) receives in one layer: its halos and one state."""
+        return self.halo_bytes + self.state_bytes
+
 
 @dataclass(frozen=True)
-class SequenceParallelCost(SplitCost):
+class SequenceParallelCost(LayerSplitCost):
     """A model sequence parallel over ``devices``: every device runs every layer on its positions;
     each layer waits for its halos and for the states passed along the devices."""
 
     devices: int
     layers: Mapping[str | None, SequenceParallelLayers]
     strategy = "sequence"
-
-    @property
-    def layers_s(self) -> float:
-        return sum(t.count * t.layer_s for t in self.layers.values())
-
-    @property
-    def interconnect_s(self) -> float:
-        return sum(t.count * t.transfer_s for t in self.layers.values())
-
-    @property
-    def interconnect_j(self) -> float | None:
-        joules = [t.transfer_j for t in self.layers.values()]
-        return None if any(j is None for j in joules) else sum(t.count * t.transfer_j for t in self.layers.values())  # type: ignore[operator]
-
-    @property
-    def collective_bytes(self) -> float:
-        """Bytes the last device receives over the model's layers (halos and states)."""
-        return sum(t.count * (t.halo_bytes + t.state_bytes) for t in self.layers.values())
 
 
 def sequence_parallel_layers(system, cascade: Cascade, devices: int, *, count: int, layer_s: float) -> SequenceParallelLayers:

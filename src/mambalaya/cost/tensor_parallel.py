@@ -45,7 +45,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from mambalaya.cost.pipeline import SplitCost
+from mambalaya.cost.pipeline import LayerSplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import (Access, Binary, Const, Einsum, Param, Role, TensorSpec, Unary, additive_terms,
                                 product_factors, rank_of_variable, walk)
@@ -374,9 +374,22 @@ class TensorParallelLayers:
     #: the algorithm each all-reduce takes (:func:`all_reduce_algorithm`)
     algorithms: tuple[str, ...] = ()
 
+    @property
+    def interconnect_s(self) -> float:
+        return self.all_reduce_s
+
+    @property
+    def interconnect_j(self) -> float | None:
+        return self.all_reduce_j
+
+    @property
+    def moved_bytes(self) -> float:
+        """Bytes each device all-reduces in one layer."""
+        return sum(r.bytes for r in self.all_reduces)
+
 
 @dataclass(frozen=True)
-class TensorParallelCost(SplitCost):
+class TensorParallelCost(LayerSplitCost):
     """A model tensor parallel over ``devices``: every device runs every layer on its part, the
     devices wait for each other at every all-reduce (the collectives are not overlapped with
     compute: an assumption, Megatron-LM's all-reduces sit on the critical path)."""
@@ -384,24 +397,6 @@ class TensorParallelCost(SplitCost):
     devices: int
     layers: Mapping[str | None, TensorParallelLayers]
     strategy = "tensor"
-
-    @property
-    def layers_s(self) -> float:
-        return sum(t.count * t.layer_s for t in self.layers.values())
-
-    @property
-    def interconnect_s(self) -> float:
-        return sum(t.count * t.all_reduce_s for t in self.layers.values())
-
-    @property
-    def interconnect_j(self) -> float | None:
-        joules = [t.all_reduce_j for t in self.layers.values()]
-        return None if any(j is None for j in joules) else sum(t.count * t.all_reduce_j for t in self.layers.values())  # type: ignore[operator]
-
-    @property
-    def collective_bytes(self) -> float:
-        """Bytes each device all-reduces over the model's layers."""
-        return sum(t.count * sum(r.bytes for r in t.all_reduces) for t in self.layers.values())
 
 
 def tensor_parallel_layers(system, cascade: Cascade, devices: int, *, count: int, layer_s: float) -> TensorParallelLayers:

@@ -326,12 +326,16 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
     }
     out.update({f"{t}_share": hv.share_of_time(t) for t in hv.layers})
     out["attention_share"] = hv.attention_share
-    energy = hv.energy
-    if energy is not None:  # per-layer figures are means over the model's layers, as latency_s is
-        out.update({"layer_energy_j": energy.model_j / hv.config.n_layers, "energy_per_token_j": energy.per_token_j,
-                    "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
-                    "over_power_budget": energy.over_power_budget,
-                    "throttled_latency_s": energy.throttled_model_latency_s / hv.config.n_layers})
+    e = hv.energy_totals()  # on several devices, every device's energy and links, one device's power
+    if e:  # per-layer figures are means over the model's layers, as latency_s is
+        out.update({"layer_energy_j": e["model_energy_j"] / hv.config.n_layers,
+                    "energy_per_token_j": e["energy_per_token_j"], "average_power_w": e["average_power_w"],
+                    "power_budget_w": e["power_budget_w"], "over_power_budget": e["over_power_budget"],
+                    "throttled_latency_s": e["throttled_model_latency_s"] / hv.config.n_layers})
+    split = hv.layer_split or hv.pipeline
+    if split is not None:
+        out.update(devices=split.devices, parallel_used=getattr(split, "strategy", "pipeline"),
+                   interconnect_s=split.interconnect_s)
     return out
 
 

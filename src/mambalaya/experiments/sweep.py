@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import CostedLayers
-from mambalaya.experiments.sweep_spec import POINT_KEYS, SweepSpec, load_sweep_spec, point_value_problem
+from mambalaya.experiments.sweep_spec import NON_ARCH_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
 from mambalaya.experiments.sweep_workers import Costliest, tune_allocator, tune_collector, usable_cores
 from mambalaya.workloads.families.base import is_hybrid
@@ -79,7 +79,7 @@ def _arch_for(point: dict[str, Any]):
     """The point's architecture: its design with the point's architecture fields set. Memoised
     per design and field values (types included: strict validation tells 1 from 1.0), since
     the points of other layers repeat them; the spec is frozen, so sharing it is safe."""
-    key = (point["arch"], tuple(sorted((k, type(v).__name__, v) for k, v in point.items() if k not in POINT_KEYS)))
+    key = (point["arch"], tuple(sorted((k, type(v).__name__, v) for k, v in point.items() if k not in NON_ARCH_KEYS)))
     try:
         hash(key)
     except TypeError:  # a value that is not a scalar: left to the spec's own error
@@ -97,7 +97,7 @@ def _build_arch(point: dict[str, Any]):
     base = point["arch"]
     if base not in _ARCHS:
         _ARCHS[base] = arch_to_dict(load_arch(base))
-    data = set_fields(json.loads(json.dumps(_ARCHS[base])), {k: v for k, v in point.items() if k not in POINT_KEYS})
+    data = set_fields(json.loads(json.dumps(_ARCHS[base])), {k: v for k, v in point.items() if k not in NON_ARCH_KEYS})
     return arch_from_dict(data, source=f"point {point_id(point)}")
 
 
@@ -122,15 +122,18 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     seq_len, batch = point_sizes(point)
     arch = _arch_for(point)
     config = resolve_model(str(point["model"]))
+    devices, parallel = point.get("devices", 1), point.get("parallel")
     if is_hybrid(config):
         from mambalaya.experiments.hybrid import evaluate_hybrid, point_outputs
 
         hv = evaluate_hybrid(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len,
                              batch=batch, mapping=None if point["mapping"] == "default" else point["mapping"],
-                             reuse=HYBRID_LAYERS)
+                             reuse=HYBRID_LAYERS, devices=devices, parallel=parallel)
         return {**point_outputs(hv), "buffer_bytes": arch.memory.onchip_buffer_bytes,
                 "pes": arch.compute.array_rows * arch.compute.array_cols,
                 "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s}
+    if devices > 1 or parallel is not None:
+        return _devices_outputs(arch, point, config, seq_len=seq_len, batch=batch, devices=devices, parallel=parallel)
     require_fits(arch, str(point["model"]), config, batch=batch, seq_len=seq_len)  # over the DRAM: a failed point
     key = (point["model"], point["phase"], seq_len, batch, arch.bits_per_element,
            arch.precision)
@@ -162,6 +165,30 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
         "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s,
         "mapping_used": mapping.name,
     }
+
+
+def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: int, batch: int, devices: int,
+                     parallel: str | None) -> dict[str, Any]:
+    """A point over several devices (``devices``, ``parallel``): the whole evaluation
+    (:func:`~mambalaya.experiments.evaluate.evaluate`), its per-layer figures one device's part
+    (or one micro-batch's), its model latency and energy the devices' together."""
+    from mambalaya.experiments.evaluate import evaluate
+
+    ev = evaluate(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len, batch=batch,
+                  mapping=None if point["mapping"] == "default" else point["mapping"], devices=devices,
+                  parallel=parallel)
+    t = ev.totals()
+    energy = {} if arch.energy is None else {
+        "layer_energy_j": t["layer_energy_j"], "energy_per_token_j": t["energy_per_token_j"],
+        "average_power_w": t["average_power_w"], "power_budget_w": arch.power_budget_w,
+        "over_power_budget": t["over_power_budget"], "throttled_latency_s": t["throttled_latency_s"]}
+    return {**energy, **{k: t[k] for k in ("latency_s", "model_latency_s", "offchip_bytes", "compute_util", "mem_util",
+                                           "tokens_per_s", "groups")},
+            "peak_footprint_bytes": max(g.traffic.footprint_bytes for g in ev.result.groups),
+            "buffer_bytes": arch.memory.onchip_buffer_bytes, "pes": arch.compute.array_rows * arch.compute.array_cols,
+            "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s, "mapping_used": ev.mapping.name,
+            "devices": t.get("devices", 1), "parallel_used": t.get("parallel", "pipeline"),
+            "interconnect_s": t.get("interconnect_s", 0.0)}
 
 
 def _power_outputs(arch: Any, cascade: Any, mapping: Any, result: Any) -> dict[str, Any]:

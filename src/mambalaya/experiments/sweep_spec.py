@@ -28,6 +28,12 @@ MAX_SWEEP_POINTS = 1_000_000
 
 POINT_KEYS = ("arch", "model", "phase", "seq_len", "batch", "mapping")
 DEFAULTS = {"arch": "mambalaya", "phase": "prefill", "seq_len": 2048, "batch": 64, "mapping": "default"}
+#: Point fields that say how a point runs, present only where a spec gives them: ``devices``
+#: (default 1) joined by the design's system section, split as ``parallel`` says (default
+#: pipeline; :mod:`mambalaya.experiments.devices`).
+RUN_KEYS = ("devices", "parallel")
+#: Every point field that is not an architecture field.
+NON_ARCH_KEYS = POINT_KEYS + RUN_KEYS
 
 
 @dataclass(frozen=True)
@@ -162,7 +168,7 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
     :class:`SpecError` naming ``source``, the field and where it is set (``grid.seq_len``,
     ``fixed.clock_hz``):
 
-    * every field is a point field (:data:`POINT_KEYS`) or an architecture field a point reads
+    * every field is a point field (:data:`POINT_KEYS`, :data:`RUN_KEYS`) or an architecture field a point reads
       (not one of :data:`NOT_READ_BY_POINTS`), set in one place only (not in both ``grid`` and
       ``fixed``, nor a table and one of its entries);
     * ``seq_len`` and ``batch`` are integers from 1 to 2^53 (``64.0`` and ``64.9`` are not),
@@ -174,12 +180,15 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
       before the point runs, and is that point's stored failure.
     """
     for where, key in [*(("grid", k) for k in grid), *(("fixed", k) for k in fixed)]:
-        if not isinstance(key, str) or key not in POINT_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
+        if not isinstance(key, str) or key not in NON_ARCH_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
             raise SpecError(
-                f"{where}: {show(key)} is neither a point field ({', '.join(POINT_KEYS)}) nor an architecture field "
+                f"{where}: {show(key)} is neither a point field ({', '.join(NON_ARCH_KEYS)}) nor an architecture field "
                 "(dotted, e.g. memory.onchip_buffer_bytes, or clock_hz / bits_per_element / precision / power_budget_w)",
                 source=source)
         unread = next((f for f in NOT_READ_BY_POINTS if key == f or key.startswith(f + ".")), None)
+        several = [v for v in (grid.get("devices") or [fixed.get("devices", 1)]) if v != 1]
+        if unread == "system" and several:  # read by the points that run on several devices
+            unread = None
         if unread is not None:
             raise SpecError(f"{where}.{key}: {NOT_READ_BY_POINTS[unread]}; a sweep point would not read it, so every "
                             "value would give the same numbers", source=source)
@@ -201,10 +210,16 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
             problem = point_value_problem(key, value)
             if problem:
                 raise SpecError(f"{where}: {problem}", source=source)
+    for key in RUN_KEYS:
+        where, values = settings.get(key, ("", []))
+        for value in values:
+            problem = point_value_problem(key, value)
+            if problem:
+                raise SpecError(f"{where}: {problem}", source=source)
     _check_models(*settings.get("model", ("", [])), source=source)
     designs = _load_designs(*settings.get("arch", ("the default arch", [DEFAULTS["arch"]])), source=source)
     for key, (where, values) in settings.items():
-        if key not in POINT_KEYS:
+        if key not in NON_ARCH_KEYS:
             _check_arch_field(designs, key, where, values, source)
 
 
@@ -228,6 +243,16 @@ def point_value_problem(key: str, value: Any) -> str | None:
     elif key == "mapping":
         if not isinstance(value, str) or value not in POINT_MAPPINGS:
             return f"{show(value)} is not a mapping: one of {', '.join(POINT_MAPPINGS)}"
+    elif key == "devices":
+        from mambalaya.arch.system import MAX_DEVICES
+
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_DEVICES:
+            return f"{show(value)} is not a device count: an integer from 1 to {MAX_DEVICES:,}"
+    elif key == "parallel":
+        from mambalaya.experiments.devices import PARALLEL_STRATEGIES
+
+        if value not in (*PARALLEL_STRATEGIES, "best"):
+            return f"{show(value)} is not a parallel strategy: one of {', '.join(PARALLEL_STRATEGIES)} or best"
     elif not isinstance(value, str) or not value.strip():
         return f"{show(value)} is not the name of a{'n' if key == 'arch' else ''} {key} (non-empty text)"
     return None

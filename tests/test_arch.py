@@ -25,7 +25,8 @@ from mambalaya.arch import (
 )
 from mambalaya.errors import SpecError
 
-SHIPPED = ["geens-ideal", "gpu-a100", "gpu-a100-pcie", "gpu-h100", "mambalaya", "marca-ideal", "marca-original"]
+SHIPPED = ["geens-ideal", "gpu-a100", "gpu-a100-pcie", "gpu-h100", "mambalaya", "marca-ideal", "marca-multicore",
+           "marca-original"]
 
 
 def valid() -> dict:

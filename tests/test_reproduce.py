@@ -62,8 +62,14 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     assert all(f'id="fig-{name}"' in page for name in FIGURES) and "No parameter was tuned" in page
     for table in ("latency", "speedups", "end_to_end", "einsums", "traffic_by_tensor", "timeline", "roofline",
                   "fusion_classes", "architectures", "geens_claims", "scan_forms", "headlines", "precision",
-                  "latency_uniform", "sensitivity", "what_would_it_take", "energy", "residency", "validation"):
+                  "latency_uniform", "sensitivity", "what_would_it_take", "energy", "residency", "validation", "multicore"):
         assert (out / f"{table}.csv").exists(), table
+    # MARCA on 32 cores beside one array: the chip moves each tensor once, within 1% of one array's bytes
+    multicore = pd.read_csv(out / "multicore.csv")
+    assert set(multicore.mapping) == {"unfused", "ssm-ri"} and set(multicore.cores) == {32}
+    traffic = multicore.multicore_chip_offchip_bytes / multicore.one_array_offchip_bytes
+    assert traffic.between(0.99, 1.01).all(), traffic.tolist()
+    assert "**MARCA on 32 cores**" in report
     # the report opens with the headline table (ours, published, gap, why), every claim of every model
     sections = [line for line in report.splitlines() if line.startswith("## ")]
     assert sections[0] == "## Headline ratios: ours beside the published ones"

@@ -458,7 +458,7 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
                     add(f"{path}.{key}", v, True, "pJ" if name != "mfu_pj" else "pJ/result")
             else:
                 add(path, value, True)
-    for section, unit in (("kernels", None), ("system", None), ("technology", None), ("area", "um^2")):
+    for section, unit in (("kernels", None), ("system", None), ("cores", None), ("technology", None), ("area", "um^2")):
         model = getattr(spec, section)
         if model is None:
             continue

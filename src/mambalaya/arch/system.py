@@ -71,11 +71,6 @@ class SystemSpec(BaseModel):
 
 #: The most cores a design may have (a bound, so a typo is refused).
 MAX_CORES = 4096
-#: How a multi-core design places a layer's work on its cores (``cores.placement``): the
-#: strategies of several devices, on the cores of one chip (:mod:`mambalaya.experiments.devices`).
-CORE_PLACEMENTS = ("tensor", "pipeline", "sequence", "expert", "best")
-
-
 class CoresSpec(BaseModel):
     """A multi-core design: ``count`` cores, each with the spec's compute section (its array and
     lanes) and on-chip memory (buffer, registers, staging levels), joined by a network on chip;
@@ -93,11 +88,10 @@ class CoresSpec(BaseModel):
                                + LINK_LATENCY_RANGE.note)
     noc_energy_pj_per_bit: Annotated[float, LINK_ENERGY_RANGE.validator()] | None = Field(
         None, ge=0, description="Energy per bit the network on chip moves; None: not modelled. " + LINK_ENERGY_RANGE.note)
-    placement: Literal["tensor", "pipeline", "sequence", "expert", "best"] = Field(
-        "tensor", description="How a layer's work is placed on the cores: tensor (each core a part of every layer's "
-                              "heads and channels, Geens et al.'s inter-core split of the channels), pipeline (layers "
-                              "in order), sequence (a prefill's positions), expert (a MoE model's experts), best (the "
-                              "fastest).")
+    placement: Literal["tensor", "sequence", "best"] = Field(
+        "tensor", description="How a layer's work is placed on the cores, every core running at once: tensor (each "
+                              "core a part of every layer's heads and channels, Geens et al.'s inter-core split of the "
+                              "channels), sequence (a prefill's positions), best (the faster).")
 
     @field_validator("noc_bandwidth_bytes_per_s", mode="before")
     @classmethod
@@ -111,4 +105,4 @@ class CoresSpec(BaseModel):
                           link_energy_pj_per_bit=self.noc_energy_pj_per_bit, unit="core")
 
 
-__all__ = ["CORE_PLACEMENTS", "CoresSpec", "MAX_CORES", "MAX_DEVICES", "SystemSpec"]
+__all__ = ["CoresSpec", "MAX_CORES", "MAX_DEVICES", "SystemSpec"]

@@ -61,7 +61,7 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, einsum_loops
 from mambalaya.cost.spatial import SpatialMapping, StepShape, einsum_runs, einsum_unit_cycles, step_shapes
 from mambalaya.cost.buffer import BufferAccesses, group_buffer_accesses
-from mambalaya.cost.traffic import GroupTraffic, group_traffic
+from mambalaya.cost.traffic import GroupTraffic, group_traffic, shared_traffic
 
 class ComputeLike(Protocol):  # the fields of mambalaya.arch.spec.ComputeSpec used here
     array_rows: int
@@ -519,20 +519,23 @@ def group_runs(cascade: Cascade, group: FusionGroup) -> list[Any]:
 
 
 def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: int = 1,
-                  per_einsum: bool = True) -> LayerLatency:
+                  per_einsum: bool = True, dram_share: dict[str, float] | None = None) -> LayerLatency:
     """Latency of one layer under a (checked) mapping, and its per-Einsum rows in cascade order.
     With ``per_einsum=False`` (sweeps), the groups only (:func:`group_totals`): every total of
-    the layer but the buffer bytes and the spatial utilisation, which need the rows."""
+    the layer but the buffer bytes and the spatial utilisation, which need the rows. With
+    ``dram_share`` (one core of a multi-core chip, :mod:`mambalaya.cost.cores`), each tensor's
+    off-chip bytes are that share of its own (:func:`~mambalaya.cost.traffic.shared_traffic`)."""
     if getattr(arch, "cores", None) is not None:
         raise SpecError(f"{arch.name} is a multi-core design ({arch.cores.count} cores): a layer is costed on one of its "
                         "cores, each core's part (mambalaya evaluate and compare, or core_design() and the devices' "
                         "strategies in Python), not on the whole chip as one array")
     groups, rows = [], []
     for g in mapping.groups:
+        traffic = None if dram_share is None else shared_traffic(group_traffic(cascade, g), dram_share)
         if not per_einsum:
-            groups.append(group_totals(arch, cascade, g))
+            groups.append(group_totals(arch, cascade, g, traffic))
             continue
-        gl, er = group_latency(arch, cascade, g)
+        gl, er = group_latency(arch, cascade, g, traffic)
         groups.append(gl)
         rows.extend(er)
     order = {e.name: n for n, e in enumerate(cascade.einsums)}

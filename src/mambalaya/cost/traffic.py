@@ -27,6 +27,7 @@ it, and the tests require the two to agree to the byte.
 
 from __future__ import annotations
 
+import dataclasses
 
 import numpy as np
 import math
@@ -64,6 +65,15 @@ class GroupTraffic:
     @property
     def total_bytes(self) -> float:
         return sum(self.read_bytes.values()) + sum(self.write_bytes.values())
+
+
+def shared_traffic(traffic: GroupTraffic, dram_share: dict[str, float]) -> GroupTraffic:
+    """``traffic`` with each tensor's off-chip bytes times its ``dram_share`` (a tensor absent
+    keeps all its bytes): on a multi-core chip, the share of a tensor's off-chip traffic one core
+    carries (:mod:`mambalaya.cost.cores`)."""
+    def scaled(table: dict[str, float]) -> dict[str, float]:
+        return {t: b * dram_share.get(t, 1.0) for t, b in table.items()}
+    return dataclasses.replace(traffic, read_bytes=scaled(traffic.read_bytes), write_bytes=scaled(traffic.write_bytes))
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,14 @@ def on_cores(spec: ArchSpec, devices: int | None, parallel: str | None, micro_ba
         raise SpecError(f"{spec.name} is a multi-core design ({spec.cores.count} cores joined on chip): several such "
                         "chips (--devices) are not modelled; it runs on one chip, its cores placed by cores.placement "
                         "or --parallel")
-    return {"devices": spec.cores.count, "parallel": parallel or spec.cores.placement, "micro_batches": micro_batches}
+    from mambalaya.cost.cores import CORE_PLACEMENTS
+
+    chosen = parallel or spec.cores.placement
+    if chosen not in CORE_PLACEMENTS:
+        raise SpecError(f"{spec.name}'s cores are placed by tensor, sequence or best (every core running at once, "
+                        f"each at its share of the chip's memory bandwidth), not {chosen!r}: a pipeline over the cores "
+                        "of one chip, or its experts over them, is not modelled")
+    return {"devices": spec.cores.count, "parallel": chosen, "micro_batches": micro_batches}
 
 
 def layer_order(config: Any) -> tuple[str | None, ...]:
@@ -110,13 +117,24 @@ def resolve_parallel(parallel: str | None, devices: int) -> str:
     return chosen
 
 
-def fastest_strategy(evaluate_with: Callable[[str], Any], what: str) -> Any:
+def strategies_on(spec: ArchSpec) -> tuple[str, ...]:
+    """The strategies ``--parallel best`` weighs on ``spec``'s devices, or on its cores (those
+    whose cores all run at once, :data:`~mambalaya.cost.cores.CORE_PLACEMENTS`)."""
+    from mambalaya.cost.cores import CORE_PLACEMENTS
+
+    if spec.system is not None and spec.system.unit == "core":
+        return tuple(s for s in CORE_PLACEMENTS if s != "best")
+    return PARALLEL_STRATEGIES
+
+
+def fastest_strategy(evaluate_with: Callable[[str], Any], what: str,
+                     strategies: tuple[str, ...] = PARALLEL_STRATEGIES) -> Any:
     """The evaluation (``evaluate_with(strategy)``) of least model latency over the
     :data:`PARALLEL_STRATEGIES`, carrying every strategy's latency in ``strategies_s``; a strategy
     the model cannot take (a device count that does not divide its heads) is left out, and if
     none can, one error names each one's reason."""
     found, refused = {}, []
-    for strategy in PARALLEL_STRATEGIES:
+    for strategy in strategies:
         try:
             found[strategy] = evaluate_with(strategy)
         except MambalayaError as err:
@@ -351,7 +369,7 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
-__all__ = ["on_cores", "LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
+__all__ = ["on_cores", "strategies_on", "LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
            "sequence_parallel_need", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
            "pipeline_of", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
            "resolve_parallel",

@@ -20,7 +20,7 @@ from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.sequence_parallel import SequenceParallelCost, sequence_device_cascade, sequence_parallel_layers
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, on_cores, check_sequence_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
+from mambalaya.experiments.devices import (check_expert_parallel, on_cores, strategies_on, check_sequence_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
                                            require_fits_on, resolve_micro_batches,
                                            require_fits_layer_split, resolve_devices, resolve_parallel, stage_needs)
 from mambalaya.cost.latency import LayerLatency, layer_latency
@@ -123,6 +123,21 @@ class Evaluation:
             "bound": r.bound,
             **extra,
         }
+
+
+def core_share(spec: ArchSpec, whole: Cascade, part: Cascade, strategy: str, devices: int) -> dict[str, float] | None:
+    """On one core of a multi-core chip (``spec``'s system joins cores), each tensor's share of
+    the off-chip bytes the core carries (:func:`~mambalaya.cost.cores.core_dram_share`; ``part``
+    is its part of ``whole`` under ``strategy``); None on a device of its own."""
+    if spec.system is None or spec.system.unit != "core" or devices == 1:
+        return None
+    from mambalaya.cost.cores import core_dram_share
+    from mambalaya.cost.sequence_parallel import sequence_ranks
+    from mambalaya.cost.tensor_parallel import split_parts
+
+    split = (split_parts(whole, tensor_parallel_ranks(whole), devices) if strategy == "tensor"
+             else sequence_ranks(whole))
+    return core_dram_share(part, split, devices)
 
 
 def chip_cores(arch: ArchSpec, split: Any) -> int:
@@ -245,7 +260,7 @@ def evaluate(
             spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
             precision=policy, objective=objective, devices=n_devices, parallel=strategy,
             micro_batches=micro_batches if strategy == "pipeline" else None),
-            f"{model_name} on {n_devices} devices of {spec.name}")
+            f"{model_name} on {n_devices} {spec.system.unit}s of {spec.name}", strategies_on(spec))
     strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
     if strategy == "expert":  # a model of one layer type has no MoE block: refused, naming why
         check_expert_parallel(config, model_name, n_devices, batch=batch)
@@ -264,7 +279,8 @@ def evaluate(
     costed = (device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices) if tensor else
               sequence_device_cascade(cascade, n_devices) if sequence else cascade)
     ev = evaluate_cascade(spec, model_name, config, costed, phase=phase, batch=batch, mapping=mapping,
-                          policy=policy, objective=objective, n_layers=config.n_layers, dram=dram)
+                          policy=policy, objective=objective, n_layers=config.n_layers, dram=dram,
+                          dram_share=core_share(spec, cascade, costed, strategy, n_devices))
     if n_devices == 1:
         return ev
     kind = costed_layer_type(config)
@@ -306,13 +322,14 @@ class CostedLayers:
 
 def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Cascade, *, phase: str, batch: int,
                      mapping: str | None, policy: PrecisionPolicy, objective: str = "latency",
-                     n_layers: int = 1, dram: DramUse | None = None, reuse: CostedLayers | None = None) -> Evaluation:
+                     n_layers: int = 1, dram: DramUse | None = None, reuse: CostedLayers | None = None,
+                     dram_share: dict[str, float] | None = None) -> Evaluation:
     """One built layer cascade on ``spec`` under ``mapping`` (the design's own when None),
     the model counting ``n_layers`` such layers; ``dram`` is the model's checked use of the
     design's off-chip memory (:func:`require_fits`), carried to the reports. With ``reuse``, a
     layer costed before under the same inputs (:class:`CostedLayers`) is not searched again."""
     name = mapping or spec.mappings.default
-    key = (CostedLayers.key(spec, cascade, name, objective, n_layers, policy)
+    key = ((*CostedLayers.key(spec, cascade, name, objective, n_layers, policy), tuple(sorted((dram_share or {}).items())))
            if reuse is not None and name in NAMED_MAPPINGS else None)
     if key is not None and key in reuse.entries:  # type: ignore[union-attr]
         reuse.hits += 1  # type: ignore[union-attr]
@@ -320,7 +337,7 @@ def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Casc
     else:
         stats = SearchStats()
         m = resolve_mapping(mapping, cascade, spec, stats, objective)
-        result = layer_latency(spec, cascade, m, n_layers=n_layers)
+        result = layer_latency(spec, cascade, m, n_layers=n_layers, dram_share=dram_share)
         if key is not None:
             reuse.entries[key] = (m, result, stats)  # type: ignore[union-attr]
             if reuse.limit is not None and len(reuse.entries) > reuse.limit:  # type: ignore[union-attr]
@@ -499,7 +516,7 @@ def compare_rows(
                     "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
                     "model_latency_s": ev.model_latency_s,
-                    "offchip_bytes": r.offchip_bytes,
+                    "offchip_bytes": r.offchip_bytes * ev.cores,  # a multi-core chip's: every core's
                     "compute_util": r.compute_util,
                     "mem_util": r.mem_util,
                     **devices_columns(ev.pipeline or ev.layer_split),
@@ -508,4 +525,21 @@ def compare_rows(
             )
         if phase == "decode":
             break  # one generation step does not depend on L
-    return rows
+    return with_devices_columns(rows)
+
+
+#: A comparison row's device columns for a design run on one device (or one core).
+ONE_DEVICE_COLUMNS = {"devices": 1, "parallel": "none", "interconnect_s": 0.0, "interconnect_share": 0.0}
+
+
+def with_devices_columns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``rows`` each with the device columns where any has them (a multi-core design beside a
+    single-array one), so that every row has the same columns, in one order."""
+    if not any("devices" in r for r in rows):
+        return rows
+    out = []
+    for r in rows:
+        filled = {**ONE_DEVICE_COLUMNS, **{k: v for k, v in r.items() if k in ONE_DEVICE_COLUMNS}}
+        before = {k: v for k, v in r.items() if k not in ONE_DEVICE_COLUMNS and not k.startswith("speedup_vs_")}
+        out.append({**before, **filled, **{k: v for k, v in r.items() if k.startswith("speedup_vs_")}})
+    return out

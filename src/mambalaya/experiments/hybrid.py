@@ -29,9 +29,10 @@ from mambalaya.cost.sequence_parallel import (SequenceParallelCost, check_sequen
                                               sequence_parallel_layers, sequence_ranks)
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, on_cores, check_sequence_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
+from mambalaya.experiments.devices import (check_expert_parallel, on_cores, strategies_on, check_sequence_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
                                            resolve_devices, resolve_micro_batches, resolve_parallel)
-from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, dram_use, evaluate_cascade,
+from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, chip_cores, core_share, dram_use,
+                                            evaluate_cascade, with_devices_columns,
                                             micro_batched_energy, pipeline_totals, require_fits_across,
                                             resolve_policy, layer_split_totals)
 from mambalaya.cost.capacity import DramUse
@@ -220,7 +221,7 @@ def evaluate_hybrid(
             spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
             softmax=softmax, precision=policy, over_capacity=over_capacity, reuse=reuse, devices=n_devices,
             parallel=strategy, micro_batches=micro_batches if strategy == "pipeline" else None),
-            f"{model_name} on {n_devices} devices of {spec.name}")
+            f"{model_name} on {n_devices} {spec.system.unit}s of {spec.name}", strategies_on(spec))
     strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
     if strategy == "expert":
         check_expert_parallel(config, model_name, n_devices, batch=batch)
@@ -276,9 +277,10 @@ def evaluate_hybrid(
                 elif sequence:
                     part = sequence_device_cascade(cascade, n_devices)
                     whole[part.name], cascade = cascade, part
+                on_core = core_share(spec, whole.get(cascade.name, cascade), cascade, strategy, n_devices)
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
-                                              n_layers=count, reuse=reuse))
+                                              n_layers=count, reuse=reuse, dram_share=on_core))
             except MambalayaError as err:
                 errors.append(f"{form + ' scan: ' if form else ''}{err}")
         if not found:
@@ -362,8 +364,10 @@ def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig,
                  for a in archs}
         base = evals[baseline].model_latency_s
         for a, ev in evals.items():
-            rows.append({"seq_len": L, "arch": a, **ev.totals(), "speedup_vs_" + baseline: base / ev.model_latency_s})
-    return rows
+            totals = ev.totals()
+            totals["model_offchip_bytes"] *= chip_cores(ev.arch, ev.layer_split or ev.pipeline)  # a chip's: every core's
+            rows.append({"seq_len": L, "arch": a, **totals, "speedup_vs_" + baseline: base / ev.model_latency_s})
+    return with_devices_columns(rows)
 
 
 __all__ = ["HybridEvaluation", "SEARCHED_MAPPINGS", "evaluate_hybrid", "hybrid_compare_rows", "layer_mapping",

@@ -385,7 +385,8 @@ records; where the paper leaves a value open, the last columns say what we chose
 """
 
 
-def _geens_section(geens: pd.DataFrame, equal_area: pd.DataFrame | None, areas: pd.DataFrame | None = None) -> str:
+def _geens_section(geens: pd.DataFrame, equal_area: pd.DataFrame | None, areas: pd.DataFrame | None = None,
+                   multicore: pd.DataFrame | None = None) -> str:
     s = GEENS_FUSION_SETUP
     best = geens.loc[geens.speedup_fused_vs_unfused.idxmax()]
     pre = geens[geens.seq_len > 1]
@@ -406,6 +407,26 @@ how MARCA's PEs cost nonlinear functions, so both are shown across their range:
 {_md_table(geens)}
 
 {_equal_area_paragraph(equal_area, areas)}
+{_multicore_paragraph(multicore)}
+"""
+
+
+def _multicore_paragraph(rows: pd.DataFrame | None) -> str:
+    """MARCA on 32 cores against one array (``multicore.csv``)."""
+    if rows is None or rows.empty:
+        return ""
+    ratio = rows.multicore_over_one_array
+    traffic = rows.multicore_chip_offchip_bytes / rows.one_array_offchip_bytes
+    return f"""**MARCA on 32 cores** (`marca-multicore`, Geens et al.'s multi-core model of it: 32 cores of 16×16 PEs and
+768 KB, every layer's channels split over the cores, DRAM shared; `multicore.csv`,
+`mambalaya.cost.cores`). Against MARCA as one 64×128 array with the same 24 MiB, on the same workload, the
+cores take {ratio.min():.3f}–{ratio.max():.3f}× its time (unfused and Fuse-All, L = {', '.join(str(x) for x in sorted(set(rows.seq_len)))}):
+the chip moves {traffic.min():.3f}–{traffic.max():.3f}× its off-chip bytes (each tensor once: what every core reads whole is
+multicast, partial sums go over the network), and the cores lose a little to their smaller arrays and
+buffers and to the width-D Einsums each core runs whole. Their network is unbounded in their model, so
+the all-reduces take {rows.multicore_interconnect_share.max():.1e} of the time at most.
+
+{_md_table(rows)}
 """
 
 
@@ -630,7 +651,7 @@ Where the mambalaya values come from:
 
 {_setups_section()}
 
-{_geens_section(geens, t.get("geens_equal_area"), t.get("areas"))}
+{_geens_section(geens, t.get("geens_equal_area"), t.get("areas"), t.get("multicore"))}
 
 {_validation_section(result)}
 

@@ -317,6 +317,8 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, ba
          if spec.area is not None for r in area_rows(spec)])
     tick("Geens et al.'s claim on its own workload")
     result.tables["geens_claims"] = _geens_rows()
+    tick("MARCA on 32 cores against one array")
+    result.tables["multicore"] = multicore_rows()
     tick("Geens et al.'s equal-area comparison")
     result.tables["geens_equal_area"] = geens_equal_area_rows(seq_lens=GEENS_AREA_SETUP.seq_lens[1:])
     result.tables["scan_forms"] = _scan_form_rows(config)
@@ -455,6 +457,35 @@ def _geens_rows() -> pd.DataFrame:
                          "fused_ms_per_token": ssm.result.model_latency_s / L * 1e3,
                          "speedup_fused_vs_unfused": unf.result.latency_s / ssm.result.latency_s,
                          "ssm_region_speedup": unf_region / ssm_region if ssm_region else float("nan")})
+    return pd.DataFrame(rows)
+
+
+def multicore_rows() -> pd.DataFrame:
+    """MARCA on 32 cores (``marca-multicore``, Geens et al.'s multi-core model of it: 16x16 PEs and
+    768 KB per core, the channels split over the cores, DRAM shared) against MARCA as one 64x128
+    array (``marca-original``), on Geens et al.'s own workload (GEENS_FUSION_SETUP), unfused and
+    with their Fuse-All group: per-token latency, the chip's off-chip bytes and the cores' share
+    of the time in their all-reduces."""
+    from mambalaya.workloads.blocks.mamba1 import parse_config
+
+    setup = GEENS_FUSION_SETUP
+    cfg = parse_config(dict(setup.model_config), source="Geens et al.'s Mamba1-2.7B")
+    rows = []
+    for L in setup.seq_lens:
+        for mapping in ("unfused", "ssm-ri"):
+            one = evaluate("marca-original", "geens-mamba1-2.7b", cfg, phase="prefill", seq_len=L, batch=setup.batch,
+                           mapping=mapping)
+            many = evaluate("marca-multicore", "geens-mamba1-2.7b", cfg, phase="prefill", seq_len=L,
+                            batch=setup.batch, mapping=mapping)
+            split = many.layer_split
+            rows.append({"seq_len": L, "batch": setup.batch, "mapping": mapping, "cores": split.devices,
+                         "placement": split.strategy,
+                         "one_array_ms_per_token": one.model_latency_s / L * 1e3,
+                         "multicore_ms_per_token": many.model_latency_s / L * 1e3,
+                         "multicore_over_one_array": many.model_latency_s / one.model_latency_s,
+                         "one_array_offchip_bytes": one.result.offchip_bytes,
+                         "multicore_chip_offchip_bytes": many.result.offchip_bytes * split.devices,
+                         "multicore_interconnect_share": split.interconnect_share})
     return pd.DataFrame(rows)
 
 

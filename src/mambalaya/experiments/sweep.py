@@ -132,7 +132,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
         return {**point_outputs(hv), "buffer_bytes": arch.memory.onchip_buffer_bytes,
                 "pes": arch.compute.array_rows * arch.compute.array_cols,
                 "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s}
-    if devices > 1 or parallel is not None:
+    if devices > 1 or parallel is not None or arch.cores is not None:  # (a multi-core chip: its cores)
         return _devices_outputs(arch, point, config, seq_len=seq_len, batch=batch, devices=devices, parallel=parallel)
     require_fits(arch, str(point["model"]), config, batch=batch, seq_len=seq_len)  # over the DRAM: a failed point
     key = (point["model"], point["phase"], seq_len, batch, arch.bits_per_element,
@@ -169,9 +169,10 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
 def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: int, batch: int, devices: int,
                      parallel: str | None) -> dict[str, Any]:
-    """A point over several devices (``devices``, ``parallel``): the whole evaluation
-    (:func:`~mambalaya.experiments.evaluate.evaluate`), its per-layer figures one device's part
-    (or one micro-batch's), its model latency and energy the devices' together."""
+    """A point over several devices (``devices``, ``parallel``), or on a multi-core chip: the
+    whole evaluation (:func:`~mambalaya.experiments.evaluate.evaluate`), its per-layer figures
+    one device's (core's) part or one micro-batch's, its model latency and energy the devices'
+    together, its off-chip bytes a chip's."""
     from mambalaya.experiments.evaluate import evaluate
 
     ev = evaluate(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len, batch=batch,
@@ -182,8 +183,8 @@ def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: 
         "layer_energy_j": t["layer_energy_j"], "energy_per_token_j": t["energy_per_token_j"],
         "average_power_w": t["average_power_w"], "power_budget_w": arch.power_budget_w,
         "over_power_budget": t["over_power_budget"], "throttled_latency_s": t["throttled_latency_s"]}
-    return {**energy, **{k: t[k] for k in ("latency_s", "model_latency_s", "offchip_bytes", "compute_util", "mem_util",
-                                           "tokens_per_s", "groups")},
+    return {**energy, **{k: t[k] for k in ("latency_s", "model_latency_s", "compute_util", "mem_util", "tokens_per_s",
+                                           "groups")}, "offchip_bytes": t["offchip_bytes"] * ev.cores,
             "peak_footprint_bytes": max(g.traffic.footprint_bytes for g in ev.result.groups),
             "buffer_bytes": arch.memory.onchip_buffer_bytes, "pes": arch.compute.array_rows * arch.compute.array_cols,
             "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s, "mapping_used": ev.mapping.name,

@@ -1,0 +1,44 @@
+"""Multi-core chips: a layer's work split over cores that share the chip's off-chip memory.
+
+A design with a ``cores`` section (:class:`~mambalaya.arch.system.CoresSpec`) is costed one core
+at a time (:func:`~mambalaya.arch.core_design`): each core runs its part of every layer as one
+of several devices would (tensor placement: its heads and channels,
+:mod:`mambalaya.cost.tensor_parallel`, which is how Geens et al.'s multi-core mapping splits
+the channels over the cores; sequence placement: its positions,
+:mod:`mambalaya.cost.sequence_parallel`), at its share of the chip's off-chip bandwidth (every
+core streams at once), the cores exchanging their all-reduces, halos and states over the
+network on chip.
+
+What differs from devices is the shared memory (:func:`core_dram_share`): a tensor that every
+core holds whole (no split rank: the residual stream, a norm's weights, Mamba-1's ``B`` and
+``C``, an all-reduced sum) is read from the chip's memory once and multicast to the cores over
+the network, and written once, so one core carries ``1/cores`` of its off-chip bytes. A partial
+sum goes to the other cores over the network (its all-reduce is costed there) and the reduced
+sum is written to memory once: each core's write of its partial counts ``1/cores``, so the chip
+writes the tensor once, as one array would. Every other tensor is the core's own. An assumption: the network multicasts (one read
+reaches every core), as a broadcast-capable network on chip does; the work itself, whole
+tensors' Einsums included, is as each core runs it (a norm over the residual stream on every
+core, as tensor parallelism places it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from mambalaya.einsum.cascade import Cascade
+
+#: The placements a multi-core design's cores take (``cores.placement``): those whose cores all
+#: run at once, so that each streams at its share of the memory's bandwidth.
+CORE_PLACEMENTS = ("tensor", "sequence", "best")
+
+
+def core_dram_share(part: Cascade, split: Iterable[str], cores: int) -> dict[str, float]:
+    """Per tensor of ``part`` (one core's part of a layer, its ``split`` ranks divided over
+    ``cores``), the share of its off-chip bytes the core carries, where it is not all of them
+    (see the module doc): ``1/cores`` for a tensor every core holds whole, a partial sum (whose
+    all-reduce goes over the network and whose sum the chip writes once) among them."""
+    ranks = set(split)
+    return {name: 1.0 / cores for name, spec in part.tensors.items() if not ranks & set(spec.ranks)}
+
+
+__all__ = ["CORE_PLACEMENTS", "core_dram_share"]

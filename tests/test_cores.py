@@ -1,0 +1,109 @@
+"""Multi-core designs (a spec's ``cores`` section, mambalaya.cost.cores): each core costed as one
+of several devices at its share of the chip's memory bandwidth, the chip's memory shared (every
+tensor moved once), the cores' collectives over the network on chip; marca-multicore after Geens
+et al.'s artifact."""
+
+from __future__ import annotations
+
+import pytest
+from typer.testing import CliRunner
+
+from mambalaya.arch import arch_from_dict, arch_to_dict, core_design, load_arch, shipped_archs
+from mambalaya.cli import app
+from mambalaya.cost.cores import core_dram_share
+from mambalaya.cost.latency import layer_latency
+from mambalaya.cost.tensor_parallel import device_cascade, split_parts, tensor_parallel_ranks
+from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.experiments.evaluate import compare_rows, evaluate
+from mambalaya.experiments.sweep import evaluate_chunk
+from mambalaya.search.mappings import named_mapping
+from mambalaya.workloads import PRESETS, build_layer
+
+runner = CliRunner()
+MODEL = PRESETS["mamba-2.8b"]
+
+
+def test_a_core_is_the_spec_at_its_share_of_the_chips_memory_joined_by_the_network():
+    chip = load_arch("marca-multicore")
+    assert "marca-multicore" in shipped_archs() and chip.cores.count == 32
+    core = core_design(chip)
+    assert core.cores is None and core.system.unit == "core" and core.name == "marca-multicore-core"
+    assert core.memory.offchip_bandwidth_bytes_per_s == chip.memory.offchip_bandwidth_bytes_per_s / 32
+    assert core.memory.onchip_buffer_bytes == 768 * 1024 and core.compute.array_rows * core.compute.array_cols == 256
+    assert core.system.link_bandwidth_bytes_per_s == chip.cores.noc_bandwidth_bytes_per_s
+    # 32 cores of 16x16 PEs and 768 KiB: marca-original's 8192 PEs and 24 MiB
+    one = load_arch("marca-original")
+    assert 32 * 256 == one.compute.array_rows * one.compute.array_cols
+    assert 32 * core.memory.onchip_buffer_bytes == one.memory.onchip_buffer_bytes
+
+
+def test_every_tensor_a_core_holds_whole_is_one_share_of_the_chips_traffic():
+    layer = build_layer(MODEL, phase="prefill", seq_len=256, batch=1, bits=32)
+    split = split_parts(layer, tensor_parallel_ranks(layer), 32)
+    part = device_cascade(layer, tensor_parallel_ranks(layer), 32)
+    share = core_dram_share(part, split, 32)
+    assert share["X"] == share["XN"] == share["DL"] == share["O"] == share["O_AR"] == 1 / 32  # whole on every core
+    assert "WX" not in share and "H" not in share and "XI" not in share  # split over the cores: each core its own
+
+
+def test_marca_on_32_cores_moves_each_tensor_once_and_costs_what_its_cores_do():
+    one = evaluate("marca-original", "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1)
+    chip = evaluate("marca-multicore", "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1)
+    split = chip.layer_split
+    assert split.strategy == "tensor" and split.devices == 32 and chip.cores == 32
+    assert chip.result.offchip_bytes * 32 == pytest.approx(one.result.offchip_bytes, rel=1e-9)  # unfused: each once
+    assert chip.model_latency_s == pytest.approx(split.layers_s + split.interconnect_s)
+    assert split.interconnect_share < 1e-5  # Geens et al.'s network is unbounded
+    assert 0.95 < chip.model_latency_s / one.model_latency_s < 1.2
+    assert chip.totals()["area_mm2"] == pytest.approx(32 * core_area(), rel=1e-9)
+    rows = compare_rows(["marca-original", "marca-multicore"], "mamba-2.8b", MODEL, phase="prefill", seq_lens=[1024],
+                        batch=1, baseline="marca-original")
+    assert [list(r) for r in rows][0] == [list(r) for r in rows][1]  # the same columns for both designs
+    assert rows[0]["offchip_bytes"] == pytest.approx(rows[1]["offchip_bytes"], rel=1e-9)
+    assert (rows[0]["devices"], rows[1]["devices"], rows[1]["parallel"]) == (1, 32, "tensor")
+
+
+def core_area() -> float:
+    from mambalaya.cost.area import total_area_mm2
+
+    return total_area_mm2(core_design(load_arch("marca-multicore")))
+
+
+def test_a_multi_core_chip_is_refused_where_it_would_be_costed_as_one_array_or_placed_otherwise():
+    chip = load_arch("marca-multicore")
+    layer = build_layer(MODEL, phase="prefill", seq_len=64, batch=1, bits=32)
+    with pytest.raises(SpecError, match="marca-multicore is a multi-core design"):
+        layer_latency(chip, layer, named_mapping("unfused", layer, None, arch=chip))
+    with pytest.raises(SpecError, match="not 'pipeline'"):
+        evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=64, batch=1, parallel="pipeline")
+    with pytest.raises(SpecError, match="several such chips"):
+        evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=64, batch=1, devices=2)
+    data = arch_to_dict(chip)
+    data["system"] = {"link_bandwidth_bytes_per_s": 450e9, "link_latency_s": 3e-6}
+    with pytest.raises(MambalayaError, match="cores"):
+        arch_from_dict(data)
+    data = arch_to_dict(chip)
+    data["cores"]["count"] = 1
+    with pytest.raises(MambalayaError, match="cores.count"):
+        arch_from_dict(data)
+
+
+def test_best_weighs_the_placements_whose_cores_all_run_and_a_sweep_point_runs_the_chip():
+    best = evaluate("marca-multicore", "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1, parallel="best")
+    assert {s for s, _ in best.strategies_s} == {"tensor", "sequence"}
+    point = {"arch": "marca-multicore", "model": "mamba-2.8b", "phase": "prefill", "seq_len": 1024, "batch": 1,
+             "mapping": "default"}
+    [result] = evaluate_chunk([point])
+    assert result.error is None, result.error
+    chip = evaluate("marca-multicore", "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1)
+    assert result.outputs["model_latency_s"] == chip.model_latency_s
+    assert result.outputs["devices"] == 32 and result.outputs["offchip_bytes"] == chip.result.offchip_bytes * 32
+
+
+def test_the_cli_names_cores_not_devices():
+    shown = runner.invoke(app, ["evaluate", "--arch", "marca-multicore", "--model", "mamba-130m", "--seq-len", "256"])
+    assert shown.exit_code == 0, shown.output
+    assert "tensor parallel over 32 cores" in shown.output and "each core's part" in shown.output
+    assert "32 cores of" in shown.output
+    listed = runner.invoke(app, ["arch", "show", "marca-multicore"])
+    assert listed.exit_code == 0 and "one of its 32 cores" in listed.output

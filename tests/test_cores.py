@@ -107,3 +107,24 @@ def test_the_cli_names_cores_not_devices():
     assert "32 cores of" in shown.output
     listed = runner.invoke(app, ["arch", "show", "marca-multicore"])
     assert listed.exit_code == 0 and "one of its 32 cores" in listed.output
+
+
+def test_a_finite_network_pays_for_bringing_every_core_the_tensors_all_read():
+    """With the network at 1 GB/s per core, each core's layer waits for the (cores-1)/cores of
+    each whole tensor it receives from the others, and the network's energy counts every core's."""
+    from mambalaya.cost.cores import multicast_cost
+
+    data = arch_to_dict(load_arch("marca-multicore"))
+    data["cores"].update(noc_bandwidth_bytes_per_s=1.0e9, noc_energy_pj_per_bit=1.0)
+    slow = arch_from_dict(data)
+    free = evaluate("marca-multicore", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1)
+    ev = evaluate(slow, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1)
+    split = ev.layer_split
+    layer = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1, bits=32)
+    share = core_dram_share(ev.cascade, split_parts(layer, tensor_parallel_ranks(layer), 32), 32)
+    received = 31 * sum(b for g in ev.result.groups for t, b in g.traffic.read_bytes.items() if t in share)
+    seconds, joules = multicast_cost(ev.result, share, 32, core_design(slow).system)
+    assert received > 0 and seconds == pytest.approx(received / 1e9) and joules == pytest.approx(32 * received * 8e-12)
+    assert split.multicast[None] == (seconds, joules)
+    assert ev.model_latency_s == pytest.approx(split.layers_s + split.interconnect_s)
+    assert split.interconnect_s > 24 * seconds and ev.model_latency_s > free.model_latency_s

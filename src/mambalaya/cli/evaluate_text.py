@@ -152,11 +152,14 @@ def strategies_text(strategies_s: tuple[tuple[str, float], ...], chosen_s: float
 
 def _links_text(system: Any, split: Any, step: str = "step") -> str:
     """The links' part of a strategy's line: their bandwidth, latency, a collective's fixed cost
-    (where the strategy has collectives) and the energy over them (where they have one)."""
+    (where the strategy has collectives), the energy over them (where they have one) and, on the
+    cores of one chip, the network's multicast of the tensors every core reads whole."""
     energy = "" if split.interconnect_j is None else f", {split.interconnect_j * 1e3:.4g} mJ over the links"
     call = "" if split.strategy == "sequence" else f", {system.collective_latency_s * 1e6:g} us a call"
+    multicast = sum(split.layers[k].count * s for k, (s, _) in split.multicast.items())
+    shared = "" if not split.multicast else f"; the network's multicast of whole tensors {milliseconds(multicast)} ms of it"
     return (f"links {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a {step}"
-            f"{call}{energy}")
+            f"{call}{energy}{shared}")
 
 
 def tensor_parallel_text(arch: Any, tp: Any) -> str:

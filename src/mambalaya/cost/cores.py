@@ -16,7 +16,8 @@ the network, and written once, so one core carries ``1/cores`` of its off-chip b
 sum goes to the other cores over the network (its all-reduce is costed there) and the reduced
 sum is written to memory once: each core's write of its partial counts ``1/cores``, so the chip
 writes the tensor once, as one array would. Every other tensor is the core's own. An assumption: the network multicasts (one read
-reaches every core), as a broadcast-capable network on chip does; the work itself, whole
+reaches every core), as a broadcast-capable network on chip does, and what each core receives
+so is the network's traffic (:func:`multicast_cost`); the work itself, whole
 tensors' Einsums included, is as each core runs it (a norm over the residual stream on every
 core, as tensor parallelism places it).
 """
@@ -41,4 +42,17 @@ def core_dram_share(part: Cascade, split: Iterable[str], cores: int) -> dict[str
     return {name: 1.0 / cores for name, spec in part.tensors.items() if not ranks & set(spec.ranks)}
 
 
-__all__ = ["CORE_PLACEMENTS", "core_dram_share"]
+def multicast_cost(result, dram_share: dict[str, float], cores: int, network) -> tuple[float, float | None]:
+    """(seconds, joules over the chip) the network on chip spends in one layer bringing each core
+    the tensors every core reads whole: of each such tensor a core reads ``1/cores`` from memory
+    (its share in ``result``, one core's :class:`~mambalaya.cost.latency.LayerLatency` costed
+    with ``dram_share``) and receives the other ``(cores - 1)/cores`` from the others, at the
+    network's per-core bandwidth (``network``: :meth:`~mambalaya.arch.system.CoresSpec.network`),
+    not overlapped with the layer's work (on the safe side)."""
+    shared = {t for t, share in dram_share.items() if share < 1}
+    received = (cores - 1) * sum(b for g in result.groups for t, b in g.traffic.read_bytes.items() if t in shared)
+    seconds = received / network.link_bandwidth_bytes_per_s if received else 0.0
+    return seconds, network.transfer_j(cores * received)
+
+
+__all__ = ["CORE_PLACEMENTS", "core_dram_share", "multicast_cost"]

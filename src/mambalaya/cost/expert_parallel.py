@@ -38,7 +38,7 @@ and receives over the link's bandwidth (the links are full duplex). Its speed of
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from mambalaya.cost.pipeline import LayerSplitCost
@@ -207,8 +207,6 @@ class ExpertParallelCost(LayerSplitCost):
     the batch and its experts; the devices wait for each other at every all-to-all (not
     overlapped with compute: an assumption on the safe side, as for the all-reduces)."""
 
-    devices: int
-    layers: Mapping[str | None, ExpertParallelLayers]
     strategy = "expert"
 
 

@@ -20,8 +20,9 @@ intervals. One device is the model as without a system: no boundary, no transfer
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from typing import Any
+from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
@@ -83,33 +84,42 @@ class SplitCost:
         return self.interconnect_s / self.latency_s if self.latency_s else 0.0
 
 
+@dataclass(frozen=True)
 class LayerSplitCost(SplitCost):
     """A model whose every device runs every layer on its part (tensor, expert, sequence
     parallelism): ``layers`` per layer type, each with its ``count`` of layers, ``layer_s`` (one
     device's part), ``interconnect_s`` and ``interconnect_j`` (its collectives or transfers, the
     joules over all devices, None where the links have no energy) and ``moved_bytes`` (what one
     device moves in them); the devices wait for each other at every collective (not overlapped
-    with compute). ``devices``, ``layers`` and ``strategy`` are given by the class that takes
-    this one in."""
+    with compute). On the cores of one chip, ``multicast`` adds per layer type the seconds and
+    joules the network spends bringing each core the tensors every core reads whole
+    (:func:`~mambalaya.cost.cores.multicast_cost`). The class that takes this one in names its
+    ``strategy``."""
+
+    devices: int
+    layers: Mapping[str | None, Any]
+    multicast: Mapping[str | None, tuple[float, float | None]] = field(default_factory=dict)
 
     @property
     def layers_s(self) -> float:
-        return sum(t.count * t.layer_s for t in self.layers.values())  # type: ignore[attr-defined]
+        return sum(t.count * t.layer_s for t in self.layers.values())
 
     @property
     def interconnect_s(self) -> float:
-        return sum(t.count * t.interconnect_s for t in self.layers.values())  # type: ignore[attr-defined]
+        return sum(t.count * (t.interconnect_s + self.multicast.get(k, (0.0, 0.0))[0]) for k, t in self.layers.items())
 
     @property
     def interconnect_j(self) -> float | None:
-        joules = [t.interconnect_j for t in self.layers.values()]  # type: ignore[attr-defined]
-        return None if any(j is None for j in joules) else sum(
-            t.count * t.interconnect_j for t in self.layers.values())  # type: ignore[attr-defined]
+        joules = [t.interconnect_j for t in self.layers.values()] + [j for _, j in self.multicast.values()]
+        if any(j is None for j in joules):
+            return None
+        return sum(t.count * (t.interconnect_j + (self.multicast.get(k, (0.0, 0.0))[1] or 0.0))
+                   for k, t in self.layers.items())
 
     @property
     def collective_bytes(self) -> float:
         """Bytes one device moves in the model's collectives (see each strategy's ``moved_bytes``)."""
-        return sum(t.count * t.moved_bytes for t in self.layers.values())  # type: ignore[attr-defined]
+        return sum(t.count * t.moved_bytes for t in self.layers.values())
 
 
 @dataclass(frozen=True)

@@ -408,8 +408,6 @@ class SequenceParallelCost(LayerSplitCost):
     """A model sequence parallel over ``devices``: every device runs every layer on its positions;
     each layer waits for its halos and for the states passed along the devices."""
 
-    devices: int
-    layers: Mapping[str | None, SequenceParallelLayers]
     strategy = "sequence"
 
 

@@ -394,8 +394,6 @@ class TensorParallelCost(LayerSplitCost):
     devices wait for each other at every all-reduce (the collectives are not overlapped with
     compute: an assumption, Megatron-LM's all-reduces sit on the critical path)."""
 
-    devices: int
-    layers: Mapping[str | None, TensorParallelLayers]
     strategy = "tensor"
 
 

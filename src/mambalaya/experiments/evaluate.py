@@ -140,6 +140,18 @@ def core_share(spec: ArchSpec, whole: Cascade, part: Cascade, strategy: str, dev
     return core_dram_share(part, split, devices)
 
 
+def multicast_of(spec: ArchSpec, result: LayerLatency, dram_share: dict[str, float] | None, kind: str | None,
+                 cores: int) -> dict[str | None, tuple[float, float | None]]:
+    """On one of ``cores`` cores of a multi-core chip, the network's multicast in a layer of
+    ``kind`` costed as ``result`` (:func:`~mambalaya.cost.cores.multicast_cost`); nothing on a
+    device of its own."""
+    if dram_share is None:
+        return {}
+    from mambalaya.cost.cores import multicast_cost
+
+    return {kind: multicast_cost(result, dram_share, cores, spec.system)}
+
+
 def chip_cores(arch: ArchSpec, split: Any) -> int:
     """The cores of a multi-core chip an evaluation's ``arch`` is one core of (its system joins
     cores, :func:`~mambalaya.arch.core_design`), from its split; 1 for any other design."""
@@ -278,20 +290,21 @@ def evaluate(
                      name=f"{model_name}-{phase}", scan=scan, precision=policy)
     costed = (device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices) if tensor else
               sequence_device_cascade(cascade, n_devices) if sequence else cascade)
+    on_core = core_share(spec, cascade, costed, strategy, n_devices)
     ev = evaluate_cascade(spec, model_name, config, costed, phase=phase, batch=batch, mapping=mapping,
                           policy=policy, objective=objective, n_layers=config.n_layers, dram=dram,
-                          dram_share=core_share(spec, cascade, costed, strategy, n_devices))
+                          dram_share=on_core)
     if n_devices == 1:
         return ev
     kind = costed_layer_type(config)
     if tensor:
         layers = tensor_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
                                         layer_s=ev.result.latency_s)
-        return replace(ev, layer_split=TensorParallelCost(n_devices, {kind: layers}))
+        return replace(ev, layer_split=TensorParallelCost(n_devices, {kind: layers}, multicast_of(spec, ev.result, on_core, kind, n_devices)))
     if sequence:
         passed = sequence_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
                                           layer_s=ev.result.latency_s)
-        return replace(ev, layer_split=SequenceParallelCost(n_devices, {kind: passed}))
+        return replace(ev, layer_split=SequenceParallelCost(n_devices, {kind: passed}, multicast_of(spec, ev.result, on_core, kind, n_devices)))
     return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade},
                                             micro_batches=m), stage_dram=stage_dram)
 

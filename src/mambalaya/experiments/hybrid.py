@@ -32,7 +32,7 @@ from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, 
 from mambalaya.experiments.devices import (check_expert_parallel, on_cores, strategies_on, check_sequence_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
                                            resolve_devices, resolve_micro_batches, resolve_parallel)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, chip_cores, core_share, dram_use,
-                                            evaluate_cascade, with_devices_columns,
+                                            evaluate_cascade, multicast_of, with_devices_columns,
                                             micro_batched_energy, pipeline_totals, require_fits_across,
                                             resolve_policy, layer_split_totals)
 from mambalaya.cost.capacity import DramUse
@@ -253,6 +253,7 @@ def evaluate_hybrid(
             except SpecError as err:
                 raise SpecError(f"{model_name} {layer_type} layers cannot run sequence parallel: {err}") from None
     whole: dict[str, Any] = {}  # per costed cascade's name, the whole layer it is a device's part of
+    shares: dict[str, Any] = {}  # per costed cascade's name, its tensors' shares of a multi-core chip's memory
     for layer_type, count in config.layer_counts().items():
         forms: list[str | None] = [None]
         if layer_type in scanned_layer_types(config):
@@ -281,6 +282,7 @@ def evaluate_hybrid(
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
                                               n_layers=count, reuse=reuse, dram_share=on_core))
+                shares[found[-1].cascade.name] = on_core
             except MambalayaError as err:
                 errors.append(f"{form + ' scan: ' if form else ''}{err}")
         if not found:
@@ -288,13 +290,15 @@ def evaluate_hybrid(
                                  + "; ".join(errors))
         layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
     if tensor or expert or sequence:
+        multicast = {t: c for lt, ev in layers.items()
+                     for t, c in multicast_of(spec, ev.result, shares.get(ev.cascade.name), lt, n_devices).items()}
         cost = (TensorParallelCost(n_devices, {t: tensor_parallel_layers(spec.system, whole[ev.cascade.name], n_devices,
                                                                          count=ev.result.n_layers, layer_s=ev.result.latency_s)
-                                               for t, ev in layers.items()}) if tensor else
+                                               for t, ev in layers.items()}, multicast) if tensor else
                 SequenceParallelCost(n_devices, {t: sequence_parallel_layers(spec.system, whole[ev.cascade.name], n_devices,
                                                                              count=ev.result.n_layers,
                                                                              layer_s=ev.result.latency_s)
-                                                 for t, ev in layers.items()}) if sequence else
+                                                 for t, ev in layers.items()}, multicast) if sequence else
                 ExpertParallelCost(n_devices, {t: expert_parallel_layers(spec.system, ev.cascade, n_devices, routing,
                                                                          count=ev.result.n_layers, layer_s=ev.result.latency_s)
                                                for t, ev in layers.items()}))

@@ -20,9 +20,10 @@ from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.sequence_parallel import SequenceParallelCost, sequence_device_cascade, sequence_parallel_layers
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, on_cores, strategies_on, check_sequence_parallel, costed_layer_type, fastest_strategy, fewest_pipeline_devices, pipeline_of,
-                                           require_fits_on, resolve_micro_batches,
-                                           require_fits_layer_split, resolve_devices, resolve_parallel, stage_needs)
+from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, costed_layer_type,
+                                           fastest_strategy, fewest_pipeline_devices, on_cores, pipeline_of,
+                                           require_fits_layer_split, require_fits_on, resolve_devices,
+                                           resolve_micro_batches, resolve_parallel, stage_needs, strategies_on)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
@@ -51,8 +52,9 @@ class Evaluation:
     #: On several devices (pipeline parallel): the pipeline and each device's use of its memory.
     pipeline: PipelineCost | None = None
     stage_dram: tuple[DramUse, ...] = ()
-    #: Tensor parallel over several devices: each layer's part on a device and its all-reduces
-    #: (``cascade`` and ``result`` are then one device's part of the layer).
+    #: Tensor, expert or sequence parallel over several devices (or a multi-core chip's cores):
+    #: each layer's part on a device and its collectives (``cascade`` and ``result`` are then one
+    #: device's part of the layer).
     layer_split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost | None = None
     #: With ``parallel="best"``: each strategy's model latency, the fastest kept.
     strategies_s: tuple[tuple[str, float], ...] = ()
@@ -160,7 +162,7 @@ def chip_cores(arch: ArchSpec, split: Any) -> int:
 
 def layer_split_totals(split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost, device_model_j: float | None, tokens: int,
                        power_budget_w: float | None) -> dict[str, Any]:
-    """Tensor or expert parallelism's own figures in an evaluation's totals (every device runs
+    """Tensor, expert or sequence parallelism's own figures in an evaluation's totals (every device runs
     every layer on its part), and its energy: the devices' together (the most loaded device's
     model energy times the devices, an upper bound where the experts' load is uneven, plus the
     links' where they have an energy), per token and times the latency; the average power is
@@ -259,7 +261,9 @@ def evaluate(
     the layer costed is then one device's part) or ``best`` (the faster of the two, both
     latencies in ``strategies_s``) (:mod:`mambalaya.experiments.devices`). ``micro_batches``
     (default 1) splits the batch between a pipeline's stages: the layer costed is then one
-    micro-batch's (``result``; ``batch`` stays the whole batch)."""
+    micro-batch's (``result``; ``batch`` stays the whole batch). A multi-core design (a ``cores``
+    section) runs on its cores as on devices, placed by ``cores.placement`` or ``parallel``
+    (:mod:`mambalaya.cost.cores`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     if spec.cores is not None:  # each core its part, as devices joined by the network on chip
         return evaluate(core_design(spec), model_name, config, phase=phase, seq_len=seq_len, batch=batch,
@@ -300,11 +304,13 @@ def evaluate(
     if tensor:
         layers = tensor_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
                                         layer_s=ev.result.latency_s)
-        return replace(ev, layer_split=TensorParallelCost(n_devices, {kind: layers}, multicast_of(spec, ev.result, on_core, kind, n_devices)))
+        multicast = multicast_of(spec, ev.result, on_core, kind, n_devices)
+        return replace(ev, layer_split=TensorParallelCost(n_devices, {kind: layers}, multicast))
     if sequence:
         passed = sequence_parallel_layers(spec.system, cascade, n_devices, count=ev.result.n_layers,
                                           layer_s=ev.result.latency_s)
-        return replace(ev, layer_split=SequenceParallelCost(n_devices, {kind: passed}, multicast_of(spec, ev.result, on_core, kind, n_devices)))
+        multicast = multicast_of(spec, ev.result, on_core, kind, n_devices)
+        return replace(ev, layer_split=SequenceParallelCost(n_devices, {kind: passed}, multicast))
     return replace(ev, pipeline=pipeline_of(spec, config, n_devices, {kind: ev.result.latency_s}, {kind: ev.cascade},
                                             micro_batches=m), stage_dram=stage_dram)
 

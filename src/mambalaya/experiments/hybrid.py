@@ -29,8 +29,9 @@ from mambalaya.cost.sequence_parallel import (SequenceParallelCost, check_sequen
                                               sequence_parallel_layers, sequence_ranks)
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, on_cores, strategies_on, check_sequence_parallel, fastest_strategy, pipeline_of, require_fits_layer_split,
-                                           resolve_devices, resolve_micro_batches, resolve_parallel)
+from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, fastest_strategy, on_cores,
+                                           pipeline_of, require_fits_layer_split, resolve_devices, resolve_micro_batches,
+                                           resolve_parallel, strategies_on)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, chip_cores, core_share, dram_use,
                                             evaluate_cascade, multicast_of, with_devices_columns,
                                             micro_batched_energy, pipeline_totals, require_fits_across,

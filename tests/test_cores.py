@@ -74,8 +74,8 @@ def test_a_multi_core_chip_is_refused_where_it_would_be_costed_as_one_array_or_p
     layer = build_layer(MODEL, phase="prefill", seq_len=64, batch=1, bits=32)
     with pytest.raises(SpecError, match="marca-multicore is a multi-core design"):
         layer_latency(chip, layer, named_mapping("unfused", layer, None, arch=chip))
-    with pytest.raises(SpecError, match="not 'pipeline'"):
-        evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=64, batch=1, parallel="pipeline")
+    with pytest.raises(SpecError, match="not 'expert'"):
+        evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=64, batch=1, parallel="expert")
     with pytest.raises(SpecError, match="several such chips"):
         evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=64, batch=1, devices=2)
     data = arch_to_dict(chip)
@@ -88,9 +88,28 @@ def test_a_multi_core_chip_is_refused_where_it_would_be_costed_as_one_array_or_p
         arch_from_dict(data)
 
 
-def test_best_weighs_the_placements_whose_cores_all_run_and_a_sweep_point_runs_the_chip():
+def test_layers_pipelined_over_the_cores_stream_at_the_share_of_the_stages_busy_at_once():
+    """GPipe over the 32 cores: one batch keeps one core busy at a time, at the chip's whole
+    bandwidth; 32 micro-batches keep all 32 busy, each at 1/32 of it; the stages' layers are each
+    core's own (no shared traffic), the boundaries cross the network."""
+    from mambalaya.cost.cores import streaming_cores
+
+    chip = load_arch("marca-multicore")
+    assert streaming_cores("pipeline", 32, None) == 1 and streaming_cores("pipeline", 32, 8) == 8
+    assert streaming_cores("pipeline", 32, 64) == 32 and streaming_cores("tensor", 32, None) == 32
+    assert core_design(chip, 1).memory.offchip_bandwidth_bytes_per_s == chip.memory.offchip_bandwidth_bytes_per_s
+    one = evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=256, batch=32, parallel="pipeline")
+    many = evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=256, batch=32, parallel="pipeline",
+                    micro_batches=32)
+    assert one.pipeline.devices == many.pipeline.devices == 32 and many.pipeline.micro_batches == 32
+    assert one.arch.memory.offchip_bandwidth_bytes_per_s == 32 * many.arch.memory.offchip_bandwidth_bytes_per_s
+    assert one.layer_parts == 1 and one.cores == 32  # a core runs whole layers: a layer's bytes are its own
+    assert many.model_latency_s < one.model_latency_s  # the stages overlap
+
+
+def test_best_weighs_every_placement_and_a_sweep_point_runs_the_chip():
     best = evaluate("marca-multicore", "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1, parallel="best")
-    assert {s for s, _ in best.strategies_s} == {"tensor", "sequence"}
+    assert {s for s, _ in best.strategies_s} == {"tensor", "sequence", "pipeline"}
     point = {"arch": "marca-multicore", "model": "mamba-2.8b", "phase": "prefill", "seq_len": 1024, "batch": 1,
              "mapping": "default"}
     [result] = evaluate_chunk([point])

@@ -88,10 +88,11 @@ class CoresSpec(BaseModel):
                                + LINK_LATENCY_RANGE.note)
     noc_energy_pj_per_bit: Annotated[float, LINK_ENERGY_RANGE.validator()] | None = Field(
         None, ge=0, description="Energy per bit the network on chip moves; None: not modelled. " + LINK_ENERGY_RANGE.note)
-    placement: Literal["tensor", "sequence", "best"] = Field(
-        "tensor", description="How a layer's work is placed on the cores, every core running at once: tensor (each "
-                              "core a part of every layer's heads and channels, Geens et al.'s inter-core split of the "
-                              "channels), sequence (a prefill's positions), best (the faster).")
+    placement: Literal["tensor", "sequence", "pipeline", "best"] = Field(
+        "tensor", description="How a model's work is placed on the cores: tensor (each core a part of every layer's "
+                              "heads and channels, Geens et al.'s inter-core split of the channels), sequence (a "
+                              "prefill's positions), pipeline (the layers in order, Stream's layer pipelining), best "
+                              "(the fastest).")
 
     @field_validator("noc_bandwidth_bytes_per_s", mode="before")
     @classmethod

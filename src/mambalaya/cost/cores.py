@@ -1,12 +1,12 @@
 """Multi-core chips: a layer's work split over cores that share the chip's off-chip memory.
 
 A design with a ``cores`` section (:class:`~mambalaya.arch.system.CoresSpec`) is costed one core
-at a time (:func:`~mambalaya.arch.core_design`): each core runs its part of every layer as one
-of several devices would (tensor placement: its heads and channels,
+at a time (:func:`~mambalaya.arch.core_design`): each core runs its part as one of several
+devices would (tensor placement: its heads and channels of every layer,
 :mod:`mambalaya.cost.tensor_parallel`, which is how Geens et al.'s multi-core mapping splits
 the channels over the cores; sequence placement: its positions,
-:mod:`mambalaya.cost.sequence_parallel`), at its share of the chip's off-chip bandwidth (every
-core streams at once), the cores exchanging their all-reduces, halos and states over the
+:mod:`mambalaya.cost.sequence_parallel`; pipeline placement: its layers,
+:mod:`mambalaya.cost.pipeline`), at its share of the chip's off-chip bandwidth (:func:`streaming_cores`), the cores exchanging their all-reduces, halos and states over the
 network on chip.
 
 What differs from devices is the shared memory (:func:`core_dram_share`): a tensor that every
@@ -28,9 +28,18 @@ from collections.abc import Iterable
 
 from mambalaya.einsum.cascade import Cascade
 
-#: The placements a multi-core design's cores take (``cores.placement``): those whose cores all
-#: run at once, so that each streams at its share of the memory's bandwidth.
-CORE_PLACEMENTS = ("tensor", "sequence", "best")
+#: The placements a multi-core design's cores take (``cores.placement``; ``best``: the fastest).
+CORE_PLACEMENTS = ("tensor", "sequence", "pipeline", "best")
+
+
+def streaming_cores(placement: str, cores: int, micro_batches: int | None) -> int:
+    """How many cores stream from the shared memory at once under ``placement``: every core
+    when each runs its part of every layer (tensor, sequence); in a pipeline of the layers, the
+    stages a micro-batch keeps busy at once in GPipe's steady state, ``min(micro_batches,
+    cores)`` (one batch: one core at a time, at the whole bandwidth). Each of them streams at
+    that share of the memory's bandwidth: during a pipeline's fill and drain fewer run, each
+    could stream faster than its share (on the safe side)."""
+    return min(micro_batches or 1, cores) if placement == "pipeline" else cores
 
 
 def core_dram_share(part: Cascade, split: Iterable[str], cores: int) -> dict[str, float]:
@@ -55,4 +64,4 @@ def multicast_cost(result, dram_share: dict[str, float], cores: int, network) ->
     return seconds, network.transfer_j(cores * received)
 
 
-__all__ = ["CORE_PLACEMENTS", "core_dram_share", "multicast_cost"]
+__all__ = ["CORE_PLACEMENTS", "core_dram_share", "multicast_cost", "streaming_cores"]

@@ -60,9 +60,9 @@ def resolve_devices(spec: ArchSpec, devices: int | None) -> int:
     return n
 
 
-def on_cores(spec: ArchSpec, devices: int | None, parallel: str | None, micro_batches: int | None) -> dict[str, Any]:
-    """How an evaluation runs on a multi-core design (``spec.cores``): on its cores as on devices
-    joined by the network on chip, placed by ``cores.placement`` (or ``parallel``, which
+def on_cores(spec: ArchSpec, devices: int | None, parallel: str | None) -> str:
+    """The placement of an evaluation on a multi-core design (``spec.cores``): its cores run as
+    devices joined by the network on chip, placed by ``cores.placement`` (or ``parallel``, which
     overrides it); several such chips are not modelled."""
     if devices not in (None, 1):
         raise SpecError(f"{spec.name} is a multi-core design ({spec.cores.count} cores joined on chip): several such "
@@ -72,10 +72,9 @@ def on_cores(spec: ArchSpec, devices: int | None, parallel: str | None, micro_ba
 
     chosen = parallel or spec.cores.placement
     if chosen not in CORE_PLACEMENTS:
-        raise SpecError(f"{spec.name}'s cores are placed by tensor, sequence or best (every core running at once, "
-                        f"each at its share of the chip's memory bandwidth), not {chosen!r}: a pipeline over the cores "
-                        "of one chip, or its experts over them, is not modelled")
-    return {"devices": spec.cores.count, "parallel": chosen, "micro_batches": micro_batches}
+        raise SpecError(f"{spec.name}'s cores are placed by {', '.join(CORE_PLACEMENTS[:-1])} or best, not {chosen!r}: "
+                        "experts over the cores of one chip are not modelled")
+    return chosen
 
 
 def layer_order(config: Any) -> tuple[str | None, ...]:
@@ -122,7 +121,7 @@ def strategies_on(spec: ArchSpec) -> tuple[str, ...]:
     whose cores all run at once, :data:`~mambalaya.cost.cores.CORE_PLACEMENTS`)."""
     from mambalaya.cost.cores import CORE_PLACEMENTS
 
-    if spec.system is not None and spec.system.unit == "core":
+    if spec.cores is not None or (spec.system is not None and spec.system.unit == "core"):
         return tuple(s for s in CORE_PLACEMENTS if s != "best")
     return PARALLEL_STRATEGIES
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mambalaya.arch import ArchSpec, core_design, load_arch
+from mambalaya.cost.cores import streaming_cores
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping
 from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
@@ -73,6 +74,12 @@ class Evaluation:
         return chip_cores(self.arch, self.layer_split or self.pipeline)
 
     @property
+    def layer_parts(self) -> int:
+        """How many cores' parts make up one layer of a multi-core chip (its cores each running a
+        part of every layer; one where a core runs whole layers, in a pipeline, or off a chip)."""
+        return chip_cores(self.arch, self.layer_split)
+
+    @property
     def energy(self) -> LayerEnergy | None:
         """The energy of this evaluation's actions (None when the arch has no energy section)."""
         if self.arch.energy is None:
@@ -131,8 +138,8 @@ def core_share(spec: ArchSpec, whole: Cascade, part: Cascade, strategy: str, dev
     """On one core of a multi-core chip (``spec``'s system joins cores), each tensor's share of
     the off-chip bytes the core carries (:func:`~mambalaya.cost.cores.core_dram_share`; ``part``
     is its part of ``whole`` under ``strategy``); None on a device of its own."""
-    if spec.system is None or spec.system.unit != "core" or devices == 1:
-        return None
+    if spec.system is None or spec.system.unit != "core" or devices == 1 or strategy not in ("tensor", "sequence"):
+        return None  # (a pipeline's cores each stream their own layers)
     from mambalaya.cost.cores import core_dram_share
     from mambalaya.cost.sequence_parallel import sequence_ranks
     from mambalaya.cost.tensor_parallel import split_parts
@@ -265,10 +272,18 @@ def evaluate(
     section) runs on its cores as on devices, placed by ``cores.placement`` or ``parallel``
     (:mod:`mambalaya.cost.cores`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
-    if spec.cores is not None:  # each core its part, as devices joined by the network on chip
-        return evaluate(core_design(spec), model_name, config, phase=phase, seq_len=seq_len, batch=batch,
-                        mapping=mapping, scan=scan, precision=precision, objective=objective,
-                        **on_cores(spec, devices, parallel, micro_batches))
+    if spec.cores is not None:  # the cores as devices joined by the network on chip
+        placement = on_cores(spec, devices, parallel)
+        if placement == "best":
+            return fastest_strategy(lambda strategy: evaluate(
+                spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+                precision=precision, objective=objective, parallel=strategy,
+                micro_batches=micro_batches if strategy == "pipeline" else None),
+                f"{model_name} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
+        return evaluate(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
+                        config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+                        precision=precision, objective=objective, devices=spec.cores.count, parallel=placement,
+                        micro_batches=micro_batches)
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
     if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:
@@ -535,7 +550,7 @@ def compare_rows(
                     "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
                     "model_latency_s": ev.model_latency_s,
-                    "offchip_bytes": r.offchip_bytes * ev.cores,  # a multi-core chip's: every core's
+                    "offchip_bytes": r.offchip_bytes * ev.layer_parts,  # a multi-core chip's: every core's part
                     "compute_util": r.compute_util,
                     "mem_util": r.mem_util,
                     **devices_columns(ev.pipeline or ev.layer_split),

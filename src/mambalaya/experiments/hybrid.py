@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.arch import ArchSpec, core_design, load_arch
+from mambalaya.cost.cores import streaming_cores
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.cost.expert_parallel import ExpertParallelCost, expert_device_cascade, expert_parallel_layers, is_moe
 from mambalaya.cost.sequence_parallel import (SequenceParallelCost, check_sequence_split, sequence_device_cascade,
@@ -209,10 +210,18 @@ def evaluate_hybrid(
     (default 1) splits the batch between a pipeline's stages, each layer type costed for one
     micro-batch."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
-    if spec.cores is not None:  # each core its part, as devices joined by the network on chip
-        return evaluate_hybrid(core_design(spec), model_name, config, phase=phase, seq_len=seq_len, batch=batch,
-                               mapping=mapping, scan=scan, softmax=softmax, precision=precision,
-                               over_capacity=over_capacity, reuse=reuse, **on_cores(spec, devices, parallel, micro_batches))
+    if spec.cores is not None:  # the cores as devices joined by the network on chip
+        placement = on_cores(spec, devices, parallel)
+        if placement == "best":
+            return fastest_strategy(lambda strategy: evaluate_hybrid(
+                spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+                softmax=softmax, precision=precision, over_capacity=over_capacity, reuse=reuse, parallel=strategy,
+                micro_batches=micro_batches if strategy == "pipeline" else None),
+                f"{model_name} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
+        return evaluate_hybrid(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
+                               config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+                               softmax=softmax, precision=precision, over_capacity=over_capacity, reuse=reuse,
+                               devices=spec.cores.count, parallel=placement, micro_batches=micro_batches)
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")
@@ -370,7 +379,7 @@ def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig,
         base = evals[baseline].model_latency_s
         for a, ev in evals.items():
             totals = ev.totals()
-            totals["model_offchip_bytes"] *= chip_cores(ev.arch, ev.layer_split or ev.pipeline)  # a chip's: every core's
+            totals["model_offchip_bytes"] *= chip_cores(ev.arch, ev.layer_split)  # a chip's: every core's part
             rows.append({"seq_len": L, "arch": a, **totals, "speedup_vs_" + baseline: base / ev.model_latency_s})
     return with_devices_columns(rows)
 

@@ -184,7 +184,7 @@ def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: 
         "average_power_w": t["average_power_w"], "power_budget_w": arch.power_budget_w,
         "over_power_budget": t["over_power_budget"], "throttled_latency_s": t["throttled_latency_s"]}
     return {**energy, **{k: t[k] for k in ("latency_s", "model_latency_s", "compute_util", "mem_util", "tokens_per_s",
-                                           "groups")}, "offchip_bytes": t["offchip_bytes"] * ev.cores,
+                                           "groups")}, "offchip_bytes": t["offchip_bytes"] * ev.layer_parts,
             "peak_footprint_bytes": max(g.traffic.footprint_bytes for g in ev.result.groups),
             "buffer_bytes": arch.memory.onchip_buffer_bytes, "pes": arch.compute.array_rows * arch.compute.array_cols,
             "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s, "mapping_used": ev.mapping.name,

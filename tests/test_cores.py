@@ -147,3 +147,19 @@ def test_a_finite_network_pays_for_bringing_every_core_the_tensors_all_read():
     assert split.multicast[None] == (seconds, joules)
     assert ev.model_latency_s == pytest.approx(split.layers_s + split.interconnect_s)
     assert split.interconnect_s > 24 * seconds and ev.model_latency_s > free.model_latency_s
+
+
+def test_a_chip_holds_one_copy_of_the_model_every_core_reads():
+    """The cores share the chip's memory: the model (one copy) is checked against the chip's
+    capacity under every placement, and refused naming it when over, however small each core's
+    part; each core is costed with the chip's capacity (its part never exceeds the model)."""
+    data = arch_to_dict(load_arch("marca-multicore"))
+    data["memory"]["offchip_capacity_bytes"] = 16 * 1024**3  # mamba-2.8b at 32 bits: 11 GB of weights
+    chip = arch_from_dict(data)
+    assert core_design(chip).memory.offchip_capacity_bytes == 16 * 1024**3
+    for placement in ("tensor", "sequence", "pipeline"):
+        ev = evaluate(chip, "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1, parallel=placement)
+        assert ev.dram.capacity_bytes == 16 * 1024**3 and ev.dram.used_bytes > 11e9, placement
+    data["memory"]["offchip_capacity_bytes"] = 8 * 1024**3
+    with pytest.raises(MambalayaError, match="does not fit"):
+        evaluate(arch_from_dict(data), "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1)

@@ -296,8 +296,9 @@ def with_settings(spec: ArchSpec, settings: list[str] | tuple[str, ...], option:
 def core_design(spec: ArchSpec, streams: int | None = None) -> ArchSpec:
     """One core of a multi-core design (its ``cores`` section) as a design of its own: the spec's
     compute and on-chip memory, ``1/streams`` of the chip's off-chip bandwidth (``streams``: the
-    cores that stream at once, default all of them) and ``1/count`` of its capacity and power
-    budget, and the network on chip as the system joining the cores
+    cores that stream at once, default all of them), ``1/count`` of its power budget, the chip's
+    memory capacity (shared: a core's part never exceeds the model, which the chip is checked to
+    hold), and the network on chip as the system joining the cores
     (:meth:`~mambalaya.arch.system.CoresSpec.network`)."""
     cores = spec.cores
     if cores is None:
@@ -310,14 +311,13 @@ def core_design(spec: ArchSpec, streams: int | None = None) -> ArchSpec:
     data.pop("cores")
     memory = data["memory"]
     memory["offchip_bandwidth_bytes_per_s"] = memory["offchip_bandwidth_bytes_per_s"] / streams
-    if memory.get("offchip_capacity_bytes") is not None:
-        memory["offchip_capacity_bytes"] = memory["offchip_capacity_bytes"] // n
     if data.get("power_budget_w") is not None:
         data["power_budget_w"] = data["power_budget_w"] / n
     data["system"] = cores.network().model_dump(mode="python")
     data["name"] = f"{spec.name}-core"
     data["description"] = (f"one of the {n} cores of {spec.name}, with 1/{streams} of its off-chip bandwidth ({streams} "
-                           f"cores streaming at once) and 1/{n} of its capacity and power budget; {spec.description}").strip()
+                           f"cores streaming at once), 1/{n} of its power budget and its shared memory; "
+                           f"{spec.description}").strip()
     data["sources"] = {k: v for k, v in spec.sources.items() if k != "cores" and not k.startswith("cores.")}
     return arch_from_dict(data, source=f"{spec.name}'s cores")
 

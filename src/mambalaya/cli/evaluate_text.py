@@ -121,7 +121,7 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
             f"+ interconnect {milliseconds(pipeline.interconnect_s)} ms ({pipeline.interconnect_share:.2%} of the time: "
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent}{' a micro-batch' if m > 1 else ''} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each {system.unit} computes {pipeline.busy_share:.1%} of the "
-            f"time (the pipeline's bubble: {schedule}); DRAM {memory}")
+            f"time (the pipeline's bubble: {schedule})" + (f"; DRAM {memory}" if memory else ""))
 
 
 def print_devices(evaluation: Any, dram: Any) -> None:
@@ -131,7 +131,10 @@ def print_devices(evaluation: Any, dram: Any) -> None:
     ``tensor_parallel``, ``strategies_s`` and ``model_latency_s``)."""
     tp = evaluation.layer_split
     if dram is not None:
-        each = "" if tp is None else f"each of the {tp.devices} {evaluation.arch.system.unit}s: "
+        split = tp or evaluation.pipeline
+        on_chip = evaluation.arch.system is not None and evaluation.arch.system.unit == "core" and split is not None
+        each = (f"the chip, shared by its {split.devices} cores: " if on_chip else
+                "" if tp is None else f"each of the {tp.devices} {evaluation.arch.system.unit}s: ")
         out_console.print(each + dram.text(), highlight=False)
     if evaluation.pipeline is not None:
         out_console.print(pipeline_text(evaluation.arch, evaluation.pipeline, evaluation.stage_dram), highlight=False)

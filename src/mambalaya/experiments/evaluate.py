@@ -280,10 +280,12 @@ def evaluate(
                 precision=precision, objective=objective, parallel=strategy,
                 micro_batches=micro_batches if strategy == "pipeline" else None),
                 f"{model_name} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
-        return evaluate(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
-                        config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-                        precision=precision, objective=objective, devices=spec.cores.count, parallel=placement,
-                        micro_batches=micro_batches)
+        chip = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)  # one copy
+        ev = evaluate(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
+                      config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+                      precision=precision, objective=objective, devices=spec.cores.count, parallel=placement,
+                      micro_batches=micro_batches)
+        return replace(ev, dram=chip, stage_dram=())
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
     if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:

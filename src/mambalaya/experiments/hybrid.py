@@ -19,7 +19,7 @@ both). A decode step's ``seq_len`` is the context already in the KV cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mambalaya.arch import ArchSpec, core_design, load_arch
@@ -35,7 +35,7 @@ from mambalaya.experiments.devices import (check_expert_parallel, check_sequence
                                            resolve_parallel, strategies_on)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, chip_cores, core_share, dram_use,
                                             evaluate_cascade, multicast_of, with_devices_columns,
-                                            micro_batched_energy, pipeline_totals, require_fits_across,
+                                            micro_batched_energy, pipeline_totals, require_fits, require_fits_across,
                                             resolve_policy, layer_split_totals)
 from mambalaya.cost.capacity import DramUse
 from mambalaya.cost.pipeline import PipelineCost
@@ -218,10 +218,15 @@ def evaluate_hybrid(
                 softmax=softmax, precision=precision, over_capacity=over_capacity, reuse=reuse, parallel=strategy,
                 micro_batches=micro_batches if strategy == "pipeline" else None),
                 f"{model_name} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
-        return evaluate_hybrid(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
-                               config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-                               softmax=softmax, precision=precision, over_capacity=over_capacity, reuse=reuse,
-                               devices=spec.cores.count, parallel=placement, micro_batches=micro_batches)
+        if over_capacity == "refuse":  # the chip holds one copy of the model, which every core reads
+            chip = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)
+        else:
+            chip = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=precision)
+        hv = evaluate_hybrid(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
+                             config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+                             softmax=softmax, precision=precision, over_capacity="refuse", reuse=reuse,
+                             devices=spec.cores.count, parallel=placement, micro_batches=micro_batches)
+        return replace(hv, dram=chip, stage_dram=())
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")

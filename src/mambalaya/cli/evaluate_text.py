@@ -159,8 +159,7 @@ def _links_text(system: Any, split: Any, step: str = "step") -> str:
     cores of one chip, the network's multicast of the tensors every core reads whole."""
     energy = "" if split.interconnect_j is None else f", {split.interconnect_j * 1e3:.4g} mJ over the links"
     call = "" if split.strategy == "sequence" else f", {system.collective_latency_s * 1e6:g} us a call"
-    multicast = sum(split.layers[k].count * s for k, (s, _) in split.multicast.items())
-    shared = "" if not split.multicast else f"; the network's multicast of whole tensors {milliseconds(multicast)} ms of it"
+    shared = "" if not split.multicast else f"; the network's multicast of whole tensors {milliseconds(split.multicast_s)} ms of it"
     return (f"links {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s, {system.link_latency_s * 1e6:g} us a {step}"
             f"{call}{energy}{shared}")
 

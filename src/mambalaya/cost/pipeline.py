@@ -105,8 +105,13 @@ class LayerSplitCost(SplitCost):
         return sum(t.count * t.layer_s for t in self.layers.values())
 
     @property
+    def multicast_s(self) -> float:
+        """Seconds the network on chip spends in the model's multicasts (0 off a chip)."""
+        return sum(self.layers[k].count * seconds for k, (seconds, _) in self.multicast.items())
+
+    @property
     def interconnect_s(self) -> float:
-        return sum(t.count * (t.interconnect_s + self.multicast.get(k, (0.0, 0.0))[0]) for k, t in self.layers.items())
+        return sum(t.count * t.interconnect_s for t in self.layers.values()) + self.multicast_s
 
     @property
     def interconnect_j(self) -> float | None:

@@ -225,16 +225,17 @@ def sequence_device_cascade(cascade: Cascade, devices: int) -> Cascade:
                             f"({SEQUENCE_SIZE_EXPRESSIONS[cascade.ranks[name].size_expr]}, {cascade.size(name)}) into "
                             f"equal parts, and {devices} does not divide {cascade.size(name)}")
     sizes = {name: cascade.size(name) // devices for name in split}
-    for halo in halos(cascade, split):  # a halo comes from the one device before, so it must hold that many
+    received = halos(cascade, split)
+    for halo in received:  # a halo comes from the one device before, so it must hold that many
         if halo.positions > sizes[halo.rank]:
             raise SpecError(f"sequence parallelism over {devices} devices gives each {sizes[halo.rank]} of rank "
                             f"{halo.rank}'s positions, fewer than the {halo.positions} earlier positions of {halo.tensor} "
                             "a device reads (its halo would span several devices); use fewer devices or a longer sequence")
     tensors = dict(cascade.tensors)
     ranks = dict(cascade.ranks)
-    einsums = [dataclasses.replace(e, expr=_own_last(e.expr, cascade, split, sizes)) for e in cascade.einsums]
-    einsums = [dataclasses.replace(e, output=_own_last(e.output, cascade, split, sizes)) for e in einsums]
-    for halo in halos(cascade, split):  # the previous device's last positions (a conv state where there is one)
+    einsums = [dataclasses.replace(e, expr=_own_last(e.expr, cascade, split, sizes),
+                                   output=_own_last(e.output, cascade, split, sizes)) for e in cascade.einsums]
+    for halo in received:  # the previous device's last positions (a conv state where there is one)
         spec = tensors[halo.tensor]
         if spec.initial is None:
             history = _history_rank(ranks, halo.positions)

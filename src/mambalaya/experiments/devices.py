@@ -77,6 +77,29 @@ def on_cores(spec: ArchSpec, devices: int | None, parallel: str | None) -> str:
     return chosen
 
 
+def run_on_cores(spec: ArchSpec, devices: int | None, parallel: str | None, micro_batches: int | None,
+                 run: Callable[..., Any], what: str, chip_dram: Callable[[], DramUse]) -> Any:
+    """An evaluation on a multi-core design (``spec.cores``): its cores as devices joined by the
+    network on chip (:func:`on_cores`), each a design of its own at its share of the chip's
+    bandwidth (:func:`~mambalaya.arch.core_design`,
+    :func:`~mambalaya.cost.cores.streaming_cores`), ``best`` weighing every placement. ``run``
+    evaluates a design (``run(arch, devices=, parallel=, micro_batches=)``: ``evaluate`` or
+    ``evaluate_hybrid`` of ``what``); the result carries the chip's memory use, ``chip_dram()``
+    (the one copy of the model every core reads)."""
+    from mambalaya.arch import core_design
+    from mambalaya.cost.cores import streaming_cores
+
+    placement = on_cores(spec, devices, parallel)
+    if placement == "best":  # each placement on the chip again, itself
+        return fastest_strategy(lambda strategy: run(spec, parallel=strategy,
+                                                     micro_batches=micro_batches if strategy == "pipeline" else None),
+                                f"{what} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
+    chip = chip_dram()
+    core = core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches))
+    ev = run(core, devices=spec.cores.count, parallel=placement, micro_batches=micro_batches)
+    return dataclasses.replace(ev, dram=chip, stage_dram=())
+
+
 def layer_order(config: Any) -> tuple[str | None, ...]:
     """The model's layers in order, by layer type (None for a model of one layer type)."""
     if is_hybrid(config) or isinstance(config, GatedDeltaNetConfig):
@@ -368,7 +391,7 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
-__all__ = ["on_cores", "strategies_on", "LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
+__all__ = ["on_cores", "run_on_cores", "strategies_on", "LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
            "sequence_parallel_need", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
            "pipeline_of", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
            "resolve_parallel",

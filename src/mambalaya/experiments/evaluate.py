@@ -11,8 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from mambalaya.arch import ArchSpec, core_design, load_arch
-from mambalaya.cost.cores import streaming_cores
+from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping
 from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
@@ -22,9 +21,10 @@ from mambalaya.cost.sequence_parallel import SequenceParallelCost, sequence_devi
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
 from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, costed_layer_type,
-                                           fastest_strategy, fewest_pipeline_devices, on_cores, pipeline_of,
+                                           fastest_strategy, fewest_pipeline_devices, pipeline_of,
                                            require_fits_layer_split, require_fits_on, resolve_devices,
-                                           resolve_micro_batches, resolve_parallel, stage_needs, strategies_on)
+                                           resolve_micro_batches, resolve_parallel, run_on_cores, stage_needs,
+                                           strategies_on)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
@@ -273,19 +273,10 @@ def evaluate(
     (:mod:`mambalaya.cost.cores`)."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     if spec.cores is not None:  # the cores as devices joined by the network on chip
-        placement = on_cores(spec, devices, parallel)
-        if placement == "best":
-            return fastest_strategy(lambda strategy: evaluate(
-                spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-                precision=precision, objective=objective, parallel=strategy,
-                micro_batches=micro_batches if strategy == "pipeline" else None),
-                f"{model_name} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
-        chip = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)  # one copy
-        ev = evaluate(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
-                      config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-                      precision=precision, objective=objective, devices=spec.cores.count, parallel=placement,
-                      micro_batches=micro_batches)
-        return replace(ev, dram=chip, stage_dram=())
+        return run_on_cores(spec, devices, parallel, micro_batches, lambda design, **split: evaluate(
+            design, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+            precision=precision, objective=objective, **split), model_name,
+            lambda: require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision))
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
     if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:

@@ -19,20 +19,19 @@ both). A decode step's ``seq_len`` is the context already in the KV cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from mambalaya.arch import ArchSpec, core_design, load_arch
-from mambalaya.cost.cores import streaming_cores
+from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.cost.expert_parallel import ExpertParallelCost, expert_device_cascade, expert_parallel_layers, is_moe
 from mambalaya.cost.sequence_parallel import (SequenceParallelCost, check_sequence_split, sequence_device_cascade,
                                               sequence_parallel_layers, sequence_ranks)
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
-from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, fastest_strategy, on_cores,
+from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, fastest_strategy,
                                            pipeline_of, require_fits_layer_split, resolve_devices, resolve_micro_batches,
-                                           resolve_parallel, strategies_on)
+                                           resolve_parallel, run_on_cores, strategies_on)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, chip_cores, core_share, dram_use,
                                             evaluate_cascade, multicast_of, with_devices_columns,
                                             micro_batched_energy, pipeline_totals, require_fits, require_fits_across,
@@ -211,22 +210,16 @@ def evaluate_hybrid(
     micro-batch."""
     spec = load_arch(arch) if isinstance(arch, str) else arch
     if spec.cores is not None:  # the cores as devices joined by the network on chip
-        placement = on_cores(spec, devices, parallel)
-        if placement == "best":
-            return fastest_strategy(lambda strategy: evaluate_hybrid(
-                spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-                softmax=softmax, precision=precision, over_capacity=over_capacity, reuse=reuse, parallel=strategy,
-                micro_batches=micro_batches if strategy == "pipeline" else None),
-                f"{model_name} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
-        if over_capacity == "refuse":  # the chip holds one copy of the model, which every core reads
-            chip = require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)
-        else:
-            chip = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=precision)
-        hv = evaluate_hybrid(core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches)), model_name,
-                             config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
-                             softmax=softmax, precision=precision, over_capacity="refuse", reuse=reuse,
-                             devices=spec.cores.count, parallel=placement, micro_batches=micro_batches)
-        return replace(hv, dram=chip, stage_dram=())
+        def chip_dram() -> DramUse:  # the one copy of the model the cores read, against the chip's memory
+            if over_capacity == "refuse":
+                return require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)
+            return dram_use(spec, config, batch=batch, seq_len=seq_len, precision=precision)
+
+        return run_on_cores(spec, devices, parallel, micro_batches, lambda design, **split: evaluate_hybrid(
+            design, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
+            softmax=softmax, precision=precision, reuse=reuse, **split,
+            over_capacity=over_capacity if design is spec else "refuse"),  # a core: the chip is checked
+            model_name, chip_dram)
     policy = resolve_policy(spec, precision)
     if over_capacity not in ("refuse", "report"):
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")

@@ -30,3 +30,27 @@ def test_the_analysis_is_what_every_question_about_the_group_answers() -> None:
     scan = ("AD", "BX", "H", "YS")
     assert "N" not in analyse(c, scan).tileable  # YS reduces the state rank
     assert analyse(c, scan).tileable[-1] == "I"  # the generational rank last
+
+
+def test_registers_hold_what_one_lane_makes_and_every_reader_reads_in_place() -> None:
+    """Registers as a level (fusion.group_analysis): an intermediate made one element per lane
+    (pointwise, or an elementwise recurrence) and read in place by every reader of its group
+    (pointwise at its own element, a reduction over its ranks, a recurrence's step input) is
+    carried in the lanes. Not: a tensor another group reads, one read at offsets (a window),
+    one reused across a rank it lacks (a matrix product's operand), one a reduction of it must
+    finish before another reader reads it (the blocked softmax's score tile), nor one made by a
+    reduction."""
+    c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2)
+    assert analyse(c, ("AD", "BX", "H", "YS")).in_registers == {"AD", "BX", "H"}  # H read by YS over N
+    assert analyse(c, ("DELTA", "AD", "BX", "H")).in_registers == {"AD", "BX"}  # H leaves: YS is elsewhere
+    assert analyse(c, ("XI", "XC", "U")).in_registers == frozenset()  # XI read at offsets; XC a reduction (the window)
+    assert analyse(c, ("YS", "YD", "YG", "O")).in_registers == {"YD"}  # YS is made by a reduction; YG is O's operand
+    states = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2, state_io=True)
+    assert analyse(states, ("AD", "BX", "H", "YS", "HN")).in_registers == {"AD", "BX"}  # HN reads H's last position
+    hybrid = PRESETS["bamba-9b"]
+    attn = build_layer(hybrid, phase="prefill", seq_len=256, batch=1, layer_type="attention", softmax="blocked")
+    names = tuple(e.name for e in attn.einsums)
+    core = names[names.index("SC"):names.index("OR") + 1]
+    held = analyse(attn, core).in_registers
+    assert "SC" not in held  # KBX reduces it over the key block before PE reads it
+    assert "PE" not in held  # the P.V product reuses it across the value channels

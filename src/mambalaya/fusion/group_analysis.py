@@ -122,26 +122,50 @@ def _generational_last(cascade: Cascade, ranks: set[str]) -> tuple[str, ...]:
 
 
 def _carried_in_lanes(cascade: Cascade, e: Einsum, inside: set[str], leaving: set[str]) -> bool:
-    """Whether a lane carries ``e``'s result to its readers: it leaves neither the group nor the
-    chip, ``e`` is pointwise, and every reader in the group is pointwise and reads it at the
-    reader's own output element (the same variables, in order, no offset)."""
-    if e.name in leaving or cascade.kind(e) not in POINTWISE_KINDS:
+    """Whether the lanes carry ``e``'s result from where it is made to where it is read, one
+    word per lane, so it never reaches the buffer: it leaves neither the group nor the chip;
+    each element is made by one lane (``e`` reduces nothing and contracts no state: a pointwise
+    Einsum or an elementwise recurrence such as the selective scan's ``H``); every reader in the
+    group reads it in place (:func:`_reads_in_place`); and no reader waits for another reader's
+    reduction over it (the softmax's scores read by the row max and then by the exponential must
+    be held for the whole row, which one word per lane does not do)."""
+    if e.name in leaving or e.reduced_variables or cascade.contracted_state_ranks(e):
         return False
     readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
-    return bool(readers) and all(_reads_pointwise(cascade, c, e.name) for c in readers)
-
-
-def _reads_pointwise(cascade: Cascade, reader: Einsum, tensor: str) -> bool:
-    """Whether a pointwise ``reader`` reads ``tensor`` only at its own output element."""
-    if cascade.kind(reader) not in POINTWISE_KINDS:
+    if not readers or not all(_reads_in_place(c, e.name) for c in readers):
         return False
-    out = tuple(reader.output_variables)
+    reducers = {c.name for c in readers if c.reduced_variables}
+    return not any(reducers & (_upstream(cascade, c.name, inside) - {c.name}) for c in readers)
+
+
+def _reads_in_place(reader: Einsum, tensor: str) -> bool:
+    """Whether ``reader`` reads each element of ``tensor`` once, at the element its own
+    iteration is at: every access a plain variable per dimension (no offset, constant or
+    stride), all distinct, and together exactly the reader's iteration variables (so it runs
+    over no rank the tensor lacks, which would reuse an element across it). A pointwise reader
+    at its own output element, a reduction over the tensor's ranks (``YS[b,i,e] = H[b,i,e,n]
+    * C[b,i,n]``) and a recurrence reading its step's input (``H = AD * H[i-1] + BX``) do."""
+    wanted = set(reader.iteration_variables)
     for a in reader.inputs:
         if a.tensor != tensor:
             continue
-        if len(a.indices) != len(out):
-            return False
-        for idx, v in zip(a.indices, out):
-            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0] != (v, 1):
+        names = []
+        for idx in a.indices:
+            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
                 return False
+            names.append(idx.terms[0][0])
+        if len(set(names)) != len(names) or set(names) != wanted:
+            return False
     return True
+
+
+def _upstream(cascade: Cascade, name: str, inside: set[str]) -> set[str]:
+    """``name`` and the Einsums of the group it depends on, directly or through others."""
+    seen = {name}
+    todo = [name]
+    while todo:
+        for a in cascade.einsum(todo.pop()).inputs:
+            if a.tensor in inside and a.tensor not in seen:
+                seen.add(a.tensor)
+                todo.append(a.tensor)
+    return seen

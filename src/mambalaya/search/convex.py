@@ -67,7 +67,8 @@ class ConvexSpace:
     group: np.ndarray
 
     def einsums(self, mask: int) -> list[str]:
-        """The group's Einsums, in cascade order."""
+        """The group's Einsums, in the space's order (the cascade's, or the contiguous search's,
+        :func:`search_order`: both topological)."""
         return [n for i, n in enumerate(self.names) if mask >> i & 1]
 
     @cached_property
@@ -140,13 +141,44 @@ def convex_space(cascade: Cascade, *, widest: bool = False) -> ConvexSpace | Non
 _CONTIGUOUS: dict[tuple[str, ...], ConvexSpace] = {}
 
 
+def search_order(cascade: Cascade) -> tuple[str, ...]:
+    """The order whose contiguous segments the contiguous search costs: the cascade's, but each
+    *selecting sink* placed right after the last Einsum it reads from. A selecting sink is no
+    recurrence, reads only tensors Einsums of the cascade make, indexes some dimension of every
+    read with a constant (one position: the final states ``HN[b,e,n] = H[b,L-1,e,n]`` and the
+    convolution's ``CSN``), and no Einsum reads it. Where a layer lists it (its final states
+    last), a segment could hold it with its source only by also holding everything between; next
+    to its source, a segment holding both keeps the source's tensor on chip, not written whole
+    for one position of it. Any order the search uses is topological, so each segment runs as
+    listed."""
+    memo = cascade.structure_memo.setdefault("search_order", {})
+    if "order" not in memo:
+        order = [e.name for e in cascade.einsums]
+        for e in cascade.einsums:
+            if not _selecting_sink(cascade, e):
+                continue
+            order.remove(e.name)
+            last = max(order.index(cascade.producer(t).name) for t in e.input_tensors)  # type: ignore[union-attr]
+            order.insert(last + 1, e.name)
+        memo["order"] = tuple(order)
+    return memo["order"]
+
+
+def _selecting_sink(cascade: Cascade, e) -> bool:
+    if cascade.recurrence(e) is not None or not e.inputs or cascade.consumers(e.name):
+        return False
+    if any(cascade.producer(a.tensor) is None or a.tensor == e.name for a in e.inputs):
+        return False
+    return all(any(not idx.terms for idx in a.indices) for a in e.inputs)
+
+
 def contiguous_space(cascade: Cascade) -> ConvexSpace | None:
-    """The contiguous segments of the cascade's order as a space the lazy search
+    """The contiguous segments of the search order (:func:`search_order`) as a space the lazy search
     (:func:`~mambalaya.search.convex_search.lazily_costed`) runs over: the prefixes are the
     downsets (prefix ``k`` is index ``k``), every segment ``names[a:b]`` is a group, connected or
     not, joining prefix ``a`` to prefix ``b`` (one pair each). What the contiguous search
     (:func:`mambalaya.search.mappings.optimal`) searches; None beyond :data:`MAX_EINSUMS`."""
-    names = tuple(e.name for e in cascade.einsums)
+    names = search_order(cascade)
     n = len(names)
     if n > MAX_EINSUMS:
         return None

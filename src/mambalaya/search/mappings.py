@@ -74,7 +74,7 @@ from mambalaya.search import group_choice
 from mambalaya.search.group_choice import SearchStats, best_group, picked_together
 from mambalaya.search.picking import LATENCY_TIE_TOLERANCE, GroupChoice, Pick
 from mambalaya.search import convex
-from mambalaya.search.convex import convex_space
+from mambalaya.search.convex import convex_space, search_order
 from mambalaya.search import convex_search
 from mambalaya.search.convex_search import convex_optimal
 from mambalaya.search.segments import visited_segments, candidate_count, least_edp, least_traffic_within
@@ -289,7 +289,7 @@ def optimal(
             stats.seconds += time.perf_counter() - t0
             return _finish(cascade, "optimal-convex" if widest else "optimal", found,
                            buffer_bytes, f"least {what} over connected convex groups and tiles", arch)
-    names = [e.name for e in cascade.einsums]
+    names = list(search_order(cascade))  # the cascade's order, each selecting sink next to its source
     n = len(names)
     segments: dict[tuple[int, int], GroupChoice | Pick] = {}
     best = [math.inf] * (n + 1)

@@ -73,3 +73,39 @@ def test_sm_fields_are_checked() -> None:
         loads_arch(text.replace("  sm_count: 132\n", ""))
     with pytest.raises(SpecError, match="sm_count"):
         loads_arch(text.replace("sm_count: 132", "sm_count: 0"))
+
+
+def test_a_scan_kernel_takes_its_fitted_cycles_per_element_step() -> None:
+    """A GPU group with an elementwise recurrence computes no faster than its element-steps at
+    kernels.scan_sm_cycles_per_step over the SMs (cost.latency.scan_floor_s); the speed of light
+    and a spec without the field have no such floor; a recurrence that contracts a state (the
+    delta rule's HC) or a group without one is not floored."""
+    from mambalaya.cost.latency import scan_floor_s, scan_steps
+    from mambalaya.workloads import PRESETS, build_layer
+
+    gpu = load_arch("gpu-a100-pcie")
+    c = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=2048, batch=1)
+    scan = ("AD", "BX", "H", "YS")
+    steps = c.size("B") * c.size("I") * c.size("E") * c.size("N")
+    assert scan_steps(c, c.einsum("H")) == steps and scan_steps(c, c.einsum("YS")) == 0.0
+    floor = steps * gpu.kernels.scan_sm_cycles_per_step / (gpu.kernels.sm_count * gpu.clock_hz)
+    assert scan_floor_s(gpu, c, scan) == pytest.approx(floor, rel=1e-12)
+    t = group_totals(gpu, c, FusionGroup("s", scan))
+    assert t.comp_latency == pytest.approx(floor, rel=1e-12) and t.latency >= floor
+    assert scan_floor_s(speed_of_light(gpu), c, scan) == 0.0
+    assert scan_floor_s(gpu, c, ("XI", "Z")) == 0.0
+    unset = gpu.model_copy(update={"kernels": gpu.kernels.model_copy(update={"scan_sm_cycles_per_step": None})})
+    assert scan_floor_s(unset, c, scan) == 0.0
+    assert group_totals(unset, c, FusionGroup("s", scan)).comp_latency < floor
+    cases, name = load_cases()
+    gdn = case_cascade(next(x for x in cases.cases if x.id == "gdn-fla-h8-L64k"), name)
+    assert scan_steps(gdn, gdn.einsum("HC")) == 0.0  # its update contracts the state (KW . HC)
+
+
+def test_the_scan_rate_needs_the_sm_count() -> None:
+    text = arch_to_yaml(load_arch("gpu-a100-pcie")).replace("  sm_offchip_bytes_per_s: 410000000000.0\n", "")
+    assert "scan_sm_cycles_per_step" in text
+    with pytest.raises(SpecError, match="scan_sm_cycles_per_step needs sm_count"):
+        loads_arch(text.replace("  sm_count: 108\n", ""))
+    with pytest.raises(SpecError, match="scan_sm_cycles_per_step"):
+        loads_arch(text.replace("scan_sm_cycles_per_step: 0.585", "scan_sm_cycles_per_step: -1"))

@@ -514,7 +514,8 @@ def test_a_text_where_a_number_is_is_one_error_when_the_spec_is_read(tmp_path) -
     # fields no point reads: every value would repeat one result
     ("grid:\n  arch: [gpu-h100]\n  system.link_bandwidth_bytes_per_s: [100GB/s, 450GB/s]",
      "grid.system.link_bandwidth_bytes_per_s: the system section joins several devices"),
-    ("fixed:\n  model: mamba-130m\n  kernels.sm_count: 64", "fixed.kernels.sm_count: the SMs a launch grid"),
+    ("fixed:\n  model: mamba-130m\n  kernels.sm_offchip_bytes_per_s: 1e11",
+     "fixed.kernels.sm_offchip_bytes_per_s: an SM's bandwidth matters only"),
 ])
 def test_every_field_of_a_sweep_is_checked_when_the_spec_is_read(tmp_path, setting, needle) -> None:
     head = "grid:\n  model: [mamba-130m]\n" if "model" not in setting else "grid:\n  seq_len: [64]\n"

@@ -4,6 +4,8 @@ cascade of their own; bad case files fail naming the case and the field."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import yaml
 from typer.testing import CliRunner
@@ -101,6 +103,7 @@ def case_file(tmp_path, assumptions=None, **changes):
     data["cases"] = [dict(data["cases"][0], **changes)]
     data["assumptions"] = [a for a in data["assumptions"] if a["arch"] == data["cases"][0]["arch"]] \
         if assumptions is None else assumptions
+    data["fits"] = []  # its subset's cases are not in the file
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     return path
@@ -182,11 +185,15 @@ def test_every_kernels_assumption_is_moved_over_its_range(shipped) -> None:
     the speed of light (peak rates) cannot."""
     moved = {(r["arch"], r["assumption"], r["end"]) for r in shipped.sensitivity}
     for arch in ("gpu-h100", "gpu-a100-pcie"):
-        for key in ("kernels.min_kernel_s", "kernels.compute_fraction", "kernels.offchip_fraction"):
+        for key in ("kernels.min_kernel_s", "kernels.compute_fraction", "kernels.offchip_fraction",
+                    "kernels.scan_sm_cycles_per_step"):
             assert {(arch, key, "low"), (arch, key, "high")} <= moved
-    low_compute = next(r for r in shipped.sensitivity if r["arch"] == "gpu-a100-pcie"
+    low_compute = next(r for r in shipped.sensitivity if r["arch"] == "gpu-h100"
                        and r["assumption"] == "kernels.compute_fraction" and r["end"] == "low")
     assert low_compute["median_ratio"] > low_compute["base_median_ratio"]  # slower kernels, longer predictions
+    slow_scan = next(r for r in shipped.sensitivity if r["arch"] == "gpu-a100-pcie"
+                     and r["assumption"] == "kernels.scan_sm_cycles_per_step" and r["end"] == "high")
+    assert slow_scan["median_ratio"] > slow_scan["base_median_ratio"]  # the A100's cases are mostly scans
 
 
 def test_every_single_einsum_is_a_part_of_its_cascade() -> None:
@@ -257,3 +264,33 @@ def test_a_bad_collective_file_names_the_case_and_the_field(tmp_path, changes, n
     with pytest.raises(SpecError, match="collectives.yaml") as info:
         validate_collectives(collective_file(tmp_path, **changes))
     assert needle in str(info.value)
+
+
+def test_the_one_fitted_quantity_is_fitted_on_its_declared_subset_only(shipped, tmp_path) -> None:
+    """kernels.scan_sm_cycles_per_step: the geometric mean of Figure 8's six selective-scan
+    cases (each case's own value: its measured time over its element-steps in SM-cycles), the
+    value every spec the fit names carries (3 significant digits); the Figure 10 scans at N = 64,
+    not in the subset, land within [0.5, 2] (their error is reported, not fitted away). A fit
+    whose subset has no case, or names no source, is refused by name."""
+    (fit,) = shipped.fits
+    assert fit.fit.subset == "mamba1-fig8" and len(fit.subset) == 6
+    assert all(r.case.source == "mamba1-fig8" for r in fit.subset)
+    own = list(fit.per_case.values())
+    assert fit.value == pytest.approx(math.exp(sum(math.log(v) for v in own) / len(own)), rel=1e-12)
+    for arch, value in fit.shipped.items():
+        assert value == float(f"{fit.value:.3g}"), arch
+    held_out = {r.case.id: r for r in fit.rest}
+    assert {"m1-scan-N64-L2k", "m1-scan-N64-L32k"} <= set(held_out)
+    assert all(held_out[k].in_band for k in ("m1-scan-N64-L2k", "m1-scan-N64-L32k"))
+    assert all(r.case.source != "mamba1-fig8" for r in fit.rest)
+    cases, _ = load_cases()
+    data = cases.model_dump(mode="json")
+    data["cases"] = [c for c in data["cases"] if c["source"] != "mamba1-fig8"]
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError, match="subset 'mamba1-fig8' has no case"):
+        validate(path)
+    data["fits"][0]["subset"] = "no-such-source"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError, match="subset 'no-such-source' is not one of sources"):
+        validate(path)

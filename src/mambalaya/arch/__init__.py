@@ -378,6 +378,7 @@ _UNITS: dict[str, str] = {
     "cores.noc_energy_pj_per_bit": "pJ/bit",
     "cores.placement": "",
     "kernels.sm_offchip_bytes_per_s": "B/s per SM",
+    "kernels.scan_sm_cycles_per_step": "SM-cycles per step",
     "compute.dataflow_switch_cycles": "cycles",
     "compute.stationary_double_buffered": "",
     "compute.gemm_in_1d_mode": "",

@@ -10,6 +10,12 @@ A kernel whose grid has fewer thread blocks than the GPU has SMs runs on that ma
 (``sm_count``): its compute and on-chip work at their share of the peak, its off-chip traffic
 at most at what those SMs can keep in flight (``sm_offchip_bytes_per_s``, Little's law):
 :func:`grid_shares`. A group without a launch grid is taken to fill the GPU.
+
+An elementwise recurrence on the vector lanes (the selective scan's state ``H = AD * H[i-1] +
+BX``) runs on a GPU as a block-parallel scan: each step waits on loads, warp shuffles and block
+barriers, so such a kernel runs far below the lanes' peak. ``scan_sm_cycles_per_step`` is what
+it takes per element-step, in SM-cycles (:func:`scan_seconds_per_step`): fitted once on a
+declared subset of measurements (``mambalaya validate`` shows the fit and its error on the rest).
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ _CONFIG = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=Fal
 MAX_SM_COUNT = 100_000
 #: One SM keeps far less than this flowing (an SM's whole shared memory over a nanosecond).
 MAX_SM_OFFCHIP_BYTES_PER_S = 1e15
+#: No scan step takes an SM this many cycles (a million: a step per millisecond).
+MAX_SCAN_SM_CYCLES_PER_STEP = 1e6
 
 
 class KernelSpec(BaseModel):
@@ -53,11 +61,17 @@ class KernelSpec(BaseModel):
         None, gt=0, le=MAX_SM_OFFCHIP_BYTES_PER_S,
         description="Off-chip bytes per second one SM can keep flowing (in-flight bytes over the memory latency): "
                     "a grid of few blocks reaches at most its SMs' sum of it. Needs sm_count.")
+    scan_sm_cycles_per_step: float | None = Field(
+        None, gt=0, le=MAX_SCAN_SM_CYCLES_PER_STEP,
+        description="SM-cycles a block-parallel scan kernel spends per element-step of an elementwise recurrence "
+                    "on the lanes (with the work fused around it): such a group's compute takes at least its "
+                    "recurrences' element-steps times this over the SMs (None: no scan floor). Needs sm_count.")
 
     @model_validator(mode="after")
     def _sm_fields_together(self) -> "KernelSpec":
-        if self.sm_offchip_bytes_per_s is not None and self.sm_count is None:
-            raise ValueError("sm_offchip_bytes_per_s needs sm_count (the SMs a grid's blocks spread over)")
+        for name in ("sm_offchip_bytes_per_s", "scan_sm_cycles_per_step"):
+            if getattr(self, name) is not None and self.sm_count is None:
+                raise ValueError(f"{name} needs sm_count (the SMs a kernel's thread blocks spread over)")
         return self
 
 
@@ -94,6 +108,16 @@ def grid_shares(arch: Any, thread_blocks: int) -> tuple[float, float]:
     return compute, min(1.0, busy * k.sm_offchip_bytes_per_s / offchip_bytes_per_s(arch))
 
 
+def scan_seconds_per_step(arch: Any) -> float:
+    """Seconds a block-parallel scan kernel takes per element-step of an elementwise recurrence,
+    the whole GPU working on it: ``scan_sm_cycles_per_step`` over the SMs at the clock (0 where
+    the spec has none). The fitted cycles are measured ones, so the clock is not derated."""
+    k = getattr(arch, "kernels", None)
+    if k is None or k.scan_sm_cycles_per_step is None:
+        return 0.0
+    return k.scan_sm_cycles_per_step / (k.sm_count * arch.clock_hz)
+
+
 def speed_of_light(arch: Any) -> Any:
     """The spec without its kernels section: peak rates, no floors."""
     if getattr(arch, "kernels", None) is None:
@@ -101,4 +125,5 @@ def speed_of_light(arch: Any) -> Any:
     return arch.model_copy(update={"kernels": None, "name": f"{arch.name} (speed of light)"})
 
 
-__all__ = ["KernelSpec", "compute_hz", "grid_shares", "min_group_s", "offchip_bytes_per_s", "speed_of_light"]
+__all__ = ["KernelSpec", "compute_hz", "grid_shares", "min_group_s", "offchip_bytes_per_s", "scan_seconds_per_step",
+           "speed_of_light"]

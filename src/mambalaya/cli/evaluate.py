@@ -135,7 +135,7 @@ def validate_cmd(
     reduce_rows = [r.row() for r in reduced]
     if fmt == Format.json:
         emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity),
-                         "collectives": reduce_rows}, indent=2), None)
+                         "fits": [f.row() for f in result.fits], "collectives": reduce_rows}, indent=2), None)
     elif fmt == Format.csv:
         emit(rows_csv(rows), None)
     else:
@@ -147,6 +147,8 @@ def validate_cmd(
         out_console.print(f"{s['cases']} cases: predicted / measured median {s['median_ratio']:.3g}, worst "
                           f"{s['worst_ratio']:.3g} ({s['worst_case']}); predictions outside [0.5, 2] of the measurement: "
                           f"{s['outside_band']}; speed of light above the measurement: {s['violations']}")
+        for fit in result.fits:
+            out_console.print(fit.text())
         if result.sensitivity:
             out_console.print(rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
                                           "assumption at the ends of its range (the speed of light does not depend on them)"))

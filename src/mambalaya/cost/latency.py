@@ -26,7 +26,9 @@ buffer bytes (:func:`mambalaya.cost.buffer.group_buffer_accesses`) over the on-c
 bandwidth, when the arch gives one.
 
 A group's compute is the same sum over all its Einsums (every unit is shared by the group's
-pipeline); its memory time is the group's traffic (:mod:`mambalaya.cost.traffic`) over the
+pipeline), and on a GPU spec with a scan rate (``kernels.scan_sm_cycles_per_step``) at least its
+elementwise recurrences' element-steps at that rate (:func:`scan_floor_s`: a block-parallel
+scan kernel waits on each step, far below the lanes' peak); its memory time is the group's traffic (:mod:`mambalaya.cost.traffic`) over the
 bandwidth. With ``overlap_compute_and_memory`` the group takes the largest of compute, memory
 and on-chip time (its ``bound``) plus a **wind-up**: one step's share of the smaller of compute
 and memory, which the first step cannot hide (0 for a one-step group, so an unfused layer is
@@ -52,10 +54,11 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
+from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s, scan_seconds_per_step
 from mambalaya.arch.keys import latency_key, spec_key
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Einsum
+from mambalaya.einsum.ir import Einsum, rank_of_variable
+from mambalaya.einsum.routing import einsum_scale
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, einsum_loops
@@ -385,11 +388,37 @@ def _max1(steps: Any) -> Any:
     return max(steps, 1) if isinstance(steps, (int, float)) else np.maximum(steps, 1)
 
 
+def scan_steps(cascade: Cascade, einsum: Einsum) -> float:
+    """The element-steps of ``einsum`` if it is an elementwise recurrence (each element made by
+    one lane from its inputs and its own earlier value: it reduces nothing and contracts no
+    state, as the selective scan's ``H = AD * H[i-1] + BX``) along a rank on which some step
+    waits on another, else 0 (a decode step's single update is no scan): its iteration space,
+    times the share of it that runs (:func:`~mambalaya.einsum.routing.einsum_scale`)."""
+    along = cascade.recurrence(einsum)
+    if along is None or einsum.reduced_variables or cascade.contracted_state_ranks(einsum):
+        return 0.0
+    if cascade.size(along[0]) <= along[1]:  # no step waits on another (a decode step's one update)
+        return 0.0
+    points = math.prod(cascade.size(rank_of_variable(v)) for v in einsum.output_variables)
+    return float(points * einsum_scale(cascade, einsum.name))
+
+
+def scan_floor_s(arch: Any, cascade: Cascade, einsums: tuple[str, ...]) -> float:
+    """Seconds a GPU needs at least for a group of ``einsums``: its elementwise recurrences'
+    element-steps (:func:`scan_steps`) at the spec's scan rate
+    (:func:`~mambalaya.arch.kernels.scan_seconds_per_step`); 0 without one."""
+    per_step = scan_seconds_per_step(arch)
+    if not per_step:
+        return 0.0
+    return per_step * sum(scan_steps(cascade, cascade.einsum(n)) for n in einsums)
+
+
 def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic,
                  buffer_bytes: float) -> tuple[float, float, float, float, float]:
     """(compute, off-chip, on-chip, latency, wind-up) seconds of one group."""
     total_cycles, _ = group_cycles(arch, cascade, group)
-    comp = total_cycles.total(arch.compute.overlap_compute_units) / compute_hz(arch)
+    comp = max(total_cycles.total(arch.compute.overlap_compute_units) / compute_hz(arch),
+               scan_floor_s(arch, cascade, group.einsums))
     mem = traffic.total_bytes / offchip_bytes_per_s(arch)
     onchip = float(onchip_seconds(arch, buffer_bytes, traffic.total_bytes))
     latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
@@ -451,9 +480,10 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
     comp, mem, onchip, latency, wind = _group_times(arch, cascade, group, traffic, buffer.total_bytes)
     attributed, buf_reads, buf_writes = attributed_bytes(cascade, group, traffic, buffer)
     on_bytes = {name: buf_reads[name] + buf_writes[name] for name in group.einsums}
+    own_comp = {e.name: max(cyc.total(overlap_units) / clock, scan_floor_s(arch, cascade, (e.name,)))
+                for e, cyc, _ in per}
     weights = [
-        max(cyc.total(overlap_units) / clock, attributed[e.name] / bw,
-            float(onchip_seconds(arch, on_bytes[e.name], attributed[e.name])))
+        max(own_comp[e.name], attributed[e.name] / bw, float(onchip_seconds(arch, on_bytes[e.name], attributed[e.name])))
         for e, cyc, _ in per
     ]
     total_weight = sum(weights)
@@ -472,7 +502,7 @@ def group_latency(arch: Any, cascade: Cascade, group: FusionGroup,
                 ops=einsum_ops(cascade, e),
                 cycles=cyc,
                 total_traffic=attributed[e.name],
-                comp_latency=cyc.total(overlap_units) / clock,
+                comp_latency=own_comp[e.name],
                 mem_latency=attributed[e.name] / bw,
                 final_latency=share,
                 compute_util=group_comp_util,

@@ -156,9 +156,9 @@ MAX_POINT_SIZE = MAX_RANK_SIZE
 
 #: Architecture fields no sweep point reads, with why: a point runs one device, and its groups
 #: have no launch grid (:mod:`mambalaya.cost.launch`), so sweeping them would repeat one result.
+#: (``kernels.sm_count`` is read: the scan floor spreads over the SMs, :func:`~mambalaya.cost.latency.scan_floor_s`.)
 NOT_READ_BY_POINTS = {
     "system": "the system section joins several devices, and a sweep point runs one (evaluate --devices runs several)",
-    "kernels.sm_count": "the SMs a launch grid spreads over matter only to a kernel with a grid (validate's cases)",
     "kernels.sm_offchip_bytes_per_s": "an SM's bandwidth matters only to a kernel with a launch grid (validate's cases)",
 }
 

@@ -14,13 +14,17 @@ A speed of light above the measured time is impossible for a correct model: :att
 lists those cases and ``mambalaya validate`` exits non-zero. A realistic prediction lands within
 :data:`PREDICTION_BAND` (a factor of 2 either way) of the measured kernel:
 :attr:`Validation.outside_band` lists the cases that do not, ``mambalaya validate`` reports
-their count, and ``mambalaya validate --strict`` exits non-zero on any. Nothing is fitted: the
-fractions come from microbenchmarks named in the spec's sources, the same for every case.
+their count, and ``mambalaya validate --strict`` exits non-zero on any. The fractions of peak
+come from microbenchmarks named in the spec's sources, the same for every case. One quantity is
+fitted (``fits`` in the case file): a block-parallel scan's SM-cycles per element-step, once, on
+the cases of one declared source (:func:`fit_scan_cycles`); :attr:`Validation.fits` reports the
+fit and the cases outside that subset it moves (:class:`FitResult`).
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import statistics
 from dataclasses import dataclass
 from importlib import resources
@@ -34,7 +38,7 @@ from mambalaya.arch.kernels import speed_of_light
 from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
-from mambalaya.cost.latency import layer_latency
+from mambalaya.cost.latency import layer_latency, scan_steps
 from mambalaya.cost.launch import Launch, launched_group_seconds
 from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
@@ -141,11 +145,24 @@ class Assumption(BaseModel):
     high: float
 
 
+class Fit(BaseModel):
+    """A kernels quantity fitted once, on the cases of one declared source (``subset``), and
+    carried by the specs in ``archs``; ``mambalaya validate`` reports the fit and its error on
+    the other cases it moves."""
+
+    model_config = _STRICT
+
+    key: Literal["kernels.scan_sm_cycles_per_step"]
+    subset: str
+    archs: Annotated[tuple[str, ...], _AS_TUPLE] = Field(min_length=1)
+
+
 class CaseFile(BaseModel):
     model_config = _STRICT
 
     sources: dict[str, str]
     assumptions: Annotated[tuple[Assumption, ...], _AS_TUPLE] = ()
+    fits: Annotated[tuple[Fit, ...], _AS_TUPLE] = ()
     cases: Annotated[tuple[Case, ...], _AS_TUPLE] = Field(min_length=1)
 
 
@@ -195,10 +212,48 @@ class Result(Judged):
 
 
 @dataclass(frozen=True)
+class FitResult:
+    """A fitted quantity (:class:`Fit`): the value the subset gives, each carrying spec's value,
+    each subset case's own value, and the results of the subset's cases and of the other cases
+    the quantity moves (their prediction differs without it): its error on the rest."""
+
+    fit: Fit
+    value: float
+    shipped: dict[str, float | None]
+    per_case: dict[str, float]
+    subset: tuple[Result, ...]
+    rest: tuple[Result, ...]
+
+    def row(self) -> dict:
+        ratios = [r.ratio for r in self.subset]
+        rest = [r.ratio for r in self.rest]
+        return {"key": self.fit.key, "subset": self.fit.subset, "value": self.value, "shipped": self.shipped,
+                "per_case": self.per_case, "subset_ratios": [min(ratios), max(ratios)],
+                "rest_cases": [r.case.id for r in self.rest], "rest_ratios": [min(rest), max(rest)] if rest else [],
+                "rest_in_band": sum(r.in_band for r in self.rest)}
+
+    def text(self) -> str:
+        """One paragraph: the fit, the subset's spread and the error on the other cases it moves."""
+        own = self.per_case.values()
+        ratios = [r.ratio for r in self.subset]
+        carried = ", ".join(f"{a} {'none' if v is None else f'{v:.3g}'}" for a, v in self.shipped.items())
+        text = (f"fitted: {self.fit.key} = {self.value:.3g} on the {len(ratios)} cases of {self.fit.subset} "
+                f"(each alone {min(own):.3g}-{max(own):.3g}; predicted / measured {min(ratios):.3g}-{max(ratios):.3g}); "
+                f"the specs carry {carried}. ")
+        if not self.rest:
+            return text + "It moves no other case."
+        rest = [r.ratio for r in self.rest]
+        return text + (f"On the {len(rest)} other cases it moves ({', '.join(r.case.id for r in self.rest)}): "
+                       f"predicted / measured {min(rest):.3g}-{max(rest):.3g}, {sum(r.in_band for r in self.rest)} "
+                       f"within [0.5, 2].")
+
+
+@dataclass(frozen=True)
 class Validation:
     source: str
     results: tuple[Result, ...]
     sensitivity: tuple[dict, ...] = ()  # per assumption end: the predicted / measured median of its arch's cases
+    fits: tuple[FitResult, ...] = ()
 
     @property
     def violations(self) -> tuple[Result, ...]:
@@ -358,7 +413,45 @@ def validate(path: str | Path | None = None) -> Validation:
             ratios = [predicted_s(parts[r.case.id], r.kernels, spec) / r.measured_s for r in mine]
             sensitivity.append({"arch": a.arch, "assumption": a.key, "end": end, "value": value,
                                 "median_ratio": statistics.median(ratios), "base_median_ratio": base})
-    return Validation(name, results, tuple(sensitivity))
+    fits = tuple(_fit_result(f, cases, name, parts, results) for f in cases.fits)
+    return Validation(name, results, tuple(sensitivity), fits)
+
+
+def fit_scan_cycles(cases: list[Case], parts: dict, name: str) -> tuple[float, dict[str, float]]:
+    """``kernels.scan_sm_cycles_per_step`` fitted on ``cases``: each case's own value (its
+    measured time over its elementwise recurrences' element-steps, in SM-cycles of its GPU:
+    the value at which its predicted time, bound by the scan, equals the measurement) and
+    their geometric mean, the fit (the least squares of log predicted / measured)."""
+    own = {}
+    for c in cases:
+        spec = load_arch(c.arch)
+        steps = sum(scan_steps(parts[c.id], e) for e in parts[c.id].einsums)
+        if not steps or spec.kernels is None or spec.kernels.sm_count is None:
+            raise SpecError(f"case {c.id} cannot fit kernels.scan_sm_cycles_per_step: it needs an elementwise "
+                            f"recurrence and a GPU spec with kernels.sm_count", source=name)
+        own[c.id] = c.measured_ms / 1e3 * spec.clock_hz * spec.kernels.sm_count / steps
+    return math.exp(statistics.fmean(math.log(v) for v in own.values())), own
+
+
+def _fit_result(fit: Fit, cases: CaseFile, name: str, parts: dict, results: tuple[Result, ...]) -> FitResult:
+    from mambalaya.arch import with_settings
+
+    if fit.subset not in cases.sources:
+        raise SpecError(f"fit {fit.key}: subset {fit.subset!r} is not one of sources ({', '.join(cases.sources)})",
+                        source=name)
+    chosen = [c for c in cases.cases if c.source == fit.subset]
+    if not chosen:
+        raise SpecError(f"fit {fit.key}: subset {fit.subset!r} has no case to fit on", source=name)
+    value, own = fit_scan_cycles(chosen, parts, name)
+    rest = []
+    for r in results:
+        if r.case.source == fit.subset or r.case.arch not in fit.archs:
+            continue
+        without = with_settings(load_arch(r.case.arch), [f"{fit.key}=null"], option="fit")
+        if predicted_s(parts[r.case.id], r.kernels, without) != r.predicted_s:
+            rest.append(r)
+    shipped = {a: getattr(load_arch(a).kernels, fit.key.split(".")[1], None) for a in fit.archs}
+    return FitResult(fit, value, shipped, own, tuple(r for r in results if r.case.source == fit.subset), tuple(rest))
 
 
 # -- collectives: the all-reduce of tensor parallelism against measured NCCL all-reduces ----------------------

@@ -18,7 +18,7 @@ from mambalaya.einsum.stats import einsum_ops
 from mambalaya.fusion.mapping import FusionGroup, MappingError, check_group, check_group_rules
 from mambalaya.search.candidates import Candidates, GroupCostModel
 from mambalaya.cost.energy import compute_energy_pj, movement_pj_per_byte, staging_pj_per_byte
-from mambalaya.cost.latency import combine, onchip_seconds
+from mambalaya.cost.latency import combine, onchip_seconds, scan_floor_s
 from mambalaya.cost.traffic import TrafficSizeError, group_traffic
 
 #: When the search minimises latency, candidates (tilings of a group, or whole mappings) whose
@@ -144,7 +144,8 @@ def pick_least(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", fl
         onchip_bw = arch.memory.buffer_bandwidth_bytes_per_cycle
         need_buffer = objective != "latency" or onchip_bw is not None
         onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
-        comp = model.cycles(arch.compute)[tiling] / compute_hz(arch)
+        comp = np.maximum(model.cycles(arch.compute)[tiling] / compute_hz(arch),
+                          scan_floor_s(arch, cascade, tuple(einsums)))
         mem = traffic / offchip_bytes_per_s(arch)
         latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip if onchip_bw else 0.0 * traffic, traffic),
                              steps, len(einsums))

@@ -24,6 +24,7 @@ import numpy as np
 from mambalaya.arch.kernels import compute_hz, min_group_s, offchip_bytes_per_s
 from mambalaya.arch.keys import spec_key
 from mambalaya.search.candidates import GroupCostModel, cycles_together, least_traffic_fitting
+from mambalaya.cost.latency import scan_floor_s
 
 
 class SegmentPick(NamedTuple):
@@ -268,12 +269,14 @@ def _table(models: list[GroupCostModel], compute: Any) -> _Table:
 
 
 def row_latencies(arch: Any, traffic: np.ndarray, steps: np.ndarray, cycles: np.ndarray, n_einsums: np.ndarray,
-                  buffer: np.ndarray) -> np.ndarray:
+                  buffer: np.ndarray, scan_s: Any = 0.0) -> np.ndarray:
     """Each candidate's latency on ``arch`` from its off-chip traffic, steps, compute cycles,
-    Einsums and on-chip Einsum bytes: :func:`~mambalaya.cost.latency.combine`, the same
-    operations in the same order, so the same floats (``tests/test_closed_forms.py`` compares
-    them). The convex search's lower bounds use it too (:mod:`mambalaya.search.convex_bounds`)."""
-    comp = cycles / compute_hz(arch)
+    Einsums, on-chip Einsum bytes and its group's scan floor (``scan_s``,
+    :func:`~mambalaya.cost.latency.scan_floor_s`): :func:`~mambalaya.cost.latency.combine`, the
+    same operations in the same order, so the same floats (``tests/test_closed_forms.py``
+    compares them). The convex search's lower bounds use it too, without the floor, which only
+    raises a latency (:mod:`mambalaya.search.convex_bounds`)."""
+    comp = np.maximum(cycles / compute_hz(arch), scan_s)
     multi = steps > 1
     fill = arch.compute.pipeline_wind_up_cycles * n_einsums / arch.clock_hz * multi
     at_least_one = np.maximum(steps, 1)
@@ -306,7 +309,9 @@ def segment_picks(models: list[GroupCostModel], buffer_bytes: int | None, arch: 
     if arch is None:
         rows, keys = np.arange(len(segment)), (traffic, steps, fp)
     else:
-        latency = row_latencies(arch, traffic, steps, cycles, n_einsums, buffer)
+        floors = np.array([scan_floor_s(arch, table.models[s].cascade, table.models[s].probe.einsums)
+                           for s in segments])  # by position in segments, as ``segment`` numbers them
+        latency = row_latencies(arch, traffic, steps, cycles, n_einsums, buffer, floors[segment])
         firsts = _run_starts(segment)
         best = np.repeat(np.minimum.reduceat(latency, firsts), np.diff(np.append(firsts, len(segment))))
         rows, keys = np.flatnonzero(latency <= best * (1 + tie_tolerance)), (traffic, steps, latency, fp)

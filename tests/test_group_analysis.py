@@ -46,7 +46,9 @@ def test_registers_hold_what_one_lane_makes_and_every_reader_reads_in_place() ->
     assert analyse(c, ("XI", "XC", "U")).in_registers == frozenset()  # XI read at offsets; XC a reduction (the window)
     assert analyse(c, ("YS", "YD", "YG", "O")).in_registers == {"YD"}  # YS is made by a reduction; YG is O's operand
     states = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2, state_io=True)
-    assert analyse(states, ("AD", "BX", "H", "YS", "HN")).in_registers == {"AD", "BX"}  # HN reads H's last position
+    # HN takes H's last position from the lane holding it (a select-runner of the recurrence)
+    assert analyse(states, ("AD", "BX", "H", "YS", "HN")).in_registers == {"AD", "BX", "H"}
+    assert analyse(states, ("AD", "BX", "H", "HN")).in_registers == {"AD", "BX"}  # YS, elsewhere, reads H
     hybrid = PRESETS["bamba-9b"]
     attn = build_layer(hybrid, phase="prefill", seq_len=256, batch=1, layer_type="attention", softmax="blocked")
     names = tuple(e.name for e in attn.einsums)

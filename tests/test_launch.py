@@ -109,3 +109,36 @@ def test_the_scan_rate_needs_the_sm_count() -> None:
         loads_arch(text.replace("  sm_count: 108\n", ""))
     with pytest.raises(SpecError, match="scan_sm_cycles_per_step"):
         loads_arch(text.replace("scan_sm_cycles_per_step: 0.585", "scan_sm_cycles_per_step: -1"))
+
+
+def test_every_recurrence_of_every_shipped_form_is_floored_by_its_algebra() -> None:
+    """The scan floor is a rule about Einsums, proved on every shipped form (workloads.shipped:
+    every family, layer type, phase, scan and softmax form): a recurrence is a scan kernel's
+    steps exactly when it is elementwise (reduces nothing, contracts no state) and some step
+    waits on another. Listed by name, so a new form shows up here: floored are the selective
+    scans (Mamba-1/2 recurrent H), the cumulative sums (ACS), the SSD's state passing over more
+    than one chunk (HC) and the online softmax's running statistics (MR, LR; OR and AOR where the
+    per-key form makes them elementwise); not floored are the recurrences that contract a state
+    (the delta rule's H and HC, the forward substitution TI, the blocked softmax's P.V update OR
+    and AOR) and those with one step (a decode step's H, the SSD's HC over one chunk)."""
+    from mambalaya.cost.latency import scan_steps
+    from mambalaya.workloads.shipped import shipped_layers
+
+    floored: set[str] = set()
+    contracting: set[str] = set()
+    one_step: set[str] = set()
+    for layer in shipped_layers():
+        c = layer.cascade
+        for e in c.einsums:
+            along = c.recurrence(e)
+            if along is None:
+                continue
+            contracts = bool(e.reduced_variables or c.contracted_state_ranks(e))
+            waits = c.size(along[0]) > along[1]
+            assert (scan_steps(c, e) > 0) == (not contracts and waits), (layer.preset, layer.phase, e.name)
+            (contracting if contracts else floored if waits else one_step).add(e.name)
+            if e.name == "H" and layer.phase == "decode":
+                assert not waits  # one update per decode step: no scan
+    assert floored == {"ACS", "ALR", "AMR", "AOR", "H", "HC", "LR", "MR", "OR"}
+    assert contracting == {"AOR", "H", "HC", "OR", "TI"}
+    assert one_step == {"H", "HC"}

@@ -132,7 +132,8 @@ def _carried_in_lanes(cascade: Cascade, e: Einsum, inside: set[str], leaving: se
     if e.name in leaving or e.reduced_variables or cascade.contracted_state_ranks(e):
         return False
     readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
-    if not readers or not all(_reads_in_place(c, e.name) for c in readers):
+    if not readers or not all(_reads_in_place(c, e.name) or _selects_one_step(cascade, c, e.name, inside)
+                              for c in readers):
         return False
     reducers = {c.name for c in readers if c.reduced_variables}
     return not any(reducers & (_upstream(cascade, c.name, inside) - {c.name}) for c in readers)
@@ -154,6 +155,34 @@ def _reads_in_place(reader: Einsum, tensor: str) -> bool:
             if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
                 return False
             names.append(idx.terms[0][0])
+        if len(set(names)) != len(names) or set(names) != wanted:
+            return False
+    return True
+
+
+def _selects_one_step(cascade: Cascade, reader: Einsum, tensor: str, inside: set[str]) -> bool:
+    """Whether ``reader`` takes one position of ``tensor``, a recurrence, from the lane that holds
+    it when it is made: ``reader`` is a select-runner of the group (:func:`select_positions`: it
+    runs once, in the step that makes that position) reading every dimension of the recurrence's
+    rank at a constant and each other dimension with a plain variable, together its iteration
+    variables (the final state ``HN[b,e,n] = H[b,L-1,e,n]``, the attention output's last running
+    sum ``LR[b,i,TB-1,g,r]``)."""
+    along = cascade.recurrence(cascade.einsum(tensor))
+    if along is None or not select_positions(cascade, reader, inside):
+        return False
+    wanted = set(reader.iteration_variables)
+    for a in reader.inputs:
+        if a.tensor != tensor:
+            continue
+        names = []
+        for idx, rank in zip(a.indices, cascade.tensors[tensor].ranks):
+            if rank == along[0]:
+                if idx.terms:
+                    return False
+            elif idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
+                return False
+            else:
+                names.append(idx.terms[0][0])
         if len(set(names)) != len(names) or set(names) != wanted:
             return False
     return True

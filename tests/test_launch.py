@@ -142,3 +142,20 @@ def test_every_recurrence_of_every_shipped_form_is_floored_by_its_algebra() -> N
     assert floored == {"ACS", "ALR", "AMR", "AOR", "H", "HC", "LR", "MR", "OR"}
     assert contracting == {"AOR", "H", "HC", "OR", "TI"}
     assert one_step == {"H", "HC"}
+
+
+def test_evaluate_prints_the_scan_floors_inputs() -> None:
+    """Every number traceable: on a GPU spec the scan floor's rate, SMs, clock and each
+    recurrence's element-steps are printed; on an accelerator nothing."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    runner = CliRunner()
+    gpu = runner.invoke(app, ["evaluate", "--arch", "gpu-a100-pcie", "--model", "mamba-130m", "-B", "1", "-L", "2048"])
+    assert gpu.exit_code == 0, gpu.output
+    steps = 1 * 2048 * 1536 * 16
+    assert ("scan_sm_cycles_per_step 0.585 SM-cycles per element-step, fitted; 108 SMs at 1.41 GHz" in gpu.output
+            and f"H {steps:,} element-steps" in gpu.output)
+    accel = runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--model", "mamba-130m", "-B", "1", "-L", "2048"])
+    assert accel.exit_code == 0 and "scan kernels" not in accel.output

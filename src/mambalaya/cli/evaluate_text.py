@@ -88,6 +88,9 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             chip = "" if ev.cores == 1 else f"; {ev.cores} cores of {t['area_mm2'] / ev.cores:.4g} mm^2"
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node{chip} (`mambalaya arch "
                               f"show {ev.arch.name.removesuffix('-core')}` has them one by one)", highlight=False)
+        scans = scan_floor_text(ev.arch, ev.cascade)
+        if scans:
+            out_console.print(scans, highlight=False)
         if ev.arch.memory.levels:
             from mambalaya.cost.latency import layer_level_seconds
 
@@ -98,6 +101,23 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             out_console.print("note: the on-chip buffer's bandwidth is unbounded (the spec gives neither "
                               "memory.onchip_banks with memory.onchip_bank_port_bytes nor "
                               "memory.onchip_bandwidth_bytes_per_cycle), so no group is bound by it", highlight=False)
+
+
+def scan_floor_text(arch: Any, cascade: Any) -> str:
+    """The scan floor's inputs on a GPU spec with a scan rate (``kernels.scan_sm_cycles_per_step``):
+    each elementwise recurrence's element-steps and the least time they take; empty otherwise."""
+    from mambalaya.arch.kernels import scan_seconds_per_step
+    from mambalaya.cost.latency import scan_steps
+
+    per_step = scan_seconds_per_step(arch)
+    steps = [(e.name, scan_steps(cascade, e)) for e in cascade.einsums] if per_step else []
+    steps = [(name, n) for name, n in steps if n]
+    if not steps:
+        return ""
+    k = arch.kernels
+    return (f"scan kernels (kernels.scan_sm_cycles_per_step {k.scan_sm_cycles_per_step:g} SM-cycles per element-step, "
+            f"fitted; {k.sm_count} SMs at {arch.clock_hz / 1e9:g} GHz): its group computes no faster than "
+            + "; ".join(f"{name} {whole(n)} element-steps, {milliseconds(n * per_step)} ms" for name, n in steps))
 
 
 def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:

@@ -28,9 +28,9 @@ bandwidth, when the arch gives one.
 A group's compute is the same sum over all its Einsums (every unit is shared by the group's
 pipeline), and on a GPU spec with a scan rate (``kernels.scan_sm_cycles_per_step``) at least its
 elementwise recurrences' element-steps at that rate (:func:`scan_floor_s`: a block-parallel
-scan kernel waits on each step, far below the lanes' peak); its memory time is the group's traffic (:mod:`mambalaya.cost.traffic`) over the
-bandwidth. With ``overlap_compute_and_memory`` the group takes the largest of compute, memory
-and on-chip time (its ``bound``) plus a **wind-up**: one step's share of the smaller of compute
+scan kernel waits on each step, far below the lanes' peak); its memory time is the group's
+traffic (:mod:`mambalaya.cost.traffic`) over the bandwidth. With ``overlap_compute_and_memory``
+the group takes the largest of compute, memory and on-chip time (its ``bound``) plus a **wind-up**: one step's share of the smaller of compute
 and memory, which the first step cannot hide (0 for a one-step group, so an unfused layer is
 exactly ``sum max(comp, mem, onchip)``), plus ``pipeline_wind_up_cycles`` per Einsum to fill
 the tile pipeline of a group that runs in more than one step. Without overlap it is compute

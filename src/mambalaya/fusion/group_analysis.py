@@ -165,8 +165,8 @@ def _selects_one_step(cascade: Cascade, reader: Einsum, tensor: str, inside: set
     it when it is made: ``reader`` is a select-runner of the group (:func:`select_positions`: it
     runs once, in the step that makes that position) reading every dimension of the recurrence's
     rank at a constant and each other dimension with a plain variable, together its iteration
-    variables (the final state ``HN[b,e,n] = H[b,L-1,e,n]``, the attention output's last running
-    sum ``LR[b,i,TB-1,g,r]``)."""
+    variables (the final state ``HN[b,e,n] = H[b,L-1,e,n]``; not the attention output
+    ``AO[b,i,g,r,e] = OR[..] / LR[b,i,TB-1,g,r]``, which reuses ``LR`` across ``e``)."""
     along = cascade.recurrence(cascade.einsum(tensor))
     if along is None or not select_positions(cascade, reader, inside):
         return False

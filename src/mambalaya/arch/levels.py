@@ -5,7 +5,7 @@ The hierarchy of a design, outermost first::
 
     DRAM (memory.offchip_*) -> memory.levels[0] -> ... -> memory.levels[-1]
         -> the on-chip buffer (memory.onchip_*: where a fused group's tiles live)
-        -> per-PE storage (memory.pe_local_*: where a pointwise chain's intermediates live)
+        -> per-PE storage (memory.pe_local_*: where register-carried intermediates live)
 
 A staging level holds no tile of its own: every byte a group reads from DRAM passes through it
 inward (written into it, read out of it toward the next level), every byte it writes to DRAM

@@ -146,7 +146,7 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     writes its output tile; every byte read from DRAM is written into the buffer (fill) and
     every byte written to DRAM is read from it (drain). A recurrence's reads of its own
     earlier positions are not counted: its carried state lives in the lanes computing it. Nor
-    are the writes and reads of an intermediate that a pointwise chain carries in its lanes'
+    are the writes and reads of an intermediate the lanes carry in their
     registers (:func:`~mambalaya.fusion.mapping.register_resident`). A select-runner reads and
     writes only in the steps it runs in: its select ranks' loops are left out
     (:func:`~mambalaya.fusion.mapping.einsum_loops`). An Einsum that runs a share of its dense

@@ -16,10 +16,6 @@ from dataclasses import dataclass, field
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum, rank_of_variable
 
-#: Einsum kinds that compute each output element from the same element of their inputs (no
-#: reduction, window or recurrence), so a lane can carry an element through a chain of them.
-POINTWISE_KINDS = frozenset({"elementwise", "unary", "broadcast", "copy"})
-
 
 @dataclass(frozen=True)
 class GroupAnalysis:
@@ -32,7 +28,7 @@ class GroupAnalysis:
     writes: tuple[str, ...]
     #: tensors produced in the group and read by another Einsum of the group
     intermediates: tuple[str, ...]
-    #: intermediates a pointwise chain carries in its lanes' registers, never in the buffer
+    #: intermediates the lanes carry in registers from maker to readers, never in the buffer
     in_registers: frozenset[str]
     #: ranks every Einsum writes or runs once along (:attr:`selects`) and none reduces (a
     #: recurrence's contracted state ranks count as reduced), generational ones last: what the

@@ -60,8 +60,8 @@ for ranks whose loop is inside the recurrence's loop, and one copy per tile of a
 it over a rank the recurrence lacks, since each recomputation carries its own chain), and each
 retained halo (``halo`` rows of the windowed tensor, extents and copies likewise), and each
 resident tensor's largest one-step box (:func:`resident_bytes`). Tensors streaming in from or
-out to DRAM are not counted, nor an intermediate a pointwise chain carries in its lanes'
-registers (:func:`register_resident`): it is one word per lane, in the PE-local level.
+out to DRAM are not counted, nor an intermediate the lanes carry in registers from where it is
+made to where it is read (:func:`register_resident`): it is one word per lane, in the PE-local level.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ from typing import Iterable, Literal
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade, stable_topological_order
 from mambalaya.einsum.ir import Access, Einsum, rank_of_variable
-from mambalaya.fusion.group_analysis import POINTWISE_KINDS, analyse  # noqa: F401  (POINTWISE_KINDS: public here too)
+from mambalaya.fusion.group_analysis import analyse
 
 HaloPolicy = Literal["retain", "recompute"]
 
@@ -164,10 +164,11 @@ def intermediates(cascade: Cascade, group: FusionGroup) -> list[str]:
 def register_resident(cascade: Cascade, group: FusionGroup) -> frozenset[str]:
     """Intermediates of the group that never reach its buffer: kept in the registers of the lane
     that computes them (:attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.in_registers`). A
-    tensor qualifies when it leaves neither the group nor the chip, its producer is pointwise,
-    and every reader in the group is pointwise and reads it at the reader's own output element:
-    the lane then carries each element from producer to reader, holding one word per such
-    tensor, whatever the tile."""
+    tensor qualifies when it leaves neither the group nor the chip, one lane makes each element
+    (a pointwise Einsum or an elementwise recurrence), every reader in the group reads it in
+    place (or, of a recurrence, takes one step of it as a select-runner) and none waits on
+    another reader's reduction of it: the lane then carries each element from producer to
+    readers, holding one word per such tensor, whatever the tile."""
     return analyse(cascade, group.einsums).in_registers
 
 

@@ -420,8 +420,9 @@ def validate(path: str | Path | None = None) -> Validation:
 def fit_scan_cycles(cases: list[Case], parts: dict, name: str) -> tuple[float, dict[str, float]]:
     """``kernels.scan_sm_cycles_per_step`` fitted on ``cases``: each case's own value (its
     measured time over its elementwise recurrences' element-steps, in SM-cycles of its GPU:
-    the value at which its predicted time, bound by the scan, equals the measurement) and
-    their geometric mean, the fit (the least squares of log predicted / measured)."""
+    the value at which its predicted time equals the measurement, where the scan bounds it, as
+    on the Mamba-1 selective-scan cases) and their geometric mean, the fit (then the least
+    squares of log predicted / measured; :class:`FitResult` shows each subset case's ratio)."""
     own = {}
     for c in cases:
         spec = load_arch(c.arch)

@@ -54,8 +54,8 @@ from mambalaya.einsum.ir import (
     Rank,
     Role,
     TensorSpec,
-    Unary,
     additive_terms,
+    map_accesses,
     rank_variable,
 )
 from mambalaya.errors import SpecError
@@ -297,16 +297,6 @@ def _substitute(idx: AffineIndex, var: str, value: int) -> AffineIndex:
     return AffineIndex(tuple((v, c) for v, c in idx.terms if v != var), const)
 
 
-def _map_accesses(expr: Expr, fn) -> Expr:
-    if isinstance(expr, Access):
-        return fn(expr)
-    if isinstance(expr, Unary):
-        return Unary(expr.fn, _map_accesses(expr.arg, fn))
-    if isinstance(expr, Binary):
-        return Binary(expr.op, _map_accesses(expr.lhs, fn), _map_accesses(expr.rhs, fn))
-    return expr
-
-
 def _step_einsums(cascade: Cascade, e: Einsum, plan: _Unrolled, step_rank: str) -> list[Einsum]:
     return [_step_einsum(cascade, e, plan, step_rank, t) for t in range(plan.steps)]
 
@@ -337,7 +327,7 @@ def _step_einsum(cascade: Cascade, e: Einsum, plan: _Unrolled, step_rank: str, t
         return Access(spec.initial, _with(acc.indices, axis, AffineIndex.constant(history)))
 
     output = Access(plan.step(t), _with(e.output.indices, plan.dim, step_index))
-    return Einsum(output, _map_accesses(e.expr, lambda a: at_step(a, t)), e.reduce_op)
+    return Einsum(output, map_accesses(e.expr, lambda a: at_step(a, t)), e.reduce_op)
 
 
 def _with(indices: tuple[AffineIndex, ...], dim: int, index: AffineIndex) -> tuple[AffineIndex, ...]:
@@ -389,4 +379,4 @@ def _rewrite_reads(cascade: Cascade, e: Einsum, plans: dict[str, _Unrolled], ste
             )
         return _balanced_sum(terms)
 
-    return Einsum(e.output, _map_accesses(e.expr, selected), e.reduce_op)
+    return Einsum(e.output, map_accesses(e.expr, selected), e.reduce_op)

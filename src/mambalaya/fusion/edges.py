@@ -112,19 +112,28 @@ def _reshape_ranks(cascade: Cascade, idx) -> list[str] | None:
     return [rank_of_variable(v) for v, _ in reversed(terms)]
 
 
-def _ancestors(cascade: Cascade) -> dict[str, set[str]]:
-    anc: dict[str, set[str]] = {}
-    for e in cascade.einsums:
-        s: set[str] = set()
-        for t in e.input_tensors:
-            if t != e.name and cascade.producer(t) is not None:
-                s |= {t} | anc[t]
-        anc[e.name] = s
-    return anc
+def einsum_ancestors(cascade: Cascade) -> dict[str, set[str]]:
+    """Each Einsum's ancestors: the Einsums it depends on, directly or through others (its own
+    earlier steps left out). Memoised per cascade structure."""
+    memo = cascade.structure_memo.setdefault("einsum_ancestors", {})
+    if "anc" not in memo:
+        anc: dict[str, set[str]] = {}
+        for e in cascade.einsums:
+            s: set[str] = set()
+            for t in e.input_tensors:
+                if t != e.name and cascade.producer(t) is not None:
+                    s |= {t} | anc[t]
+            anc[e.name] = s
+        memo["anc"] = anc
+    return memo["anc"]
 
 
-def _reduce_then_reuse(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str, set[str]]) -> list[tuple[str, str]]:
-    """(rank, reducer) pairs: another reader of ``tensor`` upstream of ``consumer`` reduces that rank."""
+def reduce_then_reuse(cascade: Cascade, tensor: str, consumer: Einsum,
+                      anc: dict[str, set[str]] | None = None) -> list[tuple[str, str]]:
+    """(rank, reducer) pairs: another reader of ``tensor`` upstream of ``consumer`` reduces that
+    rank, so ``consumer`` reads ``tensor`` only once that reduction is over (the softmax's
+    scores, read by the row max and then by the exponential)."""
+    anc = anc if anc is not None else einsum_ancestors(cascade)
     found = []
     for other in cascade.consumers(tensor):
         if other.name == consumer.name or other.name not in anc[consumer.name]:
@@ -143,7 +152,7 @@ def _reduce_then_reuse(cascade: Cascade, tensor: str, consumer: Einsum, anc: dic
 
 
 def classify_edge(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str, set[str]] | None = None) -> Edge:
-    anc = anc if anc is not None else _ancestors(cascade)
+    anc = anc if anc is not None else einsum_ancestors(cascade)
     producer = cascade.producer(tensor)
     accs = [a for a in consumer.inputs if a.tensor == tensor]
     p_u = {rank_of_variable(v) for v in producer.reduced_variables} if producer is not None else set()
@@ -155,7 +164,7 @@ def classify_edge(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str
             d = _dimension_dependency(cascade, a, dim, consumer)
             if d not in deps and not (d == "aligned" and "aligned" in deps):
                 deps.append(d)
-    rtr = _reduce_then_reuse(cascade, tensor, consumer, anc)
+    rtr = reduce_then_reuse(cascade, tensor, consumer, anc)
     deps += [f"reduce-then-reuse({rank} reduced by {who})" for rank, who in rtr]
     if len(deps) > 1 and "aligned" in deps:
         deps.remove("aligned")
@@ -175,7 +184,7 @@ def classify_edge(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str
 
 def classify_edges(cascade: Cascade, *, include_inputs: bool = True) -> list[Edge]:
     """Every edge of the cascade, in consumer order (recurrences as self-edges)."""
-    anc = _ancestors(cascade)
+    anc = einsum_ancestors(cascade)
     edges = []
     for e in cascade.einsums:
         for t in e.input_tensors:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Einsum, rank_of_variable
+from mambalaya.fusion.edges import reduce_then_reuse
 
 
 @dataclass(frozen=True)
@@ -122,36 +123,38 @@ def _carried_in_lanes(cascade: Cascade, e: Einsum, inside: set[str], leaving: se
     word per lane, so it never reaches the buffer: it leaves neither the group nor the chip;
     each element is made by one lane (``e`` reduces nothing and contracts no state: a pointwise
     Einsum or an elementwise recurrence such as the selective scan's ``H``); every reader in the
-    group reads it in place (:func:`_reads_in_place`); and no reader waits for another reader's
-    reduction over it (the softmax's scores read by the row max and then by the exponential must
-    be held for the whole row, which one word per lane does not do)."""
+    group reads it in place (:func:`_reads_in_place`) or, of a recurrence, takes one step of it
+    from the lane that makes it (:func:`_selects_one_step`: the final state); and no reader's
+    edge from it is a reduce-then-reuse with the reducer in the group
+    (:func:`~mambalaya.fusion.edges.reduce_then_reuse`: the softmax's scores read by the row
+    max and then by the exponential must be held for the whole row, which one word per lane
+    does not do)."""
     if e.name in leaving or e.reduced_variables or cascade.contracted_state_ranks(e):
         return False
     readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
     if not readers or not all(_reads_in_place(c, e.name) or _selects_one_step(cascade, c, e.name, inside)
                               for c in readers):
         return False
-    reducers = {c.name for c in readers if c.reduced_variables}
-    return not any(reducers & (_upstream(cascade, c.name, inside) - {c.name}) for c in readers)
+    return not any(who in inside for c in readers for _, who in reduce_then_reuse(cascade, e.name, c))
+
+
+def _plain_names(indices) -> list[str] | None:
+    """The variables of ``indices`` if each is one plain variable (no offset, constant or
+    stride, :attr:`~mambalaya.einsum.ir.AffineIndex.plain_variable`) and all are distinct."""
+    names = [idx.plain_variable for idx in indices]
+    return names if None not in names and len(set(names)) == len(names) else None  # type: ignore[return-value]
 
 
 def _reads_in_place(reader: Einsum, tensor: str) -> bool:
     """Whether ``reader`` reads each element of ``tensor`` once, at the element its own
-    iteration is at: every access a plain variable per dimension (no offset, constant or
-    stride), all distinct, and together exactly the reader's iteration variables (so it runs
-    over no rank the tensor lacks, which would reuse an element across it). A pointwise reader
-    at its own output element, a reduction over the tensor's ranks (``YS[b,i,e] = H[b,i,e,n]
-    * C[b,i,n]``) and a recurrence reading its step's input (``H = AD * H[i-1] + BX``) do."""
+    iteration is at: every access a plain variable per dimension, all distinct, and together
+    exactly the reader's iteration variables (so it runs over no rank the tensor lacks, which
+    would reuse an element across it). A pointwise reader at its own output element, a
+    reduction over the tensor's ranks (``YS[b,i,e] = H[b,i,e,n] * C[b,i,n]``) and a recurrence
+    reading its step's input (``H = AD * H[i-1] + BX``) do."""
     wanted = set(reader.iteration_variables)
     for a in reader.inputs:
-        if a.tensor != tensor:
-            continue
-        names = []
-        for idx in a.indices:
-            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
-                return False
-            names.append(idx.terms[0][0])
-        if len(set(names)) != len(names) or set(names) != wanted:
+        if a.tensor == tensor and ((names := _plain_names(a.indices)) is None or set(names) != wanted):
             return False
     return True
 
@@ -167,30 +170,13 @@ def _selects_one_step(cascade: Cascade, reader: Einsum, tensor: str, inside: set
     if along is None or not select_positions(cascade, reader, inside):
         return False
     wanted = set(reader.iteration_variables)
+    ranks = cascade.tensors[tensor].ranks
     for a in reader.inputs:
         if a.tensor != tensor:
             continue
-        names = []
-        for idx, rank in zip(a.indices, cascade.tensors[tensor].ranks):
-            if rank == along[0]:
-                if idx.terms:
-                    return False
-            elif idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
-                return False
-            else:
-                names.append(idx.terms[0][0])
-        if len(set(names)) != len(names) or set(names) != wanted:
+        if any(idx.terms for idx, rank in zip(a.indices, ranks) if rank == along[0]):
+            return False
+        names = _plain_names([idx for idx, rank in zip(a.indices, ranks) if rank != along[0]])
+        if names is None or set(names) != wanted:
             return False
     return True
-
-
-def _upstream(cascade: Cascade, name: str, inside: set[str]) -> set[str]:
-    """``name`` and the Einsums of the group it depends on, directly or through others."""
-    seen = {name}
-    todo = [name]
-    while todo:
-        for a in cascade.einsum(todo.pop()).inputs:
-            if a.tensor in inside and a.tensor not in seen:
-                seen.add(a.tensor)
-                todo.append(a.tensor)
-    return seen

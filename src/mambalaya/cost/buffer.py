@@ -129,12 +129,7 @@ def _exact_tiling(accesses: list[Access], dims: tuple[int, ...], bounds: tuple[t
     no offset) and none has rows below 0: then the boxes of any tiling sum to the untiled box."""
     if any(lo < 0 for lo, _ in bounds):
         return False
-    for a in accesses:
-        for p in dims:
-            idx = a.indices[p]
-            if idx.const != 0 or len(idx.terms) != 1 or idx.terms[0][1] != 1:
-                return False
-    return True
+    return all(a.indices[p].plain_variable is not None for a in accesses for p in dims)
 
 
 def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> BufferAccesses:

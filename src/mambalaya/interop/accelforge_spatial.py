@@ -107,7 +107,7 @@ def gemm_workload_dict(cascade: Cascade, name: str) -> dict:
     if weight is None or activation is None:
         raise MambalayaError(f"Einsum {name}: no weight-activation product found")
     for a in (weight, activation):
-        if any(len(idx.terms) != 1 or idx.const or idx.terms[0][1] != 1 for idx in a.indices):
+        if any(idx.plain_variable is None for idx in a.indices):
             raise MambalayaError(f"Einsum {name}: {a} is not indexed by plain variables; AccelForge export needs them")
     variables = list(dict.fromkeys([*e.output_variables, *e.reduced_variables]))
     sizes = cascade.variable_sizes

@@ -410,7 +410,11 @@ def scan_floor_s(arch: Any, cascade: Cascade, einsums: tuple[str, ...]) -> float
     per_step = scan_seconds_per_step(arch)
     if not per_step:
         return 0.0
-    return per_step * sum(scan_steps(cascade, cascade.einsum(n)) for n in einsums)
+    memo = cascade.__dict__.setdefault("_scan_steps_memo", {})  # the search asks per pick, per group
+    steps = memo.get(einsums)
+    if steps is None:
+        steps = memo[einsums] = sum(scan_steps(cascade, cascade.einsum(n)) for n in einsums)
+    return per_step * steps
 
 
 def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic,

@@ -444,14 +444,11 @@ def _fit_result(fit: Fit, cases: CaseFile, name: str, parts: dict, results: tupl
     if not chosen:
         raise SpecError(f"fit {fit.key}: subset {fit.subset!r} has no case to fit on", source=name)
     value, own = fit_scan_cycles(chosen, parts, name)
-    rest = []
-    for r in results:
-        if r.case.source == fit.subset or r.case.arch not in fit.archs:
-            continue
-        without = with_settings(load_arch(r.case.arch), [f"{fit.key}=null"], option="fit")
-        if predicted_s(parts[r.case.id], r.kernels, without) != r.predicted_s:
-            rest.append(r)
-    shipped = {a: getattr(load_arch(a).kernels, fit.key.split(".")[1], None) for a in fit.archs}
+    specs = {a: load_arch(a) for a in fit.archs}
+    without = {a: with_settings(spec, [f"{fit.key}=null"], option="fit") for a, spec in specs.items()}
+    rest = [r for r in results if r.case.source != fit.subset and r.case.arch in without
+            and predicted_s(parts[r.case.id], r.kernels, without[r.case.arch]) != r.predicted_s]
+    shipped = {a: getattr(spec.kernels, fit.key.split(".")[1], None) for a, spec in specs.items()}
     return FitResult(fit, value, shipped, own, tuple(r for r in results if r.case.source == fit.subset), tuple(rest))
 
 

@@ -146,7 +146,8 @@ def test_every_recurrence_of_every_shipped_form_is_floored_by_its_algebra() -> N
 
 def test_evaluate_prints_the_scan_floors_inputs() -> None:
     """Every number traceable: on a GPU spec the scan floor's rate, SMs, clock and each
-    recurrence's element-steps are printed; on an accelerator nothing."""
+    recurrence's element-steps are printed; on a GPU spec without the rate, a note; on an
+    accelerator nothing."""
     from typer.testing import CliRunner
 
     from mambalaya.cli import app
@@ -158,4 +159,8 @@ def test_evaluate_prints_the_scan_floors_inputs() -> None:
     assert ("scan_sm_cycles_per_step 0.585 SM-cycles per element-step, fitted; 108 SMs at 1.41 GHz" in gpu.output
             and f"H {steps:,} element-steps" in gpu.output)
     accel = runner.invoke(app, ["evaluate", "--arch", "mambalaya", "--model", "mamba-130m", "-B", "1", "-L", "2048"])
-    assert accel.exit_code == 0 and "scan kernels" not in accel.output
+    assert accel.exit_code == 0 and "scan kernels" not in accel.output and "scan_sm_cycles_per_step" not in accel.output
+    # a GPU spec without the rate is not silently at the lanes' peak: it says so
+    unset = runner.invoke(app, ["evaluate", "--arch", "gpu-a100-pcie", "--model", "mamba-130m", "-B", "1", "-L", "2048",
+                                "--set", "kernels.scan_sm_cycles_per_step=null"])
+    assert unset.exit_code == 0 and "has no scan_sm_cycles_per_step, so its scans (H) run at the lanes' peak" in unset.output

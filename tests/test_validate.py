@@ -276,7 +276,8 @@ def test_the_one_fitted_quantity_is_fitted_on_its_declared_subset_only(shipped, 
     cases (each case's own value: its measured time over its element-steps in SM-cycles), the
     value every spec the fit names carries (3 significant digits); the Figure 10 scans at N = 64,
     not in the subset, land within [0.5, 2] (their error is reported, not fitted away). A fit
-    whose subset has no case, or names no source, is refused by name."""
+    whose subset has no case, names no source, or holds cases its scans do not bound (where the
+    measured time over the element-steps is not the rate) is refused by name."""
     (fit,) = shipped.fits
     assert fit.fit.subset == "mamba1-fig8" and len(fit.subset) == 6
     assert all(r.case.source == "mamba1-fig8" for r in fit.subset)
@@ -294,6 +295,11 @@ def test_the_one_fitted_quantity_is_fitted_on_its_declared_subset_only(shipped, 
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(SpecError, match="subset 'mamba1-fig8' has no case"):
+        validate(path)
+    data["cases"] = cases.model_dump(mode="json")["cases"]
+    data["fits"][0]["subset"] = "fa3-fig5"  # attention kernels: their running statistics are no scan that sets them
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError, match="of subset 'fa3-fig5' is not bound by its scans at the fitted"):
         validate(path)
     data["fits"][0]["subset"] = "no-such-source"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")

@@ -105,16 +105,22 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
 
 def scan_floor_text(arch: Any, cascade: Any) -> str:
     """The scan floor's inputs on a GPU spec with a scan rate (``kernels.scan_sm_cycles_per_step``):
-    each elementwise recurrence's element-steps and the least time they take; empty otherwise."""
+    each elementwise recurrence's element-steps and the least time they take; on a GPU spec
+    without one, a note that its scans run at the lanes' peak; empty without a kernels section."""
     from mambalaya.arch.kernels import scan_seconds_per_step
     from mambalaya.cost.latency import scan_steps
 
-    per_step = scan_seconds_per_step(arch)
-    steps = [(e.name, scan_steps(cascade, e)) for e in cascade.einsums] if per_step else []
-    steps = [(name, n) for name, n in steps if n]
+    k = getattr(arch, "kernels", None)
+    if k is None:
+        return ""
+    steps = [(e.name, n) for e in cascade.einsums if (n := scan_steps(cascade, e))]
     if not steps:
         return ""
-    k = arch.kernels
+    per_step = scan_seconds_per_step(arch)
+    if not per_step:
+        return (f"note: {arch.name}'s kernels section has no scan_sm_cycles_per_step, so its scans ("
+                + ", ".join(name for name, _ in steps) + ") run at the lanes' peak, far faster than measured scan "
+                "kernels (the shipped GPU specs carry the fitted 0.585 SM-cycles per element-step)")
     return (f"scan kernels (kernels.scan_sm_cycles_per_step {k.scan_sm_cycles_per_step:g} SM-cycles per element-step, "
             f"fitted; {k.sm_count} SMs at {arch.clock_hz / 1e9:g} GHz): its group computes no faster than "
             + "; ".join(f"{name} {whole(n)} element-steps, {milliseconds(n * per_step)} ms" for name, n in steps))

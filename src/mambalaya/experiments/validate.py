@@ -38,7 +38,7 @@ from mambalaya.arch.kernels import speed_of_light
 from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
-from mambalaya.cost.latency import layer_latency, scan_steps
+from mambalaya.cost.latency import layer_latency, scan_floor_s, scan_steps
 from mambalaya.cost.launch import Launch, launched_group_seconds
 from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
@@ -54,6 +54,9 @@ _STRICT = SPEC_MODEL_CONFIG
 #: kernel either way. The project's acceptance bound for predictions (issue 44), not a property
 #: of any kernel; the speed of light has its own, strict, bound (at or below the measurement).
 PREDICTION_BAND = (0.5, 2.0)
+#: How far above its scans' time a fit's subset case may be predicted and still count as bound by
+#: them (float rounding only: the fit is exact where the scans bound every kernel).
+FIT_BOUND_TOLERANCE = 1e-9
 #: A tuple field of a case file, written as a YAML list.
 _AS_TUPLE = BeforeValidator(list_as_tuple)
 
@@ -444,6 +447,15 @@ def _fit_result(fit: Fit, cases: CaseFile, name: str, parts: dict, results: tupl
     if not chosen:
         raise SpecError(f"fit {fit.key}: subset {fit.subset!r} has no case to fit on", source=name)
     value, own = fit_scan_cycles(chosen, parts, name)
+    for c in chosen:  # the measured time over the element-steps is the value only where the scans bound the case
+        fitted = with_settings(load_arch(c.arch), [f"{fit.key}={value!r}"], option="fit")
+        kernels = case_kernels(c, parts[c.id], name)
+        predicted = predicted_s(parts[c.id], kernels, fitted)
+        scans = sum(scan_floor_s(fitted, parts[c.id], k.einsums) for k in kernels)
+        if predicted > scans * (1 + FIT_BOUND_TOLERANCE):
+            raise SpecError(f"fit {fit.key}: case {c.id} of subset {fit.subset!r} is not bound by its scans at the "
+                            f"fitted {value:.3g} (predicted {predicted * 1e3:.4g} ms, its scans {scans * 1e3:.4g} ms): a "
+                            "subset must be cases the scan rate sets", source=name)
     specs = {a: load_arch(a) for a in fit.archs}
     without = {a: with_settings(spec, [f"{fit.key}=null"], option="fit") for a, spec in specs.items()}
     rest = [r for r in results if r.case.source != fit.subset and r.case.arch in without

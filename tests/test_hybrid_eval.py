@@ -234,23 +234,27 @@ def test_a_layer_costed_again_under_the_same_inputs_is_reused_with_the_same_numb
 
 
 def test_hybrid_suite_on_worker_processes_writes_the_same_tables(tmp_path) -> None:
-    """The suite's (model, phase) tasks on two spawned worker processes give the tables the
-    suite computes in one process, row for row."""
-    from mambalaya.experiments.hybrid_suite import HybridSuiteConfig, run_hybrid_suite, suite_workers
+    """The suite's tasks (each model's decode, then its prefill one length each) on two spawned
+    worker processes give the tables the suite computes in one process, row for row."""
+    from mambalaya.experiments.hybrid_suite import HybridSuiteConfig, run_hybrid_suite, suite_tasks, suite_workers
     from mambalaya.specio import dump_yaml
 
     model = tmp_path / "small.yaml"
     model.write_text(dump_yaml(SMALL.model_dump(mode="json")))
     tables = {}
     for workers in (1, 2):
-        config = HybridSuiteConfig(models=(str(model),), batch=2, seq_lens=(256,), figures=False,
+        config = HybridSuiteConfig(models=(str(model),), batch=2, seq_lens=(256, 512), figures=False,
                                    designs=("mambalaya", "marca-ideal"), out=tmp_path / f"w{workers}", workers=workers)
         assert suite_workers(config) == workers
         steps: list[int] = []
         tables[workers] = run_hybrid_suite(config, lambda _msg, n: steps.append(n)).tables["hybrid_latency"]
-        assert sum(steps) == 2 * 2 + 2
+        assert sum(steps) == 2 * 2 * 2 + 2
     pd.testing.assert_frame_equal(tables[1], tables[2])
-    assert suite_workers(HybridSuiteConfig(models=("bamba-9b",), workers=8)) == 2  # never more than its tasks
+    assert list(tables[1][["phase", "seq_len"]].drop_duplicates().itertuples(index=False, name=None)) == [
+        ("prefill", 256), ("prefill", 512), ("decode", 256), ("decode", 512)]  # the grid's order, whatever ends first
+    assert suite_tasks(config) == [(str(model), "decode", (256, 512)), (str(model), "prefill", (256,)),
+                                   (str(model), "prefill", (512,))]
+    assert suite_workers(HybridSuiteConfig(models=("bamba-9b",), seq_lens=(2048,), workers=8)) == 2  # never more than its tasks
 
 
 def test_softmax_option_picks_the_attention_form_and_names_it(tmp_path) -> None:

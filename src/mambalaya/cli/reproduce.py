@@ -62,7 +62,7 @@ def reproduce_cmd(
     compare_precision: Annotated[str, typer.Option("--compare-precision", help="Also compute the headline ratios under this precision policy ('none' to skip); the main result uses each design's own.")] = "uniform",
     sensitivity: Annotated[str, typer.Option("--sensitivity", help="Sensitivity spec (shipped: h100-like) or YAML file; 'none' to skip the study.")] = "h100-like",
     sensitivity_seq_lens: Annotated[Optional[str], typer.Option("--sensitivity-seq-lens", help="Prefill lengths of the sensitivity study (default 2048,32768,1048576, those in --seq-lens).")] = None,
-    workers: Annotated[Optional[int], typer.Option("--workers", parser=size_parser, help="With --suite hybrid: worker processes, one (model, phase) each at a time (default: one per core; 1 runs in this process). The tables are the same.")] = None,
+    workers: Annotated[Optional[int], typer.Option("--workers", parser=size_parser, help="With --suite hybrid: worker processes, each taking a model's decode phase or one length of its prefill at a time (default: one per core; 1 runs in this process). The tables are the same.")] = None,
     softmax: SoftmaxOpt = None,
 ) -> None:
     """Run the paper's evaluation (or the hybrid-model suite) and write tables, figures,

@@ -99,6 +99,7 @@ class _Parser:
         self.text = text
         self.where = where
         self.sizes = sizes
+        self.sizes_read: dict[str, int] = {}  # the rank sizes an index named (parse_einsum's memo key)
         self.tokens = tokenize(text, where)
         self.pos = 0
         self.nesting = 0
@@ -265,7 +266,8 @@ class _Parser:
                     "(upper case, standing for its size) of a declared rank",
                     tok,
                 )
-            return [], int(self.sizes[tok.text])
+            self.sizes_read[tok.text] = int(self.sizes[tok.text])
+            return [], self.sizes_read[tok.text]
         raise self.error(f"expected an index expression, found {self.describe(tok)}")
 
     # -- value expressions ---------------------------------------------------------------
@@ -341,11 +343,34 @@ class _Parser:
         return value
 
 
+#: Einsum lines parsed so far: per text, ``(the rank sizes its indices named, the Einsum)``. A
+#: layer's lines recur in every build of it (each length, batch, phase and design of a sweep); an
+#: Einsum is immutable, so one parse serves every build whose named sizes are the same. Speed only.
+_PARSED: dict[str, list[tuple[tuple[tuple[str, int], ...], Einsum]]] = {}
+_PARSED_TEXTS = 20_000
+_PARSED_PER_TEXT = 32
+
+
 def parse_einsum(
     text: str, *, sizes: Mapping[str, int] | None = None, where: Where = Where()
 ) -> Einsum:
-    """Parse one Einsum line. ``sizes`` maps rank names to sizes for upper-case names in indices."""
-    return _Parser(text, where, sizes).einsum()
+    """Parse one Einsum line. ``sizes`` maps rank names to sizes for upper-case names in indices.
+    Memoised per text and the sizes its indices name (a line that fails is parsed again, so its
+    error names ``where``)."""
+    seen = _PARSED.get(text)
+    for named, einsum in seen or ():
+        if all(sizes is not None and n in sizes and int(sizes[n]) == v for n, v in named):
+            return einsum
+    parser = _Parser(text, where, sizes)
+    einsum = parser.einsum()
+    if seen is None:
+        if len(_PARSED) >= _PARSED_TEXTS:
+            _PARSED.clear()
+        seen = _PARSED[text] = []
+    if len(seen) >= _PARSED_PER_TEXT:
+        seen.pop(0)
+    seen.append((tuple(parser.sizes_read.items()), einsum))
+    return einsum
 
 
 # -- rank-size expressions -------------------------------------------------------------------

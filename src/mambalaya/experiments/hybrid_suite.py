@@ -102,20 +102,22 @@ def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
 
 
 def model_phase_rows(config: HybridSuiteConfig, model: str, phase: str,
-                     progress: Callable[[str, int], None] | None = None) -> list[dict[str, Any]]:
-    """The suite's rows of one model in one phase: every context length on every design, in
-    order. A layer that does not change with L (a decode step's Mamba, MLP or MoE layer) is
-    searched once and its mapping and cost reused (:class:`~mambalaya.experiments.evaluate.CostedLayers`);
-    the layers built for a length, with their memos, are dropped once every design has been
-    costed on them (:func:`~mambalaya.experiments.evaluate.forget_cached_layers`): the next
-    length's layers share none of them, and kept they held gigabytes. Speed and memory only:
-    every number is the same."""
+                     progress: Callable[[str, int], None] | None = None,
+                     seq_lens: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+    """The suite's rows of one model in one phase: every context length (``seq_lens``, default
+    the config's) on every design, in order. A layer that does not change with L (a decode
+    step's Mamba, MLP or MoE layer) is searched once and its mapping and cost reused
+    (:class:`~mambalaya.experiments.evaluate.CostedLayers`); the layers built for a length, with
+    their memos, are dropped once every design has been costed on them
+    (:func:`~mambalaya.experiments.evaluate.forget_cached_layers`): the next length's layers
+    share none of them, and kept they held gigabytes. Speed and memory only: every number is
+    the same."""
     tick = progress or (lambda _msg, _steps: None)
     specs = {d: load_arch(d) for d in config.designs}
     cfg = resolve_model(model)
     reuse = CostedLayers()
     rows = []
-    for L in config.seq_lens:
+    for L in config.seq_lens if seq_lens is None else seq_lens:
         for d in config.designs:
             tick(f"{model} {phase} L={L} {d}", 1)
             rows.append(_row(model, evaluate_hybrid(specs[d], model, cfg, phase=phase, seq_len=L, batch=config.batch,
@@ -125,10 +127,26 @@ def model_phase_rows(config: HybridSuiteConfig, model: str, phase: str,
     return rows
 
 
+#: A task of the suite: a model, a phase and the context lengths it evaluates in one process.
+SuiteTask = tuple[str, str, tuple[int, ...]]
+
+
+def suite_tasks(config: HybridSuiteConfig) -> list[SuiteTask]:
+    """The suite's tasks, in the order worker processes take them: each model's decode phase as
+    one task (its lengths share the decode layers that do not change with L,
+    :class:`~mambalaya.experiments.evaluate.CostedLayers`), first, as the longest tasks that
+    cannot be split; then each model's prefill one length per task (lengths share no layer),
+    so that two workers end within about one length's evaluation of each other. Speed only:
+    the rows are put back in the grid's order."""
+    decode = [(m, p, config.seq_lens) for m in config.models for p in config.phases if p == "decode"]
+    rest = [(m, p, (L,)) for m in config.models for p in config.phases if p != "decode" for L in config.seq_lens]
+    return decode + rest
+
+
 def suite_workers(config: HybridSuiteConfig) -> int:
     """Worker processes the suite runs on: ``config.workers``, else one per core this process
-    may use, never more than its (model, phase) tasks."""
-    tasks = len(config.models) * len(config.phases)
+    may use, never more than its tasks (:func:`suite_tasks`)."""
+    tasks = len(suite_tasks(config))
     if config.workers is not None:
         return max(1, min(config.workers, tasks))
     return max(1, min(usable_cores(), tasks))
@@ -136,22 +154,27 @@ def suite_workers(config: HybridSuiteConfig) -> int:
 
 def _suite_rows(config: HybridSuiteConfig, tick: Callable[[str, int], None]) -> list[dict[str, Any]]:
     """Every row of the grid, in the order (model, phase, L, design), computed in this process or
-    in :func:`suite_workers` worker processes, one (model, phase) task each (a task's lengths
-    share its memos); a task's progress is counted when it ends."""
-    tasks = [(model, phase) for model in config.models for phase in config.phases]
+    in :func:`suite_workers` worker processes, one :func:`suite_tasks` task each; a task's
+    progress is counted when it ends."""
     workers = suite_workers(config)
     if workers == 1:
-        return [row for model, phase in tasks for row in model_phase_rows(config, model, phase, tick)]
-    per_task = len(config.seq_lens) * len(config.designs)
-    done: dict[tuple[str, str], list[dict[str, Any]]] = {}
+        return [row for model in config.models for phase in config.phases
+                for row in model_phase_rows(config, model, phase, tick)]
+    done: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
     # spawned, not forked: the caller may run threads (a progress bar's)
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(model_phase_rows, config, model, phase): (model, phase) for model, phase in tasks}
+        futures = {pool.submit(model_phase_rows, config, model, phase, None, lengths): (model, phase, lengths)
+                   for model, phase, lengths in suite_tasks(config)}
         for future in as_completed(futures):
-            model, phase = futures[future]
-            done[(model, phase)] = future.result()
-            tick(f"{model} {phase}: {len(config.seq_lens)} lengths on {len(config.designs)} designs", per_task)
-    return [row for task in tasks for row in done[task]]
+            model, phase, lengths = futures[future]
+            rows = future.result()
+            per_length = len(config.designs)
+            for k, L in enumerate(lengths):
+                done[(model, phase, L)] = rows[k * per_length:(k + 1) * per_length]
+            tick(f"{model} {phase}: {len(lengths)} length{'s' if len(lengths) > 1 else ''} on "
+                 f"{len(config.designs)} designs", len(lengths) * per_length)
+    return [row for model in config.models for phase in config.phases for L in config.seq_lens
+            for row in done[(model, phase, L)]]
 
 
 def run_hybrid_suite(config: HybridSuiteConfig,
@@ -320,4 +343,4 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
 
 
 __all__ = ["HYBRID_DESIGNS", "HYBRID_MODELS", "HybridSuiteConfig", "HybridSuiteResult", "model_phase_rows",
-           "run_hybrid_suite", "speedup_rows", "suite_steps", "suite_workers"]
+           "run_hybrid_suite", "speedup_rows", "suite_steps", "suite_tasks", "suite_workers", "SuiteTask"]

@@ -592,3 +592,22 @@ def test_every_spec_reader_names_an_escape_beyond_unicode() -> None:
         assert (info.value.source, info.value.line, info.value.column) == ("s.yaml", 1, column)
     with pytest.raises(SpecError, match="an escape names no Unicode character"):
         loads_policy('name: "\\Ue0010000"\n')
+
+
+def test_a_line_parsed_again_takes_the_sizes_its_indices_name_and_a_bad_one_names_its_place() -> None:
+    """parse_einsum is memoised per text: a line whose index names a rank size gives that size's
+    offset at every size asked (never the first parse's), a line naming none is one object, and
+    a line that fails is parsed again so its error names the file and line asked about."""
+    from mambalaya.einsum.parse import Where
+
+    text = "HN[b,e] = H[b,I-1,e]"
+    at = {n: parse_einsum(text, sizes={"I": n, "E": 3}) for n in (4, 8, 4)}
+    assert [str(at[n].expr) for n in (4, 8)] == ["H[b,3,e]", "H[b,7,e]"]
+    assert parse_einsum(text, sizes={"I": 4}) is at[4]  # the sizes it names, not the others
+    with pytest.raises(SpecError, match="rank name"):
+        parse_einsum(text)  # no sizes: I is unknown, the memo is not asked to guess
+    plain = "Y[b,i] = X[b,i]*2"
+    assert parse_einsum(plain) is parse_einsum(plain, sizes={"I": 9})
+    for line in (3, 7):
+        with pytest.raises(SpecError, match=f"layer.yaml.*{line}"):
+            parse_einsum("Y[b,i] = X[b,i", where=Where("layer.yaml", line))

@@ -29,7 +29,7 @@ from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, wind
 from mambalaya.search.group_shape import shape_of_group, held_layout, held_bytes, keepable_under
 from mambalaya.cost.buffer import buffer_read_bytes_over_tilings
 from mambalaya.search.irregular_reads import irregular_read_bytes, times_trips
-from mambalaya.cost.traffic import untiled_traffic, written_bytes
+from mambalaya.cost.traffic import read_steps, untiled_traffic, written_bytes
 from mambalaya.search.tile_ranks import rank_tile_options, tile_options, tileable_ranks, widened_ranks
 
 
@@ -122,11 +122,18 @@ class GroupCostModel:
                    for t, b in read_bytes.items())
         most += sum(b * math.prod(cascade.size(ranks[i]) for i in shape.unwritten[t]) for t, b in write_bytes.items())
         #: whether the traffic closed form is exact for every tiling: every read aligned or
-        #: counted per tile combination (:meth:`_irregular_factors`); no residency candidate
-        #: with an initial value (a KV cache before its appended rows, which stays on chip too
-        #: and the residency closed form does not count); and bytes below 2^53 (beyond, floats
-        #: summed in another order than the general model's may differ)
-        self.exact_traffic = (not any(cascade.tensors[t].initial for t, _, _ in self._reads)
+        #: counted per tile combination (:meth:`_irregular_factors`); a residency candidate's
+        #: initial value read through its accesses alone (:func:`_saved_together`); and bytes
+        #: below 2^53 (beyond, floats summed in another order than the general model's may differ)
+        self._read_bytes = read_bytes
+        #: per residency candidate with an initial value the group reads (a conv state before
+        #: the first positions, a KV cache before its appended rows), that value: held on chip
+        #: with it (:meth:`_held_box` counts its rows), so residency saves its bytes too
+        #: (:func:`~mambalaya.cost.traffic.read_elements` gives both the same repeats)
+        self._initial_of = {t: init for t, _, _ in self._reads
+                            if (init := cascade.tensors[t].initial) and init in read_bytes}
+        self.exact_traffic = (all(_saved_together(shape, read_steps(cascade, full), t, init)
+                                  for t, init in self._initial_of.items())
                               and most < 2**53 and (not self.irregular or self._irregular_factors() is not None))
         if self.exact_traffic and self.irregular:  # their terms come from the per-tiling bytes instead
             self.terms = [(b, shape.unmentioned[t]) for t, b in read_bytes.items() if t not in self.irregular]
@@ -654,10 +661,14 @@ def add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: 
                     factors[key] = len(factor_rows)
                     factor_rows.append(_kept_row(m, ("saved", o, frozenset(seen)),
                                                  lambda: _saved_factor(trips, o, seen, len(m.ranks), n)))
-                if t in irregular:  # its bytes per pass differ by tiling: a row of its own, times one
+                saved = [t] + ([m._initial_of[t]] if t in m._initial_of else [])  # its initial value's bytes too
+                if any(x in irregular for x in saved):  # bytes per pass differ by tiling: a row of its own, times one
+                    per_pass = sum(irregular[x] if x in irregular else m._read_bytes[x] for x in saved)
                     b, key = 1.0, (o, frozenset(seen), id(m), t)
                     factors[key] = len(factor_rows)
-                    factor_rows.append(factor_rows[factors[(o, frozenset(seen))]] * irregular[t])
+                    factor_rows.append(factor_rows[factors[(o, frozenset(seen))]] * per_pass)
+                else:
+                    b = sum(m._read_bytes[x] for x in saved)
                 readers = (t, readers_of.get(t, ()))
                 if readers not in held:
                     held[readers] = len(held_rows)
@@ -693,6 +704,16 @@ def add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: 
         traffic[rows, cols] = np.subtract(link[:k], saved_sum[:k], out=link[:k])
         np.take(fp0, rows, axis=0, out=link[:k], mode="clip")
         fp[rows, cols] = np.add(link[:k], held_sum[:k], out=link[:k])
+
+
+def _saved_together(shape: Any, steps: list[Any], tensor: str, initial: str) -> bool:
+    """Whether the residency closed form saves ``initial``'s bytes exactly with ``tensor``'s: the
+    general model reads both in one step (:func:`~mambalaya.cost.traffic.read_steps`) with one
+    repeat count, so they do when ``initial`` is read in that step alone and through the same
+    accesses (the ranks they mention are the same)."""
+    return (sum(1 for step in steps if step[5] == initial) == 1
+            and any(step[0] == tensor and step[5] == initial for step in steps)
+            and shape.mentioned[tensor] == shape.mentioned[initial])
 
 
 def _kept_row(m: GroupCostModel, key: tuple, make: Any) -> np.ndarray:

@@ -5,10 +5,18 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 import warnings
 from pathlib import Path
 
 import pytest
+
+# Bytecode caches on, for this process and every process it starts (test workers, worker pools,
+# command-line runs): an environment that sets PYTHONDONTWRITEBYTECODE (this project's machines
+# do) makes each of the suite's many Python processes compile every module it imports from
+# source again. Speed only; the caches go to __pycache__ folders, which git ignores.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from mambalaya.interop.accelforge_worker import AccelForgeRecords, find_python312, request_key
 

@@ -12,6 +12,8 @@ shared reading layer they go through is :mod:`mambalaya.specio`.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import time
 from pathlib import Path
@@ -61,6 +63,13 @@ READERS: dict[str, tuple[Callable[[], Any], str, Callable[[Path], Any]]] = {
     "sensitivity": (lambda: yaml.safe_load(Path(__file__).parents[1].joinpath(
         "src/mambalaya/data/sensitivity/h100-like.yaml").read_text()), ".yaml", load_sensitivity_spec),
 }
+
+
+@functools.cache
+def _document(kind: str) -> Any:
+    """The valid document of ``kind``, made once (the arch's dump alone takes most of an
+    example's time); examples change copies of it (:func:`_replaced` copies along its path)."""
+    return READERS[kind][0]()
 
 
 def _paths(doc: Any, prefix: tuple = ()) -> list[tuple]:
@@ -129,8 +138,8 @@ def _read(reader: Callable[[Path], Any], path: Path) -> Any:
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_a_mutated_document_is_read_or_refused_in_one_paragraph(kind, data, tmp_path) -> None:
-    make, suffix, reader = READERS[kind]
-    doc = make()
+    _, suffix, reader = READERS[kind]
+    doc = _document(kind)
     path = data.draw(st.sampled_from(_paths(doc)), label="path")
     delete = data.draw(st.booleans(), label="delete") and isinstance(path[-1], str)
     value = data.draw(st.sampled_from(JUNK), label="value")

@@ -22,7 +22,22 @@ fi
 if [ ! -x .venv-af/bin/python ]; then
   "$py" -m venv .venv-af || { echo "accelforge-env: could not create .venv-af"; exit 0; }
 fi
-.venv-af/bin/pip install -q --no-compile -e '.[accelforge]' 2>&1 | grep -v 'is ignored: it is neither a file nor a directory'
+# AF_ENV_PART (scripts/test-env.sh): "deps" installs mambalaya's dependencies and AccelForge, read
+# from pyproject.toml, without building this source tree (so it can run beside another install of
+# it); "project" then installs mambalaya itself with --no-deps; unset, both in one pip run.
+case "${AF_ENV_PART:-}" in
+  deps)
+    reqs=$(mktemp)
+    "$py" - > "$reqs" <<'PY'
+import tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+print("\n".join(project["dependencies"] + project["optional-dependencies"]["accelforge"]))
+PY
+    set -- install -q --no-compile -r "$reqs" ;;
+  project) set -- install -q --no-compile --no-deps -e . ;;
+  *) set -- install -q --no-compile -e '.[accelforge]' ;;
+esac
+.venv-af/bin/pip "$@" 2>&1 | grep -v 'is ignored: it is neither a file nor a directory'
 if [ "${PIPESTATUS[0]}" -ne 0 ]; then
   echo "accelforge-env: installing accelforge failed; its cross-checks will be skipped"
 fi

@@ -33,7 +33,7 @@ import tomllib
 project = tomllib.load(open("pyproject.toml", "rb"))["project"]
 print("\n".join(project["dependencies"] + project["optional-dependencies"]["accelforge"]))
 PY
-    set -- install -q -r "$reqs" ;;  # compiled: beside .venv's install this costs no time, and saves the tests' first import
+    set -- install -q --no-compile -r "$reqs" ;;
   project) set -- install -q --no-compile --no-deps -e . ;;
   *) set -- install -q --no-compile -e '.[accelforge]' ;;
 esac

@@ -38,7 +38,9 @@ PY
   *) set -- install -q --no-compile -e '.[accelforge]' ;;
 esac
 .venv-af/bin/pip "$@" 2>&1 | grep -v 'is ignored: it is neither a file nor a directory'
-if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+installed=${PIPESTATUS[0]}
+[ -z "${reqs:-}" ] || rm -f "$reqs"
+if [ "$installed" -ne 0 ]; then
   echo "accelforge-env: installing accelforge failed; its cross-checks will be skipped"
 elif [ "${AF_ENV_PART:-}" != project ]; then
   # AccelForge's first import compiles the modules it pulls in (sympy, numba, pandas: about 1,800;

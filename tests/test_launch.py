@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from mambalaya.arch import load_arch, loads_arch, arch_to_yaml
-from mambalaya.arch.kernels import grid_shares, offchip_bytes_per_s, speed_of_light
-from mambalaya.cost.latency import combine, group_totals
+from mambalaya.arch.kernels import array_share, compute_hz, grid_shares, offchip_bytes_per_s, speed_of_light
+from mambalaya.cost.latency import combine, group_cycles, group_totals
 from mambalaya.cost.launch import Launch, launched_group_seconds
 from mambalaya.errors import SpecError
 from mambalaya.experiments.validate import case_cascade, load_cases
@@ -65,6 +65,54 @@ def test_an_underfilled_grid_slows_its_compute_by_the_idle_share(delta_rule) -> 
                           len(group.einsums))
     got = launched_group_seconds(gpu, part, group, Launch((("P", 32), ("G", 1))))
     assert got == pytest.approx(expected) and got > t.latency
+
+
+@pytest.fixture(scope="module")
+def attention():
+    """FlashAttention-2's forward of the 16-head, head-dim-128, 2K-key case: the blocked softmax's
+    Einsums as one group (its score and value products on the tensor cores)."""
+    cases, name = load_cases()
+    case = next(c for c in cases.cases if c.id == "fa2-fwd-d128-L2k")
+    part = case_cascade(case, name)
+    return part, FusionGroup("fa", tuple(e.name for e in part.einsums))
+
+
+def test_a_kernel_issuing_the_synchronous_mma_runs_its_contractions_at_the_specs_share(attention) -> None:
+    """On the H100 a kernel issuing mma.sync (FlashAttention-2's) runs its tensor-core cycles at
+    kernels.sync_mma_fraction of the peak: its compute seconds are the array's cycles over that
+    share (the lanes' and the special-function units' as before), its off-chip and on-chip ones
+    unchanged. On the A100, whose peak that instruction reaches, on a spec without the field, and
+    for the speed of light (the peak rates), nothing changes."""
+    part, group = attention
+    gpu = load_arch("gpu-h100")
+    share = gpu.kernels.sync_mma_fraction
+    assert share == pytest.approx(2 / 3, abs=1e-3) and array_share(gpu, True) == share
+    assert array_share(gpu, False) == 1.0
+    cycles, _ = group_cycles(gpu, part, group)
+    assert cycles.array_2d > max(cycles.vector, cycles.mfu)  # the array binds this group
+    t = group_totals(gpu, part, group)
+    expected, _ = combine(gpu, cycles.array_2d / share / compute_hz(gpu), t.mem_latency, t.onchip_latency, t.steps,
+                          len(group.einsums))
+    slow = launched_group_seconds(gpu, part, group, None, sync_mma=True)
+    assert slow == pytest.approx(float(expected)) and slow > t.latency * 1.4
+    a100 = load_arch("gpu-a100")
+    assert a100.kernels.sync_mma_fraction is None and array_share(a100, True) == 1.0
+    assert launched_group_seconds(a100, part, group, None, sync_mma=True) == group_totals(a100, part, group).latency
+    peak = speed_of_light(gpu)
+    assert launched_group_seconds(peak, part, group, None, sync_mma=True) == group_totals(peak, part, group).latency
+    grid = Launch((("G", 1),))  # one block per head: 16 blocks on 132 SMs, slowed by both
+    busy, drawn = grid_shares(gpu, grid.thread_blocks(part))
+    expected, _ = combine(gpu, cycles.array_2d / share / compute_hz(gpu) / busy, t.mem_latency / drawn,
+                          t.onchip_latency / busy, t.steps, len(group.einsums))
+    assert launched_group_seconds(gpu, part, group, grid, sync_mma=True) == pytest.approx(float(expected))
+
+
+def test_the_sync_mma_fraction_is_a_checked_fraction() -> None:
+    text = arch_to_yaml(load_arch("gpu-h100"))
+    assert "sync_mma_fraction: 0.667" in text
+    for bad in ("0", "1.5", "-0.3"):
+        with pytest.raises(SpecError, match="sync_mma_fraction"):
+            loads_arch(text.replace("sync_mma_fraction: 0.667", f"sync_mma_fraction: {bad}"))
 
 
 def test_sm_fields_are_checked() -> None:

@@ -16,6 +16,13 @@ BX``) runs on a GPU as a block-parallel scan: each step waits on loads, warp shu
 barriers, so such a kernel runs far below the lanes' peak. ``scan_sm_cycles_per_step`` is what
 it takes per element-step, in SM-cycles (:func:`scan_seconds_per_step`): fitted once on a
 declared subset of measurements (``mambalaya validate`` shows the fit and its error on the rest).
+
+A kernel that drives the tensor cores with the synchronous warp-level instruction of an earlier
+generation (``mma.sync``, which FlashAttention-2 issues on every GPU since Ampere) runs its
+array contractions at ``sync_mma_fraction`` of the array's peak on a GPU whose peak needs a newer
+instruction (Hopper's asynchronous ``wgmma``): :func:`array_share`. The kernels section says
+what the GPU's instructions reach; which one a kernel issues is the kernel's (a validation case
+says so, with its source).
 """
 
 from __future__ import annotations
@@ -67,6 +74,13 @@ class KernelSpec(BaseModel):
                     "on the lanes (with the work fused around it): such a group's compute takes at least its "
                     "recurrences' element-steps times this over the SMs (None: no scan floor). Needs sm_count.")
 
+    sync_mma_fraction: Annotated[float, KERNEL_FRACTION_RANGE.validator()] | None = Field(
+        None, gt=0, le=1,
+        description="Fraction of the tensor cores' (the 2D array's) peak that the synchronous warp-level MMA "
+                    "instruction of an earlier generation (mma.sync) reaches: a kernel issuing it runs its array "
+                    "contractions at this fraction (None: that instruction reaches the peak, as on Ampere). "
+                    + KERNEL_FRACTION_RANGE.note)
+
     @model_validator(mode="after")
     def _sm_fields_together(self) -> "KernelSpec":
         for name in ("sm_offchip_bytes_per_s", "scan_sm_cycles_per_step"):
@@ -108,6 +122,15 @@ def grid_shares(arch: Any, thread_blocks: int) -> tuple[float, float]:
     return compute, min(1.0, busy * k.sm_offchip_bytes_per_s / offchip_bytes_per_s(arch))
 
 
+def array_share(arch: Any, sync_mma: bool) -> float:
+    """The share of the array's peak a kernel's contractions run at: ``sync_mma_fraction`` for a
+    kernel issuing the synchronous MMA instruction (``sync_mma``) on a spec that has one, else 1."""
+    k = getattr(arch, "kernels", None)
+    if not sync_mma or k is None or k.sync_mma_fraction is None:
+        return 1.0
+    return k.sync_mma_fraction
+
+
 def scan_seconds_per_step(arch: Any) -> float:
     """Seconds a block-parallel scan kernel takes per element-step of an elementwise recurrence,
     the whole GPU working on it: ``scan_sm_cycles_per_step`` over the SMs at the clock (0 where
@@ -125,5 +148,5 @@ def speed_of_light(arch: Any) -> Any:
     return arch.model_copy(update={"kernels": None, "name": f"{arch.name} (speed of light)"})
 
 
-__all__ = ["KernelSpec", "compute_hz", "grid_shares", "min_group_s", "offchip_bytes_per_s", "scan_seconds_per_step",
+__all__ = ["KernelSpec", "array_share", "compute_hz", "grid_shares", "min_group_s", "offchip_bytes_per_s", "scan_seconds_per_step",
            "speed_of_light"]

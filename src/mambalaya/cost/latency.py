@@ -420,13 +420,24 @@ def scan_floor_s(arch: Any, cascade: Cascade, einsums: tuple[str, ...]) -> float
 def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic,
                  buffer_bytes: float) -> tuple[float, float, float, float, float]:
     """(compute, off-chip, on-chip, latency, wind-up) seconds of one group."""
-    total_cycles, _ = group_cycles(arch, cascade, group)
-    comp = max(total_cycles.total(arch.compute.overlap_compute_units) / compute_hz(arch),
-               scan_floor_s(arch, cascade, group.einsums))
+    comp = group_compute_s(arch, cascade, group)
     mem = traffic.total_bytes / offchip_bytes_per_s(arch)
     onchip = float(onchip_seconds(arch, buffer_bytes, traffic.total_bytes))
     latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
     return comp, mem, onchip, float(latency), float(wind)
+
+
+def group_compute_s(arch: Any, cascade: Cascade, group: FusionGroup, array_share: float = 1.0) -> float:
+    """Seconds the group's compute units take: their cycles (:func:`group_cycles`, units
+    overlapping or in series as the spec says) at the kernels' clock, and at least its scan
+    kernels' floor (:func:`scan_floor_s`). ``array_share``: the share of the 2D array's peak its
+    contractions run at (a kernel issuing an older MMA instruction,
+    :func:`~mambalaya.arch.kernels.array_share`); its cycles grow by its inverse."""
+    total, _ = group_cycles(arch, cascade, group)
+    if array_share != 1.0:
+        total = replace(total, array_2d=total.array_2d / array_share)
+    return max(total.total(arch.compute.overlap_compute_units) / compute_hz(arch),
+               scan_floor_s(arch, cascade, group.einsums))
 
 
 def group_totals(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic | None = None) -> GroupLatency:

@@ -14,8 +14,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mambalaya.arch.kernels import grid_shares
-from mambalaya.cost.latency import combine, group_totals
+from mambalaya.arch.kernels import array_share, grid_shares
+from mambalaya.cost.latency import combine, group_compute_s, group_totals
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup
@@ -38,16 +38,21 @@ class Launch:
         return math.prod(-(-cascade.size(rank) // tile) for rank, tile in self.tiles)
 
 
-def launched_group_seconds(arch, cascade: Cascade, group: FusionGroup, launch: Launch | None) -> float:
+def launched_group_seconds(arch, cascade: Cascade, group: FusionGroup, launch: Launch | None,
+                           sync_mma: bool = False) -> float:
     """The latency of ``group`` as one kernel launched on ``launch``'s grid: its compute and
     on-chip seconds over the share of SMs the grid occupies, its off-chip seconds over the share
     of bandwidth those SMs draw (:func:`~mambalaya.arch.kernels.grid_shares`); without a grid,
-    the group's latency as every evaluation costs it."""
+    the group's latency as every evaluation costs it. With ``sync_mma`` the kernel issues the
+    synchronous MMA instruction: its array contractions run at the spec's ``sync_mma_fraction``
+    of the peak (:func:`~mambalaya.arch.kernels.array_share`; the same where the spec has none)."""
     totals = group_totals(arch, cascade, group)
-    if launch is None:
+    share = array_share(arch, sync_mma)
+    if launch is None and share == 1.0:
         return totals.latency
-    compute_share, offchip_share = grid_shares(arch, launch.thread_blocks(cascade))
-    latency, _ = combine(arch, totals.comp_latency / compute_share, totals.mem_latency / offchip_share,
+    comp = totals.comp_latency if share == 1.0 else group_compute_s(arch, cascade, group, share)
+    compute_share, offchip_share = (1.0, 1.0) if launch is None else grid_shares(arch, launch.thread_blocks(cascade))
+    latency, _ = combine(arch, comp / compute_share, totals.mem_latency / offchip_share,
                          totals.onchip_latency / compute_share, totals.steps, len(group.einsums))
     return float(latency)
 

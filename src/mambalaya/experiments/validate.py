@@ -77,6 +77,11 @@ class Kernel(BaseModel):
         description="The ranks the kernel launches thread blocks over, each with its block's tile (or the tiles "
                     "its autotuner tries: the prediction takes the fastest); none: it fills the GPU.")
     grid_source: str = Field("", description="Where the grid comes from (the kernel's launch code).")
+    sync_mma: bool = Field(
+        False, description="The kernel drives the tensor cores with the synchronous warp-level MMA instruction "
+                           "(mma.sync): on a GPU whose peak needs a newer one, its contractions run at the spec's "
+                           "kernels.sync_mma_fraction of the peak.")
+    sync_mma_source: str = Field("", description="Where the kernel's MMA instruction is read (its source code).")
 
     @model_validator(mode="after")
     def _grid_has_a_source(self) -> "Kernel":
@@ -85,6 +90,10 @@ class Kernel(BaseModel):
             raise ValueError("a grid tile is a positive integer (or a non-empty list of them)")
         if self.grid and not self.grid_source.strip():
             raise ValueError("a grid needs grid_source: the launch code it is read from")
+        if self.sync_mma and not self.sync_mma_source.strip():
+            raise ValueError("sync_mma needs sync_mma_source: the kernel code that issues the instruction")
+        if self.sync_mma_source.strip() and not self.sync_mma:
+            raise ValueError("sync_mma_source is given but sync_mma is not true")
         return self
 
     def launches(self) -> tuple[Launch | None, ...]:
@@ -278,7 +287,7 @@ class Validation:
         return [{
             "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
             "kernels": " | ".join(",".join(k.einsums) + (f" on grid {_grid_text(k)}" if k.grid else "")
-                                  for k in r.kernels),
+                                  + (" with mma.sync" if k.sync_mma else "") for k in r.kernels),
             "measured_ms": r.measured_s * 1e3, "read": r.case.read, "uncertainty": r.case.uncertainty,
             "predicted_ms": r.predicted_s * 1e3, "ratio": r.ratio,
             "speed_of_light_ms": r.speed_of_light_s * 1e3, "sol_ratio": r.speed_of_light_ratio,
@@ -379,10 +388,11 @@ def case_kernels(case: Case, part, name: str) -> tuple[Kernel, ...]:
 
 def predicted_s(part, kernels: tuple[Kernel, ...], spec) -> float:
     """A case's predicted time: its kernels, each one group, on ``spec`` with its kernels section,
-    each on its launch grid (:mod:`mambalaya.cost.launch`; an autotuned grid at its fastest)."""
+    each on its launch grid (:mod:`mambalaya.cost.launch`; an autotuned grid at its fastest) and
+    at the share of the tensor cores' peak its MMA instruction reaches (``sync_mma``)."""
     groups = tuple(FusionGroup(f"K{i + 1}", k.einsums) for i, k in enumerate(kernels))
     mapping = check_mapping(part, Mapping("kernels", groups, None, "the measured kernels' grouping"), ignore_buffer=True)
-    return sum(min(launched_group_seconds(spec, part, group, launch) for launch in kernel.launches())
+    return sum(min(launched_group_seconds(spec, part, group, launch, kernel.sync_mma) for launch in kernel.launches())
                for group, kernel in zip(mapping.groups, kernels))
 
 

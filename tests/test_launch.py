@@ -212,3 +212,58 @@ def test_evaluate_prints_the_scan_floors_inputs() -> None:
     unset = runner.invoke(app, ["evaluate", "--arch", "gpu-a100-pcie", "--model", "mamba-130m", "-B", "1", "-L", "2048",
                                 "--set", "kernels.scan_sm_cycles_per_step=null"])
     assert unset.exit_code == 0 and "has no scan_sm_cycles_per_step, so its scans (H) run at the lanes' peak" in unset.output
+
+
+@pytest.fixture(scope="module")
+def chunk_scan():
+    """The SSD chunk-scan kernel of the TileLang benchmark at L 32K (8 sequences, 80 heads of 64,
+    chunk 256): its Einsums as one group."""
+    cases, name = load_cases()
+    case = next(c for c in cases.cases if c.id == "chunk-scan-triton-L32k")
+    part = case_cascade(case, name)
+    return part, FusionGroup("scan", tuple(e.name for e in part.einsums))
+
+
+def test_blocks_reread_what_their_tile_does_not_index_unless_the_l2_holds_it(chunk_scan, monkeypatch) -> None:
+    """mamba_ssm's chunk-scan grid launches a chunk's heads last (the slowest index): every head's
+    blocks read the chunk's C·B scores and C again, and between two heads the grid reads far more
+    than the L2 holds, so each re-read comes from DRAM: the extra bytes are those tensors' bytes
+    times (heads - 1), and the few the mask and D add. TileLang's grid launches the heads first:
+    the re-reads are a block apart and come from the L2 (only the mask's and D's, which no block
+    rank indexes but Q and S, come again)."""
+    from mambalaya.cost import launch as launch_module
+    from mambalaya.cost.launch import block_reread_bytes, cache_bytes
+    from mambalaya.cost.traffic import untiled_traffic
+
+    part, group = chunk_scan
+    gpu = load_arch("gpu-h100")
+    assert cache_bytes(gpu) == 50 * 2**20 and cache_bytes(load_arch("mambalaya")) == 0
+    reads, _ = untiled_traffic(part, group.einsums)
+    heads = part.size("R") * part.size("G")
+    assert heads == 80
+    triton = Launch((("P", 64), ("Q", 64), ("B", 1), ("C", 1), ("R", 1), ("G", 1)))
+    shared = reads["CB"] + reads["CM"]  # the scores and C: one group, every head reads them
+    small = reads["LM"] + reads["DS"]  # the causal mask and D (160 bytes): re-read too, a few MB in all
+    extra = block_reread_bytes(gpu, part, group, triton)
+    assert shared * (heads - 1) <= extra <= shared * (heads - 1) + small * triton.thread_blocks(part)
+    tilelang = Launch((("R", 1), ("G", 1), ("P", 64), ("Q", 64), ("B", 1), ("C", 1)))
+    assert block_reread_bytes(gpu, part, group, tilelang) <= small * tilelang.thread_blocks(part)  # the mask's only
+    assert launched_group_seconds(gpu, part, group, triton) > 2 * launched_group_seconds(gpu, part, group, tilelang)
+    # the L2's size decides: with none, TileLang's re-reads come from DRAM too (C·B and C per head,
+    # and x and the states per Q tile, which P does not split); with an unbounded one, nothing is re-read
+    monkeypatch.setattr(launch_module, "cache_bytes", lambda arch: 0)
+    assert block_reread_bytes(gpu, part, group, tilelang) > shared * (heads - 1)
+    monkeypatch.setattr(launch_module, "cache_bytes", lambda arch: 10**18)
+    assert block_reread_bytes(gpu, part, group, triton) == 0.0
+
+
+def test_the_measured_order_of_two_chunk_scan_kernels_follows_their_grids() -> None:
+    """The same Einsums at the same sizes, measured at 5.08 ms (TileLang) and 7.64 ms (mamba_ssm's
+    Triton kernel) on one H800 at L 32K: the model predicts the Triton kernel slower by its grid's
+    order alone (each head's blocks re-reading the chunk's scores from DRAM), both within the band."""
+    from mambalaya.experiments.validate import validate
+
+    results = {r.case.id: r for r in validate().results if r.case.id.endswith("-L32k")}
+    triton, tilelang = results["chunk-scan-triton-L32k"], results["chunk-scan-tilelang-L32k"]
+    assert triton.predicted_s > 2 * tilelang.predicted_s and triton.measured_s > tilelang.measured_s
+    assert triton.in_band and tilelang.in_band and triton.speed_of_light_s == tilelang.speed_of_light_s

@@ -7,6 +7,16 @@ number of blocks is the product of each rank's tiles. A grid of fewer blocks tha
 that many SMs only (:func:`mambalaya.arch.kernels.grid_shares`): the group's compute and on-chip
 seconds grow by the share it leaves idle, its off-chip seconds by what its SMs cannot keep in
 flight. A group without a grid is taken to fill the GPU, as every group of an evaluation is.
+
+**Blocks read their own tiles** (:func:`block_reread_bytes`). Each block reads from off chip the
+tiles of its inputs that its part of the grid needs; a tensor whose accesses do not mention a
+grid rank is read again by every tile of that rank (FlashAttention's keys by each query block;
+the SSD chunk-scan kernel's ``C·B`` scores, shared by a chunk's heads, by each head's blocks).
+Such a re-read comes from the L2 when the blocks launched between the two reads of a tile (the
+blocks of the grid's ranks launched faster, in launch order) read no more than the L2 holds;
+else from DRAM. The grid's ranks are listed in launch order, the fastest-varying block index
+first (CUDA's ``blockIdx.x`` before ``y`` before ``z``, and within one axis the index its code
+takes modulo the others first).
 """
 
 from __future__ import annotations
@@ -14,16 +24,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from mambalaya.arch.kernels import array_share, grid_shares
+from mambalaya.arch.kernels import array_share, grid_shares, offchip_bytes_per_s
 from mambalaya.cost.latency import combine, group_compute_s, group_totals
+from mambalaya.cost.traffic import untiled_traffic
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup
 
 
 @dataclass(frozen=True)
 class Launch:
-    """The ranks a kernel launches thread blocks over, each with its block's tile of it."""
+    """The ranks a kernel launches thread blocks over, each with its block's tile of it, in launch
+    order (the fastest-varying block index first)."""
 
     tiles: tuple[tuple[str, int], ...]
 
@@ -38,12 +51,53 @@ class Launch:
         return math.prod(-(-cascade.size(rank) // tile) for rank, tile in self.tiles)
 
 
+    def trips(self, cascade: Cascade) -> tuple[int, ...]:
+        """Per grid rank, in launch order, the blocks along it: ceil(rank size / tile)."""
+        self.thread_blocks(cascade)  # (checks the ranks and tiles)
+        return tuple(-(-cascade.size(rank) // tile) for rank, tile in self.tiles)
+
+
+def cache_bytes(arch) -> int:
+    """Bytes a re-read tile can be found in on its way from DRAM: the outermost staging level's
+    capacity (a GPU's L2; 0 without a staging level, every re-read from DRAM)."""
+    levels = list(arch.memory.levels.values())
+    return levels[0].capacity_bytes if levels else 0
+
+
+def block_reread_bytes(arch, cascade: Cascade, group: FusionGroup, launch: Launch) -> float:
+    """Off-chip bytes the blocks of ``launch`` read beyond the group's own reads (see the module
+    doc): per tensor the group reads from off chip, its bytes times, for each grid rank its
+    accesses in the group do not mention, that rank's blocks, where the blocks launched between
+    two reads of one of its tiles read more than :func:`cache_bytes`; less the bytes read once."""
+    reads, _ = untiled_traffic(cascade, group.einsums)
+    trips = launch.trips(cascade)
+    mentioned = {t: _mentioned(cascade, group, t) for t in reads}
+    per_block = sum(b / math.prod(n for (r, _), n in zip(launch.tiles, trips) if r in mentioned[t])
+                    for t, b in reads.items())
+    held = cache_bytes(arch)
+    extra = 0.0
+    for t, b in reads.items():
+        again = math.prod(n for k, ((r, _), n) in enumerate(zip(launch.tiles, trips))
+                          if r not in mentioned[t] and math.prod(trips[:k]) * per_block > held)
+        extra += b * (again - 1)
+    return extra
+
+
+def _mentioned(cascade: Cascade, group: FusionGroup, tensor: str) -> frozenset[str]:
+    """The ranks of the variables of the group's accesses to ``tensor`` (its own ranks where no
+    member reads it directly: an initial value read with the tensor it starts)."""
+    found = {rank_of_variable(v) for n in group.einsums for a in cascade.einsum(n).inputs if a.tensor == tensor
+             for v in a.variables}
+    return frozenset(found) if found else frozenset(cascade.tensors[tensor].ranks)
+
+
 def launched_group_seconds(arch, cascade: Cascade, group: FusionGroup, launch: Launch | None,
                            sync_mma: bool = False) -> float:
     """The latency of ``group`` as one kernel launched on ``launch``'s grid: its compute and
-    on-chip seconds over the share of SMs the grid occupies, its off-chip seconds over the share
-    of bandwidth those SMs draw (:func:`~mambalaya.arch.kernels.grid_shares`); without a grid,
-    the group's latency as every evaluation costs it. With ``sync_mma`` the kernel issues the
+    on-chip seconds over the share of SMs the grid occupies, its off-chip seconds (its reads
+    and writes and its blocks' re-reads from DRAM, :func:`block_reread_bytes`) over the share of
+    bandwidth those SMs draw (:func:`~mambalaya.arch.kernels.grid_shares`); without a grid, the
+    group's latency as every evaluation costs it. With ``sync_mma`` the kernel issues the
     synchronous MMA instruction: its array contractions run at the spec's ``sync_mma_fraction``
     of the peak (:func:`~mambalaya.arch.kernels.array_share`; the same where the spec has none)."""
     totals = group_totals(arch, cascade, group)
@@ -51,10 +105,15 @@ def launched_group_seconds(arch, cascade: Cascade, group: FusionGroup, launch: L
     if launch is None and share == 1.0:
         return totals.latency
     comp = totals.comp_latency if share == 1.0 else group_compute_s(arch, cascade, group, share)
-    compute_share, offchip_share = (1.0, 1.0) if launch is None else grid_shares(arch, launch.thread_blocks(cascade))
-    latency, _ = combine(arch, comp / compute_share, totals.mem_latency / offchip_share,
+    if launch is None:
+        compute_share, offchip_share, mem = 1.0, 1.0, totals.mem_latency
+    else:
+        compute_share, offchip_share = grid_shares(arch, launch.thread_blocks(cascade))
+        reread = block_reread_bytes(arch, cascade, group, launch)
+        mem = totals.mem_latency + reread / offchip_bytes_per_s(arch) if reread else totals.mem_latency
+    latency, _ = combine(arch, comp / compute_share, mem / offchip_share,
                          totals.onchip_latency / compute_share, totals.steps, len(group.einsums))
     return float(latency)
 
 
-__all__ = ["Launch", "launched_group_seconds"]
+__all__ = ["Launch", "block_reread_bytes", "cache_bytes", "launched_group_seconds"]

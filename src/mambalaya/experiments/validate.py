@@ -75,7 +75,9 @@ class Kernel(BaseModel):
     grid: dict[str, Annotated[int | tuple[int, ...], BeforeValidator(_tiles)]] = Field(
         default_factory=dict,
         description="The ranks the kernel launches thread blocks over, each with its block's tile (or the tiles "
-                    "its autotuner tries: the prediction takes the fastest); none: it fills the GPU.")
+                    "its autotuner tries: the prediction takes the fastest), in launch order, the fastest-varying "
+                    "block index first (each block reads its own tiles: cost.launch.block_reread_bytes); none: it "
+                    "fills the GPU and reads each input once.")
     grid_source: str = Field("", description="Where the grid comes from (the kernel's launch code).")
     sync_mma: bool = Field(
         False, description="The kernel drives the tensor cores with the synchronous warp-level MMA instruction "

@@ -229,7 +229,7 @@ def test_blocks_reread_what_their_tile_does_not_index_unless_the_l2_holds_it(chu
     blocks read the chunk's C·B scores and C again, and between two heads the grid reads far more
     than the L2 holds, so each re-read comes from DRAM: the extra bytes are those tensors' bytes
     times (heads - 1), and the few the mask and D add. TileLang's grid launches the heads first:
-    the re-reads are a block apart and come from the L2 (only the mask's and D's, which no block
+    a chunk's heads run together and read the scores once (only the mask's and D's, which no block
     rank indexes but Q and S, come again)."""
     from mambalaya.cost import launch as launch_module
     from mambalaya.cost.launch import block_reread_bytes, cache_bytes
@@ -249,10 +249,17 @@ def test_blocks_reread_what_their_tile_does_not_index_unless_the_l2_holds_it(chu
     tilelang = Launch((("R", 1), ("G", 1), ("P", 64), ("Q", 64), ("B", 1), ("C", 1)))
     assert block_reread_bytes(gpu, part, group, tilelang) <= small * tilelang.thread_blocks(part)  # the mask's only
     assert launched_group_seconds(gpu, part, group, triton) > 2 * launched_group_seconds(gpu, part, group, tilelang)
-    # the L2's size decides: with none, TileLang's re-reads come from DRAM too (C·B and C per head,
-    # and x and the states per Q tile, which P does not split); with an unbounded one, nothing is re-read
+    # blocks that run together share what they read, whatever the L2: TileLang's 80 heads of a
+    # chunk are 80 consecutive blocks, fewer than the 132 SMs, so even without an L2 they read the
+    # scores once; an unbounded L2 spares Triton's re-reads too
     monkeypatch.setattr(launch_module, "cache_bytes", lambda arch: 0)
-    assert block_reread_bytes(gpu, part, group, tilelang) > shared * (heads - 1)
+    assert block_reread_bytes(gpu, part, group, tilelang) <= small * tilelang.thread_blocks(part)
+    # on 64 SMs, the 80 heads launched between two Q tiles of a chunk no longer run together: the
+    # incoming states (which every Q tile reads whole) come again from DRAM, per Q tile of 64
+    fewer_sms = gpu.model_copy(update={"kernels": gpu.kernels.model_copy(update={"sm_count": 64})})
+    q_tiles = part.size("Q") // 64
+    again = block_reread_bytes(fewer_sms, part, group, tilelang)
+    assert reads["HC"] * (q_tiles - 1) <= again <= reads["HC"] * (q_tiles - 1) + small * tilelang.thread_blocks(part)
     monkeypatch.setattr(launch_module, "cache_bytes", lambda arch: 10**18)
     assert block_reread_bytes(gpu, part, group, triton) == 0.0
 

@@ -13,8 +13,8 @@ tiles of its inputs that its part of the grid needs; a tensor whose accesses do 
 grid rank is read again by every tile of that rank (FlashAttention's keys by each query block;
 the SSD chunk-scan kernel's ``C·B`` scores, shared by a chunk's heads, by each head's blocks).
 Such a re-read comes from the L2 when the blocks launched between the two reads of a tile (the
-blocks of the grid's ranks launched faster, in launch order) read no more than the L2 holds;
-else from DRAM. The grid's ranks are listed in launch order, the fastest-varying block index
+blocks of the grid's ranks launched faster, in launch order) are no more than the GPU runs at once
+(one per SM at least: they read it together) or read no more than the L2 holds; else from DRAM. The grid's ranks are listed in launch order, the fastest-varying block index
 first (CUDA's ``blockIdx.x`` before ``y`` before ``z``, and within one axis the index its code
 takes modulo the others first).
 """
@@ -68,17 +68,21 @@ def block_reread_bytes(arch, cascade: Cascade, group: FusionGroup, launch: Launc
     """Off-chip bytes the blocks of ``launch`` read beyond the group's own reads (see the module
     doc): per tensor the group reads from off chip, its bytes times, for each grid rank its
     accesses in the group do not mention, that rank's blocks, where the blocks launched between
-    two reads of one of its tiles read more than :func:`cache_bytes`; less the bytes read once."""
+    two reads of one of its tiles are more than the GPU's SMs (``kernels.sm_count``; they do not
+    run together) and read more than :func:`cache_bytes`; less the bytes read once."""
     reads, _ = untiled_traffic(cascade, group.einsums)
     trips = launch.trips(cascade)
     mentioned = {t: _mentioned(cascade, group, t) for t in reads}
     per_block = sum(b / math.prod(n for (r, _), n in zip(launch.tiles, trips) if r in mentioned[t])
                     for t, b in reads.items())
     held = cache_bytes(arch)
+    kernels = getattr(arch, "kernels", None)
+    together = kernels.sm_count if kernels is not None and kernels.sm_count is not None else 1
+    missed = [math.prod(trips[:k]) > together and math.prod(trips[:k]) * per_block > held for k in range(len(trips))]
     extra = 0.0
     for t, b in reads.items():
         again = math.prod(n for k, ((r, _), n) in enumerate(zip(launch.tiles, trips))
-                          if r not in mentioned[t] and math.prod(trips[:k]) * per_block > held)
+                          if r not in mentioned[t] and missed[k])
         extra += b * (again - 1)
     return extra
 

@@ -336,8 +336,9 @@ def test_beyond_the_default_limits_optimal_convex_still_searches_every_group(mon
     tol = 1 + search.LATENCY_TIE_TOLERANCE
     assert layer_latency(arch, c2, wide).latency_s <= layer_latency(arch, c, m).latency_s * tol
     monkeypatch.setattr(convex_search, "EXHAUSTIVE_GROUP_LIMIT", 50)
-    with pytest.raises(Exception, match="optimal-convex minimises energy"):
-        named_mapping("optimal-convex", layer(), 1 << 20, arch=arch, objective="energy")
+    with pytest.raises(Exception, match="optimal-convex minimises energy-delay product"):
+        named_mapping("optimal-convex", layer(), 1 << 20, arch=arch, objective="edp")
+    assert named_mapping("optimal-convex", layer(), 1 << 20, arch=arch, objective="energy").name == "optimal-convex"
 
 
 def _contiguous(preset: str, phase: str, arch, buffer: int, *, lazy: bool, monkeypatch, scan: str | None = None):
@@ -395,3 +396,51 @@ def test_the_lazy_contiguous_search_rules_segments_out_and_needs_true_bounds(mon
     monkeypatch.setattr(convex_search, "latency_lower_bounds", lying)
     wrong, _ = _contiguous("mamba2-130m", "prefill", arch, 32 << 20, lazy=True, monkeypatch=monkeypatch, scan="chunked")
     assert wrong.groups != lazy.groups
+
+
+@pytest.mark.parametrize("arch_name", ["mambalaya", "marca-ideal"])
+@pytest.mark.parametrize("phase", ["prefill", "decode"])
+def test_the_lazy_energy_search_equals_costing_every_group_and_its_bounds_hold(arch_name, phase) -> None:
+    """The least-energy search costs only the groups energy's lower bounds cannot rule out (each
+    member's arithmetic run once, the off-chip bytes' bound at the DRAM's energy, the leakage over
+    the latency's bound) and chooses exactly what costing every connected convex group chooses;
+    every bound is at most the energy the search finds for its group."""
+    import numpy as np
+
+    from mambalaya.search import convex_search
+    from mambalaya.search.convex_bounds import energy_lower_bounds
+
+    arch = load_arch(arch_name)
+    buffer = 1 << 20
+    layer = lambda: build_layer(PRESETS["mamba-130m"], phase=phase, seq_len=512 if phase == "prefill" else 1,  # noqa: E731
+                                batch=8)
+    c = layer()
+    space = convex_space(c)
+    stats = search.SearchStats()
+    lazy = convex_search.convex_optimal(c, space, buffer, stats, arch, "energy")
+    assert 0 < stats.groups_costed < space.masks.size
+    c2 = layer()
+    costed = convex_search._Costed(c2, space, buffer, None, arch, "energy")
+    costed.add(np.arange(space.masks.size))
+    every = convex_search.convex_grouping(space, costed, arch, "energy")
+    assert [x.choice() for x in lazy] == [x.choice() for x in every]
+    bound = energy_lower_bounds(arch, c2, space)
+    finite = np.isfinite(costed.cost)
+    assert finite.sum() > 100
+    assert (bound[finite] <= costed.cost[finite] * (1 + 1e-12)).all()
+
+
+def test_the_lazy_contiguous_search_minimises_energy_as_costing_every_segment(monkeypatch) -> None:
+    """Beyond the convex limits (a chunked Mamba-2 prefill) the least-energy search over contiguous
+    segments costs only those energy's bounds cannot rule out, and chooses what costing every
+    segment chooses."""
+    arch = load_arch("mambalaya")
+    monkeypatch.setattr(search, "CONVEX_GROUPS", False)
+    found = {}
+    for lazy in (False, True):
+        monkeypatch.setattr(search, "LAZY_SEGMENTS", lazy)
+        c = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1000, batch=4, scan="chunked")
+        stats = search.SearchStats()
+        found[lazy] = (optimal(c, 1 << 20, stats, arch=arch, objective="energy"), stats.groups_costed)
+    assert found[True][0].groups == found[False][0].groups and found[True][0].description == found[False][0].description
+    assert found[True][1] < found[False][1]

@@ -18,6 +18,12 @@ optimal grouping and stay exact.
 * **Latency** is :func:`~mambalaya.search.picks.row_latencies`' formula at those bounds with one
   step and no on-chip Einsum bytes: every term of it grows with the traffic, the cycles and
   the on-chip bytes, and the pipeline terms of several steps only add.
+* **Energy** (:func:`energy_lower_bounds`) adds what every tiling spends at least: each member's
+  arithmetic, special-function and register energy run once (a member that re-runs per tile
+  spends more, :func:`~mambalaya.cost.energy.compute_energy_pj`), the off-chip bytes' bound at
+  the DRAM's and staging levels' energy per byte, no buffer access, and the leakage over the
+  latency's bound (:mod:`mambalaya.cost.energy`: every term grows with the runs, the bytes and
+  the latency).
 
 ``tests/test_convex.py`` checks each bound against the costs the search finds for every group
 of the Mamba-1 and both Mamba-2 layers.
@@ -35,7 +41,10 @@ from mambalaya.search.candidates import cost_model, tileable_ranks
 from mambalaya.search.candidates import einsum_grid_cycles
 from mambalaya.search.convex import ConvexSpace
 from mambalaya.search.picks import row_latencies
+from mambalaya.cost.area import leakage_w
+from mambalaya.cost.energy import compute_energy_pj, movement_pj_per_byte, staging_pj_per_byte
 from mambalaya.cost.traffic import written_bytes, untiled_traffic
+from mambalaya.einsum.stats import einsum_ops
 
 
 def traffic_lower_bounds(cascade: Cascade, space: ConvexSpace) -> np.ndarray:
@@ -121,4 +130,17 @@ def latency_lower_bounds(arch: Any, traffic_bytes: np.ndarray, cycles: np.ndarra
     return row_latencies(arch, traffic_bytes, one, cycles, one, np.zeros_like(cycles))
 
 
-__all__ = ["cycles_lower_bounds", "latency_lower_bounds", "traffic_lower_bounds"]
+def energy_lower_bounds(arch: Any, cascade: Cascade, space: ConvexSpace) -> np.ndarray:
+    """Picojoules no tiling of each group spends on ``arch`` (which has an energy section): its
+    members' arithmetic run once, its off-chip bytes' bound moved through DRAM and the staging
+    levels, and the leakage over its latency's bound (see the module doc)."""
+    traffic = traffic_lower_bounds(cascade, space)
+    latency = latency_lower_bounds(arch, traffic, cycles_lower_bounds(cascade, space, arch.compute))
+    arithmetic = np.array([compute_energy_pj(arch, cascade, n, einsum_ops(cascade, cascade.einsum(n)))
+                           for n in space.names])
+    member = (space.masks[:, None] >> np.arange(len(space.names)) & 1).astype(float)
+    dram_pj, _, _ = movement_pj_per_byte(arch)
+    return member @ arithmetic + traffic * (dram_pj + staging_pj_per_byte(arch)) + leakage_w(arch) * latency * 1e12
+
+
+__all__ = ["cycles_lower_bounds", "energy_lower_bounds", "latency_lower_bounds", "traffic_lower_bounds"]

@@ -27,8 +27,11 @@ own dynamic programmes over the costed segments.
 Costing a group is :func:`~mambalaya.search.mappings.best_group`'s tile search, the groups of a
 round picked together where their closed forms are exact (:mod:`mambalaya.search.picks`). A
 group whose least footprint exceeds the buffer costs infinity, and so does every group holding
-it (adding an Einsum only adds on-chip data). The energy and EDP objectives have no bound here:
-they cost every group, up to :data:`EXHAUSTIVE_GROUP_LIMIT` groups.
+it (adding an Einsum only adds on-chip data). The energy objective runs the same lazy search on
+energy's bounds (:func:`~mambalaya.search.convex_bounds.energy_lower_bounds`; no tie rule: the
+least energy, as without an architecture the least traffic). The energy-delay product, the
+product of two sums, has no bound per group: it costs every group, up to
+:data:`EXHAUSTIVE_GROUP_LIMIT` groups.
 """
 
 from __future__ import annotations
@@ -42,13 +45,14 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.search.candidates import build_candidates, cost_model, cycles_together, tileable_ranks
 from mambalaya.errors import SpecError
 from mambalaya.search.convex import ConvexSpace, contiguous_space
-from mambalaya.search.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
+from mambalaya.search.convex_bounds import (cycles_lower_bounds, energy_lower_bounds, latency_lower_bounds,
+                                            traffic_lower_bounds)
 from mambalaya.search.group_choice import batch_picks, best_group, picked_together
 from mambalaya.search.picking import LATENCY_TIE_TOLERANCE, GroupChoice, Pick
 from mambalaya.search.segments import least_edp, least_traffic_within
 
-#: Most groups the energy and EDP objectives cost (every one; the Mamba-1 layer has 855 in
-#: prefill, 1,272 in decode). Beyond it they search contiguous groups.
+#: Most groups the EDP objective costs (every one; the Mamba-1 layer has 855 in prefill, 1,272 in
+#: decode). Beyond it it searches contiguous groups.
 EXHAUSTIVE_GROUP_LIMIT = 1500
 
 #: Relative slack on the bound of step 2, so that a group is never left out by a rounding
@@ -125,8 +129,8 @@ def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | Non
                    objective: str) -> list[GroupChoice | Pick] | None | str:
     """The best grouping over the space's groups (see the module doc), in the order
     :func:`convex_grouping` hands it on; None if no grouping fits the buffer; ``"limits"`` for
-    an energy or EDP objective on a space of more than :data:`EXHAUSTIVE_GROUP_LIMIT` groups."""
-    if arch is not None and objective != "latency":
+    the EDP objective on a space of more than :data:`EXHAUSTIVE_GROUP_LIMIT` groups."""
+    if arch is not None and objective == "edp":
         if space.masks.size > EXHAUSTIVE_GROUP_LIMIT:
             return "limits"
         costed = _Costed(cascade, space, buffer_bytes, stats, arch, objective)
@@ -139,14 +143,19 @@ def convex_optimal(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | Non
 def lazily_costed(cascade: Cascade, space: ConvexSpace, buffer_bytes: int | None, stats: Any,
                   arch: Any, objective: str = "latency") -> _Costed | None:
     """The space's groups costed as the module doc says, for the least latency on ``arch`` (the
-    least off-chip traffic without one): every group that could be in a grouping the tie rule
-    may choose is costed, the others are left uncosted (NaN). None if no grouping fits the
-    buffer. ``objective`` is the latency (the traffic without ``arch``): the others have no bound."""
+    least off-chip traffic without one, or the least energy with ``objective="energy"``): every
+    group that could be in a grouping the tie rule may choose is costed, the others are left
+    uncosted (NaN). None if no grouping fits the buffer. ``objective`` is the latency or the
+    energy: the EDP has no bound."""
     costed = _Costed(cascade, space, buffer_bytes, stats, arch, objective)
-    bound = traffic_lower_bounds(cascade, space)
-    if arch is not None:
-        bound = latency_lower_bounds(arch, bound, cycles_lower_bounds(cascade, space, arch.compute))
-    tolerance = (1 + (LATENCY_TIE_TOLERANCE if arch is not None else 0.0)) * (1 + _BOUND_SLACK)
+    tied = arch is not None and objective == "latency"
+    if arch is not None and objective == "energy":
+        bound = energy_lower_bounds(arch, cascade, space)
+    else:
+        bound = traffic_lower_bounds(cascade, space)
+        if arch is not None:
+            bound = latency_lower_bounds(arch, bound, cycles_lower_bounds(cascade, space, arch.compute))
+    tolerance = (1 + (LATENCY_TIE_TOLERANCE if tied else 0.0)) * (1 + _BOUND_SLACK)
     while True:
         mixed = np.where(np.isnan(costed.cost), bound, costed.cost)
         prefix = _prefix(space, mixed)
@@ -169,9 +178,9 @@ def segment_choices(cascade: Cascade, buffer_bytes: int | None, stats: Any, arch
     :func:`~mambalaya.search.convex.contiguous_space` costed and that maps. The others are in no
     grouping the search's dynamic programmes could choose (the module doc's argument, the
     segments being the groups and the prefixes the downsets). None where it does not apply
-    (energy and EDP have no bound; more than 63 Einsums); no grouping fitting the buffer is the
-    usual error."""
-    space = contiguous_space(cascade) if arch is None or objective == "latency" else None
+    (the EDP has no bound; more than 63 Einsums); no grouping fitting the buffer is the usual
+    error."""
+    space = contiguous_space(cascade) if arch is None or objective != "edp" else None
     if space is None:
         return None
     costed = lazily_costed(cascade, space, buffer_bytes, stats, arch, objective)

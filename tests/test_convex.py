@@ -234,14 +234,33 @@ def test_the_convex_search_is_never_worse_for_energy_or_edp(objective: str, monk
     assert cost(c, m) <= cost(c2, m2) * (1 + 1e-9)
 
 
-def _every_group_costed(c, space, buffer, arch):
+def _every_group_costed(c, space, buffer, arch, objective="latency"):
     import numpy as np
 
     from mambalaya.search import convex_search
 
-    costed = convex_search._Costed(c, space, buffer, None, arch, "latency")
+    costed = convex_search._Costed(c, space, buffer, None, arch, objective)
     costed.add(np.arange(space.masks.size))
-    return costed, convex_search.convex_grouping(space, costed, arch, "latency")
+    return costed, convex_search.convex_grouping(space, costed, arch, objective)
+
+
+def _lazy_and_every(arch, phase, objective):
+    """A Mamba-1 layer's lazy convex search under ``objective`` and, on a fresh build of the
+    layer, every group costed: (the lazy grouping, the every-group one, the costed groups, the
+    second cascade, the space), after asserting the bounds ruled some groups out."""
+    from mambalaya.search import convex_search
+
+    buffer = 1 << 20
+    layer = lambda: build_layer(PRESETS["mamba-130m"], phase=phase, seq_len=512 if phase == "prefill" else 1,  # noqa: E731
+                                batch=8)
+    c = layer()
+    space = convex_space(c)
+    stats = search.SearchStats()
+    lazy = convex_search.convex_optimal(c, space, buffer, stats, arch, objective)
+    assert 0 < stats.groups_costed < space.masks.size  # the bounds rule groups out
+    c2 = layer()
+    costed, every = _every_group_costed(c2, space, buffer, arch, objective)
+    return lazy, every, costed, c2, space
 
 
 @pytest.mark.parametrize("arch_name", ["mambalaya", "gpu-h100", None])
@@ -253,20 +272,10 @@ def test_the_lazy_search_equals_costing_every_group_and_its_bounds_hold(arch_nam
     the cost the search finds for its group."""
     import numpy as np
 
-    from mambalaya.search import convex_search
     from mambalaya.search.convex_bounds import cycles_lower_bounds, latency_lower_bounds, traffic_lower_bounds
 
     arch = None if arch_name is None else load_arch(arch_name)
-    buffer = 1 << 20
-    layer = lambda: build_layer(PRESETS["mamba-130m"], phase=phase, seq_len=512 if phase == "prefill" else 1,  # noqa: E731
-                                batch=8)
-    c = layer()
-    space = convex_space(c)
-    stats = search.SearchStats()
-    lazy = convex_search.convex_optimal(c, space, buffer, stats, arch, "latency")
-    assert 0 < stats.groups_costed < space.masks.size  # the bounds rule groups out
-    c2 = layer()
-    costed, every = _every_group_costed(c2, space, buffer, arch)
+    lazy, every, costed, c2, space = _lazy_and_every(arch, phase, "latency")
     assert [x.choice() for x in lazy] == [x.choice() for x in every]
     bound = traffic_lower_bounds(c2, space)
     if arch is not None:
@@ -406,22 +415,10 @@ def test_the_lazy_energy_search_equals_costing_every_group_and_its_bounds_hold(a
     every bound is at most the energy the search finds for its group."""
     import numpy as np
 
-    from mambalaya.search import convex_search
     from mambalaya.search.convex_bounds import energy_lower_bounds
 
     arch = load_arch(arch_name)
-    buffer = 1 << 20
-    layer = lambda: build_layer(PRESETS["mamba-130m"], phase=phase, seq_len=512 if phase == "prefill" else 1,  # noqa: E731
-                                batch=8)
-    c = layer()
-    space = convex_space(c)
-    stats = search.SearchStats()
-    lazy = convex_search.convex_optimal(c, space, buffer, stats, arch, "energy")
-    assert 0 < stats.groups_costed < space.masks.size
-    c2 = layer()
-    costed = convex_search._Costed(c2, space, buffer, None, arch, "energy")
-    costed.add(np.arange(space.masks.size))
-    every = convex_search.convex_grouping(space, costed, arch, "energy")
+    lazy, every, costed, c2, space = _lazy_and_every(arch, phase, "energy")
     assert [x.choice() for x in lazy] == [x.choice() for x in every]
     bound = energy_lower_bounds(arch, c2, space)
     finite = np.isfinite(costed.cost)

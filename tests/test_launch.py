@@ -276,3 +276,11 @@ def test_the_measured_order_of_two_chunk_scan_kernels_follows_their_grids() -> N
     triton, tilelang = results["chunk-scan-triton-L32k"], results["chunk-scan-tilelang-L32k"]
     assert triton.predicted_s > 2 * tilelang.predicted_s and triton.measured_s > tilelang.measured_s
     assert triton.in_band and tilelang.in_band and triton.speed_of_light_s == tilelang.speed_of_light_s
+    # the report names the grid each prediction took and what its blocks read again on it
+    (grid, reread), = triton.launched
+    assert [rank for rank, _ in grid.tiles] == ["P", "Q", "B", "C", "R", "G"] and reread > 15e9
+    assert tilelang.launched[0][1] < reread / 100
+    from mambalaya.experiments.validate import Validation
+
+    row = Validation("x", (triton,), (), ()).rows()[0]
+    assert row["block_reread_bytes"] == reread and row["launched_grids"].startswith("P/")

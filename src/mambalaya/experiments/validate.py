@@ -39,7 +39,7 @@ from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
 from mambalaya.cost.latency import layer_latency, scan_floor_s, scan_steps
-from mambalaya.cost.launch import Launch, launched_group_seconds
+from mambalaya.cost.launch import Launch, block_reread_bytes, launched_group_seconds
 from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
 from mambalaya.workloads import build_layer
@@ -219,6 +219,9 @@ class Result(Judged):
     predicted_s: float
     speed_of_light_s: float
     kernels: tuple[Kernel, ...]
+    #: per kernel, the launch grid the prediction took (None: no grid) and the off-chip bytes its
+    #: blocks read again on it (:func:`~mambalaya.cost.launch.block_reread_bytes`)
+    launched: tuple[tuple[Launch | None, float], ...] = ()
 
     @property
     def measured_s(self) -> float:
@@ -290,6 +293,9 @@ class Validation:
             "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
             "kernels": " | ".join(",".join(k.einsums) + (f" on grid {_grid_text(k)}" if k.grid else "")
                                   + (" with mma.sync" if k.sync_mma else "") for k in r.kernels),
+            "launched_grids": " | ".join("-" if launch is None else "x".join(f"{rank}/{tile}" for rank, tile in launch.tiles)
+                                         for launch, _ in r.launched),
+            "block_reread_bytes": sum(reread for _, reread in r.launched),
             "measured_ms": r.measured_s * 1e3, "read": r.case.read, "uncertainty": r.case.uncertainty,
             "predicted_ms": r.predicted_s * 1e3, "ratio": r.ratio,
             "speed_of_light_ms": r.speed_of_light_s * 1e3, "sol_ratio": r.speed_of_light_ratio,
@@ -392,10 +398,20 @@ def predicted_s(part, kernels: tuple[Kernel, ...], spec) -> float:
     """A case's predicted time: its kernels, each one group, on ``spec`` with its kernels section,
     each on its launch grid (:mod:`mambalaya.cost.launch`; an autotuned grid at its fastest) and
     at the share of the tensor cores' peak its MMA instruction reaches (``sync_mma``)."""
+    return sum(seconds for seconds, _, _ in kernel_costs(part, kernels, spec))
+
+
+def kernel_costs(part, kernels: tuple[Kernel, ...], spec) -> list[tuple[float, Launch | None, float]]:
+    """Per kernel of a case: its predicted seconds (:func:`predicted_s`), the launch grid that
+    gives them (the fastest an autotuner tries) and the bytes its blocks read again on it."""
     groups = tuple(FusionGroup(f"K{i + 1}", k.einsums) for i, k in enumerate(kernels))
     mapping = check_mapping(part, Mapping("kernels", groups, None, "the measured kernels' grouping"), ignore_buffer=True)
-    return sum(min(launched_group_seconds(spec, part, group, launch, kernel.sync_mma) for launch in kernel.launches())
-               for group, kernel in zip(mapping.groups, kernels))
+    out = []
+    for group, kernel in zip(mapping.groups, kernels):
+        seconds, launch = min(((launched_group_seconds(spec, part, group, launch, kernel.sync_mma), launch)
+                               for launch in kernel.launches()), key=lambda pair: pair[0])
+        out.append((seconds, launch, 0.0 if launch is None else block_reread_bytes(spec, part, group, launch)))
+    return out
 
 
 def validate_case(case: Case, source_text: str, name: str, spec=None, part=None) -> Result:
@@ -404,7 +420,9 @@ def validate_case(case: Case, source_text: str, name: str, spec=None, part=None)
     kernels = case_kernels(case, part, name)
     spec = spec if spec is not None else load_arch(case.arch)
     sol = layer_latency(speed_of_light(spec), part, ideal(part), per_einsum=False).latency_s
-    return Result(case, source_text, predicted_s(part, kernels, spec), sol, kernels)
+    costs = kernel_costs(part, kernels, spec)
+    return Result(case, source_text, sum(seconds for seconds, _, _ in costs), sol, kernels,
+                  tuple((launch, reread) for _, launch, reread in costs))
 
 
 def validate(path: str | Path | None = None) -> Validation:

@@ -53,7 +53,7 @@ def test_flashattention_kernels_are_bounded_and_predicted_within_the_band(shippe
     every prediction is within [0.5, 2] of it: FlashAttention-3's, and FlashAttention-2's, whose
     kernel issues the synchronous mma.sync (its source says where) and so runs its contractions at
     the H100's kernels.sync_mma_fraction of the peak (without that, three causal ones fell to
-    0.45-0.49). FlashAttention-3 and Triton's kernels issue Hopper's wgmma. The non-causal cascade
+    0.45-0.49). FlashAttention-3's and Triton's kernels use Hopper's new instructions. The non-causal cascade
     carries no mask (every block whole). The twelve cases of pytorch/benchmark pull request 2391
     (FlashAttention-3 and Triton's tutorial FlashAttention-2, head dim 128, L 512-16K), added
     after the kernels assumptions were fixed, hold the same: bounded, and within the band."""

@@ -440,3 +440,23 @@ def test_the_lazy_contiguous_search_minimises_energy_as_costing_every_segment(mo
         found[lazy] = (optimal(c, 1 << 20, stats, arch=arch, objective="energy"), stats.groups_costed)
     assert found[True][0].groups == found[False][0].groups and found[True][0].description == found[False][0].description
     assert found[True][1] < found[False][1]
+
+
+def test_the_lazy_contiguous_search_runs_beyond_63_einsums_as_costing_every_segment(monkeypatch) -> None:
+    """Zamba2's hybrid layer (the shared attention block and a Mamba-2 mixer, 65 Einsums in its
+    chunked prefill) is wider than a 63-bit mask: its contiguous space holds its masks as Python
+    integers, and the lazy search over it chooses what costing every segment chooses, costing fewer."""
+    from mambalaya.search.convex import contiguous_space
+    from mambalaya.workloads import resolve_model
+
+    arch = load_arch("mambalaya")
+    found = {}
+    for lazy in (False, True):
+        monkeypatch.setattr(search, "LAZY_SEGMENTS", lazy)
+        c = build_layer(resolve_model("zamba2-2.7b"), phase="prefill", seq_len=512, batch=2, scan="chunked",
+                        layer_type="hybrid")
+        assert len(c.einsums) > 63 and contiguous_space(c).masks.dtype == object
+        stats = search.SearchStats()
+        found[lazy] = (optimal(c, arch.memory.onchip_buffer_bytes, stats, arch=arch), stats.groups_costed)
+    assert found[True][0].groups == found[False][0].groups and found[True][0].description == found[False][0].description
+    assert found[True][1] < found[False][1]

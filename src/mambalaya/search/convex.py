@@ -45,7 +45,7 @@ CONVEX_GROUP_LIMIT = 1500
 #: the other, and connected convex groups. The chunked Mamba-2 layer, the widest shipped, has
 #: 5,007 downsets, 368,305 pairs that differ by a connected convex group and 103,636 such
 #: groups. Masks are 63-bit integers, so a cascade of more than 63 Einsums is searched over
-#: contiguous groups.
+#: contiguous groups (whose space holds its masks as Python integers).
 WIDEST_DOWNSETS = 20_000
 WIDEST_PAIRS = 4_000_000
 WIDEST_GROUPS = 1_000_000
@@ -177,19 +177,19 @@ def contiguous_space(cascade: Cascade) -> ConvexSpace | None:
     (:func:`~mambalaya.search.convex_search.lazily_costed`) runs over: the prefixes are the
     downsets (prefix ``k`` is index ``k``), every segment ``names[a:b]`` is a group, connected or
     not, joining prefix ``a`` to prefix ``b`` (one pair each). What the contiguous search
-    (:func:`mambalaya.search.mappings.optimal`) searches; None beyond :data:`MAX_EINSUMS`."""
+    (:func:`mambalaya.search.mappings.optimal`) searches. Beyond :data:`MAX_EINSUMS` Einsums its
+    masks are Python integers (an object array: the same operations, each on a whole integer)."""
     names = search_order(cascade)
     n = len(names)
-    if n > MAX_EINSUMS:
-        return None
     if names not in _CONTIGUOUS:  # memoised per order of Einsums (every length and batch of a layer)
         segments = sorted(((a, b) for a in range(n) for b in range(a + 1, n + 1)),
                           key=lambda s: (s[1] - s[0], ((1 << s[1]) - 1) ^ ((1 << s[0]) - 1)))  # by size, then mask
         number = {s: g for g, s in enumerate(segments)}
         pairs = sorted(segments, key=lambda s: (s[1], s[0]))  # by dst, then src
+        wide = object if n > MAX_EINSUMS else np.int64
         _CONTIGUOUS[names] = ConvexSpace(
-            names, np.array([(1 << k) - 1 for k in range(n + 1)], dtype=np.int64),
-            np.array([((1 << b) - 1) ^ ((1 << a) - 1) for a, b in segments], dtype=np.int64),
+            names, np.array([(1 << k) - 1 for k in range(n + 1)], dtype=wide),
+            np.array([((1 << b) - 1) ^ ((1 << a) - 1) for a, b in segments], dtype=wide),
             np.array([a for a, _ in pairs], dtype=np.int64), np.array([b for _, b in pairs], dtype=np.int64),
             np.array([number[s] for s in pairs], dtype=np.int64))
     return _CONTIGUOUS[names]
@@ -285,6 +285,6 @@ def _popcount(values: np.ndarray) -> np.ndarray:
     counts = np.zeros(values.shape, dtype=np.int64)
     v = values.copy()
     while v.any():
-        counts += v & 1
+        counts += (v & 1).astype(np.int64)
         v >>= 1
     return counts

@@ -178,7 +178,7 @@ def segment_choices(cascade: Cascade, buffer_bytes: int | None, stats: Any, arch
     :func:`~mambalaya.search.convex.contiguous_space` costed and that maps. The others are in no
     grouping the search's dynamic programmes could choose (the module doc's argument, the
     segments being the groups and the prefixes the downsets). None where it does not apply
-    (the EDP has no bound; more than 63 Einsums); no grouping fitting the buffer is the usual
+    (the EDP has no bound); no grouping fitting the buffer is the usual
     error."""
     space = contiguous_space(cascade) if arch is None or objective != "edp" else None
     if space is None:

@@ -42,18 +42,16 @@ class Launch:
 
     def thread_blocks(self, cascade: Cascade) -> int:
         """The grid's size: the product over its ranks of ceil(rank size / tile)."""
+        return math.prod(self.trips(cascade))
+
+    def trips(self, cascade: Cascade) -> tuple[int, ...]:
+        """Per grid rank, in launch order, the blocks along it: ceil(rank size / tile)."""
         for rank, tile in self.tiles:
             if rank not in cascade.ranks:
                 raise SpecError(f"the launch grid names rank {rank!r}, which {cascade.name} does not have "
                                 f"(its ranks: {', '.join(cascade.ranks)})")
             if tile < 1:
                 raise SpecError(f"the launch grid's tile of rank {rank} is {tile}; a tile is at least 1")
-        return math.prod(-(-cascade.size(rank) // tile) for rank, tile in self.tiles)
-
-
-    def trips(self, cascade: Cascade) -> tuple[int, ...]:
-        """Per grid rank, in launch order, the blocks along it: ceil(rank size / tile)."""
-        self.thread_blocks(cascade)  # (checks the ranks and tiles)
         return tuple(-(-cascade.size(rank) // tile) for rank, tile in self.tiles)
 
 

@@ -132,8 +132,8 @@ class GroupCostModel:
         #: (:func:`~mambalaya.cost.traffic.read_elements` gives both the same repeats)
         self._initial_of = {t: init for t, _, _ in self._reads
                             if (init := cascade.tensors[t].initial) and init in read_bytes}
-        self.exact_traffic = (all(_saved_together(shape, read_steps(cascade, full), t, init)
-                                  for t, init in self._initial_of.items())
+        steps = read_steps(cascade, full) if self._initial_of else []
+        self.exact_traffic = (all(_saved_together(shape, steps, t, init) for t, init in self._initial_of.items())
                               and most < 2**53 and (not self.irregular or self._irregular_factors() is not None))
         if self.exact_traffic and self.irregular:  # their terms come from the per-tiling bytes instead
             self.terms = [(b, shape.unmentioned[t]) for t, b in read_bytes.items() if t not in self.irregular]

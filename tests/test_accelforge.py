@@ -199,8 +199,8 @@ def test_mixed_precision_matches_accelforge_to_the_bit(py312, config, phase, seq
     c = build_layer(config, phase=phase, seq_len=seq_len, batch=1, state_io=state_io, precision="reference-kernels")
     rows = cross_check_via(py312, c, unroll_scan=unroll)["rows"]
     assert any(translate(c, unroll)[0].tensors[r["tensor"]].bits == 32 and r["ours_bits"] for r in rows)
-    for r in rows:
-        assert r["accelforge_bits"] == r["ours_bits"], r
+    for r in rows:  # a masked tensor (the chunked form's LM, LD) moves its live share in ours
+        assert r["accelforge_bits"] * r["live_share"] == r["ours_bits"], r
 
 
 RMSNORM_GEMM = """

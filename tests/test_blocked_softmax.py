@@ -296,7 +296,8 @@ def test_the_blocked_value_product_runs_on_the_array_and_rescales_once_per_block
     online = build_layer(resolve_model("bamba-9b"), phase="prefill", seq_len=1000, batch=2, layer_type="attention",
                          softmax="online")
     assert contractions(online, online.einsum("OR")) == ()  # a rank-1 update per key: no MACs at all
-    assert einsum_ops(online, online.einsum("OR"))["mul"] == 2 * b * i * 1000 * g * r * e  # CF and PE*V per key
+    # CF and PE*V per key the query sees (the causal mask's dead keys skipped: einsum.dead_work)
+    assert einsum_ops(online, online.einsum("OR"))["mul"] == 2 * b * (1000 * 1001 // 2) * g * r * e
     assert c.regions["attention"] == ATTENTION_REGION["blocked"]
     assert set(ATTENTION_REGION["blocked"]) <= {x.name for x in c.einsums}
 
@@ -387,9 +388,9 @@ def test_computed_key_blocks_count_each_querys_blocks() -> None:
 def test_a_causal_blocked_prefill_skips_the_key_blocks_its_mask_hides_whole() -> None:
     """In a causal blocked prefill, the Einsums over queries and key blocks (scores, block max
     and sum, running statistics and output) do the share of their dense work whose blocks a
-    query sees, and the tensors they write move that share, off chip too; the per-head output,
-    the projections and the eager forms are not scaled, nor is a non-causal prefill or a decode
-    step (it sees every key)."""
+    query sees, and the tensors they write move that share, off chip too; the per-head output
+    and the projections are not scaled, nor is a non-causal prefill or a decode step (it sees
+    every key). The eager three-pass form skips the same mask per key, not per block."""
     from fractions import Fraction
 
     from mambalaya.einsum.routing import computed_key_blocks, einsum_scale, tensor_scale
@@ -411,16 +412,21 @@ def test_a_causal_blocked_prefill_skips_the_key_blocks_its_mask_hides_whole() ->
     unfused = layer_latency(load_arch("marca-ideal"), causal, named_mapping("unfused", causal, None))
     unfused_full = layer_latency(load_arch("marca-ideal"), full, named_mapping("unfused", full, None))
     assert unfused.offchip_bytes < 0.75 * unfused_full.offchip_bytes
-    for other in (full, attention_layer(att, batch=1, seq_len=L, phase="decode", softmax="blocked", key_block=32),
-                  attention_layer(att, batch=1, seq_len=L, softmax="three-pass")):
+    for other in (full, attention_layer(att, batch=1, seq_len=L, phase="decode", softmax="blocked", key_block=32)):
         assert all(einsum_scale(other, e.name) == 1 for e in other.einsums), other.name
+    eager = attention_layer(att, batch=1, seq_len=L, softmax="three-pass")
+    per_key = Fraction(L + 1, 2 * L)  # the (query, key) pairs with key <= query
+    for e in eager.einsums:
+        assert einsum_scale(eager, e.name) == (per_key if e.name in {"SC", "MX", "EX", "SM", "PR", "AO"} else 1), e.name
 
 
 def test_the_buffer_moves_only_the_unskipped_blocks_operands() -> None:
     """The on-chip buffer follows the same share: unfused, each core Einsum of a causal blocked
-    prefill reads that share of the operands the non-causal one reads and writes that share of
+    prefill reads that share of the operands over queries and key blocks that the non-causal one
+    reads (the key mask, scores, statistics), the others whole (the queries are read for every
+    block a query sees; keys and values by an affine index, per key), and writes that share of
     its output; the output projection after the core is not scaled."""
-    from mambalaya.cost.buffer import group_buffer_accesses
+    from mambalaya.cost.buffer import buffer_read_elements, group_buffer_accesses
     from mambalaya.einsum.routing import computed_key_blocks
     from mambalaya.fusion.mapping import FusionGroup
 
@@ -428,9 +434,14 @@ def test_the_buffer_moves_only_the_unskipped_blocks_operands() -> None:
     layers = {causal: attention_layer(att, batch=1, seq_len=L, softmax="blocked", key_block=32, causal=causal)
               for causal in (True, False)}
     share = float(computed_key_blocks(L, 4, 32))
+    skipped = {"SC": {"KM"}, "PE": {"SC", "MR"}, "OR": {"CF", "PE"}, "O": set()}  # read at [.., i, tb, ..]
     for name in ("SC", "PE", "OR", "O"):
         got = {causal: group_buffer_accesses(c, FusionGroup(name, (name,), ())) for causal, c in layers.items()}
         scale = share if name != "O" else 1.0
-        assert math.isclose(got[True].einsum_read_bytes[name], got[False].einsum_read_bytes[name] * scale, rel_tol=1e-12)
+        full, e = layers[False], layers[False].einsum(name)
+        group = FusionGroup(name, (name,), ())
+        expected = sum(buffer_read_elements(full, group, t, [a for a in e.inputs if a.tensor == t])
+                       * (share if t in skipped[name] else 1.0) for t in dict.fromkeys(e.input_tensors) if t != name)
+        assert math.isclose(got[True].einsum_read_bytes[name], expected, rel_tol=1e-12), name
         assert math.isclose(got[True].einsum_write_bytes[name], got[False].einsum_write_bytes[name] * scale,
                             rel_tol=1e-12)

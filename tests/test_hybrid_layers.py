@@ -181,14 +181,16 @@ def test_attention_statistics_equal_hand_formulas(softmax: str) -> None:
     b, L, hd, h, g = 3, 20, 8, 8, 2
     pre = cascade_stats(attention_layer(att, batch=b, seq_len=L, softmax=softmax))
     per = {row.name: row for row in pre.einsums}
-    # scores: the rotated and the pass-through halves of every head, every (i, t) pair
-    assert per["SC"].ops["mac"] == b * L * L * h * hd
+    # scores: the rotated and the pass-through halves of every head, every (i, t) pair with t <= i
+    # (the causal mask's dead pairs are skipped work: einsum.dead_work)
+    pairs = L * (L + 1) // 2
+    assert per["SC"].ops["mac"] == b * pairs * h * hd
     if softmax == "three-pass":  # AV as a reduction over the keys
-        assert per["AO"].ops["mac"] == b * L * L * h * hd
-        assert per["MX"].ops["max"] == per["EX"].ops["exp"] == b * L * L * h
-    else:  # AV folded into the recurrence: OR[t-1]*CF + PE*V at every key, then one divide per output
-        assert per["OR"].ops == {"mul": 2 * b * L * L * h * hd, "add": b * L * L * h * hd}
-        assert per["MR"].ops == {"max": b * L * L * h} and per["AO"].ops == {"div": b * L * h * hd}
+        assert per["AO"].ops["mac"] == b * pairs * h * hd
+        assert per["MX"].ops["max"] == per["EX"].ops["exp"] == b * pairs * h
+    else:  # AV folded into the recurrence: OR[t-1]*CF + PE*V at every key seen, then one divide per output
+        assert per["OR"].ops == {"mul": 2 * b * pairs * h * hd, "add": b * pairs * h * hd}
+        assert per["MR"].ops == {"max": b * pairs * h} and per["AO"].ops == {"div": b * L * h * hd}
     projections = sum(per[n].ops["mac"] for n in ("QA", "QB", "KA", "KB", "V", "O"))
     assert projections == b * L * 64 * (h * hd + 2 * g * hd) + b * L * h * hd * 64
     dec = attention_layer(att, batch=b, seq_len=L, phase="decode", softmax=softmax)

@@ -14,7 +14,7 @@ import numpy as np
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, rank_of_variable
 from mambalaya.fusion.mapping import FusionGroup, einsum_loops, group_einsums, register_resident
-from mambalaya.einsum.routing import einsum_scale
+from mambalaya.einsum.routing import operand_scale
 from mambalaya.cost.traffic import (GroupTraffic, TrafficSizeError, component_sums, read_elements, read_plan,
                                      group_traffic, written_bytes)
 
@@ -145,9 +145,10 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     registers (:func:`~mambalaya.fusion.mapping.register_resident`). A select-runner reads and
     writes only in the steps it runs in: its select ranks' loops are left out
     (:func:`~mambalaya.fusion.mapping.einsum_loops`). An Einsum that runs a share of its dense
-    work (a MoE block's routed pairs, a causal blocked prefill's unskipped key blocks,
-    :mod:`mambalaya.einsum.routing`) reads that share of its operands, and writes the share of
-    its output that exists, as the off-chip traffic counts them.
+    work (a MoE block's routed pairs: every operand; a mask's live cells: the operands that
+    read both of its frame's variables, :func:`~mambalaya.einsum.routing.operand_scale`) reads
+    that share of them, and writes the share of its output that exists, as the off-chip
+    traffic counts them.
     :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
     """
     memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
@@ -161,10 +162,10 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     for e in group_einsums(cascade, group):
         loops = einsum_loops(cascade, group, e.name)  # a select-runner's steps: its select ranks' loops left out
         runs = group if loops == group.loops else FusionGroup(group.name, group.einsums, loops, group.halo)
-        share = float(einsum_scale(cascade, e.name))
         reads[e.name] = sum(
-            buffer_read_elements(cascade, runs, t, [a for a in e.inputs if a.tensor == t]) * share
+            buffer_read_elements(cascade, runs, t, accs) * float(operand_scale(cascade, e.name, accs))
             for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in lanes)
+            for accs in ([a for a in e.inputs if a.tensor == t],)
         )
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
         repeat = math.prod(lp.trips(cascade.size(lp.rank)) for lp in loops if lp.rank not in out_ranks)

@@ -38,7 +38,7 @@ from typing import Any
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.ir import Access, Einsum, rank_of_variable
-from mambalaya.einsum.routing import tensor_scale
+from mambalaya.einsum.routing import read_scale, tensor_scale
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
@@ -539,21 +539,31 @@ def _scale(cascade: Cascade, tensor: str) -> float:
     return hit
 
 
+def _read_scale(cascade: Cascade, tensor: str, accesses) -> float:
+    """:func:`~mambalaya.einsum.routing.read_scale` as a float, memoised on the cascade."""
+    memo = cascade.__dict__.setdefault("_read_scale_memo", {})
+    key = (tensor, tuple(accesses))
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = float(read_scale(cascade, tensor, accesses))
+    return hit
+
+
 def apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dict[str, float]:
     """Bytes per tensor of :func:`read_steps`, each step's (own, initial) elements from
     ``read``; a tensor read no element of is left out."""
     reads: dict[str, float] = {}
 
-    def add_read(t: str, elements: int) -> None:
-        if elements:  # a MoE block's expert weights and tensors: the part that exists (einsum.routing)
-            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8 * _scale(cascade, t)
+    def add_read(t: str, elements: int, accs) -> None:
+        if elements:  # a MoE block's expert weights and tensors, a masked tensor's live cells (einsum.routing)
+            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8 * _read_scale(cascade, t, accs)
 
     for t, accs, self_only, key, own_to, init_to in steps:
         own, init = read(t, accs, self_only, key)
         if own_to is not None:
-            add_read(own_to, own)
+            add_read(own_to, own, accs)
         if init:
-            add_read(init_to, init)  # type: ignore[arg-type]
+            add_read(init_to, init, ())  # type: ignore[arg-type]
     return reads
 
 

@@ -28,6 +28,8 @@ from mambalaya.einsum.parse import MAX_SIZE
 from mambalaya.einsum.ir import (
     Access,
     Einsum,
+    MASK_DEAD_VALUES,
+    Mask,
     Param,
     Rank,
     Role,
@@ -395,6 +397,35 @@ def _check_tensor(t: TensorSpec, ranks: dict[str, Rank], seen: dict[str, TensorS
         raise fail(f"tensor {t.name} has bits={t.bits!r}; bits per element is a positive integer", tensor=t.name)
     if not isinstance(t.role, Role):
         raise fail(f"tensor {t.name} has role {t.role!r}; roles: {', '.join(r.value for r in Role)}", tensor=t.name)
+    if t.mask is not None:
+        _check_mask(t, fail)
+
+
+def _check_mask(t: TensorSpec, fail) -> None:
+    """A mask is a constant input (role input, no Einsum writes it: :func:`_check_roles`) whose
+    row, col and block are distinct ranks of it, with integer bounds, one of the dead values."""
+    m = t.mask
+    what = f"tensor {t.name}'s mask"
+    if not isinstance(m, Mask):
+        raise fail(f"{what} is a {type(m).__name__}, not a Mask", tensor=t.name)
+    if t.role != Role.INPUT:
+        raise fail(f"{what}: only a constant input (role input) is a mask; {t.name} is {t.role.value}", tensor=t.name)
+    if not set(m.ranks) <= set(t.ranks) or len(set(m.ranks)) != len(m.ranks):
+        raise fail(f"{what} names ranks {list(m.ranks)} (row, col, block); the tensor's are {list(t.ranks)}: "
+                   "a mask's row, col and block are three of its ranks (it holds the same values along any other)",
+                   tensor=t.name)
+    for field_name in ("lower", "upper", "offset"):
+        value = getattr(m, field_name)
+        if (value is not None or field_name == "offset") and (isinstance(value, bool) or not isinstance(value, int)):
+            raise fail(f"{what}: {field_name} is {value!r}, not an integer", tensor=t.name)
+    if m.lower is None and m.upper is None:
+        raise fail(f"{what} bounds no key (lower and upper both absent): it hides nothing; drop it", tensor=t.name)
+    if m.lower is not None and m.upper is not None and m.lower > m.upper:
+        raise fail(f"{what} has lower {m.lower} above upper {m.upper}: it hides every key", tensor=t.name)
+    if m.row is None and m.offset:
+        raise fail(f"{what} has an offset ({m.offset}) but no row rank: offset is the position of row 0", tensor=t.name)
+    if isinstance(m.dead, bool) or not isinstance(m.dead, (int, float)) or float(m.dead) not in MASK_DEAD_VALUES:
+        raise fail(f"{what}: dead is {m.dead!r}; a mask holds 0 or -inf where it hides a key", tensor=t.name)
 
 
 def _check_access(acc: Access, e: Einsum, ranks, tensors, fail) -> None:

@@ -14,6 +14,10 @@
       - SS[b,i] = X[b,i,d]*X[b,i,d]
       - Y[b,i,d] = X[b,i,d]*rsqrt(SS[b,i]/D + eps)*WN[d]
 
+A constant mask input says which keys it hides (``mask``, :class:`~mambalaya.einsum.ir.Mask`:
+``LM: {ranks: [Q, S], role: input, mask: {row: Q, col: S, upper: 0, dead: -inf}}`` is a causal
+mask in log space), so that the cost model skips the work it makes dead.
+
 The file is read with PyYAML's safe composer, so every error can name the line and column of
 the node at fault. :func:`dump_cascade` writes text that :func:`load_cascade` reads back to an
 equal cascade.
@@ -31,11 +35,12 @@ from mambalaya.arch.quantities import MAX_ELEMENT_BITS
 from mambalaya.errors import SpecError
 from mambalaya.specio import compose_yaml_text, dump_yaml, read_spec_file
 from mambalaya.einsum.cascade import Cascade, build_cascade
-from mambalaya.einsum.ir import Einsum, Rank, Role, TensorSpec
+from mambalaya.einsum.ir import MASK_DEAD_VALUES, Einsum, Mask, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
 
 _TOP_KEYS = {"name", "description", "params", "ranks", "tensors", "einsums", "regions"}
-_TENSOR_KEYS = {"ranks", "role", "bits", "initial", "updates", "description"}
+_TENSOR_KEYS = {"ranks", "role", "bits", "initial", "updates", "description", "mask"}
+_MASK_KEYS = ("row", "col", "block", "lower", "upper", "offset", "dead")
 
 
 class _Reader:
@@ -232,7 +237,46 @@ def _read_tensor(r: _Reader, key: yaml.ScalarNode, node: yaml.Node) -> TensorSpe
     initial = r.name(fields["initial"][1], f"tensors.{name}.initial") if "initial" in fields else None
     updates = r.name(fields["updates"][1], f"tensors.{name}.updates") if "updates" in fields else None
     description = r.string(fields["description"][1], f"tensors.{name}.description") if "description" in fields else ""
-    return TensorSpec(name, tensor_ranks, role, bits, initial, updates, description)
+    mask = _read_mask(r, fields["mask"][1], f"tensors.{name}.mask") if "mask" in fields else None
+    return TensorSpec(name, tensor_ranks, role, bits, initial, updates, description, mask)
+
+
+def _read_mask(r: _Reader, node: yaml.Node, what: str) -> Mask:
+    """``{row: Q, col: S, upper: 0, dead: -inf}`` (:class:`~mambalaya.einsum.ir.Mask`): ranks
+    by name, bounds and offset integers, ``dead`` 0 or -inf; the cascade checks the rest."""
+    fields = {k.value: (k, v) for k, v in r.mapping(node, what)}
+    for f, (knode, _) in fields.items():
+        if f not in _MASK_KEYS:
+            raise r.error(knode, f"{what} has unknown field {f!r}; fields: {', '.join(_MASK_KEYS)}")
+    if "col" not in fields:
+        raise r.error(node, f"{what} needs 'col' (the rank of the keys it masks)")
+    values: dict[str, Any] = {}
+    for f in ("row", "col", "block"):
+        if f in fields:
+            values[f] = r.name(fields[f][1], f"{what}.{f}")
+    for f in ("lower", "upper", "offset"):
+        if f in fields:
+            value = r.scalar(fields[f][1], f"{what}.{f}")
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise r.error(fields[f][1], f"{what}.{f} must be an integer, found {value!r}")
+            values[f] = value
+    if "dead" in fields:
+        dead = r.scalar(fields["dead"][1], f"{what}.dead")
+        if dead == "-inf":
+            dead = float("-inf")
+        if isinstance(dead, bool) or not isinstance(dead, (int, float)) or float(dead) not in MASK_DEAD_VALUES:
+            raise r.error(fields["dead"][1], f"{what}.dead must be 0 or -inf (what the mask holds where it hides a key), "
+                          f"found {dead!r}")
+        values["dead"] = float(dead)
+    return Mask(**values)
+
+
+def _mask_text(m: Mask) -> str:
+    fields = [f"{f}: {getattr(m, f)}" for f in ("row", "col", "block", "lower", "upper") if getattr(m, f) is not None]
+    if m.offset:
+        fields.append(f"offset: {m.offset}")
+    fields.append(f"dead: {'-inf' if m.dead < 0 else 0}")
+    return "{" + ", ".join(fields) + "}"
 
 
 def _scalar_text(value: Any) -> str:
@@ -264,6 +308,8 @@ def dump_cascade(c: Cascade) -> str:
             fields.append(f"initial: {t.initial}")
         if t.updates:
             fields.append(f"updates: {t.updates}")
+        if t.mask is not None:
+            fields.append(f"mask: {_mask_text(t.mask)}")
         if t.description:
             fields.append(f"description: {_quoted_text(t.description)}")
         out.append(f"  {t.name}: {{{', '.join(fields)}}}")

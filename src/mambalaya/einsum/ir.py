@@ -316,6 +316,53 @@ class Rank:
     size_expr: str | None = None  # how the size was written, e.g. "expand*d_model"
 
 
+#: What a mask holds where it hides a key: 0 (a mask that multiplies) or -inf (a mask in log
+#: space, added before an ``exp`` or a ``max``).
+MASK_DEAD_VALUES: tuple[float, ...] = (0.0, float("-inf"))
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Which elements of a constant mask input hide a key: the band of keys each query sees.
+
+    The mask's ranks are ``row`` (the queries; absent when every query sees the same keys),
+    ``col`` (the keys) and, when keys come in blocks, ``block`` (the keys of one ``col`` index:
+    key ``col * size(block) + block``); along any other rank of the tensor it holds the same. Query ``q = row + offset`` (``offset``: the position of
+    row 0, a decode step's cache length) sees key ``k`` iff ``lower <= k - q <= upper``
+    (``None``: unbounded); without ``row``, iff ``lower <= k <= upper``. The mask holds ``dead``
+    (:data:`MASK_DEAD_VALUES`) at every key its query does not see, and something else at every
+    key it sees. Work is skipped by whole cells of ``col``: a cell (a block of keys, or one key)
+    that holds no seen key. Causal: ``upper = 0``; strictly lower: ``upper = -1``; the diagonal:
+    ``lower = upper = 0``; a sliding window of ``w`` keys: ``lower = 1 - w, upper = 0``.
+    """
+
+    col: str
+    row: str | None = None
+    block: str | None = None
+    lower: int | None = None
+    upper: int | None = None
+    offset: int = 0
+    dead: float = float("-inf")
+
+    @property
+    def ranks(self) -> tuple[str, ...]:
+        """The mask tensor's ranks: ``row``, ``col``, ``block`` (those it has)."""
+        return tuple(r for r in (self.row, self.col, self.block) if r is not None)
+
+    def __str__(self) -> str:
+        seen = "k" if self.row is None else ("q" if not self.offset else f"q+{self.offset}" if self.offset > 0
+                                            else f"q{self.offset}")
+        bounds = []
+        if self.lower is not None:
+            bounds.append(f"k >= {seen}{self.lower:+d}" if self.row is not None else f"k >= {self.lower}")
+        if self.upper is not None:
+            bounds.append(f"k <= {seen}{self.upper:+d}" if self.row is not None else f"k <= {self.upper}")
+        key = f"{self.col}*{self.block}+{self.block.lower()}" if self.block else self.col
+        rows = f"q = {self.row}" + (f"+{self.offset}" if self.offset else "") + ", " if self.row else ""
+        return (f"mask ({rows}k = {key}): sees {' and '.join(bounds) or 'every key'}, "
+                f"holds {'-inf' if self.dead < 0 else '0'} elsewhere")
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """A named tensor: its ranks (in storage order), role and element width.
@@ -325,7 +372,8 @@ class TensorSpec:
     causal window); without it such reads return zero. Its ranks are this tensor's with that
     rank removed (history depth 1) or replaced in place by a history rank (depth = its size).
     ``updates`` names the state tensor whose next value this tensor holds (the new SSM state
-    replaces ``H0`` in the next step).
+    replaces ``H0`` in the next step). ``mask`` says which elements of a constant mask input hide
+    a key (:class:`Mask`): the work they make dead is skipped (:mod:`mambalaya.einsum.dead_work`).
     """
 
     name: str
@@ -335,3 +383,4 @@ class TensorSpec:
     initial: str | None = None
     updates: str | None = None
     description: str = field(default="", compare=False)
+    mask: "Mask | None" = None

@@ -18,20 +18,12 @@ not scaled (factor 1). One device's part of an expert-parallel layer also carrie
 (:data:`LOAD_PARAM`): the pairs its experts compute over those its own tokens make, which
 multiplies the first two shares.
 
-A causal attention prefill in FlashAttention's blocked form (``softmax="blocked"``, key ranks
-``TB`` blocks of ``TQ`` keys, the key mask over ``[I, TB, TQ]``) skips the key blocks the mask
-hides whole, as block-skipping kernels do: a query at position ``i`` (a prefill starts at 0)
-sees the ``floor(i / TQ) + 1`` blocks whose first key is at or before it, so
-
-* an Einsum over both ``I`` and ``TB`` (scores, block max and sum, the running statistics and
-  output) does ``sum_i (floor(i/TQ) + 1) / (I * TB)`` of its dense operations (about one half);
-* a tensor with both ranks that such an Einsum writes, and the key mask itself, move that share
-  of their elements.
-
-Skipping is counted per query row: a kernel whose query tiles hold ``Br`` rows also computes the
-blocks its tile's later rows need, up to ``Br / TQ`` blocks more per tile on the diagonal; per
-row is the least work, so a speed of light stays a bound. The eager forms (three-pass, online per
-key) compute every pair, as eager attention does. A decode step sees every key: nothing skipped.
+A mask's dead work (:mod:`mambalaya.einsum.dead_work`: a causal prefill's masked scores and
+softmax in every attention form, the chunked scans' masked in-chunk products) goes on top: an
+Einsum with a frame runs the live share of its frame's cells, a tensor with a fact moves its
+live share. :func:`einsum_scale` and :func:`tensor_scale` are the product of both; the operation
+counts take the mask's share per operation (:mod:`mambalaya.einsum.stats`), the routed share on
+the whole Einsum (:func:`scaled_ops`).
 """
 
 from __future__ import annotations
@@ -39,7 +31,8 @@ from __future__ import annotations
 from fractions import Fraction
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Role, rank_of_variable
+from mambalaya.einsum.dead_work import dead_work, frame_dims, masked_variables, reads_aligned
+from mambalaya.einsum.ir import Role
 
 EXPERT_RANK = "X"
 #: The parameter of a device's part of an expert-parallel layer
@@ -77,19 +70,15 @@ def _plan(cascade: Cascade) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
                 spec = cascade.tensors[t]
                 if spec.role == Role.WEIGHT and EXPERT_RANK in spec.ranks:
                     scales[t] = weights
-    _add_skipped_key_blocks(cascade, einsums, scales)
     plan = (einsums, scales)
     cascade.__dict__["_routing_plan"] = plan
     return plan
 
 
-#: The blocked softmax's ranks: queries, key blocks, keys in a block.
-QUERY_RANK, KEY_BLOCK_RANK, BLOCK_KEY_RANK = "I", "TB", "TQ"
-
-
 def computed_key_blocks(queries: int, blocks: int, block: int) -> Fraction:
     """The share of (query, key block) pairs a causal prefill computes: a query at position ``i``
-    sees the blocks whose first key is at or before it, ``min(blocks, floor(i/block) + 1)``."""
+    sees the blocks whose first key is at or before it, ``min(blocks, floor(i/block) + 1)``
+    (the closed form of a causal key-block mask's live share, :class:`~mambalaya.einsum.dead_work.Band`)."""
     full = queries // block  # whole blocks of queries
     if blocks > full:  # every query's blocks exist (a prefill: blocks = ceil(queries / block)): closed form
         seen = block * full * (full + 1) // 2 + (queries - full * block) * (full + 1)
@@ -98,43 +87,57 @@ def computed_key_blocks(queries: int, blocks: int, block: int) -> Fraction:
     return Fraction(seen, queries * blocks)
 
 
-def _add_skipped_key_blocks(cascade: Cascade, einsums: dict[str, Fraction], scales: dict[str, Fraction]) -> None:
-    """The blocked softmax's skipped key blocks (the module doc): a prefill (no cached rank
-    ``M``) that is causal (no ``causal: 0`` parameter) with a key mask over ``[I, TB, TQ]``."""
-    ranks = cascade.ranks
-    if not {QUERY_RANK, KEY_BLOCK_RANK, BLOCK_KEY_RANK} <= set(ranks) or "M" in ranks or not cascade.params.get("causal", 1):
-        return
-    masks = [t for t, spec in cascade.tensors.items()
-             if spec.ranks == (QUERY_RANK, KEY_BLOCK_RANK, BLOCK_KEY_RANK) and cascade.producer(t) is None]
-    if not masks:
-        return
-    share = computed_key_blocks(cascade.size(QUERY_RANK), cascade.size(KEY_BLOCK_RANK), cascade.size(BLOCK_KEY_RANK))
-    both = {QUERY_RANK, KEY_BLOCK_RANK}
-    for e in cascade.einsums:
-        if both <= {rank_of_variable(v) for v in e.iteration_variables}:
-            einsums[e.name] = share
-            if both <= set(cascade.tensors[e.name].ranks):
-                scales[e.name] = share
-    for t in masks:
-        scales[t] = share
-
-
-def einsum_scale(cascade: Cascade, einsum: str) -> Fraction:
-    """The fraction of an Einsum's dense operations that run."""
+def routed_scale(cascade: Cascade, einsum: str) -> Fraction:
+    """The fraction of an Einsum's dense operations its routing runs (a MoE expert's share)."""
     return _plan(cascade)[0].get(einsum, Fraction(1))
 
 
+def einsum_scale(cascade: Cascade, einsum: str) -> Fraction:
+    """The fraction of an Einsum's dense iteration space that runs: the routed share times the
+    live share of its mask frame (:func:`~mambalaya.einsum.dead_work.masked_variables`)."""
+    masked = masked_variables(cascade, einsum)
+    return routed_scale(cascade, einsum) * (masked[1] if masked else 1)
+
+
+def operand_scale(cascade: Cascade, einsum: str, accesses) -> Fraction:
+    """The fraction of an operand's dense reads (its ``accesses`` in ``einsum``) that the
+    Einsum makes: the routed share, times the mask frame's live share when the accesses read
+    both frame variables (:func:`~mambalaya.einsum.dead_work.frame_dims`; an operand that lacks
+    one, ``ACS[q]`` beside ``LM[q,s]``, is read whole)."""
+    routed = routed_scale(cascade, einsum)
+    masked = masked_variables(cascade, einsum)
+    if masked is None or frame_dims(cascade, einsum, accesses) is None:
+        return routed
+    return routed * masked[1]
+
+
 def tensor_scale(cascade: Cascade, tensor: str) -> Fraction:
-    """The fraction of a tensor's dense elements that a pass moves."""
-    return _plan(cascade)[1].get(tensor, Fraction(1))
+    """The fraction of a tensor's dense elements that a pass writes (and moves when read
+    whole): routed, and live under a mask."""
+    return _plan(cascade)[1].get(tensor, Fraction(1)) * dead_work(cascade).tensor_shares.get(tensor, Fraction(1))
+
+
+def read_scale(cascade: Cascade, tensor: str, accesses) -> Fraction:
+    """The fraction of the elements ``accesses`` reach of ``tensor`` that a read moves: the
+    routed share, times a masked tensor's live share when every access reads its fact's
+    dimensions at plain variables (:func:`~mambalaya.einsum.dead_work.reads_aligned`). Any other
+    read moves what it reaches: a carried value's dead cell (the online softmax's ``OR`` at the
+    last key) is read from the cell it carries, one element for one."""
+    share = dead_work(cascade).tensor_shares.get(tensor)
+    routed = _plan(cascade)[1].get(tensor, Fraction(1))
+    if share is None or not reads_aligned(cascade, tensor, accesses):
+        return routed
+    return routed * share
 
 
 def scaled_ops(cascade: Cascade, einsum: str, ops: dict[str, int]) -> dict[str, int]:
-    scale = einsum_scale(cascade, einsum)
+    """``ops`` (already counted on a mask's live cells) times the routed share."""
+    scale = routed_scale(cascade, einsum)
     if scale == 1:
         return ops
     return {k: int(round(v * scale)) for k, v in ops.items()}
 
 
-__all__ = ["BLOCK_KEY_RANK", "EXPERT_RANK", "KEY_BLOCK_RANK", "LOAD_PARAM", "QUERY_RANK", "computed_key_blocks",
-           "einsum_scale", "routed_einsums", "scaled_ops", "tensor_scale"]
+__all__ = ["EXPERT_RANK", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",
+           "routed_scale",
+           "scaled_ops", "tensor_scale"]

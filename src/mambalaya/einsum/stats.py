@@ -29,33 +29,39 @@ Counting rules (every number the tool prints comes from here):
 from __future__ import annotations
 
 from collections import Counter
+from fractions import Fraction
 from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.routing import scaled_ops, tensor_scale
+from mambalaya.einsum.dead_work import masked_variables
+from mambalaya.einsum.routing import read_scale, scaled_ops, tensor_scale
 from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables, peel_scales
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
 
 
-def _points(cascade: Cascade, variables) -> int:
+def _points(cascade: Cascade, variables, masked: "tuple[frozenset[str], Fraction] | None" = None) -> int | Fraction:
+    """Points of the iteration space of ``variables``; over every variable of a mask frame
+    (``masked``: its variables and live share), only its live share."""
     n = 1
     for v in set(variables):
         n *= cascade.variable_sizes[v]
+    if masked is not None and masked[0] <= set(variables):
+        return n * masked[1]
     return n
 
 
-def _count(cascade: Cascade, node: Expr, ops: Counter, top_is_mac: bool = False) -> None:
+def _count(cascade: Cascade, node: Expr, ops: Counter, top_is_mac: bool = False, masked=None) -> None:
     if isinstance(node, Unary):
-        ops[node.fn] += _points(cascade, expr_variables(node))
-        _count(cascade, node.arg, ops)
+        ops[node.fn] += _points(cascade, expr_variables(node), masked)
+        _count(cascade, node.arg, ops, masked=masked)
     elif isinstance(node, Binary):
         kind = {"+": "add", "-": "add", "*": "mul", "/": "div", "max": "max", "min": "max"}[node.op]
         if top_is_mac and node.op == "*":
             kind = "mac"
-        ops[kind] += _points(cascade, expr_variables(node))
-        _count(cascade, node.lhs, ops)
-        _count(cascade, node.rhs, ops)
+        ops[kind] += _points(cascade, expr_variables(node), masked)
+        _count(cascade, node.lhs, ops, masked=masked)
+        _count(cascade, node.rhs, ops, masked=masked)
 
 
 def einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
@@ -71,6 +77,7 @@ def einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
 
 def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
     ops: Counter = Counter()
+    masked = masked_variables(cascade, einsum.name)
     reduced = set(einsum.reduced_variables)
     # the additive spine: count +/- over what they combine (reduced variables are gone by then)
     node = einsum.expr
@@ -79,7 +86,7 @@ def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
         spine.append(node)
         node = node.lhs
     for n in spine:
-        ops["add"] += _points(cascade, set(expr_variables(n)) - reduced)
+        ops["add"] += _points(cascade, set(expr_variables(n)) - reduced, masked)
     for _, term in additive_terms(einsum.expr):
         term_vars = set(expr_variables(term))
         if term_vars & reduced:
@@ -90,13 +97,13 @@ def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
                 product, scales = peel_scales(term)
                 if isinstance(product, Binary) and product.op == "*":
                     for scale in scales:
-                        ops["mul"] += _points(cascade, term_vars - reduced)
-                        _count(cascade, scale, ops)
-                    _count_reduced_product(cascade, product, reduced, term_vars, ops)
+                        ops["mul"] += _points(cascade, term_vars - reduced, masked)
+                        _count(cascade, scale, ops, masked=masked)
+                    _count_reduced_product(cascade, product, reduced, term_vars, ops, masked)
                     continue
-            ops["add" if einsum.reduce_op == "sum" else "max"] += _points(cascade, term_vars)
-        _count(cascade, term, ops)
-    return {k: int(v) for k, v in ops.items() if v}
+            ops["add" if einsum.reduce_op == "sum" else "max"] += _points(cascade, term_vars, masked)
+        _count(cascade, term, ops, masked=masked)
+    return {k: int(round(v)) for k, v in ops.items() if v}
 
 
 def _factors(node: Expr) -> list[Expr]:
@@ -106,7 +113,7 @@ def _factors(node: Expr) -> list[Expr]:
 
 
 def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str], term_vars: set[str],
-                           ops: Counter) -> None:
+                           ops: Counter, masked=None) -> None:
     """A reduced product: its factors that do not depend on the reduced variables multiply the
     sum once per output point (``sum_m a[n] h[m] k[m] = a[n] sum_m h[m] k[m]``, the delta rule's
     ``k beta (S^T k)``); the rest is the contraction, its top multiply a MAC per point."""
@@ -114,19 +121,19 @@ def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str],
     inner = [f for f in factors if set(expr_variables(f)) & reduced]
     outer = [f for f in factors if not set(expr_variables(f)) & reduced]
     if not outer or not inner:
-        _count(cascade, product, ops, top_is_mac=True)
+        _count(cascade, product, ops, top_is_mac=True, masked=masked)
         return
     for f in outer:
-        ops["mul"] += _points(cascade, term_vars - reduced)
-        _count(cascade, f, ops)
+        ops["mul"] += _points(cascade, term_vars - reduced, masked)
+        _count(cascade, f, ops, masked=masked)
     if len(inner) == 1:
-        ops["add"] += _points(cascade, expr_variables(inner[0]))
-        _count(cascade, inner[0], ops)
+        ops["add"] += _points(cascade, expr_variables(inner[0]), masked)
+        _count(cascade, inner[0], ops, masked=masked)
         return
     node = inner[0]
     for f in inner[1:]:
         node = Binary("*", node, f)
-    _count(cascade, node, ops, top_is_mac=True)
+    _count(cascade, node, ops, top_is_mac=True, masked=masked)
 
 
 def _index_values(idx: AffineIndex, cascade: Cascade, extent: int) -> int:
@@ -162,7 +169,8 @@ def einsum_reads(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
         if init is not None and rows:
             elements = rows * cascade.elements(init) // cascade.initial_axis(acc.tensor)[1]  # type: ignore[index]
             reads[init] = max(reads.get(init, 0), elements)
-    return {t: int(round(n * tensor_scale(cascade, t))) for t, n in reads.items()}
+    accesses = {t: [a for a in einsum.inputs if a.tensor == t] for t in reads}
+    return {t: int(round(n * read_scale(cascade, t, accesses[t]))) for t, n in reads.items()}
 
 
 def _history_rows(cascade: Cascade, acc: Access) -> int:

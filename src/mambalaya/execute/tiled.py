@@ -71,6 +71,7 @@ import numpy as np
 
 from mambalaya.errors import ExecutionError
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.dead_work import dead_work, frame_dims, live_elements, live_in_box, reads_aligned
 from mambalaya.einsum.ir import Access, Einsum
 from mambalaya.execute.numpy_exec import (
     Source,
@@ -119,24 +120,27 @@ class OffChipStore:
         if len(box) != len(shape) or any(a < 0 or b > n or b < a for (a, b), n in zip(box, shape)):
             raise ExecutionError(f"off-chip access to {tensor}{list(box)} is outside its shape {shape}")
 
-    def read(self, group: str, tensor: str, box: Box) -> np.ndarray:
-        """The elements of ``box`` (a view of DRAM: do not modify), counted as read by ``group``."""
+    def read(self, group: str, tensor: str, box: Box, *, live_only: bool = False) -> np.ndarray:
+        """The elements of ``box`` (a view of DRAM: do not modify), counted as read by ``group``:
+        every one, or with ``live_only`` (a masked tensor read at whole cells) those in live
+        cells (:mod:`mambalaya.einsum.dead_work`)."""
         if tensor not in self.arrays:
             raise ExecutionError(f"group {group} reads {tensor}, which is not in off-chip memory")
         self._check(tensor, box)
-        n = volume(box)
+        n = live_elements(self.cascade, tensor, box) if live_only else volume(box)
         if n:
             key = (group, tensor)
             self.read_bytes[key] = self.read_bytes.get(key, 0.0) + self._bytes(tensor, n)
         return self.arrays[tensor][tuple(slice(a, b) for a, b in box)]
 
     def write(self, group: str, tensor: str, box: Box, data: np.ndarray) -> None:
-        """Store ``data`` at ``box`` of ``tensor`` (allocated on first write), counted as written."""
+        """Store ``data`` at ``box`` of ``tensor`` (allocated on first write), counted as written:
+        a masked tensor's live cells only (its dead ones hold what the mask makes them)."""
         self._check(tensor, box)
         if tensor not in self.arrays:
             self.arrays[tensor] = np.zeros(self.cascade.shape(tensor), data.dtype)
         self.arrays[tensor][tuple(slice(a, b) for a, b in box)] = data
-        n = volume(box)
+        n = live_elements(self.cascade, tensor, box)
         if n:
             key = (group, tensor)
             self.write_bytes[key] = self.write_bytes.get(key, 0.0) + self._bytes(tensor, n)
@@ -233,6 +237,7 @@ class _GroupRun:
         self.buffer_reads: dict[str, float] = {}  # per Einsum: operand bytes read from the buffer
         self.buffer_writes: dict[str, float] = {}  # per Einsum: result bytes written to it
         self.in_registers = register_resident(cascade, group)  # carried by the lanes, never in the buffer
+        self.frames = dead_work(cascade).frames  # the Einsums whose masked cells are skipped
         self.steps = 0
 
     # -- facts --------------------------------------------------------------------------
@@ -274,6 +279,11 @@ class _GroupRun:
         return out
 
     # -- off-chip reads -----------------------------------------------------------------
+    def _live_only(self, tensor: str) -> bool:
+        """Whether the group's reads of ``tensor`` move only its live cells (a masked tensor
+        read at whole cells: :func:`~mambalaya.einsum.dead_work.reads_aligned`)."""
+        return reads_aligned(self.c, tensor, self.accs.get(tensor, ()))
+
     def _read_pieces(self, tensor: str, box: Box) -> list[tuple[Box, np.ndarray]]:
         """Read ``box`` (inside ``_valid``) from DRAM: rows >= 0 from the tensor, rows below 0
         along its initial axis from the state tensor. The same box read twice in one step (a
@@ -286,8 +296,9 @@ class _GroupRun:
     def _read_pieces_from_dram(self, tensor: str, box: Box) -> list[tuple[Box, np.ndarray]]:
         init = self.c.initial_axis(tensor)
         out = []
+        live_only = self._live_only(tensor)
         if init is None or box[init[0]][0] >= 0:
-            return [(box, self.store.read(self.g.name, tensor, box))]
+            return [(box, self.store.read(self.g.name, tensor, box, live_only=live_only))]
         axis, depth = init
         lo, hi = box[axis]
         below = box[:axis] + ((lo, min(hi, 0)),) + box[axis + 1 :]
@@ -301,7 +312,7 @@ class _GroupRun:
         out.append((below, data))
         if hi > 0:
             above = box[:axis] + ((0, hi),) + box[axis + 1 :]
-            out.append((above, self.store.read(self.g.name, tensor, above)))
+            out.append((above, self.store.read(self.g.name, tensor, above, live_only=live_only)))
         return out
 
     def _fetch(self, tensor: str, ranges: dict, tidx: dict[str, int], pending: dict) -> tuple[Source, int]:
@@ -326,7 +337,7 @@ class _GroupRun:
         fresh = 0
         init = self.c.initial_axis(tensor)
         if not retained and need == fetch and (init is None or fetch[init[0]][0] >= 0):
-            array = self.store.read(self.g.name, tensor, fetch)  # a view of DRAM, read in full
+            array = self.store.read(self.g.name, tensor, fetch, live_only=self._live_only(tensor))  # a view of DRAM
             fresh = volume(fetch)
         else:
             array = np.zeros([b - a for a, b in need], self.dtype)
@@ -470,7 +481,7 @@ class _GroupRun:
                 elif rank in self.trips:
                     pending_carry[key] = None
             tiles[e.name] = (out_box, out)
-            self._count_buffer(e, ranges, out.size)
+            self._count_buffer(e, ranges, live_elements(self.c, e.name, out_box))
             if e.name in self.written:
                 self.store.write(self.g.name, e.name, out_box, out)
                 if e.name not in self.inter:
@@ -511,7 +522,9 @@ class _GroupRun:
             if init is not None and region[init[0]][0] < 0:
                 axis = init[0]
                 below = volume(region[:axis] + ((region[axis][0], min(region[axis][1], 0)),) + region[axis + 1 :])
-            read += (volume(region) - below) * self._bits(t)
+            dims = frame_dims(self.c, e.name, accs) if not below else None
+            live = volume(region) if dims is None else live_in_box(self.frames[e.name][0].band, *dims, region)
+            read += (live - below) * self._bits(t)
             if below:
                 read += below * self._bits(self.c.tensors[t].initial)  # type: ignore[arg-type]
         self.buffer_reads[e.name] = self.buffer_reads.get(e.name, 0.0) + read

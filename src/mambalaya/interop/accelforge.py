@@ -80,13 +80,18 @@ def _dram_bits(result) -> dict[str, float]:
     return bits
 
 
-def _rows_vs(ours_bytes: dict[str, tuple[float, float]], theirs: dict[str, float]) -> list[dict]:
+def _rows_vs(ours_bytes: dict[str, tuple[float, float]], theirs: dict[str, float],
+             live_shares: dict[str, float] | None = None) -> list[dict]:
+    """Per tensor, our bits beside AccelForge's. AccelForge moves a tensor whole; ours moves a
+    masked tensor's live share (:func:`~mambalaya.einsum.routing.tensor_scale`, the row's
+    ``live_share``), so ``rel_diff`` compares ours with AccelForge's bits times that share."""
     rows = []
     for t in sorted(set(ours_bytes) | set(theirs)):
         o = 8 * sum(ours_bytes.get(t, (0.0, 0.0)))
         a = float(theirs.get(t, 0.0))
-        rel = 0.0 if o == a else (abs(a - o) / o if o else math.inf)
-        rows.append({"tensor": t, "ours_bits": o, "accelforge_bits": a, "rel_diff": rel})
+        share = (live_shares or {}).get(t, 1.0)
+        rel = 0.0 if o == a * share else (abs(a * share - o) / o if o else math.inf)
+        rows.append({"tensor": t, "ours_bits": o, "accelforge_bits": a, "live_share": share, "rel_diff": rel})
     return rows
 
 
@@ -129,7 +134,7 @@ def cross_check(cascade: Cascade, mapping: str = "unfused", *, unroll_scan: int 
     (:func:`unfused_mapping_yaml`) against our ``unfused`` mapping. ``mapping="mapper"``:
     AccelForge's mapper (objective: DRAM bits) on an architecture with ``buffer_bytes`` of
     buffer, its chosen mapping re-evaluated by its model, against our ``optimal`` search.
-    Returns ``[{tensor, ours_bits, accelforge_bits, rel_diff}]``.
+    Returns ``[{tensor, ours_bits, accelforge_bits, live_share, rel_diff}]``.
     """
     inputs = traffic_inputs(cascade, mapping, unroll_scan=unroll_scan, buffer_bytes=buffer_bytes, arch_spec=arch_spec)
     return compare_traffic(cascade, inputs, run_traffic(inputs), unroll_scan=unroll_scan)["rows"]
@@ -201,9 +206,10 @@ def run_traffic(inputs: dict) -> dict:
 def compare_traffic(cascade: Cascade, inputs: dict, theirs: dict, *, unroll_scan: int | None = None) -> dict:
     """Our side of a traffic cross-check beside AccelForge's (``theirs``: :func:`run_traffic`'s
     answer to ``inputs``), costed by this interpreter's mambalaya on the cascade AccelForge read:
-    ``{"rows": [{tensor, ours_bits, accelforge_bits, rel_diff}], "accelforge_seconds",
+    ``{"rows": [{tensor, ours_bits, accelforge_bits, live_share, rel_diff}], "accelforge_seconds",
     "ours_seconds", "accelforge_latency_s", "ours_groups", "ours_recurrent_bits"}``."""
     from mambalaya.cost.traffic import mapping_traffic
+    from mambalaya.einsum.routing import tensor_scale
     from mambalaya.search.mappings import named_mapping, optimal
 
     recurrent, cascade = cascade, translate(cascade, unroll_scan)[0]
@@ -216,7 +222,8 @@ def compare_traffic(cascade: Cascade, inputs: dict, theirs: dict, *, unroll_scan
     ours_seconds = time.perf_counter() - t0
     ours_recurrent = ours if recurrent is cascade else cost(recurrent)
     return {
-        "rows": _rows_vs(ours.by_tensor, theirs["bits"]),
+        "rows": _rows_vs(ours.by_tensor, theirs["bits"],
+                         {t: float(tensor_scale(cascade, t)) for t in cascade.tensors if tensor_scale(cascade, t) != 1}),
         "accelforge_seconds": theirs["seconds"],
         "ours_seconds": ours_seconds,
         "accelforge_latency_s": theirs["latency_s"],

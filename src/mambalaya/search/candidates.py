@@ -20,7 +20,7 @@ import numpy as np
 
 from mambalaya.arch.keys import spec_key
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.routing import einsum_scale
+from mambalaya.einsum.routing import operand_scale
 from mambalaya.einsum.stats import einsum_ops
 from mambalaya.cost.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.einsum.ir import rank_of_variable
@@ -338,9 +338,9 @@ class GroupCostModel:
             for i, r in enumerate(own):
                 if r not in outs:
                     repeat = repeat * trips[i]
-            share = float(einsum_scale(cascade, name))  # a routed or masked Einsum's share (einsum.routing)
-            if share != 1.0:
-                reads = [(t, r * share) for t, r in reads]
+            # a routed or masked Einsum's share of each operand (einsum.routing)
+            shares = {t: float(operand_scale(cascade, name, [a for a in e.inputs if a.tensor == t])) for t, _ in reads}
+            reads = [(t, r * shares[t]) if shares[t] != 1.0 else (t, r) for t, r in reads]
             hit = memo[key] = (reads, written_bytes(cascade, name, repeat))
         return hit
 

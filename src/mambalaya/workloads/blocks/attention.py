@@ -103,7 +103,7 @@ from mambalaya.specio import SPEC_MODEL_CONFIG
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
-from mambalaya.workloads.blocks.masks import causal_mask, key_block_mask
+from mambalaya.workloads.blocks.masks import causal_band, causal_mask, key_block_mask, key_blocks, with_masks
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -430,6 +430,8 @@ def attention_layer(
     tensors: dict[str, TensorSpec] = {
         t: TensorSpec(t, rk, role, bits, description=desc) for t, (rk, role, desc) in specs.items() if t in used
     }
+    tensors = with_masks(tensors, {"CM": causal_band("I", "T"), "KM": key_blocks(
+        first=seq_len if decode else 0, keys=None if causal or decode else keys)})
     for src, (cache, new) in _CACHED.items():
         if src not in tensors:
             continue

@@ -79,7 +79,7 @@ from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
-from mambalaya.workloads.blocks.masks import causal_mask
+from mambalaya.workloads.blocks.masks import DIAGONAL, STRICTLY_LOWER, causal_band, causal_mask, with_masks
 
 LINEAR, FULL = "linear_attention", "full_attention"
 #: transformers 5.25's ``torch_chunk_gated_delta_rule(..., chunk_size=64)`` (see
@@ -447,6 +447,7 @@ def gdn_layer(config: GatedDeltaNetConfig, *, batch: int, seq_len: int, phase: s
             at = rk.index("*")
             rk = rk[:at] + where + rk[at + 1:]
         tensors[t] = TensorSpec(t, rk, role, bits, description=desc)
+    tensors = with_masks(tensors, {"LM": causal_band("Q", "S"), "SL": STRICTLY_LOWER, "EYE": DIAGONAL})
     lines = list(FRONT) + list(SCAN_CHUNKED if chunked else SCAN_RECURRENT)
     lines += TAIL_CHUNKED if chunked else TAIL_RECURRENT
     if with_state:

@@ -82,7 +82,7 @@ from mambalaya.specio import SPEC_MODEL_CONFIG
 
 from mambalaya.errors import SpecError
 from mambalaya.workloads.checks import check_layer_args, validated_config
-from mambalaya.workloads.blocks.masks import causal_mask
+from mambalaya.workloads.blocks.masks import causal_band, causal_mask, with_masks
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
@@ -402,6 +402,7 @@ def mamba2_layer(
             at = rk.index("*")
             rk = rk[:at] + where + rk[at + 1 :]
         tensors[t] = TensorSpec(t, rk, role, bits, description=desc)
+    tensors = with_masks(tensors, {"LM": causal_band("Q", "S")})
     lines = list(FRONT) + list(SCAN_CHUNKED if chunked else SCAN_RECURRENT)
     lines += TAIL_CHUNKED if chunked else TAIL_RECURRENT
 

@@ -55,7 +55,7 @@ from pydantic import BaseModel, BeforeValidator, Field, PositiveInt, model_valid
 
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.compose import chain_cascades
-from mambalaya.einsum.ir import Rank, Role, TensorSpec
+from mambalaya.einsum.ir import Mask, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
@@ -65,6 +65,7 @@ from mambalaya.workloads.checks import chunk_padding_free_form
 from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.hf.config import check_known_fields, MAX_SIZE, ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
+from mambalaya.workloads.blocks.masks import causal_band, key_blocks, with_masks
 from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
@@ -249,6 +250,13 @@ class FalconH1Model(FamilyModel):
                                softmax=softmax, name=name, key_block=key_block)
 
 
+def attention_masks(seq_len: int, *, decode: bool) -> dict[str, Mask]:
+    """The masks of the attention inside one cascade (this block's, Zamba2's shared block's):
+    the causal ``AMK[I,T]`` and the blocked softmax's ``AKM[I,TB,TQ]`` (a decode step's query
+    at the cache length)."""
+    return {"AMK": causal_band("I", "T"), "AKM": key_blocks(first=seq_len if decode else 0)}
+
+
 def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: str = "prefill", bits: int = 16,
                     scan: str | None = None, softmax: str = "three-pass", name: str | None = None,
                     key_block: int = KEY_BLOCK) -> Cascade:
@@ -291,6 +299,7 @@ def falcon_h1_layer(config: FalconH1Model, *, batch: int, seq_len: int, phase: s
     specs = {**ATTENTION_TENSORS, **ATTENTION_BLOCKED_TENSORS} if softmax == "blocked" else ATTENTION_TENSORS
     tensors.update({n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in specs.items()
                     if n in used})
+    tensors = with_masks(tensors, attention_masks(seq_len, decode=decode))
     tensors["XO"] = mixer.tensors["XO"]
     for src, cache, new in (("AKR", "KC0A", "KNA"), ("AV", "VC0", "VN")):
         tensors.update(kv_cache_tensors(tensors[src], cache, new, decode=decode))
@@ -435,7 +444,7 @@ PRESETS: dict[str, FalconH1Model] = {
 PUBLISHED_PARAMETERS_B: dict[str, float] = {"falcon-h1-7b": 7.0}
 
 __all__ = ["ATTENTION_BLOCKED_TENSORS", "ATTENTION_THREE_PASS", "ATTENTION_REGIONS", "ATTENTION_ONLINE",
-           "ATTENTION_TENSORS", "attention_ranks", "attention_softmax_lines", "MULTIPLIERS",
+           "ATTENTION_TENSORS", "attention_masks", "attention_ranks", "attention_softmax_lines", "MULTIPLIERS",
            "NORM_BEFORE_GATE_TAIL", "PRESETS", "PUBLISHED_PARAMETERS_B", "FalconH1Model",
            "FalconH1Multipliers", "falcon_h1_config_from_hf", "falcon_h1_layer", "mamba_width_from_hf",
            "multipliers_from_hf"]

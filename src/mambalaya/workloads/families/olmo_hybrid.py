@@ -53,6 +53,7 @@ from mambalaya.workloads.families.base import SECOND_PREFIX, FamilyModel
 from mambalaya.workloads.blocks.gated_deltanet import LINEAR, GatedDeltaNetConfig, gdn_layer
 from mambalaya.workloads.blocks.gated_deltanet import PRESETS as GDN_PRESETS
 from mambalaya.workloads.hf.config import check_known_fields, ConfigFile, default_rope_theta
+from mambalaya.workloads.blocks.masks import causal_band, key_blocks, with_masks
 from mambalaya.workloads.blocks.mlp import MLPConfig, mlp_layer
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
@@ -155,6 +156,7 @@ def olmo_attention_block(config: GatedDeltaNetConfig, *, batch: int, seq_len: in
     einsums = [parse_einsum(line, sizes=sizes) for line in lines]
     used = {e.name for e in einsums} | {x for e in einsums for x in e.input_tensors}
     tensors = {n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in specs.items() if n in used}
+    tensors = with_masks(tensors, {"CM": causal_band("I", "T"), "KM": key_blocks(first=seq_len if decode else 0)})
     for src, cache, new in cached:
         tensors.update(kv_cache_tensors(tensors[src], cache, new, decode=decode))
     return build_cascade(

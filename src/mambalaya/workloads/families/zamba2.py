@@ -54,9 +54,10 @@ from mambalaya.einsum.parse import parse_einsum
 from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.blocks.attention import KEY_BLOCK, AttentionConfig, check_softmax, kv_cache_tensors
-from mambalaya.workloads.families.falcon_h1 import (ATTENTION_BLOCKED_TENSORS, ATTENTION_REGIONS, ATTENTION_TENSORS,
+from mambalaya.workloads.families.falcon_h1 import (ATTENTION_BLOCKED_TENSORS, attention_masks, ATTENTION_REGIONS, ATTENTION_TENSORS,
                                                     attention_ranks, attention_softmax_lines)
 from mambalaya.workloads.families.base import FamilyModel
+from mambalaya.workloads.blocks.masks import with_masks
 from mambalaya.workloads.hf.config import check_known_fields, ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 
@@ -295,6 +296,7 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
         used = {e.name for e in shared} | {x for e in shared for x in e.input_tensors}
         specs = {**ATTENTION_TENSORS, **(ATTENTION_BLOCKED_TENSORS if softmax == "blocked" else {}), **_SHARED_TENSORS}
         new = {n: TensorSpec(n, rk, role, bits, description=d) for n, (rk, role, d) in specs.items() if n in used}
+        new = with_masks(new, attention_masks(seq_len, decode=decode))
         new["WAQ"] = replace(new["WAQ"], description="shared q_proj, x half")
         new["WAK"] = replace(new["WAK"], description="shared k_proj, x half")
         new["WAV"] = replace(new["WAV"], description="shared v_proj, x half")

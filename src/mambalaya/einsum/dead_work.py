@@ -1,0 +1,401 @@
+"""The work a mask makes dead, found from the Einsums' algebra, for every cascade alike.
+
+A constant mask input (a :class:`~mambalaya.einsum.ir.TensorSpec` with a
+:class:`~mambalaya.einsum.ir.Mask`: the causal masks of attention and of the chunked scans'
+in-chunk products, a blocked softmax's key mask, a strictly lower or diagonal mask) holds a known
+value, 0 or -inf, at every key its query does not see. This module follows those values through
+the cascade, Einsum by Einsum in order, and finds where an Einsum's result is known without
+computing it, as a kernel that skips masked tiles knows it:
+
+* A **fact** on a tensor says that at every dead cell of a mask's band (a cell: one key, or one
+  block of keys; dead: it holds no key its query sees) over two of the tensor's dimensions
+  (query row, key column) the tensor holds a known value: 0, -inf, 1, or its own value at the
+  previous key cell (*carried*: a recurrence along the keys whose step adds nothing). A mask
+  has the fact its declaration states.
+* An Einsum is evaluated symbolically at a generic dead point of a **frame** (a fact of one of
+  its inputs, placed on two of its variables): an input with a fact on the same variables whose
+  live band lies inside the frame's has its known value; a read one key cell back (``t-1``) is
+  the tensor's previous value. The rules are the algebra's: ``0 * x = 0``, ``1 * x = x``,
+  ``x + 0 = x``, ``x + (-inf) = -inf``, ``x - x = 0``, ``max(x, -inf) = x``, ``exp(-inf) = 0``,
+  ``exp(0) = 1``, ``0 / x = 0``; anything else is unknown. Values are taken as finite where they
+  are not known (no tensor but a mask holds an infinity).
+* The frame holds when the work at its dead points is known: for an Einsum that keeps both frame
+  variables, the whole expression is a known value (for a reduction, its identity: 0 for a sum,
+  -inf for a max; for a recurrence, its previous value), which becomes the fact of its output;
+  for one that reduces a frame variable, every additive term over both frame variables is the
+  reduction's identity (the terms that lack one run per output point, unskipped).
+* Of the frames that hold, the one with the fewest live cells is the Einsum's. Its operations
+  over both frame variables run on the live cells only (:func:`masked_variables`,
+  :mod:`mambalaya.einsum.stats`), and a tensor with a fact moves its live cells only (its dead
+  ones are known; a mask's dead keys the same).
+
+What it finds on the shipped cascades: a causal prefill's scores and softmax (every form: the
+three-pass and online forms per key, the blocked form per block of keys, as block-skipping
+kernels compute whole blocks), the chunked scans' segment decay and in-chunk products (Mamba-2's
+``LD`` and ``YDG``, the gated delta rule's ``LD``, ``AS``, ``QE``, ``YI``); nothing in decode
+(a step's query sees every cached key) or without a causal mask. What it leaves computed: a
+forward substitution (``TI``, whose triangularity needs induction over its own rows) and any
+product a mask does not reach through these rules, both counted whole: the count never goes
+below what the algebra proves dead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.ir import Access, AffineIndex, Binary, Const, Einsum, Expr, Mask, Unary, additive_terms, expr_variables
+
+ZERO, NEG_INF, ONE, CARRIED = "0", "-inf", "1", "carried"
+#: A reduction's identity: what a term known dead adds to it.
+IDENTITY = {"sum": ZERO, "max": NEG_INF}
+
+
+@dataclass(frozen=True)
+class Band:
+    """A mask's band without its rank names: key ``k`` in cell ``c`` (``width`` keys a cell)
+    is seen by query ``q = row + offset`` iff ``lower <= k - q <= upper`` (``relative``; else
+    ``lower <= k <= upper``)."""
+
+    lower: int | None
+    upper: int | None
+    offset: int
+    relative: bool
+    width: int
+
+    def inside(self, other: "Band") -> bool:
+        """Whether every cell this band sees, ``other`` sees too (same cells and query origin)."""
+        if (self.offset, self.relative, self.width) != (other.offset, other.relative, other.width):
+            return False
+        low_ok = other.lower is None or (self.lower is not None and self.lower >= other.lower)
+        high_ok = other.upper is None or (self.upper is not None and self.upper <= other.upper)
+        return low_ok and high_ok
+
+    def live_cells(self, rows: int, cols: int, *, first_row: int = 0, first_col: int = 0) -> int:
+        """The (row, cell) pairs with a seen key, over the ``rows`` queries from ``first_row``
+        and the ``cols`` cells from ``first_col`` (of a tensor whose cells start at 0)."""
+        if rows <= 0 or cols <= 0:
+            return 0
+        row = np.arange(first_row, first_row + rows, dtype=np.int64)
+        query = row + self.offset if self.relative else np.zeros(1, dtype=np.int64)
+        first, last = first_col * self.width, (first_col + cols) * self.width - 1
+        first_key = np.maximum(query + self.lower, first) if self.lower is not None else np.full_like(query, first)
+        last_key = np.minimum(query + self.upper, last) if self.upper is not None else np.full_like(query, last)
+        cells = np.where(first_key <= last_key, last_key // self.width - first_key // self.width + 1, 0)
+        return int(cells.sum()) * (1 if self.relative else rows)
+
+    def live_share(self, rows: int, cols: int) -> Fraction:
+        return Fraction(self.live_cells(rows, cols), rows * cols)
+
+
+@dataclass(frozen=True)
+class Fact:
+    """At the dead cells of ``band`` over dimensions ``row_dim`` (None: every row) and
+    ``col_dim`` of a tensor, the tensor holds ``value`` (``0``, ``-inf``, ``1`` or ``carried``)."""
+
+    band: Band
+    row_dim: int | None
+    col_dim: int
+    value: str
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A fact placed on an Einsum's variables: dead points are the band's dead cells of
+    ``(row, col)``."""
+
+    band: Band
+    row: str | None
+    col: str
+
+
+@dataclass(frozen=True)
+class DeadWork:
+    """Per Einsum, its frame and the share of the frame's cells that are live; per tensor, its
+    fact and the share of its elements a pass moves (only shares below 1)."""
+
+    frames: dict[str, tuple[Frame, Fraction]]
+    facts: dict[str, Fact]
+    tensor_shares: dict[str, Fraction]
+
+
+def mask_band(cascade: Cascade, mask: Mask) -> Band:
+    width = cascade.size(mask.block) if mask.block else 1
+    return Band(mask.lower, mask.upper, mask.offset, mask.row is not None, width)
+
+
+def mask_fact(cascade: Cascade, tensor: str) -> Fact:
+    spec = cascade.tensors[tensor]
+    mask = spec.mask
+    assert mask is not None
+    row_dim = spec.ranks.index(mask.row) if mask.row else None
+    return Fact(mask_band(cascade, mask), row_dim, spec.ranks.index(mask.col), NEG_INF if mask.dead < 0 else ZERO)
+
+
+def live_in_box(band: Band, row_dim: int | None, col_dim: int, box) -> int:
+    """How many elements of ``box`` (a ``(start, stop)`` per dimension) lie in live cells of
+    ``band`` placed on dimensions ``row_dim`` (None: every row) and ``col_dim``."""
+    volume = 1
+    for start, stop in box:
+        volume *= max(0, stop - start)
+    if not volume:
+        return 0
+    (c0, c1) = box[col_dim]
+    (r0, r1) = box[row_dim] if row_dim is not None else (0, 1)
+    live = band.live_cells(r1 - r0, c1 - c0, first_row=r0, first_col=c0)
+    return volume // ((r1 - r0) * (c1 - c0)) * live
+
+
+def live_elements(cascade: Cascade, tensor: str, box) -> int:
+    """How many elements of ``box`` of ``tensor`` a pass moves: all of them, or, for a tensor
+    with a fact, those in its live cells."""
+    fact = dead_work(cascade).facts.get(tensor)
+    if fact is None:
+        return live_in_box(Band(None, None, 0, False, 1), None, 0, box) if box else 1
+    return live_in_box(fact.band, fact.row_dim, fact.col_dim, box)
+
+
+def reads_aligned(cascade: Cascade, tensor: str, accesses) -> bool:
+    """Whether every access reads a masked tensor's fact dimensions at plain variables, so that
+    the reads reach whole cells and move the live ones only."""
+    fact = dead_work(cascade).facts.get(tensor)
+    if fact is None:
+        return False
+    dims = [fact.col_dim] + ([fact.row_dim] if fact.row_dim is not None else [])
+    return all(acc.indices[d].plain_variable is not None for acc in accesses for d in dims)
+
+
+def frame_dims(cascade: Cascade, einsum: str, accesses) -> tuple[int | None, int] | None:
+    """The dimensions of an operand at which every one of its ``accesses`` in ``einsum`` reads
+    the Einsum's frame variables, each at a plain variable: the operand is then read on the
+    frame's live cells only. None if the Einsum has no frame or an access reads them otherwise."""
+    found = dead_work(cascade).frames.get(einsum)
+    if found is None:
+        return None
+    frame = found[0]
+    dims = None
+    for acc in accesses:
+        plain = [i.plain_variable for i in acc.indices]
+        if frame.col not in plain or (frame.row is not None and frame.row not in plain):
+            return None
+        here = (plain.index(frame.row) if frame.row is not None else None, plain.index(frame.col))
+        if dims is not None and here != dims:
+            return None
+        dims = here
+    return dims
+
+
+def live_mask(cascade: Cascade, tensor: str) -> np.ndarray:
+    """The boolean array of the keys a mask tensor's queries see, in the tensor's rank order:
+    what its declaration says, to check against its values."""
+    spec = cascade.tensors[tensor]
+    mask = spec.mask
+    assert mask is not None
+    sizes = {r: cascade.size(r) for r in spec.ranks}
+    width = sizes[mask.block] if mask.block else 1
+    grids = np.meshgrid(*(np.arange(sizes[r]) for r in spec.ranks), indexing="ij")
+    at = dict(zip(spec.ranks, grids))
+    key = at[mask.col] * width + (at[mask.block] if mask.block else 0)
+    rel = key - (at[mask.row] + mask.offset) if mask.row else key
+    live = np.ones(key.shape, dtype=bool)
+    if mask.lower is not None:
+        live &= rel >= mask.lower
+    if mask.upper is not None:
+        live &= rel <= mask.upper
+    return live
+
+
+# ----------------------------------------------------------------------------------------------
+# the symbolic value at a dead point
+# ----------------------------------------------------------------------------------------------
+
+
+def _index_of(acc: Access, dim: int | None) -> str | None:
+    return None if dim is None else acc.indices[dim].plain_variable
+
+
+def _placed(fact: Fact, acc: Access) -> Frame | None:
+    """The fact of ``acc``'s tensor on the Einsum's variables, if both its dimensions are read
+    at a plain variable."""
+    col = _index_of(acc, fact.col_dim)
+    row = _index_of(acc, fact.row_dim)
+    if col is None or (fact.row_dim is not None and row is None):
+        return None
+    return Frame(fact.band, row, col)
+
+
+def _previous(acc: Access, col_dim: int) -> str:
+    """The text of ``acc`` one key cell back: what a carried value equals."""
+    index = acc.indices[col_dim]
+    back = AffineIndex(index.terms, index.const - 1)
+    return str(Access(acc.tensor, acc.indices[:col_dim] + (back,) + acc.indices[col_dim + 1:]))
+
+
+def _value(expr: Expr, frame: Frame, facts: dict[str, Fact]):
+    """The known value of ``expr`` at a dead point of ``frame``: ``0``, ``-inf``, ``1``,
+    ``("at", text)`` (the value of that access), or None (unknown)."""
+    if isinstance(expr, Access):
+        fact = facts.get(expr.tensor)
+        if fact is not None:
+            placed = _placed(fact, expr)
+            if placed is not None and placed.row == frame.row and placed.col == frame.col \
+                    and fact.band.inside(frame.band):
+                return ("at", _previous(expr, fact.col_dim)) if fact.value == CARRIED else fact.value
+        return ("at", str(expr)) if any(i.const for i in expr.indices if frame.col in i.variables) else None
+    if isinstance(expr, Const):
+        return ZERO if expr.value == 0 else ONE if expr.value == 1 else None
+    if isinstance(expr, Unary):
+        arg = _value(expr.arg, frame, facts)
+        if expr.fn == "exp":
+            return ZERO if arg == NEG_INF else ONE if arg == ZERO else None
+        return ZERO if expr.fn == "neg" and arg == ZERO else None
+    if isinstance(expr, Binary):
+        return _binary(expr.op, _value(expr.lhs, frame, facts), _value(expr.rhs, frame, facts))
+    return None
+
+
+def _binary(op: str, a, b):
+    if op == "+":
+        if a == ZERO:
+            return b
+        if b == ZERO:
+            return a
+        return NEG_INF if NEG_INF in (a, b) else None
+    if op == "-":
+        if b == ZERO:
+            return a
+        if a == NEG_INF and b != NEG_INF:
+            return NEG_INF
+        return ZERO if a is not None and a == b and a != NEG_INF else None
+    if op == "*":
+        if ZERO in (a, b):
+            return ZERO if NEG_INF not in (a, b) else None
+        return b if a == ONE else a if b == ONE else None
+    if op == "/":
+        return ZERO if a == ZERO and b not in (ZERO, NEG_INF) else a if b == ONE else None
+    if op == "max":
+        return b if a == NEG_INF else a if b == NEG_INF else None
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# frames that hold, Einsum by Einsum
+# ----------------------------------------------------------------------------------------------
+
+
+def _output_value(einsum: Einsum, frame: Frame, facts: dict[str, Fact]) -> str | None:
+    """What the Einsum's output holds at the frame's dead points when it keeps both frame
+    variables: a constant, ``carried`` (its previous value), or None (the frame fails). Every
+    point a reduced term reduces over is dead (the frame's variables are kept), so the term is
+    the reduction of its value (:func:`_reduction`)."""
+    reduced = set(einsum.reduced_variables)
+    value = ZERO
+    for sign, term in additive_terms(einsum.expr):
+        term_value = _value(term, frame, facts)
+        if reduced & set(expr_variables(term)):
+            term_value = _reduction(einsum.reduce_op, term_value)
+        value = _binary("+" if sign > 0 else "-", value, term_value)
+    if value in (ZERO, NEG_INF, ONE):
+        return value
+    col_dim = einsum.output_variables.index(frame.col)
+    if isinstance(value, tuple) and value[1] == _previous(einsum.output, col_dim):
+        return CARRIED
+    return None
+
+
+def _reduction(op: str, value):
+    """A reduction of ``value`` over every point: 0 and -inf stay (a sum of zeros, of -inf; a
+    max of any constant); anything else is unknown (a sum of ones counts the points)."""
+    if value in (ZERO, NEG_INF) or (op == "max" and value == ONE):
+        return value
+    return None
+
+
+def _terms_dead(einsum: Einsum, frame: Frame, facts: dict[str, Fact]) -> bool:
+    """Whether every additive term over both frame variables is the reduction's identity."""
+    needed = {frame.col} | ({frame.row} if frame.row else set())
+    identity = IDENTITY.get(einsum.reduce_op)
+    over = [term for _, term in additive_terms(einsum.expr) if needed <= set(expr_variables(term))]
+    return bool(over) and all(_value(term, frame, facts) == identity for term in over)
+
+
+def _frames(einsum: Einsum, facts: dict[str, Fact]) -> list[Frame]:
+    found: dict[Frame, None] = {}
+    for acc in einsum.inputs:
+        fact = facts.get(acc.tensor)
+        placed = _placed(fact, acc) if fact else None
+        if placed is not None:
+            found.setdefault(placed)
+    return list(found)
+
+
+def _share(cascade: Cascade, frame: Frame) -> Fraction:
+    sizes = cascade.variable_sizes
+    return frame.band.live_share(sizes[frame.row] if frame.row else 1, sizes[frame.col])
+
+
+def _einsum_frame(cascade: Cascade, einsum: Einsum, facts: dict[str, Fact]) -> tuple[Frame, Fraction, Fact | None] | None:
+    """The Einsum's frame with the fewest live cells among those that hold, its live share and
+    the fact of its output (None if it reduces a frame variable)."""
+    best = None
+    outputs = einsum.output_variables
+    for frame in _frames(einsum, facts):
+        keeps = frame.col in outputs and (frame.row is None or frame.row in outputs)
+        fact = None
+        if keeps:
+            value = _output_value(einsum, frame, facts)
+            if value is None:
+                continue
+            fact = Fact(frame.band, outputs.index(frame.row) if frame.row else None, outputs.index(frame.col), value)
+        elif not _terms_dead(einsum, frame, facts):
+            continue
+        share = _share(cascade, frame)
+        if share < 1 and (best is None or share < best[1]):
+            best = (frame, share, fact)
+    return best
+
+
+def dead_work(cascade: Cascade) -> DeadWork:
+    """Every Einsum's frame and every tensor's fact (the module doc), memoised on the cascade."""
+    memo = cascade.__dict__.get("_dead_work")
+    if memo is not None:
+        return memo
+    facts: dict[str, Fact] = {}
+    shares: dict[str, Fraction] = {}
+    frames: dict[str, tuple[Frame, Fraction]] = {}
+    for name, spec in cascade.tensors.items():
+        if spec.mask is not None:
+            fact = facts[name] = mask_fact(cascade, name)
+            rows = cascade.shape(name)[fact.row_dim] if fact.row_dim is not None else 1
+            share = fact.band.live_share(rows, cascade.shape(name)[fact.col_dim])
+            if share < 1:
+                shares[name] = share
+    for einsum in cascade.einsums:
+        found = _einsum_frame(cascade, einsum, facts)
+        if found is None:
+            continue
+        frame, share, fact = found
+        frames[einsum.name] = (frame, share)
+        if fact is not None:
+            facts[einsum.name] = fact
+            shares[einsum.name] = share
+    out = DeadWork(frames, facts, shares)
+    cascade.__dict__["_dead_work"] = out
+    return out
+
+
+def masked_variables(cascade: Cascade, einsum: str) -> tuple[frozenset[str], Fraction] | None:
+    """The variables an Einsum's skipped work spans (an operation over all of them runs on the
+    live share only) and that share; None if a mask skips none of its work."""
+    found = dead_work(cascade).frames.get(einsum)
+    if found is None:
+        return None
+    frame, share = found
+    return frozenset(v for v in (frame.row, frame.col) if v is not None), share
+
+
+__all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "live_elements", "live_in_box", "live_mask", "reads_aligned",
+           "mask_band", "mask_fact", "masked_variables"]

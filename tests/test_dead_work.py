@@ -1,0 +1,290 @@
+"""Masks as skipped work, one mechanism for every cascade (:mod:`mambalaya.einsum.dead_work`).
+
+What is checked: every shipped mask declaration against the values its builder gives the
+executor (every family, phase, scan and softmax form); every fact the analysis derives against
+the values the numpy executor computes (a dead cell holds the fact's 0, -inf, 1 or carried
+value) on small layers of every family in every form; the live-cell count against brute force;
+the shares and operation counts of the chunked scans' masked products; a user's cascade file
+with its own mask (a sliding window); and the refusals of bad declarations.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from mambalaya.einsum.cascade_file import dump_cascade, loads_cascade
+from mambalaya.einsum.dead_work import CARRIED, NEG_INF, ONE, ZERO, Band, dead_work, live_mask, masked_variables
+from mambalaya.einsum.ir import Role
+from mambalaya.einsum.routing import einsum_scale, tensor_scale
+from mambalaya.einsum.stats import einsum_ops
+from mambalaya.errors import SpecError
+from mambalaya.execute import execute
+from mambalaya.workloads.blocks.attention import AttentionConfig, attention_constants, attention_layer
+from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_constants, gdn_layer
+from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
+from mambalaya.workloads.families.bamba import HybridConfig, hybrid_inputs, hybrid_layer
+from mambalaya.workloads.families.base import FamilyModel, family_inputs
+from mambalaya.workloads.families.falcon_h1 import FalconH1Model
+from mambalaya.workloads.families.olmo_hybrid import OlmoHybridModel
+from mambalaya.workloads.layers import PRESETS
+from mambalaya.workloads.shipped import shipped_layers
+
+# --------------------------------------------------------------------------------------------
+# declarations are true to the values
+# --------------------------------------------------------------------------------------------
+
+
+def _constants(preset: str, cascade) -> dict[str, np.ndarray]:
+    """The constant inputs the builders give a shipped layer (its masks, rotary tables)."""
+    config = PRESETS[preset]
+    out: dict[str, np.ndarray] = {}
+    attention = config.attention_config() if isinstance(config, FamilyModel) else config
+    tables = {"COS", "KM"} & set(cascade.tensors) or cascade.tensors.get("CM") and cascade.tensors["CM"].ranks == ("I", "T")
+    if tables and (hasattr(attention, "attention") or isinstance(attention, AttentionConfig)):  # Mamba's C is also CM
+        out.update(attention_constants(cascade, attention))
+    out.update(gdn_constants(cascade) if "EYE" in cascade.tensors else mamba2_constants(cascade))
+    if hasattr(config, "constants"):
+        out.update(config.constants(cascade))
+    return out
+
+
+def _declaration_holds(cascade, name: str, values: np.ndarray) -> None:
+    mask = cascade.tensors[name].mask
+    live = live_mask(cascade, name)
+    dead_valued = values == mask.dead
+    if mask.block is None:  # one key a cell: dead exactly where the declaration says
+        assert np.array_equal(dead_valued, ~live), name
+        return
+    axis = cascade.tensors[name].ranks.index(mask.block)  # whole blocks: a cell is live if any key is
+    cell_live = np.any(live, axis=axis, keepdims=True)
+    assert np.all(dead_valued[np.broadcast_to(~cell_live, live.shape)]), name
+    assert np.all(np.any(~dead_valued, axis=axis, keepdims=True) == cell_live), name
+
+
+def test_every_shipped_mask_declaration_is_its_values() -> None:
+    """Every constant a shipped layer reads that hides keys (holds -inf, or is a 0/1 matrix with
+    zeros) declares a mask, and the declaration says exactly where it holds its dead value:
+    every family, phase, scan and softmax form, at a length that pads the last key block."""
+    seen = set()
+    for layer in [*shipped_layers(seq_len=256), *shipped_layers(seq_len=200)]:
+        cascade = layer.cascade
+        for name, values in _constants(layer.preset, cascade).items():
+            if name not in cascade.tensors:
+                continue
+            spec = cascade.tensors[name]
+            hides = bool(np.isneginf(values).any()) or (set(np.unique(values)) <= {0.0, 1.0} and (values == 0).any())
+            assert (spec.mask is not None) == hides, (layer.preset, layer.phase, name)
+            if spec.mask is not None:
+                _declaration_holds(cascade, name, values)
+                seen.add(name)
+    assert seen == {"LM", "SL", "EYE", "CM", "KM", "AMK", "AKM"}
+
+
+def test_a_non_causal_or_decode_key_mask_skips_nothing() -> None:
+    """A decode step's query sees every cached key, a non-causal prefill every real key: their
+    key masks hide only the padded keys, which never fill a block, so no work is skipped."""
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8)
+    for c in (attention_layer(att, batch=1, seq_len=100, phase="decode", softmax="blocked", key_block=32),
+              attention_layer(att, batch=1, seq_len=100, softmax="blocked", key_block=32, causal=False)):
+        _declaration_holds(c, "KM", attention_constants(c, att)["KM"])
+        assert not dead_work(c).frames and all(tensor_scale(c, t) == 1 for t in c.tensors), c.name
+
+
+# --------------------------------------------------------------------------------------------
+# facts are true to the computed values
+# --------------------------------------------------------------------------------------------
+
+BAMBA = HybridConfig(d_model=32, layer_types=("mamba", "attention"), d_ff=48, n_heads=4, n_kv_heads=2, head_dim=8,
+                     partial_rotary_factor=0.5, mamba_heads=4, mamba_headdim=16, mamba_d_state=4, vocab_size=8,
+                     mamba_chunk_size=4)
+FALCON = FalconH1Model(d_model=32, layer_types=("parallel",), vocab_size=16, d_ff=48, n_heads=4, n_kv_heads=2,
+                       head_dim=8, rope_theta=1000.0, mamba_d_ssm=64, mamba_heads=8, mamba_d_state=8, mamba_ngroups=2,
+                       mamba_chunk_size=4)
+GDN = GatedDeltaNetConfig(d_model=32, layer_types=("linear_attention", "full_attention"), num_k_heads=2, num_v_heads=4,
+                          k_head_dim=8, v_head_dim=6, chunk_size=4, d_ff=48, n_heads=4, n_kv_heads=2, vocab_size=16)
+OLMO = OlmoHybridModel.of(GDN, rope_theta=500.0)
+MAMBA2 = Mamba2Config(d_model=16, d_state=4, headdim=8, ngroups=2, chunk_size=4)
+L, KEY_BLOCK = 12, 8  # three chunks; the last key block padded
+
+
+def _small_layers():
+    """(name, cascade, constants) of every masked form, small enough to execute."""
+    for softmax in ("three-pass", "online", "blocked"):
+        c = hybrid_layer(BAMBA, "attention", batch=2, seq_len=L, softmax=softmax, key_block=KEY_BLOCK)
+        yield f"bamba-attention-{softmax}", c, hybrid_inputs(c, BAMBA)
+        for scan in ("chunked", "recurrent"):
+            c = FALCON.layer("parallel", batch=2, seq_len=L, scan=scan, softmax=softmax, key_block=KEY_BLOCK)
+            yield f"falcon-h1-{scan}-{softmax}", c, family_inputs(c, FALCON)
+        c = OLMO.layer("attention", batch=2, seq_len=L, softmax=softmax, key_block=KEY_BLOCK)
+        yield f"olmo-attention-{softmax}", c, family_inputs(c, OLMO)
+    c = hybrid_layer(BAMBA, "mamba", batch=2, seq_len=L, scan="chunked")
+    yield "bamba-mamba-chunked", c, hybrid_inputs(c, BAMBA)
+    c = mamba2_layer(MAMBA2, batch=2, seq_len=L, scan="chunked")
+    yield "mamba2-chunked", c, mamba2_constants(c)
+    c = gdn_layer(GDN, batch=2, seq_len=L, scan="chunked")
+    yield "gdn-chunked", c, gdn_constants(c)
+
+
+def _weights(cascade, seed: int) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    out = {t: rng.normal(0, 0.4, cascade.shape(t)) for t, s in cascade.tensors.items()
+           if s.role == Role.WEIGHT and t in cascade.external_tensors()}
+    return {t: -np.abs(a) if t == "A" else a for t, a in out.items()}
+
+
+def _dead_cells(cascade, tensor: str, fact) -> np.ndarray:
+    """Where a fact's cells are dead, broadcast to the tensor's shape."""
+    shape = cascade.shape(tensor)
+    rows = shape[fact.row_dim] if fact.row_dim is not None else 1
+    dead = np.array([[fact.band.live_cells(1, 1, first_row=r, first_col=k) == 0 for k in range(shape[fact.col_dim])]
+                     for r in range(rows)])
+    index = [np.newaxis] * len(shape)
+    if fact.row_dim is not None and fact.row_dim > fact.col_dim:
+        dead = dead.T
+    for d in sorted(x for x in (fact.row_dim, fact.col_dim) if x is not None):
+        index[d] = slice(None)
+    return np.broadcast_to(dead[tuple(index)] if fact.row_dim is not None else dead[0][tuple(index)], shape)
+
+
+@pytest.mark.parametrize("name,cascade,constants", list(_small_layers()), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_fact_holds_on_the_executed_values(name, cascade, constants) -> None:
+    """Run the layer (random weights and input, float64) and read every tensor the analysis
+    gives a fact: at each dead cell it holds exactly the fact's value (0, -inf, 1, or its value
+    one key cell back). The skipped work is work whose result is known."""
+    work = dead_work(cascade)
+    assert work.frames, name
+    x = np.random.default_rng(1).standard_normal(cascade.shape("X"))
+    values = execute(cascade, {"X": x, **_weights(cascade, 2), **constants}, dtype="float64", keep="all")
+    for tensor, fact in work.facts.items():
+        got = values[tensor]
+        dead = _dead_cells(cascade, tensor, fact)
+        assert dead.any(), (name, tensor)
+        if fact.value == CARRIED:
+            previous = np.roll(got, 1, axis=fact.col_dim)
+            first = [slice(None)] * got.ndim
+            first[fact.col_dim] = 0
+            assert not dead[tuple(first)].any(), (name, tensor)  # the first key cell is always seen here
+            assert np.array_equal(got[dead], previous[dead]), (name, tensor)
+        else:
+            expected = {ZERO: 0.0, NEG_INF: -np.inf, ONE: 1.0}[fact.value]
+            assert np.all(got[dead] == expected), (name, tensor, fact.value)
+
+
+# --------------------------------------------------------------------------------------------
+# counts
+# --------------------------------------------------------------------------------------------
+
+
+@settings(max_examples=200, deadline=None)
+@given(lower=st.one_of(st.none(), st.integers(-12, 4)), span=st.integers(0, 12), upper_open=st.booleans(),
+       offset=st.integers(0, 6), relative=st.booleans(), width=st.integers(1, 4),
+       rows=st.integers(1, 9), cols=st.integers(1, 6), first_row=st.integers(0, 4), first_col=st.integers(0, 3))
+def test_live_cells_count_every_cell_with_a_seen_key(lower, span, upper_open, offset, relative, width, rows, cols,
+                                                     first_row, first_col) -> None:
+    """The closed count equals a walk over every (row, cell) pair and its keys."""
+    upper = None if upper_open else (lower if lower is not None else -6) + span
+    band = Band(lower, upper, offset if relative else 0, relative, width)
+    brute = 0
+    for r in range(first_row, first_row + rows):
+        query = r + band.offset if relative else 0
+        for cell in range(first_col, first_col + cols):
+            keys = range(cell * width, (cell + 1) * width)
+            brute += any((lower is None or k - query >= lower) and (upper is None or k - query <= upper) for k in keys)
+    assert band.live_cells(rows, cols, first_row=first_row, first_col=first_col) == brute
+
+
+def test_the_chunked_scans_skip_their_masked_in_chunk_work() -> None:
+    """Mamba-2: the segment decay and the in-chunk product run on the (q, s) pairs with
+    s <= q, (Q + 1) / (2Q) of them. The gated delta rule: its strictly lower AS on s < q; the
+    forward substitution's product AS[q,t]*TI[t,s] on t < q, its identity term whole; QE's
+    product on s <= q, its QN*DO term per output point, unscaled."""
+    c = mamba2_layer(MAMBA2, batch=2, seq_len=L, scan="chunked")
+    q = c.size("Q")
+    causal = Fraction(q + 1, 2 * q)
+    assert {e: share for e, (_, share) in dead_work(c).frames.items()} == {"LD": causal, "YDG": causal}
+    assert tensor_scale(c, "LD") == tensor_scale(c, "LM") == causal and tensor_scale(c, "CB") == 1
+    dense = c.size("B") * c.size("C") * q * q * c.size("G") * c.size("R") * c.size("P")
+    assert einsum_ops(c, c.einsum("YDG"))["mac"] == dense * causal
+    g = gdn_layer(GDN, batch=2, seq_len=L, scan="chunked")
+    strict = Fraction(q - 1, 2 * q)
+    frames = dead_work(g).frames
+    assert frames["AS"][1] == strict and frames["TI"][1] == strict and frames["QE"][1] == causal
+    assert masked_variables(g, "TI") == (frozenset({"q", "t"}), strict)
+    b, c_, h, r, n = (g.size(x) for x in ("B", "C", "G", "R", "N"))
+    ti = einsum_ops(g, g.einsum("TI"))
+    assert ti["mac"] == b * c_ * h * r * q * q * q * strict  # AS[q,t]*TI[t,s] over t < q
+    assert ti["add"] == b * c_ * h * r * q * q  # EYE - (the sum): every (q, s)
+    qe = einsum_ops(g, g.einsum("QE"))
+    assert qe["mul"] == b * c_ * h * r * q * n + b * c_ * h * r * q * q * causal  # QN*DO whole, QK*LD masked
+    assert einsum_scale(g, "KK") == 1 and einsum_scale(g, "U") == 1
+
+
+# --------------------------------------------------------------------------------------------
+# a user's cascade, and refusals
+# --------------------------------------------------------------------------------------------
+
+WINDOW = """
+name: sliding-window-scores
+params: {scale: 0.5}
+ranks: {I: 10, T: 10, E: 4}
+tensors:
+  Q:  {ranks: [I, E], role: input}
+  K:  {ranks: [T, E], role: input}
+  V:  {ranks: [T, E], role: input}
+  A:  {ranks: [I], role: input}
+  WM: {ranks: [I, T], role: input, mask: {row: I, col: T, lower: -2, upper: 0, dead: -inf}}
+  SC: {ranks: [I, T], role: intermediate}
+  EX: {ranks: [I, T], role: intermediate}
+  O:  {ranks: [I, E], role: output}
+  Z:  {ranks: [I, T], role: output}
+einsums:
+  - SC[i,t] = Q[i,e]*K[t,e]*scale + WM[i,t]
+  - EX[i,t] = exp(SC[i,t])
+  - O[i,e] = EX[i,t]*V[t,e]
+  - Z[i,t] = EX[i,t] + A[i]
+"""
+
+
+def test_a_cascade_file_declares_its_own_mask() -> None:
+    """A sliding window of three keys, written by a user: its scores, exponent and value product
+    run on the 27 of 100 pairs it sees; an Einsum whose dead value is not known (``EX + A``)
+    runs whole; the mask reads back from the text it writes."""
+    c = loads_cascade(WINDOW)
+    live = Fraction(10 + 9 + 8, 100)
+    assert {e: share for e, (_, share) in dead_work(c).frames.items()} == {"SC": live, "EX": live, "O": live}
+    assert tensor_scale(c, "Z") == 1 and einsum_scale(c, "Z") == 1 and tensor_scale(c, "EX") == live
+    assert einsum_ops(c, c.einsum("O"))["mac"] == 27 * 4
+    again = loads_cascade(dump_cascade(c))
+    assert again.tensors["WM"].mask == c.tensors["WM"].mask and again == c
+    window = np.where(live_mask(c, "WM"), 0.0, -np.inf)
+    rng = np.random.default_rng(0)
+    values = execute(c, {t: rng.standard_normal(c.shape(t)) for t in ("Q", "K", "V", "A")} | {"WM": window},
+                     dtype="float64", keep="all")
+    assert np.all(values["EX"][~live_mask(c, "WM")] == 0.0)
+
+
+MASK = "mask: {row: I, col: T, lower: -2, upper: 0, dead: -inf}"
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("SC: {ranks: [I, T], role: intermediate}", "SC: {ranks: [I, T], role: intermediate, " + MASK + "}",
+     "only a constant input"),
+    (MASK, "mask: {row: I, col: E, upper: 0, dead: -inf}", "three of its ranks"),
+    (MASK, "mask: {row: I, col: T, lower: 1, upper: 0, dead: -inf}", "above upper"),
+    (MASK, "mask: {row: I, col: T, dead: -inf}", "bounds no key"),
+    (MASK, "mask: {col: T, offset: 2, upper: 0, dead: -inf}", "no row rank"),
+    (MASK, "mask: {row: I, col: T, upper: 0, dead: 1}", "must be 0 or -inf"),
+    (MASK, "mask: {row: I, col: T, upper: 0.5, dead: -inf}", "must be an integer"),
+    (MASK, "mask: {row: I, col: T, upper: 0, dead: -inf, window: 3}", "unknown field 'window'"),
+    (MASK, "mask: {row: I, upper: 0}", "needs 'col'"),
+])
+def test_a_bad_mask_is_refused_naming_the_tensor(old: str, new: str, message: str) -> None:
+    """Each wrong declaration is refused with one message naming the tensor and its mask."""
+    with pytest.raises(SpecError, match=message) as err:
+        loads_cascade(WINDOW.replace(old, new))
+    assert "mask" in str(err.value) and ("SC" in str(err.value) or "WM" in str(err.value))

@@ -293,9 +293,9 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         "faster on the design. **Attention layers run unfused on MARCA and Geens et al.**, whose papers describe no "
         "attention fusion, **and with the best fusion our engine finds on Mambalaya** (the same optimal search as for "
         "Mamba layers). "
-        + ("The attention cascade computes every (query, key) pair and masks the upper triangle, as eager attention "
-           "does; a kernel that skips fully masked tiles does about half the score and value work in prefill (the "
-           "blocked form, `--softmax blocked`, models that)." if config.softmax == "three-pass" else
+        + ("Attention runs the three-pass softmax form per (query, key) pair; the pairs its causal mask hides are "
+           "skipped work, in every form (`einsum.dead_work`; the blocked form, `--softmax blocked`, skips whole blocks "
+           "of keys as FlashAttention does)." if config.softmax == "three-pass" else
            f"Attention runs the `{config.softmax}` softmax form (`--softmax {config.softmax}`)"
            + (": FlashAttention's key blocks, a causal prefill skipping the blocks its mask hides." if
               config.softmax == "blocked" else ": one pass, a recurrence per key.")),

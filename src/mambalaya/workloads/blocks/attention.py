@@ -31,10 +31,11 @@ channel ``rotary_dim + p`` passes through. Decode adds ``M``, the cached positio
 ``sgn(0) = -1``, ``sgn(1) = +1`` folded into the constant ``SIN[u,i,w]``. ``COS``/``SIN`` are the
 rotary tables at the block's absolute positions and ``CM[i,t]`` the causal mask in log space
 (``0`` where ``t <= i``, ``-inf`` above): constant inputs from :func:`attention_constants`, as
-the chunked Mamba-2 cascade reads its mask (the IR has no comparisons). The score Einsum
-computes every ``(i, t)`` pair and masks the upper triangle, as eager attention does; a fused
-kernel that skips fully masked tiles does about half the score and value work in prefill: the
-blocked form below models that (:mod:`mambalaya.einsum.routing`).
+the chunked Mamba-2 cascade reads its mask (the IR has no comparisons). The mask is declared
+on its tensor (:class:`~mambalaya.einsum.ir.Mask`), and the cost model skips the work it makes
+dead (:mod:`mambalaya.einsum.dead_work`): the score, exponent and value work of the ``(i, t)``
+pairs above the diagonal, in this form and the online one, per key; the executor computes every
+pair and masks, which gives the same values.
 
 ``softmax="online"`` replaces 12-16 by the one-pass form fused attention kernels use, a
 recurrence along the key rank ``T`` that carries a running max ``MR`` and sum ``LR``:
@@ -76,9 +77,10 @@ holds key 0, which every query sees, and ``TB = ceil(T / key_block)`` makes no b
 alone, so a block's max is ``-inf`` only when causality masks all of it, and then the running
 max, finite from its start, stays as it was (``CF = 1``, ``PE = 0``; from ``-inf`` it would be
 ``-inf - -inf``). The shift argument of the online form holds unchanged. A causal blocked
-prefill skips the key blocks the mask hides whole, as block-skipping kernels do: its Einsums over
-``I`` and ``TB`` do, and the tensors they write move, the share of (query, key block) pairs a
-query sees (about one half; :func:`mambalaya.einsum.routing.computed_key_blocks`).
+prefill skips the key blocks the mask hides whole, as block-skipping kernels do (the mask's
+cells are blocks of ``TQ`` keys: :mod:`mambalaya.einsum.dead_work`): its Einsums over ``I`` and
+``TB`` do, and the tensors they write move, the share of (query, key block) pairs a query sees
+(about one half; :func:`mambalaya.einsum.routing.computed_key_blocks`).
 
 Decode (``I = 1``) reads the key/value cache as state: ``KR``, ``KB`` and ``V`` take the cached
 ``KC0A[b,m,g,u,w]``, ``KC0B[b,m,g,p]``, ``VC0[b,m,g,e]`` (``M = L`` positions, rotated keys, as

@@ -50,7 +50,10 @@ Shared front (both scan forms), over ``I``:
 
 ``LM[Q,S]`` is a constant input, the causal mask in log space: ``0`` where ``s <= q`` and
 ``-inf`` above the diagonal (the IR has no comparisons; ``exp(... + -inf) = 0`` with no
-overflow, as transformers' ``segment_sum`` does). :func:`mamba2_constants` returns it.
+overflow, as transformers' ``segment_sum`` does). :func:`mamba2_constants` returns it, and
+the cascade declares it (:class:`~mambalaya.einsum.ir.Mask`), so that the cost model skips the
+pairs ``s > q`` of ``LD`` and ``YDG`` (:mod:`mambalaya.einsum.dead_work`), as ``mamba_ssm``'s
+chunk-scan kernel stops its key loop at the diagonal.
 Positions ``c*Q+q >= L`` (when ``L`` is not a multiple of ``Q``) read zeros, exactly
 transformers' ``pad_tensor_by_size``: they add nothing to any state, and their output rows
 are zero. ``C = ceil(L/Q)``.

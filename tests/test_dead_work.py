@@ -242,30 +242,36 @@ tensors:
   EX: {ranks: [I, T], role: intermediate}
   O:  {ranks: [I, E], role: output}
   Z:  {ranks: [I, T], role: output}
+  Z2: {ranks: [I, T], role: output}
 einsums:
   - SC[i,t] = Q[i,e]*K[t,e]*scale + WM[i,t]
   - EX[i,t] = exp(SC[i,t])
   - O[i,e] = EX[i,t]*V[t,e]
   - Z[i,t] = EX[i,t] + A[i]
+  - Z2[i,t] = EX[i,t]*SC[i,t-1]
 """
 
 
 def test_a_cascade_file_declares_its_own_mask() -> None:
     """A sliding window of three keys, written by a user: its scores, exponent and value product
-    run on the 27 of 100 pairs it sees; an Einsum whose dead value is not known (``EX + A``)
-    runs whole; the mask reads back from the text it writes."""
+    run on the 27 of 100 pairs it sees; an Einsum whose dead value is not known runs whole
+    (``EX + A``; ``EX * SC[t-1]``, where the earlier score may be -inf and ``0 * -inf`` is not 0);
+    the mask reads back from the text it writes."""
     c = loads_cascade(WINDOW)
     live = Fraction(10 + 9 + 8, 100)
     assert {e: share for e, (_, share) in dead_work(c).frames.items()} == {"SC": live, "EX": live, "O": live}
     assert tensor_scale(c, "Z") == 1 and einsum_scale(c, "Z") == 1 and tensor_scale(c, "EX") == live
+    assert einsum_scale(c, "Z2") == 1 and "Z2" not in dead_work(c).facts
     assert einsum_ops(c, c.einsum("O"))["mac"] == 27 * 4
     again = loads_cascade(dump_cascade(c))
     assert again.tensors["WM"].mask == c.tensors["WM"].mask and again == c
     window = np.where(live_mask(c, "WM"), 0.0, -np.inf)
     rng = np.random.default_rng(0)
-    values = execute(c, {t: rng.standard_normal(c.shape(t)) for t in ("Q", "K", "V", "A")} | {"WM": window},
-                     dtype="float64", keep="all")
+    with np.errstate(invalid="ignore"):  # Z2's 0 * -inf
+        values = execute(c, {t: rng.standard_normal(c.shape(t)) for t in ("Q", "K", "V", "A")} | {"WM": window},
+                         dtype="float64", keep="all")
     assert np.all(values["EX"][~live_mask(c, "WM")] == 0.0)
+    assert np.isnan(values["Z2"]).any()  # what skipping Z2's dead cells as zeros would have hidden
 
 
 MASK = "mask: {row: I, col: T, lower: -2, upper: 0, dead: -inf}"

@@ -17,8 +17,9 @@ computing it, as a kernel that skips masked tiles knows it:
   live band lies inside the frame's has its known value; a read one key cell back (``t-1``) is
   the tensor's previous value. The rules are the algebra's: ``0 * x = 0``, ``1 * x = x``,
   ``x + 0 = x``, ``x + (-inf) = -inf``, ``x - x = 0``, ``max(x, -inf) = x``, ``exp(-inf) = 0``,
-  ``exp(0) = 1``, ``0 / x = 0``; anything else is unknown. Values are taken as finite where they
-  are not known (no tensor but a mask holds an infinity).
+  ``exp(0) = 1``, ``0 / x = 0``; anything else is unknown. An unknown value is taken as finite
+  (as the layers' values are), but for a tensor with a -inf fact read outside the frame, which
+  may be -inf: ``0 * (-inf)`` is not 0.
 * The frame holds when the work at its dead points is known: for an Einsum that keeps both frame
   variables, the whole expression is a known value (for a reduction, its identity: 0 for a sum,
   -inf for a max; for a recurrence, its previous value), which becomes the fact of its output;
@@ -50,6 +51,8 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, AffineIndex, Binary, Const, Einsum, Expr, Mask, Unary, additive_terms, expr_variables
 
 ZERO, NEG_INF, ONE, CARRIED = "0", "-inf", "1", "carried"
+#: An unknown value that may be -inf: a tensor with a -inf fact read outside its frame.
+MAYBE_NEG_INF = "-inf?"
 #: A reduction's identity: what a term known dead adds to it.
 IDENTITY = {"sum": ZERO, "max": NEG_INF}
 
@@ -244,6 +247,8 @@ def _value(expr: Expr, frame: Frame, facts: dict[str, Fact]):
             if placed is not None and placed.row == frame.row and placed.col == frame.col \
                     and fact.band.inside(frame.band):
                 return ("at", _previous(expr, fact.col_dim)) if fact.value == CARRIED else fact.value
+            if fact.value == NEG_INF:
+                return MAYBE_NEG_INF
         return ("at", str(expr)) if any(i.const for i in expr.indices if frame.col in i.variables) else None
     if isinstance(expr, Const):
         return ZERO if expr.value == 0 else ONE if expr.value == 1 else None
@@ -258,6 +263,8 @@ def _value(expr: Expr, frame: Frame, facts: dict[str, Fact]):
 
 
 def _binary(op: str, a, b):
+    """The known value of ``a op b`` (an unknown value is finite unless it is ``-inf?``)."""
+    infinite = (NEG_INF, MAYBE_NEG_INF)
     if op == "+":
         if a == ZERO:
             return b
@@ -267,15 +274,15 @@ def _binary(op: str, a, b):
     if op == "-":
         if b == ZERO:
             return a
-        if a == NEG_INF and b != NEG_INF:
+        if a == NEG_INF and b not in infinite:
             return NEG_INF
-        return ZERO if a is not None and a == b and a != NEG_INF else None
+        return ZERO if a is not None and a == b and a not in infinite else None
     if op == "*":
         if ZERO in (a, b):
-            return ZERO if NEG_INF not in (a, b) else None
+            return ZERO if a not in infinite and b not in infinite else None
         return b if a == ONE else a if b == ONE else None
     if op == "/":
-        return ZERO if a == ZERO and b not in (ZERO, NEG_INF) else a if b == ONE else None
+        return ZERO if a == ZERO and b not in (ZERO, *infinite) else a if b == ONE else None
     if op == "max":
         return b if a == NEG_INF else a if b == NEG_INF else None
     return None

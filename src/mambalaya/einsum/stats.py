@@ -17,9 +17,11 @@ Counting rules (every number the tool prints comes from here):
 * Unary functions are counted each under its own name (``exp``, ``silu``, ...). A copy counts
   nothing. ``ops_total`` = 2 per MAC + 1 per other operation.
 * A mixture-of-experts block's routed Einsums count the operations and elements of the
-  token-expert pairs and experts that exist, not of their dense form, and a causal blocked
-  attention prefill's those of the (query, key block) pairs it does not skip
-  (:mod:`mambalaya.einsum.routing`).
+  token-expert pairs and experts that exist, not of their dense form
+  (:mod:`mambalaya.einsum.routing`). An Einsum a mask makes partly dead counts each operation
+  over both of its frame's variables on the live cells only (a causal prefill's masked scores,
+  the chunked scans' in-chunk products; :mod:`mambalaya.einsum.dead_work`), the others whole,
+  and a masked tensor moves its live cells (read whole, or written).
 * Unfused traffic is the algorithmic minimum: each tensor an Einsum reads is read once (the
   elements its accesses reach, e.g. one position of ``H`` for ``HN[b,e,n] = H[b,I-1,e,n]``),
   the rows of an initial value (incoming state) an index reaches below 0 are read, and the output is

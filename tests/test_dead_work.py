@@ -27,12 +27,12 @@ from mambalaya.execute import execute
 from mambalaya.workloads.blocks.attention import AttentionConfig, attention_constants, attention_layer
 from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_constants, gdn_layer
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_constants, mamba2_layer
-from mambalaya.workloads.families.bamba import HybridConfig, hybrid_inputs, hybrid_layer
+from mambalaya.workloads.families.bamba import hybrid_inputs, hybrid_layer
 from mambalaya.workloads.families.base import FamilyModel, family_inputs
-from mambalaya.workloads.families.falcon_h1 import FalconH1Model
 from mambalaya.workloads.families.olmo_hybrid import OlmoHybridModel
 from mambalaya.workloads.layers import PRESETS
 from mambalaya.workloads.shipped import shipped_layers
+from test_blocked_softmax import BAMBA, FALCON  # small Bamba and Falcon-H1 configs
 
 # --------------------------------------------------------------------------------------------
 # declarations are true to the values
@@ -99,12 +99,6 @@ def test_a_non_causal_or_decode_key_mask_skips_nothing() -> None:
 # facts are true to the computed values
 # --------------------------------------------------------------------------------------------
 
-BAMBA = HybridConfig(d_model=32, layer_types=("mamba", "attention"), d_ff=48, n_heads=4, n_kv_heads=2, head_dim=8,
-                     partial_rotary_factor=0.5, mamba_heads=4, mamba_headdim=16, mamba_d_state=4, vocab_size=8,
-                     mamba_chunk_size=4)
-FALCON = FalconH1Model(d_model=32, layer_types=("parallel",), vocab_size=16, d_ff=48, n_heads=4, n_kv_heads=2,
-                       head_dim=8, rope_theta=1000.0, mamba_d_ssm=64, mamba_heads=8, mamba_d_state=8, mamba_ngroups=2,
-                       mamba_chunk_size=4)
 GDN = GatedDeltaNetConfig(d_model=32, layer_types=("linear_attention", "full_attention"), num_k_heads=2, num_v_heads=4,
                           k_head_dim=8, v_head_dim=6, chunk_size=4, d_ff=48, n_heads=4, n_kv_heads=2, vocab_size=16)
 OLMO = OlmoHybridModel.of(GDN, rope_theta=500.0)

@@ -445,3 +445,39 @@ def test_the_buffer_moves_only_the_unskipped_blocks_operands() -> None:
         assert math.isclose(got[True].einsum_read_bytes[name], expected, rel_tol=1e-12), name
         assert math.isclose(got[True].einsum_write_bytes[name], got[False].einsum_write_bytes[name] * scale,
                             rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("softmax,rank", [("blocked", "TB"), ("online", "T")])
+def test_the_running_output_reaches_the_buffer_at_the_last_key_only(softmax: str, rank: str) -> None:
+    """Fused, the running sum ``LR`` (and the blocked form's running output ``OR``, a product
+    over each block's keys) are carried by the lanes that accumulate them, and the per-head
+    output reads them at the last key (block) only: the buffer receives that position, whole,
+    not every step's, as a FlashAttention kernel keeps its accumulator in registers and writes
+    it once. The online form's ``OR``, one lane's element per key, never reaches the buffer
+    (registers as a level). The running max ``MR``, which the exponentials read at every step,
+    is written at every step. The tiled executor counts the same bytes."""
+    from mambalaya.cost.buffer import group_buffer_accesses
+    from mambalaya.einsum.routing import tensor_scale
+    from mambalaya.execute.tiled import run_tiled
+    from mambalaya.fusion.group_analysis import analyse
+    from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping
+
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8)
+    c = attention_layer(att, batch=1, seq_len=L, softmax=softmax, key_block=32)
+    core = tuple(e.name for e in c.einsums if e.name in ATTENTION_REGION[softmax])
+    last = frozenset({c.size(rank) - 1})
+    facts = analyse(c, core)
+    kept = {"LR": (rank, last)} | ({"OR": (rank, last)} if softmax == "blocked" else {})
+    assert facts.kept == kept and ("OR" in facts.in_registers) == (softmax == "online")
+    group = FusionGroup("attn", core, (Loop("I", 20),))
+    accesses = group_buffer_accesses(c, group)
+    for name in ("OR", "LR"):
+        one_position = c.elements(name) // c.size(rank) * c.tensors[name].bits / 8
+        assert accesses.einsum_write_bytes[name] == (one_position if name in kept else 0.0), name
+    assert accesses.einsum_write_bytes["MR"] == c.elements("MR") * float(tensor_scale(c, "MR")) * c.tensors["MR"].bits / 8
+    rng = np.random.default_rng(0)
+    arrays = {t: rng.normal(0, 0.4, c.shape(t)) for t in c.external_tensors()} | attention_constants(c, att)
+    rest = tuple(FusionGroup(f"G{n}", (e.name,), ()) for n, e in enumerate(c.einsums) if e.name not in core)
+    run = run_tiled(c, Mapping("fused-core", (group, *rest), None), arrays)
+    for name in ("OR", "LR", "MR"):
+        assert run.buffer_write_bytes[("attn", name)] == accesses.einsum_write_bytes[name], name

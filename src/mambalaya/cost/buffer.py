@@ -13,6 +13,7 @@ import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, rank_of_variable
+from mambalaya.fusion.group_analysis import analyse
 from mambalaya.fusion.mapping import FusionGroup, einsum_loops, group_einsums, register_resident
 from mambalaya.einsum.routing import operand_scale
 from mambalaya.cost.traffic import (GroupTraffic, TrafficSizeError, component_sums, read_elements, read_plan,
@@ -39,6 +40,23 @@ class BufferAccesses:
     @property
     def total_bytes(self) -> float:
         return self.read_bytes + self.write_bytes
+
+
+def buffer_written_bytes(cascade: Cascade, einsums: tuple[str, ...], name: str, repeat: Any) -> Any:
+    """Bytes Einsum ``name``, in a group of ``einsums``, writes into the buffer over ``repeat``
+    passes of its output: none for what the lanes carry in registers; of a recurrence the
+    group's other members read at a few positions only, those positions, whole (its carried
+    value lives in the lanes; a carried cell a mask left dead is written there too:
+    :attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.kept`); else its output as it
+    exists (:func:`~mambalaya.cost.traffic.written_bytes`)."""
+    facts = analyse(cascade, einsums)
+    if name in facts.in_registers:
+        return 0.0 * repeat
+    kept = facts.kept.get(name)
+    if kept is not None:
+        rank, positions = kept
+        return cascade.elements(name) // cascade.size(rank) * len(positions) * repeat * cascade.tensors[name].bits / 8
+    return written_bytes(cascade, name, repeat)
 
 
 def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access]) -> float:
@@ -169,7 +187,7 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
         )
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
         repeat = math.prod(lp.trips(cascade.size(lp.rank)) for lp in loops if lp.rank not in out_ranks)
-        writes[e.name] = 0.0 if e.name in lanes else written_bytes(cascade, e.name, repeat)
+        writes[e.name] = buffer_written_bytes(cascade, group.einsums, e.name, repeat)
     found = BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
     memo[key] = found
     return found

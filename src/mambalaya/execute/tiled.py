@@ -80,6 +80,7 @@ from mambalaya.execute.numpy_exec import (
     resolve_dtype,
 )
 from mambalaya.execute.boxes import Box, volume, box_empty, intersect, subtract_all, slices, put_box, index_range, tile_bounds
+from mambalaya.fusion.group_analysis import analyse
 from mambalaya.fusion.mapping import (
     FusionGroup,
     Mapping,
@@ -238,6 +239,7 @@ class _GroupRun:
         self.buffer_writes: dict[str, float] = {}  # per Einsum: result bytes written to it
         self.in_registers = register_resident(cascade, group)  # carried by the lanes, never in the buffer
         self.frames = dead_work(cascade).frames  # the Einsums whose masked cells are skipped
+        self.kept = analyse(cascade, group.einsums).kept  # recurrences the buffer receives a few positions of
         self.steps = 0
 
     # -- facts --------------------------------------------------------------------------
@@ -279,6 +281,18 @@ class _GroupRun:
         return out
 
     # -- off-chip reads -----------------------------------------------------------------
+    def _written_elements(self, einsum: str, out_box: Box) -> int:
+        """Elements of an output tile the buffer receives: its live ones (a mask's dead cells are
+        known), or, of a recurrence the group's other members read at a few positions
+        (:attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.kept`), those positions whole."""
+        kept = self.kept.get(einsum)
+        if kept is None:
+            return live_elements(self.c, einsum, out_box)
+        rank, positions = kept
+        dim = self.c.tensors[einsum].ranks.index(rank)
+        lo, hi = out_box[dim]
+        return sum(volume(out_box[:dim] + ((p, p + 1),) + out_box[dim + 1:]) for p in positions if lo <= p < hi)
+
     def _live_only(self, tensor: str) -> bool:
         """Whether the group's reads of ``tensor`` move only its live cells (a masked tensor
         read at whole cells: :func:`~mambalaya.einsum.dead_work.reads_aligned`)."""
@@ -481,7 +495,7 @@ class _GroupRun:
                 elif rank in self.trips:
                     pending_carry[key] = None
             tiles[e.name] = (out_box, out)
-            self._count_buffer(e, ranges, live_elements(self.c, e.name, out_box))
+            self._count_buffer(e, ranges, self._written_elements(e.name, out_box))
             if e.name in self.written:
                 self.store.write(self.g.name, e.name, out_box, out)
                 if e.name not in self.inter:

@@ -42,6 +42,12 @@ class GroupAnalysis:
     #: :func:`select_positions`), those ranks and the one position it reads along each; members
     #: that would not are absent (read-only)
     selects: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: per recurrence member that stays on chip and that the group's other members read only at
+    #: constant positions of its recurrence rank (the online softmax's running output ``OR``,
+    #: read at the last key by ``AO``): that rank and those positions. Its carried value lives
+    #: in the lanes that run the recurrence; the buffer receives those positions only
+    #: (:func:`kept_positions`)
+    kept: dict[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
 
 
 def analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
@@ -77,9 +83,35 @@ def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
         common = runs_on if common is None else common & runs_on
         written |= outs
         reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
+    kept = {e.name: found for e in members
+            if e.name not in lanes and e.name not in writes and (found := kept_positions(cascade, e, inside))}
     return GroupAnalysis(einsums, tuple(reads), writes, inter, lanes,
                          _generational_last(cascade, (common or set()) - reduced),
-                         _generational_last(cascade, written - reduced), selects)
+                         _generational_last(cascade, written - reduced), selects, kept)
+
+
+def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, frozenset[int]] | None:
+    """For a recurrence ``e`` in a group of the Einsums ``inside``: its recurrence rank and the
+    positions along it that the group's other members read, if every one of their reads indexes
+    that rank with a constant (none reads a position per step); None otherwise, or if no other
+    member reads it. ``AO[b,i,g,r,e] = OR[b,i,TB-1,g,r,e] / LR[b,i,TB-1,g,r]`` reads the running
+    output and sum at the last key block only."""
+    along = cascade.recurrence(e)
+    if along is None:
+        return None
+    dims = [d for d, rank in enumerate(cascade.tensors[e.name].ranks) if rank == along[0]]
+    positions: set[int] = set()
+    readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
+    for c in readers:
+        for a in c.inputs:
+            if a.tensor != e.name:
+                continue
+            if any(a.indices[d].terms for d in dims):
+                return None
+            positions.update(a.indices[d].const for d in dims)
+    size = cascade.size(along[0])
+    kept = frozenset(p for p in positions if 0 <= p < size)
+    return (along[0], kept) if readers and len(kept) < size else None
 
 
 def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str, int]:

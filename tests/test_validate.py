@@ -310,3 +310,30 @@ def test_the_one_fitted_quantity_is_fitted_on_its_declared_subset_only(shipped, 
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
     with pytest.raises(SpecError, match="subset 'no-such-source' is not one of sources"):
         validate(path)
+
+
+def test_every_case_runs_at_the_widths_its_kernels_write(shipped) -> None:
+    """The cases' tensors take the ``reference-kernels`` widths (the kernels' own, each sourced
+    in the policy): the SSD's ``C·B`` scores and chunk states and FlashAttention's running
+    output and statistics in float32, the rest at the kernels' 16 bits; the table says so."""
+    from mambalaya.experiments.validate import KERNEL_PRECISION, case_cascade
+
+    cases, name = load_cases()
+    assert cases.precision == KERNEL_PRECISION == shipped.precision == "reference-kernels"
+    by_id = {c.id: c for c in cases.cases}
+    ssd = case_cascade(by_id["m2-ssd-L32k"], name)
+    fa = case_cascade(by_id["fa3-fwd-causal-d128-L2k"], name)
+    assert ssd.tensors["CB"].bits == 32 and ssd.tensors["XDT"].bits == 16
+    assert fa.tensors["OR"].bits == fa.tensors["LR"].bits == fa.tensors["MR"].bits == 32 and fa.tensors["QB"].bits == 16
+    uniform = case_cascade(by_id["m2-ssd-L32k"], name, "uniform")
+    assert all(spec.bits == 16 for spec in uniform.tensors.values())
+    assert {row["precision"] for row in shipped.rows()} == {"reference-kernels"}
+
+
+def test_a_case_file_with_an_unknown_precision_is_refused_naming_it(tmp_path) -> None:
+    path = case_file(tmp_path)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    path.write_text(yaml.safe_dump({**data, "precision": "fp-ish"}), encoding="utf-8")
+    with pytest.raises(SpecError, match="cases.yaml") as info:
+        validate(path)
+    assert "precision" in str(info.value) and "fp-ish" in str(info.value)

@@ -146,7 +146,8 @@ def validate_cmd(
         s = result.summary()
         out_console.print(f"{s['cases']} cases: predicted / measured median {s['median_ratio']:.3g}, worst "
                           f"{s['worst_ratio']:.3g} ({s['worst_case']}); predictions outside [0.5, 2] of the measurement: "
-                          f"{s['outside_band']}; speed of light above the measurement: {s['violations']}")
+                          f"{s['outside_band']}; speed of light above the measurement: {s['violations']} "
+                          f"(tensors at the {result.precision} widths)")
         for fit in result.fits:
             out_console.print(fit.text())
         if result.sensitivity:

@@ -47,6 +47,7 @@ from mambalaya.workloads.blocks.attention import ATTENTION_REGION, KEY_BLOCK, At
 from mambalaya.workloads.blocks.gated_deltanet import CHUNK_REGION, parse_gdn_config
 from mambalaya.workloads.blocks.mamba1 import SSM_REGION, parse_config
 from mambalaya.workloads.blocks.mamba2 import SSD_REGION, parse_mamba2_config
+from mambalaya.workloads.precision import apply_policy, load_policy
 
 _STRICT = SPEC_MODEL_CONFIG
 
@@ -171,10 +172,19 @@ class Fit(BaseModel):
     archs: Annotated[tuple[str, ...], _AS_TUPLE] = Field(min_length=1)
 
 
+#: The precision policy whose widths the shipped cases' kernels write (the SSD's ``C·B`` scores and
+#: chunk states, the softmax's running statistics and output in float32, each entry sourced from
+#: the kernels' code: ``data/precision/reference-kernels.yaml``).
+KERNEL_PRECISION = "reference-kernels"
+
+
 class CaseFile(BaseModel):
     model_config = _STRICT
 
     sources: dict[str, str]
+    precision: str = Field(KERNEL_PRECISION, min_length=1, description=(
+        "The precision policy (a shipped name or a policy file) whose widths the cases' kernels write: every case's "
+        "tensors at those widths, the design's at 16 bits (the kernels' fp16 or bf16)."))
     assumptions: Annotated[tuple[Assumption, ...], _AS_TUPLE] = ()
     fits: Annotated[tuple[Fit, ...], _AS_TUPLE] = ()
     cases: Annotated[tuple[Case, ...], _AS_TUPLE] = Field(min_length=1)
@@ -271,6 +281,7 @@ class Validation:
     results: tuple[Result, ...]
     sensitivity: tuple[dict, ...] = ()  # per assumption end: the predicted / measured median of its arch's cases
     fits: tuple[FitResult, ...] = ()
+    precision: str = KERNEL_PRECISION  # the policy whose widths every case's tensors take
 
     @property
     def violations(self) -> tuple[Result, ...]:
@@ -291,6 +302,7 @@ class Validation:
     def rows(self) -> list[dict]:
         return [{
             "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
+            "precision": self.precision,
             "kernels": " | ".join(",".join(k.einsums) + (f" on grid {_grid_text(k)}" if k.grid else "")
                                   + (" with mma.sync" if k.sync_mma else "") for k in r.kernels),
             "launched_grids": " | ".join("-" if launch is None else "x".join(f"{rank}/{tile}" for rank, tile in launch.tiles)
@@ -311,8 +323,14 @@ SHIPPED_CASES = "gpu-kernels.yaml"
 
 
 def load_cases(path: str | Path | None = None) -> tuple[CaseFile, str]:
-    """The case file (default the shipped one) and its name for messages."""
-    return read_case_file(path, SHIPPED_CASES, CaseFile, "validation cases")
+    """The case file (default the shipped one) and its name for messages; its precision policy
+    is read here, so a wrong one is refused before any case is built."""
+    cases, name = read_case_file(path, SHIPPED_CASES, CaseFile, "validation cases")
+    try:
+        load_policy(cases.precision)
+    except SpecError as err:
+        raise SpecError(f"invalid validation cases: precision: {getattr(err, 'message', err)}", source=name) from None
+    return cases, name
 
 
 def read_case_file(path: str | Path | None, shipped: str, model: type, what: str):
@@ -352,8 +370,13 @@ GDN_OUTSIDE_THE_KERNEL = {"layer_types": ["linear_attention"], "d_ff": 1, "n_hea
                           "vocab_size": 1}
 
 
-def case_cascade(case: Case, name: str):
-    """The Einsums a case's kernel runs: a part of its layer's cascade (:func:`sub_cascade`)."""
+#: The design width of every case: the measured kernels run in fp16 or bf16.
+KERNEL_DESIGN_BITS = 16
+
+
+def case_cascade(case: Case, name: str, precision: str = KERNEL_PRECISION):
+    """The Einsums a case's kernel runs: a part of its layer's cascade (:func:`sub_cascade`),
+    each tensor at the width ``precision`` gives it (the kernels' own: :data:`KERNEL_PRECISION`)."""
     if case.family == "attention":
         layer = _attention_layer(case, name)
     elif case.family == "gated_deltanet":
@@ -371,6 +394,7 @@ def case_cascade(case: Case, name: str):
     default = {"mamba2": (*SSD_REGION, "YD"), "mamba1": SSM_REGION, "attention": ATTENTION_REGION["blocked"],
                "gated_deltanet": CHUNK_REGION}
     einsums = case.einsums or default[case.family]
+    layer = apply_policy(layer, precision, KERNEL_DESIGN_BITS)
     try:
         return sub_cascade(layer, einsums, name=case.id)
     except SpecError as err:
@@ -414,9 +438,10 @@ def kernel_costs(part, kernels: tuple[Kernel, ...], spec) -> list[tuple[float, L
     return out
 
 
-def validate_case(case: Case, source_text: str, name: str, spec=None, part=None) -> Result:
+def validate_case(case: Case, source_text: str, name: str, spec=None, part=None,
+                  precision: str = KERNEL_PRECISION) -> Result:
     """One case predicted and bounded (``part``: its :func:`case_cascade`, if already built)."""
-    part = part if part is not None else case_cascade(case, name)
+    part = part if part is not None else case_cascade(case, name, precision)
     kernels = case_kernels(case, part, name)
     spec = spec if spec is not None else load_arch(case.arch)
     sol = layer_latency(speed_of_light(spec), part, ideal(part), per_einsum=False).latency_s
@@ -433,7 +458,7 @@ def validate(path: str | Path | None = None) -> Validation:
     from mambalaya.arch import with_settings
 
     cases, name = load_cases(path)
-    parts = {c.id: case_cascade(c, name) for c in cases.cases}
+    parts = {c.id: case_cascade(c, name, cases.precision) for c in cases.cases}
     results = tuple(validate_case(c, cases.sources[c.source], name, part=parts[c.id]) for c in cases.cases)
     sensitivity = []
     for a in cases.assumptions:
@@ -447,7 +472,7 @@ def validate(path: str | Path | None = None) -> Validation:
             sensitivity.append({"arch": a.arch, "assumption": a.key, "end": end, "value": value,
                                 "median_ratio": statistics.median(ratios), "base_median_ratio": base})
     fits = tuple(_fit_result(f, cases, name, parts, results) for f in cases.fits)
-    return Validation(name, results, tuple(sensitivity), fits)
+    return Validation(name, results, tuple(sensitivity), fits, cases.precision)
 
 
 def fit_scan_cycles(cases: list[Case], parts: dict, name: str) -> tuple[float, dict[str, float]]:

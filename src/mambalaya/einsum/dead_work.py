@@ -138,12 +138,17 @@ def mask_fact(cascade: Cascade, tensor: str) -> Fact:
     return Fact(mask_band(cascade, mask), row_dim, spec.ranks.index(mask.col), NEG_INF if mask.dead < 0 else ZERO)
 
 
-def live_in_box(band: Band, row_dim: int | None, col_dim: int, box) -> int:
-    """How many elements of ``box`` (a ``(start, stop)`` per dimension) lie in live cells of
-    ``band`` placed on dimensions ``row_dim`` (None: every row) and ``col_dim``."""
+def _volume(box) -> int:
     volume = 1
     for start, stop in box:
         volume *= max(0, stop - start)
+    return volume
+
+
+def live_in_box(band: Band, row_dim: int | None, col_dim: int, box) -> int:
+    """How many elements of ``box`` (a ``(start, stop)`` per dimension) lie in live cells of
+    ``band`` placed on dimensions ``row_dim`` (None: every row) and ``col_dim``."""
+    volume = _volume(box)
     if not volume:
         return 0
     (c0, c1) = box[col_dim]
@@ -157,7 +162,7 @@ def live_elements(cascade: Cascade, tensor: str, box) -> int:
     with a fact, those in its live cells."""
     fact = dead_work(cascade).facts.get(tensor)
     if fact is None:
-        return live_in_box(Band(None, None, 0, False, 1), None, 0, box) if box else 1
+        return _volume(box)
     return live_in_box(fact.band, fact.row_dim, fact.col_dim, box)
 
 

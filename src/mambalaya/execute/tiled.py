@@ -42,6 +42,13 @@ tested against.
   with the fills (DRAM reads) and drains (DRAM writes), :meth:`TiledRun.group_buffer_bytes`
   is what :func:`mambalaya.cost.buffer.group_buffer_accesses` predicts.
 
+  Masks (:mod:`mambalaya.einsum.dead_work`): every value is computed (the dead ones are the
+  mask's constants), but only live cells move. A masked tensor's writes, and its reads where
+  the group reads it at whole cells, count its live cells in the box; an Einsum with a frame
+  reads, of an operand read at both frame variables, the live cells of its box. A recurrence
+  the group's other members read at a few positions only
+  (:attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.kept`) writes the buffer at those.
+
   Halo buffers and carried states are keyed by the tile indices of the other fused loops, so
   loops inside the window/generational rank's loop keep one per inner tile (the footprint's
   "full extent for ranks whose loop is inside").

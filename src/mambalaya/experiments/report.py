@@ -122,7 +122,8 @@ def _validation_section(result) -> str:
     return f"""## Published GPU kernel timings against the model
 
 `mambalaya validate` runs each published measurement's setup (the kernel's Einsums, grouped as the kernel
-groups them) on the GPU spec of its hardware: **predicted** at the fractions of peak that measured kernels
+groups them, each tensor at the width its kernel writes: the `{', '.join(dict.fromkeys(v["precision"]))}` policy)
+on the GPU spec of its hardware: **predicted** at the fractions of peak that measured kernels
 reach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same for every case;
 one quantity, a scan kernel's SM-cycles per element-step, is fitted once on the six Mamba-1 scans of the
 Mamba paper's Figure 8 and `mambalaya validate` prints its error on the other cases), and its **speed of

@@ -42,13 +42,14 @@ class BufferAccesses:
         return self.read_bytes + self.write_bytes
 
 
-def buffer_written_bytes(cascade: Cascade, einsums: tuple[str, ...], name: str, repeat: Any) -> Any:
+def buffer_written_bytes(cascade: Cascade, einsums: tuple[str, ...], name: str, repeat: Any,
+                         written: Any = None) -> Any:
     """Bytes Einsum ``name``, in a group of ``einsums``, writes into the buffer over ``repeat``
     passes of its output: none for what the lanes carry in registers; of a recurrence the
     group's other members read at a few positions only, those positions, whole (its carried
     value lives in the lanes; a carried cell a mask left dead is written there too:
     :attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.kept`); else its output as it
-    exists (:func:`~mambalaya.cost.traffic.written_bytes`)."""
+    exists (:func:`~mambalaya.cost.traffic.written_bytes`; ``written``, if given, is that)."""
     facts = analyse(cascade, einsums)
     if name in facts.in_registers:
         return 0.0 * repeat
@@ -56,7 +57,7 @@ def buffer_written_bytes(cascade: Cascade, einsums: tuple[str, ...], name: str, 
     if kept is not None:
         rank, positions = kept
         return cascade.elements(name) // cascade.size(rank) * len(positions) * repeat * cascade.tensors[name].bits / 8
-    return written_bytes(cascade, name, repeat)
+    return written if written is not None else written_bytes(cascade, name, repeat)
 
 
 def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, accesses: list[Access]) -> float:

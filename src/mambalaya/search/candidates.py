@@ -29,7 +29,7 @@ from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, wind
 from mambalaya.search.group_shape import shape_of_group, held_layout, held_bytes, keepable_under
 from mambalaya.cost.buffer import buffer_read_bytes_over_tilings, buffer_written_bytes
 from mambalaya.search.irregular_reads import irregular_read_bytes, times_trips
-from mambalaya.cost.traffic import read_steps, untiled_traffic
+from mambalaya.cost.traffic import read_steps, untiled_traffic, written_bytes
 from mambalaya.search.tile_ranks import rank_tile_options, tile_options, tileable_ranks, widened_ranks
 
 
@@ -297,9 +297,9 @@ class GroupCostModel:
             lanes = register_resident(self.cascade, self.probe)
             total = np.zeros(self.n_tilings)
             for name in self.probe.einsums:
-                reads, repeat = self._einsum_buffer_bytes(name, self.select_ranks(name))
+                reads, repeat, written = self._einsum_buffer_bytes(name, self.select_ranks(name))
                 part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
-                total += part + buffer_written_bytes(self.cascade, self.probe.einsums, name, repeat)
+                total += part + buffer_written_bytes(self.cascade, self.probe.einsums, name, repeat, written)
             total.flags.writeable = False
             self._tiling_buffer = total
         return self._tiling_buffer if tilings is None else self._tiling_buffer[tilings]
@@ -311,10 +311,11 @@ class GroupCostModel:
         positions = self._selects.get(name)
         return tuple(r for r in self.ranks if r in positions) if positions else ()
 
-    def _einsum_buffer_bytes(self, name: str, select: tuple[str, ...] = ()) -> tuple[list[tuple[str, np.ndarray]], np.ndarray]:
-        """One Einsum's on-chip reads (per tensor) and how many times it writes its output
-        (:func:`~mambalaya.cost.buffer.buffer_written_bytes` turns that into the group's bytes)
-        per tiling of this model's ranks, running once along ``select`` (its select ranks:
+    def _einsum_buffer_bytes(self, name: str, select: tuple[str, ...] = ()
+                             ) -> tuple[list[tuple[str, np.ndarray]], np.ndarray, np.ndarray]:
+        """One Einsum's on-chip reads (per tensor), how many times it writes its output and the
+        bytes of those writes (:func:`~mambalaya.cost.buffer.buffer_written_bytes` turns them
+        into the group's) per tiling of this model's ranks, running once along ``select`` (its select ranks:
         their loops left out): memoised on
         the cascade per Einsum, ranks and select ranks, which every group holding it and
         tiling them shares."""
@@ -341,7 +342,7 @@ class GroupCostModel:
             # a routed or masked Einsum's share of each operand (einsum.routing)
             shares = {t: float(operand_scale(cascade, name, [a for a in e.inputs if a.tensor == t])) for t, _ in reads}
             reads = [(t, r * shares[t]) if shares[t] != 1.0 else (t, r) for t, r in reads]
-            hit = memo[key] = (reads, repeat)
+            hit = memo[key] = (reads, repeat, written_bytes(cascade, name, repeat))
         return hit
 
     def forget_cycles(self) -> None:

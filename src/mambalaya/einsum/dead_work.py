@@ -17,9 +17,14 @@ computing it, as a kernel that skips masked tiles knows it:
   live band lies inside the frame's has its known value; a read one key cell back (``t-1``) is
   the tensor's previous value. The rules are the algebra's: ``0 * x = 0``, ``1 * x = x``,
   ``x + 0 = x``, ``x + (-inf) = -inf``, ``x - x = 0``, ``max(x, -inf) = x``, ``exp(-inf) = 0``,
-  ``exp(0) = 1``, ``0 / x = 0``; anything else is unknown. An unknown value is taken as finite
-  (as the layers' values are), but for a tensor with a -inf fact read outside the frame, which
-  may be -inf: ``0 * (-inf)`` is not 0.
+  ``exp(0) = 1``, ``0 / x = 0`` (a divisor is taken as nonzero); anything else is unknown. An
+  unknown value has a *kind*, followed through the cascade the same way: finite (the inputs and
+  weights, a mask's seen keys), finite or -inf (a sum or max with -inf; ``exp`` makes it finite
+  again), or anything (a product, quotient or difference with -inf may be NaN or +inf). The
+  rules that drop a value (``0 * x = 0``, ``-inf + x = -inf``, ``x - x = 0``) hold only for the
+  kinds they need: ``0 * P[t-1]`` is not 0 where ``P`` may be -inf. A tensor's kind is taken at
+  its live cells (its fact gives the rest), so a max over a row's keys of which one is seen is
+  finite; a recurrence's kind is a fixed point from finite.
 * The frame holds when the work at its dead points is known: for an Einsum that keeps both frame
   variables, the whole expression is a known value (for a reduction, its identity: 0 for a sum,
   -inf for a max; for a recurrence, its previous value), which becomes the fact of its output;
@@ -51,8 +56,6 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, AffineIndex, Binary, Const, Einsum, Expr, Mask, Unary, additive_terms, expr_variables
 
 ZERO, NEG_INF, ONE, CARRIED = "0", "-inf", "1", "carried"
-#: An unknown value that may be -inf: a tensor with a -inf fact read outside its frame.
-MAYBE_NEG_INF = "-inf?"
 #: A reduction's identity: what a term known dead adds to it.
 IDENTITY = {"sum": ZERO, "max": NEG_INF}
 
@@ -217,8 +220,79 @@ def live_mask(cascade: Cascade, tensor: str) -> np.ndarray:
 
 
 # ----------------------------------------------------------------------------------------------
-# the symbolic value at a dead point
+# kinds: what an unknown value may be
 # ----------------------------------------------------------------------------------------------
+
+#: An unknown value's kind: finite, finite or -inf, or anything (+inf or NaN too).
+FINITE, MINUS_INF, ANY = "finite", "finite or -inf", "any"
+
+
+def _join(*kinds: str) -> str:
+    return ANY if ANY in kinds else MINUS_INF if MINUS_INF in kinds else FINITE
+
+
+def _kind_rule(op: str, a: str, b: str = FINITE) -> str:
+    """The kind of ``a op b`` (or of ``op(a)``): -inf survives a sum, a max with it and an
+    ``exp`` (to 0); a product, quotient or difference with it may be NaN or +inf."""
+    if op == "+":
+        return _join(a, b)
+    if op == "-":
+        return ANY if ANY in (a, b) or b == MINUS_INF else a
+    if op in ("*", "/"):
+        return FINITE if a == b == FINITE else ANY
+    if op == "max":
+        return ANY if ANY in (a, b) else FINITE if FINITE in (a, b) else MINUS_INF
+    if op == "min":
+        return _join(a, b)
+    if op == "exp":
+        return FINITE if a != ANY else ANY
+    return FINITE if a == FINITE else ANY  # any other function of a finite value is finite
+
+
+def _const_kind(value: float) -> str:
+    return FINITE if np.isfinite(value) else MINUS_INF if value == -np.inf else ANY
+
+
+def _expr_kind(expr: Expr, read) -> str:
+    """The kind of ``expr`` with each access of kind ``read(access)`` (a reduction of it too:
+    a sum or a max of finite values is finite, of -inf values -inf)."""
+    if isinstance(expr, Access):
+        return read(expr)
+    if isinstance(expr, Const):
+        return _const_kind(expr.value)
+    if isinstance(expr, Unary):
+        return _kind_rule(expr.fn, _expr_kind(expr.arg, read))
+    if isinstance(expr, Binary):
+        return _kind_rule(expr.op, _expr_kind(expr.lhs, read), _expr_kind(expr.rhs, read))
+    return FINITE
+
+
+def _sum_kind(einsum: Einsum, term_kind) -> str:
+    """The kind of the Einsum's result from each additive term's kind (``term_kind(term)``)."""
+    kind = None
+    for sign, term in additive_terms(einsum.expr):
+        here = term_kind(term)
+        kind = here if kind is None else _kind_rule("+" if sign > 0 else "-", kind, here)
+    return kind or FINITE
+
+
+# ----------------------------------------------------------------------------------------------
+# the value at a dead point
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Unknown:
+    """A value not known at a dead point: its kind and, if it is one access's value there, the
+    access (two reads of the same access are the same value; a carried cell is the cell one key
+    back)."""
+
+    kind: str
+    at: str | None = None
+
+
+def _kind_of(value) -> str:
+    return value.kind if isinstance(value, Unknown) else MINUS_INF if value == NEG_INF else FINITE
 
 
 def _index_of(acc: Access, dim: int | None) -> str | None:
@@ -235,6 +309,13 @@ def _placed(fact: Fact, acc: Access) -> Frame | None:
     return Frame(fact.band, row, col)
 
 
+def _inside(fact: Fact | None, acc: Access, frame: Frame) -> bool:
+    """Whether ``acc`` places its tensor's fact on the frame's variables with a band inside the
+    frame's: every dead point of the frame is a dead cell of the tensor."""
+    placed = _placed(fact, acc) if fact is not None else None
+    return placed is not None and (placed.row, placed.col) == (frame.row, frame.col) and fact.band.inside(frame.band)
+
+
 def _previous(acc: Access, col_dim: int) -> str:
     """The text of ``acc`` one key cell back: what a carried value equals."""
     index = acc.indices[col_dim]
@@ -242,80 +323,178 @@ def _previous(acc: Access, col_dim: int) -> str:
     return str(Access(acc.tensor, acc.indices[:col_dim] + (back,) + acc.indices[col_dim + 1:]))
 
 
-def _value(expr: Expr, frame: Frame, facts: dict[str, Fact]):
-    """The known value of ``expr`` at a dead point of ``frame``: ``0``, ``-inf``, ``1``,
-    ``("at", text)`` (the value of that access), or None (unknown)."""
-    if isinstance(expr, Access):
-        fact = facts.get(expr.tensor)
-        if fact is not None:
-            placed = _placed(fact, expr)
-            if placed is not None and placed.row == frame.row and placed.col == frame.col \
-                    and fact.band.inside(frame.band):
-                return ("at", _previous(expr, fact.col_dim)) if fact.value == CARRIED else fact.value
-            if fact.value == NEG_INF:
-                return MAYBE_NEG_INF
-        return ("at", str(expr)) if any(i.const for i in expr.indices if frame.col in i.variables) else None
-    if isinstance(expr, Const):
-        return ZERO if expr.value == 0 else ONE if expr.value == 1 else None
-    if isinstance(expr, Unary):
-        arg = _value(expr.arg, frame, facts)
-        if expr.fn == "exp":
-            return ZERO if arg == NEG_INF else ONE if arg == ZERO else None
-        return ZERO if expr.fn == "neg" and arg == ZERO else None
-    if isinstance(expr, Binary):
-        return _binary(expr.op, _value(expr.lhs, frame, facts), _value(expr.rhs, frame, facts))
-    return None
+class _Pass:
+    """The analysis state, Einsum by Einsum: each tensor's fact and kind (at its live cells, and
+    wherever it is read)."""
+
+    def __init__(self, cascade: Cascade) -> None:
+        self.cascade = cascade
+        self.facts: dict[str, Fact] = {}
+        self.live_kind: dict[str, str] = {}  # the kind of a tensor at its live cells (everywhere if no fact)
+
+    def read_kind(self, tensor: str) -> str:
+        """The kind of a tensor read anywhere: at its live cells, or its fact's value."""
+        live = self.live_kind.get(tensor, FINITE)  # an input or weight is finite
+        fact = self.facts.get(tensor)
+        if fact is None or fact.value == CARRIED:
+            return live
+        return _join(live, MINUS_INF if fact.value == NEG_INF else FINITE)
+
+    # -- the value at a dead point of a frame --------------------------------------------------
+
+    def value(self, expr: Expr, frame: Frame):
+        """The value of ``expr`` at a dead point of ``frame``: ``0``, ``-inf``, ``1`` or an
+        :class:`Unknown`."""
+        if isinstance(expr, Access):
+            fact = self.facts.get(expr.tensor)
+            if _inside(fact, expr, frame):
+                if fact.value == CARRIED:
+                    return Unknown(self.read_kind(expr.tensor), _previous(expr, fact.col_dim))
+                return fact.value
+            return Unknown(self.read_kind(expr.tensor), str(expr))
+        if isinstance(expr, Const):
+            return ZERO if expr.value == 0 else ONE if expr.value == 1 else \
+                NEG_INF if expr.value == -np.inf else Unknown(_const_kind(expr.value))
+        if isinstance(expr, Unary):
+            arg = self.value(expr.arg, frame)
+            if expr.fn == "exp" and arg in (NEG_INF, ZERO):
+                return ZERO if arg == NEG_INF else ONE
+            if expr.fn == "neg" and arg == ZERO:
+                return ZERO
+            return Unknown(_kind_rule(expr.fn, _kind_of(arg)))
+        if isinstance(expr, Binary):
+            return _binary(expr.op, self.value(expr.lhs, frame), self.value(expr.rhs, frame))
+        return Unknown(FINITE)
+
+    def output_value(self, einsum: Einsum, frame: Frame) -> str | None:
+        """What the Einsum's output holds at the frame's dead points when it keeps both frame
+        variables: a constant, ``carried`` (its previous value), or None (the frame fails).
+        Every point a reduced term reduces over is dead (the frame's variables are kept), so
+        the term is the reduction of its value (:func:`_reduction`)."""
+        reduced = set(einsum.reduced_variables)
+        value = ZERO
+        for sign, term in additive_terms(einsum.expr):
+            term_value = self.value(term, frame)
+            if reduced & set(expr_variables(term)):
+                term_value = _reduction(einsum.reduce_op, term_value)
+            value = _binary("+" if sign > 0 else "-", value, term_value)
+        if value in (ZERO, NEG_INF, ONE):
+            return value
+        col_dim = einsum.output_variables.index(frame.col)
+        if isinstance(value, Unknown) and value.at == _previous(einsum.output, col_dim):
+            return CARRIED
+        return None
+
+    def terms_dead(self, einsum: Einsum, frame: Frame) -> bool:
+        """Whether every additive term over both frame variables is the reduction's identity."""
+        needed = {frame.col} | ({frame.row} if frame.row else set())
+        identity = IDENTITY.get(einsum.reduce_op)
+        over = [term for _, term in additive_terms(einsum.expr) if needed <= set(expr_variables(term))]
+        return bool(over) and all(self.value(term, frame) == identity for term in over)
+
+    # -- kinds ---------------------------------------------------------------------------------
+
+    def einsum_kind(self, einsum: Einsum, frame: Frame | None) -> str:
+        """The kind of the Einsum's result at its frame's live points (everywhere without one),
+        its own earlier values (a recurrence) taken to a fixed point from finite."""
+        mine = FINITE
+        for _ in range(3):  # a three-level lattice: at most two rises
+            found = self._kind_once(einsum, frame, mine)
+            if found == mine:
+                return mine
+            mine = found
+        return mine
+
+    def _kind_once(self, einsum: Einsum, frame: Frame | None, mine: str) -> str:
+        def read(acc: Access) -> str:
+            if acc.tensor == einsum.name:
+                return mine
+            fact = self.facts.get(acc.tensor)
+            if frame is not None and fact is not None and _placed(fact, acc) is not None \
+                    and (_placed(fact, acc).row, _placed(fact, acc).col) == (frame.row, frame.col) \
+                    and frame.band.inside(fact.band):
+                return self.live_kind.get(acc.tensor, FINITE)  # the frame's live points are the tensor's live cells
+            return self.read_kind(acc.tensor)
+
+        reduced = set(einsum.reduced_variables)
+        empty_row = frame is not None and frame.col in reduced and self._some_row_dead(frame)
+
+        def term_kind(term: Expr) -> str:
+            kind = _expr_kind(term, read)
+            if reduced & set(expr_variables(term)) and empty_row and einsum.reduce_op == "max":
+                kind = _join(kind, MINUS_INF)  # a row whose every point is dead reduces to -inf
+            return kind
+        return _sum_kind(einsum, term_kind)
+
+    def _some_row_dead(self, frame: Frame) -> bool:
+        sizes = self.cascade.variable_sizes
+        rows = sizes[frame.row] if frame.row else 1
+        cols = sizes[frame.col]
+        return any(frame.band.live_cells(1, cols, first_row=r) == 0 for r in range(rows))
+
+    # -- frames ----------------------------------------------------------------------------------
+
+    def frames(self, einsum: Einsum) -> list[Frame]:
+        found: dict[Frame, None] = {}
+        for acc in einsum.inputs:
+            fact = self.facts.get(acc.tensor)
+            placed = _placed(fact, acc) if fact else None
+            if placed is not None:
+                found.setdefault(placed)
+        return list(found)
+
+    def einsum_frame(self, einsum: Einsum) -> tuple[Frame, Fraction, Fact | None] | None:
+        """The Einsum's frame with the fewest live cells among those that hold, its live share
+        and the fact of its output (None if it reduces a frame variable)."""
+        best = None
+        outputs = einsum.output_variables
+        self.live_kind[einsum.name] = self.einsum_kind(einsum, None)  # its own reads while frames are tried
+        for frame in self.frames(einsum):
+            keeps = frame.col in outputs and (frame.row is None or frame.row in outputs)
+            fact = None
+            if keeps:
+                value = self.output_value(einsum, frame)
+                if value is None:
+                    continue
+                fact = Fact(frame.band, outputs.index(frame.row) if frame.row else None, outputs.index(frame.col), value)
+            elif not self.terms_dead(einsum, frame):
+                continue
+            share = _share(self.cascade, frame)
+            if share < 1 and (best is None or share < best[1]):
+                best = (frame, share, fact)
+        return best
 
 
 def _binary(op: str, a, b):
-    """The known value of ``a op b`` (an unknown value is finite unless it is ``-inf?``)."""
-    infinite = (NEG_INF, MAYBE_NEG_INF)
+    """The value of ``a op b`` at a dead point (``0``, ``-inf``, ``1`` or an :class:`Unknown`)."""
+    ka, kb = _kind_of(a), _kind_of(b)
     if op == "+":
         if a == ZERO:
             return b
         if b == ZERO:
             return a
-        return NEG_INF if NEG_INF in (a, b) else None
+        return NEG_INF if NEG_INF in (a, b) and ANY not in (ka, kb) else Unknown(_kind_rule("+", ka, kb))
     if op == "-":
         if b == ZERO:
             return a
-        if a == NEG_INF and b not in infinite:
+        if a == NEG_INF and kb == FINITE:
             return NEG_INF
-        return ZERO if a is not None and a == b and a not in infinite else None
+        if isinstance(a, Unknown) and a == b and a.at is not None and a.kind == FINITE:
+            return ZERO
+        return Unknown(_kind_rule("-", ka, kb))
     if op == "*":
-        if ZERO in (a, b):
-            return ZERO if a not in infinite and b not in infinite else None
-        return b if a == ONE else a if b == ONE else None
-    if op == "/":
-        return ZERO if a == ZERO and b not in (ZERO, *infinite) else a if b == ONE else None
+        if ZERO in (a, b) and ka == kb == FINITE:
+            return ZERO
+        return b if a == ONE else a if b == ONE else Unknown(_kind_rule("*", ka, kb))
+    if op == "/":  # a divisor is taken as nonzero, as a layer's are
+        if a == ZERO and kb == FINITE and b != ZERO:
+            return ZERO
+        return a if b == ONE else Unknown(_kind_rule("/", ka, kb))
     if op == "max":
-        return b if a == NEG_INF else a if b == NEG_INF else None
-    return None
-
-
-# ----------------------------------------------------------------------------------------------
-# frames that hold, Einsum by Einsum
-# ----------------------------------------------------------------------------------------------
-
-
-def _output_value(einsum: Einsum, frame: Frame, facts: dict[str, Fact]) -> str | None:
-    """What the Einsum's output holds at the frame's dead points when it keeps both frame
-    variables: a constant, ``carried`` (its previous value), or None (the frame fails). Every
-    point a reduced term reduces over is dead (the frame's variables are kept), so the term is
-    the reduction of its value (:func:`_reduction`)."""
-    reduced = set(einsum.reduced_variables)
-    value = ZERO
-    for sign, term in additive_terms(einsum.expr):
-        term_value = _value(term, frame, facts)
-        if reduced & set(expr_variables(term)):
-            term_value = _reduction(einsum.reduce_op, term_value)
-        value = _binary("+" if sign > 0 else "-", value, term_value)
-    if value in (ZERO, NEG_INF, ONE):
-        return value
-    col_dim = einsum.output_variables.index(frame.col)
-    if isinstance(value, tuple) and value[1] == _previous(einsum.output, col_dim):
-        return CARRIED
-    return None
+        return b if a == NEG_INF else a if b == NEG_INF else Unknown(_kind_rule("max", ka, kb))
+    if op == "min" and NEG_INF in (a, b) and ANY not in (ka, kb):
+        return NEG_INF
+    return Unknown(_kind_rule(op, ka, kb))
 
 
 def _reduction(op: str, value):
@@ -323,25 +502,7 @@ def _reduction(op: str, value):
     max of any constant); anything else is unknown (a sum of ones counts the points)."""
     if value in (ZERO, NEG_INF) or (op == "max" and value == ONE):
         return value
-    return None
-
-
-def _terms_dead(einsum: Einsum, frame: Frame, facts: dict[str, Fact]) -> bool:
-    """Whether every additive term over both frame variables is the reduction's identity."""
-    needed = {frame.col} | ({frame.row} if frame.row else set())
-    identity = IDENTITY.get(einsum.reduce_op)
-    over = [term for _, term in additive_terms(einsum.expr) if needed <= set(expr_variables(term))]
-    return bool(over) and all(_value(term, frame, facts) == identity for term in over)
-
-
-def _frames(einsum: Einsum, facts: dict[str, Fact]) -> list[Frame]:
-    found: dict[Frame, None] = {}
-    for acc in einsum.inputs:
-        fact = facts.get(acc.tensor)
-        placed = _placed(fact, acc) if fact else None
-        if placed is not None:
-            found.setdefault(placed)
-    return list(found)
+    return Unknown(_kind_of(value))
 
 
 def _share(cascade: Cascade, frame: Frame) -> Fraction:
@@ -349,52 +510,34 @@ def _share(cascade: Cascade, frame: Frame) -> Fraction:
     return frame.band.live_share(sizes[frame.row] if frame.row else 1, sizes[frame.col])
 
 
-def _einsum_frame(cascade: Cascade, einsum: Einsum, facts: dict[str, Fact]) -> tuple[Frame, Fraction, Fact | None] | None:
-    """The Einsum's frame with the fewest live cells among those that hold, its live share and
-    the fact of its output (None if it reduces a frame variable)."""
-    best = None
-    outputs = einsum.output_variables
-    for frame in _frames(einsum, facts):
-        keeps = frame.col in outputs and (frame.row is None or frame.row in outputs)
-        fact = None
-        if keeps:
-            value = _output_value(einsum, frame, facts)
-            if value is None:
-                continue
-            fact = Fact(frame.band, outputs.index(frame.row) if frame.row else None, outputs.index(frame.col), value)
-        elif not _terms_dead(einsum, frame, facts):
-            continue
-        share = _share(cascade, frame)
-        if share < 1 and (best is None or share < best[1]):
-            best = (frame, share, fact)
-    return best
-
-
 def dead_work(cascade: Cascade) -> DeadWork:
     """Every Einsum's frame and every tensor's fact (the module doc), memoised on the cascade."""
     memo = cascade.__dict__.get("_dead_work")
     if memo is not None:
         return memo
-    facts: dict[str, Fact] = {}
+    state = _Pass(cascade)
     shares: dict[str, Fraction] = {}
     frames: dict[str, tuple[Frame, Fraction]] = {}
     for name, spec in cascade.tensors.items():
         if spec.mask is not None:
-            fact = facts[name] = mask_fact(cascade, name)
+            fact = state.facts[name] = mask_fact(cascade, name)
+            # a mask's seen keys hold finite values; a cell of a block of keys may also hold -inf
+            state.live_kind[name] = MINUS_INF if spec.mask.block and spec.mask.dead < 0 else FINITE
             rows = cascade.shape(name)[fact.row_dim] if fact.row_dim is not None else 1
             share = fact.band.live_share(rows, cascade.shape(name)[fact.col_dim])
             if share < 1:
                 shares[name] = share
     for einsum in cascade.einsums:
-        found = _einsum_frame(cascade, einsum, facts)
+        found = state.einsum_frame(einsum)
         if found is None:
             continue
         frame, share, fact = found
         frames[einsum.name] = (frame, share)
         if fact is not None:
-            facts[einsum.name] = fact
+            state.facts[einsum.name] = fact
             shares[einsum.name] = share
-    out = DeadWork(frames, facts, shares)
+        state.live_kind[einsum.name] = state.einsum_kind(einsum, frame)
+    out = DeadWork(frames, state.facts, shares)
     cascade.__dict__["_dead_work"] = out
     return out
 

@@ -371,3 +371,15 @@ def test_every_fact_holds_on_random_masked_programs(text: str, seed: int) -> Non
         else:
             expected = {ZERO: 0.0, NEG_INF: -np.inf, ONE: 1.0}[fact.value]
             assert np.all(got[dead] == expected), (tensor, fact.value, text)
+
+
+def test_the_cascade_table_says_what_share_of_each_einsum_runs() -> None:
+    """``mambalaya cascade show`` names, per Einsum, the share of its dense work that runs and
+    why: the mask's frame and its live share, or all of it."""
+    from mambalaya.einsum.stats import cascade_stats
+    from mambalaya.report.tables import cascade_rows
+
+    c = mamba2_layer(MAMBA2, batch=2, seq_len=L, scan="chunked")
+    rows = {r["einsum"]: r for r in cascade_rows(cascade_stats(c))}
+    assert rows["YDG"]["runs"] == rows["LD"]["runs"] == "mask q,s live 5/8"  # chunks of 4: (4+1)/(2*4)
+    assert rows["CB"]["runs"] == "all" and rows["total"]["runs"] == ""

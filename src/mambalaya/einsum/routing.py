@@ -111,6 +111,20 @@ def operand_scale(cascade: Cascade, einsum: str, accesses) -> Fraction:
     return routed * masked[1]
 
 
+def work_text(cascade: Cascade, einsum: str) -> str:
+    """What share of an Einsum's dense work runs, and why, for a table: ``routed 2/8`` (a MoE
+    expert's pairs), ``mask q,s live 129/256`` (a mask's frame and its live share), or empty."""
+    parts = []
+    routed = routed_scale(cascade, einsum)
+    if routed != 1:
+        parts.append(f"routed {routed}")
+    masked = masked_variables(cascade, einsum)
+    if masked is not None:
+        frame = dead_work(cascade).frames[einsum][0]
+        parts.append(f"mask {','.join(v for v in (frame.row, frame.col) if v)} live {masked[1]}")
+    return "; ".join(parts)
+
+
 def tensor_scale(cascade: Cascade, tensor: str) -> Fraction:
     """The fraction of a tensor's dense elements that a pass writes (and moves when read
     whole): routed, and live under a mask."""
@@ -139,5 +153,5 @@ def scaled_ops(cascade: Cascade, einsum: str, ops: dict[str, int]) -> dict[str, 
 
 
 __all__ = ["EXPERT_RANK", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",
-           "routed_scale",
+           "routed_scale", "work_text",
            "scaled_ops", "tensor_scale"]

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.dead_work import masked_variables
-from mambalaya.einsum.routing import read_scale, scaled_ops, tensor_scale
+from mambalaya.einsum.routing import read_scale, scaled_ops, tensor_scale, work_text
 from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables, peel_scales
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
@@ -198,6 +198,8 @@ class EinsumStats:
     read_bytes_by_tensor: dict[str, float]
     write_elements: int
     write_bytes: float
+    #: the share of its dense work that runs, and why (:func:`~mambalaya.einsum.routing.work_text`)
+    runs: str = ""
 
     @property
     def macs(self) -> int:
@@ -242,6 +244,7 @@ def einsum_stats(cascade: Cascade, einsum: Einsum) -> EinsumStats:
         read_bytes_by_tensor={t: n * bits[t] / 8 for t, n in reads.items()},
         write_elements=out_elems,
         write_bytes=out_elems * cascade.tensors[einsum.name].bits / 8,
+        runs=work_text(cascade, einsum.name),
     )
 
 

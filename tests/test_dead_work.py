@@ -135,7 +135,7 @@ def _dead_cells(cascade, tensor: str, fact) -> np.ndarray:
     """Where a fact's cells are dead, broadcast to the tensor's shape."""
     shape = cascade.shape(tensor)
     rows = shape[fact.row_dim] if fact.row_dim is not None else 1
-    dead = np.array([[fact.band.live_cells(1, 1, first_row=r, first_col=k) == 0 for k in range(shape[fact.col_dim])]
+    dead = np.array([[fact.band.live_cells(1, 1, first_row=r, first_col=k, row_limit=rows, col_limit=shape[fact.col_dim]) == 0 for k in range(shape[fact.col_dim])]
                      for r in range(rows)])
     index = [np.newaxis] * len(shape)
     if fact.row_dim is not None and fact.row_dim > fact.col_dim:
@@ -174,22 +174,35 @@ def test_every_fact_holds_on_the_executed_values(name, cascade, constants) -> No
 # --------------------------------------------------------------------------------------------
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(lower=st.one_of(st.none(), st.integers(-12, 4)), span=st.integers(0, 12), upper_open=st.booleans(),
-       offset=st.integers(0, 6), relative=st.booleans(), width=st.integers(1, 4),
-       rows=st.integers(1, 9), cols=st.integers(1, 6), first_row=st.integers(0, 4), first_col=st.integers(0, 3))
-def test_live_cells_count_every_cell_with_a_seen_key(lower, span, upper_open, offset, relative, width, rows, cols,
-                                                     first_row, first_col) -> None:
-    """The closed count equals a walk over every (row, cell) pair and its keys."""
+       offset=st.integers(0, 6), relative=st.booleans(), width=st.integers(1, 4), row_tile=st.integers(1, 4),
+       col_tile=st.integers(1, 3), n_rows=st.integers(1, 10), n_cols=st.integers(1, 7), data=st.data())
+def test_live_cells_count_every_cell_of_a_tile_with_a_seen_key(lower, span, upper_open, offset, relative, width,
+                                                               row_tile, col_tile, n_rows, n_cols, data) -> None:
+    """The closed count equals a walk over every (row, cell) pair of a box: live when its tile
+    (``row_tile`` rows by ``col_tile`` cells of the tensor, aligned at 0, cut at its edges)
+    holds a key some query of the tile sees."""
     upper = None if upper_open else (lower if lower is not None else -6) + span
-    band = Band(lower, upper, offset if relative else 0, relative, width)
-    brute = 0
-    for r in range(first_row, first_row + rows):
+    band = Band(lower, upper, offset if relative else 0, relative, width, row_tile, col_tile)
+    first_row = data.draw(st.integers(0, n_rows - 1))
+    rows = data.draw(st.integers(1, n_rows - first_row))
+    first_col = data.draw(st.integers(0, n_cols - 1))
+    cols = data.draw(st.integers(1, n_cols - first_col))
+
+    def seen(r: int, cell: int) -> bool:
         query = r + band.offset if relative else 0
-        for cell in range(first_col, first_col + cols):
-            keys = range(cell * width, (cell + 1) * width)
-            brute += any((lower is None or k - query >= lower) and (upper is None or k - query <= upper) for k in keys)
-    assert band.live_cells(rows, cols, first_row=first_row, first_col=first_col) == brute
+        return any((lower is None or k - query >= lower) and (upper is None or k - query <= upper)
+                   for k in range(cell * width, (cell + 1) * width))
+
+    def tile_live(r: int, cell: int) -> bool:
+        top, left = r // row_tile * row_tile, cell // col_tile * col_tile
+        return any(seen(rr, cc) for rr in range(top, min(top + row_tile, n_rows))
+                   for cc in range(left, min(left + col_tile, n_cols)))
+
+    brute = sum(tile_live(r, c) for r in range(first_row, first_row + rows) for c in range(first_col, first_col + cols))
+    assert band.live_cells(rows, cols, first_row=first_row, first_col=first_col, row_limit=n_rows,
+                           col_limit=n_cols) == brute
 
 
 def test_the_chunked_scans_skip_their_masked_in_chunk_work() -> None:
@@ -282,6 +295,7 @@ MASK = "mask: {row: I, col: T, lower: -2, upper: 0, dead: -inf}"
     (MASK, "mask: {row: I, col: T, upper: 0.5, dead: -inf}", "must be an integer"),
     (MASK, "mask: {row: I, col: T, upper: 0, dead: -inf, window: 3}", "unknown field 'window'"),
     (MASK, "mask: {row: I, upper: 0}", "needs 'col'"),
+    (MASK, "mask: {row: I, col: T, upper: 0, dead: -inf, row_tile: 0}", "not a positive integer"),
 ])
 def test_a_bad_mask_is_refused_naming_the_tensor(old: str, new: str, message: str) -> None:
     """Each wrong declaration is refused with one message naming the tensor and its mask."""
@@ -312,12 +326,13 @@ def _expression(draw, depth: int, prev: str) -> str:
 
 @st.composite
 def _masked_programs(draw):
-    """A cascade over [I, T] with a random mask (band, dead value) and four random Einsums, each
-    pointwise, a reduction over the keys (sum or max) or a recurrence along them."""
+    """A cascade over [I, T] with a random mask (band, dead value, tiles) and four random
+    Einsums, each pointwise, a reduction over the keys (sum or max) or a recurrence along them."""
     lower = draw(st.one_of(st.none(), st.integers(-4, 0)))
     upper = draw(st.integers(lower if lower is not None else -3, 2))
     dead = draw(st.sampled_from(("-inf", "0")))
-    bounds = ", ".join(f"{k}: {v}" for k, v in (("lower", lower), ("upper", upper)) if v is not None)
+    tiles = {"row_tile": draw(st.integers(1, 3)), "col_tile": draw(st.integers(1, 3))}  # a kernel's tiles
+    bounds = ", ".join(f"{k}: {v}" for k, v in (("lower", lower), ("upper", upper), *tiles.items()) if v is not None)
     tensors = [f"  WM: {{ranks: [I, T], role: input, mask: {{row: I, col: T, {bounds}, dead: {dead}}}}}",
                "  A: {ranks: [I, T], role: input}", "  B: {ranks: [I], role: input}",
                "  D: {ranks: [I, T], role: input}"]
@@ -383,3 +398,22 @@ def test_the_cascade_table_says_what_share_of_each_einsum_runs() -> None:
     rows = {r["einsum"]: r for r in cascade_rows(cascade_stats(c))}
     assert rows["YDG"]["runs"] == rows["LD"]["runs"] == "mask q,s live 5/8"  # chunks of 4: (4+1)/(2*4)
     assert rows["CB"]["runs"] == "all" and rows["total"]["runs"] == ""
+
+
+def test_a_kernels_tiles_compute_every_tile_the_diagonal_touches() -> None:
+    """Masks skipped by a kernel's tiles (``with_mask_tiles``): with one tile per chunk, as FLA
+    computes its chunk's in-chunk products, nothing is skipped; with half-chunk tiles, the tiles
+    below and on the diagonal run (3 of 4); back to one key, the least work. A tile must hold
+    whole cells of a blocked mask."""
+    from mambalaya.einsum.dead_work import with_mask_tiles
+
+    c = mamba2_layer(MAMBA2, batch=2, seq_len=L, scan="chunked")  # chunks of 4
+    assert masked_variables(with_mask_tiles(c, 4, 4), "YDG") is None
+    assert masked_variables(with_mask_tiles(c, 2, 2), "YDG")[1] == Fraction(3, 4)
+    assert dead_work(with_mask_tiles(with_mask_tiles(c, 2, 2))).frames == dead_work(c).frames
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8)
+    blocked = attention_layer(att, batch=1, seq_len=100, softmax="blocked", key_block=32)
+    with pytest.raises(SpecError, match="whole cells of mask KM"):
+        with_mask_tiles(blocked, 64, 48)
+    # query tiles of 64 rows: rows 0-63 see blocks 0-1, rows 64-99 blocks 0-3 (of 4)
+    assert masked_variables(with_mask_tiles(blocked, 64, 32), "SC")[1] == Fraction(64 * 2 + 36 * 4, 100 * 4)

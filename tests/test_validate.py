@@ -337,3 +337,41 @@ def test_a_case_file_with_an_unknown_precision_is_refused_naming_it(tmp_path) ->
     with pytest.raises(SpecError, match="cases.yaml") as info:
         validate(path)
     assert "precision" in str(info.value) and "fp-ish" in str(info.value)
+
+
+def test_a_kernels_mask_tiles_raise_its_prediction_and_leave_its_speed_of_light(tmp_path) -> None:
+    """A case whose kernel computes its masked work by tiles (``mask_tiles``) is predicted on
+    the tiles the diagonal touches (a chunk-wide tile: every in-chunk pair), its speed of light
+    on the least work (every mask by its own cells), unchanged; tiles that split a blocked
+    mask's cells are refused naming the case."""
+    cases, _ = load_cases()
+    gdn = next(c for c in cases.cases if c.id == "gdn-fla-h8-L16k").model_dump(mode="json", exclude_none=True)
+    data = cases.model_dump(mode="json", exclude_none=True)
+    tiled = {**gdn, "id": "tiled", "mask_tiles": {"rows": 64, "keys": 64, "source": "the chunk"}}
+    data.update(cases=[gdn, tiled], assumptions=[], fits=[])
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    per_key, per_chunk = validate(path).results
+    assert per_chunk.speed_of_light_s == per_key.speed_of_light_s
+    assert per_chunk.predicted_s > per_key.predicted_s
+    assert {r["mask_tiles"] for r in validate(path).rows()} == {"-", "64x64"}
+    fa = next(c for c in cases.cases if c.id == "fa3-fwd-causal-d128-L2k").model_dump(mode="json", exclude_none=True)
+    data.update(cases=[{**fa, "mask_tiles": {"rows": 128, "keys": 100, "source": "x"}}])
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError, match="fa3-fwd-causal-d128-L2k") as info:
+        validate(path)
+    assert "whole cells" in str(info.value)
+
+
+def test_every_flashattention_case_runs_on_its_kernels_tiles(shipped) -> None:
+    """The FlashAttention-2/-3 cases take their kernels' key blocks and tiles as the launch code
+    sets them on an H100 (kBlockM x kBlockN, each sourced): a causal query tile computes the key
+    blocks up to its last row's diagonal."""
+    fa = [r for r in shipped.results if r.case.source == "fa3-fig5"]
+    assert len(fa) == 24
+    for r in fa:
+        tiles = r.case.mask_tiles
+        assert tiles is not None and tiles.keys == r.case.key_block and "flash-attention" in tiles.source, r.case.id
+    fa2_128 = next(r for r in fa if r.case.id == "fa2-fwd-causal-d128-L2k").case.mask_tiles
+    fa3_128 = next(r for r in fa if r.case.id == "fa3-fwd-causal-d128-L2k").case.mask_tiles
+    assert (fa2_128.rows, fa2_128.keys, fa3_128.rows, fa3_128.keys) == (128, 64, 128, 128)

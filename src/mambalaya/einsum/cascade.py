@@ -422,6 +422,10 @@ def _check_mask(t: TensorSpec, fail) -> None:
         raise fail(f"{what} bounds no key (lower and upper both absent): it hides nothing; drop it", tensor=t.name)
     if m.lower is not None and m.upper is not None and m.lower > m.upper:
         raise fail(f"{what} has lower {m.lower} above upper {m.upper}: it hides every key", tensor=t.name)
+    for field_name in ("row_tile", "col_tile"):
+        value = getattr(m, field_name)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise fail(f"{what}: {field_name} is {value!r}, not a positive integer", tensor=t.name)
     if m.row is None and m.offset:
         raise fail(f"{what} has an offset ({m.offset}) but no row rank: offset is the position of row 0", tensor=t.name)
     if isinstance(m.dead, bool) or not isinstance(m.dead, (int, float)) or float(m.dead) not in MASK_DEAD_VALUES:

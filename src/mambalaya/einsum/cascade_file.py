@@ -40,7 +40,7 @@ from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
 
 _TOP_KEYS = {"name", "description", "params", "ranks", "tensors", "einsums", "regions"}
 _TENSOR_KEYS = {"ranks", "role", "bits", "initial", "updates", "description", "mask"}
-_MASK_KEYS = ("row", "col", "block", "lower", "upper", "offset", "dead")
+_MASK_KEYS = ("row", "col", "block", "lower", "upper", "offset", "dead", "row_tile", "col_tile")
 
 
 class _Reader:
@@ -254,7 +254,7 @@ def _read_mask(r: _Reader, node: yaml.Node, what: str) -> Mask:
     for f in ("row", "col", "block"):
         if f in fields:
             values[f] = r.name(fields[f][1], f"{what}.{f}")
-    for f in ("lower", "upper", "offset"):
+    for f in ("lower", "upper", "offset", "row_tile", "col_tile"):
         if f in fields:
             value = r.scalar(fields[f][1], f"{what}.{f}")
             if isinstance(value, bool) or not isinstance(value, int):
@@ -275,6 +275,7 @@ def _mask_text(m: Mask) -> str:
     fields = [f"{f}: {getattr(m, f)}" for f in ("row", "col", "block", "lower", "upper") if getattr(m, f) is not None]
     if m.offset:
         fields.append(f"offset: {m.offset}")
+    fields += [f"{f}: {getattr(m, f)}" for f in ("row_tile", "col_tile") if getattr(m, f) != 1]
     fields.append(f"dead: {'-inf' if m.dead < 0 else 0}")
     return "{" + ", ".join(fields) + "}"
 

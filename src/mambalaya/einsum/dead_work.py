@@ -47,12 +47,13 @@ below what the algebra proves dead.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.errors import SpecError
 from mambalaya.einsum.ir import Access, AffineIndex, Binary, Const, Einsum, Expr, Mask, Unary, additive_terms, expr_variables
 
 ZERO, NEG_INF, ONE, CARRIED = "0", "-inf", "1", "carried"
@@ -64,37 +65,52 @@ IDENTITY = {"sum": ZERO, "max": NEG_INF}
 class Band:
     """A mask's band without its rank names: key ``k`` in cell ``c`` (``width`` keys a cell)
     is seen by query ``q = row + offset`` iff ``lower <= k - q <= upper`` (``relative``; else
-    ``lower <= k <= upper``)."""
+    ``lower <= k <= upper``). Work is skipped by tiles of ``row_tile`` rows by ``col_tile``
+    cells (aligned at 0): a tile with a seen key is live whole."""
 
     lower: int | None
     upper: int | None
     offset: int
     relative: bool
     width: int
+    row_tile: int = 1
+    col_tile: int = 1
 
     def inside(self, other: "Band") -> bool:
-        """Whether every cell this band sees, ``other`` sees too (same cells and query origin)."""
-        if (self.offset, self.relative, self.width) != (other.offset, other.relative, other.width):
+        """Whether every cell this band sees, ``other`` sees too (same cells, tiles and query origin)."""
+        if (self.offset, self.relative, self.width, self.row_tile, self.col_tile) != \
+                (other.offset, other.relative, other.width, other.row_tile, other.col_tile):
             return False
         low_ok = other.lower is None or (self.lower is not None and self.lower >= other.lower)
         high_ok = other.upper is None or (self.upper is not None and self.upper <= other.upper)
         return low_ok and high_ok
 
-    def live_cells(self, rows: int, cols: int, *, first_row: int = 0, first_col: int = 0) -> int:
-        """The (row, cell) pairs with a seen key, over the ``rows`` queries from ``first_row``
-        and the ``cols`` cells from ``first_col`` (of a tensor whose cells start at 0)."""
+    def live_cells(self, rows: int, cols: int, *, first_row: int = 0, first_col: int = 0,
+                   row_limit: int | None = None, col_limit: int | None = None) -> int:
+        """The (row, cell) pairs in live tiles, over the ``rows`` queries from ``first_row``
+        and the ``cols`` cells from ``first_col`` (of a tensor whose rows and cells start at 0;
+        ``row_limit`` and ``col_limit``: its rows and cells, where a last tile stops; default the
+        last counted)."""
         if rows <= 0 or cols <= 0:
             return 0
+        limit = first_row + rows if row_limit is None else row_limit
+        keys = (first_col + cols if col_limit is None else col_limit) * self.width  # the keys that exist
         row = np.arange(first_row, first_row + rows, dtype=np.int64)
-        query = row + self.offset if self.relative else np.zeros(1, dtype=np.int64)
-        first, last = first_col * self.width, (first_col + cols) * self.width - 1
-        first_key = np.maximum(query + self.lower, first) if self.lower is not None else np.full_like(query, first)
-        last_key = np.minimum(query + self.upper, last) if self.upper is not None else np.full_like(query, last)
-        cells = np.where(first_key <= last_key, last_key // self.width - first_key // self.width + 1, 0)
+        if self.relative:  # the tile's first and last queries
+            top = row // self.row_tile * self.row_tile
+            first_query, last_query = top + self.offset, np.minimum(top + self.row_tile, limit) - 1 + self.offset
+        else:
+            first_query = last_query = np.zeros(1, dtype=np.int64)
+        span = self.col_tile * self.width  # keys per column tile
+        first_key = np.maximum(first_query + self.lower, 0) if self.lower is not None else np.zeros_like(first_query)
+        last_key = np.minimum(last_query + self.upper, keys - 1) if self.upper is not None else np.full_like(last_query, keys - 1)
+        first_cell = np.maximum(first_key // span * self.col_tile, first_col)
+        last_cell = np.minimum((last_key // span + 1) * self.col_tile - 1, first_col + cols - 1)
+        cells = np.where((last_key >= first_key) & (first_cell <= last_cell), last_cell - first_cell + 1, 0)
         return int(cells.sum()) * (1 if self.relative else rows)
 
     def live_share(self, rows: int, cols: int) -> Fraction:
-        return Fraction(self.live_cells(rows, cols), rows * cols)
+        return Fraction(self.live_cells(rows, cols, row_limit=rows, col_limit=cols), rows * cols)
 
 
 @dataclass(frozen=True)
@@ -130,7 +146,7 @@ class DeadWork:
 
 def mask_band(cascade: Cascade, mask: Mask) -> Band:
     width = cascade.size(mask.block) if mask.block else 1
-    return Band(mask.lower, mask.upper, mask.offset, mask.row is not None, width)
+    return Band(mask.lower, mask.upper, mask.offset, mask.row is not None, width, mask.row_tile, mask.col_tile)
 
 
 def mask_fact(cascade: Cascade, tensor: str) -> Fact:
@@ -148,15 +164,17 @@ def _volume(box) -> int:
     return volume
 
 
-def live_in_box(band: Band, row_dim: int | None, col_dim: int, box) -> int:
+def live_in_box(band: Band, row_dim: int | None, col_dim: int, box, limits: tuple[int | None, int | None] = (None, None)
+                ) -> int:
     """How many elements of ``box`` (a ``(start, stop)`` per dimension) lie in live cells of
-    ``band`` placed on dimensions ``row_dim`` (None: every row) and ``col_dim``."""
+    ``band`` placed on dimensions ``row_dim`` (None: every row) and ``col_dim`` (``limits``:
+    their sizes, where a last tile stops)."""
     volume = _volume(box)
     if not volume:
         return 0
     (c0, c1) = box[col_dim]
     (r0, r1) = box[row_dim] if row_dim is not None else (0, 1)
-    live = band.live_cells(r1 - r0, c1 - c0, first_row=r0, first_col=c0)
+    live = band.live_cells(r1 - r0, c1 - c0, first_row=r0, first_col=c0, row_limit=limits[0], col_limit=limits[1])
     return volume // ((r1 - r0) * (c1 - c0)) * live
 
 
@@ -166,7 +184,9 @@ def live_elements(cascade: Cascade, tensor: str, box) -> int:
     fact = dead_work(cascade).facts.get(tensor)
     if fact is None:
         return _volume(box)
-    return live_in_box(fact.band, fact.row_dim, fact.col_dim, box)
+    shape = cascade.shape(tensor)
+    rows = shape[fact.row_dim] if fact.row_dim is not None else None
+    return live_in_box(fact.band, fact.row_dim, fact.col_dim, box, (rows, shape[fact.col_dim]))
 
 
 def reads_aligned(cascade: Cascade, tensor: str, accesses) -> bool:
@@ -197,6 +217,26 @@ def frame_dims(cascade: Cascade, einsum: str, accesses) -> tuple[int | None, int
             return None
         dims = here
     return dims
+
+
+def with_mask_tiles(cascade: Cascade, rows: int = 1, keys: int | None = None) -> Cascade:
+    """``cascade`` with every mask skipped by a kernel's tiles: ``rows`` queries by ``keys``
+    keys (a multiple of a blocked mask's keys per cell; None: one cell). ``with_mask_tiles(c)``
+    is the least work, every mask by its own cells."""
+    tensors = {}
+    for name, spec in cascade.tensors.items():
+        mask = spec.mask
+        if mask is not None:
+            width = cascade.size(mask.block) if mask.block else 1
+            if keys is not None and (keys < width or keys % width):
+                raise SpecError(f"tiles of {keys} keys do not hold whole cells of mask {name} ({width} keys each)")
+            tiles = (rows, 1 if keys is None else keys // width)
+            if tiles != (mask.row_tile, mask.col_tile):
+                spec = replace(spec, mask=replace(mask, row_tile=tiles[0], col_tile=tiles[1]))
+        tensors[name] = spec
+    if all(tensors[n] is s for n, s in cascade.tensors.items()):
+        return cascade
+    return replace(cascade, tensors=tensors)
 
 
 def live_mask(cascade: Cascade, tensor: str) -> np.ndarray:
@@ -430,7 +470,7 @@ class _Pass:
         sizes = self.cascade.variable_sizes
         rows = sizes[frame.row] if frame.row else 1
         cols = sizes[frame.col]
-        return any(frame.band.live_cells(1, cols, first_row=r) == 0 for r in range(rows))
+        return any(frame.band.live_cells(1, cols, first_row=r, row_limit=rows, col_limit=cols) == 0 for r in range(rows))
 
     # -- frames ----------------------------------------------------------------------------------
 
@@ -552,5 +592,5 @@ def masked_variables(cascade: Cascade, einsum: str) -> tuple[frozenset[str], Fra
     return frozenset(v for v in (frame.row, frame.col) if v is not None), share
 
 
-__all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "live_elements", "live_in_box", "live_mask", "reads_aligned",
+__all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "live_elements", "live_in_box", "live_mask", "reads_aligned", "with_mask_tiles",
            "mask_band", "mask_fact", "masked_variables"]

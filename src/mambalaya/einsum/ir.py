@@ -334,6 +334,9 @@ class Mask:
     key it sees. Work is skipped by whole cells of ``col``: a cell (a block of keys, or one key)
     that holds no seen key. Causal: ``upper = 0``; strictly lower: ``upper = -1``; the diagonal:
     ``lower = upper = 0``; a sliding window of ``w`` keys: ``lower = 1 - w, upper = 0``.
+    ``row_tile`` and ``col_tile`` coarsen the skipping to a kernel's tiles: ``row_tile`` queries
+    by ``col_tile`` cells, aligned at 0, computed whole if any key of the tile is seen (1 and 1,
+    the least work, unless a kernel is modelled).
     """
 
     col: str
@@ -343,6 +346,8 @@ class Mask:
     upper: int | None = None
     offset: int = 0
     dead: float = float("-inf")
+    row_tile: int = 1
+    col_tile: int = 1
 
     @property
     def ranks(self) -> tuple[str, ...]:
@@ -359,8 +364,9 @@ class Mask:
             bounds.append(f"k <= {seen}{self.upper:+d}" if self.row is not None else f"k <= {self.upper}")
         key = f"{self.col}*{self.block}+{self.block.lower()}" if self.block else self.col
         rows = f"q = {self.row}" + (f"+{self.offset}" if self.offset else "") + ", " if self.row else ""
+        tiles = f", skipped by tiles of {self.row_tile} x {self.col_tile}" if (self.row_tile, self.col_tile) != (1, 1) else ""
         return (f"mask ({rows}k = {key}): sees {' and '.join(bounds) or 'every key'}, "
-                f"holds {'-inf' if self.dead < 0 else '0'} elsewhere")
+                f"holds {'-inf' if self.dead < 0 else '0'} elsewhere{tiles}")
 
 
 @dataclass(frozen=True)

@@ -544,7 +544,10 @@ class _GroupRun:
                 axis = init[0]
                 below = volume(region[:axis] + ((region[axis][0], min(region[axis][1], 0)),) + region[axis + 1 :])
             dims = frame_dims(self.c, e.name, accs) if not below else None
-            live = volume(region) if dims is None else live_in_box(self.frames[e.name][0].band, *dims, region)
+            frame = self.frames[e.name][0] if dims is not None else None
+            sizes = self.c.variable_sizes
+            limits = (None, None) if frame is None else (sizes[frame.row] if frame.row else None, sizes[frame.col])
+            live = volume(region) if dims is None else live_in_box(frame.band, *dims, region, limits)
             read += (live - below) * self._bits(t)
             if below:
                 read += below * self._bits(self.c.tensors[t].initial)  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_v
 
 from mambalaya.arch import load_arch
 from mambalaya.arch.kernels import speed_of_light
+from mambalaya.einsum.dead_work import with_mask_tiles
 from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
@@ -113,6 +114,18 @@ def _kernel_entry(value):
     return {"einsums": value} if isinstance(value, (list, tuple)) else value
 
 
+class MaskTiles(BaseModel):
+    """The tiles a kernel computes its masked work by: a tile of ``rows`` queries by ``keys``
+    keys is computed whole if any of its keys is seen (a block-skipping kernel stops its key
+    loop at the diagonal's tile; one that masks after computing does every tile)."""
+
+    model_config = _STRICT
+
+    rows: int = Field(gt=0, description="Query rows one thread block computes together.")
+    keys: int = Field(gt=0, description="Keys per step of its loop over the keys.")
+    source: str = Field(min_length=1, description="Where the kernel's code sets them.")
+
+
 class Case(BaseModel):
     """One published measurement and the setup that produced it."""
 
@@ -139,6 +152,8 @@ class Case(BaseModel):
     causal: bool | None = Field(None, description="An attention kernel: causal (the default) or not.")
     key_block: int | None = Field(None, gt=0, description="An attention kernel: keys per block of the blocked "
                                                         "softmax (default the attention block's KEY_BLOCK).")
+    mask_tiles: MaskTiles | None = Field(None, description="The tiles the kernel computes masked work by; absent: "
+                                                           "per key, the least work.")
 
     @model_validator(mode="after")
     def _attention_fields(self) -> "Case":
@@ -303,6 +318,7 @@ class Validation:
         return [{
             "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
             "precision": self.precision,
+            "mask_tiles": "-" if r.case.mask_tiles is None else f"{r.case.mask_tiles.rows}x{r.case.mask_tiles.keys}",
             "kernels": " | ".join(",".join(k.einsums) + (f" on grid {_grid_text(k)}" if k.grid else "")
                                   + (" with mma.sync" if k.sync_mma else "") for k in r.kernels),
             "launched_grids": " | ".join("-" if launch is None else "x".join(f"{rank}/{tile}" for rank, tile in launch.tiles)
@@ -396,6 +412,8 @@ def case_cascade(case: Case, name: str, precision: str = KERNEL_PRECISION):
     einsums = case.einsums or default[case.family]
     layer = apply_policy(layer, precision, KERNEL_DESIGN_BITS)
     try:
+        if case.mask_tiles is not None:  # the prediction counts the kernel's tiles (the speed of light: with_mask_tiles)
+            layer = with_mask_tiles(layer, case.mask_tiles.rows, case.mask_tiles.keys)
         return sub_cascade(layer, einsums, name=case.id)
     except SpecError as err:
         raise SpecError(f"case {case.id}: {err.message if hasattr(err, 'message') else err}", source=name) from None
@@ -444,7 +462,8 @@ def validate_case(case: Case, source_text: str, name: str, spec=None, part=None,
     part = part if part is not None else case_cascade(case, name, precision)
     kernels = case_kernels(case, part, name)
     spec = spec if spec is not None else load_arch(case.arch)
-    sol = layer_latency(speed_of_light(spec), part, ideal(part), per_einsum=False).latency_s
+    least = with_mask_tiles(part)  # the speed of light: every mask skipped by its own cells, the least work
+    sol = layer_latency(speed_of_light(spec), least, ideal(least), per_einsum=False).latency_s
     costs = kernel_costs(part, kernels, spec)
     return Result(case, source_text, sum(seconds for seconds, _, _ in costs), sol, kernels,
                   tuple((launch, reread) for _, launch, reread in costs))

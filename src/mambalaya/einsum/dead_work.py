@@ -349,11 +349,16 @@ def _placed(fact: Fact, acc: Access) -> Frame | None:
     return Frame(fact.band, row, col)
 
 
+def _on_frame(fact: Fact | None, acc: Access, frame: Frame) -> bool:
+    """Whether ``acc`` places its tensor's fact on the frame's variables."""
+    placed = _placed(fact, acc) if fact is not None else None
+    return placed is not None and (placed.row, placed.col) == (frame.row, frame.col)
+
+
 def _inside(fact: Fact | None, acc: Access, frame: Frame) -> bool:
     """Whether ``acc`` places its tensor's fact on the frame's variables with a band inside the
     frame's: every dead point of the frame is a dead cell of the tensor."""
-    placed = _placed(fact, acc) if fact is not None else None
-    return placed is not None and (placed.row, placed.col) == (frame.row, frame.col) and fact.band.inside(frame.band)
+    return _on_frame(fact, acc, frame) and fact.band.inside(frame.band)  # type: ignore[union-attr]
 
 
 def _previous(acc: Access, col_dim: int) -> str:
@@ -450,9 +455,7 @@ class _Pass:
             if acc.tensor == einsum.name:
                 return mine
             fact = self.facts.get(acc.tensor)
-            if frame is not None and fact is not None and _placed(fact, acc) is not None \
-                    and (_placed(fact, acc).row, _placed(fact, acc).col) == (frame.row, frame.col) \
-                    and frame.band.inside(fact.band):
+            if frame is not None and _on_frame(fact, acc, frame) and frame.band.inside(fact.band):
                 return self.live_kind.get(acc.tensor, FINITE)  # the frame's live points are the tensor's live cells
             return self.read_kind(acc.tensor)
 

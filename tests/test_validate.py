@@ -340,21 +340,32 @@ def test_a_case_file_with_an_unknown_precision_is_refused_naming_it(tmp_path) ->
 
 
 def test_a_kernels_mask_tiles_raise_its_prediction_and_leave_its_speed_of_light(tmp_path) -> None:
-    """A case whose kernel computes its masked work by tiles (``mask_tiles``) is predicted on
+    """A case whose kernels compute their masked work by tiles (``mask_tiles``) is predicted on
     the tiles the diagonal touches (a chunk-wide tile: every in-chunk pair), its speed of light
-    on the least work (every mask by its own cells), unchanged; tiles that split a blocked
-    mask's cells are refused naming the case."""
+    on the least work (every mask by its own cells), unchanged; a kernel's own tiles override
+    the case's (FLA's intra-chunk kernel by 16 x 16, its output kernel by the 64 x 64 chunk);
+    tiles that split a blocked mask's cells are refused naming the case."""
     cases, _ = load_cases()
-    gdn = next(c for c in cases.cases if c.id == "gdn-fla-h8-L16k").model_dump(mode="json", exclude_none=True)
+    ssd = next(c for c in cases.cases if c.id == "m2-ssd-L32k").model_dump(mode="json", exclude_none=True)
     data = cases.model_dump(mode="json", exclude_none=True)
-    tiled = {**gdn, "id": "tiled", "mask_tiles": {"rows": 64, "keys": 64, "source": "the chunk"}}
-    data.update(cases=[gdn, tiled], assumptions=[], fits=[])
+    tiled = {**ssd, "id": "tiled", "mask_tiles": {"rows": 256, "keys": 256, "source": "the chunk"}}
+    data.update(cases=[ssd, tiled], assumptions=[], fits=[])
     path = tmp_path / "cases.yaml"
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
-    per_key, per_chunk = validate(path).results
+    result = validate(path)
+    per_key, per_chunk = result.results
     assert per_chunk.speed_of_light_s == per_key.speed_of_light_s
     assert per_chunk.predicted_s > per_key.predicted_s
-    assert {r["mask_tiles"] for r in validate(path).rows()} == {"-", "64x64"}
+    assert [r["mask_tiles"] for r in result.rows()] == [" | ".join(["-"] * 5), " | ".join(["256x256"] * 5)]
+    gdn = next(c for c in cases.cases if c.id == "gdn-fla-h8-L16k").model_dump(mode="json", exclude_none=True)
+    untiled = {**gdn, "id": "untiled", "kernels": [{k: v for k, v in kernel.items() if k != "mask_tiles"}
+                                                   for kernel in gdn["kernels"]]}
+    data.update(cases=[gdn, untiled])
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = validate(path)
+    own, none = result.results
+    assert own.predicted_s > none.predicted_s and own.speed_of_light_s == none.speed_of_light_s
+    assert result.rows()[0]["mask_tiles"] == "- | 16x16 | - | 64x64"
     fa = next(c for c in cases.cases if c.id == "fa3-fwd-causal-d128-L2k").model_dump(mode="json", exclude_none=True)
     data.update(cases=[{**fa, "mask_tiles": {"rows": 128, "keys": 100, "source": "x"}}])
     path.write_text(yaml.safe_dump(data), encoding="utf-8")

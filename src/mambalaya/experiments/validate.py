@@ -68,6 +68,18 @@ def _tiles(value):
     return list_as_tuple(value) if isinstance(value, list) else value
 
 
+class MaskTiles(BaseModel):
+    """The tiles a kernel computes its masked work by: a tile of ``rows`` queries by ``keys``
+    keys is computed whole if any of its keys is seen (a block-skipping kernel stops its key
+    loop at the diagonal's tile; one that masks after computing does every tile)."""
+
+    model_config = _STRICT
+
+    rows: int = Field(gt=0, description="Query rows one thread block computes together.")
+    keys: int = Field(gt=0, description="Keys per step of its loop over the keys.")
+    source: str = Field(min_length=1, description="Where the kernel's code sets them.")
+
+
 class Kernel(BaseModel):
     """One kernel of a case: the Einsums it runs and, where its source says, its launch grid."""
 
@@ -86,6 +98,8 @@ class Kernel(BaseModel):
                            "(mma.sync): on a GPU whose peak needs a newer one, its contractions run at the spec's "
                            "kernels.sync_mma_fraction of the peak.")
     sync_mma_source: str = Field("", description="Where the kernel's MMA instruction is read (its source code).")
+    mask_tiles: MaskTiles | None = Field(None, description="The tiles this kernel computes masked work by, where "
+                                                           "its case's kernels differ (overrides the case's).")
 
     @model_validator(mode="after")
     def _grid_has_a_source(self) -> "Kernel":
@@ -109,21 +123,13 @@ class Kernel(BaseModel):
         return tuple(Launch(tuple(zip(ranks, combo))) for combo in itertools.product(*choices))
 
 
+def _tiles_text(tiles: "MaskTiles | None") -> str:
+    return "-" if tiles is None else f"{tiles.rows}x{tiles.keys}"
+
+
 def _kernel_entry(value):
     """A kernel written as a list of Einsums is a kernel without a grid."""
     return {"einsums": value} if isinstance(value, (list, tuple)) else value
-
-
-class MaskTiles(BaseModel):
-    """The tiles a kernel computes its masked work by: a tile of ``rows`` queries by ``keys``
-    keys is computed whole if any of its keys is seen (a block-skipping kernel stops its key
-    loop at the diagonal's tile; one that masks after computing does every tile)."""
-
-    model_config = _STRICT
-
-    rows: int = Field(gt=0, description="Query rows one thread block computes together.")
-    keys: int = Field(gt=0, description="Keys per step of its loop over the keys.")
-    source: str = Field(min_length=1, description="Where the kernel's code sets them.")
 
 
 class Case(BaseModel):
@@ -318,7 +324,7 @@ class Validation:
         return [{
             "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
             "precision": self.precision,
-            "mask_tiles": "-" if r.case.mask_tiles is None else f"{r.case.mask_tiles.rows}x{r.case.mask_tiles.keys}",
+            "mask_tiles": " | ".join(_tiles_text(k.mask_tiles or r.case.mask_tiles) for k in r.kernels),
             "kernels": " | ".join(",".join(k.einsums) + (f" on grid {_grid_text(k)}" if k.grid else "")
                                   + (" with mma.sync" if k.sync_mma else "") for k in r.kernels),
             "launched_grids": " | ".join("-" if launch is None else "x".join(f"{rank}/{tile}" for rank, tile in launch.tiles)
@@ -449,10 +455,15 @@ def kernel_costs(part, kernels: tuple[Kernel, ...], spec) -> list[tuple[float, L
     groups = tuple(FusionGroup(f"K{i + 1}", k.einsums) for i, k in enumerate(kernels))
     mapping = check_mapping(part, Mapping("kernels", groups, None, "the measured kernels' grouping"), ignore_buffer=True)
     out = []
+    tiled: dict[tuple[int, int], object] = {}
     for group, kernel in zip(mapping.groups, kernels):
-        seconds, launch = min(((launched_group_seconds(spec, part, group, launch, kernel.sync_mma), launch)
+        mine = part
+        if kernel.mask_tiles is not None:  # this kernel's own tiles (einsum.dead_work.with_mask_tiles)
+            key = (kernel.mask_tiles.rows, kernel.mask_tiles.keys)
+            mine = tiled[key] = tiled.get(key) or with_mask_tiles(part, *key)
+        seconds, launch = min(((launched_group_seconds(spec, mine, group, launch, kernel.sync_mma), launch)
                                for launch in kernel.launches()), key=lambda pair: pair[0])
-        out.append((seconds, launch, 0.0 if launch is None else block_reread_bytes(spec, part, group, launch)))
+        out.append((seconds, launch, 0.0 if launch is None else block_reread_bytes(spec, mine, group, launch)))
     return out
 
 
@@ -464,7 +475,10 @@ def validate_case(case: Case, source_text: str, name: str, spec=None, part=None,
     spec = spec if spec is not None else load_arch(case.arch)
     least = with_mask_tiles(part)  # the speed of light: every mask skipped by its own cells, the least work
     sol = layer_latency(speed_of_light(spec), least, ideal(least), per_einsum=False).latency_s
-    costs = kernel_costs(part, kernels, spec)
+    try:
+        costs = kernel_costs(part, kernels, spec)
+    except SpecError as err:
+        raise SpecError(f"case {case.id}: {getattr(err, 'message', err)}", source=name) from None
     return Result(case, source_text, sum(seconds for seconds, _, _ in costs), sol, kernels,
                   tuple((launch, reread) for _, launch, reread in costs))
 

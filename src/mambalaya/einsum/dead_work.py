@@ -49,6 +49,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -93,6 +94,13 @@ class Band:
         last counted)."""
         if rows <= 0 or cols <= 0:
             return 0
+        counts = self.live_cells_per_row(rows, cols, first_row=first_row, first_col=first_col,
+                                         row_limit=row_limit, col_limit=col_limit)
+        return int(counts.sum()) * (1 if self.relative else rows)
+
+    def live_cells_per_row(self, rows: int, cols: int, *, first_row: int = 0, first_col: int = 0,
+                           row_limit: int | None = None, col_limit: int | None = None) -> np.ndarray:
+        """:meth:`live_cells` row by row (one entry for all rows of a band that is not relative)."""
         limit = first_row + rows if row_limit is None else row_limit
         keys = (first_col + cols if col_limit is None else col_limit) * self.width  # the keys that exist
         row = np.arange(first_row, first_row + rows, dtype=np.int64)
@@ -106,11 +114,25 @@ class Band:
         last_key = np.minimum(last_query + self.upper, keys - 1) if self.upper is not None else np.full_like(last_query, keys - 1)
         first_cell = np.maximum(first_key // span * self.col_tile, first_col)
         last_cell = np.minimum((last_key // span + 1) * self.col_tile - 1, first_col + cols - 1)
-        cells = np.where((last_key >= first_key) & (first_cell <= last_cell), last_cell - first_cell + 1, 0)
-        return int(cells.sum()) * (1 if self.relative else rows)
+        return np.where((last_key >= first_key) & (first_cell <= last_cell), last_cell - first_cell + 1, 0)
 
     def live_share(self, rows: int, cols: int) -> Fraction:
-        return Fraction(self.live_cells(rows, cols, row_limit=rows, col_limit=cols), rows * cols)
+        """The share of a ``rows`` x ``cols`` tensor's (row, cell) pairs in live tiles."""
+        return _live_share(self, rows, cols)
+
+    def has_dead_row(self, rows: int, cols: int) -> bool:
+        """Whether some row of a ``rows`` x ``cols`` tensor has no live tile."""
+        return _has_dead_row(self, rows, cols)
+
+
+@lru_cache(maxsize=1024)
+def _live_share(band: Band, rows: int, cols: int) -> Fraction:
+    return Fraction(band.live_cells(rows, cols, row_limit=rows, col_limit=cols), rows * cols)
+
+
+@lru_cache(maxsize=1024)
+def _has_dead_row(band: Band, rows: int, cols: int) -> bool:
+    return bool((band.live_cells_per_row(rows, cols, row_limit=rows, col_limit=cols) == 0).any())
 
 
 @dataclass(frozen=True)
@@ -473,7 +495,7 @@ class _Pass:
         sizes = self.cascade.variable_sizes
         rows = sizes[frame.row] if frame.row else 1
         cols = sizes[frame.col]
-        return any(frame.band.live_cells(1, cols, first_row=r, row_limit=rows, col_limit=cols) == 0 for r in range(rows))
+        return frame.band.has_dead_row(rows, cols)
 
     # -- frames ----------------------------------------------------------------------------------
 

@@ -580,6 +580,9 @@ def dead_work(cascade: Cascade) -> DeadWork:
     memo = cascade.__dict__.get("_dead_work")
     if memo is not None:
         return memo
+    if not any(spec.mask is not None for spec in cascade.tensors.values()):  # nothing is dead without a mask
+        out = cascade.__dict__["_dead_work"] = DeadWork({}, {}, {})
+        return out
     state = _Pass(cascade)
     shares: dict[str, Fraction] = {}
     frames: dict[str, tuple[Frame, Fraction]] = {}

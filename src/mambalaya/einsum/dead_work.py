@@ -34,15 +34,20 @@ computing it, as a kernel that skips masked tiles knows it:
   over both frame variables run on the live cells only (:func:`masked_variables`,
   :mod:`mambalaya.einsum.stats`), and a tensor with a fact moves its live cells only (its dead
   ones are known; a mask's dead keys the same).
+* Cells are skipped by the mask's tiles (``Mask.row_tile``/``col_tile``, :func:`with_mask_tiles`):
+  one key or key block by default, the least work; a kernel's tiles where a model says them.
 
 What it finds on the shipped cascades: a causal prefill's scores and softmax (every form: the
 three-pass and online forms per key, the blocked form per block of keys, as block-skipping
 kernels compute whole blocks), the chunked scans' segment decay and in-chunk products (Mamba-2's
-``LD`` and ``YDG``, the gated delta rule's ``LD``, ``AS``, ``QE``, ``YI``); nothing in decode
-(a step's query sees every cached key) or without a causal mask. What it leaves computed: a
-forward substitution (``TI``, whose triangularity needs induction over its own rows) and any
-product a mask does not reach through these rules, both counted whole: the count never goes
-below what the algebra proves dead.
+``LD`` and ``YDG``, the gated delta rule's ``LD``, ``AS``, ``QE``, ``YI`` and the forward
+substitution's product ``AS[q,t] * TI[t,s]`` on ``t < q``); nothing in decode (a step's query
+sees every cached key) or without a causal mask. What it leaves computed: the products no mask
+reaches (``C Bᵀ``, ``K Kᵀ``, ``Q Kᵀ``, as ``mamba_ssm``'s ``_bmm_chunk_fwd`` computes ``C Bᵀ``
+whole), the forward substitution's ``TI`` itself (its triangularity needs induction over its own
+rows) and its identity term, all counted whole: the count never goes below what the algebra
+proves dead. The checks: ``tests/test_dead_work.py`` (every fact against executed values, on the
+shipped layers and on random programs).
 """
 
 from __future__ import annotations

@@ -460,7 +460,9 @@ def kernel_costs(part, kernels: tuple[Kernel, ...], spec) -> list[tuple[float, L
         mine = part
         if kernel.mask_tiles is not None:  # this kernel's own tiles (einsum.dead_work.with_mask_tiles)
             key = (kernel.mask_tiles.rows, kernel.mask_tiles.keys)
-            mine = tiled[key] = tiled.get(key) or with_mask_tiles(part, *key)
+            if key not in tiled:
+                tiled[key] = with_mask_tiles(part, *key)
+            mine = tiled[key]
         seconds, launch = min(((launched_group_seconds(spec, mine, group, launch, kernel.sync_mma), launch)
                                for launch in kernel.launches()), key=lambda pair: pair[0])
         out.append((seconds, launch, 0.0 if launch is None else block_reread_bytes(spec, mine, group, launch)))

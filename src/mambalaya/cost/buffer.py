@@ -181,11 +181,10 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     for e in group_einsums(cascade, group):
         loops = einsum_loops(cascade, group, e.name)  # a select-runner's steps: its select ranks' loops left out
         runs = group if loops == group.loops else FusionGroup(group.name, group.einsums, loops, group.halo)
-        reads[e.name] = sum(
-            buffer_read_elements(cascade, runs, t, accs) * float(operand_scale(cascade, e.name, accs))
-            for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in lanes)
-            for accs in ([a for a in e.inputs if a.tensor == t],)
-        )
+        reads[e.name] = 0.0
+        for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name and a.tensor not in lanes):
+            accs = [a for a in e.inputs if a.tensor == t]
+            reads[e.name] += buffer_read_elements(cascade, runs, t, accs) * float(operand_scale(cascade, e.name, accs))
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
         repeat = math.prod(lp.trips(cascade.size(lp.rank)) for lp in loops if lp.rank not in out_ranks)
         writes[e.name] = buffer_written_bytes(cascade, group.einsums, e.name, repeat)

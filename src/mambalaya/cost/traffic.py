@@ -38,6 +38,7 @@ from typing import Any
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import MambalayaError
 from mambalaya.einsum.ir import Access, Einsum, rank_of_variable
+from mambalaya.einsum.dead_work import dead_work
 from mambalaya.einsum.routing import read_scale, tensor_scale
 from mambalaya.fusion.mapping import (
     FusionGroup,
@@ -540,7 +541,10 @@ def _scale(cascade: Cascade, tensor: str) -> float:
 
 
 def _read_scale(cascade: Cascade, tensor: str, accesses) -> float:
-    """:func:`~mambalaya.einsum.routing.read_scale` as a float, memoised on the cascade."""
+    """:func:`~mambalaya.einsum.routing.read_scale` as a float, memoised on the cascade; a tensor
+    with no live share under a mask is read at its :func:`_scale`, whatever the accesses."""
+    if tensor not in dead_work(cascade).tensor_shares:
+        return _scale(cascade, tensor)
     memo = cascade.__dict__.setdefault("_read_scale_memo", {})
     key = (tensor, tuple(accesses))
     hit = memo.get(key)

@@ -223,7 +223,15 @@ def reads_aligned(cascade: Cascade, tensor: str, accesses) -> bool:
     if fact is None:
         return False
     dims = [fact.col_dim] + ([fact.row_dim] if fact.row_dim is not None else [])
-    return all(acc.indices[d].plain_variable is not None for acc in accesses for d in dims)
+    return bool(accesses) and all(acc.indices[d].plain_variable is not None for acc in accesses for d in dims)
+
+
+def frame_live_elements(cascade: Cascade, einsum: str, dims: tuple[int | None, int], box) -> int:
+    """How many elements of ``box`` of an operand of ``einsum`` lie in its frame's live cells,
+    the frame placed on the operand's dimensions ``dims`` (:func:`frame_dims`)."""
+    frame = dead_work(cascade).frames[einsum][0]
+    sizes = cascade.variable_sizes
+    return live_in_box(frame.band, *dims, box, (sizes[frame.row] if frame.row else None, sizes[frame.col]))
 
 
 def frame_dims(cascade: Cascade, einsum: str, accesses) -> tuple[int | None, int] | None:
@@ -625,5 +633,5 @@ def masked_variables(cascade: Cascade, einsum: str) -> tuple[frozenset[str], Fra
     return frozenset(v for v in (frame.row, frame.col) if v is not None), share
 
 
-__all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "live_elements", "live_in_box", "live_mask", "reads_aligned", "with_mask_tiles",
+__all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "frame_live_elements", "live_elements", "live_in_box", "live_mask", "reads_aligned", "with_mask_tiles",
            "mask_band", "mask_fact", "masked_variables"]

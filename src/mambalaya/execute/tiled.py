@@ -78,7 +78,7 @@ import numpy as np
 
 from mambalaya.errors import ExecutionError
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.dead_work import dead_work, frame_dims, live_elements, live_in_box, reads_aligned
+from mambalaya.einsum.dead_work import frame_dims, frame_live_elements, live_elements, reads_aligned
 from mambalaya.einsum.ir import Access, Einsum
 from mambalaya.execute.numpy_exec import (
     Source,
@@ -245,7 +245,6 @@ class _GroupRun:
         self.buffer_reads: dict[str, float] = {}  # per Einsum: operand bytes read from the buffer
         self.buffer_writes: dict[str, float] = {}  # per Einsum: result bytes written to it
         self.in_registers = register_resident(cascade, group)  # carried by the lanes, never in the buffer
-        self.frames = dead_work(cascade).frames  # the Einsums whose masked cells are skipped
         self.kept = analyse(cascade, group.einsums).kept  # recurrences the buffer receives a few positions of
         self.steps = 0
 
@@ -544,10 +543,7 @@ class _GroupRun:
                 axis = init[0]
                 below = volume(region[:axis] + ((region[axis][0], min(region[axis][1], 0)),) + region[axis + 1 :])
             dims = frame_dims(self.c, e.name, accs) if not below else None
-            frame = self.frames[e.name][0] if dims is not None else None
-            sizes = self.c.variable_sizes
-            limits = (None, None) if frame is None else (sizes[frame.row] if frame.row else None, sizes[frame.col])
-            live = volume(region) if dims is None else live_in_box(frame.band, *dims, region, limits)
+            live = volume(region) if dims is None else frame_live_elements(self.c, e.name, dims, region)
             read += (live - below) * self._bits(t)
             if below:
                 read += below * self._bits(self.c.tensors[t].initial)  # type: ignore[arg-type]

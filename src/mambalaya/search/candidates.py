@@ -333,15 +333,14 @@ class GroupCostModel:
             reads = []
             for t in dict.fromkeys(a.tensor for a in e.inputs if a.tensor != e.name):
                 accs = [a for a in e.inputs if a.tensor == t]
-                reads.append((t, buffer_read_bytes_over_tilings(cascade, probe, t, accs, own, tiles, trips, self.n_tilings)))
+                read = buffer_read_bytes_over_tilings(cascade, probe, t, accs, own, tiles, trips, self.n_tilings)
+                share = float(operand_scale(cascade, name, accs))  # a routed or masked Einsum's share (einsum.routing)
+                reads.append((t, read * share if share != 1.0 else read))
             outs = {rank_of_variable(v) for v in e.output_variables}
             repeat = np.ones(self.n_tilings)
             for i, r in enumerate(own):
                 if r not in outs:
                     repeat = repeat * trips[i]
-            # a routed or masked Einsum's share of each operand (einsum.routing)
-            shares = {t: float(operand_scale(cascade, name, [a for a in e.inputs if a.tensor == t])) for t, _ in reads}
-            reads = [(t, r * shares[t]) if shares[t] != 1.0 else (t, r) for t, r in reads]
             hit = memo[key] = (reads, repeat, written_bytes(cascade, name, repeat))
         return hit
 

@@ -22,7 +22,7 @@ from mambalaya.einsum.dead_work import CARRIED, NEG_INF, ONE, ZERO, Band, dead_w
 from mambalaya.einsum.ir import Role
 from mambalaya.einsum.routing import einsum_scale, tensor_scale
 from mambalaya.einsum.stats import einsum_ops
-from mambalaya.errors import SpecError
+from mambalaya.errors import ExecutionError, SpecError
 from mambalaya.execute import execute
 from mambalaya.workloads.blocks.attention import AttentionConfig, attention_constants, attention_layer
 from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, gdn_constants, gdn_layer
@@ -296,6 +296,7 @@ MASK = "mask: {row: I, col: T, lower: -2, upper: 0, dead: -inf}"
     (MASK, "mask: {row: I, col: T, upper: 0, dead: -inf, window: 3}", "unknown field 'window'"),
     (MASK, "mask: {row: I, upper: 0}", "needs 'col'"),
     (MASK, "mask: {row: I, col: T, upper: 0, dead: -inf, row_tile: 0}", "not a positive integer"),
+    (MASK, "mask: {row: I, col: T, upper: 0}", "needs 'dead'"),
 ])
 def test_a_bad_mask_is_refused_naming_the_tensor(old: str, new: str, message: str) -> None:
     """Each wrong declaration is refused with one message naming the tensor and its mask."""
@@ -417,3 +418,27 @@ def test_a_kernels_tiles_compute_every_tile_the_diagonal_touches() -> None:
         with_mask_tiles(blocked, 64, 48)
     # query tiles of 64 rows: rows 0-63 see blocks 0-1, rows 64-99 blocks 0-3 (of 4)
     assert masked_variables(with_mask_tiles(blocked, 64, 32), "SC")[1] == Fraction(64 * 2 + 36 * 4, 100 * 4)
+
+
+def test_the_executor_refuses_mask_values_its_declaration_contradicts() -> None:
+    """The cost model skips what a mask's declaration makes dead, so the executor refuses an
+    array that disagrees with it, naming the tensor: a causal mask given for a three-key window,
+    a window with a seen key at -inf, and a blocked key mask with a seen block all -inf."""
+    c = loads_cascade(WINDOW)
+    rng = np.random.default_rng(0)
+    inputs = {t: rng.standard_normal(c.shape(t)) for t in ("Q", "K", "V", "A")}
+    causal = np.where(np.tril(np.ones((10, 10))) > 0, 0.0, -np.inf)
+    with pytest.raises(ExecutionError, match="array WM is not the mask tensor WM declares.*hides does not hold -inf"):
+        execute(c, inputs | {"WM": causal}, dtype="float64")
+    window = np.where(live_mask(c, "WM"), 0.0, -np.inf)
+    window[5, 5] = -np.inf
+    with pytest.raises(ExecutionError, match="a key its declaration says a query sees holds -inf"):
+        execute(c, inputs | {"WM": window}, dtype="float64")
+    att = AttentionConfig(d_model=32, n_heads=4, n_kv_heads=2, head_dim=8)
+    blocked = attention_layer(att, batch=1, seq_len=100, softmax="blocked", key_block=32)
+    km = attention_constants(blocked, att)["KM"]
+    km[70, 2, :] = -np.inf  # query 70 sees block 2 (keys 64-95) in part
+    with pytest.raises(ExecutionError, match="a block of keys its declaration says a query sees holds -inf throughout"):
+        from mambalaya.execute.numpy_exec import check_arrays
+        check_arrays(blocked, {t: np.zeros(blocked.shape(t)) for t in blocked.external_tensors()} | {"KM": km},
+                     np.dtype("float64"))

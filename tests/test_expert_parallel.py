@@ -28,7 +28,7 @@ from mambalaya.experiments.hybrid import evaluate_hybrid
 from mambalaya.workloads import PRESETS, build_layer
 from mambalaya.workloads.families.nemotron_h import NemotronHModel
 from mambalaya.workloads.precision import load_policy
-from test_tensor_parallel import LAYERS, layer_id, small
+from test_tensor_parallel import LAYERS, layer_id, random_arrays, small
 
 runner = CliRunner()
 DEVICES = 2
@@ -153,7 +153,7 @@ def broadcast(mask: np.ndarray, mask_ranks, ranks) -> np.ndarray:
 @pytest.mark.parametrize("name,cascade,config", CASES, ids=[c[0] for c in CASES])
 def test_a_moe_layer_split_over_devices_by_its_experts_equals_the_whole_layer(name, cascade, config):
     rng = np.random.default_rng(1)
-    arrays = {t: rng.uniform(-0.5, 0.5, cascade.shape(t)) for t in cascade.external_tensors()}
+    arrays = random_arrays(cascade, rng)
     arrays.update(config.constants(cascade) if hasattr(config, "constants") else {})
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         whole = execute(cascade, arrays, keep="all")

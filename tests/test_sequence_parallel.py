@@ -18,7 +18,7 @@ from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
 from mambalaya.execute.numpy_exec import execute, resolve_dtype, run_einsum
 from mambalaya.workloads.shipped import shipped_layers
-from test_tensor_parallel import layer_id, small
+from test_tensor_parallel import layer_id, random_arrays, small
 
 DTYPE = resolve_dtype("float64")
 
@@ -95,7 +95,7 @@ def test_a_prefill_split_over_devices_by_its_positions_equals_the_whole_layer(la
     cascade = small(layer.cascade)[0]
     devices = 4 if layer.preset == "mamba-130m" else 2  # four: three states passed one after another
     rng = np.random.default_rng(2)
-    arrays = {t: rng.uniform(-0.5, 0.5, cascade.shape(t)) for t in cascade.external_tensors()}
+    arrays = random_arrays(cascade, rng)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         whole = execute(cascade, arrays, keep="all")
     device_part, values, received = run_on_devices(cascade, arrays, devices)

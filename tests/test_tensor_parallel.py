@@ -19,6 +19,7 @@ from mambalaya.cost.tensor_parallel import (ALL_REDUCED_SUFFIX, KV_HEADS, SPLIT_
                                             check_split, device_cascade, partial_tensors, tensor_parallel_ranks,
                                             with_rank_sizes)
 from mambalaya.einsum import loads_cascade
+from mambalaya.einsum.dead_work import mask_array
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
 from mambalaya.execute.numpy_exec import execute, resolve_dtype, run_einsum
@@ -40,6 +41,13 @@ WIDTH_EXPRESSIONS = {"d_model", "hidden_size"}
 #: An attention head of 128 channels (rotary over all of them) shrinks to 8.
 HEAD_SIZES = {"head_dim": 8, "head_dim/2": 4}
 
+
+
+def random_arrays(cascade, rng) -> dict:
+    """Uniform values in [-0.5, 0.5] for every array the cascade reads, but a mask's: the values
+    its declaration gives it (``einsum.dead_work.mask_array``: the executor refuses others)."""
+    return {t: mask_array(cascade, t) if cascade.tensors[t].mask is not None else rng.uniform(-0.5, 0.5, cascade.shape(t))
+            for t in cascade.external_tensors()}
 
 
 def small(cascade):
@@ -117,7 +125,7 @@ def test_a_layer_split_over_devices_equals_the_whole_layer(layer):
     cascade, split = small(layer.cascade)
     assert split, "every shipped layer has heads or channels to split"
     rng = np.random.default_rng(0)
-    arrays = {t: rng.uniform(-0.5, 0.5, cascade.shape(t)) for t in cascade.external_tensors()}
+    arrays = random_arrays(cascade, rng)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         whole = execute(cascade, arrays, keep="all")
     values, exchanged = run_on_devices(cascade, split, arrays)
@@ -155,7 +163,7 @@ def test_more_devices_than_key_value_heads_replicate_each_head_and_split_its_que
         return
     assert split_parts(cascade, split, 4)[kv] == 2 and split_parts(cascade, split, 4)[queries] == 2
     rng = np.random.default_rng(3)
-    arrays = {t: rng.uniform(-0.5, 0.5, cascade.shape(t)) for t in cascade.external_tensors()}
+    arrays = random_arrays(cascade, rng)
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):
         whole = execute(cascade, arrays, keep="all")
     values, exchanged = run_on_devices(cascade, split, arrays, devices=4)
@@ -356,7 +364,7 @@ def test_a_partial_sum_is_carried_by_a_linear_reader_and_a_partial_maximum_never
     c = loads_cascade(CARRIED)
     assert [(r.einsum, r.op) for r in all_reduces(c, ["F"])] == [("P", "sum"), ("M", "max")]
     rng = np.random.default_rng(1)
-    arrays = {t: rng.uniform(-0.5, 0.5, c.shape(t)) for t in c.external_tensors()}
+    arrays = random_arrays(c, rng)
     values, _ = run_on_devices(c, ("F",), arrays)
     np.testing.assert_allclose(values[0]["Y"], execute(c, arrays)["Y"], rtol=1e-12)
     summed = loads_cascade(CARRIED.replace("M[b,i,d] max=", "M[b,i,d] ="))

@@ -248,8 +248,9 @@ def _read_mask(r: _Reader, node: yaml.Node, what: str) -> Mask:
     for f, (knode, _) in fields.items():
         if f not in _MASK_KEYS:
             raise r.error(knode, f"{what} has unknown field {f!r}; fields: {', '.join(_MASK_KEYS)}")
-    if "col" not in fields:
-        raise r.error(node, f"{what} needs 'col' (the rank of the keys it masks)")
+    for needed, why in (("col", "the rank of the keys it masks"), ("dead", "0 or -inf: what it holds where it hides a key")):
+        if needed not in fields:
+            raise r.error(node, f"{what} needs '{needed}' ({why})")
     values: dict[str, Any] = {}
     for f in ("row", "col", "block"):
         if f in fields:

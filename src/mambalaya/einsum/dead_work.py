@@ -294,6 +294,35 @@ def live_mask(cascade: Cascade, tensor: str) -> np.ndarray:
     return live
 
 
+def mask_array(cascade: Cascade, tensor: str) -> np.ndarray:
+    """The values a mask's declaration gives it (float64): ``dead`` at every hidden key, and at
+    every seen key 0 (a mask in log space) or 1 (a mask that multiplies)."""
+    mask = cascade.tensors[tensor].mask
+    assert mask is not None
+    return np.where(live_mask(cascade, tensor), 0.0 if mask.dead < 0 else 1.0, mask.dead)
+
+
+def mask_contradiction(cascade: Cascade, tensor: str, values: np.ndarray) -> str | None:
+    """What in ``values`` contradicts the tensor's mask declaration, or None: a hidden key that
+    does not hold ``dead``, a seen key that does (one key a cell), or a block with a seen key
+    that holds ``dead`` throughout (a blocked mask)."""
+    mask = cascade.tensors[tensor].mask
+    assert mask is not None
+    live = live_mask(cascade, tensor)
+    dead_valued = values == mask.dead
+    dead_text = "-inf" if mask.dead < 0 else "0"
+    if mask.block is not None:
+        axis = cascade.tensors[tensor].ranks.index(mask.block)
+        live = np.broadcast_to(np.any(live, axis=axis, keepdims=True), live.shape)
+        if np.any(np.all(dead_valued | ~live, axis=axis) & np.any(live, axis=axis)):
+            return f"a block of keys its declaration says a query sees holds {dead_text} throughout"
+    elif np.any(dead_valued & live):
+        return f"a key its declaration says a query sees holds {dead_text}"
+    if not np.all(dead_valued[~live]):
+        return f"a key its declaration hides does not hold {dead_text}"
+    return None
+
+
 # ----------------------------------------------------------------------------------------------
 # kinds: what an unknown value may be
 # ----------------------------------------------------------------------------------------------
@@ -633,5 +662,5 @@ def masked_variables(cascade: Cascade, einsum: str) -> tuple[frozenset[str], Fra
     return frozenset(v for v in (frame.row, frame.col) if v is not None), share
 
 
-__all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "frame_live_elements", "live_elements", "live_in_box", "live_mask", "reads_aligned", "with_mask_tiles",
+__all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "frame_live_elements", "live_elements", "live_in_box", "live_mask", "mask_array", "mask_contradiction", "reads_aligned", "with_mask_tiles",
            "mask_band", "mask_fact", "masked_variables"]

@@ -23,6 +23,7 @@ import numpy as np
 
 from mambalaya.errors import ExecutionError, SpecError
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.dead_work import mask_contradiction
 from mambalaya.einsum.ir import (
     Access,
     Binary,
@@ -427,6 +428,9 @@ def check_arrays(cascade: Cascade, arrays: Mapping[str, np.ndarray], dtype: np.d
             )
         if not np.issubdtype(a.dtype, np.number):
             raise ExecutionError(f"array {t} has dtype {a.dtype}, not a number type")
+        if cascade.tensors[t].mask is not None and (wrong := mask_contradiction(cascade, t, a)) is not None:
+            raise ExecutionError(f"array {t} is not the mask tensor {t} declares ({cascade.tensors[t].mask}): {wrong}; "
+                                 "the cost model skips the work the declaration makes dead, so its values must agree")
         out[t] = np.ascontiguousarray(a, dtype=dtype)
     return out
 

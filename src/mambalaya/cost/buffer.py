@@ -53,7 +53,7 @@ def buffer_written_bytes(cascade: Cascade, einsums: tuple[str, ...], name: str, 
     facts = analyse(cascade, einsums)
     if name in facts.in_registers:
         return 0.0 * repeat
-    kept = facts.kept.get(name)
+    kept = facts.kept_at(cascade, name)
     if kept is not None:
         rank, positions = kept
         return cascade.elements(name) // cascade.size(rank) * len(positions) * repeat * cascade.tensors[name].bits / 8

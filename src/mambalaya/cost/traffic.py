@@ -490,7 +490,7 @@ def read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
     or the rank sizes, so they are memoised per cascade structure
     (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`: a search costs many tilings of
     one group, a sweep the same groups at other sizes); the list is shared, not to be changed."""
-    memo = cascade.structure_memo.setdefault("read_steps", {})
+    memo = cascade.group_memo("read_steps", group.einsums, offsets=True)
     hit = memo.get(group.einsums)
     if hit is None:
         hit = memo[group.einsums] = _read_steps(cascade, group)
@@ -598,7 +598,7 @@ def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[st
     layers at other sizes share it); with no loop, a tensor's reads depend only on the
     accesses that read it, so the elements are memoised on the cascade per tensor and reading
     Einsums: the candidate groups of a search share them."""
-    plans = cascade.structure_memo.setdefault("untiled_traffic", {})
+    plans = cascade.group_memo("untiled_traffic", einsums, offsets=True)
     plan = plans.get(einsums)
     if plan is None:
         probe = FusionGroup("untiled", einsums, ())

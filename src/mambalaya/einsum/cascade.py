@@ -27,6 +27,7 @@ from mambalaya.errors import SpecError
 from mambalaya.einsum.parse import MAX_SIZE
 from mambalaya.einsum.ir import (
     Access,
+    AffineIndex,
     Einsum,
     MASK_DEAD_VALUES,
     Mask,
@@ -35,6 +36,7 @@ from mambalaya.einsum.ir import (
     Role,
     TensorSpec,
     Unary,
+    map_accesses,
     rank_of_variable,
     walk,
 )
@@ -63,6 +65,10 @@ MAX_RANK_SIZE = MAX_SIZE
 #: How many cascade structures keep their shared memos (:attr:`Cascade.structure_memo`): a
 #: sweep meets a few model families; memory, not a model constant.
 STRUCTURE_MEMOS = 16
+
+#: How many sets of index constants (lengths) of one structure keep their memos
+#: (:attr:`Cascade.constants_memo`): memory, not a model constant.
+CONSTANTS_MEMOS = 2
 
 _STRUCTURE_MEMOS: dict[tuple, dict] = {}
 
@@ -244,13 +250,100 @@ class Cascade:
         return (self.einsums, tuple(self.tensors.items()), tuple(self.ranks), tuple(self.regions.items()))
 
     @cached_property
+    def index_constants(self) -> Mapping[str, tuple[tuple[bool, int], ...]]:
+        """Per Einsum whose output or reads of other tensors index at a constant (a fixed
+        position, the constant alone: the final state ``HN = H[b,2047,e,n]``) or with an offset
+        (a constant beside variables: the conv state ``XI[b,j+2045,e]``, a decode step's cached
+        keys ``K[b,t-2048,g,e]``): each such constant in the order its accesses are written,
+        with whether it is a fixed position; the others are absent (a recurrence's reads of
+        itself are its distance, not looked at here). A layer at another length has other
+        constants there and nowhere else: :attr:`position_free_key` leaves them out."""
+        out = {}
+        for e in self.einsums:
+            found = tuple((not idx.terms, idx.const) for a in (e.output, *e.inputs)
+                          if a is e.output or a.tensor != e.name for idx in a.indices
+                          if idx.const or not idx.terms)
+            if found:
+                out[e.name] = found
+        return out
+
+    @cached_property
+    def _fixed_positions(self) -> dict[str, tuple[int, ...]]:
+        """:attr:`index_constants` that are fixed positions (the constant alone), per Einsum."""
+        out = {}
+        for n, found in self.index_constants.items():
+            fixed = tuple(c for alone, c in found if alone)
+            if fixed:
+                out[n] = fixed
+        return out
+
+    def group_memo(self, kind: str, einsums: Iterable[str], *, offsets: bool = False) -> dict:
+        """The dict that keeps facts of ``kind`` about the group of ``einsums``, keyed by its
+        Einsums: :attr:`structure_memo`'s, unless one of them has a fixed position (or, with
+        ``offsets``, for a fact that holds the group's accesses, any index constant:
+        :attr:`index_constants`); then :attr:`constants_memo`'s, shared only by layers with the
+        same constants. So a layer at another length shares every group's analysis, shape and
+        reads but those of the groups holding its final-state, conv-state or cached-key
+        Einsums."""
+        own = self.index_constants if offsets else self._fixed_positions
+        if own and not own.keys().isdisjoint(einsums):
+            return self.constants_memo.setdefault(kind, {})
+        return self.structure_memo.setdefault(kind, {})
+
+    @cached_property
+    def constants_memo(self) -> dict:
+        """A dict shared by the cascades of this :attr:`position_free_key` and these
+        :attr:`index_constants` (every length, batch or width of a layer whose constants are
+        the same: its other batches and widths, never its other lengths), for the facts
+        :meth:`group_memo` keeps apart. Kept in :attr:`structure_memo` for the
+        :data:`CONSTANTS_MEMOS` constants met last (the hybrid suite's worker moves from one
+        length to the next: the entries of the lengths before it are never asked again)."""
+        per = self.structure_memo.setdefault("by_index_constants", {})
+        key = tuple(self.index_constants.items())
+        memo = per.pop(key, None)
+        if memo is None:
+            memo = {}
+            while len(per) >= CONSTANTS_MEMOS:
+                del per[next(iter(per))]
+        per[key] = memo  # the most recently used last
+        return memo
+
+    @cached_property
+    def position_free_key(self) -> tuple:
+        """:attr:`structure_key` with every index constant of :attr:`index_constants` replaced by
+        its sign (a fixed position: 0 at or above 0, -1 below): the layers of one family at other
+        lengths, whose final-state, conv-state and cached-key reads name other positions, share
+        it (their other Einsums are the same). What a group's own constants decide (which
+        position a select-runner reads, its accesses) is kept apart (:meth:`group_memo`); a
+        fact about the rest of the cascade looks at
+        constants only through their sign and whether an index is a constant alone (a plain
+        variable, an initial-value read, a selecting sink), which the replacement keeps."""
+        def sign(i: AffineIndex) -> AffineIndex:
+            if not i.terms:
+                return AffineIndex((), 0 if i.const >= 0 else -1)
+            return AffineIndex(i.terms, (i.const > 0) - (i.const < 0))
+
+        def masked(e: Einsum):
+            def one(a: Access) -> Access:  # a recurrence's own reads stay as they are (its distance)
+                if a.tensor == e.name and a is not e.output:
+                    return a
+                return Access(a.tensor, tuple(sign(i) for i in a.indices))
+            return Einsum(one(e.output), map_accesses(e.expr, one), e.reduce_op)
+
+        einsums = tuple(masked(e) if e.name in self.index_constants else e for e in self.einsums)
+        return (einsums, tuple(self.tensors.items()), tuple(self.ranks), tuple(self.regions.items()))
+
+    @cached_property
     def structure_memo(self) -> dict:
-        """A dict shared by every cascade of this :attr:`structure_key`, for facts derived from
-        the Einsums' accesses and the tensors alone, never from a rank size or a parameter value
-        (what a candidate group reads and writes, the ranks its reads mention, its loop orders):
-        a sweep's layers at other lengths, batches or widths reuse them. The memos of the
+        """A dict shared by every cascade of this :attr:`position_free_key`, for facts derived
+        from the Einsums' accesses and the tensors alone, never from a rank size, a parameter
+        value or a fixed position of an Einsum outside the group the fact is about (what a
+        candidate group reads and writes, the ranks its reads mention, its loop orders): a
+        sweep's layers at other lengths, batches or widths reuse them. A fact about a group
+        whose own constants decide it is kept in :attr:`constants_memo` instead
+        (:meth:`group_memo`). The memos of the
         :data:`STRUCTURE_MEMOS` structures used last are kept."""
-        key = self.structure_key
+        key = self.position_free_key
         memo = _STRUCTURE_MEMOS.pop(key, None)
         if memo is None:
             memo = {}

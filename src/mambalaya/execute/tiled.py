@@ -245,7 +245,7 @@ class _GroupRun:
         self.buffer_reads: dict[str, float] = {}  # per Einsum: operand bytes read from the buffer
         self.buffer_writes: dict[str, float] = {}  # per Einsum: result bytes written to it
         self.in_registers = register_resident(cascade, group)  # carried by the lanes, never in the buffer
-        self.kept = analyse(cascade, group.einsums).kept  # recurrences the buffer receives a few positions of
+        self.facts = analyse(cascade, group.einsums)  # kept_at: recurrences the buffer receives a few positions of
         self.steps = 0
 
     # -- facts --------------------------------------------------------------------------
@@ -291,7 +291,7 @@ class _GroupRun:
         """Elements of an output tile the buffer receives: its live ones (a mask's dead cells are
         known), or, of a recurrence the group's other members read at a few positions
         (:attr:`~mambalaya.fusion.group_analysis.GroupAnalysis.kept`), those positions whole."""
-        kept = self.kept.get(einsum)
+        kept = self.facts.kept_at(self.c, einsum)
         if kept is None:
             return live_elements(self.c, einsum, out_box)
         rank, positions = kept

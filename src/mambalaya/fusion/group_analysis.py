@@ -46,13 +46,26 @@ class GroupAnalysis:
     #: constant positions of its recurrence rank (the online softmax's running output ``OR``,
     #: read at the last key by ``AO``): that rank and those positions. Its carried value lives
     #: in the lanes that run the recurrence; the buffer receives those positions only
-    #: (:func:`kept_positions`)
+    #: (:func:`kept_positions`; at a cascade's sizes, :meth:`kept_at`)
     kept: dict[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
+
+    def kept_at(self, cascade: Cascade, name: str) -> tuple[str, frozenset[int]] | None:
+        """:attr:`kept` of member ``name`` at ``cascade``'s sizes: its rank and the positions
+        inside that rank, or None if there are none or they are all of its positions (then the
+        buffer receives the whole output, as for any member). The analysis itself is size-free
+        (it is shared by a layer's other lengths and batches)."""
+        found = self.kept.get(name)
+        if found is None:
+            return None
+        rank, positions = found
+        size = cascade.size(rank)
+        inside = frozenset(p for p in positions if p < size)
+        return (rank, inside) if inside and len(inside) < size else None
 
 
 def analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
     """The group of ``einsums`` analysed, memoised per cascade structure (sizes do not change it)."""
-    memo = cascade.structure_memo.setdefault("group_analysis", {})
+    memo = cascade.group_memo("group_analysis", einsums)
     hit = memo.get(einsums)
     if hit is None:
         hit = memo[einsums] = _analyse(cascade, einsums)
@@ -95,7 +108,8 @@ def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, 
     positions along it that the group's other members read, if every one of their reads indexes
     that rank with a constant (none reads a position per step); None otherwise, or if no other
     member reads it. ``AO[b,i,g,r,e] = OR[b,i,TB-1,g,r,e] / LR[b,i,TB-1,g,r]`` reads the running
-    output and sum at the last key block only."""
+    output and sum at the last key block only. The positions are those at or above 0, whatever
+    the rank's size (:meth:`GroupAnalysis.kept_at` applies it)."""
     along = cascade.recurrence(e)
     if along is None:
         return None
@@ -109,9 +123,8 @@ def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, 
             if any(a.indices[d].terms for d in dims):
                 return None
             positions.update(a.indices[d].const for d in dims)
-    size = cascade.size(along[0])
-    kept = frozenset(p for p in positions if 0 <= p < size)
-    return (along[0], kept) if readers and len(kept) < size else None
+    kept = frozenset(p for p in positions if p >= 0)
+    return (along[0], kept) if readers and kept else None
 
 
 def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str, int]:

@@ -83,7 +83,7 @@ def irregular_read_bytes(cascade: Cascade, einsums: tuple[str, ...], ranks: tupl
 def _steps_to(cascade: Cascade, einsums: tuple[str, ...], key: str) -> list[Any]:
     """The read steps of a group of ``einsums`` that count to ``key``, memoised per cascade
     structure."""
-    memo = cascade.structure_memo.setdefault("irregular_steps", {})
+    memo = cascade.group_memo("irregular_steps", einsums, offsets=True)
     if (einsums, key) not in memo:
         memo[(einsums, key)] = [s for s in read_steps(cascade, FusionGroup("probe", einsums, ())) if key in (s[4], s[5])]
     return memo[(einsums, key)]

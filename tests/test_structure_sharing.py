@@ -4,8 +4,9 @@
 Layers of one family at two lengths differ in a few constants: the final state's last position
 (``HN = H[b,2047,e,n]``), the conv state's offset (``XI[b,j+2045,e]``), a decode step's cached-key
 offset (``K[b,t-2048,g,e]``), the last key block the online and blocked softmax read. The shared
-memos hold what a group's analysis, shape and reads are; those of a group holding such an Einsum
-are kept apart, shared only by layers with the same constants (:meth:`Cascade.group_memo`).
+memos hold what a group's analysis, shape and reads are: the analysis refers to a position by
+where it is read, not by its value, and a group's reads, which hold its accesses, are keyed by
+their constants too (:meth:`Cascade.index_constants_of`).
 What is checked, on every shipped layer form (every family, phase, scan and softmax form): which
 forms share their memos across lengths, and that every fact a group's closed forms are made of,
 made after the other length's, equals the fact made on a fresh structure.
@@ -115,5 +116,5 @@ def test_a_kept_recurrence_is_decided_at_the_layers_own_sizes() -> None:
         names = search_order(c)
         group = names[names.index("OR"):names.index("AO") + 1]
         facts = analyse(c, group)
-        assert facts.kept["OR"] == ("T", frozenset({L - 1}))
         assert facts.kept_at(c, "OR") == (("T", frozenset({L - 1})) if L > 1 else None)
+    assert analyse(layers[SHORT], group) is analyse(layers[LONG], group)  # one analysis for every length

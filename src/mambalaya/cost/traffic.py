@@ -490,10 +490,11 @@ def read_steps(cascade: Cascade, group: FusionGroup) -> list[ReadStep]:
     or the rank sizes, so they are memoised per cascade structure
     (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`: a search costs many tilings of
     one group, a sweep the same groups at other sizes); the list is shared, not to be changed."""
-    memo = cascade.group_memo("read_steps", group.einsums, offsets=True)
-    hit = memo.get(group.einsums)
+    memo = cascade.structure_memo.setdefault("read_steps", {})
+    key = (group.einsums, cascade.index_constants_of(group.einsums))  # the accesses, exactly
+    hit = memo.get(key)
     if hit is None:
-        hit = memo[group.einsums] = _read_steps(cascade, group)
+        hit = memo[key] = _read_steps(cascade, group)
     return hit
 
 
@@ -598,11 +599,12 @@ def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[st
     layers at other sizes share it); with no loop, a tensor's reads depend only on the
     accesses that read it, so the elements are memoised on the cascade per tensor and reading
     Einsums: the candidate groups of a search share them."""
-    plans = cascade.group_memo("untiled_traffic", einsums, offsets=True)
-    plan = plans.get(einsums)
+    plans = cascade.structure_memo.setdefault("untiled_traffic", {})
+    plan_key = (einsums, cascade.index_constants_of(einsums))  # the accesses, exactly
+    plan = plans.get(plan_key)
     if plan is None:
         probe = FusionGroup("untiled", einsums, ())
-        plan = plans[einsums] = (read_steps(cascade, probe), tuple(tensors_written(cascade, probe)))
+        plan = plans[plan_key] = (read_steps(cascade, probe), tuple(tensors_written(cascade, probe)))
     steps, written = plan
     memo = cascade.__dict__.setdefault("_untiled_reads_memo", {})
 

@@ -66,10 +66,6 @@ MAX_RANK_SIZE = MAX_SIZE
 #: sweep meets a few model families; memory, not a model constant.
 STRUCTURE_MEMOS = 16
 
-#: How many sets of index constants (lengths) of one structure keep their memos
-#: (:attr:`Cascade.constants_memo`): memory, not a model constant.
-CONSTANTS_MEMOS = 2
-
 _STRUCTURE_MEMOS: dict[tuple, dict] = {}
 
 
@@ -267,68 +263,42 @@ class Cascade:
                 out[e.name] = found
         return out
 
-    @cached_property
-    def _fixed_positions(self) -> dict[str, tuple[int, ...]]:
-        """:attr:`index_constants` that are fixed positions (the constant alone), per Einsum."""
-        out = {}
-        for n, found in self.index_constants.items():
-            fixed = tuple(c for alone, c in found if alone)
-            if fixed:
-                out[n] = fixed
-        return out
-
-    def group_memo(self, kind: str, einsums: Iterable[str], *, offsets: bool = False) -> dict:
-        """The dict that keeps facts of ``kind`` about the group of ``einsums``, keyed by its
-        Einsums: :attr:`structure_memo`'s, unless one of them has a fixed position (or, with
-        ``offsets``, for a fact that holds the group's accesses, any index constant:
-        :attr:`index_constants`); then :attr:`constants_memo`'s, shared only by layers with the
-        same constants. So a layer at another length shares every group's analysis, shape and
-        reads but those of the groups holding its final-state, conv-state or cached-key
-        Einsums."""
-        own = self.index_constants if offsets else self._fixed_positions
-        if own and not own.keys().isdisjoint(einsums):
-            return self.constants_memo.setdefault(kind, {})
-        return self.structure_memo.setdefault(kind, {})
-
-    @cached_property
-    def constants_memo(self) -> dict:
-        """A dict shared by the cascades of this :attr:`position_free_key` and these
-        :attr:`index_constants` (every length, batch or width of a layer whose constants are
-        the same: its other batches and widths, never its other lengths), for the facts
-        :meth:`group_memo` keeps apart. Kept in :attr:`structure_memo` for the
-        :data:`CONSTANTS_MEMOS` constants met last (the hybrid suite's worker moves from one
-        length to the next: the entries of the lengths before it are never asked again)."""
-        per = self.structure_memo.setdefault("by_index_constants", {})
-        key = tuple(self.index_constants.items())
-        memo = per.pop(key, None)
-        if memo is None:
-            memo = {}
-            while len(per) >= CONSTANTS_MEMOS:
-                del per[next(iter(per))]
-        per[key] = memo  # the most recently used last
-        return memo
+    def index_constants_of(self, einsums: Iterable[str]) -> tuple[tuple[str, tuple[tuple[bool, int], ...]], ...]:
+        """:attr:`index_constants` of the Einsums ``einsums`` that have any: with
+        :attr:`position_free_key`, their accesses exactly (the key part of a per-group entry of
+        :attr:`structure_memo` that holds accesses)."""
+        constants = self.index_constants
+        if not constants or constants.keys().isdisjoint(einsums):
+            return ()
+        return tuple((n, constants[n]) for n in einsums if n in constants)
 
     @cached_property
     def position_free_key(self) -> tuple:
-        """:attr:`structure_key` with every index constant of :attr:`index_constants` replaced by
-        its sign (a fixed position: 0 at or above 0, -1 below): the layers of one family at other
-        lengths, whose final-state, conv-state and cached-key reads name other positions, share
-        it (their other Einsums are the same). What a group's own constants decide (which
-        position a select-runner reads, its accesses) is kept apart (:meth:`group_memo`); a
-        fact about the rest of the cascade looks at
-        constants only through their sign and whether an index is a constant alone (a plain
-        variable, an initial-value read, a selecting sink), which the replacement keeps."""
-        def sign(i: AffineIndex) -> AffineIndex:
-            if not i.terms:
-                return AffineIndex((), 0 if i.const >= 0 else -1)
-            return AffineIndex(i.terms, (i.const > 0) - (i.const < 0))
-
+        """:attr:`structure_key` with the index constants of :attr:`index_constants` left out:
+        an offset beside variables by its sign, a fixed position (the constant alone) by which
+        of the Einsum's fixed positions it equals (0, 1, ... in order of first appearance;
+        -1 below 0). The layers of one family at other lengths, whose final-state, conv-state
+        and cached-key reads name other positions, share it (their other Einsums are the same).
+        A fact about a group that holds positions refers to where they are read, not to their
+        values (:class:`~mambalaya.fusion.group_analysis.GroupAnalysis`), and one that holds
+        the group's accesses is keyed by their constants too (:meth:`index_constants_of`);
+        every other looks at constants only through their sign and which fixed positions of
+        one Einsum are equal (a plain variable, an initial-value read, a selecting sink, a
+        select-runner's position), which the replacement keeps."""
         def masked(e: Einsum):
+            labels: dict[int, int] = {}
+
+            def index(i: AffineIndex) -> AffineIndex:
+                if i.terms:
+                    return AffineIndex(i.terms, (i.const > 0) - (i.const < 0))
+                return AffineIndex((), labels.setdefault(i.const, len(labels)) if i.const >= 0 else -1)
+
             def one(a: Access) -> Access:  # a recurrence's own reads stay as they are (its distance)
                 if a.tensor == e.name and a is not e.output:
                     return a
-                return Access(a.tensor, tuple(sign(i) for i in a.indices))
-            return Einsum(one(e.output), map_accesses(e.expr, one), e.reduce_op)
+                return Access(a.tensor, tuple(index(i) for i in a.indices))
+            output = one(e.output)
+            return Einsum(output, map_accesses(e.expr, one), e.reduce_op)
 
         einsums = tuple(masked(e) if e.name in self.index_constants else e for e in self.einsums)
         return (einsums, tuple(self.tensors.items()), tuple(self.ranks), tuple(self.regions.items()))
@@ -337,12 +307,11 @@ class Cascade:
     def structure_memo(self) -> dict:
         """A dict shared by every cascade of this :attr:`position_free_key`, for facts derived
         from the Einsums' accesses and the tensors alone, never from a rank size, a parameter
-        value or a fixed position of an Einsum outside the group the fact is about (what a
-        candidate group reads and writes, the ranks its reads mention, its loop orders): a
-        sweep's layers at other lengths, batches or widths reuse them. A fact about a group
-        whose own constants decide it is kept in :attr:`constants_memo` instead
-        (:meth:`group_memo`). The memos of the
-        :data:`STRUCTURE_MEMOS` structures used last are kept."""
+        value or the value of an index constant (what a candidate group reads and writes, the
+        ranks its reads mention, its loop orders; a position is referred to by where it is
+        read): a sweep's layers at other lengths, batches or widths reuse them. A fact that holds
+        a group's accesses is keyed by their constants too (:meth:`index_constants_of`). The
+        memos of the :data:`STRUCTURE_MEMOS` structures used last are kept."""
         key = self.position_free_key
         memo = _STRUCTURE_MEMOS.pop(key, None)
         if memo is None:

@@ -39,33 +39,42 @@ class GroupAnalysis:
     #: may tile when a member lacks a rank (it then re-runs per tile)
     widened: tuple[str, ...]
     #: per member that would run once along a rank the group tiles (a *select-runner*,
-    #: :func:`select_positions`), those ranks and the one position it reads along each; members
-    #: that would not are absent (read-only)
-    selects: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: :func:`select_positions`), those ranks and where it reads the one position along each (an
+    #: input access and a dimension of it: the position is the cascade's own,
+    #: :meth:`select_positions_at`, so layers at other lengths share the analysis); members that
+    #: would not are absent (read-only)
+    selects: dict[str, dict[str, tuple[int, int]]] = field(default_factory=dict)
     #: per recurrence member that stays on chip and that the group's other members read only at
     #: constant positions of its recurrence rank (the online softmax's running output ``OR``,
-    #: read at the last key by ``AO``): that rank and those positions. Its carried value lives
-    #: in the lanes that run the recurrence; the buffer receives those positions only
-    #: (:func:`kept_positions`; at a cascade's sizes, :meth:`kept_at`)
-    kept: dict[str, tuple[str, frozenset[int]]] = field(default_factory=dict)
+    #: read at the last key by ``AO``): that rank and where those reads are (reader, input
+    #: access, dimension: the positions are the cascade's own, :meth:`kept_at`). Its carried
+    #: value lives in the lanes that run the recurrence; the buffer receives those positions
+    #: only (:func:`kept_positions`)
+    kept: dict[str, tuple[str, frozenset[tuple[str, int, int]]]] = field(default_factory=dict)
+
+    def select_positions_at(self, cascade: Cascade, name: str) -> dict[str, int]:
+        """Per select rank of member ``name`` (:attr:`selects`), the one position of
+        ``cascade`` it reads along it."""
+        inputs = cascade.einsum(name).inputs
+        return {r: inputs[i].indices[d].const for r, (i, d) in self.selects.get(name, {}).items()}
 
     def kept_at(self, cascade: Cascade, name: str) -> tuple[str, frozenset[int]] | None:
-        """:attr:`kept` of member ``name`` at ``cascade``'s sizes: its rank and the positions
-        inside that rank, or None if there are none or they are all of its positions (then the
-        buffer receives the whole output, as for any member). The analysis itself is size-free
-        (it is shared by a layer's other lengths and batches)."""
+        """:attr:`kept` of member ``name`` on ``cascade``: its rank and the positions inside
+        that rank its readers read, or None if there are none or they are all of its positions
+        (then the buffer receives the whole output, as for any member). The analysis itself
+        holds no position and no size (it is shared by a layer's other lengths and batches)."""
         found = self.kept.get(name)
         if found is None:
             return None
-        rank, positions = found
+        rank, where = found
         size = cascade.size(rank)
-        inside = frozenset(p for p in positions if p < size)
+        inside = frozenset(p for n, i, d in where if (p := cascade.einsum(n).inputs[i].indices[d].const) < size)
         return (rank, inside) if inside and len(inside) < size else None
 
 
 def analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
     """The group of ``einsums`` analysed, memoised per cascade structure (sizes do not change it)."""
-    memo = cascade.group_memo("group_analysis", einsums)
+    memo = cascade.structure_memo.setdefault("group_analysis", {})
     hit = memo.get(einsums)
     if hit is None:
         hit = memo[einsums] = _analyse(cascade, einsums)
@@ -86,7 +95,8 @@ def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
     inter = tuple(e.name for e in members
                   if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name)))
     lanes = frozenset(e.name for e in members if _carried_in_lanes(cascade, e, inside, set(writes)))
-    selects = {e.name: found for e in members if (found := select_positions(cascade, e, inside))}
+    selects = {e.name: {r: _where_read(cascade, e, r) for r in found}
+               for e in members if (found := select_positions(cascade, e, inside))}
     common: set[str] | None = None
     written: set[str] = set()
     reduced: set[str] = set()
@@ -103,28 +113,39 @@ def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
                          _generational_last(cascade, written - reduced), selects, kept)
 
 
-def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, frozenset[int]] | None:
+def _where_read(cascade: Cascade, e: Einsum, rank: str) -> tuple[int, int]:
+    """The first input access of ``e`` and dimension of it that index ``rank`` with a constant
+    alone (a select-runner reads its one position along a select rank there, and at every
+    other such place alike)."""
+    for i, a in enumerate(e.inputs):
+        for d, (idx, r) in enumerate(zip(a.indices, cascade.tensors[a.tensor].ranks)):
+            if r == rank and not idx.terms:
+                return i, d
+    raise AssertionError(f"{e.name} reads no constant position of {rank}")  # pragma: no cover
+
+
+def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, frozenset[tuple[str, int, int]]] | None:
     """For a recurrence ``e`` in a group of the Einsums ``inside``: its recurrence rank and the
     positions along it that the group's other members read, if every one of their reads indexes
     that rank with a constant (none reads a position per step); None otherwise, or if no other
     member reads it. ``AO[b,i,g,r,e] = OR[b,i,TB-1,g,r,e] / LR[b,i,TB-1,g,r]`` reads the running
-    output and sum at the last key block only. The positions are those at or above 0, whatever
-    the rank's size (:meth:`GroupAnalysis.kept_at` applies it)."""
+    output and sum at the last key block only. Where those reads are is returned (reader, input
+    access, dimension), of the positions at or above 0: :meth:`GroupAnalysis.kept_at` reads the
+    positions and applies the rank's size."""
     along = cascade.recurrence(e)
     if along is None:
         return None
     dims = [d for d, rank in enumerate(cascade.tensors[e.name].ranks) if rank == along[0]]
-    positions: set[int] = set()
+    where: set[tuple[str, int, int]] = set()
     readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
     for c in readers:
-        for a in c.inputs:
+        for i, a in enumerate(c.inputs):
             if a.tensor != e.name:
                 continue
             if any(a.indices[d].terms for d in dims):
                 return None
-            positions.update(a.indices[d].const for d in dims)
-    kept = frozenset(p for p in positions if p >= 0)
-    return (along[0], kept) if readers and kept else None
+            where.update((c.name, i, d) for d in dims if a.indices[d].const >= 0)
+    return (along[0], frozenset(where)) if readers and where else None
 
 
 def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str, int]:

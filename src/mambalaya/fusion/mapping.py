@@ -191,7 +191,9 @@ def group_select_ranks(cascade: Cascade, group: FusionGroup) -> dict[str, frozen
     if hit is None:
         fused = key[1]
         found = {}
-        for name, positions in analyse(cascade, group.einsums).selects.items():
+        facts = analyse(cascade, group.einsums)
+        for name in facts.selects:
+            positions = facts.select_positions_at(cascade, name)
             ranks = {r for r in fused.intersection(positions) if positions[r] < cascade.size(r)}  # a position it holds
             if ranks:
                 found[name] = frozenset(ranks)
@@ -202,7 +204,7 @@ def group_select_ranks(cascade: Cascade, group: FusionGroup) -> dict[str, frozen
 def select_positions(cascade: Cascade, group: FusionGroup, einsum: str) -> dict[str, int]:
     """Per select rank of ``einsum`` in the group, the one position it reads along it: it runs
     in the tile of that rank holding the position."""
-    positions = analyse(cascade, group.einsums).selects.get(einsum, {})
+    positions = analyse(cascade, group.einsums).select_positions_at(cascade, einsum)
     return {r: positions[r] for r in select_ranks(cascade, group, einsum)}
 
 

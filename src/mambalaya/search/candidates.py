@@ -25,7 +25,7 @@ from mambalaya.einsum.stats import einsum_ops
 from mambalaya.cost.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.fusion.group_analysis import analyse
-from mambalaya.fusion.mapping import (FusionGroup, Loop, register_resident, window_halos)
+from mambalaya.fusion.mapping import (FusionGroup, Loop, window_halos)
 from mambalaya.search.group_shape import shape_of_group, held_layout, held_bytes, keepable_under
 from mambalaya.cost.buffer import buffer_read_bytes_over_tilings, buffer_written_bytes
 from mambalaya.search.irregular_reads import irregular_read_bytes, times_trips
@@ -191,6 +191,9 @@ class GroupCostModel:
         everything streamed, is the same for every order). Returned with the grid's tiles and
         trips."""
         tiles, trips = self.grid()
+        prepared = self.__dict__.pop("_prepared_full_table", None)  # (prepare_full_tables): used once
+        if prepared is not None:
+            return tiles, trips, self.options(), *prepared
         traffic, fp = _tables([self], tiles, trips)
         return tiles, trips, self.options(), traffic[0], fp[0]
 
@@ -294,15 +297,35 @@ class GroupCostModel:
         selection), kept per group (one float per tiling: every compute section's pick table
         reads it)."""
         if self._tiling_buffer is None:
-            lanes = register_resident(self.cascade, self.probe)
+            facts = analyse(self.cascade, self.probe.einsums)
             total = np.zeros(self.n_tilings)
             for name in self.probe.einsums:
-                reads, repeat, written = self._einsum_buffer_bytes(name, self.select_ranks(name))
-                part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
-                total += part + buffer_written_bytes(self.cascade, self.probe.einsums, name, repeat, written)
+                total += self._einsum_buffer_term(name, facts)
             total.flags.writeable = False
             self._tiling_buffer = total
         return self._tiling_buffer if tilings is None else self._tiling_buffer[tilings]
+
+    def _einsum_buffer_term(self, name: str, facts: Any) -> np.ndarray:
+        """One Einsum's term of :meth:`tiling_buffer_bytes` in a group of the analysis ``facts``:
+        its reads of what the lanes do not carry, plus what it writes into the buffer
+        (:func:`~mambalaya.cost.buffer.buffer_written_bytes`). Memoised on the cascade per Einsum,
+        ranks, select ranks, the reads left out and how it writes: the groups of a search that
+        tile the same ranks share it (the same operations in the same order, so the same floats
+        in every group; read-only)."""
+        select = self.select_ranks(name)
+        reads, repeat, written = self._einsum_buffer_bytes(name, select)
+        lanes = facts.in_registers
+        skipped = tuple(t for t, _ in reads if t in lanes)
+        writes = "registers" if name in lanes else facts.kept_at(self.cascade, name)
+        memo = self.cascade.__dict__.setdefault("_einsum_buffer_term_memo", {})
+        key = (name, tuple(self.ranks), select, skipped, writes)
+        hit = memo.get(key)
+        if hit is None:
+            part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
+            hit = part + buffer_written_bytes(self.cascade, self.probe.einsums, name, repeat, written)
+            hit.flags.writeable = False
+            memo[key] = hit
+        return hit
 
     def select_ranks(self, name: str) -> tuple[str, ...]:
         """The ranks of this model that Einsum ``name`` runs once along when the group tiles
@@ -435,6 +458,28 @@ def build_candidates(models: list[GroupCostModel]) -> None:
                 widest = width
             part.append(m)
         _build_together(part)
+
+
+def prepare_full_tables(models: list[GroupCostModel]) -> None:
+    """Make the full tables (:meth:`GroupCostModel.full_table`) of ``models`` together, each kept
+    on its model for its next :meth:`~GroupCostModel.full_table` call only (memory: a full table
+    is not kept): a search whose batch picks broke a rule for many groups searches each of them
+    over its whole table next (:func:`~mambalaya.search.group_choice.best_group`). The groups
+    tiling the same ranks share the passes of :func:`_tables`, as :func:`build_candidates`'
+    do, so each table is the same, to the bit, as made alone."""
+    for same in _sharing_tilings(m for m in models if "_prepared_full_table" not in m.__dict__):
+        n = same[0].n_tilings
+        part: list[GroupCostModel] = []
+        for m in same + [None]:  # type: ignore[list-item]
+            if part and (m is None or (len(part) + 1) * max(len(x.options()) for x in part + [m]) * n > BUILD_BATCH_CELLS):
+                tiles, trips = part[0].grid()
+                traffic, fp = _tables(part, tiles, trips)
+                for k, x in enumerate(part):
+                    width = len(x.options())
+                    x.__dict__["_prepared_full_table"] = (traffic[k, :width], fp[k, :width])
+                part = []
+            if m is not None:
+                part.append(m)
 
 
 def _sharing_tilings(models: Iterable[GroupCostModel]) -> list[list[GroupCostModel]]:
@@ -823,5 +868,5 @@ def _grid_step_shapes(cascade: Cascade, ranks: list[str], tiles: list[np.ndarray
 KEPT_SHAPES_TILINGS = 1 << 16
 
 
-__all__ = ["add_residency", "sum_of_products", "Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints", "least_traffic_fitting",
+__all__ = ["add_residency", "sum_of_products", "Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints", "least_traffic_fitting", "prepare_full_tables",
            "tile_options", "tileable_ranks", "widened_ranks"]

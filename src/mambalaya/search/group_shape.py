@@ -33,7 +33,7 @@ def shape_of_group(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str,
     """The :class:`_GroupShape` of a group of ``einsums`` tiling ``ranks``, memoised per cascade
     structure (:attr:`~mambalaya.einsum.cascade.Cascade.structure_memo`): a sweep's layers at
     other lengths, batches or widths share it."""
-    memo = cascade.group_memo("group_shape", einsums)
+    memo = cascade.structure_memo.setdefault("group_shape", {})
     key = (einsums, ranks)
     hit = memo.get(key)
     if hit is None:

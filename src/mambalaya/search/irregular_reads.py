@@ -83,10 +83,11 @@ def irregular_read_bytes(cascade: Cascade, einsums: tuple[str, ...], ranks: tupl
 def _steps_to(cascade: Cascade, einsums: tuple[str, ...], key: str) -> list[Any]:
     """The read steps of a group of ``einsums`` that count to ``key``, memoised per cascade
     structure."""
-    memo = cascade.group_memo("irregular_steps", einsums, offsets=True)
-    if (einsums, key) not in memo:
-        memo[(einsums, key)] = [s for s in read_steps(cascade, FusionGroup("probe", einsums, ())) if key in (s[4], s[5])]
-    return memo[(einsums, key)]
+    memo = cascade.structure_memo.setdefault("irregular_steps", {})
+    full = (einsums, key, cascade.index_constants_of(einsums))  # the accesses, exactly
+    if full not in memo:
+        memo[full] = [s for s in read_steps(cascade, FusionGroup("probe", einsums, ())) if key in (s[4], s[5])]
+    return memo[full]
 
 
 def _chosen_ranks(cascade: Cascade, steps: list[Any], ranks: tuple[str, ...]) -> tuple[str, ...]:

@@ -35,6 +35,7 @@ from mambalaya.outputs import write_text_output
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import unroll_recurrences
 from mambalaya.einsum.stats import cascade_stats
+from mambalaya.experiments.sweep_workers import tune_collector
 from mambalaya.report.tables import cascade_json, cascade_rows
 from mambalaya.workloads import PRESETS, SCANS, ModelConfig, build_layer, resolve_model
 from mambalaya.workloads.families.base import is_hybrid
@@ -87,6 +88,7 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        tune_collector()  # a command's process is the tool's own (speed only: see tune_collector)
         try:
             empty = empty_text_problem(fn, kwargs)
             if empty is not None:

@@ -86,6 +86,7 @@ class GroupCostModel:
     def __init__(self, cascade: Cascade, einsums: list[str], ranks: list[str]):
         self.cascade = cascade
         self.ranks = ranks
+        self._ranks_key = tuple(ranks)
         self._tile_options = [rank_tile_options(cascade, r) for r in ranks]
         full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
         self.probe = full
@@ -313,14 +314,14 @@ class GroupCostModel:
         tile the same ranks share it (the same operations in the same order, so the same floats
         in every group; read-only)."""
         select = self.select_ranks(name)
-        reads, repeat, written = self._einsum_buffer_bytes(name, select)
         lanes = facts.in_registers
-        skipped = tuple(t for t, _ in reads if t in lanes)
+        skipped = tuple(t for t in self.cascade.einsum(name).input_tensors if t in lanes) if lanes else ()
         writes = "registers" if name in lanes else facts.kept_at(self.cascade, name)
         memo = self.cascade.__dict__.setdefault("_einsum_buffer_term_memo", {})
-        key = (name, tuple(self.ranks), select, skipped, writes)
+        key = (name, self._ranks_key, select, skipped, writes)
         hit = memo.get(key)
         if hit is None:
+            reads, repeat, written = self._einsum_buffer_bytes(name, select)
             part = sum((r for t, r in reads if t not in lanes), np.zeros(1))
             hit = part + buffer_written_bytes(self.cascade, self.probe.einsums, name, repeat, written)
             hit.flags.writeable = False

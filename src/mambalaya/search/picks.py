@@ -242,7 +242,12 @@ PICK_PASS_ROWS = 1 << 18
 #: served 8 picks (until issue 29's last stop) cost more than it saved once a pick reads only
 #: contenders: on the *any* sweep grid, 2 workers, the whole command took 8.0-8.3 s with it and
 #: 7.6-7.8 s without (with :data:`FITTED_BUFFERS` at 1, 661 MB a worker against 676-692 MB).
-UNFILTERED_ROWS = 1 << 20
+#: An unfiltered table's parts are its cost models' own arrays (no copy), so what the bound
+#: limits is the transient arrays a round of picks concatenates. At 2^20 rows a hybrid layer's
+#: tables were filtered at every length: zamba2-2.7b's prefill (mambalaya, batch 64, at L 2048,
+#: 4096, 131072 and 2^20 in one process) took 5.4, 3.7, 5.5 and 4.0 s at 381-592 MB peak; at
+#: 2^23, 4.8, 3.3, 5.0 and 4.0 s at 407-637 MB.
+UNFILTERED_ROWS = 1 << 23
 
 #: Buffers whose contenders a pick table keeps (:meth:`_Table.contenders`), the most recently
 #: used: a sweep's points are ordered by buffer within a layer, so one suffices (speed and

@@ -651,7 +651,9 @@ def sum_of_products(terms: list[list[tuple[float, list[int]]]], factors: list[np
     coefficient times those per-tiling factors: each product taken in the order of its
     indices, a factor the term does not use multiplying by one, the terms summed in the
     model's order, a missing term adding zero. So a model's values are the same floats
-    whichever models share the pass (``tests/test_candidates.py``)."""
+    whichever models share the pass (``tests/test_candidates.py``). The products of a block of
+    terms are taken together, one pass per factor (at most :data:`PRODUCT_BLOCK_CELLS` cells at
+    once), then added term by term."""
     n = len(factors[0]) if factors else 1
     width = max((len(ts) for ts in terms), default=0)
     coef = np.zeros((len(terms), width))
@@ -660,18 +662,26 @@ def sum_of_products(terms: list[list[tuple[float, list[int]]]], factors: list[np
         for t, (c, idxs) in enumerate(ts):
             coef[k, t] = c
             uses[k, t, idxs] = True
-    some, every = uses.any(axis=0).tolist(), uses.all(axis=0).tolist()
     total = np.zeros((len(terms), n))
-    f = np.empty((len(terms), n))
-    for t in range(width):
-        f[:] = coef[:, t:t + 1]
-        for i, factor in enumerate(factors):  # in place; where a row does not use it, as if times one
-            if every[t][i]:
-                np.multiply(f, factor, out=f)
-            elif some[t][i]:
-                np.multiply(f, factor, out=f, where=uses[:, t, i:i + 1])
-        total += f
+    block = max(1, PRODUCT_BLOCK_CELLS // max(1, len(terms) * n))
+    for start in range(0, width, block):
+        stop = min(width, start + block)
+        products = np.empty((len(terms), stop - start, n))
+        products[:] = coef[:, start:stop, None]
+        for i, factor in enumerate(factors):  # in place; where a term does not use it, as if times one
+            used = uses[:, start:stop, i]
+            if used.all():
+                np.multiply(products, factor, out=products)
+            elif used.any():
+                np.multiply(products, factor, out=products, where=used[:, :, None])
+        for t in range(stop - start):
+            total += products[:, t]
     return total
+
+
+#: The most cells (models x terms x tilings) :func:`sum_of_products` multiplies in one pass
+#: (memory: 8 bytes each).
+PRODUCT_BLOCK_CELLS = 1 << 21
 
 
 def add_residency(models: list[GroupCostModel], tiles: list[np.ndarray], trips: list[np.ndarray], n: int,

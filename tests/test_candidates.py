@@ -267,3 +267,29 @@ def test_candidates_of_one_rule_key_share_their_verdict(layer: str) -> None:
             facts = (frozenset(group.fused_ranks), group.resident, [lp.rank for lp in group.loops])
             key = m.rule_key(flat)
             assert verdicts.setdefault(key, (legal, facts)) == (legal, facts), (m.probe.einsums, flat)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_sums_of_products_are_the_term_by_term_floats(seed: int, monkeypatch) -> None:
+    """:func:`sum_of_products` takes a block of terms' products together: each model's row is
+    still, bit for bit, its terms' products (coefficient times its factors in index order) added
+    in its order, whatever the block size and whichever models share the pass."""
+    rng = np.random.default_rng(seed)
+    n, n_factors = int(rng.integers(1, 60)), int(rng.integers(0, 5))
+    kinds = [lambda: rng.random(n) * 10.0 ** rng.integers(-4, 12), lambda: rng.integers(1, 99, n),
+             lambda: rng.random(n) < 0.5]
+    factors = [kinds[int(rng.integers(0, 3))]() for _ in range(n_factors)]
+    n = n if factors else 1  # no factor: one value per model
+    terms = [[(float(rng.random() * 10.0 ** rng.integers(-3, 15)),
+               sorted(rng.choice(n_factors, int(rng.integers(0, n_factors + 1)), replace=False).tolist()))
+              for _ in range(int(rng.integers(0, 25)))] for _ in range(int(rng.integers(1, 12)))]
+    monkeypatch.setattr(candidates, "PRODUCT_BLOCK_CELLS", int(rng.integers(1, 4 * n * len(terms) * 25 + 2)))
+    got = candidates.sum_of_products(terms, factors)
+    for row, model_terms in zip(got, terms):
+        want = np.zeros(n)
+        for coefficient, idxs in model_terms:
+            product = np.full(n, coefficient)
+            for i in idxs:
+                product = product * factors[i]
+            want = want + product
+        assert np.array_equal(row.view(np.int64), want.view(np.int64))

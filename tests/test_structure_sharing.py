@@ -118,3 +118,35 @@ def test_a_kept_recurrence_is_decided_at_the_layers_own_sizes() -> None:
         facts = analyse(c, group)
         assert facts.kept_at(c, "OR") == (("T", frozenset({L - 1})) if L > 1 else None)
     assert analyse(layers[SHORT], group) is analyse(layers[LONG], group)  # one analysis for every length
+
+
+FORWARD_SUBSTITUTION = """
+name: forward-substitution
+ranks: {{C: 3, Q: {q}, T: {q}, S: {q}}}
+tensors:
+  EYE: {{ranks: [Q, S], role: input, mask: {{row: Q, col: S, lower: 0, upper: 0, dead: 0}}}}
+  A:   {{ranks: [C, Q, T], role: input}}
+  X:   {{ranks: [C, Q, S], role: input}}
+  TI:  {{ranks: [C, Q, S], role: intermediate}}
+  Y:   {{ranks: [C, Q, S], role: output}}
+einsums:
+  - TI[c,q,s] = EYE[q,s] - A[c,q,t]*TI[c,t,s]
+  - Y[c,q,s] = TI[c,q,s]*X[c,q,s]
+"""
+
+
+def test_a_history_recurrence_holds_its_rows_at_the_layers_own_size(monkeypatch) -> None:
+    """A forward substitution carries every earlier row of its rank (its distance is the rank's
+    size): two cascades that differ in that size alone share their structure, and each group's
+    footprint counts its own size's rows."""
+    from mambalaya.einsum.cascade_file import loads_cascade
+    from mambalaya.search.candidates import GroupCostModel
+
+    monkeypatch.setattr(cascade_module, "_STRUCTURE_MEMOS", {})
+    small, large = (loads_cascade(FORWARD_SUBSTITUTION.format(q=q)) for q in (4, 8))
+    assert small.structure_memo is large.structure_memo
+    group = ["TI", "Y"]
+    warm = [GroupCostModel(c, group, tileable_ranks(c, group)).fp_terms for c in (small, large)]
+    monkeypatch.setattr(cascade_module, "_STRUCTURE_MEMOS", {})
+    alone = GroupCostModel(build_layer_again(large), group, tileable_ranks(large, group)).fp_terms
+    assert warm[1] == alone and warm[0] != warm[1]

@@ -60,8 +60,12 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
     lanes = register_resident(cascade, probe)  # no buffer space (fusion.mapping.footprint_bytes)
     held = [held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe) if t not in lanes]
     for name in einsums:
-        rec = cascade.recurrence(cascade.einsum(name))
-        if rec:
+        e = cascade.einsum(name)
+        rec = cascade.recurrence(e)
+        if rec and cascade.is_history_recurrence(e):  # every earlier row: its rank whole, by size at use
+            base, whole, tiled = held_layout(cascade, name, rec[0], 1, ranks)
+            held.append((base, (rec[0], *whole), tiled))
+        elif rec:
             held.append(held_layout(cascade, name, rec[0], rec[1], ranks))
     return _GroupShape(
         unmentioned={t: [i for i in range(len(ranks)) if i not in m] for t, m in mentioned.items()},

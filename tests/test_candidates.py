@@ -293,3 +293,19 @@ def test_sums_of_products_are_the_term_by_term_floats(seed: int, monkeypatch) ->
                 product = product * factors[i]
             want = want + product
         assert np.array_equal(row.view(np.int64), want.view(np.int64))
+
+
+@pytest.mark.parametrize("layer", ["mamba2-chunked", "hybrid-attention"])
+def test_full_tables_made_together_equal_each_made_alone(layer: str, monkeypatch) -> None:
+    """:func:`prepare_full_tables` makes many groups' full tables in shared passes (here in
+    passes of a few hundred cells, so that they split); each group's next full table is that
+    one, to the bit, and the one after is made alone again."""
+    monkeypatch.setattr(candidates, "BUILD_BATCH_CELLS", 600)
+    models = _segment_models(LAYERS[layer]())[::3]
+    candidates.prepare_full_tables(models)
+    for m in models:
+        *_, options, traffic, fp = m.full_table()
+        *_, options_alone, traffic_alone, fp_alone = m.full_table()  # not prepared: made alone
+        assert options == options_alone and traffic.shape == traffic_alone.shape == (len(options), m.n_tilings)
+        assert np.array_equal(traffic.view(np.int64), traffic_alone.view(np.int64))
+        assert np.array_equal(fp.view(np.int64), fp_alone.view(np.int64))

@@ -60,8 +60,8 @@ class GroupAnalysis:
 
     def kept_at(self, cascade: Cascade, name: str) -> tuple[str, frozenset[int]] | None:
         """:attr:`kept` of member ``name`` on ``cascade``: its rank and the positions inside
-        that rank its readers read, or None if there are none or they are all of its positions
-        (then the buffer receives the whole output, as for any member). The analysis itself
+        that rank its readers read (none, if they read only its initial value), or None if they
+        are all of its positions (then the buffer receives the whole output, as for any member). The analysis itself
         holds no position and no size (it is shared by a layer's other lengths and batches)."""
         found = self.kept.get(name)
         if found is None:
@@ -69,7 +69,7 @@ class GroupAnalysis:
         rank, where = found
         size = cascade.size(rank)
         inside = frozenset(p for n, i, d in where if (p := cascade.einsum(n).inputs[i].indices[d].const) < size)
-        return (rank, inside) if inside and len(inside) < size else None
+        return (rank, inside) if len(inside) < size else None
 
 
 def analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
@@ -145,7 +145,7 @@ def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, 
             if any(a.indices[d].terms for d in dims):
                 return None
             where.update((c.name, i, d) for d in dims if a.indices[d].const >= 0)
-    return (along[0], frozenset(where)) if readers and where else None
+    return (along[0], frozenset(where)) if readers else None
 
 
 def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str, int]:

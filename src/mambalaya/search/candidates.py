@@ -469,18 +469,18 @@ def prepare_full_tables(models: list[GroupCostModel]) -> None:
     tiling the same ranks share the passes of :func:`_tables`, as :func:`build_candidates`'
     do, so each table is the same, to the bit, as made alone."""
     for same in _sharing_tilings(m for m in models if "_prepared_full_table" not in m.__dict__):
-        n = same[0].n_tilings
-        part: list[GroupCostModel] = []
-        for m in same + [None]:  # type: ignore[list-item]
-            if part and (m is None or (len(part) + 1) * max(len(x.options()) for x in part + [m]) * n > BUILD_BATCH_CELLS):
-                tiles, trips = part[0].grid()
-                traffic, fp = _tables(part, tiles, trips)
-                for k, x in enumerate(part):
-                    width = len(x.options())
-                    x.__dict__["_prepared_full_table"] = (traffic[k, :width], fp[k, :width])
-                part = []
-            if m is not None:
-                part.append(m)
+        n, start = same[0].n_tilings, 0
+        while start < len(same):  # passes of at most BUILD_BATCH_CELLS cells (one group at least)
+            stop, widest = start + 1, len(same[start].options())
+            while stop < len(same) and (stop - start + 1) * max(widest, len(same[stop].options())) * n <= BUILD_BATCH_CELLS:
+                widest = max(widest, len(same[stop].options()))
+                stop += 1
+            part = same[start:stop]
+            traffic, fp = _tables(part, *part[0].grid())
+            for k, m in enumerate(part):
+                width = len(m.options())
+                m.__dict__["_prepared_full_table"] = (traffic[k, :width], fp[k, :width])
+            start = stop
 
 
 def _sharing_tilings(models: Iterable[GroupCostModel]) -> list[list[GroupCostModel]]:

@@ -277,13 +277,13 @@ def test_a_worker_chunk_freezes_what_it_leaves_only_when_asked(monkeypatch) -> N
     moving what it leaves (its layers' memos) out of the cyclic collector's reach
     (gc.freeze); the results are the same either way, and neither happens unless asked (a
     caller's own client, a thread worker)."""
-    from mambalaya.experiments import sweep
+    from mambalaya.experiments import sweep, sweep_workers
 
     points = [{"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
                "mapping": "default", "memory.onchip_buffer_bytes": b} for b in ("4MiB", "8MiB")]
     tuned: list[str] = []
-    monkeypatch.setattr(sweep, "tune_allocator", lambda: tuned.append("allocator"))
-    monkeypatch.setattr(sweep, "tune_collector", lambda: tuned.append("collector"))
+    monkeypatch.setattr(sweep_workers, "tune_allocator", lambda: tuned.append("allocator"))  # (run_tuned's)
+    monkeypatch.setattr(sweep_workers, "tune_collector", lambda: tuned.append("collector"))
     assert gc.get_freeze_count() == 0
     plain = sweep._chunk_task(points)
     assert gc.get_freeze_count() == 0 and not tuned
@@ -303,10 +303,10 @@ def test_a_worker_frees_the_memos_of_the_cascades_it_drops(monkeypatch) -> None:
     dropped, not left frozen for the worker's life."""
     import weakref
 
-    from mambalaya.experiments import sweep
+    from mambalaya.experiments import sweep, sweep_workers
 
-    monkeypatch.setattr(sweep, "tune_allocator", lambda: None)
-    monkeypatch.setattr(sweep, "tune_collector", lambda: None)
+    monkeypatch.setattr(sweep_workers, "tune_allocator", lambda: None)
+    monkeypatch.setattr(sweep_workers, "tune_collector", lambda: None)
     monkeypatch.setattr(sweep, "KEPT_CASCADES", 0)
     monkeypatch.setattr(sweep, "_CASCADES", {})
     point = {"arch": "mambalaya", "model": "mamba-130m", "phase": "prefill", "seq_len": 256, "batch": 2,
@@ -346,8 +346,8 @@ libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = Info
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 if sys.argv[1] == "tuned":
-    from mambalaya.experiments import sweep
-    print(sweep.tune_allocator())
+    from mambalaya.experiments import sweep_workers
+    print(sweep_workers.tune_allocator())
 else:  # glibc's default, set: what a process freed before may have raised the dynamic threshold
     print(libc.mallopt(-3, 128 << 10) == 1)
 before = libc.mallinfo2().hblkhd

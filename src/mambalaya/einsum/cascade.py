@@ -246,24 +246,24 @@ class Cascade:
         return (self.einsums, tuple(self.tensors.items()), tuple(self.ranks), tuple(self.regions.items()))
 
     @cached_property
-    def index_constants(self) -> Mapping[str, tuple[tuple[bool, int], ...]]:
+    def index_constants(self) -> Mapping[str, tuple[int, ...]]:
         """Per Einsum whose output or reads of other tensors index at a constant (a fixed
         position, the constant alone: the final state ``HN = H[b,2047,e,n]``) or with an offset
         (a constant beside variables: the conv state ``XI[b,j+2045,e]``, a decode step's cached
-        keys ``K[b,t-2048,g,e]``): each such constant in the order its accesses are written,
-        with whether it is a fixed position; the others are absent (a recurrence's reads of
+        keys ``K[b,t-2048,g,e]``): each such constant in the order its accesses are written
+        (which of them are fixed positions, :attr:`position_free_key` keeps); the others are absent (a recurrence's reads of
         itself are its distance, not looked at here). A layer at another length has other
         constants there and nowhere else: :attr:`position_free_key` leaves them out."""
         out = {}
         for e in self.einsums:
-            found = tuple((not idx.terms, idx.const) for a in (e.output, *e.inputs)
+            found = tuple(idx.const for a in (e.output, *e.inputs)
                           if a is e.output or a.tensor != e.name for idx in a.indices
                           if idx.const or not idx.terms)
             if found:
                 out[e.name] = found
         return out
 
-    def index_constants_of(self, einsums: Iterable[str]) -> tuple[tuple[str, tuple[tuple[bool, int], ...]], ...]:
+    def index_constants_of(self, einsums: Iterable[str]) -> tuple[tuple[str, tuple[int, ...]], ...]:
         """:attr:`index_constants` of the Einsums ``einsums`` that have any: with
         :attr:`position_free_key`, their accesses exactly (the key part of a per-group entry of
         :attr:`structure_memo` that holds accesses)."""
@@ -297,8 +297,7 @@ class Cascade:
                 if a.tensor == e.name and a is not e.output:
                     return a
                 return Access(a.tensor, tuple(index(i) for i in a.indices))
-            output = one(e.output)
-            return Einsum(output, map_accesses(e.expr, one), e.reduce_op)
+            return Einsum(one(e.output), map_accesses(e.expr, one), e.reduce_op)
 
         einsums = tuple(masked(e) if e.name in self.index_constants else e for e in self.einsums)
         return (einsums, tuple(self.tensors.items()), tuple(self.ranks), tuple(self.regions.items()))

@@ -19,7 +19,6 @@ on Mambalaya) and writes, under ``results/hybrid/``:
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -34,7 +33,7 @@ from mambalaya.arch import load_arch
 from mambalaya.errors import MambalayaError
 from mambalaya.experiments.evaluate import CostedLayers, forget_cached_layers
 from mambalaya.experiments.hybrid import HybridEvaluation, evaluate_hybrid
-from mambalaya.experiments.sweep_workers import tune_allocator, tune_collector, usable_cores
+from mambalaya.experiments.sweep_workers import run_tuned, usable_cores
 from mambalaya.workloads import resolve_model
 from mambalaya.workloads.families.base import is_hybrid
 
@@ -132,22 +131,6 @@ def model_phase_rows(config: HybridSuiteConfig, model: str, phase: str,
 SuiteTask = tuple[str, str, tuple[int, ...]]
 
 
-def worker_task_rows(config: HybridSuiteConfig, model: str, phase: str, lengths: tuple[int, ...]) -> list[dict[str, Any]]:
-    """:func:`model_phase_rows` as a task of a worker process the suite starts, tuned as a
-    sweep's workers are (:func:`~mambalaya.experiments.sweep_workers.tune_allocator`,
-    :func:`~mambalaya.experiments.sweep_workers.tune_collector`): the search allocates many
-    short-lived objects, which reference counting frees, and the young collections the
-    default threshold runs would traverse them; what the task leaves (the structure memos its
-    layers share with the next lengths) is moved out of the collector's reach afterwards
-    (:func:`gc.freeze`, after a young collection). Speed only: the rows are the same."""
-    tune_allocator()
-    tune_collector()
-    rows = model_phase_rows(config, model, phase, None, lengths)
-    gc.collect(1)
-    gc.freeze()
-    return rows
-
-
 def suite_tasks(config: HybridSuiteConfig) -> list[SuiteTask]:
     """The suite's tasks, in the order worker processes take them: each model's decode phase as
     one task (its lengths share the decode layers that do not change with L,
@@ -178,9 +161,10 @@ def _suite_rows(config: HybridSuiteConfig, tick: Callable[[str, int], None]) -> 
         return [row for model in config.models for phase in config.phases
                 for row in model_phase_rows(config, model, phase, tick)]
     done: dict[tuple[str, str, int], list[dict[str, Any]]] = {}
-    # spawned, not forked: the caller may run threads (a progress bar's)
+    # spawned, not forked: the caller may run threads (a progress bar's); each task runs tuned as
+    # a sweep's (run_tuned: allocator and collector tuned, what it leaves frozen; speed only)
     with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(worker_task_rows, config, model, phase, lengths): (model, phase, lengths)
+        futures = {pool.submit(run_tuned, model_phase_rows, config, model, phase, None, lengths): (model, phase, lengths)
                    for model, phase, lengths in suite_tasks(config)}
         for future in as_completed(futures):
             model, phase, lengths = futures[future]

@@ -55,7 +55,7 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import CostedLayers
 from mambalaya.experiments.sweep_spec import NON_ARCH_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
-from mambalaya.experiments.sweep_workers import Costliest, tune_allocator, tune_collector, usable_cores
+from mambalaya.experiments.sweep_workers import Costliest, run_tuned, usable_cores
 from mambalaya.workloads.families.base import is_hybrid
 
 # ----------------------------------------------------------------------------------------------
@@ -226,23 +226,15 @@ def evaluate_chunk(points: list[dict[str, Any]]) -> list[PointResult]:
 
 def _chunk_task(points: list[dict[str, Any]], *, own_worker: bool = False) -> list[PointResult]:
     """A cluster task: :func:`evaluate_chunk`. With ``own_worker`` (set for the worker
-    processes a sweep starts itself, which live only as long as it), the worker's allocator is
-    tuned first (:func:`~mambalaya.experiments.sweep_workers.tune_allocator`), and what the chunk leaves behind is moved out of
-    the cyclic garbage collector's reach afterwards (:func:`gc.freeze`, after a young
-    collection). What it leaves is the memos of its layers (cascades, cost models, candidate
+    processes a sweep starts itself, which live only as long as it), it runs tuned
+    (:func:`~mambalaya.experiments.sweep_workers.run_tuned`: the allocator and collector tuned
+    first, what the chunk leaves behind frozen afterwards). What it leaves is the memos of its layers (cascades, cost models, candidate
     tables: some 25,000 objects a layer) and they live as long as the worker; every full
     collection would traverse them all again, about 0.6 s of a 6.8 s realistic sweep
     (docs/sweeps.md). A cascade and its memos refer to each other, so a cascade the worker
     drops (past :data:`KEPT_CASCADES`) has its memos dropped first, and reference counting frees
     them (frozen, a cycle would stay for the worker's life)."""
-    if own_worker:
-        tune_allocator()
-        tune_collector()
-    results = evaluate_chunk(points)
-    if own_worker:
-        gc.collect(1)
-        gc.freeze()
-    return results
+    return run_tuned(evaluate_chunk, points) if own_worker else evaluate_chunk(points)
 
 
 # ----------------------------------------------------------------------------------------------

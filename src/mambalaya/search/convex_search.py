@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.search.candidates import build_candidates, cost_model, cycles_together, prepare_full_tables, tileable_ranks
+from mambalaya.search.candidates import build_candidates, cost_model, cycles_together, tileable_ranks
 from mambalaya.errors import SpecError
 from mambalaya.search.convex import ConvexSpace, contiguous_space
 from mambalaya.search.convex_bounds import (cycles_lower_bounds, energy_lower_bounds, latency_lower_bounds,
@@ -98,8 +98,6 @@ class _Costed:
             exact = [(i, model) for i, model in fitting if model.exact_traffic]
             together = picked_together(self.cascade, [i for i, _ in exact], [model for _, model in exact],
                                        self.buffer_bytes, self.arch)
-            # a group whose first pick broke a rule is searched over its whole table next: made together
-            prepare_full_tables([model for i, model in exact if i not in together])
         for i, model in fitting:
             hit = together.get(i)
             if self.stats is not None:

@@ -22,7 +22,7 @@ from mambalaya.cost.energy import einsum_energy
 from mambalaya.cost.latency import group_latency, group_seconds
 from mambalaya.cost.traffic import group_traffic
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.search.candidates import GroupCostModel, cost_model, tileable_ranks
+from mambalaya.search.candidates import GroupCostModel, cost_model, prepare_full_tables, tileable_ranks
 from mambalaya.search.picking import FELL_THROUGH, LATENCY_TIE_TOLERANCE, GroupChoice, Pick, legal_pick, pick_least
 from mambalaya.search.picks import MAX_BATCH_CANDIDATES, batch_size, segment_picks
 
@@ -158,15 +158,21 @@ def picked_together(cascade: Cascade, keys: list[Any], models: list[GroupCostMod
     """Each model's pick (by its key), picked together
     (:func:`~mambalaya.search.picks.segment_picks`), or ``"buffer"`` if none of its candidates
     fits. Left out, for :func:`best_group` to search alone: a model whose first pick breaks a
-    rule, and every model when they hold too many candidates."""
+    rule (:func:`best_group` then searches its whole table, made here for all of them together,
+    :func:`~mambalaya.search.candidates.prepare_full_tables`), and every model when they hold
+    too many candidates."""
     out: dict[Any, Pick | str] = {}
     if not models or batch_size(models) > MAX_BATCH_CANDIDATES:
         return out
+    broke: list[GroupCostModel] = []
     for key, model, pick in zip(keys, models, segment_picks(models, buffer_bytes, arch, LATENCY_TIE_TOLERANCE)):
         if pick is None:
             out[key] = "buffer"
         elif legal_pick(cascade, model, pick.flat):
             out[key] = Pick(model, pick.flat, pick.traffic_bytes, pick.footprint_bound_bytes, pick.latency_s)
+        else:
+            broke.append(model)
+    prepare_full_tables(broke)
     return out
 
 

@@ -83,6 +83,18 @@ def test_rank_used_with_two_sizes() -> None:
     assert err.line == locate(text, "Y[b,i,e] =")[0]
 
 
+def test_a_fixed_position_past_the_end_is_refused() -> None:
+    """A position past its rank's end reads no element: the Einsum would run on zeros without a
+    word (a final state read at the length instead of the last position). Below 0 is a
+    recurrence's starting state or padding, and an offset beside a variable reads part of the
+    rank at some size: both stay."""
+    text = cascade_text("Y[b,i,e] = X[b,4,e]")
+    err = load_error(text)
+    assert err.einsum == "Y" and "position 4 of X[b,4,e] is past the end of rank I (0..3)" in err.message
+    assert err.line == locate(text, "Y[b,i,e] =")[0]
+    loads_cascade(cascade_text("Y[b,i,e] = X[b,3,e] + X[b,-1,e] + X[b,i+4,e]"))
+
+
 def test_access_with_wrong_number_of_indices() -> None:
     text = cascade_text("Y[b,i,e] = X[b,i]")
     err = load_error(text)

@@ -507,6 +507,9 @@ def _check_access(acc: Access, e: Einsum, ranks, tensors, fail) -> None:
         for v in idx.variables:
             if rank_of_variable(v) not in ranks:
                 raise fail(f"rank variable {v!r} in {acc} has no rank {rank_of_variable(v)} declared", e.name)
+        if not idx.terms and idx.const >= ranks[rank].size:  # below 0 is a starting state or padding
+            raise fail(f"position {idx.const} of {acc} is past the end of rank {rank} (0..{ranks[rank].size - 1}): "
+                       "the access reads nothing, and the Einsum would run on zeros", e.name)
         plain = idx.plain_variable
         if plain is not None:
             own = ranks[rank_of_variable(plain)]

@@ -603,3 +603,22 @@ def test_arch_show_lists_every_field_of_every_section_a_spec_has() -> None:
                 continue  # a section or a table: its fields or entries are the rows
 
             assert path in listed, (name, path)
+
+
+def test_a_policy_file_a_spec_names_is_read_beside_the_spec(tmp_path: Path, monkeypatch):
+    """A spec's relative ``precision`` path is relative to the spec file, whatever folder the
+    command runs in: run from two folders, each holding a different ``pol.yaml``, one spec read
+    the policy of the folder it was run in (a different number without a word)."""
+    from mambalaya.arch import arch_to_yaml, load_arch
+
+    folder = tmp_path / "design"
+    folder.mkdir()
+    text = arch_to_yaml(load_arch("mambalaya")).replace("precision: reference-kernels", "precision: pol.yaml")
+    assert "precision: pol.yaml" in text
+    (folder / "arch.yaml").write_text(text, encoding="utf-8")
+    (folder / "pol.yaml").write_text("name: beside\ndefault: design\n", encoding="utf-8")
+    (tmp_path / "pol.yaml").write_text("name: elsewhere\ndefault: design\n", encoding="utf-8")
+    for cwd in (tmp_path, folder):
+        monkeypatch.chdir(cwd)
+        assert load_arch(folder / "arch.yaml").precision == str((folder / "pol.yaml").resolve())
+    assert load_arch("mambalaya").precision == "reference-kernels"  # a shipped name stays a name

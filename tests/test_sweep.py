@@ -601,3 +601,32 @@ def test_devices_and_the_parallel_strategy_are_sweep_axes(tmp_path) -> None:
     one_device = DEVICES_SWEEP.replace("devices: [1, 2, 4]\n  parallel: [pipeline, tensor, sequence]\n", "")
     with pytest.raises(SpecError, match="system section joins several devices"):
         load_sweep_spec(write_spec(tmp_path, one_device, "one.yaml"))
+
+
+def test_a_file_edited_since_its_points_were_stored_makes_new_points(tmp_path, monkeypatch) -> None:
+    """A design or model file named by a sweep is read beside the spec, and its bytes are part of
+    each point's id: edited, its points run again (the stored result of the old file was reused
+    under the same name before), and the files' digest is stored with the inputs."""
+    from mambalaya.arch import arch_to_yaml, load_arch
+    from mambalaya.experiments.sweep_spec import FILES_KEY
+
+    folder = tmp_path / "study"
+    folder.mkdir()
+    design = folder / "mine.yaml"
+    design.write_text(arch_to_yaml(load_arch("mambalaya")), encoding="utf-8")
+    (folder / "tiny.yaml").write_text("family: mamba1\nd_model: 128\nn_layers: 2\n", encoding="utf-8")
+    spec_path = write_spec(folder, "grid: {arch: [mine.yaml, mambalaya], model: [tiny.yaml, mamba-130m]}\n"
+                                   "fixed: {seq_len: 64, batch: 1}\n")
+    monkeypatch.chdir(tmp_path)  # not the spec's folder: its files are still found beside it
+    spec = load_sweep_spec(spec_path)
+    assert run_sweep(spec, workers=1).computed == 4
+    assert {FILES_KEY in p for p in spec.points()} == {True, False}  # the shipped pair names no file
+    design.write_text(arch_to_yaml(load_arch("mambalaya")).replace("clock_hz: 1750000000.0", "clock_hz: 500000000.0"),
+                      encoding="utf-8")
+    again = run_sweep(load_sweep_spec(spec_path), workers=1)
+    assert again.computed == 2 and again.already_done == 2  # the edited design's two points
+    df = stored(spec.store)
+    mine = df[(df["arch"] == str(design.resolve())) & (df["model"] == "mamba-130m")].sort_values("latency_s")
+    assert len(mine) == 2 and mine["latency_s"].iloc[1] > 2 * mine["latency_s"].iloc[0]  # the slower clock's
+    with pytest.raises(SpecError, match=FILES_KEY):
+        load_sweep_spec(write_spec(folder, f"grid: {{model: [mamba-130m]}}\nfixed: {{{FILES_KEY}: x}}\n", "bad.yaml"))

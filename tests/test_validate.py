@@ -386,3 +386,20 @@ def test_every_flashattention_case_runs_on_its_kernels_tiles(shipped) -> None:
     fa2_128 = next(r for r in fa if r.case.id == "fa2-fwd-causal-d128-L2k").case.mask_tiles
     fa3_128 = next(r for r in fa if r.case.id == "fa3-fwd-causal-d128-L2k").case.mask_tiles
     assert (fa2_128.rows, fa2_128.keys, fa3_128.rows, fa3_128.keys) == (128, 64, 128, 128)
+
+
+def test_two_cases_with_one_id_are_refused_naming_it(tmp_path) -> None:
+    """Cases are keyed by id: a copied row whose id was not changed was predicted from the other
+    row's cascade (an L 512 case at L 2048's time, and the model blamed for a bound it broke)."""
+    path = case_file(tmp_path)
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data["cases"].append(dict(data["cases"][0], seq_len=2048, measured_ms=0.11))
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError, match=f"case id '{data['cases'][0]['id']}' is given twice"):
+        validate(path)
+    copied = collective_file(tmp_path)
+    data = yaml.safe_load(copied.read_text(encoding="utf-8"))
+    data["cases"].append(dict(data["cases"][0], bytes=2 * data["cases"][0]["bytes"]))
+    copied.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(SpecError, match="is given twice"):
+        validate_collectives(copied)

@@ -42,6 +42,7 @@ __all__ = [
     "FUSION_CLASSES",
     "load_arch",
     "loads_arch",
+    "names_a_file",
     "arch_from_dict",
     "arch_to_dict",
     "arch_to_yaml",
@@ -87,7 +88,21 @@ def load_arch(name_or_path: str | os.PathLike[str]) -> ArchSpec:
     if not path_is(path):
         raise SpecError(f"cannot read architecture file: No such file or directory (shipped specs, loaded by name: "
                         f"{', '.join(shipped_archs())})", source=str(path))
-    return loads_arch(read_spec_file(path, "architecture file"), source=str(path))
+    return _files_beside(loads_arch(read_spec_file(path, "architecture file"), source=str(path)), path)
+
+
+def names_a_file(value: str) -> bool:
+    """Whether a spec's value names a file rather than a shipped entry: a YAML file name or a path."""
+    return value.endswith((".yaml", ".yml")) or os.sep in value or "/" in value
+
+
+def _files_beside(spec: ArchSpec, path: Path) -> ArchSpec:
+    """``spec`` with the policy file it names read beside it: a relative ``precision`` path is
+    relative to the spec file's folder, as a sweep spec's paths are to its own, never to the
+    folder a command happens to run in."""
+    if not names_a_file(spec.precision) or Path(spec.precision).is_absolute():
+        return spec
+    return spec.model_copy(update={"precision": str((path.parent / spec.precision).resolve())})
 
 
 def loads_arch(text: str, *, source: str = "<string>") -> ArchSpec:

@@ -53,7 +53,7 @@ from typing import Any, Callable
 
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import CostedLayers
-from mambalaya.experiments.sweep_spec import NON_ARCH_KEYS, SweepSpec, load_sweep_spec, point_value_problem
+from mambalaya.experiments.sweep_spec import FILES_KEY, NON_ARCH_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
 from mambalaya.experiments.sweep_workers import Costliest, run_tuned, usable_cores
 from mambalaya.workloads.families.base import is_hybrid
@@ -69,7 +69,7 @@ KEPT_CASCADES = 64
 #: a decode point's Mamba, MLP or MoE layer at another context length, on the same design, is
 #: not searched again. Speed only: the same inputs give the same numbers. The most kept, for memory.
 HYBRID_LAYERS = CostedLayers(limit=4096)
-_ARCHS: dict[str, Any] = {}
+_ARCHS: dict[tuple, Any] = {}
 
 
 _POINT_ARCHS: dict[tuple, Any] = {}
@@ -79,7 +79,8 @@ def _arch_for(point: dict[str, Any]):
     """The point's architecture: its design with the point's architecture fields set. Memoised
     per design and field values (types included: strict validation tells 1 from 1.0), since
     the points of other layers repeat them; the spec is frozen, so sharing it is safe."""
-    key = (point["arch"], tuple(sorted((k, type(v).__name__, v) for k, v in point.items() if k not in NON_ARCH_KEYS)))
+    key = (point["arch"], point.get(FILES_KEY),
+           tuple(sorted((k, type(v).__name__, v) for k, v in point.items() if k not in NON_ARCH_KEYS)))
     try:
         hash(key)
     except TypeError:  # a value that is not a scalar: left to the spec's own error
@@ -95,9 +96,10 @@ def _build_arch(point: dict[str, Any]):
     from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, set_fields
 
     base = point["arch"]
-    if base not in _ARCHS:
-        _ARCHS[base] = arch_to_dict(load_arch(base))
-    data = set_fields(json.loads(json.dumps(_ARCHS[base])), {k: v for k, v in point.items() if k not in NON_ARCH_KEYS})
+    read = (base, point.get(FILES_KEY))  # a design file is read again once its bytes change
+    if read not in _ARCHS:
+        _ARCHS[read] = arch_to_dict(load_arch(base))
+    data = set_fields(json.loads(json.dumps(_ARCHS[read])), {k: v for k, v in point.items() if k not in NON_ARCH_KEYS})
     return arch_from_dict(data, source=f"point {point_id(point)}")
 
 
@@ -135,7 +137,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     if devices > 1 or parallel is not None or arch.cores is not None:  # (a multi-core chip: its cores)
         return _devices_outputs(arch, point, config, seq_len=seq_len, batch=batch, devices=devices, parallel=parallel)
     require_fits(arch, str(point["model"]), config, batch=batch, seq_len=seq_len)  # over the DRAM: a failed point
-    key = (point["model"], point["phase"], seq_len, batch, arch.bits_per_element,
+    key = (point["model"], point.get(FILES_KEY), point["phase"], seq_len, batch, arch.bits_per_element,
            arch.precision)
     if key not in _CASCADES:
         if len(_CASCADES) > KEPT_CASCADES:

@@ -32,8 +32,15 @@ DEFAULTS = {"arch": "mambalaya", "phase": "prefill", "seq_len": 2048, "batch": 6
 #: (default 1) joined by the design's system section, split as ``parallel`` says (default
 #: pipeline; :mod:`mambalaya.experiments.devices`).
 RUN_KEYS = ("devices", "parallel")
+#: The digest of the files a point names (a design, model or policy file, and the policy file a
+#: design names), made by :meth:`SweepSpec.points`, never given: it is stored with the point's
+#: inputs and is part of its id, so a file edited since a point was stored makes a new point,
+#: never the stored result of the old file (:func:`files_digest`).
+FILES_KEY = "files_sha256"
 #: Every point field that is not an architecture field.
-NON_ARCH_KEYS = POINT_KEYS + RUN_KEYS
+NON_ARCH_KEYS = POINT_KEYS + RUN_KEYS + (FILES_KEY,)
+#: The point fields that may name a file: a design, a model config, a precision policy.
+FILE_FIELDS = ("arch", "model", "precision")
 
 
 @dataclass(frozen=True)
@@ -58,15 +65,70 @@ class SweepSpec:
         axes = list(self.grid)
         points = []
         memo: dict[str, bool] = {}
+        digests: dict[str, str] = {}
         for combo in itertools.product(*(self.grid[a] for a in axes)):
             p = dict(DEFAULTS)
             p.update(self.fixed)
             p.update(zip(axes, combo))
             if p.get("phase") == "decode" and not _decode_reads_context(str(p.get("model")), memo):
                 p["seq_len"] = 1
+            digest = files_digest(p, digests)
+            if digest is not None:
+                p[FILES_KEY] = digest
             points.append(p)
         unique = {point_id(p): p for p in points}  # a Mamba model's decode points at several L collapse
         return list(unique.values())
+
+
+def _named_file(key: str, value: Any) -> Path | None:
+    """The file a point's ``key`` names, or None where it names a shipped design, preset or policy."""
+    from mambalaya.arch import names_a_file, shipped_archs
+    from mambalaya.workloads import PRESETS
+
+    if not isinstance(value, str) or key not in FILE_FIELDS:
+        return None
+    shipped = {"arch": shipped_archs, "model": lambda: PRESETS}.get(key)
+    if shipped is not None and value in shipped():
+        return None
+    return Path(value) if names_a_file(value) or value.endswith(".json") or Path(value).is_file() else None
+
+
+def files_digest(point: dict[str, Any], memo: dict[str, str] | None = None) -> str | None:
+    """A SHA-256 over the files ``point`` names (:data:`FILE_FIELDS`, and the policy file its
+    design file names), their paths and bytes; None if it names none (shipped designs, presets
+    and policies are covered by the store's model fingerprint). ``memo``: digests per file."""
+    import hashlib
+
+    from mambalaya.arch import load_arch, names_a_file
+
+    memo = {} if memo is None else memo
+    files = [f for f in (_named_file(k, point.get(k)) for k in FILE_FIELDS) if f is not None]
+    design = _named_file("arch", point.get("arch"))
+    if design is not None and design.is_file():
+        try:
+            named = load_arch(design).precision
+        except MambalayaError:
+            named = ""  # a design that does not load is that point's stored failure
+        if names_a_file(named):
+            files.append(Path(named))
+    if not files:
+        return None
+    h = hashlib.sha256()
+    for f in files:
+        key = str(f.resolve())
+        if key not in memo:
+            memo[key] = hashlib.sha256(f.read_bytes()).hexdigest() if f.is_file() else "missing"
+        h.update(f"{key}\0{memo[key]}\0".encode())
+    return h.hexdigest()[:24]
+
+
+def _beside(value: Any, key: str, folder: Path) -> Any:
+    """A spec's value of ``key`` with a relative file path read beside the spec file (as its
+    ``store`` is): a sweep runs the files next to it whatever folder it is run from."""
+    named = _named_file(key, value)
+    if named is None or named.is_absolute():
+        return value
+    return str((folder / named).resolve())
 
 
 def _decode_reads_context(model: str, memo: dict[str, bool]) -> bool:
@@ -104,7 +166,8 @@ def load_sweep_spec(path: str | Path, *, store: str | Path | None = None) -> Swe
     fixed = {} if fixed is None else fixed
     if not isinstance(fixed, dict):
         raise SpecError(f"'fixed' must map fields to single values, not {kind_of(fixed)}", source=source)
-    fixed = {k: exponent_number(v) for k, v in fixed.items()}
+    fixed = {k: _beside(exponent_number(v), k, path.parent) for k, v in fixed.items()}
+    grid = {k: [_beside(v, k, path.parent) for v in values] for k, values in grid.items()}
     chunk = data.get("chunk_size", 32)
     if isinstance(chunk, bool) or not isinstance(chunk, int) or not 1 <= chunk <= MAX_SWEEP_POINTS:
         raise SpecError(f"chunk_size must be an integer from 1 to {MAX_SWEEP_POINTS:,}, not {show(chunk)}",
@@ -180,6 +243,8 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
       before the point runs, and is that point's stored failure.
     """
     for where, key in [*(("grid", k) for k in grid), *(("fixed", k) for k in fixed)]:
+        if key == FILES_KEY:
+            raise SpecError(f"{where}: {FILES_KEY} is made from the files a point names, not given", source=source)
         if not isinstance(key, str) or key not in NON_ARCH_KEYS and "." not in key and key not in _TOP_ARCH_FIELDS:
             raise SpecError(
                 f"{where}: {show(key)} is neither a point field ({', '.join(NON_ARCH_KEYS)}) nor an architecture field "

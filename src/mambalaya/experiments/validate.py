@@ -368,7 +368,12 @@ def read_case_file(path: str | Path | None, shipped: str, model: type, what: str
         cases = model.model_validate(parse_yaml_text(text, source=name))
     except ValidationError as err:
         raise SpecError(describe_validation_error(err, f"invalid {what}"), source=name) from None
+    seen: set[str] = set()
     for c in cases.cases:
+        if c.id in seen:  # results, parts and reports are keyed by id: a repeated one would take another's
+            raise SpecError(f"invalid {what}: case id {c.id!r} is given twice; each case needs its own id",
+                            source=name)
+        seen.add(c.id)
         if c.source not in cases.sources:
             raise SpecError(f"invalid {what}: case {c.id}: source {c.source!r} is not one of sources "
                             f"({', '.join(cases.sources)})", source=name)

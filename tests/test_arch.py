@@ -37,7 +37,7 @@ def valid() -> dict:
         "clock_hz": 1e9,
         "compute": {"array_rows": 4, "array_cols": 8, "mfu_units": 2},
         "memory": {"onchip_buffer_bytes": 1024, "offchip_bandwidth_bytes_per_s": 1e9},
-        "mappings": {"default": "stitched", "fusion_classes": ["RI", "RSb"]},
+        "mappings": {"default": "stitched", "fusion_classes": ["RI", "RSb", "RSp", "RD"]},
     }
 
 
@@ -302,7 +302,10 @@ def test_unknown_extra_field():
 def test_inconsistent_mapping_policy():
     rejects(with_("mappings", {"default": "unfused", "fusion_classes": ["RI"]}), "mappings.fusion_classes", "unfused")
     rejects(with_("mappings", {"default": "ssm-ri", "fusion_classes": ["RI", "RD"]}), "mappings.fusion_classes", "[RI]")
-    rejects(with_("mappings", {"default": "stitched", "fusion_classes": ["RSb"]}), "mappings.fusion_classes", "must include RI")
+    rejects(with_("mappings", {"default": "stitched", "fusion_classes": ["RSb"]}), "mappings.fusion_classes", "every class")
+    # a search limited to some classes is not modelled: refused, where it was searched past without a word
+    rejects(with_("mappings", {"default": "optimal", "fusion_classes": ["RI"]}), "mappings.fusion_classes",
+            "every class", "not modelled")
     rejects(with_("mappings", {"default": "ideal", "fusion_classes": ["RI"]}), "mappings.fusion_classes", "every class")
     rejects(with_("mappings", {"default": "fastest", "fusion_classes": []}), "mappings.default", "must be one of", "'stitched'")
     rejects(with_("mappings", {"default": "stitched", "fusion_classes": ["RI", "XX"]}), "mappings.fusion_classes[1]")

@@ -412,9 +412,11 @@ class MappingPolicy(BaseModel):
     )
     fusion_classes: list[FusionClass] = Field(
         description=(
-            "Edge classes the design can fuse (RI, RSb, RSp, RD). Checked against default: unfused "
-            "fuses none ([]), ssm-ri exactly [RI], stitched and optimal must include RI, ideal fuses "
-            "every class."
+            "Edge classes the design can fuse (RI, RSb, RSp, RD), as the paper labels each design. Checked "
+            "against default, which decides what is fused: unfused fuses none ([]), ssm-ri is [RI] (Geens et "
+            "al.'s fine-grained fusion of the SSM region), and stitched, optimal and ideal list every class "
+            "(their searches fuse any edge the fusion rules allow; a search limited to some classes is not "
+            "modelled, and such a list is refused)."
         )
     )
 
@@ -429,11 +431,12 @@ class MappingPolicy(BaseModel):
             raise FieldProblem("fusion_classes", f"must be [] for the unfused mapping, which fuses nothing (got {shown})")
         if self.default == "ssm-ri" and classes != ["RI"]:
             raise FieldProblem("fusion_classes", f"must be [RI] for the ssm-ri mapping (got {shown})")
-        if self.default in ("stitched", "optimal") and "RI" not in classes:
-            raise FieldProblem("fusion_classes", f"must include RI for the {self.default} mapping (got {shown})")
-        if self.default == "ideal" and set(classes) != set(FUSION_CLASSES):
+        if self.default in ("stitched", "optimal", "optimal-convex", "ideal") and set(classes) != set(FUSION_CLASSES):
+            # the searches fuse every edge their rules allow, whatever its class: a design limited to
+            # some classes is not modelled, so such a list is refused rather than silently searched past
             raise FieldProblem(
-                "fusion_classes", f"must list every class ({', '.join(FUSION_CLASSES)}) for the ideal mapping (got {shown})"
+                "fusion_classes", f"must list every class ({', '.join(FUSION_CLASSES)}) for the {self.default} mapping, "
+                f"which fuses any edge its rules allow; a search limited to some classes is not modelled (got {shown})"
             )
         return self
 

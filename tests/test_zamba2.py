@@ -44,7 +44,11 @@ def _hf_config(**fields):
 VARIANTS = {"rope-attn-lora": dict(use_mem_rope=True, use_shared_attention_adapter=True,
                                    rope_parameters={"rope_type": "default", "rope_theta": 1000.0}),
             "plain-gqa": dict(use_mem_rope=False, use_shared_attention_adapter=False, num_key_value_heads=2,
-                              num_mem_blocks=1)}
+                              num_mem_blocks=1),
+            # heads of 6, not 2*16/4 = 8: transformers 5.25 sets the file's attention_head_dim over its own
+            # (once ignored here: the attention was built at 8 without a word)
+            "head-dim-6": dict(use_mem_rope=True, use_shared_attention_adapter=False, attention_head_dim=6,
+                               rope_parameters={"rope_type": "default", "rope_theta": 1000.0})}
 
 
 @pytest.fixture(scope="module", params=list(VARIANTS), ids=list(VARIANTS))
@@ -182,6 +186,17 @@ def test_zamba2_config_json_dispatch_and_refusals(tmp_path) -> None:
             zamba2_config_from_hf({**base, **change})
     with pytest.raises(SpecError, match="n_kv_heads"):
         zamba2_config_from_hf({**base, "num_key_value_heads": 2, "use_shared_attention_adapter": True})
+    assert zamba2_config_from_hf({**base, "attention_head_dim": 6}).head_dim == 6
+    assert zamba2_config_from_hf({**base, "head_dim": 6}).head_dim == 6  # the alias
+    assert zamba2_config_from_hf({**base, "attention_head_dim": 8, "kv_channels": 99}).head_dim == 8  # read nowhere
+    for field, change in {"attention_head_dim": {"attention_head_dim": 6, "head_dim": 4},
+                          "attention_hidden_size": {"attention_hidden_size": 24},
+                          "mamba_headdim": {"mamba_headdim": 4},
+                          "hybrid_layer_ids": {"hybrid_layer_ids": [2]}}.items():
+        with pytest.raises(SpecError, match=f"field(s)? {field}"):  # transformers runs another model, or fails
+            zamba2_config_from_hf({**base, **change})
+    assert zamba2_config_from_hf({**base, "attention_hidden_size": 32, "mamba_headdim": 8,
+                                  "hybrid_layer_ids": [1]}) == zamba2_config_from_hf(base)  # the values it computes
 
 
 def test_zamba2_preset_builds_every_layer_type() -> None:

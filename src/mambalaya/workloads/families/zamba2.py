@@ -106,6 +106,10 @@ class Zamba2Model(FamilyModel):
     d_ff: PositiveInt
     n_heads: PositiveInt
     n_kv_heads: PositiveInt
+    #: The attention's head width when config.json gives it (``attention_head_dim``, alias
+    #: ``head_dim``: transformers 5.25 sets the file's value after computing its own, and the
+    #: attention reads it); None: ``2*d_model/n_heads``, as Zamba2Config computes it.
+    attention_head_dim: PositiveInt | None = None
     num_mem_blocks: PositiveInt = 1
     attention_adapter: bool = False
     adapter_rank: PositiveInt = 128
@@ -122,7 +126,7 @@ class Zamba2Model(FamilyModel):
 
     @model_validator(mode="after")
     def _blocks_fit(self) -> "Zamba2Model":
-        if (2 * self.d_model) % self.n_heads:
+        if self.attention_head_dim is None and (2 * self.d_model) % self.n_heads:
             raise ValueError(f"n_heads = {self.n_heads} does not divide 2*d_model = {2 * self.d_model} (the shared "
                              "attention reads the concatenation of the hidden state and the embeddings)")
         if self.n_heads % self.n_kv_heads:
@@ -130,9 +134,10 @@ class Zamba2Model(FamilyModel):
         if self.head_dim % 2:
             raise ValueError(f"head_dim = 2*d_model/n_heads = {self.head_dim} is odd; the cascade splits a head into "
                              "two halves (the rotary embedding's)")
-        if self.attention_adapter and self.n_kv_heads != self.n_heads:
-            raise ValueError("with the attention adapters, n_kv_heads must equal n_heads: transformers' k and v "
-                             "adapters write 2*d_model channels, the width of n_heads heads")
+        if self.attention_adapter and (self.n_kv_heads != self.n_heads or self.n_heads * self.head_dim != 2 * self.d_model):
+            raise ValueError("with the attention adapters, n_kv_heads must equal n_heads and n_heads*head_dim "
+                             f"2*d_model ({self.n_kv_heads}, {self.n_heads} and {self.n_heads}*{self.head_dim} vs "
+                             f"{2 * self.d_model}): transformers' q, k and v adapters write 2*d_model channels")
         if (self.mamba_expand * self.d_model) % self.mamba_heads:
             raise ValueError(f"mamba_heads = {self.mamba_heads} does not divide mamba_expand*d_model = "
                              f"{self.mamba_expand * self.d_model}")
@@ -141,7 +146,7 @@ class Zamba2Model(FamilyModel):
 
     @property
     def head_dim(self) -> int:
-        return 2 * self.d_model // self.n_heads
+        return self.attention_head_dim if self.attention_head_dim is not None else 2 * self.d_model // self.n_heads
 
     @property
     def d_state(self) -> int:
@@ -336,10 +341,10 @@ INERT = {"model_type", "architectures", "transformers_version", "torch_dtype", "
          "use_mem_eff_path", "use_long_context", "_name_or_path", "id2label", "label2id", "return_dict",
          "output_hidden_states", "output_attentions", "chunk_size_feed_forward", "is_encoder_decoder", "problem_type",
          "tokenizer_class",
-         # recomputed by Zamba2Config.__post_init__ from the fields read, whatever the file says
-         "attention_hidden_size", "attention_head_dim", "mamba_headdim", "kv_channels", "num_query_groups",
-         "hybrid_layer_ids"}
-READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "rope_parameters", "rope_theta"}
+         # set by Zamba2Config.__post_init__, and read nowhere by the model (a file's value changes nothing)
+         "kv_channels", "num_query_groups"}
+READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "rope_parameters", "rope_theta", "attention_head_dim",
+                        "head_dim", "attention_hidden_size", "mamba_headdim", "hybrid_layer_ids"}
 #: transformers' layer type names (and the legacy 'mamba') -> mambalaya's.
 HF_LAYER_TYPES = {"linear_attention": "mamba", "mamba": "mamba", "hybrid": "hybrid"}
 
@@ -375,6 +380,7 @@ def zamba2_config_from_hf(data: dict, *, source: str = "config.json") -> Zamba2M
     d_ff, kv = cfg.integer_or("intermediate_size", hidden * 4), cfg.integer_or("num_key_value_heads", heads)
     fields = {
         "d_model": hidden, "layer_types": types, "d_ff": d_ff, "n_heads": heads, "n_kv_heads": kv,
+        "attention_head_dim": _attention_head_dim(cfg),
         "num_mem_blocks": cfg.integer("num_mem_blocks"),
         "attention_adapter": cfg.boolean("use_shared_attention_adapter"),
         "adapter_rank": cfg.integer("adapter_rank"), "mem_rope": cfg.boolean("use_mem_rope"),
@@ -386,9 +392,45 @@ def zamba2_config_from_hf(data: dict, *, source: str = "config.json") -> Zamba2M
         "norm_eps": cfg.positive_number("rms_norm_eps"),
         "vocab_size": cfg.integer("vocab_size"), "tie_embeddings": cfg.boolean("tie_word_embeddings"),
     }
+    _check_derived(cfg, hidden, types)
     from mambalaya.workloads.checks import validated_config
 
     return validated_config(Zamba2Model, fields, what="Zamba2", source=source)
+
+
+def _attention_head_dim(cfg: ConfigFile) -> int | None:
+    """The head width a config.json gives (``attention_head_dim``, or its alias ``head_dim``;
+    both given must agree): transformers 5.25's ``Zamba2Config`` computes ``2*hidden/heads`` and
+    then sets the file's value over it, and ``Zamba2Attention`` reads it (projections of
+    ``heads*head_dim``, the ``(head_dim/2)^-1/2`` scale, the rotary width). Once ignored: the
+    attention was built at the computed width without a word."""
+    given = [k for k in ("attention_head_dim", "head_dim") if cfg.has(k)]
+    if len(given) == 2 and cfg.integer("attention_head_dim") != cfg.integer("head_dim"):
+        raise cfg.error(f"fields attention_head_dim ({cfg.integer('attention_head_dim')}) and head_dim "
+                        f"({cfg.integer('head_dim')}) name one value (head_dim is its alias) and differ")
+    if not given:
+        return None
+    value, hidden, heads = cfg.integer(given[0]), cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
+    return None if value * heads == 2 * hidden else value  # save_pretrained writes the computed width: the default
+
+
+def _check_derived(cfg: ConfigFile, hidden: int, types: tuple[str, ...]) -> None:
+    """Fields Zamba2Config computes and then sets from the file, which transformers' model cannot
+    run with another value (checked with transformers 5.25: a different ``attention_hidden_size``
+    or ``mamba_headdim`` fails its forward, a different ``hybrid_layer_ids`` its layer lookup):
+    each must equal what the fields read give."""
+    due = {"attention_hidden_size": 2 * hidden,
+           "mamba_headdim": int(cfg.integer("mamba_expand") * hidden) // cfg.integer("n_mamba_heads")}
+    for key, value in due.items():
+        if cfg.has(key) and cfg.integer(key) != value:
+            raise cfg.error(f"field {key} is {cfg.integer(key)}, but the fields it follows from give {value}; "
+                            "transformers' Zamba2 model fails with another value")
+    if cfg.has("hybrid_layer_ids"):
+        listed = cfg.value("hybrid_layer_ids")
+        due_ids = [k for k, t in enumerate(types) if t == "hybrid"]
+        if not isinstance(listed, list) or listed != due_ids:
+            raise cfg.error(f"field hybrid_layer_ids is {shown(listed)}, but the layer pattern's hybrid layers are "
+                            f"{due_ids}; transformers' Zamba2 model fails with another list")
 
 
 #: Zamba2-2.7B-class, from transformers' ``Zamba2Config()`` defaults (whose docstring calls them

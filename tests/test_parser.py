@@ -95,6 +95,47 @@ def test_a_fixed_position_past_the_end_is_refused() -> None:
     loads_cascade(cascade_text("Y[b,i,e] = X[b,3,e] + X[b,-1,e] + X[b,i+4,e]"))
 
 
+def test_a_recurrence_reads_within_its_initial_values_history() -> None:
+    """A recurrence with an initial value reads back at most the history that value holds: H[i-100]
+    with H0 (one step) never read H0 and ran on zeros without a word. Without an initial value,
+    reads before the start are the zero state (a recurrence over one position, a one-block softmax)."""
+    base = """ranks: {B: 1, I: 16, E: 8}
+tensors:
+  AD: {ranks: [B, I, E], role: input}
+  H0: {ranks: [B, E], role: state}
+  H: {ranks: [B, I, E], role: output, initial: H0}
+einsums:
+  - H[b,i,e] = AD[b,i,e]*H[b,i-D,e] + AD[b,i,e]
+"""
+    for distance in (2, 100):
+        err = load_error(base.replace("i-D", f"i-{distance}"))
+        assert err.einsum == "H" and f"reads itself {distance} steps back along I" in err.message
+        assert "H0 holds 1 step(s) of history" in err.message
+    loads_cascade(base.replace("i-D", "i-1"))
+    loads_cascade(base.replace("i-D", "i-100").replace(", initial: H0", "").replace("  H0: {ranks: [B, E], role: state}\n", ""))
+
+
+def test_a_softmax_mask_leaves_every_query_a_key() -> None:
+    """A mask of -inf (a softmax's) that hides every key of a query makes its softmax 0/0, which the
+    cost model counted as no work and no bytes, output included; a mask of 0s may hide a whole row."""
+    text = """ranks: {Q: 16, S: 16, D: 8}
+tensors:
+  QQ: {ranks: [Q, D], role: input}
+  K: {ranks: [S, D], role: input}
+  LM: {ranks: [Q, S], role: input, mask: {row: Q, col: S, lower: LO, upper: UP, dead: DEAD}}
+  SC: {ranks: [Q, S], role: intermediate}
+  P: {ranks: [Q, S], role: output}
+einsums:
+  - SC[q,s] = QQ[q,d]*K[s,d]
+  - P[q,s] = exp(SC[q,s] + LM[q,s])
+"""
+    for lo, up, query in ((100, 200, 15), (-200, -100, 0), (-3, -1, 0)):
+        err = load_error(text.replace("LO", str(lo)).replace("UP", str(up)).replace("DEAD", "-inf"))
+        assert f"leaves query {query} no key of the 16" in err.message and "LM" in err.message
+    loads_cascade(text.replace("LO", "-3").replace("UP", "0").replace("DEAD", "-inf"))  # a window of 4 keys
+    loads_cascade(text.replace("LO", "-3").replace("UP", "-1").replace("DEAD", "0"))  # strictly lower, of 0s
+
+
 def test_access_with_wrong_number_of_indices() -> None:
     text = cascade_text("Y[b,i,e] = X[b,i]")
     err = load_error(text)

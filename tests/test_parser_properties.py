@@ -156,9 +156,10 @@ def valid_cascades(draw) -> Cascade:
         if out_ranks and draw(st.integers(0, 3)) == 0:  # a recurrence over one rank
             p = draw(st.integers(0, len(out_ranks) - 1))
             idx = [AffineIndex.var(r.lower()) for r in out_ranks]
-            idx[p] = AffineIndex.var(out_ranks[p].lower(), -draw(st.integers(1, 2)))
+            distance = draw(st.integers(1, 2))
+            idx[p] = AffineIndex.var(out_ranks[p].lower(), -distance)
             expr = Binary(draw(st.sampled_from(BINARY_OPERATORS)), expr, Access(out, tuple(idx)))
-            if draw(st.booleans()):
+            if distance == 1 and draw(st.booleans()):  # an initial value dropping the rank holds one step
                 initial = out + "0"
                 tensors[initial] = TensorSpec(initial, out_ranks[:p] + out_ranks[p + 1 :], Role.STATE)
         output = Access(out, tuple(AffineIndex.var(r.lower()) for r in out_ranks))

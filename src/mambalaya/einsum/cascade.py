@@ -460,6 +460,28 @@ def _check_tensor(t: TensorSpec, ranks: dict[str, Rank], seen: dict[str, TensorS
         raise fail(f"tensor {t.name} has role {t.role!r}; roles: {', '.join(r.value for r in Role)}", tensor=t.name)
     if t.mask is not None:
         _check_mask(t, fail)
+        _check_rows_see_a_key(t, ranks, fail)
+
+
+def _check_rows_see_a_key(t: TensorSpec, ranks: dict[str, Rank], fail) -> None:
+    """A softmax's mask (``dead: -inf``) leaves every query at least one key: a row that sees
+    none has a softmax of 0/0, which the cost model would count as no work and no bytes. (A mask
+    of 0s may hide a whole row: its products are zeros, as a strictly-lower mask's at a chunk of 1.)"""
+    m = t.mask
+    if float(m.dead) != float("-inf"):
+        return
+    keys = ranks[m.col].size * (ranks[m.block].size if m.block is not None else 1)
+    first, last = (m.offset, m.offset + ranks[m.row].size - 1) if m.row is not None else (0, 0)
+    if m.row is None:  # the band lower <= k <= upper, the same for every query
+        blind = (m.upper is not None and m.upper < 0) or (m.lower is not None and m.lower > keys - 1)
+        where = "every query"
+    else:  # query q sees max(0, q+lower) .. min(keys-1, q+upper)
+        blind = (m.upper is not None and first + m.upper < 0) or (m.lower is not None and last + m.lower > keys - 1)
+        q = first if m.upper is not None and first + m.upper < 0 else last
+        where = f"query {q}"
+    if blind:
+        raise fail(f"tensor {t.name}'s mask ({m}) leaves {where} no key of the {keys:,} (dead -inf: its softmax would "
+                   "be 0/0); check the bounds and offset against the ranks' sizes", tensor=t.name)
 
 
 def _check_mask(t: TensorSpec, fail) -> None:
@@ -521,6 +543,19 @@ def _check_access(acc: Access, e: Einsum, ranks, tensors, fail) -> None:
                 )
 
 
+def _initial_depth(spec: TensorSpec, tensors, ranks) -> tuple[int, int] | None:
+    """``(dimension, depth)`` of the history ``spec``'s initial value holds below position 0 (see
+    :meth:`Cascade.initial_axis`), or None without one."""
+    init = tensors.get(spec.initial) if spec.initial is not None else None
+    if init is None:
+        return None
+    if len(init.ranks) == len(spec.ranks) - 1:
+        return next(((p, 1) for p in range(len(spec.ranks))
+                     if spec.ranks[:p] + spec.ranks[p + 1:] == init.ranks), None)
+    return next(((p, ranks[b].size) for p, (a, b) in enumerate(zip(spec.ranks, init.ranks)) if a != b and b in ranks),
+                None)
+
+
 def _check_einsum(e: Einsum, ranks, tensors, params, fail) -> None:
     if e.name not in tensors:
         raise fail(f"output tensor {e.name} is not declared", e.name)
@@ -542,7 +577,26 @@ def _check_einsum(e: Einsum, ranks, tensors, params, fail) -> None:
                 e.name,
             )
     if _has_self_access(e):
-        _recurrence_of(e, tensors[e.name], fail)
+        _check_reach(e, _recurrence_of(e, tensors[e.name], fail), ranks, tensors, fail)
+
+
+def _check_reach(e: Einsum, rec: tuple[str, int] | None, ranks, tensors, fail) -> None:
+    """A recurrence with an initial value reads ``distance`` steps back within the history that
+    value holds (one step when it drops the rank, a history rank's size when one replaces it).
+    Past it, its first steps read nothing and it ran on zeros without a word (``H[i-100]`` with
+    ``H0``: the initial value was never read). Without an initial value, reads before the start
+    are the zero state, as a recurrence over one position (a one-block softmax) reads it."""
+    if rec is None or rec[1] == 0:
+        return
+    rank, distance = rec
+    spec = tensors[e.name]
+    if spec.initial is None or spec.initial not in tensors:
+        return
+    depth = (_initial_depth(spec, tensors, ranks) or (0, 1))[1]
+    if distance > depth:
+        raise fail(f"{e.name} reads itself {distance} steps back along {rank}, but its initial value {spec.initial} "
+                   f"holds {depth} step(s) of history: its first {distance - depth} step(s) would read nothing; "
+                   f"give {spec.initial} a history rank of {distance}", e.name)
 
 
 def _has_self_access(e: Einsum) -> bool:

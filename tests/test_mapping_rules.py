@@ -98,6 +98,9 @@ def test_loops_rule() -> None:
     rejected(c, with_group(c, FusionGroup("F1", ("U",), (Loop("Q", 2),))), "loops", group="F1")
     rejected(c, with_group(c, FusionGroup("F1", ("U",), (Loop("I", 99),))), "loops", group="F1")
     rejected(c, with_group(c, FusionGroup("F1", ("U",), (Loop("I", 2), Loop("I", 4)))), "loops", group="F1")
+    # a rank none of the group's Einsums iterates: each would run again per tile of it (XO written 16
+    # times over N once, without a word)
+    rejected(c, with_group(c, FusionGroup("F1", ("RS",), (Loop("N", 1),))), "loops", group="F1")
 
 
 def test_buffer_rule_and_footprint_by_hand() -> None:

@@ -418,6 +418,12 @@ def _check_loops(cascade: Cascade, g: FusionGroup) -> None:
         seen.add(lp.rank)
         if isinstance(lp.tile, bool) or not isinstance(lp.tile, int) or not 1 <= lp.tile <= cascade.size(lp.rank):
             raise MappingError(f"tile {lp.tile!r} of rank {lp.rank} must be an integer in 1..{cascade.size(lp.rank)}", rule="loops", group=g.name)
+    iterated = {r for e in g.einsums for r in cascade.iteration_ranks(cascade.einsum(e))}
+    idle = [lp.rank for lp in g.loops if lp.rank not in iterated]
+    if idle:  # every member would run once per tile of a rank it does not have: work and bytes for nothing
+        raise MappingError(f"loop over rank {idle[0]}, which none of the group's Einsums ({', '.join(g.einsums)}) "
+                           f"iterates (theirs: {', '.join(sorted(iterated))}): each would run again per tile of it",
+                           rule="loops", group=g.name)
 
 
 def check_group(cascade: Cascade, g: FusionGroup, buffer_bytes: int | None = None) -> None:

@@ -130,6 +130,9 @@ def test_yaml_round_trip_and_errors(tmp_path) -> None:
         mapping_from_dict({"groups": [], "buffr": 3})
     with pytest.raises(SpecError, match="not a size"):
         parse_bytes("32 parsecs")
+    for megabit in ("1Mb", "1mb", "1mib"):  # read as an architecture spec reads a size: 1Mb was once 1 MB
+        with pytest.raises(SpecError, match="unknown unit"):
+            parse_bytes(megabit)
     assert parse_bytes("32MiB") == 32 * 2**20 and parse_bytes("24MB") == 24_000_000 and parse_bytes(4096) == 4096
 
 

@@ -4,36 +4,27 @@ read back with one-paragraph errors naming the field (:func:`mapping_from_dict`,
 
 from __future__ import annotations
 
-from fractions import Fraction
 from pathlib import Path
 
 
+from mambalaya.arch.quantities import parse_byte_count
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, check_mapping
 from mambalaya.specio import dump_yaml, parse_yaml_text, read_spec_file
 
 
-_BYTE_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "KIB": 2**10, "MIB": 2**20, "GIB": 2**30}
-
-
 def parse_bytes(text: str | int, *, what: str = "buffer") -> int:
-    """``32MiB`` -> 33554432; plain integers are bytes."""
+    """``32MiB`` -> 33554432; plain integers are bytes. Read as an architecture spec reads a byte
+    size (:func:`~mambalaya.arch.quantities.parse_byte_count`: its units, case included, exact):
+    ``1Mb``, a megabit, is refused, where it was once read as a megabyte."""
     if isinstance(text, int) and not isinstance(text, bool):
         value = text
     else:
-        s = str(text).strip().replace(" ", "")
-        num = s.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
-        unit = s[len(num):].upper()
-        if unit not in _BYTE_UNITS or not num:
-            raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576")
-        try:  # exact: a float would round sizes past 2^53 without a word
-            exact = Fraction(num) * _BYTE_UNITS[unit]
-        except (ValueError, ZeroDivisionError):
-            raise SpecError(f"{what} {text!r} is not a size: write e.g. 32MiB, 24MB, 1048576") from None
-        if exact.denominator != 1:
-            raise SpecError(f"{what} {text!r} is not a whole number of bytes")
-        value = int(exact)
+        try:
+            value = parse_byte_count(str(text))
+        except ValueError as err:
+            raise SpecError(f"{what} {text!r} is not a size ({err}): write e.g. 32MiB, 24MB, 1048576") from None
     if value < 1:
         raise SpecError(f"{what} must be positive, not {text!r}")
     return value

@@ -146,3 +146,53 @@ def test_a_smaller_batch_or_context_is_suggested_only_when_it_helps() -> None:
         require_fits(spec, "bamba-9b", PRESETS["bamba-9b"], batch=64, seq_len=16384)
     with pytest.raises(CapacityError, match="weights alone are over the capacity"):
         require_fits(spec, "jamba-v0.1", PRESETS["jamba-v0.1"], batch=1, seq_len=16)
+
+
+def test_the_activation_peak_is_what_is_live_at_once_under_the_mapping() -> None:
+    """By hand, three groups in order: g1 reads X and writes A, g2 reads A and X and writes B,
+    g3 reads B and W and writes the output Y. Live at g2: X, A, B (X from the start, A and B from
+    their writers to their last readers); at g3: B, and Y to the end. Weights are the model's need,
+    not an activation; a tensor its writer writes only part of holds that part."""
+    from types import SimpleNamespace
+
+    from mambalaya.cost.capacity import activation_peak
+    from mambalaya.einsum.cascade_file import loads_cascade
+
+    c = loads_cascade("""ranks: {I: 4, D: 8, E: 2}
+tensors:
+  X: {ranks: [I, D], role: input, bits: 16}
+  W: {ranks: [D, E], role: weight, bits: 16}
+  A: {ranks: [I, D], role: intermediate, bits: 32}
+  B: {ranks: [I, D], role: intermediate, bits: 16}
+  Y: {ranks: [I, E], role: output, bits: 16}
+einsums:
+  - A[i,d] = 2*X[i,d]
+  - B[i,d] = A[i,d] + X[i,d]
+  - Y[i,e] = B[i,d]*W[d,e]
+""")
+    def group(name, reads, writes):
+        return SimpleNamespace(group=name, traffic=SimpleNamespace(read_bytes=reads, write_bytes=writes))
+    x, a, b, y = 4 * 8 * 2, 4 * 8 * 4, 4 * 8 * 2, 4 * 2 * 2
+    peak = activation_peak(c, [group("g1", {"X": x}, {"A": a}), group("g2", {"A": a, "X": x}, {"B": b}),
+                               group("g3", {"B": b, "W": 32}, {"Y": y})])
+    assert (peak.bytes, peak.group) == (x + a + b, "g2") and dict(peak.tensors) == {"X": x, "A": a, "B": b}
+    # written twice over by a tiled writer: the tensor still holds its size; written in part: that part
+    twice = activation_peak(c, [group("g1", {"X": x}, {"A": 2 * a}), group("g2", {"A": a, "X": x}, {"B": b // 4})])
+    assert dict(twice.tensors) == {"X": x, "A": a, "B": b // 4}
+
+
+def test_activations_over_the_capacity_are_reported_with_the_tensors_that_make_them() -> None:
+    """The unfused baseline at batch 64 and L 16K writes the float32 scan state and its operands
+    whole: 850 GB at once, which the report once hid behind '76.37 GB left'. Reported (not refused:
+    the numbers take them to stream through DRAM, as a design running the batch in pieces would),
+    with the tensors, in the text and the JSON; a small layer's fit, and leave room."""
+    r = runner.invoke(app, ["evaluate", "-a", "marca-ideal", "-m", "mamba-1.4b", "-L", "16384", "-B", "64"])
+    assert r.exit_code == 0, r.output
+    line = next(x for x in r.output.splitlines() if x.startswith("DRAM:"))
+    assert "activations as mapped peak at 850.4 GB" in line and "H 274.9 GB" in line and "left" not in line
+    assert "over what the capacity leaves" in line and "pieces" in line
+    doc = json.loads(runner.invoke(app, ["evaluate", "-a", "marca-ideal", "-m", "mamba-1.4b", "-L", "16384", "-B", "64",
+                                         "-f", "json"]).output)
+    assert doc["totals"]["activations_fit_dram"] is False and doc["totals"]["activation_peak_bytes"] > 8.5e11
+    small = evaluate("mambalaya", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1)
+    assert small.dram.activations_fit and 0 < small.dram.activations.bytes < 1e8

@@ -12,6 +12,7 @@ from mambalaya import __version__
 from mambalaya.cli.common import width_text, emit, print_table, print_tables, provenance_record, rows_csv, rows_table, out_console
 from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
+from mambalaya.experiments.evaluate import dram_totals
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
 from mambalaya.workloads.families.base import is_hybrid
@@ -267,8 +268,7 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
     if fmt == Format.json:
         totals = hv.totals()
         if dram is not None:
-            totals.update(dram_need_bytes=dram.used_bytes, dram_capacity_bytes=dram.capacity_bytes,
-                          dram_left_bytes=dram.left_bytes)
+            totals.update(dram_totals(dram))
         doc = {"provenance": prov, "arch": arch_to_dict(hv.arch), "totals": totals,
                "layers": {t: {"cascade": ev.cascade.name, "layers": ev.result.n_layers, "totals": ev.totals(),
                               "mapping": mapping_to_dict(ev.mapping), "einsums": rows[t][:-1]}

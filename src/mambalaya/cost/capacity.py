@@ -12,8 +12,16 @@ What must be held (:class:`MemoryNeed`):
 
 States and KV cache are counted from a decode step's cascade of each layer type
 (:func:`state_bytes`): its incoming state tensors are exactly what a model at that context
-carries, at their own widths (a float32 SSM state under ``reference-kernels``). Activations
-are not counted: they are a layer's at a time, small beside these at any batch the designs run.
+carries, at their own widths (a float32 SSM state under ``reference-kernels``).
+
+A layer's **activations** (its inputs, outputs and the intermediates its mapping writes off
+chip) are one layer's at a time, but far from small: at batch 64 and L = 2048 an unfused
+Mamba-1.4B layer holds its float32 ``H``, ``AD`` and ``BX`` at 34 GB each.
+:func:`activation_peak` finds the most of them live at once under a mapping, and
+:meth:`DramUse.with_activations` reports them beside the model's need. They are reported, not
+refused: the evaluation takes a layer's off-chip tensors to stream through DRAM whole, as a
+design running the batch or the sequence in pieces would (its weights re-read per piece, which
+is not modelled), and says so where they exceed what the capacity leaves.
 
 :func:`check_fits` refuses a model that needs more than the capacity (a :class:`CapacityError`
 naming the need, the capacity and the devices whose joined capacity would hold it), and
@@ -28,6 +36,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Role
@@ -70,12 +79,88 @@ class MemoryNeed:
 
 
 @dataclass(frozen=True)
+class ActivationPeak:
+    """The most bytes of a layer's activations off chip at once under its mapping: during group
+    ``group``, the tensors then live (written by an earlier or this group and read by this or a
+    later one; the layer's inputs from the start, its outputs to the end), largest first."""
+
+    bytes: float
+    group: str
+    tensors: tuple[tuple[str, float], ...]
+
+    def text(self) -> str:
+        top = ", ".join(f"{t} {byte_size(b)}" for t, b in self.tensors[:3])
+        more = f" and {len(self.tensors) - 3} more" if len(self.tensors) > 3 else ""
+        return f"{byte_size(self.bytes)} during {self.group} ({top}{more})"
+
+
+def activation_peak(cascade: Cascade, groups: Iterable[Any]) -> ActivationPeak:
+    """The peak of a layer's off-chip activations under its mapping: ``groups`` in the order they
+    run, each with ``group`` (its name) and ``traffic`` (its off-chip ``read_bytes`` and
+    ``write_bytes`` per tensor, :class:`~mambalaya.cost.traffic.GroupTraffic`). Weights and
+    states are left out (the model's need counts them). A tensor holds its whole size, or what
+    its writer writes of it where that is less (a final state's one position of ``H``)."""
+    groups = list(groups)
+    held: dict[str, float] = {}
+    span: dict[str, list[int]] = {}
+    for k, g in enumerate(groups):
+        for table, writes in ((g.traffic.write_bytes, True), (g.traffic.read_bytes, False)):
+            for t, b in table.items():
+                if cascade.tensors[t].role in (Role.WEIGHT, Role.STATE):
+                    continue
+                whole = cascade.elements(t) * cascade.tensors[t].bits / 8
+                if t not in held:
+                    held[t], span[t] = (min(whole, b) if writes else whole), [k if writes else 0, k]
+                elif writes:
+                    held[t] = max(held[t], min(whole, b))
+                span[t][1] = max(span[t][1], k)
+    for t in held:
+        if cascade.tensors[t].role == Role.OUTPUT:
+            span[t][1] = len(groups) - 1
+    if not groups:
+        return ActivationPeak(0.0, "", ())
+    live = [sorted(((held[t], t) for t in held if span[t][0] <= k <= span[t][1]), reverse=True)
+            for k in range(len(groups))]
+    k = max(range(len(groups)), key=lambda j: sum(b for b, _ in live[j]))
+    return ActivationPeak(sum(b for b, _ in live[k]), groups[k].group, tuple((t, b) for b, t in live[k]))
+
+
+@dataclass(frozen=True)
 class DramUse:
     """How much of a design's off-chip memory a model uses (``capacity_bytes`` None: the spec
-    gives no capacity, so nothing was checked)."""
+    gives no capacity, so nothing was checked), and, once a layer is mapped, the peak of its
+    activations (``activations``, reported beside the need: see the module doc)."""
 
     need: MemoryNeed
     capacity_bytes: int | None
+    activations: ActivationPeak | None = None
+
+    def with_activations(self, peak: ActivationPeak) -> "DramUse":
+        """This use with a mapped layer's activation peak (the larger, if one is already held)."""
+        if self.activations is not None and self.activations.bytes >= peak.bytes:
+            return self
+        return DramUse(self.need, self.capacity_bytes, peak)
+
+    @property
+    def activations_fit(self) -> bool | None:
+        """Whether the model's need and its layer's activation peak fit together (None: not known)."""
+        if self.capacity_bytes is None or self.activations is None:
+            return None
+        return self.used_bytes + self.activations.bytes <= self.capacity_bytes
+
+    def activations_text(self) -> str:
+        """The activation clause of :meth:`text` (empty before a layer is mapped)."""
+        a = self.activations
+        if a is None:
+            return ""
+        text = f"; the layer's activations as mapped peak at {a.text()}"
+        if self.activations_fit is False:
+            room = (self.capacity_bytes or 0) - self.used_bytes
+            pieces = f" (about {math.ceil(a.bytes / room):,} pieces)" if room > 0 else ""
+            text += (f", over what the capacity leaves: the numbers take them to stream through DRAM whole, as a "
+                     f"design running the batch or the sequence in pieces{pieces} would, re-reading its weights per "
+                     "piece (not modelled)")
+        return text
 
     @property
     def used_bytes(self) -> float:
@@ -94,10 +179,12 @@ class DramUse:
         """One line for a report: used and left, or why nothing was checked."""
         if self.capacity_bytes is None:
             return (f"DRAM: the model needs {byte_size(self.used_bytes)} ({self.need.parts_text()}); the spec gives no "
-                    "memory.offchip_capacity_bytes, so whether it fits is not checked")
+                    "memory.offchip_capacity_bytes, so whether it fits is not checked" + self.activations_text())
         share = self.used_bytes / self.capacity_bytes
+        spare = (self.left_bytes or 0.0) - (self.activations.bytes if self.activations is not None else 0.0)
+        left = "" if self.activations_fit is False else f"; {byte_size(spare)} left"
         return (f"DRAM: {byte_size(self.used_bytes)} of {byte_size(self.capacity_bytes)} used ({share:.1%}: "
-                f"{self.need.parts_text()}); {byte_size(self.left_bytes or 0.0)} left")
+                f"{self.need.parts_text()}){self.activations_text()}{left}")
 
 
 def byte_size(n: float) -> str:
@@ -169,5 +256,5 @@ def check_fits(need: MemoryNeed, capacity_bytes: int | None, *, model: str, arch
     return DramUse(need, capacity_bytes)
 
 
-__all__ = ["CACHED_POSITIONS_RANK", "CapacityError", "DramUse", "MemoryNeed", "byte_size", "check_fits",
+__all__ = ["ActivationPeak", "CACHED_POSITIONS_RANK", "CapacityError", "DramUse", "activation_peak", "MemoryNeed", "byte_size", "check_fits",
            "devices_to_hold", "is_kv_cache", "memory_need", "state_bytes"]

@@ -14,7 +14,7 @@ from typing import Any
 from mambalaya.arch import ArchSpec, load_arch
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping import Mapping
-from mambalaya.cost.capacity import DramUse, MemoryNeed, check_fits
+from mambalaya.cost.capacity import DramUse, MemoryNeed, activation_peak, check_fits
 from mambalaya.cost.expert_parallel import ExpertParallelCost
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.sequence_parallel import SequenceParallelCost, sequence_device_cascade, sequence_parallel_layers
@@ -101,8 +101,7 @@ class Evaluation:
 
             extra["area_mm2"] = total_area_mm2(self.arch) * self.cores  # a multi-core chip: every core's
         if self.dram is not None:
-            extra.update(dram_need_bytes=self.dram.used_bytes, dram_capacity_bytes=self.dram.capacity_bytes,
-                         dram_left_bytes=self.dram.left_bytes)
+            extra.update(dram_totals(self.dram))
         model_s, tokens_per_s = self.model_latency_s, r.tokens_per_s
         if self.pipeline is not None:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
@@ -369,8 +368,19 @@ def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Casc
             reuse.entries[key] = (m, result, stats)  # type: ignore[union-attr]
             if reuse.limit is not None and len(reuse.entries) > reuse.limit:  # type: ignore[union-attr]
                 reuse.entries.pop(next(iter(reuse.entries)))  # type: ignore[union-attr]
+    if dram is not None:  # the mapped layer's activations, reported beside the model's need
+        dram = dram.with_activations(activation_peak(cascade, result.groups))
     return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective,
                       dram)
+
+
+def dram_totals(dram: DramUse) -> dict[str, Any]:
+    """A result's DRAM figures: the model's need, the capacity and what the need leaves, and the
+    mapped layer's activation peak and whether both fit (None where not known)."""
+    peak = dram.activations
+    return {"dram_need_bytes": dram.used_bytes, "dram_capacity_bytes": dram.capacity_bytes,
+            "dram_left_bytes": dram.left_bytes, "activation_peak_bytes": None if peak is None else peak.bytes,
+            "activations_fit_dram": dram.activations_fit}
 
 
 _NEEDS: dict[tuple, MemoryNeed] = {}

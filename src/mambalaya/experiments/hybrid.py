@@ -36,7 +36,7 @@ from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_lay
                                             evaluate_cascade, multicast_of, with_devices_columns,
                                             micro_batched_energy, pipeline_totals, require_fits, require_fits_across,
                                             resolve_policy, layer_split_totals)
-from mambalaya.cost.capacity import DramUse
+from mambalaya.cost.capacity import DramUse, activation_peak
 from mambalaya.cost.pipeline import PipelineCost
 from mambalaya.cost.energy import ModelEnergy
 from mambalaya.workloads.families.base import scanned_layer_types
@@ -310,11 +310,23 @@ def evaluate_hybrid(
                 ExpertParallelCost(n_devices, {t: expert_parallel_layers(spec.system, ev.cascade, n_devices, routing,
                                                                          count=ev.result.n_layers, layer_s=ev.result.latency_s)
                                                for t, ev in layers.items()}))
-        return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, layer_split=cost)
+        return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, _with_layers_activations(dram, layers),
+                                layer_split=cost)
     pipeline = None if n_devices == 1 else pipeline_of(
         spec, config, n_devices, {t: ev.result.latency_s for t, ev in layers.items()},
         {t: ev.cascade for t, ev in layers.items()}, micro_batches=m)
-    return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, dram, pipeline, stage_dram)
+    return HybridEvaluation(spec, model_name, config, phase, seq_len, batch, layers, _with_layers_activations(dram, layers),
+                            pipeline, stage_dram)
+
+
+def _with_layers_activations(dram: DramUse | None, layers: dict[str, Evaluation]) -> DramUse | None:
+    """The model's DRAM use with the largest activation peak of its layer types, as mapped (layers
+    run one at a time: :func:`~mambalaya.cost.capacity.activation_peak`)."""
+    if dram is None:
+        return None
+    for ev in layers.values():
+        dram = dram.with_activations(activation_peak(ev.cascade, ev.result.groups))
+    return dram
 
 
 def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:

@@ -83,6 +83,7 @@ def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
             # the suite evaluates a model over one device's DRAM as on one device of enough capacity:
             # how much it needs and on how many such devices it would fit (1: it fits)
             "dram_need_bytes": ev.dram.used_bytes if ev.dram else float("nan"),
+            "activation_peak_bytes": ev.dram.activations.bytes if ev.dram and ev.dram.activations else float("nan"),
             "devices_needed": ev.dram.devices_needed if ev.dram and ev.dram.devices_needed else 1}
 
 

@@ -523,6 +523,36 @@ changed.
 """
 
 
+def _activations_section(result) -> str:
+    """Where the layers' off-chip activations, as mapped, do not fit beside the model in the
+    design's off-chip memory: counted per design from ``latency.csv`` (``activation_peak_bytes``,
+    ``activations_fit_dram``; :mod:`mambalaya.cost.capacity`)."""
+    lat = result.tables["latency"]
+    if "activations_fit_dram" not in lat or lat.activations_fit_dram.isna().all():
+        return ""
+    rows = []
+    for design, part in lat.groupby("arch", sort=False):
+        over = part[part.activations_fit_dram == False]  # noqa: E712 (None: not known)
+        first = over[over.phase == "prefill"].seq_len.min() if not over.empty else None
+        rows.append({"design": design, "results": len(part), "activations over the capacity": len(over),
+                     "from prefill L": "" if first is None or first != first else f"{int(first):,}",
+                     "largest peak (GB)": f"{part.activation_peak_bytes.max() / 1e9:,.1f}"})
+    return f"""## Activations and the device's memory
+
+Each result's model (weights and states) fits its design's off-chip memory. A layer's **activations** as its
+mapping places them off chip (its input and output, and every intermediate written between groups)
+are one layer's at a time, but not small at batch {result.config.batch}: an unfused design writes the
+float32 scan state `H` and its operands whole. `latency.csv` gives each result's peak
+(`activation_peak_bytes`, the most live at once) and whether it fits beside the model
+(`activations_fit_dram`). Where it does not, the numbers take the activations to stream through DRAM
+whole, as the paper's comparison does; a device would run the batch or the sequence in pieces,
+re-reading its weights per piece, which is not modelled (for these layers the weights are a small part
+of the traffic). `mambalaya evaluate` prints the peak and the tensors that make it.
+
+{_md_table(pd.DataFrame(rows))}
+"""
+
+
 def _energy_section(result) -> str:
     en = result.tables.get("energy")
     if en is None or en.empty:
@@ -672,6 +702,8 @@ Where the mambalaya values come from:
 {_sensitivity_section(result)}
 
 {_energy_section(result)}
+
+{_activations_section(result)}
 
 {_residency_section(result)}
 

@@ -114,6 +114,10 @@ def _eval_row(ev: Evaluation, phase_label: str, label: str) -> dict[str, Any]:
         "spatial_util": t["spatial_util"],
         "bound": t["bound"],
         "layer_energy_j": t.get("layer_energy_j", float("nan")),
+        # the mapped layer's off-chip activations at their peak, and whether they fit beside the model
+        # (the numbers take them to stream through DRAM whole: mambalaya.cost.capacity)
+        "activation_peak_bytes": t.get("activation_peak_bytes", float("nan")),
+        "activations_fit_dram": t.get("activations_fit_dram"),
     }
 
 

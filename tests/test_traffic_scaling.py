@@ -46,3 +46,33 @@ def test_chunked_two_rank_sums_equal_every_tile(monkeypatch) -> None:
             monkeypatch.setattr(traffic, "COMPRESS_REGULAR_TILES", False)
             slow = traffic._group_traffic(cascade, group)
             assert fast.read_bytes == slow.read_bytes, (group, fast.read_bytes, slow.read_bytes)
+
+
+def test_cascade_check_reads_what_the_traffic_model_reads() -> None:
+    """One rule for a tensor's reads: ``cascade check``'s per-Einsum bytes (einsum.stats) and the
+    cost model's untiled traffic take the bounding box of an Einsum's accesses to each tensor.
+    They once differed on a cascade's own files: two reads of one tensor counted as the larger
+    (A[2j] + A[2j+1]: 16 bytes, not 32), a stride past 2^16 positions as the rank. Checked on
+    every form of every shipped layer and on those files."""
+    from mambalaya.cost.traffic import untiled_traffic
+    from mambalaya.einsum.cascade_file import loads_cascade
+    from mambalaya.einsum.stats import einsum_reads
+    from mambalaya.workloads.shipped import shipped_layers
+
+    def check(c) -> int:
+        for e in c.einsums:
+            model, _ = untiled_traffic(c, (e.name,))
+            stats = {t: n * c.tensors[t].bits / 8 for t, n in einsum_reads(c, e).items() if n}
+            assert stats == pytest.approx({t: b for t, b in model.items() if b}), (c.name, e.name)
+        return len(c.einsums)
+
+    assert sum(check(layer.cascade) for layer in shipped_layers(seq_len=64, batch=2)) > 2000
+    head = "ranks: {I: 16, J: 8, K: 100000, B: 2, D: 4}\ntensors:\n"
+    files = {"pool": ("A: {ranks: [I], role: input}\n  Y: {ranks: [J], role: output}", "Y[j] = A[2*j] + A[2*j+1]", 32),
+             "rows": ("X: {ranks: [B, I, D], role: input}\n  Y: {ranks: [B, D], role: output}",
+                      "Y[b,d] = X[b,0,d] + X[b,15,d] + X[b,7,d]", 2 * 16 * 4 * 2),
+             "stride": ("A: {ranks: [K], role: input}\n  Y: {ranks: [K], role: output}", "Y[k] = A[2*k]", 200000)}
+    for name, (tensors, einsum, read) in files.items():
+        c = loads_cascade(f"{head}  {tensors}\neinsums:\n  - {einsum}\n", source=name)
+        check(c)
+        assert sum(einsum_reads(c, c.einsums[0]).values()) * 2 == read, name

@@ -138,51 +138,51 @@ def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str],
     _count(cascade, node, ops, top_is_mac=True, masked=masked)
 
 
-def _index_values(idx: AffineIndex, cascade: Cascade, extent: int) -> int:
-    """How many in-range positions ``idx`` reaches along a dimension of size ``extent``."""
-    if not idx.terms:
-        return 1 if 0 <= idx.const < extent else 0
-    if len(idx.terms) == 1:
-        v, c = idx.terms[0]
-        n = cascade.variable_sizes[v]
-        return sum(1 for x in range(n) if 0 <= c * x + idx.const < extent) if n <= 1 << 16 else min(n, extent)
-    lo, hi = idx.bounds(cascade.variable_sizes)
-    return max(0, min(hi, extent - 1) - max(lo, 0) + 1)
+def _span(cascade: Cascade, accesses: list[Access], p: int, lowest: int) -> tuple[int, int]:
+    """The positions ``accesses`` reach together along dimension ``p``: the span from the least to
+    the most (their bounding box's side), within ``lowest .. extent - 1``."""
+    bounds = [acc.indices[p].bounds(cascade.variable_sizes) for acc in accesses]
+    extent = cascade.shape(accesses[0].tensor)[p]
+    return max(min(lo for lo, _ in bounds), lowest), min(max(hi for _, hi in bounds), extent - 1)
 
 
-def access_elements(cascade: Cascade, acc: Access) -> int:
-    """Distinct in-range elements an access reaches (dimensions treated independently)."""
-    n = 1
-    for idx, extent in zip(acc.indices, cascade.shape(acc.tensor)):
-        n *= _index_values(idx, cascade, extent)
-    return n
+def box_elements(cascade: Cascade, accesses: list[Access]) -> tuple[int, int]:
+    """(elements of the tensor, rows below 0 along its initial axis) that ``accesses`` to one
+    tensor read run once: the bounding box of all of them, per dimension the span they reach
+    together, as the cost model reads a group's tensor (docs/fusion.md; ``cost.traffic``'s
+    untiled sums): one rule for ``cascade check`` and the traffic model. Scattered reads (two rows
+    far apart, a diagonal) count their box, the model's upper bound for them."""
+    found = cascade.initial_axis(accesses[0].tensor)
+    own = rows = 1
+    for p in range(len(accesses[0].indices)):
+        depth = found[1] if found is not None and found[0] == p else 0
+        lo, hi = _span(cascade, accesses, p, -depth)
+        own *= max(0, hi - max(lo, 0) + 1)
+        rows = max(0, min(hi, -1) - lo + 1) if depth else rows
+    return own, (rows if found is not None else 0)
 
 
 def einsum_reads(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
-    """Elements read from each tensor when the Einsum runs on its own."""
+    """Elements read from each tensor when the Einsum runs on its own (:func:`box_elements` over
+    its accesses to it), and from an initial value the rows below 0 they reach."""
+    accesses: dict[str, list[Access]] = {}
+    for acc in einsum.inputs:
+        if acc.tensor != einsum.name:
+            accesses.setdefault(acc.tensor, []).append(acc)
     reads: dict[str, int] = {}
-    for acc in einsum.inputs:
-        if acc.tensor == einsum.name:
-            continue
-        reads[acc.tensor] = min(cascade.elements(acc.tensor), max(reads.get(acc.tensor, 0), access_elements(cascade, acc)))
-    for acc in einsum.inputs:
-        init = cascade.tensors[acc.tensor].initial
-        rows = _history_rows(cascade, acc)
+    for t, accs in accesses.items():
+        reads[t], rows = box_elements(cascade, accs)
+        init = cascade.tensors[t].initial
         if init is not None and rows:
-            elements = rows * cascade.elements(init) // cascade.initial_axis(acc.tensor)[1]  # type: ignore[index]
-            reads[init] = max(reads.get(init, 0), elements)
-    accesses = {t: [a for a in einsum.inputs if a.tensor == t] for t in reads}
-    return {t: int(round(n * read_scale(cascade, t, accesses[t]))) for t, n in reads.items()}
-
-
-def _history_rows(cascade: Cascade, acc: Access) -> int:
-    """Rows of the incoming state an access reaches (positions below 0 of the ordered axis)."""
-    found = cascade.initial_axis(acc.tensor)
-    if found is None:
-        return 0
-    axis, depth = found
-    lo, hi = acc.indices[axis].bounds(cascade.variable_sizes)
-    return max(0, min(hi, -1) - max(lo, -depth) + 1)
+            reads[init] = max(reads.get(init, 0), rows * cascade.elements(init) // cascade.initial_axis(t)[1])  # type: ignore[index]
+    for acc in einsum.inputs:  # a recurrence's reads of its own initial value
+        init = cascade.tensors[acc.tensor].initial
+        if acc.tensor == einsum.name and init is not None:
+            rows = box_elements(cascade, [acc])[1]
+            if rows:
+                reads[init] = max(reads.get(init, 0), rows * cascade.elements(init) // cascade.initial_axis(acc.tensor)[1])  # type: ignore[index]
+    by_tensor = {t: [a for a in einsum.inputs if a.tensor == t] for t in reads}
+    return {t: int(round(n * read_scale(cascade, t, by_tensor[t]))) for t, n in reads.items()}
 
 
 @dataclass(frozen=True)

@@ -285,11 +285,14 @@ def _check_tiled(key: str, mapping) -> None:
     for t, value in ref.items():
         assert np.max(np.abs(run.outputs[t] - value)) <= 1e-12 * (np.max(np.abs(value)) or 1.0), t
     model = mapping_traffic(c, mapping)
+    # to the byte: a masked tensor's live share is a float in the model, summed over its read steps
+    # (2016.0000000000002 for 2016 bytes), so equal within float rounding, far below a byte
+    same = lambda table: pytest.approx(table, rel=1e-12, abs=1e-9)  # noqa: E731
     for g in model.groups:
-        assert run.group_read_bytes(g.group) == g.read_bytes, g.group
-        assert run.group_write_bytes(g.group) == g.write_bytes, g.group
+        assert run.group_read_bytes(g.group) == same(g.read_bytes), g.group
+        assert run.group_write_bytes(g.group) == same(g.write_bytes), g.group
         assert run.onchip_peak_bytes[g.group] <= g.footprint_bytes
-    assert run.offchip_bytes == model.offchip_bytes
+    assert run.offchip_bytes == same(model.offchip_bytes)
 
 
 @pytest.mark.parametrize("key", list(_TILED_CASES))

@@ -426,3 +426,25 @@ def test_a_file_of_several_tables_is_written_once(args, tmp_path) -> None:
     assert result.stderr.count("wrote ") == 1, result.stderr
     text = out.read_text(encoding="utf-8")
     assert text.count("┏") >= 2, "every table is in the file"
+
+
+def test_a_setting_no_evaluation_reads_is_refused() -> None:
+    """--set of a field only validate's kernels read (an SM's bandwidth, the mma.sync share), or of
+    a power budget on designs without an energy section, left every number as it was; refused,
+    in evaluate, compare and sweeps alike. A budget one of the compared designs reads is kept."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+    from mambalaya.errors import SpecError
+    from mambalaya.experiments.sweep_spec import check_sweep_fields
+
+    run = CliRunner().invoke
+    base = ["-m", "mamba-130m", "-B", "1"]
+    for setting, words in (("kernels.sync_mma_fraction=0.01", "mma.sync"), ("kernels.sm_offchip_bytes_per_s=1", "launch grid"),
+                           ("power_budget_w=1", "no energy section")):
+        r = run(app, ["evaluate", "-a", "gpu-h100", "--set", setting, "-L", "64", *base])
+        assert r.exit_code == 1 and words in r.output, setting
+    assert run(app, ["compare", "--archs", "gpu-h100,mambalaya", "--set", "power_budget_w=300", "--seq-lens", "64",
+                     *base]).exit_code == 0
+    with pytest.raises(SpecError, match="mma.sync"):
+        check_sweep_fields({"kernels.sync_mma_fraction": [0.5, 0.6]}, {"model": "mamba-130m", "arch": "gpu-h100"})

@@ -294,3 +294,9 @@ def test_the_hybrid_suite_takes_the_softmax_form(tmp_path) -> None:
     assert "Attention runs the `blocked` softmax form" in (tmp_path / "r" / "hybrid" / "report.md").read_text()
     refused = runner.invoke(app, ["reproduce", "--softmax", "blocked", "--out", str(tmp_path / "p")])
     assert refused.exit_code == 1 and "--softmax applies to --suite hybrid only" in refused.output
+    # and the paper suite's options with the hybrid suite (once accepted, ignored, exit 0)
+    for option, value in (("--generated-tokens", "3"), ("--sensitivity", "none"), ("--compare-precision", "none"),
+                          ("--sensitivity-seq-lens", "512")):
+        refused = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--models", str(model), option, value,
+                                      "--out", str(tmp_path / "h")])
+        assert refused.exit_code == 1 and f"{option} applies to the paper suite only" in refused.output, option

@@ -551,6 +551,12 @@ class ArchSpec(BaseModel):
                 f"(memory.onchip_buffer_bytes, {mem.onchip_buffer_bytes}): a level must be larger than the one inside it",
             )
         need = 3 * self.bits_per_element / 8
+        if mem.pe_local_bytes is not None and mem.pe_local_bytes < need:  # (1 byte was once accepted: a smaller area)
+            raise FieldProblem(
+                "memory.pe_local_bytes",
+                f"({mem.pe_local_bytes}) cannot hold one operation's two operands and result at {self.bits_per_element} "
+                f"bits ({need:g} bytes); the PE registers hold at least those",
+            )
         if mem.pe_local_bytes_per_cycle is not None and mem.pe_local_bytes_per_cycle < need:
             raise FieldProblem(
                 "memory.pe_local_bytes_per_cycle",

@@ -114,8 +114,11 @@ class DesignArgs:
     def design(self, name: str) -> Any:
         """The design ``name`` with the ``--set`` changes."""
         from mambalaya.cli.common import design_with_settings
+        from mambalaya.experiments.evaluate import check_settings_read
 
-        return design_with_settings(name, self.settings)
+        spec = design_with_settings(name, self.settings)
+        check_settings_read([spec], self.settings or [])
+        return spec
 
 
 _DESIGN_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "batch": BatchOpt, "scan": ScanOpt,

@@ -51,6 +51,7 @@ from mambalaya.cli.common import (
 @app.command("reproduce")
 @user_errors
 def reproduce_cmd(
+    ctx: typer.Context,
     out: ReproduceOutDirOpt = Path("results"),
     suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/; --models, --seq-lens, --batch, --figures and --precision apply to it, the other options to the paper suite only.")] = Suite.paper,
     models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b,nemotron-h-8b,olmo-hybrid-7b,falcon-h1-7b,zamba2-2.7b,jamba-v0.1,granite-4.0-h-tiny).")] = None,
@@ -80,6 +81,15 @@ def reproduce_cmd(
                                               "--compare-precision": compare_precision, "--sensitivity": sensitivity})
     if suite == Suite.hybrid:
         from mambalaya.experiments.hybrid_suite import HYBRID_MODELS
+
+        paper_only = [f"--{name.replace('_', '-')}" for name in
+                      ("generated", "compare_precision", "sensitivity", "sensitivity_seq_lens")
+                      if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+        if paper_only:  # accepted and ignored, they once left the hybrid suite's numbers as they were
+            raise MambalayaError(f"{', '.join(o.replace('--generated', '--generated-tokens') for o in paper_only)} "
+                                 "appl{} to the paper suite only; the hybrid suite takes --models, --seq-lens, "
+                                 "--batch, --figures, --precision, --workers and --softmax".format(
+                                     "ies" if len(paper_only) == 1 else "y"))
 
         _reproduce_hybrid(out, tuple(given_models or HYBRID_MODELS), given_lens, batch, figures, precision, workers,
                           softmax.value if softmax else "three-pass")

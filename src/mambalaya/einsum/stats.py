@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.dead_work import masked_variables
 from mambalaya.einsum.routing import read_scale, scaled_ops, tensor_scale, work_text
-from mambalaya.einsum.ir import Access, AffineIndex, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables, peel_scales
+from mambalaya.einsum.ir import Access, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables, peel_scales
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
 

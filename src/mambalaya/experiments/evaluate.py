@@ -505,11 +505,39 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
     return best
 
 
+#: Architecture fields no evaluation of a layer reads, with why: only ``validate``'s kernels, which
+#: name their launch grids and MMA instructions, read them. ``--set`` and sweeps refuse them, as
+#: every value would give the same numbers.
+NOT_READ_BY_EVALUATIONS = {
+    "kernels.sm_offchip_bytes_per_s": "an SM's bandwidth matters only to a kernel with a launch grid (validate's cases)",
+    "kernels.sync_mma_fraction": "only a kernel that issues mma.sync runs at it (validate's FlashAttention-2 cases); "
+                                 "an evaluation's groups issue the full-rate instruction",
+}
+
+
+def check_settings_read(specs: list[ArchSpec], settings: tuple[str, ...] | list[str]) -> None:
+    """Refuse a ``--set`` no evaluation on any of ``specs`` reads (:data:`NOT_READ_BY_EVALUATIONS`;
+    a power budget where no spec has an energy section, so no power is computed to hold to it): it
+    was accepted and left every number as it was."""
+    for setting in settings:
+        field = setting.partition("=")[0].strip()
+        unread = next((k for k in NOT_READ_BY_EVALUATIONS if field == k or field.startswith(k + ".")), None)
+        if unread is not None:
+            raise SpecError(f"--set {field}: {NOT_READ_BY_EVALUATIONS[unread]}; an evaluation would not read it, so "
+                            "every value gives the same numbers")
+        if field == "power_budget_w" and all(spec.energy is None for spec in specs):
+            raise SpecError(f"--set power_budget_w: {', '.join(spec.name for spec in specs)} "
+                            f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
+                            "hold to a budget; every value gives the same numbers")
+
+
 def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = ()) -> dict[str, ArchSpec]:
     """Each named design loaded, with ``--set FIELD=VALUE`` settings applied."""
     from mambalaya.arch import load_arch, with_settings
 
-    return {a: with_settings(load_arch(a), list(settings)) for a in names}
+    specs = {a: with_settings(load_arch(a), list(settings)) for a in names}
+    check_settings_read(list(specs.values()), settings)
+    return specs
 
 
 def compare_rows(

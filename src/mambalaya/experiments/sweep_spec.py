@@ -18,6 +18,7 @@ from typing import Any
 from mambalaya.arch import MAPPING_NAMES, exponent_number, overlapping_fields
 from mambalaya.einsum.cascade import MAX_RANK_SIZE
 from mambalaya.errors import MambalayaError, SpecError
+from mambalaya.experiments.evaluate import NOT_READ_BY_EVALUATIONS
 from mambalaya.experiments.store import point_id
 from mambalaya.specio import describe_validation_error, kind_of, parse_yaml_text, read_spec_file, show
 from mambalaya.workloads.families.base import is_hybrid
@@ -222,7 +223,7 @@ MAX_POINT_SIZE = MAX_RANK_SIZE
 #: (``kernels.sm_count`` is read: the scan floor spreads over the SMs, :func:`~mambalaya.cost.latency.scan_floor_s`.)
 NOT_READ_BY_POINTS = {
     "system": "the system section joins several devices, and a sweep point runs one (evaluate --devices runs several)",
-    "kernels.sm_offchip_bytes_per_s": "an SM's bandwidth matters only to a kernel with a launch grid (validate's cases)",
+    **NOT_READ_BY_EVALUATIONS,
 }
 
 

@@ -154,8 +154,13 @@ def test_the_system_section_round_trips_and_refuses_unknown_fields() -> None:
 def test_devices_option_is_checked() -> None:
     r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "--devices", "0"])
     assert r.exit_code == 2 and "--devices" in r.output
-    r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "--devices", "200", "-a", "gpu-h100"])
+    r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "--devices", "30", "-a", "gpu-h100", "--set",
+                            "system.max_devices=256"])
     assert r.exit_code == 1 and "use at most 24 devices" in " ".join(r.stderr.split())
+    # past the one switch domain the links describe (an HGX H100 board's 8 GPUs): once costed as if
+    # one NVSwitch joined them all
+    r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "--devices", "16", "-a", "gpu-h100"])
+    assert r.exit_code == 1 and "joins at most 8 devices (system.max_devices" in " ".join(r.stderr.split())
 
 
 def test_compare_runs_every_design_over_the_devices() -> None:

@@ -269,6 +269,7 @@ def test_validate_reports_the_all_reduces_and_fails_on_one_faster_than_its_bound
     ({"bytes": 1.5}, "cases[0].bytes"),
     ({"collective": "all-gather"}, "cases[0].collective"),
     ({"collective": "all-to-all", "algorithm": "ring"}, "an all-to-all has one"),
+    ({"devices": 64}, "joins at most 8 (system.max_devices)"),  # once predicted as 8 GPUs on one NVSwitch
 ])
 def test_a_bad_collective_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
     with pytest.raises(SpecError, match="collectives.yaml") as info:

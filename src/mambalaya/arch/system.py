@@ -48,6 +48,10 @@ class SystemSpec(BaseModel):
     link_energy_pj_per_bit: Annotated[float, LINK_ENERGY_RANGE.validator()] | None = Field(
         None, ge=0, description="Energy per bit a link moves; None: not modelled (no energy line for the links). "
                                 + LINK_ENERGY_RANGE.note)
+    max_devices: Annotated[int, Field(ge=2, le=MAX_DEVICES, strict=True)] | None = Field(
+        None, description="The most devices these links join as described (one switch domain: an HGX H100 board's 8 "
+                          "GPUs); beyond it another network joins them, which is not modelled, so more are refused. "
+                          "None: no bound given.")
     unit: Literal["device", "core"] = Field(
         "device", description="What the links join: devices (chips), or the cores of one chip (a design's cores "
                               "section makes this system for its network on chip).")

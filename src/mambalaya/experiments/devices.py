@@ -57,6 +57,10 @@ def resolve_devices(spec: ArchSpec, devices: int | None) -> int:
         raise SpecError(f"{spec.name} has no system section (how its devices are joined: system.link_bandwidth_"
                         "bytes_per_s, system.link_latency_s), so it runs on one device only; use a design with one "
                         "(gpu-h100) or add it to your spec")
+    most = spec.system.max_devices if spec.system is not None else None
+    if most is not None and n > most:  # (once costed as if one switch joined them all)
+        raise SpecError(f"{spec.name}'s system joins at most {most} devices (system.max_devices: one switch domain); "
+                        f"{n} would be joined by another network, which is not modelled")
     return n
 
 

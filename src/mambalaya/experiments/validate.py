@@ -638,6 +638,9 @@ def validate_collectives(path: str | Path | None = None) -> tuple[CollectiveResu
         raise SpecError(f"collective cases: arch {cases.arch!r} has no system section to model them", source=name)
     results = []
     for c in cases.cases:
+        if system.max_devices is not None and c.devices > system.max_devices:  # another network joins more
+            raise SpecError(f"collective cases: case {c.id}: {c.devices} devices, but {cases.arch}'s system joins at "
+                            f"most {system.max_devices} (system.max_devices); more are not modelled", source=name)
         if c.collective == "all-to-all":  # each device sends (N-1)/N of its buffer to the others
             moved = c.bytes * (c.devices - 1) / c.devices
             results.append(CollectiveResult(c, cases.arch, cases.sources[c.source], "all-to-all",

@@ -448,3 +448,14 @@ def test_a_setting_no_evaluation_reads_is_refused() -> None:
                      *base]).exit_code == 0
     with pytest.raises(SpecError, match="mma.sync"):
         check_sweep_fields({"kernels.sync_mma_fraction": [0.5, 0.6]}, {"model": "mamba-130m", "arch": "gpu-h100"})
+    # --set precision beside --precision: the option won and the --set was dropped without a word
+    for command in (["evaluate", "-L", "64"], ["compare", "--seq-lens", "64"]):
+        r = run(app, [*command, "--set", "precision=uniform", "--precision", "reference-kernels", *base])
+        assert r.exit_code == 1 and "both set the precision policy" in r.output, command
+    # the node alone is a label: the scales carry what it does (it changed the printed node only)
+    r = run(app, ["evaluate", "-a", "mambalaya", "--set", "technology.node_nm=45", "-L", "64", *base])
+    assert r.exit_code == 1 and "the node is a label" in r.output
+    with pytest.raises(SpecError, match="the node is a label"):
+        check_sweep_fields({"technology.node_nm": [7, 45]}, {"model": "mamba-130m"})
+    assert run(app, ["evaluate", "-a", "mambalaya", "--set", "technology.node_nm=45", "--set", "technology.energy_scale=2",
+                     "--set", "technology.area_scale=3", "-L", "64", *base]).exit_code == 0

@@ -117,7 +117,7 @@ class DesignArgs:
         from mambalaya.experiments.evaluate import check_settings_read
 
         spec = design_with_settings(name, self.settings)
-        check_settings_read([spec], self.settings or [])
+        check_settings_read([spec], self.settings or [], self.precision)
         return spec
 
 

@@ -515,28 +515,38 @@ NOT_READ_BY_EVALUATIONS = {
 }
 
 
-def check_settings_read(specs: list[ArchSpec], settings: tuple[str, ...] | list[str]) -> None:
+def check_settings_read(specs: list[ArchSpec], settings: tuple[str, ...] | list[str],
+                        precision: str | None = None) -> None:
     """Refuse a ``--set`` no evaluation on any of ``specs`` reads (:data:`NOT_READ_BY_EVALUATIONS`;
     a power budget where no spec has an energy section, so no power is computed to hold to it): it
     was accepted and left every number as it was."""
+    fields = {setting.partition("=")[0].strip() for setting in settings}
+    if precision is not None and "precision" in fields:  # (--precision won, the --set was dropped without a word)
+        raise SpecError(f"--set precision and --precision {precision} both set the precision policy; give one")
+    labels = fields & {"technology.node_nm", "technology.reference_node_nm"}
+    if labels and not {"technology.energy_scale", "technology.area_scale"} <= fields:
+        raise SpecError(f"--set {sorted(labels)[0]}: the node is a label; what a node does to energy, area and leakage "
+                        "is technology.energy_scale, technology.area_scale and the leakages, so set those with it "
+                        "(alone it changed the printed node and no number)")
     for setting in settings:
         field = setting.partition("=")[0].strip()
         unread = next((k for k in NOT_READ_BY_EVALUATIONS if field == k or field.startswith(k + ".")), None)
         if unread is not None:
             raise SpecError(f"--set {field}: {NOT_READ_BY_EVALUATIONS[unread]}; an evaluation would not read it, so "
                             "every value gives the same numbers")
-        if field == "power_budget_w" and all(spec.energy is None for spec in specs):
+        if field == "power_budget_w" and specs and all(spec.energy is None for spec in specs):
             raise SpecError(f"--set power_budget_w: {', '.join(spec.name for spec in specs)} "
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
                             "hold to a budget; every value gives the same numbers")
 
 
-def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = ()) -> dict[str, ArchSpec]:
+def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = (),
+                 precision: str | None = None) -> dict[str, ArchSpec]:
     """Each named design loaded, with ``--set FIELD=VALUE`` settings applied."""
     from mambalaya.arch import load_arch, with_settings
 
     specs = {a: with_settings(load_arch(a), list(settings)) for a in names}
-    check_settings_read(list(specs.values()), settings)
+    check_settings_read(list(specs.values()), settings, precision)
     return specs
 
 
@@ -564,7 +574,7 @@ def compare_rows(
     interconnect are their own columns)."""
     if baseline not in archs:
         archs = [baseline] + archs
-    specs = designs_with(archs, settings)
+    specs = designs_with(archs, settings, precision if isinstance(precision, str) else None)
     rows = []
     for L in seq_lens:
         evals = {a: evaluate(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,

@@ -18,7 +18,7 @@ from typing import Any
 from mambalaya.arch import MAPPING_NAMES, exponent_number, overlapping_fields
 from mambalaya.einsum.cascade import MAX_RANK_SIZE
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.experiments.evaluate import NOT_READ_BY_EVALUATIONS
+from mambalaya.experiments.evaluate import NOT_READ_BY_EVALUATIONS, check_settings_read
 from mambalaya.experiments.store import point_id
 from mambalaya.specio import describe_validation_error, kind_of, parse_yaml_text, read_spec_file, show
 from mambalaya.workloads.families.base import is_hybrid
@@ -258,6 +258,7 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
         if unread is not None:
             raise SpecError(f"{where}.{key}: {NOT_READ_BY_POINTS[unread]}; a sweep point would not read it, so every "
                             "value would give the same numbers", source=source)
+    check_settings_read([], [f"{k}=" for k in [*grid, *fixed] if isinstance(k, str)])  # (a node moved alone)
     clash = overlapping_fields([*grid, *fixed])
     if clash is not None:
         first, second = clash

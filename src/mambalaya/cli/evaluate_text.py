@@ -80,7 +80,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             model_what = "model" if tp is None else f"model on all {tp.devices} {ev.arch.system.unit}s and their links"
             out_console.print(
                 f"energy: {layer_what} {t['layer_energy_j'] * 1e3:.4g} mJ ({parts}); {model_what} {t['model_energy_j']:.4g} J; "
-                f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s (mapping searched for {ev.objective})",
+                f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s ({objective_text(ev)})",
                 highlight=False,
             )
             out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer"), highlight=False)
@@ -149,6 +149,20 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent}{' a micro-batch' if m > 1 else ''} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each {system.unit} computes {pipeline.busy_share:.1%} of the "
             f"time (the pipeline's bubble: {schedule})" + (f"; DRAM {memory}" if memory else ""))
+
+
+#: The mappings that search their groups (the others fix them and choose only tiles, or nothing).
+SEARCHED_MAPPINGS = ("stitched", "optimal", "optimal-convex")
+
+
+def objective_text(ev: Any) -> str:
+    """What the objective chose: a searched mapping's groups and tiles, a fixed grouping's tiles
+    (unfused, ssm-ri, a mapping file), or nothing (ideal: one group, no tiles)."""
+    if ev.mapping.name == "ideal":
+        return "ideal mapping: no groups or tiles to choose"
+    if ev.mapping.name in SEARCHED_MAPPINGS:
+        return f"mapping searched for {ev.objective}"
+    return f"{ev.mapping.name}: its groups fixed, tiles chosen for {ev.objective}"
 
 
 def print_devices(evaluation: Any, dram: Any) -> None:

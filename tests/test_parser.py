@@ -27,7 +27,7 @@ params: {eps: 1.0e-05, d: 6}
 ranks: {B: 2, I: 4, E: 3, K: 2, F: 3}
 tensors:
   X: {ranks: [B, I, E], role: input}
-  W: {ranks: [E, F], role: weight}
+  W: {ranks: [E, F], role: input}
   Y: {ranks: [B, I, E], role: output}
 """
 
@@ -483,11 +483,15 @@ def test_role_inconsistent_with_the_cascade() -> None:
     text = cascade_text("T[b,i,e] = X[b,i,e]", "Y[b,i,e] = X[b,i,e]", head=head)
     err = load_error(text)
     assert err.einsum == "T" and "never read" in err.message
+    # a weight nobody reads: its elements would count among the parameters (8,388,608 for 4,194,304)
+    text = cascade_text("Y[b,i,e] = X[b,i,e]").replace("F], role: input}", "F], role: weight}")
+    err = load_error(text)
+    assert "weight W is never read" in err.message and "9 elements" in err.message
 
 
 @pytest.mark.parametrize("bits", ["0", "-8", "x", "2.5", "true", "[8]"])
 def test_bad_bits(bits: str) -> None:
-    text = cascade_text("Y[b,i,e] = X[b,i,e]").replace("role: weight}", f"role: weight, bits: {bits}}}")
+    text = cascade_text("Y[b,i,e] = X[b,i,e]").replace("F], role: input}", f"F], role: input, bits: {bits}}}")
     err = load_error(text)
     assert "bits" in err.message and "tensors.W" in err.message
     assert_at(err, text, f"{bits}}}")

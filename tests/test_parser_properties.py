@@ -186,6 +186,9 @@ def valid_cascades(draw) -> Cascade:
             updates = draw(st.sampled_from(fits))
         tensors[out] = TensorSpec(out, spec.ranks, role, spec.bits, spec.initial, updates)
 
+    for name, spec in list(tensors.items()):  # a weight nobody reads is refused (its elements would be parameters)
+        if spec.role == Role.WEIGHT and name not in read:
+            tensors[name] = TensorSpec(name, spec.ranks, Role.INPUT, spec.bits, description=spec.description)
     return build_cascade(
         name=draw(st.one_of(st.sampled_from(["t", "mamba1-prefill", "a b", "yes", "3", "x: y", "-dash"]), st.text())),
         params=params,

@@ -18,6 +18,8 @@ is the rank's size: a tile carries every earlier row.
 
 from __future__ import annotations
 
+import math
+
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -722,6 +724,9 @@ def _check_roles(c: Cascade, fail) -> None:
             raise fail(f"tensor {t} has role {spec.role.value} but no Einsum writes it", tensor=t)
         if spec.role == Role.INTERMEDIATE and not c.consumers(t):
             raise fail(f"intermediate tensor {t} is never read; declare it an output", t)
+        if spec.role == Role.WEIGHT and not c.consumers(t):  # it would count among the parameters
+            raise fail(f"weight {t} is never read: the layer's parameters would count its "
+                       f"{math.prod(c.size(r) for r in spec.ranks):,} elements; read it or drop it", tensor=t)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -140,9 +140,11 @@ MAMBA2_CONTRADICTIONS: dict[str, Any] = {"num_heads": 5}
 # Each refused field: a value mambalaya does not model.
 BAMBA_REFUSED: dict[str, Any] = {"hidden_act": "gelu", "mamba_conv_bias": False, "mamba_proj_bias": True,
                                  "attention_bias": True, "mlp_bias": True, "time_step_limit": [0.001, 0.1]}
-MAMBA1_REFUSED: dict[str, Any] = {"use_bias": True, "use_conv_bias": False, "hidden_act": "gelu"}
+# layer_types: any value (even every layer 'linear_attention'), as transformers 5.25 fails to load it
+MAMBA1_REFUSED: dict[str, Any] = {"use_bias": True, "use_conv_bias": False, "hidden_act": "gelu",
+                                  "layer_types": ["linear_attention"]}
 MAMBA2_REFUSED: dict[str, Any] = {"use_bias": True, "use_conv_bias": False, "hidden_act": "relu",
-                                  "time_step_limit": [0.0, 0.1]}
+                                  "time_step_limit": [0.0, 0.1], "layer_types": ["linear_attention"]}
 
 CASES = {
     "bamba": (BAMBA_FIELDS, BAMBA_BASE, _bamba_built, BAMBA_READ_CHANGES, BAMBA_CONTRADICTIONS, BAMBA_REFUSED),

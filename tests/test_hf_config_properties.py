@@ -257,7 +257,7 @@ REFUSED: list[tuple[str, dict[str, Any], str]] = [
     ("jamba", {"layers_block_type": ["mamba", {}, "mamba", "mamba"]}, "layers_block_type[1]"),
     ("olmo_hybrid", {"layer_types": [[]] * 4}, "layer_types[0]"),
     ("bamba", {"attn_layer_indices": [[1]]}, "attn_layer_indices[0]"),
-    ("falcon_h1", {"layers_block_type": [["hybrid"]]}, "layers_block_type[0]"),
+    ("falcon_h1", {"layers_block_type": [["hybrid"]]}, "layers_block_type is given"),  # any value: transformers fails
     ("nemotron_h", {"hybrid_override_pattern": ["M"], "layers_block_type": None}, "hybrid_override_pattern"),
     ("bamba", {"rms_norm_eps": "__RAW_nan__"}, "rms_norm_eps"),
     ("nemotron_h", {"layer_norm_epsilon": "__RAW_nan__"}, "layer_norm_epsilon"),

@@ -340,7 +340,7 @@ INERT = {"model_type", "architectures", "transformers_version", "torch_dtype", "
          "num_logits_to_keep", "pad_token_id", "bos_token_id", "eos_token_id", "max_position_embeddings",
          "attention_dropout", "initializer_range", "_name_or_path", "id2label", "label2id", "return_dict",
          "output_hidden_states", "output_attentions", "chunk_size_feed_forward", "is_encoder_decoder",
-         "problem_type", "tokenizer_class", "layers_block_type", "layer_types"}
+         "problem_type", "tokenizer_class"}
 READ = set(DEFAULTS) | set(MULTIPLIERS) | {"head_dim", "rope_parameters", "rope_theta", "mamba_norm_before_gate",
                                           "time_step_limit"}
 
@@ -357,9 +357,11 @@ def falcon_h1_config_from_hf(data: dict, *, source: str = "config.json") -> Falc
     cfg = ConfigFile.of(data, source, defaults=DEFAULTS, what="Falcon-H1")
     if cfg.value("model_type") != "falcon_h1":
         raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; this reader takes 'falcon_h1'")
+    for key in ("layers_block_type", "layer_types"):  # (once read and ignored: transformers fails on any value)
+        if cfg.has(key):
+            raise cfg.error(f"field {key} is given; transformers 5.25 cannot load a Falcon-H1 config.json that gives "
+                            "it (a read-only property of FalconH1Config: every layer is 'hybrid'), so it is refused")
     check_known_fields(cfg, "FalconH1Config", READ, INERT, MODELLED)
-    for key in ("layers_block_type", "layer_types"):
-        cfg.layer_types(key, {"hybrid": "parallel"}, "Falcon-H1 (every FalconH1Config layer is 'hybrid')")
     rms = cfg.boolean("mamba_rms_norm")
     # FalconH1Config's default is true; a null acts as false (FalconH1RMSNormGated tests its truth)
     before_gate = cfg.boolean("mamba_norm_before_gate") if cfg.given("mamba_norm_before_gate") else \

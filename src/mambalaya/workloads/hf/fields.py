@@ -119,6 +119,10 @@ def _no_clamp(value: Any) -> bool:
 
 
 NO_CLAMP = Supported("(0.0, inf) (no clamp of the time step)", _no_clamp)
+#: A field transformers cannot load from a config.json (a read-only property of its config class:
+#: from_pretrained fails on any value), so none is accepted.
+NOT_LOADABLE = Supported(f"absent: transformers {TRANSFORMERS_VERSION} cannot load a config.json that gives it (a "
+                         "read-only property of the config class)", lambda v: False)
 FALSE_OR_ABSENT = Supported("false", lambda v: v is False or v is None)
 
 
@@ -282,11 +286,7 @@ ROPE_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 # MambaConfig (models/mamba) and state-spaces/mamba's MambaConfig + Mamba mixer arguments
 # --------------------------------------------------------------------------------------------
 
-_ONLY_MAMBA = ("a read-only property of the class (every layer is a Mamba layer): transformers cannot set it "
-               "from a config.json and builds the same layers whatever it says")
-
 _MAMBA1_INERT = {
-    "layer_types": _ONLY_MAMBA,
     "residual_in_fp32": _RESIDUAL_FP32,
     "time_step_scale": _INIT, "time_step_min": _INIT, "time_step_max": _INIT, "time_step_init_scheme": _INIT,
     "time_step_floor": _INIT, "rescale_prenorm_residual": _INIT,
@@ -308,7 +308,8 @@ MAMBA1_FIELDS = _transformers(
         "vocab_size": "vocab_size (the parameter count)",
         "tie_word_embeddings": "tie_embeddings (the parameter count)",
     },
-    refused={"use_bias": equals(False), "use_conv_bias": equals(True), "hidden_act": _SILU},
+    refused={"use_bias": equals(False), "use_conv_bias": equals(True), "hidden_act": _SILU,
+             "layer_types": NOT_LOADABLE},
     inert=_MAMBA1_INERT,
 )
 
@@ -389,9 +390,8 @@ MAMBA2_FIELDS = _transformers(
         "tie_word_embeddings": "tie_embeddings (the parameter count)",
     },
     refused={"use_bias": equals(False), "use_conv_bias": equals(True), "hidden_act": _SILU,
-             "time_step_limit": NO_CLAMP},
+             "time_step_limit": NO_CLAMP, "layer_types": NOT_LOADABLE},
     inert={
-        "layer_types": _ONLY_MAMBA,
         "residual_in_fp32": _RESIDUAL_FP32,
         "time_step_rank": "Mamba-2 has no low-rank dt projection: transformers stores it and never reads it",
         "time_step_min": _INIT, "time_step_max": _INIT, "time_step_floor": _INIT, "rescale_prenorm_residual": _INIT,

@@ -359,3 +359,20 @@ def test_mixed_precision_mamba2_tracks_transformers(scan: str) -> None:
         states = carry_states(decode, out)
         errors += [rel(out["XO"], y), rel(states["H0"], s["H0"])]
     assert 1e-5 < max(errors) <= 3e-2, errors
+
+
+def test_a_policy_without_entries_for_a_layers_family_is_refused_naming_it(tmp_path) -> None:
+    """A policy whose family entries are for Mamba-2 evaluated on Granite 4 (whose Mamba-2 mixers take
+    the bamba entries) set nothing and printed its name over the uniform widths; refused, naming the
+    family. On a model of the family it names, it applies."""
+    from mambalaya.errors import SpecError
+    from mambalaya.workloads import PRESETS, build_layer
+
+    path = tmp_path / "m2.yaml"
+    path.write_text("name: m2-state32\ndefault: design\nfamilies: {mamba2: {H: 32, HC: 32}}\n", encoding="utf-8")
+    with pytest.raises(SpecError, match="takes the bamba family's entries"):
+        build_layer(PRESETS["granite-4.0-h-tiny"], phase="prefill", seq_len=512, batch=1, precision=str(path),
+                    layer_type="mamba-moe", scan="recurrent")
+    mamba2 = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=1, precision=str(path),
+                         scan="recurrent")
+    assert mamba2.tensors["H"].bits == 32

@@ -216,6 +216,12 @@ def apply_policy(cascade: Cascade, policy: PrecisionPolicy | str, design_bits: i
     """``cascade`` with every tensor's width set by ``policy`` (``design`` = ``design_bits``)."""
     policy = load_policy(policy)
     family = family or cascade_family(cascade)
+    if policy.families and family not in policy.families:  # its tensor entries would set nothing here
+        raise SpecError(f"precision policy {policy.name!r} gives tensor widths for the "
+                        f"{', '.join(policy.families)} famil{'y' if len(policy.families) == 1 else 'ies'}, but layer "
+                        f"{cascade.name!r} takes the {family} family's entries (its model's precision family for "
+                        f"this layer type, docs/precision.md), so none of them would apply; add a '{family}:' "
+                        f"entry, or use roles and default alone")
     tensors = {
         name: replace(spec, bits=policy.bits(family, name, spec.role, design_bits))
         for name, spec in cascade.tensors.items()

@@ -279,3 +279,17 @@ def test_evaluate_takes_a_routing_histogram_file_and_refuses_it_without_experts(
     bad.write_text("fractions: [0.5, 0.6" + ", 0" * 14 + "]\n")
     out = invoke("evaluate", "--model", "jamba-v0.1", "--phase", "decode", "--routing", str(bad))
     assert out.exit_code == 1 and "bad.yaml" in out.output
+
+
+def test_an_expert_with_a_tiny_share_is_not_a_whole_expert_read() -> None:
+    """A measured histogram has no exact zeros: six experts at about 1/6 and 58 at 1e-9 once read all
+    64 experts' weights (any non-zero fraction counted), twice the six-expert decode. Each of a pass's
+    token-expert choices lands on an expert with its fraction, so the expected experts reached are
+    sum(1 - (1 - f)^choices): six here, as with the 58 at exactly 0; a uniform histogram at a large
+    batch reaches them all, and never more than the choices."""
+    from mambalaya.einsum.routing import experts_reached
+
+    six = [(1 - 58e-9) / 6] * 6
+    assert experts_reached(six + [1e-9] * 58, 64 * 6) == experts_reached(six + [0.0] * 58, 64 * 6) == 6
+    assert experts_reached([1 / 64] * 64, 64 * 6) == 64 and experts_reached([1 / 64] * 64, 6) == 6
+    assert experts_reached([0.5, 0.5] + [0.0] * 14, 2) == 2

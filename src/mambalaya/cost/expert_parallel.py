@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from mambalaya.cost.pipeline import LayerSplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Role
-from mambalaya.einsum.routing import EXPERT_RANK, LOAD_PARAM, routed_einsums
+from mambalaya.einsum.routing import EXPERT_RANK, LOAD_PARAM, experts_reached, routed_einsums
 from mambalaya.errors import SpecError
 
 #: The directions of a MoE block's all-to-alls: tokens to their experts, results back.
@@ -146,9 +146,12 @@ def expert_device_cascade(part: Cascade, devices: int, routing: str | Sequence[f
     loads = expert_loads(n, devices, routing)
     heaviest = max(range(devices), key=lambda d: loads[d])
     per = n // devices
-    used = per if routing == "uniform" else sum(1 for f in list(routing)[heaviest * per:(heaviest + 1) * per] if f > 0)
     pairs = math.ceil(total_tokens * k * loads[heaviest] - 1e-9)
-    new = {**params, LOAD_PARAM: devices * loads[heaviest], "moe_experts_read": min(used, pairs)}
+    if routing == "uniform":
+        read = min(per, pairs)
+    else:  # the device's experts that one of the pass's choices reaches
+        read = min(pairs, experts_reached(list(routing)[heaviest * per:(heaviest + 1) * per], total_tokens * k))
+    new = {**params, LOAD_PARAM: devices * loads[heaviest], "moe_experts_read": read}
     return build_cascade(name=part.name, params=new, ranks=part.ranks.values(), tensors=part.tensors.values(),
                          einsums=part.einsums, description=f"{part.description}; expert parallel over {devices} devices "
                          f"(the most loaded device's part: {loads[heaviest]:.4g} of the token-expert pairs)",

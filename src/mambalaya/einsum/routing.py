@@ -28,6 +28,8 @@ the whole Einsum (:func:`scaled_ops`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fractions import Fraction
 
 from mambalaya.einsum.cascade import Cascade
@@ -152,6 +154,17 @@ def scaled_ops(cascade: Cascade, einsum: str, ops: dict[str, int]) -> dict[str, 
     return {k: int(round(v * scale)) for k, v in ops.items()}
 
 
-__all__ = ["EXPERT_RANK", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",
+def experts_reached(fractions: Sequence[float], assignments: int) -> int:
+    """Experts a pass of ``assignments`` token-expert choices reaches under a routing histogram:
+    an expert's weights are read if it receives at least one, and each choice lands on expert
+    ``e`` with probability ``fractions[e]``, independently, so the expected count is
+    ``sum(1 - (1 - f)^assignments)``, rounded, at most ``assignments`` (an assumption: a
+    measured histogram is a long-run average). A fraction of 1e-9 is not a whole expert read
+    (once every non-zero fraction was, so a measured histogram, which has no exact zeros, read
+    every expert)."""
+    expected = sum(1.0 - (1.0 - f) ** assignments for f in fractions if f > 0)
+    return max(1, min(assignments, round(expected)))
+
+__all__ = ["experts_reached", "EXPERT_RANK", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",
            "routed_scale", "work_text",
            "scaled_ops", "tensor_scale"]

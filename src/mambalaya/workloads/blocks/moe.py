@@ -94,6 +94,7 @@ from mambalaya.specio import SPEC_MODEL_CONFIG, list_as_tuple
 
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade, build_cascade
+from mambalaya.einsum.routing import experts_reached
 from mambalaya.einsum.ir import Rank, Role, TensorSpec
 from mambalaya.einsum.parse import parse_einsum
 from mambalaya.workloads.checks import check_layer_args, validated_config
@@ -201,8 +202,10 @@ class MoEConfig(BaseModel):
 
     def experts_read(self, tokens: int) -> int:
         """Experts whose weights one pass over ``tokens`` tokens reads (the module doc's rule)."""
-        used = self.n_experts if self.routing == "uniform" else sum(1 for f in self.routing if f > 0)
-        return min(used, tokens * self.top_k)
+        if self.routing == "uniform":
+            return min(self.n_experts, tokens * self.top_k)
+        return experts_reached(self.routing, tokens * self.top_k)
+
 
 
 def check_histogram(values: list, n_experts: int, top_k: int, field: str) -> tuple[float, ...]:

@@ -232,3 +232,25 @@ def test_fused_mapper_vs_our_optimal_on_a_norm_and_gemm(py312):
     assert set(rows) == {"X", "WN", "W", "Y"}
     differing = {t: (r["ours_bits"], r["accelforge_bits"]) for t, r in rows.items() if r["ours_bits"] != r["accelforge_bits"]}
     assert differing == {"X": (512.0, 1024.0)}
+
+
+def test_the_export_takes_the_designs_widths_unless_told_otherwise(tmp_path):
+    """export accelforge --arch marca-original (a 32-bit design under the uniform policy) wrote a
+    16-bit workload, and mambalaya's reference-kernels widths never reached it: the workload now
+    takes the design's width and policy, as evaluate does; --bits and --precision still override."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    def widths(*options):
+        out = tmp_path / "_".join(options).replace("-", "") or "default"
+        r = CliRunner().invoke(app, ["export", "accelforge", "-o", str(out), *options])
+        assert r.exit_code == 0, r.output
+        doc = yaml.safe_load((out / "workload.yaml").read_text().split("\nworkload:", 1)[1].join(["workload:", ""]))
+        per = [ta.get("bits_per_value") for e in doc["workload"]["einsums"] for ta in e["tensor_accesses"]]
+        return doc["workload"]["bits_per_value"]["All"], {w for w in per if w is not None}
+
+    assert widths("--arch", "marca-original")[0] == 32
+    default, per_tensor = widths("--arch", "mambalaya")
+    assert default == 16 and 32 in per_tensor  # reference-kernels: the float32 state and statistics
+    assert widths("--arch", "marca-original", "--bits", "8", "--precision", "uniform") == (8, set())

@@ -79,6 +79,7 @@ ACCELFORGE_FILES = ("workload.yaml", "arch.yaml", "mapping_unfused.yaml")
 @export_app.command("accelforge")
 @user_errors
 def export_accelforge_cmd(
+    ctx: typer.Context,
     output: AccelForgeOutOpt,
     model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.decode,
@@ -94,8 +95,13 @@ def export_accelforge_cmd(
 
     check_output_path(output, kind="directory", option="--output", writes=ACCELFORGE_FILES,
                       inputs={"--model": model, "--arch": arch, "--precision": precision})
-    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits, precision)
-    for path in write_export(cascade, design_with_settings(arch, settings), output, unroll_scan=unroll_scan):
+    design = design_with_settings(arch, settings)
+    # the workload at the design's widths, as evaluate runs it, unless --bits / --precision say otherwise
+    # (the design's were once ignored: marca-original, a 32-bit design, exported at 16 bits)
+    given_bits = getattr(ctx.get_parameter_source("bits"), "name", "DEFAULT") != "DEFAULT"
+    cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits if given_bits else design.bits_per_element,
+                                  precision if precision is not None else design.precision)
+    for path in write_export(cascade, design, output, unroll_scan=unroll_scan):
         err_console.print(f"wrote {path}")
 
 

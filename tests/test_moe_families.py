@@ -293,3 +293,23 @@ def test_an_expert_with_a_tiny_share_is_not_a_whole_expert_read() -> None:
     assert experts_reached(six + [1e-9] * 58, 64 * 6) == experts_reached(six + [0.0] * 58, 64 * 6) == 6
     assert experts_reached([1 / 64] * 64, 64 * 6) == 64 and experts_reached([1 / 64] * 64, 6) == 6
     assert experts_reached([0.5, 0.5] + [0.0] * 14, 2) == 2
+
+
+def test_a_field_of_the_mixer_a_family_lacks_is_refused() -> None:
+    """A Jamba file (Mamba-1 mixers) with Granite's Mamba-2 heads, or a Granite file with Jamba's
+    dt rank, was accepted and read by nothing (the title even printed the heads); a Mamba-2 file
+    whose d_ssm and expand disagree had expand dropped."""
+    from mambalaya.errors import SpecError
+    from mambalaya.workloads.blocks.mamba2 import parse_mamba2_config
+    from mambalaya.workloads import PRESETS
+    from mambalaya.workloads.families.jamba_granite import parse_moe_hybrid_config
+
+    jamba = PRESETS["jamba-v0.1"].model_dump(mode="json")
+    with pytest.raises(SpecError, match="mamba_heads, mamba_headdim are fields of Granite 4's Mamba-2 mixer"):
+        parse_moe_hybrid_config({**jamba, "mamba_heads": 128, "mamba_headdim": 64})
+    granite = PRESETS["granite-4.0-h-tiny"].model_dump(mode="json")
+    with pytest.raises(SpecError, match="mamba_dt_rank is a field of Jamba's Mamba-1 mixer"):
+        parse_moe_hybrid_config({**granite, "mamba_dt_rank": 7})
+    with pytest.raises(SpecError, match="d_ssm .1536. and expand"):
+        parse_mamba2_config({"d_model": 768, "n_layers": 2, "expand": 4, "d_ssm": 1536})
+    assert parse_mamba2_config({"d_model": 768, "n_layers": 2, "expand": 2, "d_ssm": 1536}).d_inner == 1536

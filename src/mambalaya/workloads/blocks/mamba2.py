@@ -323,7 +323,14 @@ CONSTANTS: tuple[str, ...] = ("LM",)
 
 
 def parse_mamba2_config(data: dict, *, source: str = "model config") -> Mamba2Config:
-    return validated_config(Mamba2Config, data, what="Mamba-2", source=source)
+    config = validated_config(Mamba2Config, data, what="Mamba-2", source=source)
+    if isinstance(data, dict) and "d_ssm" in data and "expand" in data and \
+            config.d_ssm is not None and config.expand * config.d_model != config.d_ssm:
+        # d_ssm sets the width and expand is a label: a file giving both that disagree meant one of them
+        raise SpecError(f"Mamba-2: d_ssm ({config.d_ssm}) and expand * d_model ({config.expand} * {config.d_model} = "
+                        f"{config.expand * config.d_model}) disagree; d_ssm sets the width (expand was once dropped "
+                        "without a word): give one", source=source)
+    return config
 
 
 #: The SSM region a fine-grained-fusion baseline fuses: the recurrent form's discretisation,

@@ -98,6 +98,12 @@ class MoEHybridConfig(BaseModel):
             raise ValueError(f"top_k = {self.top_k} exceeds n_experts = {self.n_experts}")
         if moe and (self.top_k < 1 or self.n_experts < 2):
             raise ValueError("a MoE layer needs n_experts >= 2 and top_k >= 1")
+        other = self._other_mixers_fields()
+        if other:  # fields of the mixer this family does not have: once accepted, read by nothing
+            raise ValueError(f"{', '.join(other)} {'is a field' if len(other) == 1 else 'are fields'} of "
+                             f"{'Granite 4' if self.family == 'jamba' else 'Jamba'}'s "
+                             f"{'Mamba-2' if self.family == 'jamba' else 'Mamba-1'} mixer; a {self.family} model's "
+                             "Mamba layers do not read it: drop it")
         if self.family == "granitemoehybrid":
             if self.mamba_heads is None or self.mamba_headdim is None:
                 raise ValueError("a Granite 4 hybrid model needs mamba_heads and mamba_headdim (its Mamba-2 heads)")
@@ -117,6 +123,16 @@ class MoEHybridConfig(BaseModel):
         if moe:
             self.moe()
         return self
+
+    def _other_mixers_fields(self) -> list[str]:
+        """The fields given (other than at their defaults) of the mixer this family lacks: Granite's
+        Mamba-2 fields in a Jamba model, Jamba's Mamba-1 ``mamba_dt_rank`` in a Granite one."""
+        if self.family == "jamba":
+            given = {"mamba_heads": self.mamba_heads is not None, "mamba_headdim": self.mamba_headdim is not None,
+                     "mamba_ngroups": self.mamba_ngroups != 1, "mamba_chunk_size": self.mamba_chunk_size != 256}
+        else:
+            given = {"mamba_dt_rank": self.mamba_dt_rank is not None}
+        return [k for k, v in given.items() if v]
 
     @property
     def n_layers(self) -> int:

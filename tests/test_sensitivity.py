@@ -159,3 +159,43 @@ def test_what_would_it_take_in_two_processes_matches_one() -> None:
     assert alone.take and together.take == alone.take
     assert together.rows == alone.rows
     assert S._run_searches([1, 2, 3], lambda job, at: at(job), (lambda x: 10 * x, lambda x: 10 * x)) == [10, 20, 30]
+
+
+def test_a_sensitivity_spec_that_cannot_move_its_ratio_is_refused_before_any_run(tmp_path) -> None:
+    """Each once ended in a traceback after the base run, a flat tornado or an empty table: a factor
+    on a single value, a kernels field on designs without a kernels section (the sensitivity
+    command runs --design and --baseline, not the file's designs), inverted or equal ends, a
+    spec whose assumptions the latency ratio never reads, one that applies to no assumption of
+    the run, and reproduce with a spec that lacks a design its headline ratios compare."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+    from mambalaya.errors import SpecError
+    from mambalaya.experiments.sensitivity import load_sensitivity_spec
+
+    def spec(assumption: str, designs: str = "[mambalaya, marca-ideal]"):
+        path = tmp_path / "s.yaml"
+        path.write_text(f"name: s\ndesigns: {designs}\nassumptions:\n  - {assumption}\n", encoding="utf-8")
+        return path
+
+    for assumption, words in (
+            ("{key: compute.mfu_units, low: 0.5, high: 2, factor: true, reason: r}", "a single value"),
+            ("{key: compute.mfu_units, low: 4096, high: 256, reason: r}", "above high"),
+            ("{key: compute.mfu_units, low: 512, high: 512, reason: r}", "no range"),
+            ("{key: kernels.compute_fraction, low: 0.3, high: 0.7, reason: r}", "has no kernels section")):
+        with pytest.raises(SpecError, match=words):
+            load_sensitivity_spec(spec(assumption))
+    run = CliRunner().invoke
+    gpu = spec("{key: kernels.compute_fraction, low: 0.3, high: 0.7, reason: r}", "[gpu-h100]")
+    r = run(app, ["sensitivity", "-m", "mamba-130m", "--seq-lens", "256", "-B", "1", "--spec", str(gpu)])
+    assert r.exit_code == 1 and "mambalaya has no kernels section" in r.output
+    power = spec("{key: power_budget_w, low: 50, high: 700, reason: r}")
+    r = run(app, ["sensitivity", "-m", "mamba-130m", "--seq-lens", "256", "-B", "1", "--spec", str(power)])
+    assert r.exit_code == 1 and "not moved" in r.output and "moves a latency" in r.output
+    scan = spec("{key: scan, low: chunked, high: recurrent, reason: r}")
+    r = run(app, ["sensitivity", "-m", "mamba-130m", "--seq-lens", "256", "-B", "1", "--spec", str(scan)])
+    assert r.exit_code == 1 and "applies to mamba-130m prefill" in r.output
+    two = spec("{key: compute.mfu_units, low: 256, high: 4096, reason: r}")
+    r = run(app, ["reproduce", "--models", "mamba-130m", "--seq-lens", "256", "-B", "1", "--sensitivity", str(two),
+                  "--out", str(tmp_path / "r")])
+    assert r.exit_code == 1 and "lack geens-ideal" in r.output

@@ -122,7 +122,12 @@ def reproduce_cmd(
     if config.sensitivity:
         from mambalaya.experiments.sensitivity import load_sensitivity_spec
 
-        steps += 1 + 2 * len(load_sensitivity_spec(config.sensitivity).assumptions)
+        study = load_sensitivity_spec(config.sensitivity)
+        missing = [d for d in DESIGNS if d not in study.designs]
+        if missing:  # the headline ratios compare these (once a KeyError after the main run)
+            raise MambalayaError(f"--sensitivity {config.sensitivity}: its designs ({', '.join(study.designs)}) lack "
+                                 f"{', '.join(missing)}, which the headline ratios it moves compare")
+        steps += 1 + 2 * len(study.assumptions)
     with Progress(TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=err_console, transient=False) as bar:
         task = bar.add_task("reproduce", total=steps)
@@ -196,15 +201,24 @@ def sensitivity_cmd(
     """How far each documented assumption moves one design's speedup over another (a tornado)."""
     import pandas as pd
 
-    from mambalaya.experiments.sensitivity import RunSetup, load_sensitivity_spec, pair_label, pair_ratio, run_sensitivity
+    from mambalaya.experiments.sensitivity import (RunSetup, applicable, check_on_designs, latency_blind,
+                                                   load_sensitivity_spec, pair_label, pair_ratio, run_sensitivity)
 
     check_output_path(out, kind="directory", option="--out", writes=SENSITIVITY_FILES,
                       inputs={"--spec": spec, "--model": model, "--design": design, "--baseline": baseline,
                               "--precision": precision})
     study = load_sensitivity_spec(spec)
-    study = study.model_copy(update={"designs": [design, baseline] if design != baseline else [design]})
     if design == baseline:
         raise MambalayaError("--design and --baseline name the same design; a ratio needs two")
+    study = study.model_copy(update={"designs": [design, baseline]})
+    check_on_designs(study, spec)  # the spec's assumptions, on the designs this run compares
+    blind = [a for a in study.assumptions if latency_blind(a)]
+    if blind:  # the ratio is of latencies: both ends of these would give the base ratio
+        err_console.print(f"not moved (the latency ratio reads none of them; reproduce's energy ratios do): "
+                          f"{', '.join(a.key for a in blind)}", highlight=False)
+        if len(blind) == len(study.assumptions):
+            raise MambalayaError(f"no assumption of {study.name} moves a latency: the ratio would not move")
+        study = study.model_copy(update={"assumptions": [a for a in study.assumptions if not latency_blind(a)]})
     config = resolve_model(model)
     if is_hybrid(config):
         raise MambalayaError(f"{model} is a hybrid model: the sensitivity study covers Mamba models; for a hybrid "
@@ -212,6 +226,9 @@ def sensitivity_cmd(
     lens = tuple(read_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)
     run = RunSetup(models=(model,), configs={model: config}, seq_lens=lens, batch=batch, precision=precision,
                    phases=("prefill",) if phase == PhaseOption.prefill else ("generation",))
+    if not applicable(study, run):  # (once an empty table and exit 0)
+        raise MambalayaError(f"no assumption of {study.name} applies to {model} {phase.value} (the scan form moves "
+                             "Mamba-2 models only)")
     label = pair_label(model, run.phases[0], design, baseline)
     result = run_sensitivity(study, run, pair_ratio(design, baseline),
                              published=None if published is None else {label: published}, far=0.0,

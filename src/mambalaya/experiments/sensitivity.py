@@ -119,6 +119,20 @@ def _load_shipped(name: str) -> SensitivitySpec:
 def _validated(text: str, source: str) -> SensitivitySpec:
     spec = load_spec_text(text, SensitivitySpec, what="sensitivity spec", fields="name, designs, assumptions",
                           source=source)
+    check_on_designs(spec, source)
+    return spec
+
+
+def check_on_designs(spec: SensitivitySpec, source: str) -> None:
+    """Each assumption's ends make valid designs of ``spec.designs`` (a caller that runs other
+    designs than the file names checks them again here: a kernels field on a design without a
+    kernels section was once a traceback after the base run)."""
+    for n, a in enumerate(spec.assumptions):
+        if a.numeric and a.key != "memory.onchip_buffer_bytes" and a.low == a.high:
+            raise SpecError(f"assumptions[{n}] ({a.key}): low and high are both {a.low!r}: no range to move over",
+                            source=source)
+        if a.numeric and a.key != "memory.onchip_buffer_bytes" and a.low > a.high:
+            raise SpecError(f"assumptions[{n}] ({a.key}): low {a.low!r} is above high {a.high!r}", source=source)
     for n, a in enumerate(spec.assumptions):  # the values must make valid designs
         for end in ("low", "high"):
             try:
@@ -127,8 +141,8 @@ def _validated(text: str, source: str) -> SensitivitySpec:
                 if a.key == "precision":
                     load_policy(str(getattr(a, end)))
             except SpecError as err:
-                raise SpecError(f"assumptions[{n}].{end} ({a.key} = {getattr(a, end)!r}): {err}", source=source) from None
-    return spec
+                raise SpecError(f"assumptions[{n}].{end} ({a.key} = {getattr(a, end)!r}) on designs "
+                                f"{', '.join(spec.designs)}: {err}", source=source) from None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -143,8 +157,13 @@ def with_setting(spec: ArchSpec, assumption: Assumption, value: Value) -> ArchSp
     node = data
     *parents, leaf = assumption.key.split(".")
     for p in parents:
-        node = node[p]
+        node = node.get(p) if isinstance(node, dict) else None
+        if node is None:  # (once a traceback after the base run)
+            raise SpecError(f"{spec.name} has no {p} section, so {assumption.key} cannot be set on it")
     if assumption.factor:
+        if not isinstance(node.get(leaf), dict):
+            raise SpecError(f"{assumption.key} is a single value on {spec.name}, not a cost table: 'factor: true' "
+                            "multiplies every entry of a table; give the value itself")
         node[leaf] = {k: v * float(value) for k, v in node[leaf].items()}
     else:
         node[leaf] = value
@@ -508,6 +527,9 @@ def sensitivity_frame(result: SensitivityResult) -> pd.DataFrame:
 __all__ = [
     "Assumption",
     "RunSetup",
+    "applicable",
+    "check_on_designs",
+    "latency_blind",
     "SensitivityResult",
     "SensitivitySpec",
     "evaluate_setting",

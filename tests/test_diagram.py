@@ -144,3 +144,20 @@ def test_no_pyplot_state(prefill):
         import matplotlib.pyplot as plt
 
         assert plt.get_fignums() == []
+
+
+def test_a_cascade_file_is_drawn_as_it_is_and_layer_options_beside_it_are_refused(tmp_path) -> None:
+    """cascade diagram --cascade FILE with --unroll, -L or --precision drew the file unchanged
+    without a word; those options name a model's layer."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+    from mambalaya.einsum import dump_cascade
+    from mambalaya.workloads import PRESETS, build_layer
+
+    path = tmp_path / "c.yaml"
+    path.write_text(dump_cascade(build_layer(PRESETS["mamba-130m"], phase="decode", seq_len=1, batch=1)), encoding="utf-8")
+    run = CliRunner().invoke
+    r = run(app, ["cascade", "diagram", "--cascade", str(path), "--unroll", "-L", "99", "-o", str(tmp_path / "d.svg")])
+    assert r.exit_code == 1 and "--seq-len, --unroll apply to a model's layer" in r.output
+    assert run(app, ["cascade", "diagram", "--cascade", str(path), "-o", str(tmp_path / "d.svg")]).exit_code == 0

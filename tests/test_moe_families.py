@@ -279,6 +279,14 @@ def test_evaluate_takes_a_routing_histogram_file_and_refuses_it_without_experts(
     bad.write_text("fractions: [0.5, 0.6" + ", 0" * 14 + "]\n")
     out = invoke("evaluate", "--model", "jamba-v0.1", "--phase", "decode", "--routing", str(bad))
     assert out.exit_code == 1 and "bad.yaml" in out.output
+    # a model file with its own histogram and --routing: the option replaced the file's without a word
+    from mambalaya.specio import dump_yaml
+    from mambalaya.workloads import PRESETS
+
+    own = tmp_path / "jamba.yaml"
+    own.write_text(dump_yaml({**PRESETS["jamba-v0.1"].model_dump(mode="json"), "routing": [0.5, 0.5] + [0.0] * 14}))
+    out = invoke("evaluate", "--model", str(own), "--phase", "decode", "--routing", str(hist))
+    assert out.exit_code == 1 and "gives its own routing histogram" in out.output
 
 
 def test_an_expert_with_a_tiny_share_is_not_a_whole_expert_read() -> None:

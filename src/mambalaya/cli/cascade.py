@@ -17,7 +17,7 @@ from mambalaya.cli.options import (
     OutOpt,
 )
 from mambalaya.einsum.cascade_file import dump_cascade, load_cascade
-from mambalaya.errors import SpecError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.specio import MAX_SPEC_BYTES
 from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
 from mambalaya.workloads.families.base import is_hybrid
@@ -169,6 +169,15 @@ def diagram_cmd(
     check_output_path(output, kind="file", option="--output", suffixes=SAVE_FORMATS,
                       inputs={**layer.input_paths(), "--cascade": cascade_file, "--mapping": mapping})
     if cascade_file is not None:
+        from dataclasses import fields as dataclass_fields
+
+        from mambalaya.cli.layer_options import LayerArgs
+
+        moved = [f"--{f.name.replace('_', '-')}" for f in dataclass_fields(LayerArgs)
+                 if getattr(layer, f.name) != getattr(LayerArgs(), f.name)]
+        if moved:  # (once drawn as the file without a word: --unroll, -L, --precision ignored)
+            raise MambalayaError(f"--cascade draws that file as it is: {', '.join(moved)} appl"
+                                 f"{'ies' if len(moved) == 1 else 'y'} to a model's layer, not to it")
         cascade = load_cascade(cascade_file)
         title = f"{cascade_file} ({cascade.name})"
     else:

@@ -273,6 +273,8 @@ def with_routing(config: Any, routing: Path | None, model: str) -> Any:
         return config
     if not getattr(config, "n_experts", 0):
         raise MambalayaError(f"--routing {routing}: model {model!r} has no mixture-of-experts layer to route")
+    if getattr(config, "routing", "uniform") != "uniform":  # (it once replaced the file's list without a word)
+        raise MambalayaError(f"--routing {routing}: model {model!r} gives its own routing histogram; give one of them")
     from mambalaya.workloads.blocks.moe import load_routing_histogram
 
     return config.model_copy(update={"routing": load_routing_histogram(routing, config.n_experts, config.top_k)})

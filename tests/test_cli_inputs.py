@@ -448,6 +448,8 @@ def test_a_setting_no_evaluation_reads_is_refused() -> None:
                      *base]).exit_code == 0
     with pytest.raises(SpecError, match="mma.sync"):
         check_sweep_fields({"kernels.sync_mma_fraction": [0.5, 0.6]}, {"model": "mamba-130m", "arch": "gpu-h100"})
+    with pytest.raises(SpecError, match="no energy section"):
+        check_sweep_fields({"power_budget_w": [100, 700]}, {"model": "mamba-130m", "arch": "gpu-h100"})
     # --set precision beside --precision: the option won and the --set was dropped without a word
     for command in (["evaluate", "-L", "64"], ["compare", "--seq-lens", "64"]):
         r = run(app, [*command, "--set", "precision=uniform", "--precision", "reference-kernels", *base])

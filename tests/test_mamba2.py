@@ -316,3 +316,23 @@ def test_loader_refuses_to_guess_how_b_and_c_split() -> None:
     sd = hf.random_mamba2_state_dict(d_model=16, d_state=4, headdim=4, ngroups=2, expand=2, d_conv=4, seed=0)
     with pytest.raises(WeightLoadError, match="do not say how they split .* give ngroups= or d_state="):
         load_mamba2_layer(sd)
+
+
+def test_every_command_runs_a_mamba2_prefill_in_its_faster_form_by_default() -> None:
+    """compare ran the chunked form while sensitivity and reproduce ran the faster one, so one
+    design pair printed 2.31x in one and 2.18x in the other; now compare (and evaluate) take the
+    faster form too, equal to evaluate_best_scan, and evaluate names the form."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+    from mambalaya.experiments.evaluate import compare_rows, evaluate_best_scan
+    from mambalaya.workloads import PRESETS
+
+    config = PRESETS["mamba2-130m"]
+    rows = compare_rows(["mambalaya", "geens-ideal"], "mamba2-130m", config, phase="prefill", seq_lens=[1024], batch=1,
+                        baseline="geens-ideal")
+    best = {a: evaluate_best_scan(a, "mamba2-130m", config, phase="prefill", seq_len=1024, batch=1).result.latency_s
+            for a in ("mambalaya", "geens-ideal")}
+    assert {r["arch"]: r["layer_latency_s"] for r in rows} == best
+    out = CliRunner().invoke(app, ["evaluate", "-m", "mamba2-130m", "-L", "1024", "-B", "1"])
+    assert out.exit_code == 0 and "scan, the faster form on this design)" in out.output.splitlines()[0]

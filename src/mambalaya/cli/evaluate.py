@@ -64,7 +64,13 @@ def evaluate_cmd(
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
                   precision=run.precision, devices=devices, parallel=parallel.value if parallel else None, micro_batches=micro_batches)
     if not is_hybrid(config):
-        ev = evaluate(design, run.model, config, objective=objective.value, **common)
+        if run.scan is None:  # a Mamba-2 prefill runs the faster form, as every other command does
+            from mambalaya.experiments.evaluate import evaluate_best_scan
+
+            ev = evaluate_best_scan(design, run.model, config, objective=objective.value,
+                                    **{k: v for k, v in common.items() if k != "scan"})
+        else:
+            ev = evaluate(design, run.model, config, objective=objective.value, **common)
         emit_evaluation(ev, run, config, seq_len, fmt, output)
     elif objective != Objective.latency:
         raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "

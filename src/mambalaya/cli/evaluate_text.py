@@ -54,7 +54,12 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         emit(rows_csv(rows), output)
         return
     t = ev.totals()
-    title = (f"{run.model} {run.phase.value} I={ev.cascade.size('I')} batch={run.batch} on {ev.arch.name} "
+    form = ""
+    if getattr(config, "family", "") == "mamba2" and run.phase.value == "prefill":
+        chunked = "LM" in ev.cascade.tensors  # the chunked form's in-chunk mask
+        form = (f" ({'chunked' if chunked else 'recurrent'} scan"
+                f"{', the faster form on this design' if run.scan is None else ''})")
+    title = (f"{run.model} {run.phase.value}{form} I={ev.cascade.size('I')} batch={run.batch} on {ev.arch.name} "
              f"({width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
              f"{ev.arch.memory.offchip_bandwidth_bytes_per_s / 1e9:g} GB/s, buffer {ev.arch.memory.onchip_buffer_bytes:,} B); "
              f"mapping {ev.mapping.name}: {ev.mapping.description}. Latencies in s, traffic in bytes.")

@@ -139,3 +139,27 @@ def test_run_hybrid_layer_gives_positions_whatever_the_scan_form() -> None:
         run_hybrid_layer(SMALL, 0, x, weights, state=chunked.state)
     with pytest.raises(SpecError, match="layer 2 is not a layer of this model"):
         run_hybrid_layer(SMALL, 2, x, weights)
+
+
+def test_a_form_a_layer_type_cannot_take_is_refused_in_every_hybrid_family() -> None:
+    """scan on an attention layer of Bamba, Jamba or Granite 4 (the dense families refused it),
+    softmax or key_block on a layer without attention, and an unknown softmax were accepted and
+    built the layer as without them; refused by one rule for every hybrid family."""
+    from mambalaya.errors import SpecError
+    from mambalaya.workloads import PRESETS, build_layer
+
+    def build(model, layer_type, **forms):
+        return build_layer(PRESETS[model], phase="prefill", seq_len=256, batch=1, layer_type=layer_type, **forms)
+
+    for model, layer_type in (("bamba-9b", "attention"), ("jamba-v0.1", "attention"),
+                              ("granite-4.0-h-tiny", "attention-moe"), ("nemotron-h-8b", "attention")):
+        with pytest.raises(SpecError, match="scan applies to the layers with a scan"):
+            build(model, layer_type, scan="recurrent")
+    for model, layer_type in (("bamba-9b", "mamba"), ("jamba-v0.1", "mamba-moe"), ("nemotron-h-8b", "mlp"),
+                              ("zamba2-2.7b", "mamba"), ("olmo-hybrid-7b", "gdn")):
+        with pytest.raises(SpecError, match="has no attention"):
+            build(model, layer_type, softmax="blocked", key_block=32)
+    with pytest.raises(SpecError, match="softmax must be one of"):
+        build("nemotron-h-8b", "mlp", softmax="flash")
+    assert "attention" in build("bamba-9b", "attention", softmax="blocked").regions
+    assert "attention" in build("zamba2-2.7b", "hybrid", softmax="online").regions

@@ -254,8 +254,8 @@ def evaluate_hybrid(
     if sequence:  # a layer type that cannot split (attention) refuses the model before any search
         for layer_type in config.layer_counts():
             built = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
-                                 bits=spec.bits_per_element, scan=scan, layer_type=layer_type, softmax=softmax,
-                                 name=f"{model_name}-{layer_type}-{phase}")
+                                 bits=spec.bits_per_element, scan=scan if layer_type in scanned_layer_types(config)
+                                 else None, layer_type=layer_type, name=f"{model_name}-{layer_type}-{phase}")
             try:
                 check_sequence_split(built, sequence_ranks(built))
             except SpecError as err:
@@ -269,14 +269,14 @@ def evaluate_hybrid(
         found, errors = [], []
         for form in forms:
             try:  # (a form the layer does not have, Jamba's Mamba-1 chunked, is refused here)
-                def layer(name: str) -> Any:
+                def layer(name: str, form_of_softmax: str = "three-pass") -> Any:
                     return cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch // share,
-                                        bits=spec.bits_per_element, scan=form, layer_type=layer_type, softmax=softmax,
-                                        name=name)
+                                        bits=spec.bits_per_element, scan=form, layer_type=layer_type,
+                                        softmax=form_of_softmax, name=name)
 
                 cascade = layer(f"{model_name}-{layer_type}-{phase}" + (f"-{form}" if form else ""))
                 if softmax != "three-pass" and "attention" in cascade.regions:  # the report names the form
-                    cascade = layer(f"{cascade.name}-{softmax}")  # cached too: the designs share its memos
+                    cascade = layer(f"{cascade.name}-{softmax}", softmax)  # cached too: the designs share its memos
                 if tensor:
                     part = device_cascade(cascade, tensor_parallel_ranks(cascade), n_devices)
                     whole[part.name], cascade = cascade, part

@@ -9,7 +9,7 @@ from typing import Any, Union
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
-from mambalaya.workloads.blocks.attention import KEY_BLOCK
+from mambalaya.workloads.blocks.attention import KEY_BLOCK, check_softmax
 from mambalaya.workloads.blocks.gated_deltanet import PRESETS as GDN_PRESETS
 from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, check_chunk_size_form, gdn_layer
 from mambalaya.workloads.blocks.mamba1 import PRESETS as MAMBA1_PRESETS
@@ -18,7 +18,7 @@ from mambalaya.workloads.blocks.mamba2 import PRESETS as MAMBA2_PRESETS
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
 from mambalaya.workloads.families.bamba import PRESETS as HYBRID_PRESETS
 from mambalaya.workloads.families.bamba import HybridConfig, hybrid_layer
-from mambalaya.workloads.families.base import FamilyModel, build_family_layer, is_hybrid
+from mambalaya.workloads.families.base import FamilyModel, build_family_layer, is_hybrid, scanned_layer_types
 from mambalaya.workloads.families.dense import FAMILY_PRESETS
 from mambalaya.workloads.families.jamba_granite import MOE_FAMILIES, MOE_PRESETS, MoEHybridConfig, moe_family_layer
 
@@ -85,17 +85,23 @@ def layer_cascade(
     blocks = KEY_BLOCK if key_block is None else key_block
     if chunk_size is not None:
         model = _with_gdn_chunk_size(model, chunk_size, phase=phase, scan=scan, layer_type=layer_type)
-    if isinstance(model, MoEHybridConfig):
-        _check_hybrid_layer(model, layer_type, state_io)
-        return moe_family_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                                softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
-    if isinstance(model, FamilyModel):
-        return build_family_layer(model, phase=phase, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
-                                  name=name, scan=scan, layer_type=layer_type, softmax=softmax, key_block=blocks)
-    if isinstance(model, HybridConfig):
-        _check_hybrid_layer(model, layer_type, state_io)
-        return hybrid_layer(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits, scan=scan,
-                            softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
+    if isinstance(model, (MoEHybridConfig, FamilyModel, HybridConfig)):
+        check_softmax(softmax)  # (an unknown form was accepted on a layer without attention)
+        if isinstance(model, FamilyModel):
+            cascade = build_family_layer(model, phase=phase, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
+                                         name=name, scan=scan, layer_type=layer_type, softmax=softmax, key_block=blocks)
+        else:
+            _check_hybrid_layer(model, layer_type, state_io)
+            if scan is not None and layer_type not in scanned_layer_types(model):  # as the dense families refuse it
+                raise SpecError(f"scan applies to the layers with a scan ({', '.join(scanned_layer_types(model))}); a "
+                                f"{layer_type} layer has none")
+            build = moe_family_layer if isinstance(model, MoEHybridConfig) else hybrid_layer
+            cascade = build(model, layer_type, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
+                            scan=scan, softmax=softmax, name=name, key_block=blocks)  # type: ignore[arg-type]
+        if (softmax != "three-pass" or key_block is not None) and "attention" not in cascade.regions:
+            raise SpecError(f"softmax and key_block set an attention's form; {model.family}'s "  # (once ignored)
+                            f"{layer_type} layer has no attention")
+        return cascade
     if layer_type is not None:
         raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")
     if softmax != "three-pass":

@@ -230,3 +230,15 @@ def test_the_pipeline_line_names_the_micro_batches() -> None:
     assert r.exit_code == 0, r.output
     text = " ".join(r.stdout.split())
     assert "2 micro-batches, GPipe's schedule" in text and "each micro-batch's (batch 2): layer" in text
+
+
+def test_a_strategy_the_model_cannot_take_is_refused_on_one_device_too() -> None:
+    """On one device every strategy is the one-device evaluation, but expert parallelism of a model
+    without experts, or sequence parallelism of a decode step, was run as if it applied (and
+    refused only with --devices 2)."""
+    base = ["evaluate", "-a", "gpu-h100", "-m", "mamba-130m", "-B", "2", "-L", "64"]
+    r = runner.invoke(app, [*base, "--parallel", "expert"])
+    assert r.exit_code == 1 and "no mixture-of-experts layers" in " ".join(r.stderr.split())
+    r = runner.invoke(app, [*base, "--phase", "decode", "--parallel", "sequence"])
+    assert r.exit_code == 1 and "a decode step has one position" in " ".join(r.stderr.split())
+    assert runner.invoke(app, [*base, "--parallel", "tensor"]).exit_code == 0

@@ -284,10 +284,11 @@ def evaluate(
             precision=policy, objective=objective, devices=n_devices, parallel=strategy,
             micro_batches=micro_batches if strategy == "pipeline" else None),
             f"{model_name} on {n_devices} {spec.system.unit}s of {spec.name}", strategies_on(spec))
-    strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
-    if strategy == "expert":  # a model of one layer type has no MoE block: refused, naming why
-        check_expert_parallel(config, model_name, n_devices, batch=batch)
-    if strategy == "sequence":
+    requested = resolve_parallel(parallel, n_devices)
+    strategy = requested if n_devices > 1 else "pipeline"
+    if requested == "expert":  # a model of one layer type has no MoE block: refused, naming why (on one device too,
+        check_expert_parallel(config, model_name, n_devices, batch=batch)  # where it was once run as if it applied)
+    if requested == "sequence":
         check_sequence_parallel(phase)
     tensor, sequence = strategy == "tensor", strategy == "sequence"
     m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel=strategy)

@@ -230,10 +230,11 @@ def evaluate_hybrid(
             softmax=softmax, precision=policy, over_capacity=over_capacity, reuse=reuse, devices=n_devices,
             parallel=strategy, micro_batches=micro_batches if strategy == "pipeline" else None),
             f"{model_name} on {n_devices} {spec.system.unit}s of {spec.name}", strategies_on(spec))
-    strategy = resolve_parallel(parallel, n_devices) if n_devices > 1 else "pipeline"
-    if strategy == "expert":
+    requested = resolve_parallel(parallel, n_devices)
+    strategy = requested if n_devices > 1 else "pipeline"
+    if requested == "expert":  # (on one device too: a model without experts was run as if it applied)
         check_expert_parallel(config, model_name, n_devices, batch=batch)
-    if strategy == "sequence":
+    if requested == "sequence":
         check_sequence_parallel(phase)
     tensor, expert, sequence = strategy == "tensor", strategy == "expert", strategy == "sequence"
     m = resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel=strategy)

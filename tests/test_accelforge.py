@@ -254,3 +254,11 @@ def test_the_export_takes_the_designs_widths_unless_told_otherwise(tmp_path):
     default, per_tensor = widths("--arch", "mambalaya")
     assert default == 16 and 32 in per_tensor  # reference-kernels: the float32 state and statistics
     assert widths("--arch", "marca-original", "--bits", "8", "--precision", "uniform") == (8, set())
+    assert widths("--set", "bits_per_element=8")[0] == 8
+    # settings the export carries nowhere, or that an option also sets, changed no file
+    run = CliRunner().invoke
+    for extra, words in ((["--set", "compute.mfu_units=16"], "carries only"),
+                         (["--set", "precision=uniform", "--precision", "reference-kernels"], "both set"),
+                         (["--set", "bits_per_element=8", "--bits", "16"], "both set")):
+        r = run(app, ["export", "accelforge", "-o", str(tmp_path / "x"), *extra])
+        assert r.exit_code == 1 and words in r.output, extra

@@ -72,6 +72,11 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
     return cascade
 
 
+#: The design fields the AccelForge export carries: the DRAM bandwidth, the buffer's size and the
+#: peak MAC rate (its array and clock) in arch.yaml, the width and policy in the workload.
+EXPORTED_FIELDS = ("memory.offchip_bandwidth_bytes_per_s", "memory.onchip_buffer_bytes", "clock_hz",
+                   "compute.array_rows", "compute.array_cols", "bits_per_element", "precision")
+
 #: What ``export accelforge`` writes in its folder.
 ACCELFORGE_FILES = ("workload.yaml", "arch.yaml", "mapping_unfused.yaml")
 
@@ -95,6 +100,18 @@ def export_accelforge_cmd(
 
     check_output_path(output, kind="directory", option="--output", writes=ACCELFORGE_FILES,
                       inputs={"--model": model, "--arch": arch, "--precision": precision})
+    unread = [f for f in (s.partition("=")[0].strip() for s in settings or []) if f not in EXPORTED_FIELDS]
+    if unread:  # (once accepted, and the files written as without them)
+        raise MambalayaError(f"--set {', '.join(unread)}: the AccelForge export carries only "
+                             f"{', '.join(EXPORTED_FIELDS)}; the setting would change no file")
+    given_precision = any(s.partition("=")[0].strip() == "precision" for s in settings or [])
+    given_width = any(s.partition("=")[0].strip() == "bits_per_element" for s in settings or [])
+    conflict = [o for o, clash in (("--precision", precision is not None and given_precision),
+                                   ("--bits", given_width and getattr(ctx.get_parameter_source("bits"), "name",
+                                                                      "DEFAULT") != "DEFAULT")) if clash]
+    if conflict:  # (the option won and the setting was dropped)
+        raise MambalayaError(f"{conflict[0]} and --set {'precision' if conflict[0] == '--precision' else 'bits_per_element'} "
+                             "both set the workload's widths; give one")
     design = design_with_settings(arch, settings)
     # the workload at the design's widths, as evaluate runs it, unless --bits / --precision say otherwise
     # (the design's were once ignored: marca-original, a 32-bit design, exported at 16 bits)

@@ -450,6 +450,10 @@ def test_a_setting_no_evaluation_reads_is_refused() -> None:
         check_sweep_fields({"kernels.sync_mma_fraction": [0.5, 0.6]}, {"model": "mamba-130m", "arch": "gpu-h100"})
     with pytest.raises(SpecError, match="no energy section"):
         check_sweep_fields({"power_budget_w": [100, 700]}, {"model": "mamba-130m", "arch": "gpu-h100"})
+    with pytest.raises(SpecError, match="buffer is unbounded"):
+        check_sweep_fields({"memory.onchip_buffer_bytes": ["1MiB", "32MiB"]}, {"model": "mamba-130m", "mapping": "ideal"})
+    r = run(app, ["cascade", "diagram", "-L", "64", "--buffer", "1KiB", "-o", "/tmp/never-written.svg"])
+    assert r.exit_code == 1 and "--buffer sizes the groups of --mapping" in r.output
     # --set precision beside --precision: the option won and the --set was dropped without a word
     for command in (["evaluate", "-L", "64"], ["compare", "--seq-lens", "64"]):
         r = run(app, [*command, "--set", "precision=uniform", "--precision", "reference-kernels", *base])

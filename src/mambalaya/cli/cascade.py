@@ -183,6 +183,8 @@ def diagram_cmd(
     else:
         _, cascade = layer_cascade(layer)
         title = layer.title(cascade)
+    if buffer is not None and mapping is None:  # (once accepted and ignored: it sizes a mapping's groups)
+        raise MambalayaError("--buffer sizes the groups of --mapping; without a mapping the diagram has none")
     labels = None
     if classes:
         labels = {e.key: e.fusion_class for e in classify_edges(cascade) if e.producer != e.consumer}

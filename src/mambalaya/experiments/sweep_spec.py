@@ -285,6 +285,10 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
                 raise SpecError(f"{where}: {problem}", source=source)
     _check_models(*settings.get("model", ("", [])), source=source)
     designs = _load_designs(*settings.get("arch", ("the default arch", [DEFAULTS["arch"]])), source=source)
+    mappings = settings.get("mapping", ("", [DEFAULTS["mapping"]]))[1]
+    if "memory.onchip_buffer_bytes" in settings and all(m == "ideal" for m in mappings):  # an unbounded buffer
+        raise SpecError(f"{settings['memory.onchip_buffer_bytes'][0]}: the ideal mapping's buffer is unbounded, so "
+                        "every value would give the same numbers", source=source)
     if "power_budget_w" in settings and all(d.get("energy") is None for d in designs.values()):
         raise SpecError(f"{settings['power_budget_w'][0]}: {', '.join(designs)} {'has' if len(designs) == 1 else 'have'} "
                         "no energy section, so no power is computed to hold to a budget; every value would give the "

@@ -76,7 +76,8 @@ def classes_cmd(
     elif fmt == Format.csv:
         emit(rows_csv(edge_rows(edges)), output)
     else:
-        title = f"{layer.title(cascade)}: edges (producer '-' = layer input or incoming state)"
+        title = (f"{layer.title(cascade)}, {width_text(layer.bits, layer.precision)}: edges (producer '-' = layer "
+                 "input or incoming state; the classes do not depend on widths)")
         print_table(rows_table(edge_rows(edges), title), output)
 
 
@@ -150,4 +151,5 @@ def pareto_cmd(
     elif fmt == Format.csv:
         emit(rows_csv(rows), output)
     else:
-        print_table(rows_table(rows, f"{layer.model} {layer.phase.value}: Pareto frontier of buffer size vs off-chip traffic"), output)
+        print_table(rows_table(rows, f"{layer.title(cascade)}, {width_text(layer.bits, layer.precision)}: Pareto "
+                                     "frontier of buffer size vs off-chip traffic"), output)

@@ -256,5 +256,5 @@ def check_fits(need: MemoryNeed, capacity_bytes: int | None, *, model: str, arch
     return DramUse(need, capacity_bytes)
 
 
-__all__ = ["ActivationPeak", "CACHED_POSITIONS_RANK", "CapacityError", "DramUse", "activation_peak", "MemoryNeed", "byte_size", "check_fits",
-           "devices_to_hold", "is_kv_cache", "memory_need", "state_bytes"]
+__all__ = ["ActivationPeak", "CACHED_POSITIONS_RANK", "CapacityError", "DramUse", "MemoryNeed", "activation_peak",
+           "byte_size", "check_fits", "devices_to_hold", "is_kv_cache", "memory_need", "state_bytes"]

@@ -522,7 +522,7 @@ NOT_READ_BY_EVALUATIONS = {
 
 
 def check_settings_read(specs: list[ArchSpec], settings: tuple[str, ...] | list[str],
-                        precision: str | None = None) -> None:
+                        precision: str | None = None, option: str = "--set") -> None:
     """Refuse a ``--set`` no evaluation on any of ``specs`` reads (:data:`NOT_READ_BY_EVALUATIONS`;
     a power budget where no spec has an energy section, so no power is computed to hold to it): it
     was accepted and left every number as it was."""
@@ -531,17 +531,17 @@ def check_settings_read(specs: list[ArchSpec], settings: tuple[str, ...] | list[
         raise SpecError(f"--set precision and --precision {precision} both set the precision policy; give one")
     labels = fields & {"technology.node_nm", "technology.reference_node_nm"}
     if labels and not {"technology.energy_scale", "technology.area_scale"} <= fields:
-        raise SpecError(f"--set {sorted(labels)[0]}: the node is a label; what a node does to energy, area and leakage "
+        raise SpecError(f"{option} {sorted(labels)[0]}: the node is a label; what a node does to energy, area and leakage "
                         "is technology.energy_scale, technology.area_scale and the leakages, so set those with it "
                         "(alone it changed the printed node and no number)")
     for setting in settings:
         field = setting.partition("=")[0].strip()
         unread = next((k for k in NOT_READ_BY_EVALUATIONS if field == k or field.startswith(k + ".")), None)
         if unread is not None:
-            raise SpecError(f"--set {field}: {NOT_READ_BY_EVALUATIONS[unread]}; an evaluation would not read it, so "
+            raise SpecError(f"{option} {field}: {NOT_READ_BY_EVALUATIONS[unread]}; an evaluation would not read it, so "
                             "every value gives the same numbers")
         if field == "power_budget_w" and specs and all(spec.energy is None for spec in specs):
-            raise SpecError(f"--set power_budget_w: {', '.join(spec.name for spec in specs)} "
+            raise SpecError(f"{option} power_budget_w: {', '.join(spec.name for spec in specs)} "
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
                             "hold to a budget; every value gives the same numbers")
 

@@ -258,7 +258,10 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
         if unread is not None:
             raise SpecError(f"{where}.{key}: {NOT_READ_BY_POINTS[unread]}; a sweep point would not read it, so every "
                             "value would give the same numbers", source=source)
-    check_settings_read([], [f"{k}=" for k in [*grid, *fixed] if isinstance(k, str)])  # (a node moved alone)
+    try:  # (a node moved alone)
+        check_settings_read([], [f"{k}=" for k in [*grid, *fixed] if isinstance(k, str)], option="sweep field")
+    except SpecError as err:
+        raise SpecError(getattr(err, "message", str(err)), source=source) from None
     clash = overlapping_fields([*grid, *fixed])
     if clash is not None:
         first, second = clash

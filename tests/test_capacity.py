@@ -189,10 +189,27 @@ def test_activations_over_the_capacity_are_reported_with_the_tensors_that_make_t
     r = runner.invoke(app, ["evaluate", "-a", "marca-ideal", "-m", "mamba-1.4b", "-L", "16384", "-B", "64"])
     assert r.exit_code == 0, r.output
     line = next(x for x in r.output.splitlines() if x.startswith("DRAM:"))
-    assert "activations as mapped peak at 850.4 GB" in line and "H 274.9 GB" in line and "left" not in line
+    assert "activations as mapped peak at 850.4 GB" in line and "H 274.9 GB" in line and "beside the layer's" not in line
     assert "over what the capacity leaves" in line and "pieces" in line
     doc = json.loads(runner.invoke(app, ["evaluate", "-a", "marca-ideal", "-m", "mamba-1.4b", "-L", "16384", "-B", "64",
                                          "-f", "json"]).output)
     assert doc["totals"]["activations_fit_dram"] is False and doc["totals"]["activation_peak_bytes"] > 8.5e11
     small = evaluate("mambalaya", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1)
     assert small.dram.activations_fit and 0 < small.dram.activations.bytes < 1e8
+
+
+def test_every_output_of_evaluate_carries_the_same_dram_and_model_figures(tmp_path) -> None:
+    """The text's two "left" figures are the JSON's dram_left_bytes and
+    dram_left_after_activations_bytes (the table once quoted the second as the first), and
+    evaluate -o FILE writes the model's latency and DRAM lines beside the table (they were left out)."""
+    path = tmp_path / "ev.txt"
+    r = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "-L", "2048", "-B", "4", "-o", str(path)])
+    assert r.exit_code == 0, r.output
+    text = path.read_text(encoding="utf-8")
+    line = next(x for x in text.splitlines() if x.startswith("DRAM:"))
+    assert any(x.startswith("layer ") and "model (24 layers)" in x for x in text.splitlines())
+    t = json.loads(runner.invoke(app, ["evaluate", "-m", "mamba-130m", "-L", "2048", "-B", "4", "-f", "json"]).output)["totals"]
+    from mambalaya.cost.capacity import byte_size
+
+    assert f"{byte_size(t['dram_left_bytes'])} left, {byte_size(t['dram_left_after_activations_bytes'])} beside" in line
+    assert t["dram_left_bytes"] - t["dram_left_after_activations_bytes"] == pytest.approx(t["activation_peak_bytes"])

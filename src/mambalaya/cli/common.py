@@ -7,6 +7,8 @@ a table title or a progress bar; styles are given as :class:`~rich.text.Text` sp
 
 from __future__ import annotations
 
+import contextlib
+
 import atexit
 import csv
 import functools
@@ -16,7 +18,7 @@ import json
 import sys
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Iterator, Annotated, Any, Callable
 
 import typer
 from rich.console import Console
@@ -206,6 +208,21 @@ def _tables_text(tables: list[Table], width: int = 240) -> str:
     for table in tables:
         console.print(table)
     return console.file.getvalue()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def tables_and_lines(tables: list[Table], output: Path | None) -> Iterator[None]:
+    """``tables`` and then whatever the block prints on ``out_console``: on stdout, or, with
+    ``output``, both written to it together (the block's lines, a model's latency, energy and
+    DRAM, were once left out of the file)."""
+    if output is None:
+        for table in tables:
+            out_console.print(table)
+        yield
+        return
+    with out_console.capture() as lines:
+        yield
+    emit(_tables_text(tables) + lines.get(), output)
 
 
 def print_table(table: Table, output: Path | None) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mambalaya import __version__
-from mambalaya.cli.common import width_text, emit, print_table, print_tables, provenance_record, rows_csv, rows_table, out_console
+from mambalaya.cli.common import width_text, emit, print_table, provenance_record, rows_csv, rows_table, out_console, tables_and_lines
 from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
 from mambalaya.experiments.evaluate import dram_totals
@@ -33,7 +33,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             r["energy_pj"] = by_einsum[r["einsum"]]
     prov = provenance_record(run.model, config, ev.cascade, phase=run.phase.value, seq_len=seq_len, batch=run.batch,
                        mapping=ev.mapping.name, mapping_description=ev.mapping.description,
-                       bits=ev.arch.bits_per_element, precision=ev.precision.name)
+                       bits=ev.arch.bits_per_element, precision=ev.precision.name,
+                       **({"scan": scan_form(ev.cascade)} if getattr(config, "family", "") == "mamba2" else {}))
     if fmt == Format.json:
         doc = {
             "provenance": prov,
@@ -56,15 +57,13 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
     t = ev.totals()
     form = ""
     if getattr(config, "family", "") == "mamba2" and run.phase.value == "prefill":
-        chunked = "LM" in ev.cascade.tensors  # the chunked form's in-chunk mask
-        form = (f" ({'chunked' if chunked else 'recurrent'} scan"
+        form = (f" ({scan_form(ev.cascade)} scan"
                 f"{', the faster form on this design' if run.scan is None else ''})")
     title = (f"{run.model} {run.phase.value}{form} I={ev.cascade.size('I')} batch={run.batch} on {ev.arch.name} "
              f"({width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
              f"{ev.arch.memory.offchip_bandwidth_bytes_per_s / 1e9:g} GB/s, buffer {ev.arch.memory.onchip_buffer_bytes:,} B); "
              f"mapping {ev.mapping.name}: {ev.mapping.description}. Latencies in s, traffic in bytes.")
-    print_table(rows_table(rows, title), output)
-    if output is None:
+    with tables_and_lines([rows_table(rows, title)], output):
         rate = (f"{rate_text(t['tokens_per_s'])} tokens/s" if run.phase == PhaseOption.decode
                 else f"{rate_text(t['tokens_per_s'])} tokens/s prefill throughput")
         out_console.print(
@@ -154,6 +153,11 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent}{' a micro-batch' if m > 1 else ''} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each {system.unit} computes {pipeline.busy_share:.1%} of the "
             f"time (the pipeline's bubble: {schedule})" + (f"; DRAM {memory}" if memory else ""))
+
+
+def scan_form(cascade: Any) -> str:
+    """A Mamba-2 layer's scan form: ``chunked`` where its in-chunk mask ``LM`` is, else ``recurrent``."""
+    return "chunked" if "LM" in cascade.tensors else "recurrent"
 
 
 #: The mappings that search their groups (the others fix them and choose only tiles, or nothing).
@@ -303,8 +307,7 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                  f"batch={run.batch} on {hv.arch.name}; cascade {ev.cascade.name}; mapping {ev.mapping.name}: "
                  f"{ev.mapping.description}. Latencies in s, traffic in bytes.")
         tables.append(rows_table(rows[t], title))
-    print_tables(tables, output)
-    if output is None:
+    with tables_and_lines(tables, output):
         parts = "; ".join(f"{t} layer {milliseconds(ev.result.latency_s)} ms x {ev.result.n_layers} "
                           f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
         rate = "tokens/s" if run.phase == PhaseOption.decode else "tokens/s prefill throughput"

@@ -181,10 +181,18 @@ class DramUse:
             return (f"DRAM: the model needs {byte_size(self.used_bytes)} ({self.need.parts_text()}); the spec gives no "
                     "memory.offchip_capacity_bytes, so whether it fits is not checked" + self.activations_text())
         share = self.used_bytes / self.capacity_bytes
-        spare = (self.left_bytes or 0.0) - (self.activations.bytes if self.activations is not None else 0.0)
-        left = "" if self.activations_fit is False else f"; {byte_size(spare)} left"
+        beside = "" if self.activations_fit is not True else \
+            f", {byte_size(self.left_after_activations_bytes or 0.0)} beside the layer's activations"
         return (f"DRAM: {byte_size(self.used_bytes)} of {byte_size(self.capacity_bytes)} used ({share:.1%}: "
-                f"{self.need.parts_text()}){self.activations_text()}{left}")
+                f"{self.need.parts_text()}); {byte_size(self.left_bytes or 0.0)} left{beside}{self.activations_text()}")
+
+    @property
+    def left_after_activations_bytes(self) -> float | None:
+        """What the capacity leaves once the model's need and the layer's activation peak are in
+        (negative when they do not fit; None: not known)."""
+        if self.capacity_bytes is None or self.activations is None:
+            return None
+        return self.capacity_bytes - self.used_bytes - self.activations.bytes
 
 
 def byte_size(n: float) -> str:

@@ -377,10 +377,12 @@ def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Casc
 
 def dram_totals(dram: DramUse) -> dict[str, Any]:
     """A result's DRAM figures: the model's need, the capacity and what the need leaves, and the
-    mapped layer's activation peak and whether both fit (None where not known)."""
+    mapped layer's activation peak, what the capacity leaves beside it too and whether both fit
+    (None where not known): the text's two "left" figures under their own names."""
     peak = dram.activations
     return {"dram_need_bytes": dram.used_bytes, "dram_capacity_bytes": dram.capacity_bytes,
             "dram_left_bytes": dram.left_bytes, "activation_peak_bytes": None if peak is None else peak.bytes,
+            "dram_left_after_activations_bytes": dram.left_after_activations_bytes,
             "activations_fit_dram": dram.activations_fit}
 
 
@@ -596,6 +598,8 @@ def compare_rows(
                     "seq_len": L if phase == "prefill" else 1,
                     "arch": a,
                     "mapping": ev.mapping.name,
+                    **({"scan": "chunked" if "LM" in ev.cascade.tensors else "recurrent"}  # the form each design ran
+                       if getattr(config, "family", "") == "mamba2" else {}),
                     "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
                     "model_latency_s": ev.model_latency_s,

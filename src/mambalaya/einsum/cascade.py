@@ -18,8 +18,6 @@ is the rank's size: a tile carries every earlier row.
 
 from __future__ import annotations
 
-import math
-
 import re
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -437,6 +435,7 @@ def build_cascade(
         regions=region_table,
     )
     _check_roles(cascade, fail)
+    _check_reach(cascade, fail)
     return cascade
 
 
@@ -545,19 +544,6 @@ def _check_access(acc: Access, e: Einsum, ranks, tensors, fail) -> None:
                 )
 
 
-def _initial_depth(spec: TensorSpec, tensors, ranks) -> tuple[int, int] | None:
-    """``(dimension, depth)`` of the history ``spec``'s initial value holds below position 0 (see
-    :meth:`Cascade.initial_axis`), or None without one."""
-    init = tensors.get(spec.initial) if spec.initial is not None else None
-    if init is None:
-        return None
-    if len(init.ranks) == len(spec.ranks) - 1:
-        return next(((p, 1) for p in range(len(spec.ranks))
-                     if spec.ranks[:p] + spec.ranks[p + 1:] == init.ranks), None)
-    return next(((p, ranks[b].size) for p, (a, b) in enumerate(zip(spec.ranks, init.ranks)) if a != b and b in ranks),
-                None)
-
-
 def _check_einsum(e: Einsum, ranks, tensors, params, fail) -> None:
     if e.name not in tensors:
         raise fail(f"output tensor {e.name} is not declared", e.name)
@@ -579,26 +565,27 @@ def _check_einsum(e: Einsum, ranks, tensors, params, fail) -> None:
                 e.name,
             )
     if _has_self_access(e):
-        _check_reach(e, _recurrence_of(e, tensors[e.name], fail), ranks, tensors, fail)
+        _recurrence_of(e, tensors[e.name], fail)
 
 
-def _check_reach(e: Einsum, rec: tuple[str, int] | None, ranks, tensors, fail) -> None:
-    """A recurrence with an initial value reads ``distance`` steps back within the history that
-    value holds (one step when it drops the rank, a history rank's size when one replaces it).
-    Past it, its first steps read nothing and it ran on zeros without a word (``H[i-100]`` with
-    ``H0``: the initial value was never read). Without an initial value, reads before the start
-    are the zero state, as a recurrence over one position (a one-block softmax) reads it."""
-    if rec is None or rec[1] == 0:
-        return
-    rank, distance = rec
-    spec = tensors[e.name]
-    if spec.initial is None or spec.initial not in tensors:
-        return
-    depth = (_initial_depth(spec, tensors, ranks) or (0, 1))[1]
-    if distance > depth:
-        raise fail(f"{e.name} reads itself {distance} steps back along {rank}, but its initial value {spec.initial} "
-                   f"holds {depth} step(s) of history: its first {distance - depth} step(s) would read nothing; "
-                   f"give {spec.initial} a history rank of {distance}", e.name)
+def _check_reach(c: Cascade, fail) -> None:
+    """A recurrence with an initial value reads back at most the history that value holds
+    (:meth:`Cascade.initial_axis`: one step when it drops the rank, a history rank's size when one
+    replaces it). Past it, its first steps read nothing and it ran on zeros without a word
+    (``H[i-100]`` with ``H0``: the initial value was never read). Without an initial value, reads
+    before the start are the zero state, as a recurrence over one position (a one-block softmax)
+    reads it."""
+    for e in c.einsums:
+        rec, initial = c.recurrence(e), c.tensors[e.name].initial
+        if rec is None or initial is None or c.is_history_recurrence(e):
+            continue
+        rank, distance = rec
+        axis = c.initial_axis(e.name)
+        depth = axis[1] if axis is not None else 1
+        if distance > depth:
+            raise fail(f"{e.name} reads itself {distance} steps back along {rank}, but its initial value {initial} "
+                       f"holds {depth} step(s) of history: its first {distance - depth} step(s) would read nothing; "
+                       f"give {initial} a history rank of {distance}", e.name)
 
 
 def _has_self_access(e: Einsum) -> bool:
@@ -726,7 +713,7 @@ def _check_roles(c: Cascade, fail) -> None:
             raise fail(f"intermediate tensor {t} is never read; declare it an output", t)
         if spec.role == Role.WEIGHT and not c.consumers(t):  # it would count among the parameters
             raise fail(f"weight {t} is never read: the layer's parameters would count its "
-                       f"{math.prod(c.size(r) for r in spec.ranks):,} elements; read it or drop it", tensor=t)
+                       f"{c.elements(t):,} elements; read it or drop it", tensor=t)
 
 
 # ----------------------------------------------------------------------------------------------

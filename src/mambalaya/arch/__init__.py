@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable
 from importlib import resources
 from pathlib import Path
 from typing import Any, get_args
@@ -51,6 +52,7 @@ __all__ = [
     "field_paths",
     "overlapping_fields",
     "parse_setting",
+    "setting_fields",
     "SECTION_FIELDS",
     "set_fields",
     "with_settings",
@@ -251,6 +253,11 @@ def parse_setting(text: str, option: str = "--set") -> tuple[str, Any]:
             raise
         value = raw.strip()
     return field, exponent_number(value)
+
+
+def setting_fields(settings: Iterable[str]) -> list[str]:
+    """The field each ``FIELD=VALUE`` of ``settings`` sets, in order (their values unread)."""
+    return [text.partition("=")[0].strip() for text in settings]
 
 
 def _is_broken_yaml(text: str) -> bool:

@@ -210,6 +210,11 @@ def _tables_text(tables: list[Table], width: int = 240) -> str:
     return console.file.getvalue()  # type: ignore[attr-defined]
 
 
+def option_given(ctx: typer.Context, name: str) -> bool:
+    """Whether the command line gave option ``name`` (a parameter's name), not its default."""
+    return getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"
+
+
 @contextlib.contextmanager
 def tables_and_lines(tables: list[Table], output: Path | None) -> Iterator[None]:
     """``tables`` and then whatever the block prints on ``out_console``: on stdout, or, with

@@ -53,7 +53,7 @@ def evaluate_cmd(
 ) -> None:
     """Latency, traffic, utilisation and (where the arch has an energy section) energy of one
     layer and the whole model on a design (or, with --devices, several of it)."""
-    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.experiments.evaluate import evaluate_best_scan
     from mambalaya.experiments.hybrid import evaluate_hybrid
 
     check_output_path(output, kind="file", option="--output",
@@ -63,14 +63,8 @@ def evaluate_cmd(
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
                   precision=run.precision, devices=devices, parallel=parallel.value if parallel else None, micro_batches=micro_batches)
-    if not is_hybrid(config):
-        if run.scan is None:  # a Mamba-2 prefill runs the faster form, as every other command does
-            from mambalaya.experiments.evaluate import evaluate_best_scan
-
-            ev = evaluate_best_scan(design, run.model, config, objective=objective.value,
-                                    **{k: v for k, v in common.items() if k != "scan"})
-        else:
-            ev = evaluate(design, run.model, config, objective=objective.value, **common)
+    if not is_hybrid(config):  # (without --scan, a Mamba-2 prefill in its faster form, as every command)
+        ev = evaluate_best_scan(design, run.model, config, objective=objective.value, **common)
         emit_evaluation(ev, run, config, seq_len, fmt, output)
     elif objective != Objective.latency:
         raise MambalayaError("--objective energy/edp is for single-layer-type models; a hybrid model's "

@@ -12,7 +12,7 @@ from mambalaya import __version__
 from mambalaya.cli.common import width_text, emit, print_table, provenance_record, rows_csv, rows_table, out_console, tables_and_lines
 from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
-from mambalaya.experiments.evaluate import dram_totals
+from mambalaya.experiments.evaluate import dram_totals, scan_form
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
 from mambalaya.workloads.families.base import is_hybrid
@@ -153,11 +153,6 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
             f"{len(pipeline.boundary_bytes)} transfer{'s' if len(pipeline.boundary_bytes) != 1 else ''} of {sent}{' a micro-batch' if m > 1 else ''} at {system.link_bandwidth_bytes_per_s / 1e9:g} GB/s "
             f"after {system.link_latency_s * 1e6:g} us{energy}); each {system.unit} computes {pipeline.busy_share:.1%} of the "
             f"time (the pipeline's bubble: {schedule})" + (f"; DRAM {memory}" if memory else ""))
-
-
-def scan_form(cascade: Any) -> str:
-    """A Mamba-2 layer's scan form: ``chunked`` where its in-chunk mask ``LM`` is, else ``recurrent``."""
-    return "chunked" if "LM" in cascade.tensors else "recurrent"
 
 
 #: The mappings that search their groups (the others fix them and choose only tiles, or nothing).

@@ -27,6 +27,7 @@ from mambalaya.cli.options import (
     UnrollScanOpt,
 )
 from mambalaya.formatting import whole
+from mambalaya.arch import setting_fields
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import check_unroll_size
@@ -38,6 +39,7 @@ from mambalaya.cli.common import (
     design_with_settings,
     emit,
     model_layer,
+    option_given,
     print_table,
     rows_csv,
     rows_table,
@@ -100,22 +102,18 @@ def export_accelforge_cmd(
 
     check_output_path(output, kind="directory", option="--output", writes=ACCELFORGE_FILES,
                       inputs={"--model": model, "--arch": arch, "--precision": precision})
-    unread = [f for f in (s.partition("=")[0].strip() for s in settings or []) if f not in EXPORTED_FIELDS]
+    fields, given_bits = setting_fields(settings or []), option_given(ctx, "bits")
+    unread = [f for f in fields if f not in EXPORTED_FIELDS]
     if unread:  # (once accepted, and the files written as without them)
         raise MambalayaError(f"--set {', '.join(unread)}: the AccelForge export carries only "
                              f"{', '.join(EXPORTED_FIELDS)}; the setting would change no file")
-    given_precision = any(s.partition("=")[0].strip() == "precision" for s in settings or [])
-    given_width = any(s.partition("=")[0].strip() == "bits_per_element" for s in settings or [])
-    conflict = [o for o, clash in (("--precision", precision is not None and given_precision),
-                                   ("--bits", given_width and getattr(ctx.get_parameter_source("bits"), "name",
-                                                                      "DEFAULT") != "DEFAULT")) if clash]
-    if conflict:  # (the option won and the setting was dropped)
-        raise MambalayaError(f"{conflict[0]} and --set {'precision' if conflict[0] == '--precision' else 'bits_per_element'} "
-                             "both set the workload's widths; give one")
+    for option, given, field in (("--precision", precision is not None, "precision"),
+                                 ("--bits", given_bits, "bits_per_element")):
+        if given and field in fields:  # (the option won and the setting was dropped)
+            raise MambalayaError(f"{option} and --set {field} both set the workload's widths; give one")
     design = design_with_settings(arch, settings)
     # the workload at the design's widths, as evaluate runs it, unless --bits / --precision say otherwise
     # (the design's were once ignored: marca-original, a 32-bit design, exported at 16 bits)
-    given_bits = getattr(ctx.get_parameter_source("bits"), "name", "DEFAULT") != "DEFAULT"
     cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits if given_bits else design.bits_per_element,
                                   precision if precision is not None else design.precision)
     for path in write_export(cascade, design, output, unroll_scan=unroll_scan):

@@ -113,11 +113,12 @@ class DesignArgs:
 
     def design(self, name: str) -> Any:
         """The design ``name`` with the ``--set`` changes."""
+        from mambalaya.arch import setting_fields
         from mambalaya.cli.common import design_with_settings
         from mambalaya.experiments.evaluate import check_settings_read
 
         spec = design_with_settings(name, self.settings)
-        check_settings_read([spec], self.settings or [], self.precision)
+        check_settings_read([spec], setting_fields(self.settings or []), self.precision)
         return spec
 
 

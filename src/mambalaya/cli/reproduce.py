@@ -37,6 +37,7 @@ from mambalaya.cli.readers import ratio_parser, read_int_list, read_list, size_p
 from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
     Suite,
+    option_given,
     emit,
     print_table,
     rows_csv,
@@ -84,7 +85,7 @@ def reproduce_cmd(
 
         paper_only = [f"--{name.replace('_', '-')}" for name in
                       ("generated", "compare_precision", "sensitivity", "sensitivity_seq_lens")
-                      if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+                      if option_given(ctx, name)]
         if paper_only:  # accepted and ignored, they once left the hybrid suite's numbers as they were
             raise MambalayaError(f"{', '.join(o.replace('--generated', '--generated-tokens') for o in paper_only)} "
                                  "appl{} to the paper suite only; the hybrid suite takes --models, --seq-lens, "

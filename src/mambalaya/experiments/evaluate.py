@@ -484,17 +484,22 @@ def resolve_policy(spec: ArchSpec, precision: str | PrecisionPolicy | None) -> P
         raise SpecError(f"architecture {spec.name!r}, field precision: {err}") from None
 
 
+def scan_form(cascade: Cascade) -> str:
+    """A Mamba-2 layer's scan form: ``chunked`` where its in-chunk mask ``LM`` is, else ``recurrent``."""
+    return "chunked" if "LM" in cascade.tensors else "recurrent"
+
+
 def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfig, *, phase: str, seq_len: int,
                        batch: int, mapping: str | None = None, precision: str | PrecisionPolicy | None = None,
-                       **options: Any) -> Evaluation:
-    """:func:`evaluate` (``options``: its other keywords); a Mamba-2 prefill runs whichever scan
-    form (chunked SSD or the recurrent scan) is faster on the design, so no design is judged on a
-    form that suits it badly. The one default of every command: ``evaluate`` and ``compare``
-    without ``--scan`` once ran the chunked form while ``reproduce`` and ``sensitivity`` ran the
-    faster, so one design pair printed 2.31x in one and 2.18x in the other."""
-    if getattr(config, "family", "mamba1") != "mamba2" or phase != "prefill":
+                       scan: str | None = None, **options: Any) -> Evaluation:
+    """:func:`evaluate` (``options``: its other keywords); a Mamba-2 prefill without a ``scan``
+    runs whichever form (chunked SSD or the recurrent scan) is faster on the design, so no design
+    is judged on a form that suits it badly. The one default of every command: ``evaluate`` and
+    ``compare`` without ``--scan`` once ran the chunked form while ``reproduce`` and
+    ``sensitivity`` ran the faster, so one design pair printed 2.31x in one and 2.18x in the other."""
+    if scan is not None or getattr(config, "family", "mamba1") != "mamba2" or phase != "prefill":
         return evaluate(arch, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
-                        precision=precision, **options)
+                        precision=precision, scan=scan, **options)
     spec = load_arch(arch) if isinstance(arch, str) else arch
     if spec.cores is None and options.get("devices") in (None, 1):
         require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)  # once, not per form
@@ -523,26 +528,25 @@ NOT_READ_BY_EVALUATIONS = {
 }
 
 
-def check_settings_read(specs: list[ArchSpec], settings: tuple[str, ...] | list[str],
-                        precision: str | None = None, option: str = "--set") -> None:
-    """Refuse a ``--set`` no evaluation on any of ``specs`` reads (:data:`NOT_READ_BY_EVALUATIONS`;
+def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str | None = None,
+                        option: str = "--set") -> None:
+    """Refuse a setting of ``fields`` (:func:`~mambalaya.arch.setting_fields` of ``--set``, or a
+    sweep's fields) that no evaluation on any of ``specs`` reads (:data:`NOT_READ_BY_EVALUATIONS`;
     a power budget where no spec has an energy section, so no power is computed to hold to it): it
     was accepted and left every number as it was."""
-    fields = {setting.partition("=")[0].strip() for setting in settings}
     if precision is not None and "precision" in fields:  # (--precision won, the --set was dropped without a word)
         raise SpecError(f"--set precision and --precision {precision} both set the precision policy; give one")
-    labels = fields & {"technology.node_nm", "technology.reference_node_nm"}
-    if labels and not {"technology.energy_scale", "technology.area_scale"} <= fields:
+    labels = set(fields) & {"technology.node_nm", "technology.reference_node_nm"}
+    if labels and not {"technology.energy_scale", "technology.area_scale"} <= set(fields):
         raise SpecError(f"{option} {sorted(labels)[0]}: the node is a label; what a node does to energy, area and leakage "
                         "is technology.energy_scale, technology.area_scale and the leakages, so set those with it "
                         "(alone it changed the printed node and no number)")
-    for setting in settings:
-        field = setting.partition("=")[0].strip()
-        unread = next((k for k in NOT_READ_BY_EVALUATIONS if field == k or field.startswith(k + ".")), None)
+    for name in fields:
+        unread = next((k for k in NOT_READ_BY_EVALUATIONS if name == k or name.startswith(k + ".")), None)
         if unread is not None:
-            raise SpecError(f"{option} {field}: {NOT_READ_BY_EVALUATIONS[unread]}; an evaluation would not read it, so "
+            raise SpecError(f"{option} {name}: {NOT_READ_BY_EVALUATIONS[unread]}; an evaluation would not read it, so "
                             "every value gives the same numbers")
-        if field == "power_budget_w" and specs and all(spec.energy is None for spec in specs):
+        if name == "power_budget_w" and specs and all(spec.energy is None for spec in specs):
             raise SpecError(f"{option} power_budget_w: {', '.join(spec.name for spec in specs)} "
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
                             "hold to a budget; every value gives the same numbers")
@@ -551,10 +555,10 @@ def check_settings_read(specs: list[ArchSpec], settings: tuple[str, ...] | list[
 def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = (),
                  precision: str | None = None) -> dict[str, ArchSpec]:
     """Each named design loaded, with ``--set FIELD=VALUE`` settings applied."""
-    from mambalaya.arch import load_arch, with_settings
+    from mambalaya.arch import load_arch, setting_fields, with_settings
 
     specs = {a: with_settings(load_arch(a), list(settings)) for a in names}
-    check_settings_read(list(specs.values()), settings, precision)
+    check_settings_read(list(specs.values()), setting_fields(settings), precision)
     return specs
 
 
@@ -585,11 +589,9 @@ def compare_rows(
     specs = designs_with(archs, settings, precision if isinstance(precision, str) else None)
     rows = []
     for L in seq_lens:
-        run = evaluate if scan is not None else evaluate_best_scan  # (a Mamba-2 prefill: the faster form, as reproduce)
-        evals = {a: run(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,
-                        mapping=(mapping_overrides or {}).get(a), precision=precision,
-                        devices=devices, parallel=parallel, micro_batches=micro_batches,
-                        **({"scan": scan} if scan is not None else {})) for a in archs}
+        evals = {a: evaluate_best_scan(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,
+                                       mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision,
+                                       devices=devices, parallel=parallel, micro_batches=micro_batches) for a in archs}
         base = evals[baseline].result.latency_s
         for a, ev in evals.items():
             r = ev.result
@@ -598,8 +600,7 @@ def compare_rows(
                     "seq_len": L if phase == "prefill" else 1,
                     "arch": a,
                     "mapping": ev.mapping.name,
-                    **({"scan": "chunked" if "LM" in ev.cascade.tensors else "recurrent"}  # the form each design ran
-                       if getattr(config, "family", "") == "mamba2" else {}),
+                    **({"scan": scan_form(ev.cascade)} if getattr(config, "family", "") == "mamba2" else {}),
                     "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
                     "model_latency_s": ev.model_latency_s,

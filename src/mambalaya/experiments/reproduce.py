@@ -31,7 +31,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.experiments.validate import validate
 from mambalaya.experiments.claims import FAR_GAP, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, HEADLINES, PUBLISHED, gap, headline_ratios
 from mambalaya.experiments.equal_area import geens_equal_area_rows
-from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan, over_budget
+from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan, over_budget, scan_form
 from mambalaya.experiments.report import write_report
 from mambalaya.experiments.report_figures import tornado_figures, write_figures
 from mambalaya.fusion.edges import classify_edges, edge_rows
@@ -89,10 +89,6 @@ def _evaluate(spec, model: str, cfg, *, phase: str, seq_len: int, batch: int, ma
                               precision=precision)
 
 
-def _scan_of(ev: Evaluation) -> str:
-    return "chunked" if "LM" in ev.cascade.tensors else "recurrent"
-
-
 def _eval_row(ev: Evaluation, phase_label: str, label: str) -> dict[str, Any]:
     t = ev.totals()
     return {
@@ -102,7 +98,7 @@ def _eval_row(ev: Evaluation, phase_label: str, label: str) -> dict[str, Any]:
         "seq_len": ev.seq_len if ev.phase == "prefill" else 1,
         "batch": ev.batch,
         "arch": label,
-        "scan": _scan_of(ev),
+        "scan": scan_form(ev.cascade),
         "mapping": ev.mapping.name,
         "groups": t["groups"],
         "layer_latency_s": t["latency_s"],
@@ -301,7 +297,7 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, ba
             tick(f"{model} {phase}: mambalaya, mapping searched for energy")
             energy_details[(model, phase, "mambalaya (energy objective)")] = evaluate(
                 ev.arch, model, ev.config, phase=ev.phase, seq_len=ev.seq_len, batch=ev.batch,
-                scan=_scan_of(ev) if ev.phase == "prefill" else None, precision=config.precision, objective="energy")
+                scan=scan_form(ev.cascade) if ev.phase == "prefill" else None, precision=config.precision, objective="energy")
     result.tables["energy"] = _energy_rows(energy_details)
     result.tables["residency"] = _residency_rows(details)
     result.tables["einsums"] = pd.concat(einsum_frames, ignore_index=True)
@@ -553,7 +549,7 @@ def _precision_rows(details: dict, specs: dict) -> pd.DataFrame:
     for (model, phase, label), ev in details.items():
         if label != "mambalaya":
             continue
-        form = f"{phase}, {_scan_of(ev)} scan"
+        form = f"{phase}, {scan_form(ev.cascade)} scan"
         if (model, form) in seen:
             continue
         seen.add((model, form))

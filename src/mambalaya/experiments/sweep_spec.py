@@ -259,7 +259,7 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
             raise SpecError(f"{where}.{key}: {NOT_READ_BY_POINTS[unread]}; a sweep point would not read it, so every "
                             "value would give the same numbers", source=source)
     try:  # (a node moved alone)
-        check_settings_read([], [f"{k}=" for k in [*grid, *fixed] if isinstance(k, str)], option="sweep field")
+        check_settings_read([], [k for k in [*grid, *fixed] if isinstance(k, str)], option="sweep field")
     except SpecError as err:
         raise SpecError(getattr(err, "message", str(err)), source=source) from None
     clash = overlapping_fields([*grid, *fixed])

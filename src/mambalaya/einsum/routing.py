@@ -165,6 +165,7 @@ def experts_reached(fractions: Sequence[float], assignments: int) -> int:
     expected = sum(1.0 - (1.0 - f) ** assignments for f in fractions if f > 0)
     return max(1, min(assignments, round(expected)))
 
+
 __all__ = ["experts_reached", "EXPERT_RANK", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",
            "routed_scale", "work_text",
            "scaled_ops", "tensor_scale"]

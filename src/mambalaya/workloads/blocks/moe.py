@@ -207,7 +207,6 @@ class MoEConfig(BaseModel):
         return experts_reached(self.routing, tokens * self.top_k)
 
 
-
 def check_histogram(values: list, n_experts: int, top_k: int, field: str) -> tuple[float, ...]:
     """A routing histogram a top-``top_k`` router can produce: one non-negative fraction of the
     token-expert assignments per expert, summing to 1, none above ``1/top_k`` (a token picks

@@ -69,7 +69,7 @@ def test_table_columns_and_total_row() -> None:
     rows = latency_rows(ev.result)
     assert list(rows[0]) == ["einsum", "fusion_group", "total_traffic", "final_latency", "mem_latency",
                              "comp_latency", "compute_util", "mem_util", "spatial_mapping", "spatial_util",
-                             "buffer_bytes", "onchip_latency", "bound"]
+                             "buffer_read_write_bytes", "onchip_latency", "bound"]
     total = rows[-1]
     assert total["einsum"] == "total"
     assert total["final_latency"] == pytest.approx(sum(r["final_latency"] for r in rows[:-1]))

@@ -97,7 +97,7 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     tl = pd.read_csv(out / "timeline.csv")
     assert tl.spatial_util.between(0, 1).all()
     ein = pd.read_csv(out / "einsums.csv")
-    assert {"spatial_mapping", "spatial_util", "bound", "buffer_bytes"} <= set(ein.columns)
+    assert {"spatial_mapping", "spatial_util", "bound", "buffer_read_write_bytes"} <= set(ein.columns)
     # both precision policies, the main one with a source
     heads = pd.read_csv(out / "headlines.csv")
     assert set(heads.precision) == {"reference-kernels"} and set(heads.alt_precision) == {"uniform"}

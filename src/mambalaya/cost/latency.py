@@ -133,12 +133,14 @@ class EinsumLatency:
     buffer_read_bytes: float = 0.0  # on-chip buffer bytes this Einsum reads (its operands, the drain of what it writes off-chip)
     buffer_write_bytes: float = 0.0  # on-chip buffer bytes it writes (its results, the fill of what it reads off-chip)
     runs: float = 1.0  # times its iteration space runs (more than 1 when a fused loop recomputes it)
-    onchip_latency: float = 0.0  # s: buffer_bytes over the on-chip bandwidth
+    onchip_latency: float = 0.0  # s: buffer_read_write_bytes over the on-chip bandwidth
     bound: str = "compute"  # what limits its group: compute, offchip or onchip
 
     @property
-    def buffer_bytes(self) -> float:
-        """On-chip buffer bytes read and written by this Einsum (with its fills and drains)."""
+    def buffer_read_write_bytes(self) -> float:
+        """On-chip buffer bytes read and written by this Einsum (with its fills and drains): the
+        buffer's traffic, not its capacity (``memory.onchip_buffer_bytes``, a mapping's
+        ``buffer_bytes``)."""
         return self.buffer_read_bytes + self.buffer_write_bytes
 
     @property
@@ -198,7 +200,7 @@ def require_finite(figures: dict[str, Any], *, what: str) -> None:
 
 #: The figures of a layer's latency result that reports, tables and stores read.
 LAYER_FIGURES = ("latency_s", "model_latency_s", "offchip_bytes", "comp_s", "compute_util", "mem_util", "onchip_s",
-                 "buffer_bytes", "spatial_util", "tokens_per_s", "bandwidth")
+                 "buffer_read_write_bytes", "spatial_util", "tokens_per_s", "bandwidth")
 #: The figures of its per-Einsum rows (checked through their sums: one that is not finite makes it so).
 EINSUM_FIGURES = ("final_latency", "comp_latency", "mem_latency", "onchip_latency", "total_traffic", "compute_util",
                   "mem_util")
@@ -253,7 +255,8 @@ class LayerLatency:
         return sum(g.onchip_latency for g in self.groups)
 
     @property
-    def buffer_bytes(self) -> float:
+    def buffer_read_write_bytes(self) -> float:
+        """On-chip buffer bytes the layer's groups read and write: traffic, not capacity."""
         return sum(g.buffer.total_bytes for g in self.groups if g.buffer is not None)
 
     @property
@@ -319,21 +322,21 @@ def group_cycles(arch: Any, cascade: Cascade, group: FusionGroup) -> tuple[UnitC
     return memo[key]
 
 
-def onchip_seconds(arch: Any, buffer_bytes: Any, offchip_bytes: Any = 0.0) -> Any:
+def onchip_seconds(arch: Any, buffer_read_write_bytes: Any, offchip_bytes: Any = 0.0) -> Any:
     """Seconds the on-chip levels need (scalars or arrays over tilings): the buffer's for
-    ``buffer_bytes`` (0 when its bandwidth is unbounded) or, when longer, a staging level's
+    ``buffer_read_write_bytes`` (0 when its bandwidth is unbounded) or, when longer, a staging level's
     (:mod:`mambalaya.arch.levels`) for the ``offchip_bytes`` that pass through it."""
     bw = arch.memory.buffer_bandwidth_bytes_per_cycle
-    seconds = 0.0 * buffer_bytes if bw is None else buffer_bytes / (bw * arch.clock_hz)
+    seconds = 0.0 * buffer_read_write_bytes if bw is None else buffer_read_write_bytes / (bw * arch.clock_hz)
     for level in arch.memory.levels.values():
         seconds = _max(seconds, offchip_bytes / (level.bytes_per_cycle * arch.clock_hz))
     return seconds
 
 
-def onchip_level_seconds(arch: Any, buffer_bytes: float, offchip_bytes: float) -> dict[str, float]:
+def onchip_level_seconds(arch: Any, buffer_read_write_bytes: float, offchip_bytes: float) -> dict[str, float]:
     """Each on-chip level's seconds for one group: ``buffer`` and every staging level by name."""
     bw = arch.memory.buffer_bandwidth_bytes_per_cycle
-    found = {"buffer": 0.0 if bw is None else buffer_bytes / (bw * arch.clock_hz)}
+    found = {"buffer": 0.0 if bw is None else buffer_read_write_bytes / (bw * arch.clock_hz)}
     for name, level in arch.memory.levels.items():
         found[name] = offchip_bytes / (level.bytes_per_cycle * arch.clock_hz)
     return found
@@ -344,8 +347,8 @@ def layer_level_seconds(arch: Any, result: "LayerLatency") -> dict[str, float]:
     level by name): the time each level alone would need, whichever bounds each group."""
     total: dict[str, float] = {}
     for g in result.groups:
-        buffer_bytes = g.buffer.total_bytes if g.buffer is not None else 0.0
-        for name, s in onchip_level_seconds(arch, buffer_bytes, g.traffic.total_bytes).items():
+        buffer_read_write_bytes = g.buffer.total_bytes if g.buffer is not None else 0.0
+        for name, s in onchip_level_seconds(arch, buffer_read_write_bytes, g.traffic.total_bytes).items():
             total[name] = total.get(name, 0.0) + s
     return total
 
@@ -418,11 +421,11 @@ def scan_floor_s(arch: Any, cascade: Cascade, einsums: tuple[str, ...]) -> float
 
 
 def _group_times(arch: Any, cascade: Cascade, group: FusionGroup, traffic: GroupTraffic,
-                 buffer_bytes: float) -> tuple[float, float, float, float, float]:
+                 buffer_read_write_bytes: float) -> tuple[float, float, float, float, float]:
     """(compute, off-chip, on-chip, latency, wind-up) seconds of one group."""
     comp = group_compute_s(arch, cascade, group)
     mem = traffic.total_bytes / offchip_bytes_per_s(arch)
-    onchip = float(onchip_seconds(arch, buffer_bytes, traffic.total_bytes))
+    onchip = float(onchip_seconds(arch, buffer_read_write_bytes, traffic.total_bytes))
     latency, wind = combine(arch, comp, mem, onchip, traffic.steps, len(group.einsums))
     return comp, mem, onchip, float(latency), float(wind)
 
@@ -602,8 +605,8 @@ def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: in
 
 def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
     """The per-Einsum table: einsum, fusion_group, total_traffic, final_latency, mem_latency,
-    comp_latency, compute_util, mem_util, spatial_mapping, spatial_util, buffer_bytes,
-    onchip_latency, bound, plus a ``total`` row. An Einsum alone in its group that is
+    comp_latency, compute_util, mem_util, spatial_mapping, spatial_util,
+    buffer_read_write_bytes, onchip_latency, bound, plus a ``total`` row. An Einsum alone in its group that is
     compute-bound although its unit runs it in one pass (every point on a lane at once, each
     doing its few operations; at most one cycle on the array or the MFUs) is marked ``compute
     (one pass)``: a tiny Einsum whose bytes move in less than a pass, an artefact of whole
@@ -630,7 +633,7 @@ def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
             "mem_util": r.mem_util,
             "spatial_mapping": r.spatial_mapping,
             "spatial_util": r.spatial_util,
-            "buffer_bytes": r.buffer_bytes,
+            "buffer_read_write_bytes": r.buffer_read_write_bytes,
             "onchip_latency": r.onchip_latency,
             "bound": bound(r),
         }
@@ -648,7 +651,7 @@ def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
             "mem_util": result.mem_util,
             "spatial_mapping": "",
             "spatial_util": result.spatial_util,
-            "buffer_bytes": result.buffer_bytes,
+            "buffer_read_write_bytes": result.buffer_read_write_bytes,
             "onchip_latency": result.onchip_s,
             "bound": result.bound,
         }

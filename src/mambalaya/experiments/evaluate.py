@@ -126,7 +126,7 @@ class Evaluation:
             "n_layers": r.n_layers,
             "tokens_per_s": tokens_per_s,
             "onchip_s": r.onchip_s,
-            "buffer_bytes": r.buffer_bytes,
+            "buffer_read_write_bytes": r.buffer_read_write_bytes,
             "spatial_util": r.spatial_util,
             "bound": r.bound,
             **extra,

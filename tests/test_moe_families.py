@@ -298,9 +298,41 @@ def test_an_expert_with_a_tiny_share_is_not_a_whole_expert_read() -> None:
     from mambalaya.einsum.routing import experts_reached
 
     six = [(1 - 58e-9) / 6] * 6
-    assert experts_reached(six + [1e-9] * 58, 64 * 6) == experts_reached(six + [0.0] * 58, 64 * 6) == 6
-    assert experts_reached([1 / 64] * 64, 64 * 6) == 64 and experts_reached([1 / 64] * 64, 6) == 6
-    assert experts_reached([0.5, 0.5] + [0.0] * 14, 2) == 2
+    assert experts_reached(six + [1e-9] * 58, 64, 6) == experts_reached(six + [0.0] * 58, 64, 6) == 6
+    assert experts_reached([1 / 64] * 64, 64, 6) == 64 and experts_reached([1 / 64] * 64, 1, 6) == 6
+    assert experts_reached([0.5, 0.5] + [0.0] * 14, 1, 2) == 2
+
+
+def test_one_token_reaches_its_top_k_distinct_experts() -> None:
+    """A token sends each expert at most one of its top-k choices, so one token reaches k experts
+    whatever the histogram: six hot experts of a top-6 router at 1/6 each (the independent draws
+    alone gave 4) or twelve at 1/12 (5), and a device's experts under expert parallelism at least
+    the choices they receive over the tokens."""
+    from mambalaya.einsum.routing import experts_reached
+
+    assert experts_reached([1 / 6] * 6 + [0.0] * 58, 1, 6) == 6
+    assert experts_reached([1 / 12] * 12 + [0.0] * 52, 1, 6) == 6
+    assert experts_reached([1 / 12] * 4, 1, 6) == 2  # a device's four of them: two of the token's six choices
+    assert experts_reached([1 / 64] * 64, 1, 6) == 6
+
+
+def test_a_hot_histogram_reads_the_experts_a_decode_token_reaches(tmp_path) -> None:
+    """granite-4.0-h-tiny's decode of one token under six hot experts reads six experts'
+    weights, as under uniform routing (it read four)."""
+    import json as json_mod
+
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    hot = tmp_path / "hot6.yaml"
+    hot.write_text("fractions: [" + ", ".join(["0.16666666666666666"] * 6 + ["0"] * 58) + "]\n")
+    run = lambda *extra: CliRunner().invoke(app, ["evaluate", "--arch", "gpu-h100", "--model", "granite-4.0-h-tiny",  # noqa: E731
+                                                  "--phase", "decode", "-L", "256", "-B", "1", "-f", "json", *extra])
+    hot_run, uniform = run("--routing", str(hot)), run()
+    assert hot_run.exit_code == 0 and uniform.exit_code == 0, hot_run.output + uniform.output
+    bytes_of = lambda out: json_mod.loads(out)["layers"]["mamba-moe"]["totals"]["offchip_bytes"]  # noqa: E731
+    assert bytes_of(hot_run.output) == bytes_of(uniform.output)
 
 
 def test_a_field_of_the_mixer_a_family_lacks_is_refused() -> None:

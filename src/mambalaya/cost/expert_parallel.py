@@ -150,7 +150,7 @@ def expert_device_cascade(part: Cascade, devices: int, routing: str | Sequence[f
     if routing == "uniform":
         read = min(per, pairs)
     else:  # the device's experts that one of the pass's choices reaches
-        read = min(pairs, experts_reached(list(routing)[heaviest * per:(heaviest + 1) * per], total_tokens * k))
+        read = min(pairs, experts_reached(list(routing)[heaviest * per:(heaviest + 1) * per], total_tokens, k))
     new = {**params, LOAD_PARAM: devices * loads[heaviest], "moe_experts_read": read}
     return build_cascade(name=part.name, params=new, ranks=part.ranks.values(), tensors=part.tensors.values(),
                          einsums=part.einsums, description=f"{part.description}; expert parallel over {devices} devices "

@@ -28,8 +28,8 @@ the whole Einsum (:func:`scaled_ops`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-
 from fractions import Fraction
 
 from mambalaya.einsum.cascade import Cascade
@@ -154,16 +154,25 @@ def scaled_ops(cascade: Cascade, einsum: str, ops: dict[str, int]) -> dict[str, 
     return {k: int(round(v * scale)) for k, v in ops.items()}
 
 
-def experts_reached(fractions: Sequence[float], assignments: int) -> int:
-    """Experts a pass of ``assignments`` token-expert choices reaches under a routing histogram:
-    an expert's weights are read if it receives at least one, and each choice lands on expert
-    ``e`` with probability ``fractions[e]``, independently, so the expected count is
-    ``sum(1 - (1 - f)^assignments)``, rounded, at most ``assignments`` (an assumption: a
-    measured histogram is a long-run average). A fraction of 1e-9 is not a whole expert read
-    (once every non-zero fraction was, so a measured histogram, which has no exact zeros, read
-    every expert)."""
+def experts_reached(fractions: Sequence[float], tokens: int, top_k: int) -> int:
+    """Experts a pass of ``tokens`` tokens, each choosing ``top_k`` distinct experts, reaches
+    under a routing histogram (``fractions``: each expert's share of all the token-expert
+    choices; a device's experts alone under expert parallelism): an expert's weights are read
+    if it receives at least one choice, and each choice lands on expert ``e`` with probability
+    ``fractions[e]``, independently, so the expected count is
+    ``sum(1 - (1 - f)^(tokens * top_k))``, rounded (an assumption: a measured histogram is a
+    long-run average). Held between two bounds the choices set: at most the experts with a
+    non-zero fraction and the choices these experts receive, ``tokens * top_k * sum(fractions)``;
+    at least those choices over ``tokens``, since a token sends one expert at most one choice
+    (the independent draws alone would let six hot experts of a top-6 router reach four). A
+    fraction of 1e-9 is not a whole expert read (once every non-zero fraction was, so a
+    measured histogram, which has no exact zeros, read every expert)."""
+    assignments = tokens * top_k
     expected = sum(1.0 - (1.0 - f) ** assignments for f in fractions if f > 0)
-    return max(1, min(assignments, round(expected)))
+    received = assignments * sum(fractions)
+    upper = min(sum(1 for f in fractions if f > 0), math.ceil(received - 1e-6))
+    lower = math.ceil(received / tokens - 1e-6) if tokens else 0
+    return max(1, min(upper, max(lower, round(expected))))
 
 
 __all__ = ["experts_reached", "EXPERT_RANK", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",

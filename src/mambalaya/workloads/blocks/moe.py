@@ -204,7 +204,7 @@ class MoEConfig(BaseModel):
         """Experts whose weights one pass over ``tokens`` tokens reads (the module doc's rule)."""
         if self.routing == "uniform":
             return min(self.n_experts, tokens * self.top_k)
-        return experts_reached(self.routing, tokens * self.top_k)
+        return experts_reached(self.routing, tokens, self.top_k)
 
 
 def check_histogram(values: list, n_experts: int, top_k: int, field: str) -> tuple[float, ...]:

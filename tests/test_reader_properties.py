@@ -38,7 +38,7 @@ from mambalaya.workloads.precision import load_policy, shipped_policy_text
 #: Values put where a field's value was: other types, non-finite, huge, fractional, empty, nested.
 JUNK: tuple[Any, ...] = (
     None, "", "no", "yes", "64", True, 0, -1, 64.0, 64.9, 1e-300, 1e300, float("inf"), float("-inf"),
-    float("nan"), 10**30, [], {}, [1, 2], {"x": 1}, "x" * 300, [[[[[[1]]]]]], {"a": {"b": {"c": 1}}},
+    float("nan"), 10**30, 10**400, [], {}, [1, 2], {"x": 1}, "x" * 300, [[[[[[1]]]]]], {"a": {"b": {"c": 1}}},
 )
 
 

@@ -77,27 +77,47 @@ class _DuplicateKey(Exception):
         super().__init__(key)
 
 
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
 class _StrictLoader(_BASE_LOADER):  # type: ignore[misc, valid-type]
     """The safe loader, refusing a key given twice in one mapping (YAML says keys are unique;
-    PyYAML keeps the last silently; keys merged in with ``<<`` may be overridden, as YAML's
-    merge key allows), and reading numbers as YAML 1.2 does (:data:`_STRICT_INT`,
-    :data:`_STRICT_FLOAT`)."""
+    PyYAML keeps the last silently), and reading numbers as YAML 1.2 does (:data:`_STRICT_INT`,
+    :data:`_STRICT_FLOAT`, also under an explicit ``!!int`` or ``!!float`` tag). Keys merged in
+    with ``<<`` may be overridden by the mapping's own, as YAML's merge key allows, but a key
+    twice in a merged mapping, or in two merged mappings, is refused as well (PyYAML kept the
+    last: ``<<: {d_model: 768, d_model: 2048}`` read 2048)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
-            seen: dict[Any, int] = {}
-            for key_node, _ in node.value:
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
-                try:
-                    if key in seen:
-                        raise _DuplicateKey(key, seen[key], line, key_node.start_mark.column + 1)
-                    seen[key] = line
-                except TypeError:  # an unhashable key: the constructor says so below
-                    continue
+            self._keys_given(node)
         return super().construct_mapping(node, deep=deep)
+
+    def _keys_given(self, node: yaml.MappingNode) -> dict[Any, tuple[int, int]]:
+        """The keys ``node`` gives, each with its line and column: its own, each once, and those
+        its merge keys bring in, each from one merged mapping (its own override them)."""
+        own: dict[Any, tuple[int, int]] = {}
+        merged: dict[Any, tuple[int, int]] = {}
+
+        def add(found: dict[Any, tuple[int, int]], key: Any, where: tuple[int, int]) -> None:
+            try:
+                if key in found:
+                    raise _DuplicateKey(key, found[key][0], where[0], where[1])
+                found[key] = where
+            except TypeError:  # an unhashable key: the constructor says so
+                pass
+
+        for key_node, value_node in node.value:
+            if key_node.tag == _MERGE_TAG:
+                sources = value_node.value if isinstance(value_node, yaml.SequenceNode) else [value_node]
+                for source in sources:
+                    if isinstance(source, yaml.MappingNode):
+                        for key, where in self._keys_given(source).items():
+                            add(merged, key, where)
+                continue
+            key = self.construct_object(key_node, deep=True)
+            add(own, key, (key_node.start_mark.line + 1, key_node.start_mark.column + 1))
+        return {**merged, **own}
 
 
 _INT_TAG = "tag:yaml.org,2002:int"
@@ -119,6 +139,23 @@ _StrictLoader.yaml_implicit_resolvers = {
     for first, resolvers in _BASE_LOADER.yaml_implicit_resolvers.items()}
 _StrictLoader.add_implicit_resolver(_INT_TAG, _STRICT_INT, list("-+0123456789"))
 _StrictLoader.add_implicit_resolver(_FLOAT_TAG, _STRICT_FLOAT, list("-+0123456789."))
+
+
+def _tagged_number(pattern: re.Pattern[str], kind: str, construct: Callable[..., Any]) -> Callable[..., Any]:
+    """A constructor for an explicitly tagged number (``!!int 0100``): the tag does not bring
+    back YAML 1.1's spellings (leading-zero octal, base 60), which read as other numbers."""
+    def strict(loader: Any, node: yaml.ScalarNode) -> Any:
+        text = loader.construct_scalar(node)
+        if not pattern.match(text) and not (kind == "float" and _STRICT_INT.match(text)):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{text!r} tagged !!{kind} is not a YAML 1.2 {kind} (YAML 1.1's leading-zero octal and "
+                            f"base-60 spellings read as other numbers and are not read)", node.start_mark)
+        return construct(loader, node)
+    return strict
+
+
+_StrictLoader.add_constructor(_INT_TAG, _tagged_number(_STRICT_INT, "int", yaml.SafeLoader.construct_yaml_int))
+_StrictLoader.add_constructor(_FLOAT_TAG, _tagged_number(_STRICT_FLOAT, "float", yaml.SafeLoader.construct_yaml_float))
 
 
 class _StrictDumper(yaml.SafeDumper):
@@ -526,9 +563,19 @@ def allowed_field_names(names: list[str], loc: list[Any]) -> str:
 _PLAIN = re.compile(r"^[A-Za-z0-9_\-]+$")
 
 
+#: The names pydantic gives the members of a union in an error's location (``constrained-int``,
+#: ``literal['auto']``, ``function-before[list_as_tuple(), tuple[float, ...]]``): not fields, so
+#: a path leaves them out (``dt_rank: must be an integer``, not ``dt_rank.constrained-int: ...``).
+_UNION_MEMBER = re.compile(r"^(?:int|float|str|bool|none"  # (not bytes: a collective case's field)
+                           r"|constrained-\w+|(?:function-\w+|tagged-union|literal|is-instance|lax-or-strict|"
+                           r"json-or-python|chain|nullable|union|list|tuple|dict|set)\[.*\])$", re.DOTALL)
+
+
 def field_path(loc: list[Any]) -> str:
     out = ""
     for part in loc:
+        if isinstance(part, str) and _UNION_MEMBER.match(part):
+            continue
         if isinstance(part, int) and not isinstance(part, bool):
             out += f"[{part}]"
         elif isinstance(part, str) and _PLAIN.match(part):

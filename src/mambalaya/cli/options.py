@@ -108,7 +108,7 @@ MappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, ssm-ri, sti
 DesignMappingOpt = Annotated[Optional[str], typer.Option("--mapping", help="Default: the design's own (arch mappings.default); or unfused, ssm-ri, stitched, optimal, optimal-convex, ideal, or a mapping file.")]
 OutlineMappingOpt = Annotated[Optional[str], typer.Option("--mapping", help="Outline the fusion groups of this mapping (name or file).")]
 AccelForgeMappingOpt = Annotated[str, typer.Option("--mapping", help="unfused, or mapper (AccelForge's mapper picks a fused mapping).")]
-BufferOpt = Annotated[Optional[str], typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576 (default: 32MiB, or a mapping file's own).")]
+BufferOpt = Annotated[Optional[str], typer.Option("--buffer", help="On-chip buffer capacity, e.g. 32MiB, 24MB, 1048576 (default: 32MiB for a named mapping; for a mapping file, its own buffer_bytes, unbounded where it gives none).")]
 
 # --------------------------------------------------------------------------------------------
 # Output

@@ -483,6 +483,17 @@ class _SizeParser(_Parser):
 MAX_SIZE = 2**53
 
 
+def exact_text(value: Fraction) -> str:
+    """A rational value as text that shows it is not whole where it is not: to 20 significant
+    digits (``30*d`` with ``d: 0.1`` is 3.0000000000000001665, as 0.1 is not exact in binary;
+    printed as a float it was a misleading 3), any magnitude (a float overflows past 1e308)."""
+    import decimal
+
+    with decimal.localcontext() as ctx:
+        ctx.prec = 20
+        return f"{decimal.Decimal(value.numerator) / decimal.Decimal(value.denominator):g}"
+
+
 def evaluate_size(text: str, env: Mapping[str, float], *, where: Where = Where()) -> int:
     """Evaluate a rank-size expression to a positive integer."""
     value = Fraction(_SizeParser(text, where, env).value())
@@ -494,7 +505,7 @@ def evaluate_size(text: str, env: Mapping[str, float], *, where: Where = Where()
                         line=where.line, column=where.column)
     if value.denominator != 1 or value < 1:
         raise SpecError(
-            f"size {text!r} evaluates to {float(value):g}, not a positive integer",
+            f"size {text!r} evaluates to {exact_text(value)}, not a positive integer",
             source=where.source,
             line=where.line,
             column=where.column,

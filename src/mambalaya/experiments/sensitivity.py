@@ -66,6 +66,10 @@ class Assumption(BaseModel):
     def _known_field(self) -> "Assumption":
         if self.key not in RUN_FIELDS and self.key not in field_paths():
             raise FieldProblem("key", f"{self.key!r} is neither a run field ({', '.join(RUN_FIELDS)}) nor an architecture field")
+        for end in ("low", "high"):  # (a 400-digit integer was a traceback where it met a float)
+            value = getattr(self, end)
+            if _is_number(value) and not (abs(value) <= 1e300 and math.isfinite(value)):
+                raise FieldProblem(end, f"must be a finite number of a sensible size, not {show(value)}")
         if self.factor and not (_is_number(self.low) and _is_number(self.high) and self.low > 0 and self.high > 0):
             raise FieldProblem("low", "a factor's low and high must be positive numbers")
         if self.key == "scan" and {self.low, self.high} - {"chunked", "recurrent"}:
@@ -470,7 +474,7 @@ def _closest(a: Assumption, b: Value, ratio: str, target: float, at_base: float,
         points.sort(key=lambda p: numeric_value(a, p[0]) if p[0] != "best" else 0.0)
         for (v0, r0), (v1, r1) in zip(points, points[1:]):
             if (r0 - target) * (r1 - target) <= 0 and r0 != r1:
-                value, got = _bisect(a, v0, r0, v1, r1, ratio, target, at)
+                value, got = bisect_assumption(a, v0, r0, v1, r1, ratio, target, at)
                 return {**info, "value": value, "ratio_at": got, "reaches": True}
     finite = [p for p in points if math.isfinite(p[1])]
     v, r = min(finite, key=lambda p: abs(p[1] - target)) if finite else (b, math.nan)
@@ -481,9 +485,16 @@ def _closest(a: Assumption, b: Value, ratio: str, target: float, at_base: float,
             "between": None if a.numeric else between}
 
 
-def _bisect(a: Assumption, v0, r0, v1, r1, ratio, target, at, steps: int = 6) -> tuple[Any, float]:
+def bisect_assumption(a: Assumption, v0, r0, v1, r1, ratio, target, at, steps: int = 6) -> tuple[Any, float]:
+    """The value of ``a`` between ``v0`` and ``v1`` (where ``ratio`` is ``r0`` and ``r1``) whose
+    ``ratio`` comes closest to ``target``: a bisection (geometric between positive ends) of at
+    most ``steps`` evaluations ``at(a, value)``, stopping within 2%; an integer field's values stay
+    integers."""
     x0, x1 = numeric_value(a, v0), numeric_value(a, v1)
-    integral = a.key in ("compute.mfu_units", "compute.one_d_lanes", "memory.onchip_buffer_bytes", "batch")
+    # an integer field (the spec refuses 128.0 for compute.array_rows): both ends given as integers, or a
+    # field whose ends may be spelt otherwise (a byte size as text)
+    integral = (a.key in ("compute.mfu_units", "compute.one_d_lanes", "memory.onchip_buffer_bytes", "batch")
+                or (type(a.low) is int and type(a.high) is int))
     log = x0 > 0 and x1 > 0
     best = (v0, r0) if abs(r0 - target) < abs(r1 - target) else (v1, r1)
     for _ in range(steps):
@@ -528,6 +539,7 @@ __all__ = [
     "Assumption",
     "RunSetup",
     "applicable",
+    "bisect_assumption",
     "check_on_designs",
     "latency_blind",
     "SensitivityResult",

@@ -364,8 +364,11 @@ def read_case_file(path: str | Path | None, shipped: str, model: type, what: str
     else:
         name = str(path)
         text = read_spec_file(path, what)
+    data = parse_yaml_text(text, source=name)
+    if path is not None:
+        data = _files_read_beside(data, Path(path).parent)
     try:
-        cases = model.model_validate(parse_yaml_text(text, source=name))
+        cases = model.model_validate(data)
     except ValidationError as err:
         raise SpecError(describe_validation_error(err, f"invalid {what}"), source=name) from None
     seen: set[str] = set()
@@ -378,6 +381,30 @@ def read_case_file(path: str | Path | None, shipped: str, model: type, what: str
             raise SpecError(f"invalid {what}: case {c.id}: source {c.source!r} is not one of sources "
                             f"({', '.join(cases.sources)})", source=name)
     return cases, name
+
+
+def _files_read_beside(data, folder: Path):
+    """A case file's data with the relative paths of the files it names (each case's, assumption's
+    or collective's ``arch``, the file's ``precision``) read beside it: one file gave two numbers
+    run from two folders. Shipped designs and policies stay names."""
+    from mambalaya.arch import names_a_file, shipped_archs
+    from mambalaya.workloads.precision import shipped_policies
+
+    def beside(value, shipped):
+        if not isinstance(value, str) or value in shipped or not names_a_file(value) or Path(value).is_absolute():
+            return value
+        return str(folder / value)
+
+    if not isinstance(data, dict):
+        return data
+    out = dict(data)
+    if "precision" in out:
+        out["precision"] = beside(out["precision"], shipped_policies())
+    for key in ("cases", "assumptions"):
+        if isinstance(out.get(key), list):
+            out[key] = [{**entry, "arch": beside(entry["arch"], shipped_archs())}
+                        if isinstance(entry, dict) and "arch" in entry else entry for entry in out[key]]
+    return out
 
 
 def _attention_layer(case: Case, name: str):
@@ -404,6 +431,9 @@ KERNEL_DESIGN_BITS = 16
 def case_cascade(case: Case, name: str, precision: str = KERNEL_PRECISION):
     """The Einsums a case's kernel runs: a part of its layer's cascade (:func:`sub_cascade`),
     each tensor at the width ``precision`` gives it (the kernels' own: :data:`KERNEL_PRECISION`)."""
+    if case.model.get("family", case.family) != case.family:  # (it was overwritten by the case's, without a word)
+        raise SpecError(f"case {case.id}: model.family {case.model['family']!r} contradicts the case's family "
+                        f"{case.family!r}; give the family once, as the case's", source=name)
     if case.family == "attention":
         layer = _attention_layer(case, name)
     elif case.family == "gated_deltanet":

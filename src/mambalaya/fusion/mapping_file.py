@@ -85,6 +85,10 @@ def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
             lw = f"{where}.loops[{m}]"
             if not isinstance(ld, dict):
                 raise SpecError(f"{lw} must be {{rank: R, tile: t}}", source=source)
+            extra = set(ld) - {"rank", "tile"}
+            if extra:  # (a group's `resident` written into a loop was read as no residency at all)
+                raise SpecError(f"{lw} has unknown field(s) {', '.join(sorted(map(str, extra)))}; a loop is "
+                                f"{{rank: R, tile: t}} (halo and resident belong to the group)", source=source)
             loops.append(Loop(_field(ld, "rank", str, lw, source), _field(ld, "tile", int, lw, source)))
         halo = _field(gd, "halo", str, where, source, default="retain")
         resident = _field(gd, "resident", list, where, source, default=[])

@@ -215,8 +215,9 @@ def check_histogram(values: list, n_experts: int, top_k: int, field: str) -> tup
     if not isinstance(values, list) or not values:
         raise ValueError(f"{field} must be a list of per-expert token fractions")
     for k, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise ValueError(f"{field}[{k}] is {v!r}; a token fraction is a non-negative number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:  # (NaN fails too)
+            shown = repr(v) if len(repr(v)) <= 40 else f"a number of {len(repr(v))} digits"
+            raise ValueError(f"{field}[{k}] is {shown}; a token fraction is a number from 0 to 1")
     if len(values) != n_experts:
         raise ValueError(f"{field} has {len(values)} fractions but the model has {n_experts} experts")
     if abs(sum(values) - 1.0) > 1e-6:

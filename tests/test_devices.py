@@ -205,8 +205,53 @@ def test_micro_batched_energy_is_every_micro_batchs() -> None:
                   micro_batches=2)
     t = ev.totals()
     assert t["model_energy_j"] == pytest.approx(2 * ev.energy.model_j)
-    assert t["average_power_w"] == pytest.approx(t["model_energy_j"] / ev.model_latency_s)
+    # the busiest device's power: its stage's 12 of the 24 layers, both micro-batches
+    assert t["average_power_w"] == pytest.approx(2 * 12 * ev.energy.layer_j / ev.model_latency_s)
     assert t["energy_per_token_j"] == pytest.approx(ev.energy.per_token_j) and t["micro_batches"] == 2
+
+
+def _with_linked_energy(name: str):
+    """A shipped design with an energy section, joined to others by links that have an energy."""
+    return arch_from_dict({**arch_to_dict(load_arch(name)),
+                           "system": {"link_bandwidth_bytes_per_s": 4.5e11, "link_latency_s": 3e-6,
+                                      "link_energy_pj_per_bit": 5.0}})
+
+
+def test_a_pipelines_energy_counts_its_links_and_its_transfers_time() -> None:
+    """One batch through a two-device pipeline: the model's energy is its layers' and its links',
+    the EDP takes the model's latency (the transfer included) and the power is the busiest
+    device's (its stage's layers over that latency): the links' energy was left out and the
+    EDP and power took the layers' time alone, as if on one device."""
+    ev = evaluate(_with_linked_energy("mambalaya"), "mamba2-130m", PRESETS["mamba2-130m"], phase="prefill",
+                  seq_len=512, batch=2, mapping="unfused", devices=2)
+    t, p = ev.totals(), ev.pipeline
+    assert p.interconnect_j and p.interconnect_s > 0
+    total = ev.energy.model_j + p.interconnect_j
+    assert t["model_energy_j"] == pytest.approx(total)
+    assert t["edp_js"] == pytest.approx(total * ev.model_latency_s)
+    assert t["average_power_w"] == pytest.approx(12 * ev.energy.layer_j / ev.model_latency_s)
+    assert t["energy_per_token_j"] == pytest.approx(total / (2 * 512))
+    hv = evaluate_hybrid(_with_linked_energy("mambalaya"), "granite-4.0-h-tiny", PRESETS["granite-4.0-h-tiny"],
+                         phase="prefill", seq_len=256, batch=2, devices=2)
+    ht = hv.totals()
+    assert ht["model_energy_j"] == pytest.approx(hv.energy.model_j + hv.pipeline.interconnect_j)
+    assert ht["edp_js"] == pytest.approx(ht["model_energy_j"] * hv.model_latency_s)
+
+
+def test_a_split_layers_tokens_are_every_devices() -> None:
+    """Tokens per second and energy per token divide by the whole batch's tokens: a sequence-
+    parallel device holds L/N positions and an expert-parallel device B/N sequences, and both
+    were divided by one device's (half the throughput, twice the energy per token at N = 2)."""
+    spec = _with_linked_energy("mambalaya")
+    ev = evaluate(spec, "mamba2-130m", PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=2,
+                  mapping="unfused", devices=2, parallel="sequence")
+    t = ev.totals()
+    assert t["tokens_per_s"] == pytest.approx(2 * 512 / ev.model_latency_s)
+    assert t["energy_per_token_j"] == pytest.approx(t["model_energy_j"] / (2 * 512))
+    hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", PRESETS["jamba-v0.1"], phase="decode", seq_len=1024, batch=8,
+                         devices=2, parallel="expert")
+    for layer_type, part in hv.layers.items():
+        assert part.totals()["tokens_per_s"] == pytest.approx(8 / part.result.model_latency_s), layer_type
     hv = evaluate_hybrid("gpu-h100", "jamba-v0.1", PRESETS["jamba-v0.1"], phase="prefill", seq_len=2048, batch=8,
                          devices=2, micro_batches=4)
     parts = sum(ev.result.offchip_bytes * ev.result.n_layers for ev in hv.layers.values())

@@ -57,8 +57,9 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
     t = ev.totals()
     form = ""
     if getattr(config, "family", "") == "mamba2" and run.phase.value == "prefill":
-        form = (f" ({scan_form(ev.cascade)} scan"
-                f"{', the faster form on this design' if run.scan is None else ''})")
+        why = (f", the only form that runs here ({ev.other_scan_refused})" if ev.other_scan_refused
+               else ", the faster form on this design")
+        form = f" ({scan_form(ev.cascade)} scan{why if run.scan is None else ''})"
     title = (f"{run.model} {run.phase.value}{form} I={ev.cascade.size('I')} batch={run.batch} on {ev.arch.name} "
              f"({width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
              f"{ev.arch.memory.offchip_bandwidth_bytes_per_s / 1e9:g} GB/s, buffer {ev.arch.memory.onchip_buffer_bytes:,} B); "

@@ -395,8 +395,15 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
+def stage_energies_j(config: Any, pipeline: PipelineCost, layer_j: dict[str | None, float]) -> tuple[float, ...]:
+    """Each stage's energy for one micro-batch: its layers', each ``layer_j[type]`` (0 for a type
+    the evaluation does not cost, as :func:`pipeline_of` takes its seconds)."""
+    order = layer_order(config)
+    return tuple(float(sum(layer_j.get(order[i], 0.0) for i in stage)) for stage in pipeline.stages)
+
+
 __all__ = ["on_cores", "run_on_cores", "strategies_on", "LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
            "sequence_parallel_need", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
            "pipeline_of", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
            "resolve_parallel",
-           "stage_needs", "tensor_parallel_need"]
+           "stage_energies_j", "stage_needs", "tensor_parallel_need"]

@@ -23,8 +23,8 @@ from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, 
 from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, costed_layer_type,
                                            fastest_strategy, fewest_pipeline_devices, pipeline_of,
                                            require_fits_layer_split, require_fits_on, resolve_devices,
-                                           resolve_micro_batches, resolve_parallel, run_on_cores, stage_needs,
-                                           strategies_on)
+                                           resolve_micro_batches, resolve_parallel, run_on_cores,
+                                           stage_energies_j, stage_needs, strategies_on)
 from mambalaya.cost.latency import LayerLatency, layer_latency
 from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
@@ -59,6 +59,19 @@ class Evaluation:
     layer_split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost | None = None
     #: With ``parallel="best"``: each strategy's model latency, the fastest kept.
     strategies_s: tuple[tuple[str, float], ...] = ()
+    #: Where ``result`` is one device's part of a layer split over devices (tensor, expert or
+    #: sequence parallelism: fewer sequences or positions): the tokens of the whole layer, every
+    #: device's together. None: the costed layer's own (a micro-batch's, in a micro-batched pipeline).
+    whole_tokens: int | None = None
+    #: A Mamba-2 prefill run in its faster form (:func:`evaluate_best_scan`): why the other form did
+    #: not run, where it did not ("" where both ran, or the form was asked for).
+    other_scan_refused: str = ""
+
+    @property
+    def tokens(self) -> int:
+        """The tokens the costed layer's time covers (what tokens per second and energy per token
+        divide by): every device's of a split layer, else the costed layer's batch x positions."""
+        return self.whole_tokens if self.whole_tokens is not None else self.result.batch * self.result.positions
 
     @property
     def model_latency_s(self) -> float:
@@ -102,19 +115,19 @@ class Evaluation:
             extra["area_mm2"] = total_area_mm2(self.arch) * self.cores  # a multi-core chip: every core's
         if self.dram is not None:
             extra.update(dram_totals(self.dram))
-        model_s, tokens_per_s = self.model_latency_s, r.tokens_per_s
+        model_s = self.model_latency_s
+        tokens = self.batch * r.positions if self.pipeline is not None else self.tokens  # (every micro-batch's)
+        tokens_per_s = tokens / model_s if model_s else 0.0
         if self.pipeline is not None:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
-            tokens_per_s = self.batch * r.positions / model_s if model_s else 0.0
-            if energy is not None and self.pipeline.micro_batches > 1:
-                extra.update(micro_batched_energy(energy.model_j, self.pipeline.micro_batches, model_s,
-                                                  self.arch.power_budget_w))
+            if energy is not None:
+                stage_j = stage_energies_j(self.config, self.pipeline, {costed_layer_type(self.config): energy.layer_j})
+                extra.update(pipeline_energy(self.pipeline, stage_j, tokens, self.arch.power_budget_w))
         if self.strategies_s:
             extra["parallel_strategies_s"] = dict(self.strategies_s)
         if self.layer_split is not None:
-            tokens_per_s = r.batch * r.positions / model_s if model_s else 0.0
-            extra.update(layer_split_totals(self.layer_split, energy and energy.model_j,
-                                                r.batch * r.positions, self.arch.power_budget_w))
+            extra.update(layer_split_totals(self.layer_split, energy and energy.model_j, self.tokens,
+                                            self.arch.power_budget_w))
         return {
             "latency_s": r.latency_s,
             "model_latency_s": model_s,
@@ -197,13 +210,18 @@ def devices_columns(cost: PipelineCost | TensorParallelCost | ExpertParallelCost
             "interconnect_s": cost.interconnect_s, "interconnect_share": cost.interconnect_share}
 
 
-def micro_batched_energy(micro_batch_model_j: float, micro_batches: int, latency_s: float,
-                         power_budget_w: float | None) -> dict[str, Any]:
-    """A pipeline's energy over all its micro-batches (each costed as one micro-batch: the
-    energy per token is theirs), times the batch's latency, and its average power."""
-    total_j = micro_batches * micro_batch_model_j
-    power_w = total_j / latency_s if latency_s else 0.0
-    return {"model_energy_j": total_j, "edp_js": total_j * latency_s, "average_power_w": power_w,
+def pipeline_energy(pipeline: PipelineCost, stage_j: tuple[float, ...], tokens: int,
+                    power_budget_w: float | None) -> dict[str, Any]:
+    """A pipeline's energy: every micro-batch's on every stage (``stage_j``: each stage's for one
+    micro-batch, :func:`~mambalaya.experiments.devices.stage_energies_j`) and the links'
+    transfers, per token (the batch's ``tokens``) and times the model's latency, transfers
+    included; the average power is the busiest device's (its stage's energy over that latency, as
+    tensor parallelism's is one device's), against one device's budget."""
+    m, latency_s = pipeline.micro_batches, pipeline.latency_s
+    total_j = m * sum(stage_j) + (pipeline.interconnect_j or 0.0)
+    power_w = m * max(stage_j) / latency_s if latency_s else 0.0
+    return {"model_energy_j": total_j, "energy_per_token_j": total_j / tokens if tokens else 0.0,
+            "edp_js": total_j * latency_s, "average_power_w": power_w,
             "over_power_budget": over_budget(power_w, power_budget_w)}
 
 
@@ -235,9 +253,12 @@ def resolve_mapping(name: str | None, cascade: Cascade, arch: ArchSpec, stats: S
         return named_mapping(name, cascade, None if name == "ideal" else buffer, stats, arch=arch, objective=objective)
     mapping = load_mapping_file(name)
     if mapping.buffer_bytes is None:
-        from dataclasses import replace
-
         mapping = replace(mapping, buffer_bytes=buffer)
+    elif buffer is not None and mapping.buffer_bytes > buffer:  # (a file's own buffer once stood in for the design's)
+        raise SpecError(f"the mapping file gives buffer_bytes {mapping.buffer_bytes:,}, more than {arch.name}'s on-chip "
+                        f"buffer of {buffer:,} bytes (memory.onchip_buffer_bytes): a mapping is checked against the "
+                        f"design it runs on; drop the field, or give the design a larger buffer (--set "
+                        f"memory.onchip_buffer_bytes=...)", source=name)
     return check_mapping_file(cascade, mapping, name)
 
 
@@ -305,7 +326,7 @@ def evaluate(
     on_core = core_share(spec, cascade, costed, strategy, n_devices)
     ev = evaluate_cascade(spec, model_name, config, costed, phase=phase, batch=batch, mapping=mapping,
                           policy=policy, objective=objective, n_layers=config.n_layers, dram=dram,
-                          dram_share=on_core)
+                          dram_share=on_core, whole_tokens=batch * cascade.size("I") if tensor or sequence else None)
     if n_devices == 1:
         return ev
     kind = costed_layer_type(config)
@@ -350,11 +371,13 @@ class CostedLayers:
 def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Cascade, *, phase: str, batch: int,
                      mapping: str | None, policy: PrecisionPolicy, objective: str = "latency",
                      n_layers: int = 1, dram: DramUse | None = None, reuse: CostedLayers | None = None,
-                     dram_share: dict[str, float] | None = None) -> Evaluation:
+                     dram_share: dict[str, float] | None = None, whole_tokens: int | None = None) -> Evaluation:
     """One built layer cascade on ``spec`` under ``mapping`` (the design's own when None),
     the model counting ``n_layers`` such layers; ``dram`` is the model's checked use of the
     design's off-chip memory (:func:`require_fits`), carried to the reports. With ``reuse``, a
-    layer costed before under the same inputs (:class:`CostedLayers`) is not searched again."""
+    layer costed before under the same inputs (:class:`CostedLayers`) is not searched again.
+    ``whole_tokens``: the whole layer's tokens where ``cascade`` is one device's part of fewer
+    (:attr:`Evaluation.whole_tokens`)."""
     name = mapping or spec.mappings.default
     key = ((*CostedLayers.key(spec, cascade, name, objective, n_layers, policy), tuple(sorted((dram_share or {}).items())))
            if reuse is not None and name in NAMED_MAPPINGS else None)
@@ -371,8 +394,8 @@ def evaluate_cascade(spec: ArchSpec, model_name: str, config: Any, cascade: Casc
                 reuse.entries.pop(next(iter(reuse.entries)))  # type: ignore[union-attr]
     if dram is not None:  # the mapped layer's activations, reported beside the model's need
         dram = dram.with_activations(activation_peak(cascade, result.groups))
-    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy, objective,
-                      dram)
+    return Evaluation(spec, model_name, config, phase, cascade.size("I"), batch, cascade, m, result, stats, policy,
+                      objective, dram, whole_tokens=whole_tokens)
 
 
 def dram_totals(dram: DramUse) -> dict[str, Any]:
@@ -515,7 +538,7 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
             best = ev
     if best is None:
         raise MambalayaError(f"{model_name} prefill L={seq_len} on {spec.name}: no scan form maps ({'; '.join(errors)})")
-    return best
+    return replace(best, other_scan_refused="; ".join(errors)) if errors else best
 
 
 #: Architecture fields no evaluation of a layer reads, with why: only ``validate``'s kernels, which

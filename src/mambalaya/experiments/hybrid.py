@@ -31,10 +31,10 @@ from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, 
                                             tensor_parallel_ranks)
 from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, fastest_strategy,
                                            pipeline_of, require_fits_layer_split, resolve_devices, resolve_micro_batches,
-                                           resolve_parallel, run_on_cores, strategies_on)
+                                           resolve_parallel, run_on_cores, stage_energies_j, strategies_on)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, chip_cores, core_share, dram_use,
                                             evaluate_cascade, multicast_of, with_devices_columns,
-                                            micro_batched_energy, pipeline_totals, require_fits, require_fits_across,
+                                            pipeline_energy, pipeline_totals, require_fits, require_fits_across,
                                             resolve_policy, layer_split_totals)
 from mambalaya.cost.capacity import DramUse, activation_peak
 from mambalaya.cost.pipeline import PipelineCost
@@ -91,9 +91,13 @@ class HybridEvaluation:
         return micro_batches * sum(ev.result.offchip_bytes * ev.result.n_layers for ev in self.layers.values())
 
     @property
+    def tokens(self) -> int:
+        """Tokens one pass of the whole model processes: the batch's, a prefill's L positions each."""
+        return self.batch * (1 if self.phase == "decode" else self.seq_len)
+
+    @property
     def tokens_per_s(self) -> float:
-        positions = 1 if self.phase == "decode" else self.seq_len
-        return self.batch * positions / self.model_latency_s if self.model_latency_s else 0.0
+        return self.tokens / self.model_latency_s if self.model_latency_s else 0.0
 
     @property
     def attention_share(self) -> float | None:
@@ -120,9 +124,7 @@ class HybridEvaluation:
         if energy is None:
             return {}
         if self.layer_split is not None:  # the devices' energy together, one device's power
-            positions = 1 if self.phase == "decode" else self.seq_len
-            tp = layer_split_totals(self.layer_split, energy.model_j, self.batch * positions,
-                                        energy.power_budget_w)
+            tp = layer_split_totals(self.layer_split, energy.model_j, self.tokens, energy.power_budget_w)
             return {k: tp[k] for k in ("model_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
                                        "over_power_budget")} | {"power_budget_w": energy.power_budget_w,
                                                                 "leakage_w": energy.leakage_w,
@@ -131,9 +133,10 @@ class HybridEvaluation:
                "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
                "over_power_budget": energy.over_power_budget, "leakage_w": energy.leakage_w,
                "throttled_model_latency_s": energy.throttled_model_latency_s}
-        if self.pipeline is not None and self.pipeline.micro_batches > 1:  # each layer costed for one micro-batch
-            out.update(micro_batched_energy(energy.model_j, self.pipeline.micro_batches, self.model_latency_s,
-                                            energy.power_budget_w))
+        if self.pipeline is not None:  # each layer costed for one micro-batch; the links' energy, the transfers' time
+            stage_j = stage_energies_j(self.config, self.pipeline,
+                                       {t: ev.energy.layer_j for t, ev in self.layers.items()})  # type: ignore[union-attr]
+            out.update(pipeline_energy(self.pipeline, stage_j, self.tokens, energy.power_budget_w))
         return out
 
     def totals(self) -> dict[str, Any]:
@@ -290,7 +293,9 @@ def evaluate_hybrid(
                 on_core = core_share(spec, whole.get(cascade.name, cascade), cascade, strategy, n_devices)
                 found.append(evaluate_cascade(spec, model_name, config, cascade, phase=phase, batch=batch,
                                               mapping=layer_mapping(spec, layer_type, mapping), policy=policy,
-                                              n_layers=count, reuse=reuse, dram_share=on_core))
+                                              n_layers=count, reuse=reuse, dram_share=on_core,
+                                              whole_tokens=batch * whole.get(cascade.name, cascade).size("I")
+                                              if tensor or expert or sequence else None))
                 shares[found[-1].cascade.name] = on_core
             except MambalayaError as err:
                 errors.append(f"{form + ' scan: ' if form else ''}{err}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mambalaya.arch import MAPPING_NAMES, exponent_number, overlapping_fields
+from mambalaya.arch import MAPPING_NAMES, arch_to_dict, exponent_number, overlapping_fields
 from mambalaya.einsum.cascade import MAX_RANK_SIZE
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import NOT_READ_BY_EVALUATIONS, check_settings_read
@@ -258,10 +258,6 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
         if unread is not None:
             raise SpecError(f"{where}.{key}: {NOT_READ_BY_POINTS[unread]}; a sweep point would not read it, so every "
                             "value would give the same numbers", source=source)
-    try:  # (a node moved alone)
-        check_settings_read([], [k for k in [*grid, *fixed] if isinstance(k, str)], option="sweep field")
-    except SpecError as err:
-        raise SpecError(getattr(err, "message", str(err)), source=source) from None
     clash = overlapping_fields([*grid, *fixed])
     if clash is not None:
         first, second = clash
@@ -287,15 +283,16 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
             if problem:
                 raise SpecError(f"{where}: {problem}", source=source)
     _check_models(*settings.get("model", ("", [])), source=source)
-    designs = _load_designs(*settings.get("arch", ("the default arch", [DEFAULTS["arch"]])), source=source)
+    specs = _load_designs(*settings.get("arch", ("the default arch", [DEFAULTS["arch"]])), source=source)
+    try:  # (a node moved alone; a power budget on designs without energy: the evaluations' own rule)
+        check_settings_read(list(specs.values()), [k for k in settings if isinstance(k, str)], option="sweep field")
+    except SpecError as err:
+        raise SpecError(getattr(err, "message", str(err)), source=source) from None
     mappings = settings.get("mapping", ("", [DEFAULTS["mapping"]]))[1]
     if "memory.onchip_buffer_bytes" in settings and all(m == "ideal" for m in mappings):  # an unbounded buffer
         raise SpecError(f"{settings['memory.onchip_buffer_bytes'][0]}: the ideal mapping's buffer is unbounded, so "
                         "every value would give the same numbers", source=source)
-    if "power_budget_w" in settings and all(d.get("energy") is None for d in designs.values()):
-        raise SpecError(f"{settings['power_budget_w'][0]}: {', '.join(designs)} {'has' if len(designs) == 1 else 'have'} "
-                        "no energy section, so no power is computed to hold to a budget; every value would give the "
-                        "same numbers", source=source)
+    designs = {name: arch_to_dict(spec) for name, spec in specs.items()}
     for key, (where, values) in settings.items():
         if key not in NON_ARCH_KEYS:
             _check_arch_field(designs, key, where, values, source)
@@ -347,15 +344,14 @@ def _check_models(where: str, models: list[Any], *, source: str) -> None:
             raise SpecError(f"{where}: model {show(model)}: {err}", source=source) from None
 
 
-def _load_designs(where: str, names: list[Any], *, source: str) -> dict[str, dict[str, Any]]:
-    """Each design of the sweep as plain data (:func:`~mambalaya.arch.arch_to_dict`), or a
-    :class:`SpecError` naming the one that does not load."""
-    from mambalaya.arch import arch_to_dict, load_arch
+def _load_designs(where: str, names: list[Any], *, source: str) -> dict[str, Any]:
+    """Each design of the sweep, or a :class:`SpecError` naming the one that does not load."""
+    from mambalaya.arch import load_arch
 
     designs = {}
     for name in dict.fromkeys(names):
         try:
-            designs[name] = arch_to_dict(load_arch(name))
+            designs[name] = load_arch(name)
         except MambalayaError as err:
             raise SpecError(f"{where}: design {show(name)}: {err}", source=source) from None
     return designs

@@ -125,7 +125,7 @@ name: forward-substitution
 ranks: {{C: 3, Q: {q}, T: {q}, S: {q}}}
 tensors:
   EYE: {{ranks: [Q, S], role: input, mask: {{row: Q, col: S, lower: 0, upper: 0, dead: 0}}}}
-  A:   {{ranks: [C, Q, T], role: input}}
+  A:   {{ranks: [C, Q, T], role: input, mask: {{row: Q, col: T, upper: -1, dead: 0}}}}
   X:   {{ranks: [C, Q, S], role: input}}
   TI:  {{ranks: [C, Q, S], role: intermediate}}
   Y:   {{ranks: [C, Q, S], role: output}}

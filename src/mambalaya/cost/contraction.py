@@ -44,10 +44,13 @@ def _mac_terms(einsum: Einsum) -> tuple[Binary, ...]:
         return ()
     out = []
     for _, term in additive_terms(einsum.expr):
-        if not (isinstance(term, Binary) and term.op == "*" and set(expr_variables(term)) & reduced):
+        if not (isinstance(term, Binary) and term.op in ("*", "/") and set(expr_variables(term)) & reduced):
             continue
+        quotient = term.op == "/"
         term, _ = peel_scales(term)
         if not (isinstance(term, Binary) and term.op == "*"):
+            if quotient:  # a quotient by a tensor: not a product
+                continue
             return ()  # a reduced product of one tensor with constants: not a contraction of two sides
         out.append(term)
     return tuple(out)

@@ -38,6 +38,7 @@ from mambalaya.einsum.ir import (
     Unary,
     map_accesses,
     rank_of_variable,
+    rank_variable,
     walk,
 )
 
@@ -396,6 +397,10 @@ def build_cascade(
     for p, v in params.items():
         if not PARAM_NAME.fullmatch(p):
             raise fail(f"parameter name {p!r} is not an identifier", param=p)
+        clash = next((r for r in rank_table if p in (r, rank_variable(r))), None)
+        if clash is not None:  # (it meant the parameter in a value, the rank in an index, either in a size)
+            raise fail(f"parameter {p} has the name of {'rank ' + clash if p == clash else 'the variable of rank ' + clash}; "
+                       "a name means one thing: rename the parameter", param=p)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v:
             raise fail(f"parameter {p} = {v!r} is not a number", param=p)
 
@@ -560,8 +565,12 @@ def _check_einsum(e: Einsum, ranks, tensors, params, fail) -> None:
         if isinstance(node, Access):
             _check_access(node, e, ranks, tensors, fail)
         elif isinstance(node, Param) and node.name not in params and node.name not in ranks:
+            variable = rank_of_variable(node.name) in ranks and node.name == rank_variable(rank_of_variable(node.name))
             raise fail(
-                f"name {node.name!r} is neither a parameter ({', '.join(params) or 'none'}) nor a rank",
+                f"name {node.name!r} is neither a parameter ({', '.join(params) or 'none'}) nor a rank"
+                + (f"; it is the variable of rank {rank_of_variable(node.name)}, an index, not a value (a value is a "
+                   f"tensor's element, a constant, a parameter or a rank's size, {rank_of_variable(node.name)})"
+                   if variable else ""),
                 e.name,
             )
     if _has_self_access(e):
@@ -574,18 +583,30 @@ def _check_reach(c: Cascade, fail) -> None:
     replaces it). Past it, its first steps read nothing and it ran on zeros without a word
     (``H[i-100]`` with ``H0``: the initial value was never read). Without an initial value, reads
     before the start are the zero state, as a recurrence over one position (a one-block softmax)
-    reads it."""
+    reads it. Every other read of a tensor with an initial value is held to the same history
+    (``Y[i] = XI[i-3]`` with a one-step initial value read zeros at its first two positions)."""
+    sizes = c.variable_sizes
     for e in c.einsums:
         rec, initial = c.recurrence(e), c.tensors[e.name].initial
-        if rec is None or initial is None or c.is_history_recurrence(e):
-            continue
-        rank, distance = rec
-        axis = c.initial_axis(e.name)
-        depth = axis[1] if axis is not None else 1
-        if distance > depth:
-            raise fail(f"{e.name} reads itself {distance} steps back along {rank}, but its initial value {initial} "
-                       f"holds {depth} step(s) of history: its first {distance - depth} step(s) would read nothing; "
-                       f"give {initial} a history rank of {distance}", e.name)
+        if rec is not None and initial is not None and not c.is_history_recurrence(e):
+            rank, distance = rec
+            axis = c.initial_axis(e.name)
+            depth = axis[1] if axis is not None else 1
+            if distance > depth:
+                raise fail(f"{e.name} reads itself {distance} steps back along {rank}, but its initial value {initial} "
+                           f"holds {depth} step(s) of history: its first {distance - depth} step(s) would read nothing; "
+                           f"give {initial} a history rank of {distance}", e.name)
+        for acc in e.inputs:
+            held, axis = c.tensors[acc.tensor].initial, c.initial_axis(acc.tensor)
+            if acc.tensor == e.name or held is None or axis is None:
+                continue
+            dim, depth = axis
+            first = acc.indices[dim].bounds(sizes)[0]
+            if first < -depth:
+                rank = c.tensors[acc.tensor].ranks[dim]
+                raise fail(f"{e.name} reads {acc} back to position {first} of {rank}, but {acc.tensor}'s initial value "
+                           f"{held} holds {depth} step(s) of history: positions before {-depth} would read nothing; "
+                           f"give {held} a history rank of {-first}", e.name)
 
 
 def _has_self_access(e: Einsum) -> bool:

@@ -35,6 +35,7 @@ from mambalaya.arch.quantities import MAX_ELEMENT_BITS
 from mambalaya.errors import SpecError
 from mambalaya.specio import compose_yaml_text, dump_yaml, read_spec_file
 from mambalaya.einsum.cascade import Cascade, build_cascade
+from mambalaya.einsum.dead_work import check_history_reads
 from mambalaya.einsum.ir import MASK_DEAD_VALUES, Einsum, Mask, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
 
@@ -179,7 +180,7 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
         for k, v in r.mapping(top["regions"][1], "regions"):
             regions[k.value] = [r.string(n, f"regions.{k.value}") for n in r.sequence(v, f"regions.{k.value}")]
 
-    return build_cascade(
+    cascade = build_cascade(
         name=name,
         params=params,
         ranks=ranks,
@@ -193,6 +194,12 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
         rank_lines=rank_lines,
         param_lines=param_lines,
     )
+    try:
+        check_history_reads(cascade)
+    except SpecError as err:
+        raise SpecError(getattr(err, "message", str(err)), source=source, line=lines.get(err.einsum or ""),
+                        einsum=err.einsum) from None
+    return cascade
 
 
 _YAML_BREAK = re.compile("\r\n|[\r\n\x85\u2028\u2029]")

@@ -60,7 +60,8 @@ import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
-from mambalaya.einsum.ir import Access, AffineIndex, Binary, Const, Einsum, Expr, Mask, Unary, additive_terms, expr_variables
+from mambalaya.einsum.ir import (Access, AffineIndex, Binary, Const, Einsum, Expr, Mask, Unary, additive_terms,
+                                 expr_variables, rank_of_variable)
 
 ZERO, NEG_INF, ONE, CARRIED = "0", "-inf", "1", "carried"
 #: A reduction's identity: what a term known dead adds to it.
@@ -652,6 +653,29 @@ def dead_work(cascade: Cascade) -> DeadWork:
     return out
 
 
+def check_history_reads(cascade: Cascade) -> None:
+    """A history-read recurrence (:mod:`mambalaya.einsum.cascade`: step ``q`` reads every row
+    ``t`` of its own output) gives the rows not yet computed no weight: its values must be dead
+    wherever ``t >= q``, a strictly-lower mask this analysis finds on its frame. Without one the
+    executor read those rows as zeros while the cost counted them (``H[i] = X[i] + A[i,t]*H[t]``
+    solved nothing and said nothing); a :class:`SpecError` naming the Einsum."""
+    for e in cascade.einsums:
+        if cascade.recurrence(e) is None or not cascade.is_history_recurrence(e):
+            continue
+        rank = cascade.recurrence(e)[0]  # type: ignore[index]
+        dim = cascade.tensors[e.name].ranks.index(rank)
+        row = e.output.indices[dim].plain_variable
+        col = next(a.indices[dim].plain_variable for a in e.inputs if a.tensor == e.name)
+        found = dead_work(cascade).frames.get(e.name)
+        band = found[0].band if found is not None and (found[0].row, found[0].col) == (row, col) else None
+        if band is None or not band.relative or band.width != 1 or band.upper is None or band.upper + band.offset > -1:
+            raise SpecError(f"{e.name} reads its own rows {col} at every step {row} (a history read), but nothing makes "
+                            f"its terms zero where {col} >= {row}: rows not yet computed would be read as zeros while "
+                            f"the cost counts them. Multiply the self-read by a tensor masked strictly below the "
+                            f"diagonal (mask: {{row: {rank_of_variable(row or '?')}, col: {rank_of_variable(col or '?')}, "
+                            f"upper: -1, dead: 0}}, or a product with one)", einsum=e.name)
+
+
 def masked_variables(cascade: Cascade, einsum: str) -> tuple[frozenset[str], Fraction] | None:
     """The variables an Einsum's skipped work spans (an operation over all of them runs on the
     live share only) and that share; None if a mask skips none of its work."""
@@ -663,4 +687,4 @@ def masked_variables(cascade: Cascade, einsum: str) -> tuple[frozenset[str], Fra
 
 
 __all__ = ["CARRIED", "NEG_INF", "ONE", "ZERO", "Band", "DeadWork", "Fact", "Frame", "dead_work", "frame_dims", "frame_live_elements", "live_elements", "live_in_box", "live_mask", "mask_array", "mask_contradiction", "reads_aligned", "with_mask_tiles",
-           "mask_band", "mask_fact", "masked_variables"]
+           "mask_band", "mask_fact", "masked_variables", "check_history_reads"]

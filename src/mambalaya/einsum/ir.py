@@ -187,23 +187,53 @@ def peel_scales(term: Expr) -> tuple[Expr, tuple[Expr, ...]]:
     """A product with its factors that read no tensor (constants, parameters) peeled off:
     ``(the product under them, the factors)``. ``QR*KR*scale`` is ``(QR*KR, (scale,))``: a
     reduction over it is ``scale * sum QR*KR``, a contraction of two tensors scaled once per
-    output point (:mod:`mambalaya.einsum.stats`, :mod:`mambalaya.cost.contraction`)."""
+    output point (:mod:`mambalaya.einsum.stats`, :mod:`mambalaya.cost.contraction`).
+    A division by such a factor is a scale too, by its reciprocal (``A*W/8`` is
+    ``(A*W, (1/8,))``): once it left the product unrecognised, counted as additions, multiplies
+    and divisions on the vector units, while ``A*W*0.125`` ran on the array."""
     scales = []
-    while isinstance(term, Binary) and term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
-        scale, term = (term.rhs, term.lhs) if accesses(term.lhs) else (term.lhs, term.rhs)
+    while isinstance(term, Binary):
+        if term.op == "*" and not (accesses(term.lhs) and accesses(term.rhs)):
+            scale, term = (term.rhs, term.lhs) if accesses(term.lhs) else (term.lhs, term.rhs)
+        elif term.op == "/" and accesses(term.lhs) and not accesses(term.rhs):
+            scale, term = Binary("/", Const(1.0), term.rhs), term.lhs
+        else:
+            break
         scales.append(scale)
     return term, tuple(scales)
 
 
+def _negated_sum(expr: Expr) -> bool:
+    """A unary minus over a sum, ``-(a + b)``: as ``0 - (a + b)``, its terms are ``-a`` and ``-b``."""
+    return (isinstance(expr, Unary) and expr.fn == "neg" and isinstance(expr.arg, Binary)
+            and expr.arg.op in ("+", "-"))
+
+
 def additive_terms(expr: Expr) -> tuple[tuple[int, Expr], ...]:
-    """Top-level terms of a sum with their signs: ``a - b + c`` -> ``((1,a), (-1,b), (1,c))``."""
+    """Top-level terms of a sum with their signs: ``a - b + c`` -> ``((1,a), (-1,b), (1,c))``.
+    Brackets and a unary minus over a sum are transparent (``-(a + b)`` is ``-a - b``, as
+    ``0 - (a + b)`` is: once its terms were one, so a term lacking the reduced variable was summed
+    over it in one spelling and added once in the other); any other operator (a product, a
+    function) makes its whole argument one term."""
     if isinstance(expr, Binary) and expr.op in ("+", "-"):
         left = additive_terms(expr.lhs)
         right = additive_terms(expr.rhs)
         if expr.op == "-":
             right = tuple((-s, t) for s, t in right)
         return left + right
+    if _negated_sum(expr):
+        return tuple((-s, t) for s, t in additive_terms(expr.arg))  # type: ignore[union-attr]
     return ((1, expr),)
+
+
+def additive_nodes(expr: Expr) -> tuple["Binary", ...]:
+    """The ``+`` and ``-`` nodes that join :func:`additive_terms`' terms (each one addition per
+    point it combines): every one, not the left spine's alone (``a + (b + c)`` has two)."""
+    if isinstance(expr, Binary) and expr.op in ("+", "-"):
+        return (expr, *additive_nodes(expr.lhs), *additive_nodes(expr.rhs))
+    if _negated_sum(expr):
+        return additive_nodes(expr.arg)  # type: ignore[union-attr]
+    return ()
 
 
 def product_factors(term: Expr) -> tuple[Expr, ...]:

@@ -22,8 +22,10 @@ Counting rules (every number the tool prints comes from here):
   over both of its frame's variables on the live cells only (a causal prefill's masked scores,
   the chunked scans' in-chunk products; :mod:`mambalaya.einsum.dead_work`), the others whole,
   and a masked tensor moves its live cells (read whole, or written).
-* Unfused traffic is the algorithmic minimum: each tensor an Einsum reads is read once (the
-  elements its accesses reach, e.g. one position of ``H`` for ``HN[b,e,n] = H[b,I-1,e,n]``),
+* Unfused traffic is each tensor an Einsum reads read once (the bounding box of the elements
+  its accesses reach, e.g. one position of ``H`` for ``HN[b,e,n] = H[b,I-1,e,n]``; the reached
+  elements themselves on every shipped form, while a scattered read, a stride or a diagonal,
+  counts its box here and may read less under a mapping that tiles it, each tile its own box),
   the rows of an initial value (incoming state) an index reaches below 0 are read, and the output is
   written once. A recurrence's read of its own output stays on chip.
 """
@@ -37,7 +39,8 @@ from dataclasses import dataclass, field
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.dead_work import masked_variables
 from mambalaya.einsum.routing import read_scale, scaled_ops, tensor_scale, work_text
-from mambalaya.einsum.ir import Access, Binary, Einsum, Expr, Role, Unary, additive_terms, expr_variables, peel_scales
+from mambalaya.einsum.ir import (Access, Binary, Einsum, Expr, Role, Unary, additive_nodes, additive_terms,
+                                 expr_variables, peel_scales)
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
 
@@ -81,18 +84,13 @@ def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
     ops: Counter = Counter()
     masked = masked_variables(cascade, einsum.name)
     reduced = set(einsum.reduced_variables)
-    # the additive spine: count +/- over what they combine (reduced variables are gone by then)
-    node = einsum.expr
-    spine = []
-    while isinstance(node, Binary) and node.op in ("+", "-"):
-        spine.append(node)
-        node = node.lhs
-    for n in spine:
+    # the additive structure: count +/- over what they combine (reduced variables are gone by then)
+    for n in additive_nodes(einsum.expr):
         ops["add"] += _points(cascade, set(expr_variables(n)) - reduced, masked)
     for _, term in additive_terms(einsum.expr):
         term_vars = set(expr_variables(term))
         if term_vars & reduced:
-            is_product = isinstance(term, Binary) and term.op == "*"
+            is_product = isinstance(term, Binary) and term.op in ("*", "/")  # (a product scaled by division too)
             if einsum.reduce_op == "sum" and is_product:
                 # a scale by a constant or a parameter multiplies the sum once per output point
                 # (sum_k q k s = s sum_k q k): the MAC is the product under it
@@ -150,8 +148,10 @@ def box_elements(cascade: Cascade, accesses: list[Access]) -> tuple[int, int]:
     """(elements of the tensor, rows below 0 along its initial axis) that ``accesses`` to one
     tensor read run once: the bounding box of all of them, per dimension the span they reach
     together, as the cost model reads a group's tensor (docs/fusion.md; ``cost.traffic``'s
-    untiled sums): one rule for ``cascade check`` and the traffic model. Scattered reads (two rows
-    far apart, a diagonal) count their box, the model's upper bound for them."""
+    untiled sums): one rule for ``cascade check`` and the traffic model's untiled figure. Scattered
+    reads (two rows far apart, a stride, a diagonal) count their box; a mapping that tiles them
+    reads each tile's box, which may be less (``Y[i] = M[i,i]`` over 8: 64 elements here, 8 with
+    tiles of one ``i``)."""
     found = cascade.initial_axis(accesses[0].tensor)
     own = rows = 1
     for p in range(len(accesses[0].indices)):

@@ -188,7 +188,9 @@ class _EinsumEvaluator:
             start, stop = ranges[v]
             key.append(slice(start + off + pad, stop + off + pad))
             kept.append(v)
-        view = src.array[tuple(key)]
+        view = np.asarray(src.array[tuple(key)])  # (a rank-0 tensor's element: an array, not a numpy scalar)
+        if not kept:
+            return view.reshape([1] * len(self.vars))
         order = sorted(range(len(kept)), key=lambda n: self.axis[kept[n]])
         view = view.transpose(order)
         shape = [1] * len(self.vars)
@@ -209,7 +211,13 @@ class _EinsumEvaluator:
             for v, c in idx.terms:
                 k = k + c * grids[v]
             keys.append(k)
-        return src.array[tuple(keys)]
+        inside = np.ones((), dtype=bool)
+        for axis, k in enumerate(keys):  # a position past the padding reads zero, as padding does
+            inside = inside & (k >= 0) & (k < src.array.shape[axis])
+        if inside.all():
+            return src.array[tuple(keys)]
+        clipped = tuple(np.clip(k, 0, n - 1) for k, n in zip(keys, src.array.shape))
+        return np.where(inside, src.array[clipped], 0).astype(src.array.dtype, copy=False)
 
     def value(self, expr: Expr, ranges) -> np.ndarray:
         if isinstance(expr, Access):
@@ -264,10 +272,13 @@ class _EinsumEvaluator:
             shape[self.einsum.output_variables.index(v)] = s
         return result.reshape(shape)
 
-    def _max_reduced_term(self, expr: Expr, ranges) -> np.ndarray:
+    def _max_reduced_term(self, expr: Expr, sign: int, ranges) -> np.ndarray:
+        """The ``max=`` reduction of a signed term: ``max_k(-a) = -min_k(a)``, so the
+        sign goes in before it (``Y max= C - A[k]`` is ``C + max_k(-A)``; applied after, it was
+        ``C - max_k(A)``, unlike ``C + neg(A)``)."""
         val = self.value(expr, ranges)
         full = [ranges[v][1] - ranges[v][0] for v in self.vars]
-        val = np.broadcast_to(val, full)
+        val = np.broadcast_to(val if sign > 0 else -val, full)
         n_out = len(self.einsum.output_variables)
         return val.max(axis=tuple(range(n_out, len(self.vars))))
 
@@ -280,8 +291,8 @@ class _EinsumEvaluator:
             if set(expr_variables(term)) & self.reduced:
                 if self.einsum.reduce_op == "sum":
                     val = self._sum_reduced_term(term, ranges)
-                else:
-                    val = self._max_reduced_term(term, ranges)
+                else:  # (the term's sign taken inside the reduction)
+                    val, sign = self._max_reduced_term(term, sign, ranges), 1
             else:
                 val = self.value(term, ranges)
                 if val.ndim:
@@ -305,10 +316,18 @@ def _source_for(
     for acc in einsum.inputs:
         if acc.tensor != tensor:
             continue
+        shifted = [idx.shifted_variable() for idx in acc.indices]
+        plain = [sv[0] for sv in shifted if sv is not None]
+        gathered = not all(sv is not None or not idx.terms for sv, idx in zip(shifted, acc.indices)) \
+            or len(set(plain)) != len(plain)
+        init = cascade.initial_axis(tensor)
         for p, idx in enumerate(acc.indices):
             a, b = idx.bounds(sizes)
-            lo[p] = max(lo[p], -a)
-            hi[p] = max(hi[p], b - (array.shape[p] - 1))
+            # a gather reads zero past the padding itself: its padding is at most the tensor's extent
+            # and its initial value's history (X[1000000000000*i] once padded X to 36 TiB)
+            cap = array.shape[p] + (init[1] if init is not None and init[0] == p else 0) if gathered else None
+            lo[p] = max(lo[p], -a if cap is None else min(-a, cap))
+            hi[p] = max(hi[p], b - (array.shape[p] - 1) if cap is None else min(b - (array.shape[p] - 1), cap))
     return _Source(_padded(cascade, tensor, array, tuple(lo), tuple(hi), values), tuple(lo))
 
 

@@ -203,11 +203,12 @@ def test_micro_batched_energy_is_every_micro_batchs() -> None:
                            "system": {"link_bandwidth_bytes_per_s": 4.5e11, "link_latency_s": 3e-6}})
     ev = evaluate(spec, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=1024, batch=4, devices=2,
                   micro_batches=2)
-    t = ev.totals()
-    assert t["model_energy_j"] == pytest.approx(2 * ev.energy.model_j)
-    # the busiest device's power: its stage's 12 of the 24 layers, both micro-batches
-    assert t["average_power_w"] == pytest.approx(2 * 12 * ev.energy.layer_j / ev.model_latency_s)
-    assert t["energy_per_token_j"] == pytest.approx(ev.energy.per_token_j) and t["micro_batches"] == 2
+    t, p = ev.totals(), ev.pipeline
+    waiting = [ev.energy.leakage_w * (p.latency_s - 2 * s) for s in p.stage_s]  # each device leaks while it waits
+    assert t["model_energy_j"] == pytest.approx(2 * ev.energy.model_j + sum(waiting))
+    # the busiest device's power: its stage's 12 of the 24 layers, both micro-batches, and its waits
+    assert t["average_power_w"] == pytest.approx((2 * 12 * ev.energy.layer_j + max(waiting)) / ev.model_latency_s)
+    assert t["energy_per_token_j"] == pytest.approx(t["model_energy_j"] / (4 * 1024)) and t["micro_batches"] == 2
 
 
 def _with_linked_energy(name: str):
@@ -226,15 +227,16 @@ def test_a_pipelines_energy_counts_its_links_and_its_transfers_time() -> None:
                   seq_len=512, batch=2, mapping="unfused", devices=2)
     t, p = ev.totals(), ev.pipeline
     assert p.interconnect_j and p.interconnect_s > 0
-    total = ev.energy.model_j + p.interconnect_j
+    waiting = [ev.energy.leakage_w * (p.latency_s - s) for s in p.stage_s]  # each device leaks while it waits
+    total = ev.energy.model_j + sum(waiting) + p.interconnect_j
     assert t["model_energy_j"] == pytest.approx(total)
     assert t["edp_js"] == pytest.approx(total * ev.model_latency_s)
-    assert t["average_power_w"] == pytest.approx(12 * ev.energy.layer_j / ev.model_latency_s)
+    assert t["average_power_w"] == pytest.approx((12 * ev.energy.layer_j + waiting[0]) / ev.model_latency_s)
     assert t["energy_per_token_j"] == pytest.approx(total / (2 * 512))
     hv = evaluate_hybrid(_with_linked_energy("mambalaya"), "granite-4.0-h-tiny", PRESETS["granite-4.0-h-tiny"],
                          phase="prefill", seq_len=256, batch=2, devices=2)
     ht = hv.totals()
-    assert ht["model_energy_j"] == pytest.approx(hv.energy.model_j + hv.pipeline.interconnect_j)
+    assert ht["model_energy_j"] == pytest.approx(hv.energy.model_j + ht["waiting_leakage_j"] + hv.pipeline.interconnect_j)
     assert ht["edp_js"] == pytest.approx(ht["model_energy_j"] * hv.model_latency_s)
 
 

@@ -10,7 +10,6 @@ that were tracebacks (numbers past a float's range) and messages that misled.
 from __future__ import annotations
 
 from fractions import Fraction
-from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner

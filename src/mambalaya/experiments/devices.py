@@ -100,8 +100,24 @@ def run_on_cores(spec: ArchSpec, devices: int | None, parallel: str | None, micr
                                 f"{what} on the {spec.cores.count} cores of {spec.name}", strategies_on(spec))
     chip = chip_dram()
     core = core_design(spec, streaming_cores(placement, spec.cores.count, micro_batches))
+    _check_chip_budget(spec, core)
     ev = run(core, devices=spec.cores.count, parallel=placement, micro_batches=micro_batches)
     return dataclasses.replace(ev, dram=chip, stage_dram=())
+
+
+def _check_chip_budget(spec: ArchSpec, core: ArchSpec) -> None:
+    """A chip's power budget, shared by its cores (each holds 1/count of it), must exceed their
+    leakage together: the core's own refusal named the core's share as the threshold, and
+    following it was refused again."""
+    from mambalaya.cost.area import leakage_w
+
+    if spec.power_budget_w is None or core.energy is None:
+        return
+    n, per_core = spec.cores.count, leakage_w(core)  # type: ignore[union-attr]
+    if spec.power_budget_w <= n * per_core:
+        raise SpecError(f"{spec.name}'s power budget of {spec.power_budget_w:g} W, shared by its {n} cores, is at or "
+                        f"below their leakage ({n} x {per_core:.4g} W = {n * per_core:.4g} W), which they draw at any "
+                        f"speed, so no latency meets it; give a budget above {n * per_core:.4g} W, or none")
 
 
 def layer_order(config: Any) -> tuple[str | None, ...]:

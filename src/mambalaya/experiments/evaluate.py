@@ -106,6 +106,9 @@ class Evaluation:
             "layer_energy_j": energy.layer_j, "model_energy_j": energy.model_j,
             "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
             "average_power_w": energy.average_power_w, "power_budget_w": self.arch.power_budget_w,
+            # the budget holds at every moment: a layer's power while it runs (on several devices the
+            # average below counts the waits too, so it may be within a budget the layer is over)
+            "layer_power_w": energy.average_power_w,
             "over_power_budget": over_budget(energy.average_power_w, self.arch.power_budget_w),
             "leakage_w": energy.leakage_w, "throttled_latency_s": energy.throttled_latency_s,
         }
@@ -122,12 +125,12 @@ class Evaluation:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
             if energy is not None:
                 stage_j = stage_energies_j(self.config, self.pipeline, {costed_layer_type(self.config): energy.layer_j})
-                extra.update(pipeline_energy(self.pipeline, stage_j, tokens, self.arch.power_budget_w))
+                extra.update(pipeline_energy(self.pipeline, stage_j, tokens, energy.leakage_w))
         if self.strategies_s:
             extra["parallel_strategies_s"] = dict(self.strategies_s)
         if self.layer_split is not None:
             extra.update(layer_split_totals(self.layer_split, energy and energy.model_j, self.tokens,
-                                            self.arch.power_budget_w))
+                                            energy.leakage_w if energy is not None else 0.0))
         return {
             "latency_s": r.latency_s,
             "model_latency_s": model_s,
@@ -180,25 +183,28 @@ def chip_cores(arch: ArchSpec, split: Any) -> int:
 
 
 def layer_split_totals(split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost, device_model_j: float | None, tokens: int,
-                       power_budget_w: float | None) -> dict[str, Any]:
+                       leakage_w: float = 0.0) -> dict[str, Any]:
     """Tensor, expert or sequence parallelism's own figures in an evaluation's totals (every device runs
     every layer on its part), and its energy: the devices' together (the most loaded device's
-    model energy times the devices, an upper bound where the experts' load is uneven, plus the
-    links' where they have an energy), per token and times the latency; the average power is
-    one device's (its energy over the model's latency, collectives included), against the
-    budget of one device. ``all_reduce_bytes`` (tensor), ``all_to_all_bytes`` (expert) or
+    model energy times the devices, an upper bound where the experts' load is uneven, each
+    device's leakage while the collectives run, ``leakage_w`` over ``interconnect_s``, which its
+    layers' energy leaves out, plus the links' where they have an energy), per token and times
+    the latency; the average power is one device's (its energy over the model's latency,
+    collectives included). ``all_reduce_bytes`` (tensor), ``all_to_all_bytes`` (expert) or
     ``passed_bytes`` (sequence): what one device moves in the collectives (the busiest, for the
-    all-to-alls; the halos and states the last device receives, for sequence parallelism)."""
+    all-to-alls; the halos and states the last device receives, for sequence parallelism). Whether
+    the budget holds is the layers' own rule (a layer's power while it runs), not this average."""
     moved = {"tensor": "all_reduce_bytes", "expert": "all_to_all_bytes", "sequence": "passed_bytes"}[split.strategy]
     out: dict[str, Any] = {"devices": split.devices, "parallel": split.strategy, "layers_latency_s": split.layers_s,
                            "interconnect_s": split.interconnect_s, "interconnect_share": split.interconnect_share,
                            moved: split.collective_bytes, "interconnect_energy_j": split.interconnect_j}
     if device_model_j is not None:
-        total_j = split.devices * device_model_j + (split.interconnect_j or 0.0)
-        power_w = device_model_j / split.latency_s if split.latency_s else 0.0
+        waiting_j = leakage_w * split.interconnect_s  # (once left out: a device leaks while it waits too)
+        device_j = device_model_j + waiting_j
+        total_j = split.devices * device_j + (split.interconnect_j or 0.0)
         out.update(model_energy_j=total_j, energy_per_token_j=total_j / tokens if tokens else 0.0,
-                   edp_js=total_j * split.latency_s, average_power_w=power_w,
-                   over_power_budget=over_budget(power_w, power_budget_w))
+                   edp_js=total_j * split.latency_s, waiting_leakage_j=split.devices * waiting_j,
+                   average_power_w=device_j / split.latency_s if split.latency_s else 0.0)
     return out
 
 
@@ -211,18 +217,21 @@ def devices_columns(cost: PipelineCost | TensorParallelCost | ExpertParallelCost
 
 
 def pipeline_energy(pipeline: PipelineCost, stage_j: tuple[float, ...], tokens: int,
-                    power_budget_w: float | None) -> dict[str, Any]:
+                    leakage_w: float = 0.0) -> dict[str, Any]:
     """A pipeline's energy: every micro-batch's on every stage (``stage_j``: each stage's for one
-    micro-batch, :func:`~mambalaya.experiments.devices.stage_energies_j`) and the links'
-    transfers, per token (the batch's ``tokens``) and times the model's latency, transfers
-    included; the average power is the busiest device's (its stage's energy over that latency, as
-    tensor parallelism's is one device's), against one device's budget."""
+    micro-batch, :func:`~mambalaya.experiments.devices.stage_energies_j`), each device's leakage
+    while it waits (``leakage_w`` over the latency less its stage's busy time, which its layers'
+    energy leaves out) and the links' transfers, per token (the batch's ``tokens``) and times the
+    model's latency, transfers included; the average power is the busiest device's (its energy
+    over that latency, as tensor parallelism's is one device's). Whether the budget holds is the
+    layers' own rule (a layer's power while it runs), not this average."""
     m, latency_s = pipeline.micro_batches, pipeline.latency_s
-    total_j = m * sum(stage_j) + (pipeline.interconnect_j or 0.0)
-    power_w = m * max(stage_j) / latency_s if latency_s else 0.0
+    device_j = [m * j + leakage_w * max(0.0, latency_s - m * s) for j, s in zip(stage_j, pipeline.stage_s)]
+    waiting_j = sum(device_j) - m * sum(stage_j)
+    total_j = sum(device_j) + (pipeline.interconnect_j or 0.0)
     return {"model_energy_j": total_j, "energy_per_token_j": total_j / tokens if tokens else 0.0,
-            "edp_js": total_j * latency_s, "average_power_w": power_w,
-            "over_power_budget": over_budget(power_w, power_budget_w)}
+            "edp_js": total_j * latency_s, "waiting_leakage_j": waiting_j,
+            "average_power_w": max(device_j) / latency_s if latency_s else 0.0}
 
 
 def pipeline_totals(pipeline: PipelineCost, stage_dram: tuple[DramUse, ...]) -> dict[str, Any]:

@@ -123,21 +123,35 @@ class HybridEvaluation:
         energy = self.energy
         if energy is None:
             return {}
-        if self.layer_split is not None:  # the devices' energy together, one device's power
-            tp = layer_split_totals(self.layer_split, energy.model_j, self.tokens, energy.power_budget_w)
-            return {k: tp[k] for k in ("model_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
-                                       "over_power_budget")} | {"power_budget_w": energy.power_budget_w,
-                                                                "leakage_w": energy.leakage_w,
-                                                                "throttled_model_latency_s": energy.throttled_model_latency_s}
         out = {"model_energy_j": energy.model_j, "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
                "average_power_w": energy.average_power_w, "power_budget_w": energy.power_budget_w,
+               # the budget holds at every moment: the most a layer type draws while it runs
+               "layer_power_w": max(p.average_power_w for p in energy.parts),
                "over_power_budget": energy.over_power_budget, "leakage_w": energy.leakage_w,
-               "throttled_model_latency_s": energy.throttled_model_latency_s}
+               "throttled_model_latency_s": self.throttled_model_latency_s(energy)}
+        if self.layer_split is not None:  # the devices' energy together, one device's power
+            tp = layer_split_totals(self.layer_split, energy.model_j, self.tokens, energy.leakage_w)
+            out.update({k: tp[k] for k in ("model_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
+                                           "waiting_leakage_j")})
         if self.pipeline is not None:  # each layer costed for one micro-batch; the links' energy, the transfers' time
             stage_j = stage_energies_j(self.config, self.pipeline,
                                        {t: ev.energy.layer_j for t, ev in self.layers.items()})  # type: ignore[union-attr]
-            out.update(pipeline_energy(self.pipeline, stage_j, self.tokens, energy.power_budget_w))
+            out.update(pipeline_energy(self.pipeline, stage_j, self.tokens, energy.leakage_w))
         return out
+
+    def throttled_model_latency_s(self, energy: ModelEnergy) -> float:
+        """The model held to the power budget, each layer type throttled on its own: on several
+        devices, with the collectives' and transfers' time as it is (they were left out, so the
+        throttled model could be faster than the unthrottled one) and a pipeline's schedule run
+        again at the throttled layer times."""
+        if self.layer_split is not None:
+            return self.layer_split.latency_s + energy.throttled_model_latency_s - energy.model_latency_s
+        if self.pipeline is not None:
+            throttled = {t: ev.energy.throttled_latency_s for t, ev in self.layers.items()}  # type: ignore[union-attr]
+            return pipeline_of(self.arch, self.config, self.pipeline.devices, throttled,
+                               {t: ev.cascade for t, ev in self.layers.items()},
+                               micro_batches=self.pipeline.micro_batches).latency_s
+        return energy.throttled_model_latency_s
 
     def totals(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -149,7 +163,7 @@ class HybridEvaluation:
             **self.energy_totals(),
             **({} if self.pipeline is None else pipeline_totals(self.pipeline, self.stage_dram)),
             **({} if self.layer_split is None else
-               {k: v for k, v in layer_split_totals(self.layer_split, None, 0, None).items()}),
+               {k: v for k, v in layer_split_totals(self.layer_split, None, 0).items()}),
             **({"parallel_strategies_s": dict(self.strategies_s)} if self.strategies_s else {}),
         }
         for t, ev in self.layers.items():

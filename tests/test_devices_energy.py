@@ -1,0 +1,72 @@
+"""Energy and power on several devices and cores: one rule with one device's.
+
+Found by an audit of designs combining sections no shipped spec combines (2026-12-07): a hybrid
+model's throttled latency on several devices left out the collectives (so it was faster than
+the unthrottled model), the over-budget flag judged an average with the waits in it while the
+throttle judged a layer's power, the devices' leakage while they wait was not counted, and a
+multi-core chip's sweep row set one core's power beside the chip's budget.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch
+from mambalaya.errors import MambalayaError
+from mambalaya.experiments.evaluate import evaluate
+from mambalaya.experiments.hybrid import evaluate_hybrid
+from mambalaya.workloads import PRESETS
+
+LINKS = {"link_bandwidth_bytes_per_s": 4.5e11, "link_latency_s": 3e-6, "collective_latency_s": 6.6e-6,
+         "in_network_reduction": True, "max_devices": 8, "link_energy_pj_per_bit": 10.0}
+
+
+def _design(**changes):
+    """``mambalaya`` (energy, area, technology) joined to others by links with an energy."""
+    return arch_from_dict({**arch_to_dict(load_arch("mambalaya")), "system": LINKS, **changes})
+
+
+@pytest.mark.parametrize("parallel", ["expert", "tensor", "pipeline"])
+def test_a_hybrid_models_throttled_latency_keeps_its_collectives(parallel) -> None:
+    """Held to the budget a model never runs faster than it runs: the collectives and transfers
+    stay (granite on two devices took 4.09 ms throttled against 5.28 ms unthrottled)."""
+    hv = evaluate_hybrid(_design(), "granite-4.0-h-tiny", PRESETS["granite-4.0-h-tiny"], phase="prefill",
+                         seq_len=256, batch=2, devices=2, parallel=parallel)
+    t = hv.totals()
+    assert t["throttled_model_latency_s"] >= hv.model_latency_s * (1 - 1e-12)
+    if not t["over_power_budget"]:
+        assert t["throttled_model_latency_s"] == pytest.approx(hv.model_latency_s)
+
+
+def test_the_budget_is_judged_as_the_throttle_judges_it() -> None:
+    """Two pipeline stages at a 60 W budget: a layer draws 112 W while it runs, so it is throttled;
+    the flag said "within" from the device's average over the latency, waits included (55 W)."""
+    ev = evaluate(_design(power_budget_w=60), "mamba-130m", PRESETS["mamba-130m"], phase="prefill",
+                  seq_len=512, batch=2, devices=2)
+    t = ev.totals()
+    assert t["layer_power_w"] > 60 > t["average_power_w"]
+    assert t["over_power_budget"] and t["throttled_latency_s"] > t["latency_s"]
+
+
+def test_a_waiting_device_leaks() -> None:
+    """A four-stage pipeline: each device leaks the whole latency, not its own layers' time only
+    (leakage was counted over each device's busy time)."""
+    ev = evaluate(_design(), "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4,
+                  devices=4)
+    t, p, e = ev.totals(), ev.pipeline, ev.energy
+    waiting = e.leakage_w * (4 * p.latency_s - sum(p.stage_s))
+    assert t["waiting_leakage_j"] == pytest.approx(waiting) and waiting > 0
+    assert t["model_energy_j"] == pytest.approx(e.model_j + waiting + p.interconnect_j)
+    tensor = evaluate(_design(), "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4,
+                      devices=2, parallel="tensor")
+    tt = tensor.totals()
+    assert tt["waiting_leakage_j"] == pytest.approx(2 * tensor.energy.leakage_w * tensor.layer_split.interconnect_s)
+
+
+def test_a_chips_budget_below_its_cores_leakage_names_the_chips_threshold() -> None:
+    """32 cores at 1 W: the refusal named one core's leakage (0.033 W) as the threshold, and a
+    budget above it was refused again."""
+    spec = arch_from_dict({**arch_to_dict(load_arch("marca-multicore")), "power_budget_w": 1.0})
+    with pytest.raises(MambalayaError, match="shared by its 32 cores") as info:
+        evaluate(spec, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1)
+    assert "32 x" in str(info.value)

@@ -630,3 +630,33 @@ def test_a_file_edited_since_its_points_were_stored_makes_new_points(tmp_path, m
     assert len(mine) == 2 and mine["latency_s"].iloc[1] > 2 * mine["latency_s"].iloc[0]  # the slower clock's
     with pytest.raises(SpecError, match=FILES_KEY):
         load_sweep_spec(write_spec(folder, f"grid: {{model: [mamba-130m]}}\nfixed: {{{FILES_KEY}: x}}\n", "bad.yaml"))
+
+
+def test_a_chunk_the_cluster_loses_is_submitted_again_and_recorded_once() -> None:
+    """A chunk whose task fails on the cluster (a worker killed mid-task; distributed's executor
+    once raised a ValueError of its own for it, failing the whole sweep) is submitted again, and
+    recorded once; past CLUSTER_TRIES the failure is the sweep's."""
+    from concurrent.futures import Future
+
+    from mambalaya.experiments import sweep as sweep_module
+
+    class Flaky:
+        def __init__(self, failures: int) -> None:
+            self.failures, self.calls = failures, []
+
+        def submit(self, fn, chunk, own_worker=False):
+            self.calls.append(chunk[0])
+            fut: Future = Future()
+            if chunk[0] == "lost" and self.failures > 0:
+                self.failures -= 1
+                fut.set_exception(ValueError("not enough values to unpack (expected 3, got 2)"))
+            else:
+                fut.set_result([chunk[0]])
+            return fut
+
+    recorded = []
+    executor = Flaky(failures=1)
+    sweep_module._submit_chunks(executor, [["kept"], ["lost"]], False, lambda k, r: recorded.append((k, r)))
+    assert sorted(recorded) == [(0, ["kept"]), (1, ["lost"])] and executor.calls.count("lost") == 2
+    with pytest.raises(ValueError):
+        sweep_module._submit_chunks(Flaky(failures=sweep_module.CLUSTER_TRIES), [["lost"]], False, lambda k, r: None)

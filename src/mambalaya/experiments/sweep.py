@@ -183,7 +183,7 @@ def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: 
     t = ev.totals()
     energy = {} if arch.energy is None else {
         "layer_energy_j": t["layer_energy_j"], "energy_per_token_j": t["energy_per_token_j"],
-        "average_power_w": t["average_power_w"], "power_budget_w": arch.power_budget_w,
+        "average_power_w": t["average_power_w"], "power_budget_w": t["power_budget_w"],
         "over_power_budget": t["over_power_budget"], "throttled_latency_s": t["throttled_latency_s"]}
     return {**energy, **{k: t[k] for k in ("latency_s", "model_latency_s", "compute_util", "mem_util", "tokens_per_s",
                                            "groups")}, "offchip_bytes": t["offchip_bytes"] * ev.layer_parts,
@@ -396,6 +396,10 @@ def _local_pool(workers: int) -> Iterator[Executor]:
         pool.shutdown(wait=True, cancel_futures=True)
 
 
+#: How many times a chunk is submitted to a Dask cluster before its failure is the sweep's.
+CLUSTER_TRIES = 3
+
+
 def _submit_chunks(executor: Executor, chunks: list[list[dict[str, Any]]], own_worker: bool,
                    record: Callable[[int, list[PointResult]], None], in_flight: int | None = None) -> None:
     """Submit the chunks to ``executor`` (its :func:`_chunk_task`) and ``record(index,
@@ -407,8 +411,19 @@ def _submit_chunks(executor: Executor, chunks: list[list[dict[str, Any]]], own_w
     cluster, which schedules its own queue) all at once, in order."""
     if in_flight is None:
         futures = {executor.submit(_chunk_task, chunk, own_worker=own_worker): k for k, chunk in enumerate(chunks)}
-        for fut in as_completed(futures):
-            record(futures[fut], fut.result())
+        tries = dict.fromkeys(range(len(chunks)), 1)
+        while futures:
+            for fut in as_completed(list(futures)):
+                k = futures.pop(fut)
+                try:
+                    results = fut.result()
+                except Exception:  # a chunk catches its points' errors: this is the cluster's (a worker
+                    if tries[k] >= CLUSTER_TRIES:  # lost mid-task; distributed's executor once raised a
+                        raise  # ValueError of its own for it): submitted again, a few times
+                    tries[k] += 1
+                    futures[executor.submit(_chunk_task, chunks[k], own_worker=own_worker)] = k
+                    continue
+                record(k, results)
         return
     costliest = Costliest(chunks)
     running: dict[Any, int] = {}

@@ -140,3 +140,25 @@ def test_a_rank_variable_used_as_a_value_is_named_as_such() -> None:
             "einsums:\n  - Y[i] = X[i,d]*d\n")
     with pytest.raises(SpecError, match="it is the variable of rank D, an index, not a value"):
         loads_cascade(text, source="t.yaml")
+
+
+def test_every_shipped_sum_of_accesses_counts_each_addition() -> None:
+    """Granite 4's MoE residual ``FF_XO = XO + (FF_MO + FF_SO)`` counted one of its two additions
+    per point; every shipped Einsum that only adds and subtracts tensors counts one per term
+    beyond the first."""
+    from mambalaya.einsum.ir import Access, additive_terms
+
+    checked = 0
+    for form in shipped_layers(seq_len=64):
+        c = form.cascade
+        for row in cascade_stats(c).einsums:
+            e = c.einsum(row.name)
+            terms = additive_terms(e.expr)
+            if e.reduced_variables or len(terms) < 2 or not all(isinstance(t, Access) for _, t in terms):
+                continue
+            points = 1
+            for r in c.tensors[e.name].ranks:
+                points *= c.size(r)
+            assert row.ops.get("add", 0) == (len(terms) - 1) * points, (form.preset, e.name)
+            checked += 1
+    assert checked

@@ -72,6 +72,12 @@ class ReproduceConfig:
     #: two cores of the reference machine busy without contention.
     workers: int = 1
 
+    @property
+    def study_seq_lens(self) -> tuple[int, ...]:
+        """The lengths the sensitivity study runs: ``sensitivity_seq_lens`` that the grid has (the
+        grid's first where it has none), as its tables and the report name them."""
+        return tuple(L for L in self.sensitivity_seq_lens if L in self.seq_lens) or self.seq_lens[:1]
+
 
 @dataclass
 class ReproduceResult:
@@ -320,7 +326,7 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, ba
     tick("MARCA on 32 cores against one array")
     result.tables["multicore"] = multicore_rows()
     tick("Geens et al.'s equal-area comparison")
-    result.tables["geens_equal_area"] = geens_equal_area_rows(seq_lens=GEENS_AREA_SETUP.seq_lens[1:])
+    result.tables["geens_equal_area"] = geens_equal_area_rows(seq_lens=GEENS_AREA_SETUP.seq_lens)
     result.tables["scan_forms"] = _scan_form_rows(config)
     result.tables["validation"] = pd.DataFrame(validate().rows())  # published GPU kernels: about 2 s
     result.details = details
@@ -565,8 +571,7 @@ TAKE_COLUMNS = ["ratio", "published", "ours", "gap", "closest_assumption", "key"
 def _sensitivity_run(config: ReproduceConfig):
     from mambalaya.experiments.sensitivity import RunSetup
 
-    lens = tuple(L for L in config.sensitivity_seq_lens if L in config.seq_lens) or config.seq_lens[:1]
-    return RunSetup(models=config.models, configs={m: PRESETS[m] for m in config.models}, seq_lens=lens,
+    return RunSetup(models=config.models, configs={m: PRESETS[m] for m in config.models}, seq_lens=config.study_seq_lens,
                     precision=config.precision,
                     batch=config.batch, generated_tokens=config.generated_tokens)
 

@@ -678,6 +678,7 @@ def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs:
                  "compute.pipeline_wind_up_cycles", "memory.onchip_buffer_bytes", "memory.offchip_bandwidth_bytes_per_s",
                  "bits_per_element", "precision", "mappings.default"]
     ar = t["architectures"]
+    ar = ar[ar.design.isin(t["latency"].arch.unique())]  # the compared designs (the CSV has every spec the report uses)
     arch_table = ar[ar.field.isin(arch_keys)].pivot_table(index="field", columns="design", values="value", aggfunc="first").reset_index()
     src = ar[(ar.design == "mambalaya") & ar.field.isin(arch_keys)][["field", "unit", "source"]]
     sections = "\n".join(_model_section(result, details, m) for m in cfg.models)

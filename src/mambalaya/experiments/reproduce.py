@@ -550,18 +550,19 @@ def _headline_table(config: ReproduceConfig, lat: pd.DataFrame, alt: pd.DataFram
 
 
 def _precision_rows(details: dict, specs: dict) -> pd.DataFrame:
-    """Each tensor's width under the policy mambalaya ran, per model and cascade form."""
+    """Each tensor's width under the policy each form ran under, per model and cascade form: every
+    form a design ran (geens-ideal's recurrent Mamba-2 prefill was missing when only mambalaya's
+    forms were listed), once per policy and design width."""
     from mambalaya.workloads.precision import policy_rows
 
     rows = []
     seen = set()
     for (model, phase, label), ev in details.items():
-        if label != "mambalaya":
-            continue
         form = f"{phase}, {scan_form(ev.cascade)} scan"
-        if (model, form) in seen:
+        key = (model, form, ev.precision.name, ev.arch.bits_per_element)
+        if key in seen:
             continue
-        seen.add((model, form))
+        seen.add(key)
         for r in policy_rows(ev.precision, ev.cascade, ev.arch.bits_per_element):
             rows.append({"model": model, "form": form, "policy": ev.precision.name, **r})
     return pd.DataFrame(rows)

@@ -70,3 +70,22 @@ def test_a_chips_budget_below_its_cores_leakage_names_the_chips_threshold() -> N
     with pytest.raises(MambalayaError, match="shared by its 32 cores") as info:
         evaluate(spec, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1)
     assert "32 x" in str(info.value)
+
+
+def test_a_design_without_an_area_says_it_has_no_leakage(tmp_path) -> None:
+    """The technology's leakage densities are per mm^2 and per MiB of the area model: without an
+    area section none is computed, and the power line said "leakage 0 W included"."""
+    from typer.testing import CliRunner
+
+    from mambalaya.arch import arch_to_yaml
+    from mambalaya.cli import app
+
+    data = arch_to_dict(load_arch("mambalaya"))
+    data.pop("area")
+    data["sources"] = {k: v for k, v in data["sources"].items() if not k.startswith("area")}
+    f = tmp_path / "no-area.yaml"
+    f.write_text(arch_to_yaml(arch_from_dict(data)))
+    r = CliRunner().invoke(app, ["evaluate", "--arch", str(f), "-m", "mamba-130m", "-L", "64", "-B", "1"])
+    text = " ".join(r.output.split())
+    assert r.exit_code == 0, r.output
+    assert "no leakage (no area section" in text and "leakage 0 W included" not in text

@@ -270,8 +270,10 @@ def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: s
     verdict = ("no power budget in the spec" if budget is None else
                f"OVER the {budget:g} W budget ({drawn})" if totals["over_power_budget"]
                else f"within the {budget:g} W budget")
-    node = (f"energies at {arch.technology.node_nm:g} nm, leakage {totals['leakage_w']:.3g} W included"
-            if arch.technology is not None else "energies as the spec gives them, no leakage (no technology section)")
+    node = ("energies as the spec gives them, no leakage (no technology section)" if arch.technology is None else
+            f"energies at {arch.technology.node_nm:g} nm, no leakage (no area section: the technology's leakage "
+            "densities are per mm^2 and per MiB of it)" if arch.area is None else
+            f"energies at {arch.technology.node_nm:g} nm, leakage {totals['leakage_w']:.3g} W included")
     throttled = (f"; held to the budget {what} takes {milliseconds(totals[throttled_key])} ms"
                  if totals["over_power_budget"] else "")
     return f"average power {totals['average_power_w']:.4g} W: {verdict} ({node}){throttled}"

@@ -454,6 +454,9 @@ def test_a_setting_no_evaluation_reads_is_refused() -> None:
         check_sweep_fields({"memory.onchip_buffer_bytes": ["1MiB", "32MiB"]}, {"model": "mamba-130m", "mapping": "ideal"})
     r = run(app, ["cascade", "diagram", "-L", "64", "--buffer", "1KiB", "-o", "/tmp/never-written.svg"])
     assert r.exit_code == 1 and "--buffer sizes the groups of --mapping" in r.output
+    for widths in (["--bits", "8"], ["--precision", "reference-kernels"]):  # (the drawing was the same without a word)
+        r = run(app, ["cascade", "diagram", "-L", "64", *widths, "-o", "/tmp/never-written.svg"])
+        assert r.exit_code == 1 and "only the groups of --mapping depend on" in " ".join(r.output.split()), widths
     # --set precision beside --precision: the option won and the --set was dropped without a word
     for command in (["evaluate", "-L", "64"], ["compare", "--seq-lens", "64"]):
         r = run(app, [*command, "--set", "precision=uniform", "--precision", "reference-kernels", *base])

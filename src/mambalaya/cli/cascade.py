@@ -171,8 +171,6 @@ def diagram_cmd(
     if cascade_file is not None:
         from dataclasses import fields as dataclass_fields
 
-        from mambalaya.cli.layer_options import LayerArgs
-
         moved = [f"--{f.name.replace('_', '-')}" for f in dataclass_fields(LayerArgs)
                  if getattr(layer, f.name) != getattr(LayerArgs(), f.name)]
         if moved:  # (once drawn as the file without a word: --unroll, -L, --precision ignored)
@@ -185,6 +183,11 @@ def diagram_cmd(
         title = layer.title(cascade)
     if buffer is not None and mapping is None:  # (once accepted and ignored: it sizes a mapping's groups)
         raise MambalayaError("--buffer sizes the groups of --mapping; without a mapping the diagram has none")
+    widths = [o for o, moved in (("--bits", layer.bits != LayerArgs().bits), ("--precision", layer.precision is not None))
+              if moved]
+    if widths and mapping is None and cascade_file is None:  # (once accepted and ignored: the drawing has no widths)
+        raise MambalayaError(f"{' and '.join(widths)} set the tensors' widths, which only the groups of --mapping "
+                             "depend on; without a mapping the diagram draws none")
     labels = None
     if classes:
         labels = {e.key: e.fusion_class for e in classify_edges(cascade) if e.producer != e.consumer}
@@ -194,7 +197,10 @@ def diagram_cmd(
 
         m = resolve_mapping(mapping, cascade, buffer)
         groups = {e: n for n, g in enumerate(m.groups) for e in g.einsums}
-        title += f"; mapping {m.name}"
+        sized = f"buffer {m.buffer_bytes:,} B" if m.buffer_bytes else "buffer unbounded"
+        if cascade_file is None:  # the widths and the buffer the groups were sized for
+            sized = f"{layer.bits}-bit design, precision {layer.precision or 'uniform'}, {sized}"
+        title += f"; mapping {m.name} ({sized})"
     with atomic_output(output) as partial:
         draw_cascade(cascade, partial, title=title, show_weights=weights, edge_labels=labels, groups=groups)
     err_console.print(f"wrote {output}")

@@ -112,6 +112,10 @@ def export_accelforge_cmd(
         if given and field in fields:  # (the option won and the setting was dropped)
             raise MambalayaError(f"{option} and --set {field} both set the workload's widths; give one")
     design = design_with_settings(arch, settings)
+    if design.cores is not None:  # (once written as one core's array and buffer beside the chip's DRAM bandwidth)
+        raise MambalayaError(f"{design.name} is a multi-core design ({design.cores.count} cores on a network on chip): "
+                             "the AccelForge export writes one array, one buffer and one DRAM, and a core's share of "
+                             "the chip's bandwidth is not one of its fields; export a single-array design")
     # the workload at the design's widths, as evaluate runs it, unless --bits / --precision say otherwise
     # (the design's were once ignored: marca-original, a 32-bit design, exported at 16 bits)
     cascade = _accelforge_cascade(model, phase, unroll_scan, batch, bits if given_bits else design.bits_per_element,

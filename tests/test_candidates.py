@@ -196,7 +196,7 @@ def test_closed_forms_made_beside_other_groups_equal_those_made_alone(layer: str
 OTHER_SIZES = {
     "mamba1-prefill": lambda: build_layer(PRESETS["mamba-370m"], phase="prefill", seq_len=64, batch=3),
     "mamba1-decode": lambda: build_layer(PRESETS["mamba-370m"], phase="decode", seq_len=1, batch=1),
-    "mamba2-chunked": lambda: build_layer(PRESETS["mamba2-370m"], phase="prefill", seq_len=128, batch=1, scan="chunked"),
+    "mamba2-chunked": lambda: build_layer(PRESETS["mamba2-370m"], phase="prefill", seq_len=256, batch=1, scan="chunked"),
     "hybrid-attention": lambda: hybrid_layer(SMALL_HYBRID, "attention", phase="prefill", seq_len=16, batch=1),
 }
 

@@ -78,7 +78,7 @@ def test_unrolled_dump_checks_and_draws(tmp_path) -> None:
     assert "HC_0" in r.stdout and "ACS_255" in r.stdout and "HC_1" not in r.stdout  # 2 chunks of 256
     assert invoke("cascade", "diagram", "-L", "3", "--unroll", "-o", str(tmp_path / "u.svg")).exit_code == 0
     # a form that cannot be unrolled is one clear error
-    r = invoke("cascade", "show", "-m", "mamba2-130m", "-L", "8", "--state-io", "--unroll")
+    r = invoke("cascade", "show", "-m", "mamba2-130m", "-L", "256", "--state-io", "--unroll")
     assert r.exit_code == 1 and "initial value" in r.stderr and "Traceback" not in r.output
 
 

@@ -22,6 +22,7 @@ from mambalaya.search.mappings import named_mapping
 from mambalaya.cost.buffer import group_buffer_accesses
 from mambalaya.cost.traffic import group_traffic
 from mambalaya.workloads import PRESETS, build_layer
+from mambalaya.workloads.blocks.mamba2 import mamba2_layer
 from mambalaya.workloads.families.bamba import hybrid_layer
 
 from test_hybrid_eval import SMALL as SMALL_HYBRID
@@ -232,8 +233,12 @@ def test_a_footprint_the_closed_forms_underestimate_is_searched_again(monkeypatc
     def layer():  # as a sweep point builds it: the design's precision policy
         from mambalaya.experiments.evaluate import resolve_policy
 
-        return build_layer(PRESETS["mamba2-1.3b"], phase="prefill", seq_len=1000, batch=8, scan="chunked",
-                           bits=arch.bits_per_element, precision=resolve_policy(arch, None))
+        from mambalaya.workloads.precision import apply_policy
+
+        # (the block at an odd length: a model's layer refuses it, its post-scan Einsums counting the padded rows)
+        block = mamba2_layer(PRESETS["mamba2-1.3b"], phase="prefill", seq_len=1000, batch=8, scan="chunked",
+                             bits=arch.bits_per_element)
+        return apply_policy(block, resolve_policy(arch, None), arch.bits_per_element, "mamba2")
 
     mismatches = _count_mismatches(monkeypatch)
     cascade = layer()
@@ -394,8 +399,10 @@ def test_an_uncountable_tiling_of_a_tensor_with_an_initial_value_costs_infinity_
 
 
 @pytest.mark.parametrize("name,cascade", [
-    ("mamba2-chunked-odd-length", build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=700, batch=2,
-                                              scan="chunked", state_io=True)),
+    # (the block itself: a model's layer refuses a length the chunked scan pads, as its post-scan Einsums
+    # would count the padded rows; the reads' closed forms are what is tested here)
+    ("mamba2-chunked-odd-length", mamba2_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=700, batch=2,
+                                               scan="chunked", state_io=True)),
     ("hybrid-attention", hybrid_layer(SMALL_HYBRID, "attention", phase="prefill", seq_len=64, batch=2)),
 ], ids=lambda x: x if isinstance(x, str) else "")
 def test_overlapping_reads_have_exact_closed_forms(name: str, cascade) -> None:

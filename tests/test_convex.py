@@ -354,7 +354,7 @@ def _contiguous(preset: str, phase: str, arch, buffer: int, *, lazy: bool, monke
     """The contiguous search's mapping and the segments it costed, lazily or costing every one."""
     monkeypatch.setattr(search, "CONVEX_GROUPS", False)
     monkeypatch.setattr(search, "LAZY_SEGMENTS", lazy)
-    c = build_layer(PRESETS[preset], phase=phase, seq_len=1000 if phase == "prefill" else 1, batch=4, scan=scan)
+    c = build_layer(PRESETS[preset], phase=phase, seq_len=1024 if phase == "prefill" else 1, batch=4, scan=scan)
     stats = search.SearchStats()
     return optimal(c, buffer, stats, arch=arch), stats.groups_costed
 
@@ -391,7 +391,7 @@ def test_the_lazy_contiguous_search_rules_segments_out_and_needs_true_bounds(mon
     lazy, costed = _contiguous("mamba2-130m", "prefill", arch, 32 << 20, lazy=True, monkeypatch=monkeypatch,
                                scan="chunked")
     assert costed < all_costed / 2
-    space = contiguous_space(build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1000, batch=4, scan="chunked"))
+    space = contiguous_space(build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1024, batch=4, scan="chunked"))
     bit = {n: 1 << i for i, n in enumerate(space.names)}
     best_segments = np.flatnonzero(np.isin(space.masks, [sum(bit[e] for e in g.einsums) for g in lazy.groups]))
     assert best_segments.size == len(lazy.groups)
@@ -435,7 +435,7 @@ def test_the_lazy_contiguous_search_minimises_energy_as_costing_every_segment(mo
     found = {}
     for lazy in (False, True):
         monkeypatch.setattr(search, "LAZY_SEGMENTS", lazy)
-        c = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1000, batch=4, scan="chunked")
+        c = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1024, batch=4, scan="chunked")
         stats = search.SearchStats()
         found[lazy] = (optimal(c, 1 << 20, stats, arch=arch, objective="energy"), stats.groups_costed)
     assert found[True][0].groups == found[False][0].groups and found[True][0].description == found[False][0].description

@@ -232,7 +232,7 @@ def test_unknown_policy_and_arch_field() -> None:
 
 
 def test_every_model_command_takes_precision(tmp_path) -> None:
-    args = ["--model", "mamba2-130m", "--seq-len", "64", "--batch", "1", "--precision", "reference-kernels"]
+    args = ["--model", "mamba2-130m", "--seq-len", "256", "--batch", "1", "--precision", "reference-kernels"]
     for cmd in (["cascade", "show"], ["fusion", "classes"], ["fusion", "map", "--mapping", "unfused"]):
         r = runner.invoke(app, cmd + args)
         assert r.exit_code == 0, (cmd, r.output)

@@ -37,7 +37,7 @@ def test_the_totals_equal_the_per_einsum_energy(design: str, model: str, scan: s
     summed over the per-Einsum rows (to the order of summation), with and without the rows
     costed; the staged design's staging energy is in both."""
     base = _staged_with_energy() if design == "staged" else load_arch(design)
-    cascade = build_layer(PRESETS[model], phase="prefill", seq_len=640, batch=2, scan=scan)
+    cascade = build_layer(PRESETS[model], phase="prefill", seq_len=512, batch=2, scan=scan)
     for settings in ([], ["memory.offchip_bandwidth_bytes_per_s=0.5e12"], ["memory.onchip_buffer_bytes=3MiB"],
                      ["power_budget_w=2"]):
         arch = with_settings(base, settings)

@@ -105,7 +105,7 @@ def test_the_least_array_cycles_over_tilings_equal_every_candidate_visited() -> 
     for db in (True, False):
         compute = spec(stationary_double_buffered=db, dataflow_switch_cycles=7).compute
         for model, phase, scan in [("mamba2-130m", "prefill", "chunked"), ("mamba-130m", "decode", None)]:
-            c = build_layer(PRESETS[model], phase=phase, seq_len=1 if phase == "decode" else 1000, batch=3, scan=scan)
+            c = build_layer(PRESETS[model], phase=phase, seq_len=1 if phase == "decode" else 1024, batch=3, scan=scan)
             sizes = {r: c.size(r) for r in c.ranks}
             for e in c.einsums:
                 found = contraction(c, e)

@@ -74,7 +74,7 @@ BitsOpt = Annotated[int, typer.Option("--bits", parser=size_parser, help="The de
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
 SoftmaxOpt = Annotated[Optional[SoftmaxOption], typer.Option("--softmax", help="A hybrid model's attention: three-pass (eager, every query-key pair; the default), online (one pass, a recurrence per key) or blocked (FlashAttention's: key blocks of 64, masked blocks skipped).")]
 LayerTypeOpt = Annotated[Optional[str], typer.Option("--layer-type", help="A hybrid model's layer type to build: mamba or attention (each with its MLP).")]
-ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm) or recurrent (the only decode form). Default: evaluate and compare run a prefill in the faster form on each design; the cascade commands build the chunked form.")]
+ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm) or recurrent (the only decode form). Default: evaluate and compare run a prefill in the faster form on each design; the cascade commands build the chunked form (at a length the chunk size divides: elsewhere it is refused, its padded rows counted after the scan).")]
 UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]
 UnrollScanOpt = Annotated[Optional[int], typer.Option("--unroll-scan", parser=size_parser, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]
 

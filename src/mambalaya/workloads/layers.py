@@ -9,6 +9,7 @@ from typing import Any, Union
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.errors import SpecError
+from mambalaya.workloads.checks import chunk_padding_free_form
 from mambalaya.workloads.blocks.attention import KEY_BLOCK, check_softmax
 from mambalaya.workloads.blocks.gated_deltanet import PRESETS as GDN_PRESETS
 from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, check_chunk_size_form, gdn_layer
@@ -106,12 +107,15 @@ def layer_cascade(
         raise SpecError(f"layer_type applies to hybrid models; {model.family} has one layer type")
     if softmax != "three-pass":
         raise SpecError(f"softmax applies to the attention layers of hybrid models; {model.family} has none")
+    # (a layer's gate, norm, output projection and residual once counted the chunked scan's padded rows:
+    # the hybrid families' rule, on every layer that runs more than its scan on the positions)
+    after_scan = "the layer's gate, norm, output projection and residual would then count the padded rows too"
     if isinstance(model, GatedDeltaNetConfig):
-        form = scan or ("chunked" if phase == "prefill" else "recurrent")
+        form = chunk_padding_free_form(scan, phase, seq_len, model.chunk_size, after_scan)
         cascade = gdn_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits, state_io=state_io,
                             scan=form, name=name)
     elif isinstance(model, Mamba2Config):
-        form = scan or ("chunked" if phase == "prefill" else "recurrent")
+        form = chunk_padding_free_form(scan, phase, seq_len, model.chunk_size, after_scan)
         cascade = mamba2_layer(model, batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                                state_io=state_io, scan=form, name=name)  # type: ignore[arg-type]
     else:

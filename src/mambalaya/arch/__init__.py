@@ -44,6 +44,7 @@ __all__ = [
     "load_arch",
     "loads_arch",
     "names_a_file",
+    "path_beside",
     "arch_from_dict",
     "arch_to_dict",
     "arch_to_yaml",
@@ -98,13 +99,20 @@ def names_a_file(value: str) -> bool:
     return value.endswith((".yaml", ".yml")) or os.sep in value or "/" in value
 
 
+def path_beside(value: Any, folder: Path, shipped: Any = ()) -> Any:
+    """``value`` read beside ``folder`` where it is a relative path naming a file (not one of the
+    ``shipped`` names): a file a spec names is relative to the spec's folder, never to the folder
+    a command happens to run in; anything else as given."""
+    if not isinstance(value, str) or value in shipped or not names_a_file(value) or Path(value).is_absolute():
+        return value
+    return str((folder / value).resolve())
+
+
 def _files_beside(spec: ArchSpec, path: Path) -> ArchSpec:
-    """``spec`` with the policy file it names read beside it: a relative ``precision`` path is
-    relative to the spec file's folder, as a sweep spec's paths are to its own, never to the
-    folder a command happens to run in."""
-    if not names_a_file(spec.precision) or Path(spec.precision).is_absolute():
-        return spec
-    return spec.model_copy(update={"precision": str((path.parent / spec.precision).resolve())})
+    """``spec`` with the policy file it names read beside it (:func:`path_beside`), as a sweep
+    spec's paths are read beside their own."""
+    beside = path_beside(spec.precision, path.parent)
+    return spec if beside == spec.precision else spec.model_copy(update={"precision": beside})
 
 
 def loads_arch(text: str, *, source: str = "<string>") -> ArchSpec:

@@ -88,16 +88,20 @@ class PowerBudgetError(MambalayaError):
     """A design's power budget is at or below its leakage: no speed meets it."""
 
 
-def check_budget_above_leakage(arch_name: str, budget_w: float | None, leakage_w: float) -> None:
+def check_budget_above_leakage(arch_name: str, budget_w: float | None, leakage_w: float, cores: int = 1) -> None:
     """A design's power budget must exceed its leakage power, which it draws whatever it runs:
     at or below it no latency, however long, meets the budget (the throttled latency would be
-    infinite). A :class:`PowerBudgetError` names both."""
-    if budget_w is not None and budget_w <= leakage_w:
+    infinite). A :class:`PowerBudgetError` names both. ``cores``: a multi-core chip's budget,
+    shared by that many cores of ``leakage_w`` each (the threshold is the chip's, not a core's)."""
+    total_w = cores * leakage_w
+    if budget_w is not None and budget_w <= total_w:
+        shared = (f", shared by its {cores} cores, is at or below their leakage ({cores} x {leakage_w:.4g} W = "
+                  if cores > 1 else " is not above the design's leakage power (")
         raise PowerBudgetError(
-            f"arch {arch_name!r}: power_budget_w ({budget_w:g} W) is not above the design's leakage power "
-            f"({leakage_w:.4g} W: technology.logic_leakage_w_per_mm2 over its logic area plus "
-            "technology.sram_leakage_w_per_mib over its SRAM), which it draws at any speed, so no latency meets the "
-            f"budget; give a budget above {leakage_w:.4g} W, or none")
+            f"arch {arch_name!r}: power_budget_w ({budget_w:g} W){shared}{total_w:.4g} W: "
+            "technology.logic_leakage_w_per_mm2 over its logic area plus technology.sram_leakage_w_per_mib over its "
+            f"SRAM), which it draws at any speed, so no latency meets the budget; give a budget above {total_w:.4g} W, "
+            "or none")
 
 
 #: The figures of a layer's energy that reports, tables and stores read.

@@ -151,6 +151,14 @@ def _padded(
     return out
 
 
+def _gathered(acc: Access) -> bool:
+    """Whether an access reads by gathering (a stride, a sum of variables, a variable twice)
+    rather than by slicing (each index a variable plus a constant, or a constant)."""
+    shifted = [idx.shifted_variable() for idx in acc.indices]
+    plain = [sv[0] for sv in shifted if sv is not None]
+    return not all(sv is not None or not idx.terms for sv, idx in zip(shifted, acc.indices)) or len(set(plain)) != len(plain)
+
+
 class _EinsumEvaluator:
     """Evaluates one Einsum; ``ranges`` restrict variables to ``[start, stop)``."""
 
@@ -168,13 +176,7 @@ class _EinsumEvaluator:
     # -- values -------------------------------------------------------------------------
     def load(self, acc: Access, ranges: Mapping[str, tuple[int, int]]) -> np.ndarray:
         src = self.sources[acc.tensor]
-        shifted = [idx.shifted_variable() for idx in acc.indices]
-        plain_vars = [s[0] for s in shifted if s is not None]
-        if all(s is not None or not idx.terms for s, idx in zip(shifted, acc.indices)) and len(set(plain_vars)) == len(
-            plain_vars
-        ):
-            return self._load_sliced(acc, src, ranges)
-        return self._load_gathered(acc, src, ranges)
+        return self._load_gathered(acc, src, ranges) if _gathered(acc) else self._load_sliced(acc, src, ranges)
 
     def _load_sliced(self, acc: Access, src: _Source, ranges) -> np.ndarray:
         key: list[slice | int] = []
@@ -316,16 +318,12 @@ def _source_for(
     for acc in einsum.inputs:
         if acc.tensor != tensor:
             continue
-        shifted = [idx.shifted_variable() for idx in acc.indices]
-        plain = [sv[0] for sv in shifted if sv is not None]
-        gathered = not all(sv is not None or not idx.terms for sv, idx in zip(shifted, acc.indices)) \
-            or len(set(plain)) != len(plain)
         init = cascade.initial_axis(tensor)
         for p, idx in enumerate(acc.indices):
             a, b = idx.bounds(sizes)
             # a gather reads zero past the padding itself: its padding is at most the tensor's extent
             # and its initial value's history (X[1000000000000*i] once padded X to 36 TiB)
-            cap = array.shape[p] + (init[1] if init is not None and init[0] == p else 0) if gathered else None
+            cap = array.shape[p] + (init[1] if init is not None and init[0] == p else 0) if _gathered(acc) else None
             lo[p] = max(lo[p], -a if cap is None else min(-a, cap))
             hi[p] = max(hi[p], b - (array.shape[p] - 1) if cap is None else min(b - (array.shape[p] - 1), cap))
     return _Source(_padded(cascade, tensor, array, tuple(lo), tuple(hi), values), tuple(lo))

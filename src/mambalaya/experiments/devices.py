@@ -110,14 +110,10 @@ def _check_chip_budget(spec: ArchSpec, core: ArchSpec) -> None:
     leakage together: the core's own refusal named the core's share as the threshold, and
     following it was refused again."""
     from mambalaya.cost.area import leakage_w
+    from mambalaya.cost.energy import check_budget_above_leakage
 
-    if spec.power_budget_w is None or core.energy is None:
-        return
-    n, per_core = spec.cores.count, leakage_w(core)  # type: ignore[union-attr]
-    if spec.power_budget_w <= n * per_core:
-        raise SpecError(f"{spec.name}'s power budget of {spec.power_budget_w:g} W, shared by its {n} cores, is at or "
-                        f"below their leakage ({n} x {per_core:.4g} W = {n * per_core:.4g} W), which they draw at any "
-                        f"speed, so no latency meets it; give a budget above {n * per_core:.4g} W, or none")
+    if core.energy is not None:
+        check_budget_above_leakage(spec.name, spec.power_budget_w, leakage_w(core), cores=spec.cores.count)  # type: ignore[union-attr]
 
 
 def layer_order(config: Any) -> tuple[str | None, ...]:

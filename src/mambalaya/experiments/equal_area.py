@@ -79,6 +79,11 @@ def split_design(base: ArchSpec, memory_share: float, area_fraction: float = 1.0
     return with_settings(base, settings, option="equal-area split")
 
 
+#: The variant with the SRAM's bandwidth unbounded, as Geens et al.'s model leaves it (the other
+#: variant bounds it at marca-original's).
+UNBOUNDED_VARIANT = "buffer bandwidth unbounded (their model)"
+
+
 def geens_equal_area_rows(seq_lens: tuple[int, ...] = (64, 1024), area_fraction: float = 1.0,
                           shares: tuple[float, ...] = MEMORY_SHARES) -> pd.DataFrame:
     """Every split of the area at each length: latency per token under the fused schedule, and
@@ -92,7 +97,7 @@ def geens_equal_area_rows(seq_lens: tuple[int, ...] = (64, 1024), area_fraction:
     cfg = parse_config(dict(setup.model_config), source="Geens et al.'s Mamba1-2.7B")
     spec0 = load_arch("marca-original")
     variants = {f"buffer {spec0.memory.buffer_bandwidth_bytes_per_cycle:,.0f} B/cycle (marca-original)": spec0,
-                "buffer bandwidth unbounded (their model)": with_settings(
+                UNBOUNDED_VARIANT: with_settings(
                     spec0, ["memory.onchip_banks=null", "memory.onchip_bank_port_bytes=null"], option="equal-area variant")}
     rows: list[dict[str, Any]] = []
     for (variant, base), L in ((v, L) for v in variants.items() for L in seq_lens):
@@ -133,5 +138,5 @@ def best_splits(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
-__all__ = ["AREA_FRACTIONS", "MARCA_AREA_MM2", "MEMORY_SHARES", "array_shape", "best_splits",
+__all__ = ["AREA_FRACTIONS", "MARCA_AREA_MM2", "MEMORY_SHARES", "UNBOUNDED_VARIANT", "array_shape", "best_splits",
            "geens_equal_area_rows", "split_design"]

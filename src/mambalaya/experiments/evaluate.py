@@ -59,9 +59,10 @@ class Evaluation:
     layer_split: TensorParallelCost | ExpertParallelCost | SequenceParallelCost | None = None
     #: With ``parallel="best"``: each strategy's model latency, the fastest kept.
     strategies_s: tuple[tuple[str, float], ...] = ()
-    #: Where ``result`` is one device's part of a layer split over devices (tensor, expert or
-    #: sequence parallelism: fewer sequences or positions): the tokens of the whole layer, every
-    #: device's together. None: the costed layer's own (a micro-batch's, in a micro-batched pipeline).
+    #: Where ``result`` is a part of the model's pass (one device's of a layer split over devices:
+    #: fewer sequences or positions; one micro-batch's of a pipeline): the tokens of the whole
+    #: pass, every device's and micro-batch's together. None: the costed layer's own (a hybrid
+    #: layer type's micro-batch, whose figures are that micro-batch's).
     whole_tokens: int | None = None
     #: A Mamba-2 prefill run in its faster form (:func:`evaluate_best_scan`): why the other form did
     #: not run, where it did not ("" where both ran, or the form was asked for).
@@ -119,7 +120,7 @@ class Evaluation:
         if self.dram is not None:
             extra.update(dram_totals(self.dram))
         model_s = self.model_latency_s
-        tokens = self.batch * r.positions if self.pipeline is not None else self.tokens  # (every micro-batch's)
+        tokens = self.tokens
         tokens_per_s = tokens / model_s if model_s else 0.0
         if self.pipeline is not None:
             extra.update(pipeline_totals(self.pipeline, self.stage_dram))
@@ -129,7 +130,7 @@ class Evaluation:
         if self.strategies_s:
             extra["parallel_strategies_s"] = dict(self.strategies_s)
         if self.layer_split is not None:
-            extra.update(layer_split_totals(self.layer_split, energy and energy.model_j, self.tokens,
+            extra.update(layer_split_totals(self.layer_split, energy and energy.model_j, tokens,
                                             energy.leakage_w if energy is not None else 0.0))
         return {
             "latency_s": r.latency_s,
@@ -335,7 +336,7 @@ def evaluate(
     on_core = core_share(spec, cascade, costed, strategy, n_devices)
     ev = evaluate_cascade(spec, model_name, config, costed, phase=phase, batch=batch, mapping=mapping,
                           policy=policy, objective=objective, n_layers=config.n_layers, dram=dram,
-                          dram_share=on_core, whole_tokens=batch * cascade.size("I") if tensor or sequence else None)
+                          dram_share=on_core, whole_tokens=batch * cascade.size("I"))
     if n_devices == 1:
         return ev
     kind = costed_layer_type(config)

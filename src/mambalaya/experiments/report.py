@@ -17,7 +17,7 @@ from mambalaya import __version__
 from mambalaya.formatting import whole
 from mambalaya.experiments.evaluate import Evaluation
 from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, PUBLISHED as P
-from mambalaya.experiments.equal_area import best_splits
+from mambalaya.experiments.equal_area import UNBOUNDED_VARIANT, best_splits
 from mambalaya.workloads import PRESETS
 
 
@@ -494,7 +494,7 @@ def _buffer_bandwidth_text(rows: pd.DataFrame, best: pd.DataFrame) -> str:
     """What bounding the SRAM's bandwidth (marca-original's, an assumption) does to the splits, and
     what bounds them at each length, from the rows themselves (the text once said the gain shrank
     where every latency equalled the unbounded model's)."""
-    free = [v for v in rows.variant.unique() if "unbounded" in v]
+    free = [v for v in rows.variant.unique() if v == UNBOUNDED_VARIANT]
     bounded = [v for v in rows.variant.unique() if v not in free]
     out = ["Their model leaves the SRAM's bandwidth unbounded"]
     if free and bounded:

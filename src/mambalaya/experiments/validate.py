@@ -387,22 +387,17 @@ def _files_read_beside(data, folder: Path):
     """A case file's data with the relative paths of the files it names (each case's, assumption's
     or collective's ``arch``, the file's ``precision``) read beside it: one file gave two numbers
     run from two folders. Shipped designs and policies stay names."""
-    from mambalaya.arch import names_a_file, shipped_archs
+    from mambalaya.arch import path_beside, shipped_archs
     from mambalaya.workloads.precision import shipped_policies
-
-    def beside(value, shipped):
-        if not isinstance(value, str) or value in shipped or not names_a_file(value) or Path(value).is_absolute():
-            return value
-        return str(folder / value)
 
     if not isinstance(data, dict):
         return data
     out = dict(data)
     if "precision" in out:
-        out["precision"] = beside(out["precision"], shipped_policies())
+        out["precision"] = path_beside(out["precision"], folder, shipped_policies())
     for key in ("cases", "assumptions"):
         if isinstance(out.get(key), list):
-            out[key] = [{**entry, "arch": beside(entry["arch"], shipped_archs())}
+            out[key] = [{**entry, "arch": path_beside(entry["arch"], folder, shipped_archs())}
                         if isinstance(entry, dict) and "arch" in entry else entry for entry in out[key]]
     return out
 

@@ -490,3 +490,24 @@ def test_chained_cascade_equals_running_the_blocks_one_after_the_other() -> None
         chain_cascades(first, mlp_layer(MLPConfig(d_model=16, d_ff=24), batch=3, seq_len=5), prefix="FF_")
     with pytest.raises(SpecError, match="exist in both"):
         chain_cascades(first, second, prefix="")
+
+
+def test_every_hybrid_familys_scanned_layer_refuses_a_chunked_length_its_chunk_does_not_divide() -> None:
+    """One rule on every layer that runs more than its scan on the positions: the chunked scan pads
+    L to whole chunks, which the gate, norm, projections and residual after it would count too
+    (Nemotron-H's and Zamba2's Mamba layers counted 256 rows of output projection for 200 of input).
+    Every hybrid preset's scanned layer types refuse it, and build the recurrent form."""
+    from mambalaya.workloads import PRESETS, build_layer
+    from mambalaya.workloads.families.base import is_hybrid, scanned_layer_types
+
+    checked = 0
+    for name, config in PRESETS.items():
+        if not is_hybrid(config):
+            continue
+        for layer_type in scanned_layer_types(config):
+            with pytest.raises(SpecError, match="pads L = 100 to a multiple of the chunk size|only the recurrent scan"):
+                build_layer(config, phase="prefill", seq_len=100, batch=1, scan="chunked", layer_type=layer_type)
+            built = build_layer(config, phase="prefill", seq_len=100, batch=1, scan="recurrent", layer_type=layer_type)
+            assert built.size("I") == 100, (name, layer_type)
+            checked += 1
+    assert checked >= 8

@@ -49,7 +49,7 @@ from mambalaya.errors import SpecError
 from mambalaya.specio import list_as_tuple
 from mambalaya.workloads.blocks.attention import KEY_BLOCK, AttentionConfig, attention_layer
 from mambalaya.workloads.blocks.moe import MoEConfig, Routing, moe_constants, moe_layer
-from mambalaya.workloads.checks import check_layer_args, validated_config
+from mambalaya.workloads.checks import check_layer_args, chunk_padding_free_form, validated_config
 from mambalaya.workloads.families.base import FamilyModel
 from mambalaya.workloads.hf.config import check_known_fields, MAX_LAYERS, ConfigFile, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
@@ -246,7 +246,8 @@ class NemotronHModel(FamilyModel):
               key_block: int = KEY_BLOCK) -> Cascade:
         name = name or f"nemotron_h-{layer_type}-{phase}"
         if layer_type == "mamba":
-            form = scan or ("chunked" if phase == "prefill" else "recurrent")
+            form = chunk_padding_free_form(scan, phase, seq_len, self.mamba_chunk_size, "the gate, norm, output "
+                                           "projection and residual would then count the padded rows too")
             return mamba2_layer(self.mamba2(), batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                                 state_io=True, scan=form, name=name)  # type: ignore[arg-type]
         if layer_type == "attention":

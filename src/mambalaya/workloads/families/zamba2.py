@@ -60,6 +60,7 @@ from mambalaya.workloads.families.base import FamilyModel
 from mambalaya.workloads.blocks.masks import with_masks
 from mambalaya.workloads.hf.config import check_known_fields, ConfigFile, default_rope_theta, shown
 from mambalaya.workloads.blocks.mamba2 import Mamba2Config, mamba2_layer
+from mambalaya.workloads.checks import chunk_padding_free_form
 
 _W, _X, _IN, _ST = Role.WEIGHT, Role.INTERMEDIATE, Role.INPUT, Role.STATE
 #: The eps of the Mamba-2 mixer's gated RMSNorm (Zamba2MambaMixer builds it with 1e-5).
@@ -275,7 +276,9 @@ def zamba2_layer(config: Zamba2Model, layer_type: str, *, batch: int, seq_len: i
     hybrid layer's attention takes ``softmax`` (``blocked``: over blocks of ``key_block`` keys)."""
     check_softmax(softmax)
     c, decode, hybrid = config, phase == "decode", layer_type == "hybrid"
-    form = scan or ("chunked" if phase == "prefill" else "recurrent")
+    form = chunk_padding_free_form(scan, phase, seq_len, c.mamba_chunk_size, "the gate, norm, output projection "
+                                   "and residual (and a hybrid layer's shared block) would then count the padded "
+                                   "rows too")
     mixer = mamba2_layer(c.mamba2(), batch=batch, seq_len=seq_len, phase=phase, bits=bits,  # type: ignore[arg-type]
                          state_io=True, scan=form)  # type: ignore[arg-type]
     ranks = list(mixer.ranks.values())

@@ -164,12 +164,110 @@ def test_validate_writes_its_table_and_figure(tmp_path) -> None:
     ({"kernels": [{"einsums": ["AD", "BX", "H", "YS"], "sync_mma_source": "x"}]}, "sync_mma is not true"),
     ({"kernels": [{"einsums": ["AD", "BX", "H", "YS"], "sync_mma": "sometimes", "sync_mma_source": "x"}]},
      "cases[0].kernels"),
+    ({"mask_tiles": {"rows": 1, "keys": 1, "source": "x"}}, "its Einsums read no mask"),
+    ({"arch": "mambalaya"}, "arch 'mambalaya' has no kernels section"),
+    ({"writes": ["YS"]}, "writes needs writes_source"),
+    ({"writes_source": "x"}, "writes_source is given but writes is not"),
+    ({"writes": ["NOPE"], "writes_source": "x"}, "outputs NOPE are not written by the kept Einsums"),
+    ({"writes": ["H"], "writes_source": "x"}, "Einsum YS is kept, but its tensor is neither one of the outputs"),
 ])
 def test_a_bad_case_file_names_the_case_and_the_field(tmp_path, changes, needle) -> None:
     path = case_file(tmp_path, **changes)
     with pytest.raises(SpecError, match="cases.yaml") as info:
         validate(path)
     assert needle in str(info.value)
+
+
+def test_a_reversed_assumption_range_is_refused(tmp_path) -> None:
+    path = case_file(tmp_path, assumptions=[{"key": "kernels.compute_fraction", "arch": "gpu-a100-pcie",
+                                             "low": 0.9, "high": 0.1}])
+    with pytest.raises(SpecError, match="low 0.9 is above high 0.1"):
+        validate(path)
+
+
+def shipped_case(tmp_path, case_id, **changes):
+    """A case file holding one shipped case, changed by ``changes``."""
+    cases, _ = load_cases()
+    data = cases.model_dump(mode="json", exclude_none=True)
+    data["cases"] = [dict(next(c for c in data["cases"] if c["id"] == case_id), **changes)]
+    data["assumptions"], data["fits"] = [], []
+    path = tmp_path / f"{case_id}.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    return path
+
+
+def test_a_kernels_grid_names_only_ranks_of_its_own_einsums(tmp_path) -> None:
+    """The five SSD kernels' first runs the cumulative sum ACS, which has no head-dim rank P: a grid
+    over P there is refused (it added 264 MB of block re-reads), though another kernel has P."""
+    cases, _ = load_cases()
+    kernels = [k.model_dump(mode="json", exclude_none=True) for k in next(c for c in cases.cases
+                                                                          if c.id == "m2-ssd-L512").kernels]
+    kernels[0]["grid"] = {**kernels[0]["grid"], "P": 1}
+    with pytest.raises(SpecError, match="the grid of kernel ACS names rank.s. P, which its Einsums do not have"):
+        validate(shipped_case(tmp_path, "m2-ssd-L512", kernels=kernels))
+
+
+def test_a_speed_of_light_counts_no_padded_key_and_no_key_block_above_the_sequence(tmp_path) -> None:
+    """A non-causal attention kernel's speed of light is the same whatever its key block: a block
+    that does not divide the sequence pads keys no kernel needs (at 2047 keys a block on 2048
+    keys, the padded block doubled it), so the bound runs at the largest dividing block. The
+    prediction keeps the kernel's own padded tile. A key block above the sequence is refused."""
+    def result(**changes):
+        return validate(shipped_case(tmp_path, "fa3-fwd-d128-L2k", **changes)).results[0]
+
+    plain = result(key_block=64, mask_tiles=None)
+    assert plain.case.seq_len % 64 == 0
+    for block in (176, 2047):
+        padded = result(key_block=block, mask_tiles={"rows": 128, "keys": block, "source": "x"})
+        assert padded.speed_of_light_s == pytest.approx(plain.speed_of_light_s, rel=1e-9), block
+        assert padded.predicted_s > plain.predicted_s  # the kernel computes its padded tile
+    with pytest.raises(SpecError, match="key_block 4096 is above seq_len 2048"):
+        result(key_block=4096, mask_tiles={"rows": 128, "keys": 4096, "source": "x"})
+
+
+def test_the_speed_of_light_knows_no_onchip_bandwidth(shipped) -> None:
+    """The model's on-chip traffic is an upper bound (it keeps in the buffer what a fused kernel
+    keeps in registers), so the speed of light takes the peaks and the off-chip bandwidth alone:
+    the head-dim-64 FlashAttention cases, once bound by shared memory at 1.5-1.7x their compute
+    time, are bound by their compute."""
+    gpu = load_arch("gpu-h100")
+    peak = speed_of_light(gpu)
+    assert gpu.memory.buffer_bandwidth_bytes_per_cycle is not None
+    assert peak.memory.buffer_bandwidth_bytes_per_cycle is None and peak.kernels is None
+    d64, d128 = (next(r for r in shipped.results if r.case.id == i) for i in ("fa2-fwd-d64-L2k", "fa2-fwd-d128-L2k"))
+    assert d64.speed_of_light_s == pytest.approx(d128.speed_of_light_s, rel=0.02)  # the same FLOPs
+
+
+def test_a_kernel_writes_only_what_its_code_writes(shipped, tmp_path) -> None:
+    """The SSD chunk-scan kernels read x and dt and multiply them themselves: their x*dt (XDT), which
+    the chunk-state kernel also reads, is not written (``writes: [YD]``, sourced). Without it the
+    part wrote XDT to DRAM, 38% of the speed of light's bytes at L 4K."""
+    cases, name = load_cases()
+    case = next(c for c in cases.cases if c.id == "chunk-scan-tilelang-L4k")
+    assert case.writes == ("YD",) and "Output" in case.writes_source
+    from mambalaya.einsum.ir import Role
+    from mambalaya.experiments.validate import case_cascade
+
+    assert case_cascade(case, name).tensors["XDT"].role == Role.INTERMEDIATE
+    writing = validate(shipped_case(tmp_path, case.id, writes=None, writes_source="")).results[0]
+    mine = next(r for r in shipped.results if r.case.id == case.id)
+    assert writing.speed_of_light_s > 1.3 * mine.speed_of_light_s
+
+
+def test_a_spec_carrying_another_value_than_its_fit_fails_the_command(tmp_path) -> None:
+    """The fit is recomputed on its subset and checked against every spec carrying it: with the
+    subset's measurements doubled the fit doubles, the specs' 0.585 is stale, and the command
+    names them and exits 1 (their predictions run at 0.585)."""
+    cases, _ = load_cases()
+    data = cases.model_dump(mode="json", exclude_none=True)
+    for c in data["cases"]:
+        if c["source"] == data["fits"][0]["subset"]:
+            c["measured_ms"] *= 2
+    path = tmp_path / "cases.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    out = runner.invoke(app, ["validate", "--cases", str(path)])
+    assert out.exit_code == 1 and "gpu-h100 carries kernels.scan_sm_cycles_per_step = 0.585" in out.output
+    assert "the fit on mamba1-fig8 gives 1.17" in out.output
 
 
 def test_a_part_of_a_cascade_keeps_its_einsums_and_reads_the_rest_as_inputs() -> None:
@@ -378,11 +476,15 @@ def test_a_kernels_mask_tiles_raise_its_prediction_and_leave_its_speed_of_light(
 def test_every_flashattention_case_runs_on_its_kernels_tiles(shipped) -> None:
     """The FlashAttention-2/-3 cases take their kernels' key blocks and tiles as the launch code
     sets them on an H100 (kBlockM x kBlockN, each sourced): a causal query tile computes the key
-    blocks up to its last row's diagonal."""
+    blocks up to its last row's diagonal, a non-causal one pads its last key block; a non-causal
+    case whose key block divides the sequence masks nothing and carries no tiles."""
     fa = [r for r in shipped.results if r.case.source == "fa3-fig5"]
     assert len(fa) == 24
     for r in fa:
         tiles = r.case.mask_tiles
+        if r.case.causal is False and r.case.seq_len % r.case.key_block == 0:  # no mask: tiles would change nothing
+            assert tiles is None, r.case.id
+            continue
         assert tiles is not None and tiles.keys == r.case.key_block and "flash-attention" in tiles.source, r.case.id
     fa2_128 = next(r for r in fa if r.case.id == "fa2-fwd-causal-d128-L2k").case.mask_tiles
     fa3_128 = next(r for r in fa if r.case.id == "fa3-fwd-causal-d128-L2k").case.mask_tiles

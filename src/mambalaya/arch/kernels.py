@@ -142,10 +142,15 @@ def scan_seconds_per_step(arch: Any) -> float:
 
 
 def speed_of_light(arch: Any) -> Any:
-    """The spec without its kernels section: peak rates, no floors."""
-    if getattr(arch, "kernels", None) is None:
-        return arch
-    return arch.model_copy(update={"kernels": None, "name": f"{arch.name} (speed of light)"})
+    """The spec at its peak rates alone: without its kernels section (no floors, no fractions of
+    peak) and without a bound on its on-chip buffer's bandwidth. The model's on-chip traffic is an
+    upper bound (it keeps in the buffer what a fused kernel keeps in registers: a FlashAttention
+    kernel's score tile and running output, docs/architectures.md), so a time set by it is no
+    bound; the compute peaks, the off-chip bandwidth and the staging levels' (which every off-chip
+    byte passes) are."""
+    memory = arch.memory.model_copy(update={"onchip_bandwidth_bytes_per_cycle": None, "onchip_banks": None,
+                                            "onchip_bank_port_bytes": None})
+    return arch.model_copy(update={"kernels": None, "memory": memory, "name": f"{arch.name} (speed of light)"})
 
 
 __all__ = ["KernelSpec", "array_share", "compute_hz", "grid_shares", "min_group_s", "offchip_bytes_per_s", "scan_seconds_per_step",

@@ -123,7 +123,8 @@ def validate_cmd(
 ) -> None:
     """The model against published GPU kernel timings: each case predicted with the kernel's
     own grouping, and its speed of light; and the all-reduce of tensor parallelism and the
-    all-to-all of expert parallelism against measured NCCL collectives. Exits 1 where a speed of light is above a measurement (and, with
+    all-to-all of expert parallelism against measured NCCL collectives. Exits 1 where a speed of light is above a measurement,
+    where a spec carries a fitted value other than its cases' fit (and, with
     --strict, where a prediction is outside [0.5, 2] of it)."""
     from mambalaya.experiments.validate import validate, validate_collectives
 
@@ -174,6 +175,14 @@ def validate_cmd(
     if violations:
         err_console.print("error: the speed of light is slower than the measurement in "
                           + ", ".join(r.case.id for r in violations) + ": the model breaks a bound it claims")
+        raise typer.Exit(1)
+    stale = [(fit, a, v) for fit in result.fits for a, v in fit.stale.items()]
+    if stale:
+        err_console.print("error: " + "; ".join(f"{a} carries {fit.fit.key} = {'none' if v is None else f'{v:.3g}'}, "
+                                                 f"where the fit on {fit.fit.subset} gives {fit.value:.3g}"
+                                                 for fit, a, v in stale)
+                          + ": its predictions run at its value, not the fit (set the spec's value, or fit on the "
+                            "cases the spec's value came from)")
         raise typer.Exit(1)
     outside = [*result.outside_band, *(r for r in reduced if not r.in_band)]
     if strict and outside:

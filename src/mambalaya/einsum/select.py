@@ -5,7 +5,7 @@ the scan and the readout, not the projections). :func:`sub_cascade` keeps those 
 the tensors they touch: a tensor they read and no kept Einsum writes becomes an input (a
 weight stays a weight, a state stays a state), and a tensor a kept Einsum writes becomes an
 output when an Einsum left out reads it, when it was an output or a state update, or when
-``outputs`` names it. Everything else about the Einsums (ranks, parameters, widths) is the
+``outputs`` names it (or, with ``only_outputs``, exactly when ``outputs`` names it). Everything else about the Einsums (ranks, parameters, widths) is the
 cascade's own, so the part's costs are the same rules applied to less work.
 """
 
@@ -19,8 +19,13 @@ from mambalaya.einsum.ir import Param, Role, walk
 from mambalaya.errors import SpecError
 
 
-def sub_cascade(cascade: Cascade, einsums: Iterable[str], *, outputs: Iterable[str] = (), name: str | None = None) -> Cascade:
-    """The cascade of the named Einsums of ``cascade`` (see the module doc)."""
+def sub_cascade(cascade: Cascade, einsums: Iterable[str], *, outputs: Iterable[str] = (), only_outputs: bool = False,
+                name: str | None = None) -> Cascade:
+    """The cascade of the named Einsums of ``cascade`` (see the module doc). With
+    ``only_outputs``, the tensors in ``outputs`` are the part's only outputs (a kernel that
+    writes fewer than the part would: one whose readers outside it recompute the others); a
+    kept Einsum whose tensor is then neither an output nor read in the part is refused (its
+    work would go nowhere)."""
     kept = [cascade.einsum(n) for n in dict.fromkeys(einsums)]  # unknown names: SpecError naming it
     if not kept:
         raise SpecError(f"cascade {cascade.name!r}: a part needs at least one Einsum")
@@ -41,7 +46,13 @@ def sub_cascade(cascade: Cascade, einsums: Iterable[str], *, outputs: Iterable[s
             read_outside = any(c.name not in names for c in cascade.consumers(t))
             is_result = spec.role == Role.OUTPUT or spec.updates is not None or t in wanted
             read_inside = any(c.name in names for c in cascade.consumers(t))
-            role = Role.OUTPUT if (read_outside or is_result or not read_inside) else Role.INTERMEDIATE
+            if only_outputs:
+                if t not in wanted and not read_inside:
+                    raise SpecError(f"cascade {cascade.name!r}: Einsum {t} is kept, but its tensor is neither one of "
+                                    f"the outputs ({', '.join(sorted(wanted))}) nor read by a kept Einsum")
+                role = Role.OUTPUT if t in wanted else Role.INTERMEDIATE
+            else:
+                role = Role.OUTPUT if (read_outside or is_result or not read_inside) else Role.INTERMEDIATE
         elif spec.role in (Role.WEIGHT, Role.STATE):
             role = spec.role
         else:

@@ -160,6 +160,12 @@ class Case(BaseModel):
                                                         "softmax (default the attention block's KEY_BLOCK).")
     mask_tiles: MaskTiles | None = Field(None, description="The tiles the kernel computes masked work by; absent: "
                                                            "per key, the least work.")
+    writes: Annotated[tuple[str, ...], _AS_TUPLE] | None = Field(
+        None, min_length=1, description="The tensors the case's kernels write to memory, where they write fewer than "
+                                        "the part would (a tensor another kernel reads is written by default: a "
+                                        "kernel that recomputes it from its inputs writes it not); every other "
+                                        "tensor its Einsums make stays on chip.")
+    writes_source: str = Field("", description="Where the kernel's code shows what it writes.")
 
     @model_validator(mode="after")
     def _attention_fields(self) -> "Case":
@@ -167,6 +173,13 @@ class Case(BaseModel):
             given = [f for f in ("causal", "key_block") if getattr(self, f) is not None]
             if given:
                 raise ValueError(f"{', '.join(given)} apply to attention kernels only (family {self.family})")
+        if self.key_block is not None and self.key_block > self.seq_len:
+            raise ValueError(f"key_block {self.key_block} is above seq_len {self.seq_len}: a block of keys holds at "
+                             "most the sequence")
+        if self.writes is not None and not self.writes_source.strip():
+            raise ValueError("writes needs writes_source: the kernel code that shows what it writes")
+        if self.writes_source.strip() and self.writes is None:
+            raise ValueError("writes_source is given but writes is not")
         return self
 
 
@@ -179,6 +192,12 @@ class Assumption(BaseModel):
     arch: str
     low: float
     high: float
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Assumption":
+        if self.low > self.high:
+            raise ValueError(f"low {self.low} is above high {self.high}: the range's ends are low, then high")
+        return self
 
 
 class Fit(BaseModel):
@@ -272,13 +291,19 @@ class FitResult:
     subset: tuple[Result, ...]
     rest: tuple[Result, ...]
 
+    @property
+    def stale(self) -> dict[str, float | None]:
+        """The specs whose carried value is not the fit at the three significant digits they carry
+        (their predictions run at that value, not at the fit)."""
+        return {a: v for a, v in self.shipped.items() if v is None or f"{v:.3g}" != f"{self.value:.3g}"}
+
     def row(self) -> dict:
         ratios = [r.ratio for r in self.subset]
         rest = [r.ratio for r in self.rest]
         return {"key": self.fit.key, "subset": self.fit.subset, "value": self.value, "shipped": self.shipped,
                 "per_case": self.per_case, "subset_ratios": [min(ratios), max(ratios)],
                 "rest_cases": [r.case.id for r in self.rest], "rest_ratios": [min(rest), max(rest)] if rest else [],
-                "rest_in_band": sum(r.in_band for r in self.rest)}
+                "rest_in_band": sum(r.in_band for r in self.rest), "stale_specs": self.stale}
 
     def text(self) -> str:
         """One paragraph: the fit, the subset's spread and the error on the other cases it moves."""
@@ -450,9 +475,31 @@ def case_cascade(case: Case, name: str, precision: str = KERNEL_PRECISION):
     try:
         if case.mask_tiles is not None:  # the prediction counts the kernel's tiles (the speed of light: with_mask_tiles)
             layer = with_mask_tiles(layer, case.mask_tiles.rows, case.mask_tiles.keys)
-        return sub_cascade(layer, einsums, name=case.id)
+        part = sub_cascade(layer, einsums, outputs=case.writes or (), only_outputs=case.writes is not None,
+                           name=case.id)
     except SpecError as err:
         raise SpecError(f"case {case.id}: {err.message if hasattr(err, 'message') else err}", source=name) from None
+    tiled = [case.mask_tiles] if case.mask_tiles is not None else []
+    tiled += [k.mask_tiles for k in case.kernels or () if k.mask_tiles is not None]
+    if tiled and not any(spec.mask is not None for spec in part.tensors.values()):
+        raise SpecError(f"case {case.id}: mask_tiles are given, but its Einsums read no mask (a non-causal kernel "
+                        "whose key block divides the sequence masks nothing): the tiles would change nothing "
+                        "while the results name them", source=name)
+    return part
+
+
+def speed_of_light_part(case: Case, part, name: str, precision: str = KERNEL_PRECISION):
+    """The Einsums a case's speed of light runs (before every mask is skipped by its own cells,
+    :func:`~mambalaya.einsum.dead_work.with_mask_tiles`): the case's own part, but for an attention
+    kernel whose key block does not divide the sequence, whose padded keys are work no kernel
+    needs. That one runs at the largest key block dividing the sequence and not above the case's,
+    the same work per key and no padding: at a key block of 2047 on 2048 keys the padded block
+    doubled a non-causal speed of light."""
+    block = case.key_block or KEY_BLOCK
+    if case.family != "attention" or case.seq_len % block == 0:
+        return part
+    dividing = max(d for d in range(1, block + 1) if case.seq_len % d == 0)
+    return case_cascade(case.model_copy(update={"key_block": dividing, "mask_tiles": None}), name, precision)
 
 
 def case_kernels(case: Case, part, name: str) -> tuple[Kernel, ...]:
@@ -464,11 +511,12 @@ def case_kernels(case: Case, part, name: str) -> tuple[Kernel, ...]:
         raise SpecError(f"case {case.id}: kernels {tuple(k.einsums for k in kernels)} must split exactly the Einsums "
                         f"{', '.join(e.name for e in part.einsums)}", source=name)
     for k in kernels:
-        unknown = [r for r in k.grid if r not in part.ranks]
+        own = [r for r in part.ranks if any(r in part.iteration_ranks(part.einsum(e)) for e in k.einsums)]
+        unknown = [r for r in k.grid if r not in own]
         if unknown:
             raise SpecError(f"case {case.id}: the grid of kernel {','.join(k.einsums)} names rank(s) "
                             f"{', '.join(unknown)}, which its Einsums do not have (their ranks: "
-                            f"{', '.join(part.ranks)})", source=name)
+                            f"{', '.join(own)})", source=name)
     return tuple(kernels)
 
 
@@ -505,7 +553,12 @@ def validate_case(case: Case, source_text: str, name: str, spec=None, part=None,
     part = part if part is not None else case_cascade(case, name, precision)
     kernels = case_kernels(case, part, name)
     spec = spec if spec is not None else load_arch(case.arch)
-    least = with_mask_tiles(part)  # the speed of light: every mask skipped by its own cells, the least work
+    if spec.kernels is None:
+        raise SpecError(f"case {case.id}: arch {case.arch!r} has no kernels section: a case is a measured GPU "
+                        "kernel, predicted with the fractions of peak and the launch floor a GPU spec's kernels "
+                        "section gives (its prediction would be its speed of light); use a GPU spec (gpu-h100, "
+                        "gpu-a100, gpu-a100-pcie)", source=name)
+    least = with_mask_tiles(speed_of_light_part(case, part, name, precision))
     sol = layer_latency(speed_of_light(spec), least, ideal(least), per_einsum=False).latency_s
     try:
         costs = kernel_costs(part, kernels, spec)

@@ -115,11 +115,8 @@ def point_sizes(point: dict[str, Any]) -> tuple[int, int]:
 
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Every output figure of one point (raises on an impossible configuration)."""
-    from mambalaya.experiments.evaluate import require_fits, resolve_policy
-    from mambalaya.search.memos import forget_results
-    from mambalaya.cost.latency import layer_latency
-    from mambalaya.search.mappings import named_mapping
-    from mambalaya.workloads import build_layer, resolve_model
+    from mambalaya.experiments.evaluate import require_fits
+    from mambalaya.workloads import resolve_model
 
     seq_len, batch = point_sizes(point)
     arch = _arch_for(point)
@@ -137,8 +134,34 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     if devices > 1 or parallel is not None or arch.cores is not None:  # (a multi-core chip: its cores)
         return _devices_outputs(arch, point, config, seq_len=seq_len, batch=batch, devices=devices, parallel=parallel)
     require_fits(arch, str(point["model"]), config, batch=batch, seq_len=seq_len)  # over the DRAM: a failed point
+    if getattr(config, "family", "mamba1") != "mamba2" or point["phase"] != "prefill":
+        return _one_device_outputs(arch, point, config, seq_len=seq_len, batch=batch, scan=None)
+    best, errors = None, []
+    for scan in ("chunked", "recurrent"):  # the faster form, as every command runs a Mamba-2 prefill (evaluate_best_scan)
+        try:
+            outputs = _one_device_outputs(arch, point, config, seq_len=seq_len, batch=batch, scan=scan)
+        except MambalayaError as err:
+            errors.append(f"{scan}: {err}")
+            continue
+        if best is None or outputs["model_latency_s"] < best["model_latency_s"]:
+            best = outputs
+    if best is None:
+        raise MambalayaError(f"no scan form maps ({'; '.join(errors)})")
+    return best
+
+
+def _one_device_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: int, batch: int,
+                        scan: str | None) -> dict[str, Any]:
+    """A one-device point's outputs in one scan form (``scan``: a Mamba-2 prefill's, else None),
+    its layer built once per model, phase, sizes, width, policy and form and searched per design."""
+    from mambalaya.experiments.evaluate import resolve_policy
+    from mambalaya.search.memos import forget_results
+    from mambalaya.cost.latency import layer_latency
+    from mambalaya.search.mappings import named_mapping
+    from mambalaya.workloads import build_layer
+
     key = (point["model"], point.get(FILES_KEY), point["phase"], seq_len, batch, arch.bits_per_element,
-           arch.precision)
+           arch.precision, scan)
     if key not in _CASCADES:
         if len(_CASCADES) > KEPT_CASCADES:
             for kept in _CASCADES.values():
@@ -146,7 +169,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
             _CASCADES.clear()
         _CASCADES[key] = build_layer(config, phase=point["phase"], seq_len=seq_len,
                                      batch=batch, bits=arch.bits_per_element,
-                                     precision=resolve_policy(arch, None))
+                                     precision=resolve_policy(arch, None), **({"scan": scan} if scan else {}))
     cascade = _CASCADES[key]
     name = arch.mappings.default if point["mapping"] == "default" else point["mapping"]
     buffer = None if name == "ideal" else arch.memory.onchip_buffer_bytes
@@ -166,6 +189,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
         "pes": arch.compute.array_rows * arch.compute.array_cols,
         "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s,
         "mapping_used": mapping.name,
+        **({"scan_used": scan} if scan else {}),
     }
 
 
@@ -175,11 +199,11 @@ def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: 
     whole evaluation (:func:`~mambalaya.experiments.evaluate.evaluate`), its per-layer figures
     one device's (core's) part or one micro-batch's, its model latency and energy the devices'
     together, its off-chip bytes a chip's."""
-    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.experiments.evaluate import evaluate_best_scan, scan_form
 
-    ev = evaluate(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len, batch=batch,
-                  mapping=None if point["mapping"] == "default" else point["mapping"], devices=devices,
-                  parallel=parallel)
+    ev = evaluate_best_scan(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len, batch=batch,
+                            mapping=None if point["mapping"] == "default" else point["mapping"], devices=devices,
+                            parallel=parallel)
     t = ev.totals()
     energy = {} if arch.energy is None else {
         "layer_energy_j": t["layer_energy_j"], "energy_per_token_j": t["energy_per_token_j"],
@@ -191,7 +215,9 @@ def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: 
             "buffer_bytes": arch.memory.onchip_buffer_bytes, "pes": arch.compute.array_rows * arch.compute.array_cols,
             "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s, "mapping_used": ev.mapping.name,
             "devices": t.get("devices", 1), "parallel_used": t.get("parallel", "pipeline"),
-            "interconnect_s": t.get("interconnect_s", 0.0)}
+            "interconnect_s": t.get("interconnect_s", 0.0),
+            **({"scan_used": scan_form(ev.cascade)} if getattr(config, "family", "mamba1") == "mamba2"
+               and point["phase"] == "prefill" else {})}
 
 
 def _power_outputs(arch: Any, cascade: Any, mapping: Any, result: Any) -> dict[str, Any]:

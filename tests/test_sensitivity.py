@@ -73,9 +73,9 @@ def test_closest_bisects_to_the_needed_value() -> None:
     def at(_a, value):
         return {"r": math.sqrt(float(value)) / 10}
 
-    got = S._closest(a, 1024, "r", 5.0, at(a, 1024)["r"], at)  # needs 2500 MFUs
+    got = S._closest(a, (True, 1024), "r", 5.0, at(a, 1024)["r"], at)  # needs 2500 MFUs
     assert got["reaches"] and abs(float(got["value"]) - 2500) / 2500 < 0.05
-    out = S._closest(a, 1024, "r", 9.0, at(a, 1024)["r"], at)  # 8100 is out of range
+    out = S._closest(a, (True, 1024), "r", 9.0, at(a, 1024)["r"], at)  # 8100 is out of range
     assert not out["reaches"] and out["value"] == 4096
 
 
@@ -119,6 +119,29 @@ def test_run_sensitivity_rows_match_direct_evaluations() -> None:
               for d in ("marca-ideal", "mambalaya")]
     assert row["ours"] == pytest.approx(direct[0] / direct[1], rel=1e-12)
     assert result.base[label] == pytest.approx(next(r["base"] for r in result.rows))
+
+
+def test_a_setting_is_the_base_run_only_where_every_design_takes_it(tmp_path) -> None:
+    """Two designs equal but for their MFU count (256 and the shipped 1024): a setting of 256 moves
+    the second, making the designs equal (ratio 1), and 4096 on both is equal too. The base run was
+    taken for any setting equal to the first design's value, printing the base ratio at 256."""
+    import yaml
+
+    from mambalaya.arch import arch_to_dict
+
+    mine = arch_to_dict(load_arch("mambalaya"))
+    mine["name"], mine["compute"]["mfu_units"] = "my256", 256
+    path = tmp_path / "my256.yaml"
+    path.write_text(yaml.safe_dump(mine), encoding="utf-8")
+    spec = S.SensitivitySpec(name="t", designs=[str(path), "mambalaya"], assumptions=[
+        S.Assumption(key="compute.mfu_units", low=256, high=4096, reason="a test range of MFU counts")])
+    model = "mamba-130m"
+    run = S.RunSetup(models=(model,), configs={model: PRESETS[model]}, seq_lens=(1024,), batch=8, phases=("prefill",))
+    result = S.run_sensitivity(spec, run, S.pair_ratio(str(path), "mambalaya"))
+    rows = {r["end"]: r for r in result.rows}
+    assert result.base[next(iter(result.base))] != pytest.approx(1.0)
+    assert rows["low"]["ours"] == pytest.approx(1.0, rel=1e-12) and rows["high"]["ours"] == pytest.approx(1.0, rel=1e-12)
+    assert rows["low"]["base_value"] == f"{path} 256, mambalaya 1024"
 
 
 def test_sensitivity_cli_writes_tornado_and_csv(tmp_path) -> None:

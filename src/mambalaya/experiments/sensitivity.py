@@ -194,6 +194,18 @@ def base_value(assumption: Assumption, spec: ArchSpec, run: "RunSetup") -> Value
     return node
 
 
+def shared_base(assumption: Assumption, specs: dict[str, ArchSpec], run: "RunSetup") -> tuple[bool, Value]:
+    """``(True, value)`` where every design takes the assumption at one value unmoved (then a
+    setting at that value is the base run), else ``(False, text)`` naming each design's: a
+    setting at one design's value moves the others (a run comparing MFU counts of 256 and 1024
+    once left both unmoved at 256, printing the base ratio where the designs were equal)."""
+    values = {d: base_value(assumption, spec, run) for d, spec in specs.items()}
+    keys = {repr(_key(v)) for v in values.values()}
+    if len(keys) == 1:
+        return True, next(iter(values.values()))
+    return False, ", ".join(f"{d} {v}" for d, v in values.items())
+
+
 def numeric_value(assumption: Assumption, value: Value) -> float:
     """A numeric assumption's value as a number (byte sizes such as ``24MiB`` included)."""
     if _is_number(value):
@@ -294,7 +306,6 @@ def run_sensitivity(
     one evaluating here, one in the executor's processes."""
     tick = progress or (lambda _m: None)
     specs = {d: load_arch(d) for d in spec.designs}
-    probe = specs[spec.designs[0]]
     prefetched = dict(prefetched or {})
     tick("sensitivity: base")
     base = ratios(pd.DataFrame(evaluate_setting(specs, run, None, None)))
@@ -311,7 +322,8 @@ def run_sensitivity(
         """The ratios with ``a`` at ``value``; ``models`` restricts the evaluation to the models
         a ratio needs (the bisection's points), whose ratios alone are then returned;
         ``rows_of`` evaluates a setting (here, or in the executor)."""
-        if _key(value) == _key(base_value(a, probe, run)):
+        shared, b = shared_base(a, specs, run)
+        if shared and _key(value) == _key(b):
             return base
         key = (a.key, _key(value))
         if key in cache:
@@ -334,13 +346,13 @@ def run_sensitivity(
         at(a, getattr(a, end))
     for a, end in settings:
         value = getattr(a, end)
-        b = base_value(a, probe, run)
+        _, b = shared_base(a, specs, run)
         for ratio, v in at(a, value).items():
             result.rows.append({"assumption": a.name, "key": a.key, "end": end, "value": value, "base_value": b,
                                 "ratio": ratio, "ours": v, "base": base.get(ratio), "reason": " ".join(a.reason.split())})
     if published:
         evaluators = (at,) if executor is None else (at, functools.partial(at, rows_of=there))
-        result.take = _what_would_it_take(spec, run, probe, base, published, far, evaluators, models_of)
+        result.take = _what_would_it_take(spec, run, specs, base, published, far, evaluators, models_of)
     return result
 
 
@@ -368,15 +380,16 @@ def prefetch_settings(spec: SensitivitySpec, run: RunSetup, executor) -> dict[tu
     ``concurrent.futures`` executor); pass the result to :func:`run_sensitivity`. The
     latency-blind settings are left to the caller's process (answered from the memos of its
     base run)."""
-    probe = load_arch(spec.designs[0])
+    specs = {d: load_arch(d) for d in spec.designs}
     out = {}
     for a in applicable(spec, run):
         if latency_blind(a):
             continue
+        shared, b = shared_base(a, specs, run)
         for end in ("low", "high"):
             value = getattr(a, end)
             key = (a.key, _key(value))
-            if _key(value) != _key(base_value(a, probe, run)) and key not in out:
+            if not (shared and _key(value) == _key(b)) and key not in out:
                 out[key] = executor.submit(setting_task, list(spec.designs), run, a, value)
     return out
 
@@ -391,7 +404,7 @@ def _key(value: Any) -> Any:
     return round(value, 12) if isinstance(value, float) else value
 
 
-def _what_would_it_take(spec, run, probe, base, published, far, evaluators, models_of) -> list[dict[str, Any]]:
+def _what_would_it_take(spec, run, specs, base, published, far, evaluators, models_of) -> list[dict[str, Any]]:
     far_ratios = {ratio: target for ratio, target in published.items()
                   if (ours := base.get(ratio)) is not None and math.isfinite(ours) and abs(ours - target) / target > far}
     searches = [(ratio, a) for ratio in far_ratios for a in applicable(spec, run)]
@@ -399,7 +412,8 @@ def _what_would_it_take(spec, run, probe, base, published, far, evaluators, mode
     def search(job: tuple[str, Assumption], at: Callable) -> dict[str, Any]:
         ratio, a = job
         models = models_of(ratio) if models_of else None
-        return _closest(a, base_value(a, probe, run), ratio, far_ratios[ratio], base[ratio], lambda x, v: at(x, v, models))
+        return _closest(a, shared_base(a, specs, run), ratio, far_ratios[ratio], base[ratio],
+                        lambda x, v: at(x, v, models))
 
     found = dict(zip(searches, _run_searches(searches, search, evaluators)))
     rows = []
@@ -462,10 +476,12 @@ def _fmt(value: Any) -> str:
     return str(value)
 
 
-def _closest(a: Assumption, b: Value, ratio: str, target: float, at_base: float, at) -> dict[str, Any]:
+def _closest(a: Assumption, base: tuple[bool, Value], ratio: str, target: float, at_base: float, at) -> dict[str, Any]:
     """The value of ``a`` in its range that brings ``ratio`` closest to ``target``, bisecting
-    where the ratio crosses it."""
-    points: list[tuple[Any, float]] = [(b, at_base)]
+    where the ratio crosses it. ``base`` is :func:`shared_base`: the base run is a point of the
+    range only where every design takes one value."""
+    shared, b = base
+    points: list[tuple[Any, float]] = [(b, at_base)] if shared else []
     for end in ("low", "high"):
         v = getattr(a, end)
         points.append((v, at(a, v).get(ratio, math.nan)))

@@ -89,3 +89,23 @@ def test_a_design_without_an_area_says_it_has_no_leakage(tmp_path) -> None:
     text = " ".join(r.output.split())
     assert r.exit_code == 0, r.output
     assert "no leakage (no area section" in text and "leakage 0 W included" not in text
+
+
+@pytest.mark.parametrize("parallel, micro_batches", [("pipeline", 2), ("pipeline", 1), ("tensor", 1)])
+def test_a_hybrid_models_energy_line_adds_up_to_its_total(parallel, micro_batches) -> None:
+    """The hybrid text printed one micro-batch's (or one device's) breakdown beside the model's
+    total, without the count, the waiting leakage and the links that make the total (33.67 J of
+    components beside 76.61 J on a two-micro-batch pipeline). Its terms now add up to it."""
+    import re
+
+    from mambalaya.cli.evaluate_text import hybrid_energy_text
+
+    hv = evaluate_hybrid(_design(), "bamba-9b", PRESETS["bamba-9b"], phase="prefill",
+                         seq_len=512, batch=4, devices=2, parallel=parallel, micro_batches=micro_batches)
+    t = hv.totals()
+    text = hybrid_energy_text(hv, t, hv.energy.model_j, "parts")
+    total, part, count = re.search(r"links ([\d.e+]+) J = .*? ([\d.e+]+) J \(parts\) x (\d+)", text).groups()
+    extras = [float(x) for x in re.findall(r"\+ [^+]*? ([\d.e+-]+) J", text)]
+    assert int(count) == (2 if parallel == "tensor" else micro_batches)
+    assert float(part) * int(count) + sum(extras) == pytest.approx(float(total), rel=1e-3)
+    assert float(total) == pytest.approx(t["model_energy_j"], rel=1e-3)

@@ -331,12 +331,32 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
             parts = ", ".join(f"{k} {v:.4g} J" for k, v in energy.by_component_j().items())
             layers = "; ".join(f"{lt} layer {t[f'{lt}_layer_energy_j'] * 1e3:.4g} mJ x {ev.result.n_layers}"
                                for lt, ev in hv.layers.items())
-            what = "model" if tp is None else f"model on all {tp.devices} {hv.arch.system.unit}s and their links"
-            per_device = "" if tp is None else f"each {hv.arch.system.unit} {energy.model_j:.4g} J: "
-            out_console.print(f"energy: {what} {t['model_energy_j']:.4g} J ({per_device}{parts}; {layers}); "
+            out_console.print(f"energy: {hybrid_energy_text(hv, t, energy.model_j, f'{parts}; {layers}')}; "
                               f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s", highlight=False)
             out_console.print(power_text(hv.arch, t, throttled_key="throttled_model_latency_s", what="the model"),
                               highlight=False)
+
+
+def hybrid_energy_text(hv: Any, t: dict[str, Any], pass_j: float, breakdown: str) -> str:
+    """A hybrid model's energy and the terms it is the sum of, so that its breakdown (one pass of
+    every layer on one device, ``pass_j``) adds up to what it is printed beside: on one device the
+    model's; across devices each device's (or each micro-batch's) times their count, with each
+    device's leakage while it waits and the links' transfers."""
+    tp, pipeline = hv.layer_split, hv.pipeline
+    if tp is None and pipeline is None:
+        return f"model {t['model_energy_j']:.4g} J ({breakdown})"
+    unit = hv.arch.system.unit
+    if tp is not None:
+        count, what = tp.devices, f"each {unit}'s part"
+    else:
+        count, what = pipeline.micro_batches, "one micro-batch's pass"
+    times = f" x {count} {unit}s" if tp is not None else f" x {count} micro-batch{'es' if count > 1 else ''}"
+    extra = "".join(f" + {label} {t[key]:.4g} J" for key, label in (("waiting_leakage_j", f"each {unit}'s leakage while it waits"),
+                                                                    ("interconnect_energy_j", "the links"))
+                    if t.get(key))
+    devices = tp.devices if tp is not None else pipeline.devices
+    return (f"model on all {devices} {unit}s and their links {t['model_energy_j']:.4g} J = {what} {pass_j:.4g} J "
+            f"({breakdown}){times}{extra}")
 
 
 def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, baseline: str, fmt: Format,

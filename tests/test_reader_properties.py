@@ -12,6 +12,8 @@ shared reading layer they go through is :mod:`mambalaya.specio`.
 
 from __future__ import annotations
 
+import re
+
 import functools
 
 import math
@@ -293,6 +295,18 @@ def test_a_width_given_twice_in_an_energy_table_is_refused() -> None:
 
     with pytest.raises(SpecError, match="width 16 is given twice"):
         with_settings(load_arch("mambalaya"), ['energy.mac_pj={16: 1.5, "16": 400, 32: 4.6}'])
+
+
+@pytest.mark.parametrize("setting, needle", [
+    ("energy.mac_pj.16.5=1", "16 is one value here (1.5), not a section or table"),  # was a TypeError traceback
+    ("area.mac_um2.16.x=1", "16 is one value here"),
+    ("energy.mac_pj.0=1", "width 0 is no width"),  # accepted: no tensor has 0 bits
+])
+def test_a_setting_through_a_width_table_entry_is_refused_by_name(setting, needle) -> None:
+    from mambalaya.arch import with_settings
+
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        with_settings(load_arch("mambalaya"), [setting])
 
 
 def test_sizes_past_2_to_the_53_are_exact() -> None:

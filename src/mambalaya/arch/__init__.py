@@ -195,22 +195,31 @@ def _set_field(data: dict[str, Any], key: Any, value: Any, what: str) -> None:
     node = data
     *parents, leaf = parts
     for p in parents:
+        p = _table_key(node, p)
         if not isinstance(node.get(p), dict):
-            why = (f"this spec has no {p!r} section" if p in node or p in ArchSpec.model_fields
-                   else f"{p!r} is not a section here (fields here: {', '.join(sorted(node))})")
+            why = (f"{p!r} is one value here ({node[p]!r}), not a section or table" if node.get(p) is not None
+                   else f"this spec has no {p!r} section" if p in node or p in ArchSpec.model_fields
+                   else f"{p!r} is not a section here (fields here: {', '.join(sorted(map(str, node)))})")
             raise SpecError(f"{what} {key!r} does not exist: {why}")
         node = node[p]
-    if leaf not in node and leaf.isascii() and leaf.isdigit() and int(leaf) in node:
-        leaf = int(leaf)  # a width entry (energy.mac_pj.16): the table's own integer key, not a second "16"
+    leaf = _table_key(node, leaf)
     # a new key inside a table field (energy.mfu_pj.exp, compute.unary_cost_cycles.exp) is fine
     if leaf not in node and len(parents) < 2 and (parents or leaf not in TOP_LEVEL_FIELDS):
-        raise SpecError(f"{what} {key!r} does not exist (fields here: {', '.join(sorted(node))})")
+        raise SpecError(f"{what} {key!r} does not exist (fields here: {', '.join(sorted(map(str, node)))})")
     table = node.get(leaf)
     if isinstance(table, dict) and not isinstance(value, dict):
         entries = f"entries: {', '.join(sorted(map(str, table)))}" if table else "empty here"
         raise SpecError(f"{what} {key!r} is a table ({entries}), not one value (got {_kind(value)}): set one entry "
                         f"({key}.NAME=VALUE) or give the whole table as a mapping")
     node[leaf] = value
+
+
+def _table_key(node: dict[Any, Any], part: str) -> Any:
+    """A dotted name's part as ``node`` keys it: a width entry (energy.mac_pj.16) is the table's own
+    integer key, not a second "16"."""
+    if part not in node and part.isascii() and part.isdigit() and int(part) in node:
+        return int(part)
+    return part
 
 
 def _section_fields(section: str) -> list[str]:

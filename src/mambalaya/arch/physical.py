@@ -38,6 +38,8 @@ def _width_keys(value: Any) -> Any:
         width = int(key) if isinstance(key, str) and key.strip().isascii() and key.strip().isdigit() else key
         if width in out:
             raise FieldProblem(str(key), f"width {width} is given twice ({key!r} and {width!r}); give it once")
+        if isinstance(width, int) and not isinstance(width, bool) and width < 1:
+            raise FieldProblem(str(key), f"width {width} is no width: a table's keys are widths in bits, 1 or more")
         out[width] = entry
     return out
 

@@ -159,6 +159,34 @@ def test_compare_speedups_against_baseline() -> None:
             assert row["speedup_vs_marca-ideal"] > 1.0
 
 
+def test_compare_reads_what_evaluate_reads_at_every_length() -> None:
+    """compare's rows: the speedup of the model's latency (as a hybrid model's); a decode row per
+    context length (a Mamba step does not depend on it, but the memory check of a KV cache does:
+    the olmo-hybrid preset passed or failed by the order of --seq-lens); energy and power where a
+    design has them, so a power budget moves what it prints (it was accepted and dropped); and a
+    note where a Mamba-2 prefill runs the only form that maps."""
+    r = runner.invoke(app, ["compare", "--archs", "mambalaya,gpu-h100", "--model", "mamba-130m", "--phase", "decode",
+                            "--seq-lens", "1,4096", "-B", "1", "--baseline", "gpu-h100", "--set", "power_budget_w=1",
+                            "--format", "json"])
+    assert r.exit_code == 0, r.output
+    rows = json.loads(r.stdout)
+    assert sorted((row["seq_len"], row["arch"]) for row in rows) == [(1, "gpu-h100"), (1, "mambalaya"), (4096, "gpu-h100"),
+                                                               (4096, "mambalaya")]
+    base = {row["seq_len"]: row["model_latency_s"] for row in rows if row["arch"] == "gpu-h100"}
+    for row in rows:
+        assert row["speedup_vs_gpu-h100"] == base[row["seq_len"]] / row["model_latency_s"]
+        assert set(row) == set(rows[0])  # one set of columns, empty where a design lacks energy
+        if row["arch"] == "mambalaya":
+            assert row["power_budget_w"] == 1 and row["over_power_budget"] is True and row["throttled_latency_s"] > 0
+        else:
+            assert row["model_energy_j"] is None
+    for order in ("2048,1000000", "1000000,2048"):  # its KV cache at 10^6 positions is over 80 GB either way
+        r = runner.invoke(app, ["compare", "--model", "olmo-hybrid", "--phase", "decode", "--seq-lens", order, "-B", "1"])
+        assert r.exit_code == 1 and "does not fit" in r.stderr
+    r = runner.invoke(app, ["compare", "--model", "mamba2-130m", "--seq-lens", "1000", "-B", "1"])
+    assert r.exit_code == 0 and "run the recurrent scan, the only form that runs there" in r.output
+
+
 def test_bad_arch_and_inputs_are_one_paragraph(tmp_path) -> None:
     r = runner.invoke(app, ["evaluate", "--arch", "tpu-v9"])
     assert r.exit_code == 1 and "tpu-v9" in r.stderr and "mambalaya" in r.stderr

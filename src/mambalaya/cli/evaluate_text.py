@@ -367,11 +367,29 @@ def emit_comparison(rows: list[dict[str, Any]], run: DesignArgs, config: Any, ba
     elif fmt == Format.csv:
         emit(rows_csv(rows), output)
     else:
-        title = f"{run.model} {run.phase.value}, batch {run.batch}: each design with its own mapping; speedup over {baseline}"
+        title = (f"{run.model} {run.phase.value}, batch {run.batch}: each design with its own mapping; speedup of the "
+                 f"model's latency over {baseline}" + ("; seq_len: the context a decode step follows"
+                                                       if run.phase.value == "decode" else ""))
         if is_hybrid(config):  # the table keeps what compares; csv and json hold every column
             keep = ("seq_len", "arch", "model_latency_s", "tokens_per_s",
                     *(f"{t}_mapping" for t in config.layer_counts()), "attention_share", "devices", "interconnect_s",
                     f"speedup_vs_{baseline}")
-            rows = [{k: r[k] for k in keep if k in r} for r in rows]
             title += " (whole model; --format csv for each layer type's latency, cascade and share)"
-        print_table(rows_table(rows, title), output)
+        else:
+            keep = ("seq_len", "arch", "mapping", "scan", "precision", "layer_latency_s", "model_latency_s", "offchip_bytes",
+                    "compute_util", "mem_util", "devices", "parallel", "interconnect_s", "interconnect_share",
+                    f"speedup_vs_{baseline}")
+            title += " (whole model; --format csv for energy and power)"
+        shown = [{k: r[k] for k in keep if k in r} for r in rows]
+        print_table(rows_table(shown, title), output)
+        notes: dict[str, list[str]] = {}
+        for r in rows:
+            if r.get("other_scan_refused"):
+                notes.setdefault(f"at L={r['seq_len']} run the {r['scan']} scan, the only form that runs there "
+                                 f"({r['other_scan_refused']})", []).append(r["arch"])
+            if r.get("activations_fit_dram") is False:
+                notes.setdefault(f"at L={r['seq_len']}: the layer's activations as mapped exceed what the DRAM leaves "
+                                 "beside the model; the numbers assume they stream through DRAM (evaluate says by how "
+                                 "much)", []).append(r["arch"])
+        for note, designs in notes.items():
+            out_console.print(f"note: {', '.join(designs)} {note}", highlight=False)

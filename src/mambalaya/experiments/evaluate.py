@@ -587,7 +587,8 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
 
 def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = (),
                  precision: str | None = None) -> dict[str, ArchSpec]:
-    """Each named design loaded, with ``--set FIELD=VALUE`` settings applied."""
+    """Each named design loaded, with ``--set FIELD=VALUE`` settings applied (checked as
+    :func:`check_settings_read` says)."""
     from mambalaya.arch import load_arch, setting_fields, with_settings
 
     specs = {a: with_settings(load_arch(a), list(settings)) for a in names}
@@ -612,11 +613,14 @@ def compare_rows(
     parallel: str | None = None,
     micro_batches: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Latency of each design at each sequence length, with the speedup over ``baseline``;
-    ``settings`` (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's
-    model over that many devices, ``parallel`` (pipeline or tensor) saying how (the speedup
-    stays per layer, of one device's part under tensor parallelism; the model's latency and the
-    interconnect are their own columns)."""
+    """Latency of each design at each sequence length (a decode step's context length), with the
+    speedup over ``baseline`` of the whole model's latency, as a hybrid model's comparison takes it
+    (over several devices, the interconnect included), and, on a design with an energy section,
+    the energy, power against the budget and throttled latency (as a hybrid model's rows and a
+    sweep's carry them); ``settings`` (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's model over
+    that many devices, ``parallel`` saying how (the layer's latency is one device's part under
+    tensor parallelism). Each row says whether the layer's activations fit the DRAM beside the
+    model and, for a Mamba-2 prefill, why the other scan form did not run where it did not."""
     if baseline not in archs:
         archs = [baseline] + archs
     specs = designs_with(archs, settings, precision if isinstance(precision, str) else None)
@@ -625,15 +629,16 @@ def compare_rows(
         evals = {a: evaluate_best_scan(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,
                                        mapping=(mapping_overrides or {}).get(a), scan=scan, precision=precision,
                                        devices=devices, parallel=parallel, micro_batches=micro_batches) for a in archs}
-        base = evals[baseline].result.latency_s
+        base = evals[baseline].model_latency_s
         for a, ev in evals.items():
             r = ev.result
             rows.append(
                 {
-                    "seq_len": L if phase == "prefill" else 1,
+                    "seq_len": L,
                     "arch": a,
                     "mapping": ev.mapping.name,
-                    **({"scan": scan_form(ev.cascade)} if getattr(config, "family", "") == "mamba2" else {}),
+                    **({"scan": scan_form(ev.cascade), "other_scan_refused": ev.other_scan_refused}
+                       if getattr(config, "family", "") == "mamba2" else {}),
                     "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
                     "model_latency_s": ev.model_latency_s,
@@ -641,26 +646,28 @@ def compare_rows(
                     "compute_util": r.compute_util,
                     "mem_util": r.mem_util,
                     **devices_columns(ev.pipeline or ev.layer_split),
-                    "speedup_vs_" + baseline: base / r.latency_s,
+                    "activations_fit_dram": None if ev.dram is None else ev.dram.activations_fit,
+                    **{k: v for k, v in ev.totals().items() if k in COMPARED_ENERGY},
+                    "speedup_vs_" + baseline: base / ev.model_latency_s,
                 }
             )
-        if phase == "decode":
-            break  # one generation step does not depend on L
     return with_devices_columns(rows)
 
+
+#: A comparison row's energy columns, on a design with an energy section (:meth:`Evaluation.totals`).
+COMPARED_ENERGY = ("model_energy_j", "energy_per_token_j", "average_power_w", "power_budget_w", "over_power_budget",
+                   "throttled_latency_s")
 
 #: A comparison row's device columns for a design run on one device (or one core).
 ONE_DEVICE_COLUMNS = {"devices": 1, "parallel": "none", "interconnect_s": 0.0, "interconnect_share": 0.0}
 
 
 def with_devices_columns(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``rows`` each with the device columns where any has them (a multi-core design beside a
-    single-array one), so that every row has the same columns, in one order."""
-    if not any("devices" in r for r in rows):
-        return rows
-    out = []
-    for r in rows:
-        filled = {**ONE_DEVICE_COLUMNS, **{k: v for k, v in r.items() if k in ONE_DEVICE_COLUMNS}}
-        before = {k: v for k, v in r.items() if k not in ONE_DEVICE_COLUMNS and not k.startswith("speedup_vs_")}
-        out.append({**before, **filled, **{k: v for k, v in r.items() if k.startswith("speedup_vs_")}})
-    return out
+    """``rows`` each with every column any has, in one order (the speedup last): the device
+    columns where any has them (a multi-core design beside a single-array one), and empty ones
+    (None) where a row lacks what another has (energy on a design without an energy section)."""
+    if any("devices" in r for r in rows):
+        rows = [{**r, **{k: v for k, v in ONE_DEVICE_COLUMNS.items() if k not in r}} for r in rows]
+    columns = list(dict.fromkeys(k for r in rows for k in r if not k.startswith("speedup_vs_")))
+    columns += list(dict.fromkeys(k for r in rows for k in r if k.startswith("speedup_vs_")))
+    return [{k: r.get(k) for k in columns} for r in rows]

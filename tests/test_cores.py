@@ -163,3 +163,25 @@ def test_a_chip_holds_one_copy_of_the_model_every_core_reads():
     data["memory"]["offchip_capacity_bytes"] = 8 * 1024**3
     with pytest.raises(MambalayaError, match="does not fit"):
         evaluate(arch_from_dict(data), "mamba-2.8b", MODEL, phase="prefill", seq_len=1024, batch=1)
+
+
+def test_arch_show_derives_a_multi_core_chips_peaks_and_ridge_from_all_its_cores() -> None:
+    """arch show printed one core's MAC/s beside the chip's bandwidth: a ridge of 2 ops/byte on
+    marca-multicore, where each core at its share of the bandwidth, and so the chip, has 64."""
+    from mambalaya.arch import arch_rows, core_design, load_arch
+
+    spec = load_arch("marca-multicore")
+    rows = {r["field"]: r["value"] for r in arch_rows(spec)}
+    core = core_design(spec)
+    assert rows["derived.ridge_point_ops_per_byte"] == pytest.approx(core.ridge_point_ops_per_byte) == pytest.approx(64)
+    assert rows["derived.peak_macs_per_s"] == spec.cores.count * core.peak_macs_per_s
+
+
+def test_a_chips_power_line_says_it_is_a_cores_against_its_share_of_the_budget() -> None:
+    """--set power_budget_w=20 on marca-multicore printed "OVER the 0.625 W budget": a core's power
+    against a core's share, labelled as the chip's."""
+    out = CliRunner().invoke(app, ["evaluate", "--arch", "marca-multicore", "--model", "mamba-130m", "-L", "1024",
+                                   "-B", "1", "--set", "power_budget_w=20"])
+    assert out.exit_code == 0, out.output
+    assert "average power of the busiest of the chip's 32 cores" in out.output
+    assert "its 0.625 W share of the chip's 20 W budget" in out.output

@@ -513,10 +513,14 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
                     add(f"{section}.{name}.{key}", v, True, unit)
             else:
                 add(f"{section}.{name}", value, True)
+    n = spec.cores.count if spec.cores is not None else 1  # a multi-core chip's peaks are its cores' together
+    chip, each = ("cores.count * ", f" (the chip's {n} cores; one core's {spec.peak_macs_per_s:g} MAC/s)") if n > 1 else ("", "")
     derived = [
-        ("derived.one_d_lanes", spec.compute.one_d_lanes_effective, "lanes", "1D-mode lanes (array_rows * array_cols unless one_d_lanes is set; 0 without 1D mode)"),
-        ("derived.peak_macs_per_s", spec.peak_macs_per_s, "MAC/s", "array_rows * array_cols * clock_hz"),
-        ("derived.peak_elementwise_ops_per_s", spec.peak_elementwise_ops_per_s, "ops/s", "(1D lanes * ops/lane/cycle + vector_lanes) * clock_hz"),
+        ("derived.one_d_lanes", spec.compute.one_d_lanes_effective, "lanes", "1D-mode lanes (array_rows * array_cols unless one_d_lanes is set; 0 without 1D mode)"
+         + (" of each core" if n > 1 else "")),
+        ("derived.peak_macs_per_s", n * spec.peak_macs_per_s, "MAC/s", f"{chip}array_rows * array_cols * clock_hz{each}"),
+        ("derived.peak_elementwise_ops_per_s", n * spec.peak_elementwise_ops_per_s, "ops/s",
+         f"{chip}(1D lanes * ops/lane/cycle + vector_lanes) * clock_hz"),
         ("derived.peak_bandwidth", spec.peak_bandwidth, "B/s", "memory.offchip_bandwidth_bytes_per_s"),
         ("derived.onchip_bandwidth_bytes_per_cycle",
          spec.memory.buffer_bandwidth_bytes_per_cycle if spec.memory.buffer_bandwidth_bytes_per_cycle is not None else "unbounded",
@@ -524,7 +528,9 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
         *((f"derived.levels.{n}.bandwidth_bytes_per_cycle", level.bytes_per_cycle, "B/cycle",
            f"memory.levels.{n}.bandwidth_bytes_per_cycle if given, else its banks * bank_port_bytes")
           for n, level in spec.memory.levels.items()),
-        ("derived.ridge_point_ops_per_byte", spec.ridge_point_ops_per_byte, "ops/byte", "2 * peak_macs_per_s / peak_bandwidth"),
+        ("derived.ridge_point_ops_per_byte", n * spec.ridge_point_ops_per_byte, "ops/byte",
+         "2 * peak_macs_per_s / peak_bandwidth" + (" (the chip's, as each core's share of the bandwidth gives it)"
+                                                   if n > 1 else "")),
     ]
     for path, value, unit, how in derived:
         rows.append({"field": path, "value": value, "unit": unit, "source": f"derived: {how}"})

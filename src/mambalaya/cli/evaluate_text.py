@@ -13,7 +13,7 @@ from mambalaya import __version__
 from mambalaya.cli.common import width_text, emit, print_table, provenance_record, rows_csv, rows_table, out_console, tables_and_lines
 from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
-from mambalaya.experiments.evaluate import dram_totals, scan_form
+from mambalaya.experiments.evaluate import chip_cores, dram_totals, scan_form
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
 from mambalaya.workloads.families.base import is_hybrid
@@ -89,7 +89,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
                 f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s ({objective_text(ev)})",
                 highlight=False,
             )
-            out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer"), highlight=False)
+            out_console.print(power_text(ev.arch, t, throttled_key="throttled_latency_s", what="the layer", cores=ev.cores),
+                              highlight=False)
         print_devices(ev, ev.dram)
         if "area_mm2" in t:
             chip = "" if ev.cores == 1 else f"; {ev.cores} cores of {t['area_mm2'] / ev.cores:.4g} mm^2"
@@ -258,25 +259,28 @@ def sequence_parallel_text(arch: Any, sp: Any) -> str:
             f"{sp.devices - 1} times in turn")
 
 
-def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str) -> str:
+def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str, cores: int = 1) -> str:
     """The average-power line: against the design's budget, at its node, and (over the budget)
-    the time ``what`` takes held to it (``totals[throttled_key]``)."""
+    the time ``what`` takes held to it (``totals[throttled_key]``). On a chip of ``cores`` cores
+    the figures are a core's (the busiest's) against its share of the chip's budget, and say so."""
     budget = totals["power_budget_w"]
     average, layer = totals["average_power_w"], totals.get("layer_power_w", totals["average_power_w"])
     # the budget holds at every moment: judged on a layer's power while it runs, which on several
     # devices (their waits in the average) or across layer types may exceed the average
     drawn = (f"{layer / budget:.2f}x" if math.isclose(layer, average, rel_tol=1e-9)
              else f"a layer draws {layer:.4g} W while it runs, {layer / budget:.2f}x") if budget else ""
+    share = f"the {budget:g} W budget" if budget is None or cores == 1 else \
+        f"its {budget:g} W share of the chip's {budget * cores:g} W budget"
     verdict = ("no power budget in the spec" if budget is None else
-               f"OVER the {budget:g} W budget ({drawn})" if totals["over_power_budget"]
-               else f"within the {budget:g} W budget")
+               f"OVER {share} ({drawn})" if totals["over_power_budget"] else f"within {share}")
     node = ("energies as the spec gives them, no leakage (no technology section)" if arch.technology is None else
             f"energies at {arch.technology.node_nm:g} nm, no leakage (no area section: the technology's leakage "
             "densities are per mm^2 and per MiB of it)" if arch.area is None else
             f"energies at {arch.technology.node_nm:g} nm, leakage {totals['leakage_w']:.3g} W included")
     throttled = (f"; held to the budget {what} takes {milliseconds(totals[throttled_key])} ms"
                  if totals["over_power_budget"] else "")
-    return f"average power {totals['average_power_w']:.4g} W: {verdict} ({node}){throttled}"
+    whose = "" if cores == 1 else f" of the busiest of the chip's {cores} cores"
+    return f"average power{whose} {totals['average_power_w']:.4g} W: {verdict} ({node}){throttled}"
 
 
 def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format, output: Path | None,
@@ -333,7 +337,8 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                                for lt, ev in hv.layers.items())
             out_console.print(f"energy: {hybrid_energy_text(hv, t, energy.model_j, f'{parts}; {layers}')}; "
                               f"{t['energy_per_token_j'] * 1e6:.4g} uJ/token; EDP {t['edp_js']:.4g} J*s", highlight=False)
-            out_console.print(power_text(hv.arch, t, throttled_key="throttled_model_latency_s", what="the model"),
+            out_console.print(power_text(hv.arch, t, throttled_key="throttled_model_latency_s", what="the model",
+                                         cores=chip_cores(hv.arch, hv.layer_split or hv.pipeline)),
                               highlight=False)
 
 

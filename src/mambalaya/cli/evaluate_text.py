@@ -269,8 +269,8 @@ def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: s
     # devices (their waits in the average) or across layer types may exceed the average
     drawn = (f"{layer / budget:.2f}x" if math.isclose(layer, average, rel_tol=1e-9)
              else f"a layer draws {layer:.4g} W while it runs, {layer / budget:.2f}x") if budget else ""
-    share = f"the {budget:g} W budget" if budget is None or cores == 1 else \
-        f"its {budget:g} W share of the chip's {budget * cores:g} W budget"
+    share = ("" if budget is None else f"the {budget:g} W budget" if cores == 1 else
+             f"its {budget:g} W share of the chip's {budget * cores:g} W budget")
     verdict = ("no power budget in the spec" if budget is None else
                f"OVER {share} ({drawn})" if totals["over_power_budget"] else f"within {share}")
     node = ("energies as the spec gives them, no leakage (no technology section)" if arch.technology is None else

@@ -266,7 +266,7 @@ def test_mixer_width_of_its_own_builds_the_mamba2_cascade() -> None:
                                                                          theirs.einsums)
     assert whole.layer_parameters() == plain.layer_parameters()
     model = nemotron_h_config_from_hf(_moe_base(mamba_num_heads=6))  # 6 x 16 = 96 = 1.5 x 64
-    cascade = model.layer("mamba", batch=1, seq_len=16)
+    cascade = model.layer("mamba", batch=1, seq_len=16, scan="recurrent")  # (16 is no whole chunk: chunked refused)
     assert (cascade.ranks["G"].size, cascade.ranks["R"].size, cascade.ranks["P"].size) == (2, 3, 16)
     with pytest.raises(SpecError, match="n_groups"):
         nemotron_h_config_from_hf(_moe_base(mamba_num_heads=5))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import re
 import os
 import signal
 import sqlite3
@@ -660,3 +661,19 @@ def test_a_chunk_the_cluster_loses_is_submitted_again_and_recorded_once() -> Non
     assert sorted(recorded) == [(0, ["kept"]), (1, ["lost"])] and executor.calls.count("lost") == 2
     with pytest.raises(ValueError):
         sweep_module._submit_chunks(Flaky(failures=sweep_module.CLUSTER_TRIES), [["lost"]], False, lambda k, r: None)
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("grid: {model: [mamba-130m, mamba-130m]}\n", "grid.model: 'mamba-130m' is given twice"),
+    ("grid: {model: [mamba-130m], seq_len: [512, 512]}\n", "grid.seq_len: 512 is given twice"),
+    ("grid: {model: [mamba-130m], memory.onchip_buffer_bytes: [16MiB, 16777216]}\n",
+     "'16MiB' and 16777216 read as one value"),
+    ("grid: {model: [mamba-130m], memory.offchip_bandwidth_bytes_per_s: [1e12, 1 TB/s]}\n", "read as one value"),
+    ("grid: {model: [mamba-130m], area.sram_um2_per_bit: [0.03, 0.3]}\n", "the SRAM's area moves the chip's area alone"),
+])
+def test_a_sweep_axis_repeating_a_point_or_reading_nothing_is_refused(tmp_path, text, needle) -> None:
+    """A repeated value was one point without a word; two spellings of one value (16MiB and
+    16777216) were two rows of one design, counted twice by a plot's mean; the SRAM's area on
+    designs without an overhead on it moves only the area, which no point stores."""
+    with pytest.raises(SpecError, match=re.escape(needle)):
+        load_sweep_spec(write_spec(tmp_path, text + "fixed: {batch: 2}\n"))

@@ -269,6 +269,12 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
     if "model" not in grid and "model" not in fixed:
         raise SpecError("no model: give 'model' in 'grid' (a list of presets or config files) or in 'fixed'",
                         source=source)
+    for key, values in grid.items():  # a repeat was one point without a word
+        seen: list[Any] = []
+        for value in values if isinstance(values, list) else []:
+            if any(type(value) is type(other) and value == other for other in seen):
+                raise SpecError(f"grid.{key}: {show(value)} is given twice; give each value once", source=source)
+            seen.append(value)
     settings = {k: (f"grid.{k}", v) for k, v in grid.items()} | {k: (f"fixed.{k}", [v]) for k, v in fixed.items()}
     for key in POINT_KEYS:
         where, values = settings.get(key, (f"the default {key}", [DEFAULTS.get(key)]))
@@ -288,6 +294,12 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
         check_settings_read(list(specs.values()), [k for k in settings if isinstance(k, str)], option="sweep field")
     except SpecError as err:
         raise SpecError(getattr(err, "message", str(err)), source=source) from None
+    if "area.sram_um2_per_bit" in settings and "area.overhead_fraction" not in settings and all(
+            spec.area is None or spec.area.overhead_fraction == 0 for spec in specs.values()):
+        raise SpecError(f"{settings['area.sram_um2_per_bit'][0]}: the SRAM's area moves the chip's area alone on these "
+                        "designs (their SRAM leaks per MiB, technology.sram_leakage_w_per_mib, and area.overhead_fraction "
+                        "is 0), which a sweep point does not store, so every value would give the same numbers",
+                        source=source)
     mappings = settings.get("mapping", ("", [DEFAULTS["mapping"]]))[1]
     if "memory.onchip_buffer_bytes" in settings and all(m == "ideal" for m in mappings):  # an unbounded buffer
         raise SpecError(f"{settings['memory.onchip_buffer_bytes'][0]}: the ideal mapping's buffer is unbounded, so "
@@ -362,16 +374,39 @@ def _check_arch_field(designs: dict[str, dict[str, Any]], key: str, where: str, 
     """Each value of the architecture field ``key``, set alone on the sweep's designs, is one
     the spec's models take; a value no design takes is a :class:`SpecError`. Only problems of
     the field itself count (its type, units, range, a field or section the designs lack); a
-    problem of the field with others is a combination's, left to its points."""
-    checked: list[Any] = []
+    problem of the field with others is a combination's, left to its points. Two values that
+    read as one (``16MiB`` and ``16777216``) are refused: they were two points of one design,
+    counted twice by a plot's mean over the axis."""
+    read_as: dict[str, Any] = {}
     for value in values:
-        if any(type(value) is type(seen) and value == seen for seen in checked):
-            continue
-        checked.append(value)
         problems = [_arch_field_problem(design, key, value) for design in designs.values()]
         if all(problems):
             on = "" if problems[0].startswith(_VALUE_PROBLEM) else f" (on {', '.join(map(str, designs))})"
             raise SpecError(f"{where}: {problems[0]}{on}", source=source)
+        design = next(d for d, problem in zip(designs.values(), problems) if problem is None)
+        parsed = repr(_read_value(design, key, value))
+        if parsed in read_as:
+            raise SpecError(f"{where}: {show(read_as[parsed])} and {show(value)} read as one value ({parsed}); give it "
+                            "once (each would be a point of one design)", source=source)
+        read_as[parsed] = value
+
+
+def _read_value(design: dict[str, Any], key: str, value: Any) -> Any:
+    """``value`` of the field ``key`` as the design's spec reads it (units parsed); the value as
+    written where the design does not take it with its other fields (a combination left to its
+    points: :func:`_check_arch_field`)."""
+    from pydantic import ValidationError
+
+    from mambalaya.arch import ArchSpec, arch_to_dict, set_fields
+
+    try:
+        data = set_fields(arch_to_dict(ArchSpec.model_validate(design)), {key: value})
+        node: Any = arch_to_dict(ArchSpec.model_validate(data))
+    except (SpecError, ValidationError):
+        return value
+    for part in key.split("."):
+        node = node[int(part)] if isinstance(node, dict) and part not in node and part.isdigit() else node[part]
+    return node
 
 
 #: How a problem of an architecture field's value begins (one of a field the designs lack does not).

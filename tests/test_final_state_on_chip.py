@@ -219,3 +219,19 @@ def test_no_tensor_read_at_one_position_elsewhere_is_written_whole(preset, layer
             checked += 1
             assert written < c.nbytes(t), (t, g.einsums)
     layer_latency(arch, c, m)  # the mapping costs as a whole
+
+
+def test_the_tiled_executor_refuses_a_forward_substitution_tiled_along_its_rank_by_name() -> None:
+    """The delta rule's TI reads every earlier row of Q through a variable of its own; a mapping
+    file tiling Q is costed by the model (every earlier row held) but the executor, which carries
+    a fixed number of rows between tiles, failed with numpy's shape error. It now says so."""
+    from mambalaya.errors import ExecutionError
+
+    c = gdn_layer(GDN, batch=1, seq_len=16, scan="chunked")
+    order = {e.name: i for i, e in enumerate(c.einsums)}
+    tiled = FusionGroup("F", ("TI",), (Loop("Q", 2),))
+    groups = [tiled, *(FusionGroup(e.name, (e.name,)) for e in c.einsums if e.name != "TI")]
+    mapping = Mapping("m", tuple(sorted(groups, key=lambda g: order[g.einsums[0]])))
+    check_mapping(c, mapping, ignore_buffer=True)  # legal: the model costs it
+    with pytest.raises(ExecutionError, match="Einsum TI reads every earlier row of rank Q, which the group tiles"):
+        run_tiled(c, mapping, {})

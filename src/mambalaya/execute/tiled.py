@@ -580,6 +580,23 @@ def _group_reads(cascade: Cascade, group: FusionGroup) -> set[str]:
     return out
 
 
+def check_runnable(cascade: Cascade, group: FusionGroup) -> None:
+    """An :class:`ExecutionError` for a group this executor does not run: a history recurrence
+    (the delta rule's forward substitution ``TI``, which reads every earlier row of its rank
+    through a variable of its own) tiled along that rank. The model costs such a group (every
+    earlier row held on chip, as a blocked forward substitution holds them); this executor
+    carries a fixed number of rows between tiles, so it cannot check those numbers (it failed
+    with numpy's shape error)."""
+    trips = {lp.rank: lp.trips(cascade.size(lp.rank)) for lp in group.loops}
+    for name in group.einsums:
+        e = cascade.einsum(name)
+        rec = cascade.recurrence(e)
+        if rec is not None and cascade.is_history_recurrence(e) and trips.get(rec[0], 1) > 1:
+            raise ExecutionError(f"group {group.name}: Einsum {name} reads every earlier row of rank {rec[0]}, which "
+                                 f"the group tiles ({trips[rec[0]]} tiles); the tiled executor runs such a recurrence "
+                                 f"whole along {rec[0]} only (the model costs it: its numbers are not checked here)")
+
+
 def run_tiled(
     cascade: Cascade,
     mapping: Mapping,
@@ -594,6 +611,8 @@ def run_tiled(
     """
     dt = resolve_dtype(dtype)
     ordered = check_mapping(cascade, mapping, ignore_buffer=True)
+    for g in ordered.groups:
+        check_runnable(cascade, g)
     store = OffChipStore(cascade, check_arrays(cascade, arrays, dt))
     wanted = set(cascade.output_tensors())
     reads = [_group_reads(cascade, g) for g in ordered.groups]

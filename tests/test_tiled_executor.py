@@ -288,3 +288,20 @@ def test_tiled_run_holds_no_full_intermediates() -> None:
         tracemalloc.stop()
     assert peak < untiled / 4
     assert tiled.steps == {"all": 16}
+
+
+def test_a_retained_window_beside_reads_that_do_not_move_with_its_tiles_is_refused() -> None:
+    """Mamba-2's conv CC reads CI through a window along I; its conv-state output CSCN reads CI's
+    last rows, which do not move with the I tiles. With halo: retain the traffic counted each row
+    once, as if the box between them stayed on chip, while the footprint held the window's rows
+    (768 B for an on-chip peak of 115 KB at L 512): the buffer check passed a group that does not
+    fit. Refused, naming both; with halo: recompute (or CSCN alone) the group is legal."""
+    from mambalaya.workloads import PRESETS, build_layer
+    from mambalaya.fusion.mapping import check_group_rules
+
+    c = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=512, batch=1, scan="chunked", state_io=True)
+    with pytest.raises(MappingError, match="CSCN reads CI along I at positions that do not move") as err:
+        check_group_rules(c, FusionGroup("CONV", ("CC", "CSCN"), (Loop("I", 64),), "retain"))
+    assert err.value.rule == "halo"
+    check_group_rules(c, FusionGroup("CONV", ("CC", "CSCN"), (Loop("I", 64),), "recompute"))
+    check_group_rules(c, FusionGroup("CONV", ("CC",), (Loop("I", 64),), "retain"))

@@ -475,6 +475,41 @@ def check_group_rules(cascade: Cascade, g: FusionGroup) -> None:
         if problem is not None:
             message, rule, edge = problem
             raise MappingError(message, rule=rule, group=g.name, edge=edge)
+    if g.halo == "retain":
+        _check_retained_windows(cascade, g)
+
+
+def _check_retained_windows(cascade: Cascade, g: FusionGroup) -> None:
+    """A tensor the group reads through a window along a rank it tiles, with ``halo: retain``,
+    may not also be read along that rank at positions that do not move with it (by a member
+    that runs in every step): the traffic counts each row once, as if the box between the
+    window and those positions stayed on chip, while the footprint holds the window's rows
+    alone (Mamba-2's conv CC beside its conv-state output CSCN reading CI's last rows: a
+    footprint of 768 B for an on-chip peak of 115 KB). Memoised like :func:`window_halos`."""
+    memo = cascade.__dict__.setdefault("_retained_windows_memo", {})
+    key = (g.einsums, frozenset(g.fused_ranks))
+    if key not in memo:
+        memo[key] = _retained_window_problem(cascade, g)
+    if memo[key] is not None:
+        raise MappingError(memo[key], rule="halo", group=g.name)
+
+
+def _retained_window_problem(cascade: Cascade, g: FusionGroup) -> str | None:
+    for (tensor, rank), _rows in window_halos(cascade, g).items():
+        dims = [d for d, r in enumerate(cascade.tensors[tensor].ranks) if r == rank]
+        for e in group_einsums(cascade, g):
+            if e.name == tensor or rank in select_ranks(cascade, g, e.name):
+                continue
+            for acc in e.inputs:
+                if acc.tensor != tensor:
+                    continue
+                fixed = [d for d in dims if all(rank_of_variable(v) != rank for v in acc.indices[d].variables)]
+                if fixed:
+                    return (f"{e.name} reads {tensor} along {rank} at positions that do not move with the group's "
+                            f"{rank} tiles ({acc.indices[fixed[0]]}), while the group reads {tensor} through a window "
+                            f"along {rank} with halo: retain: the box between them would stay on chip, which the "
+                            f"footprint does not hold; use halo: recompute, or put {e.name} in a group of its own")
+    return None
 
 
 def _einsum_rule_problem(cascade: Cascade, e: Einsum, inside: tuple[str, ...], fused: frozenset[str],

@@ -300,3 +300,17 @@ def test_the_hybrid_suite_takes_the_softmax_form(tmp_path) -> None:
         refused = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--models", str(model), option, value,
                                       "--out", str(tmp_path / "h")])
         assert refused.exit_code == 1 and f"{option} applies to the paper suite only" in refused.output, option
+
+
+def test_a_hybrid_layer_run_in_its_only_mapping_scan_form_says_why() -> None:
+    """At a length the chunk does not divide, a hybrid model's Mamba layers run the recurrent form;
+    evaluate said so for a Mamba-2 model but not for a hybrid one (its title named only the cascade)."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    out = CliRunner().invoke(app, ["evaluate", "-m", "bamba-9b", "-L", "96", "-B", "1", "-a", "gpu-h100"])
+    assert out.exit_code == 0, out.output
+    said = " ".join(out.output.split())
+    assert "mamba layers (29 of 32), prefill (recurrent scan, the only form that runs here (chunked scan: the chunked " \
+           "scan pads L = 96" in said

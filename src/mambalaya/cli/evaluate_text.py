@@ -311,7 +311,9 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         return
     tables = []
     for t, ev in hv.layers.items():
-        title = (f"{run.model} {t} layers ({ev.result.n_layers} of {config.n_layers}), {run.phase.value} L={seq_len} "
+        form = (f" ({scan_form(ev.cascade)} scan, the only form that runs here ({ev.other_scan_refused}))"
+                if ev.other_scan_refused else "")
+        title = (f"{run.model} {t} layers ({ev.result.n_layers} of {config.n_layers}), {run.phase.value}{form} L={seq_len} "
                  f"batch={run.batch} on {hv.arch.name}; cascade {ev.cascade.name}; mapping {ev.mapping.name}: "
                  f"{ev.mapping.description}. Latencies in s, traffic in bytes.")
         tables.append(rows_table(rows[t], title))

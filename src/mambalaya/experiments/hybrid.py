@@ -19,7 +19,7 @@ both). A decode step's ``seq_len`` is the context already in the KV cache.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import replace, dataclass
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
@@ -316,7 +316,8 @@ def evaluate_hybrid(
         if not found:
             raise MambalayaError(f"{model_name} {layer_type} layers, {phase} L={seq_len}, on {spec.name}: "
                                  + "; ".join(errors))
-        layers[layer_type] = min(found, key=lambda ev: ev.result.latency_s)
+        best = min(found, key=lambda ev: ev.result.latency_s)
+        layers[layer_type] = replace(best, other_scan_refused="; ".join(errors)) if errors else best
     if tensor or expert or sequence:
         multicast = {t: c for lt, ev in layers.items()
                      for t, c in multicast_of(spec, ev.result, shares.get(ev.cascade.name), lt, n_devices).items()}

@@ -127,7 +127,7 @@ on the GPU spec of its hardware: **predicted** at the fractions of peak that mea
 reach and the launch floor (each spec's `kernels` section, from microbenchmarks, the same for every case;
 one quantity, a scan kernel's SM-cycles per element-step, is fitted once on the six Mamba-1 scans of the
 Mamba paper's Figure 8 and `mambalaya validate` prints its error on the other cases), and its **speed of
-light** (the `ideal` mapping at the peak rates, no fitted quantity in it). {verdict}
+light** (the `ideal` mapping at the peak rates and the off-chip bandwidth, no bound on the on-chip buffer's bandwidth, which the model only bounds from above, and no fitted quantity in it). {verdict}
 Predicted over measured: median {v['ratio'].median():.3g}, range {v['ratio'].min():.3g}-{v['ratio'].max():.3g};
 the model is optimistic, as a model without the kernels' own inefficiencies (occupancy, pipeline bubbles, the
 host) must be. `validation.csv` has every case with its source and the setup details assumed.

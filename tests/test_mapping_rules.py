@@ -168,3 +168,28 @@ def test_rules_memoised_per_einsum_give_each_group_its_own_verdict() -> None:
         assert (got is None) == (again is None)
         if got is not None:
             assert again == (got[0].replace(f"group {g.name}", "group other"), got[1], "other", got[3])
+
+
+def test_a_mapping_file_is_named_by_its_path_not_by_the_name_written_in_it(tmp_path) -> None:
+    """A file saved from the optimal search at one point, run at another, was printed as
+    'mapping optimal: least ...', beside a different number than the search gives there."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    runner = CliRunner()
+    path = tmp_path / "opt.yaml"
+    saved = runner.invoke(app, ["fusion", "map", "-m", "mamba-130m", "-L", "2048", "-B", "4", "--mapping", "optimal",
+                                "--buffer", "50MiB", "--save", str(path)])
+    assert saved.exit_code == 0, saved.output
+    out = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "-L", "8192", "-B", "16", "--mapping", str(path), "-f", "json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.stdout)
+    assert doc["mapping"]["name"] == str(path)
+    assert "written as 'optimal'" in doc["mapping"]["description"]
+    text = runner.invoke(app, ["evaluate", "-m", "mamba-130m", "-L", "8192", "-B", "16", "--mapping", str(path)])
+    said = " ".join(text.output.split())
+    assert f"mapping {path}: a mapping file, its groups and tiles as written" in said
+    assert "mapping searched for" not in said

@@ -14,6 +14,7 @@ from mambalaya.cli.common import width_text, emit, print_table, provenance_recor
 from mambalaya.cli.layer_options import DesignArgs
 from mambalaya.cli.options import Format, PhaseOption
 from mambalaya.experiments.evaluate import chip_cores, dram_totals, scan_form
+from mambalaya.search.mappings import NAMED_MAPPINGS
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
 from mambalaya.workloads.families.base import is_hybrid
@@ -169,6 +170,8 @@ def objective_text(ev: Any) -> str:
         return "ideal mapping: no groups or tiles to choose"
     if ev.mapping.name in SEARCHED_MAPPINGS:
         return f"mapping searched for {ev.objective}"
+    if ev.mapping.name not in NAMED_MAPPINGS:
+        return f"mapping file {ev.mapping.name}: its groups and tiles as written"
     return f"{ev.mapping.name}: its groups fixed, tiles chosen for {ev.objective}"
 
 

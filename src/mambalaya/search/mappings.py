@@ -507,7 +507,9 @@ def load_mapping_file(name: str) -> Mapping:
     if not path_is(name):
         raise SpecError(f"unknown mapping {name!r}: use one of {', '.join(NAMED_MAPPINGS)} or the path of a mapping "
                         "YAML file")
-    return load_mapping(name)
+    written = load_mapping(name)  # named by its path: a file written as "optimal" at another point is not the search's
+    return replace(written, name=str(name), description=f"a mapping file, its groups and tiles as written "
+                                                         f"(written as {written.name!r}: {written.description})")
 
 
 __all__ = [

@@ -50,7 +50,8 @@ from dataclasses import dataclass
 from mambalaya.cost.pipeline import LayerSplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import (Access, AffineIndex, Binary, Const, Einsum, Rank, Role, TensorSpec, accesses,
-                                 additive_terms, map_accesses, product_factors, rank_of_variable, rank_variable)
+                                 additive_terms, expr_variables, map_accesses, product_factors, rank_of_variable,
+                                 rank_variable)
 from mambalaya.errors import SpecError
 
 #: The size expressions (as the layer builders write them) of the position ranks sequence
@@ -281,7 +282,9 @@ def _corrected(einsums: list[Einsum], tensors: dict[str, TensorSpec], cascade: C
     """``einsums`` with the crossing recurrence ``c`` started from zero, its coefficients' running
     product ``<X>_P`` (from ones, ``<X>_P0``) beside it, and every reader of ``X`` followed by its
     correction ``<R>_C`` (the reader on ``<X>_P * <X>_IN``) and the corrected ``<R>_T``, which
-    the reader's readers read instead."""
+    the reader's readers read instead. The product has the ranks its coefficients have (and the
+    crossing rank), not the state's: Mamba-2's decay ``CD[b,c,g,r]`` makes one value per chunk
+    and head, where a product of the state's shape wrote and read 8.6 GB a layer per device."""
     x, spec = c.einsum, tensors[c.einsum]
     state = tuple(r for r in spec.ranks if r != c.rank)
     incoming = c.incoming
@@ -290,12 +293,16 @@ def _corrected(einsums: list[Einsum], tensors: dict[str, TensorSpec], cascade: C
                                        description=f"the state of {x} the previous device passes on")
     tensors[x] = dataclasses.replace(spec, initial=None)  # each device scans its part from zero
     product, start = x + PRODUCT, x + PRODUCT_START
-    tensors[start] = TensorSpec(start, state, Role.INPUT, spec.bits, description=f"ones: {product}'s start")
-    tensors[product] = TensorSpec(product, spec.ranks, Role.INTERMEDIATE, spec.bits, initial=start,
-                                  description=f"the running product of {x}'s coefficients on this device")
     own = next(e for e in einsums if e.name == x)
-    previous = Access(product, tuple(AffineIndex.var(v, -1 if rank_of_variable(v) == c.rank else 0)
-                                     for v in own.output_variables))
+    coefficient_ranks = {rank_of_variable(v) for f in c.coefficient for v in expr_variables(f)}
+    kept = [d for d, r in enumerate(spec.ranks) if r == c.rank or r in coefficient_ranks]
+    product_ranks = tuple(spec.ranks[d] for d in kept)
+    tensors[start] = TensorSpec(start, tuple(r for r in product_ranks if r != c.rank), Role.INPUT, spec.bits,
+                                description=f"ones: {product}'s start")
+    tensors[product] = TensorSpec(product, product_ranks, Role.INTERMEDIATE, spec.bits, initial=start,
+                                  description=f"the running product of {x}'s coefficients on this device")
+    previous = Access(product, tuple(AffineIndex.var(own.output_variables[d], -1 if spec.ranks[d] == c.rank else 0)
+                                     for d in kept))
     coefficient = previous
     for factor in c.coefficient:
         coefficient = Binary("*", coefficient, factor)
@@ -306,7 +313,7 @@ def _corrected(einsums: list[Einsum], tensors: dict[str, TensorSpec], cascade: C
                                                       if a.tensor in renamed else a))
         out.append(e)
         if e.name == x:
-            out.append(Einsum(Access(product, own.output.indices), coefficient))
+            out.append(Einsum(Access(product, tuple(own.output.indices[d] for d in kept)), coefficient))
             continue
         if x not in e.input_tensors:
             continue
@@ -321,8 +328,8 @@ def _corrected(einsums: list[Einsum], tensors: dict[str, TensorSpec], cascade: C
                             "sequence parallelism corrects a sum linear in the state")
         correction = None
         for sign, t in terms:
-            t = map_accesses(t, lambda a: Binary("*", dataclasses.replace(a, tensor=product), _state_access(a, cascade, c))
-                             if a.tensor == x else a)
+            t = map_accesses(t, lambda a: Binary("*", Access(product, tuple(a.indices[d] for d in kept)),
+                                                 _state_access(a, cascade, c)) if a.tensor == x else a)
             if correction is None:
                 correction = t if sign > 0 else Binary("-", Const(0.0), t)
             else:

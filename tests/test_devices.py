@@ -14,7 +14,7 @@ from mambalaya.arch import arch_from_dict, arch_to_dict, arch_to_yaml, load_arch
 from mambalaya.cli import app
 from mambalaya.cost.capacity import CapacityError
 from mambalaya.cost.pipeline import boundary_bytes, stage_layers
-from mambalaya.errors import SpecError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.devices import layer_order, stage_needs
 from mambalaya.experiments.evaluate import evaluate, model_memory_need
 from mambalaya.experiments.hybrid import evaluate_hybrid
@@ -289,3 +289,35 @@ def test_a_strategy_the_model_cannot_take_is_refused_on_one_device_too() -> None
     r = runner.invoke(app, [*base, "--phase", "decode", "--parallel", "sequence"])
     assert r.exit_code == 1 and "a decode step has one position" in " ".join(r.stderr.split())
     assert runner.invoke(app, [*base, "--parallel", "tensor"]).exit_code == 0
+
+
+def test_parallel_best_lists_every_strategy_at_its_faster_scan_form_and_checks_its_micro_batches() -> None:
+    """--parallel best on a Mamba-2 prefill listed only the winning form's strategies (sequence,
+    which only the recurrent form runs at L 256, was missing); with --micro-batches not dividing
+    the batch it left the pipeline out without a word; a pipeline's boundaries are each listed."""
+    from mambalaya.experiments.evaluate import evaluate_best_scan
+
+    config = PRESETS["mamba2-130m"]
+    best = evaluate_best_scan("gpu-h100", "mamba2-130m", config, phase="prefill", seq_len=256, batch=1, devices=2,
+                              parallel="best")
+    listed = dict(best.strategies_s)
+    assert {"pipeline", "tensor", "sequence"} <= set(listed)
+    for strategy, seconds in listed.items():
+        alone = evaluate_best_scan("gpu-h100", "mamba2-130m", config, phase="prefill", seq_len=256, batch=1, devices=2,
+                                   parallel=strategy)
+        assert seconds == alone.model_latency_s, strategy
+    with pytest.raises(SpecError, match="--micro-batches 3 must divide the batch"):
+        evaluate("gpu-h100", "mamba-1.4b", PRESETS["mamba-1.4b"], phase="prefill", seq_len=2048, batch=8, devices=2,
+                 parallel="best", micro_batches=3)
+    ev = evaluate("gpu-h100", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=1, devices=3)
+    assert ev.totals()["boundary_bytes"] == list(ev.pipeline.boundary_bytes) and len(ev.totals()["boundary_bytes"]) == 2
+
+
+def test_sequence_parallel_on_one_device_refuses_a_model_it_cannot_split() -> None:
+    """On one device every strategy is the one-device evaluation, but a strategy the model cannot
+    take is refused there too: bamba-9b's attention under sequence parallelism ran on one device."""
+    from mambalaya.experiments.hybrid import evaluate_hybrid
+
+    with pytest.raises(MambalayaError, match="attention layers cannot run sequence parallel"):
+        evaluate_hybrid(load_arch("gpu-h100"), "bamba-9b", PRESETS["bamba-9b"], phase="prefill", seq_len=512, batch=1,
+                        devices=1, parallel="sequence")

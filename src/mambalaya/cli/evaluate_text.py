@@ -147,7 +147,9 @@ def pipeline_text(arch: Any, pipeline: Any, stage_dram: tuple[Any, ...]) -> str:
     memory = "; ".join(f"{system.unit} {d}: {byte_size(u.used_bytes)}" + (f" of {byte_size(u.capacity_bytes)}"
                                                                    if u.capacity_bytes else "")
                        for d, u in enumerate(stage_dram))
-    sent = byte_size(pipeline.boundary_bytes[0]) if pipeline.boundary_bytes else "0 B"
+    sizes = sorted(set(pipeline.boundary_bytes))  # (a zamba2 boundary after the last hybrid layer sends no EMB)
+    sent = ("0 B" if not sizes else byte_size(sizes[0]) if len(sizes) == 1
+            else f"{byte_size(sizes[0])} to {byte_size(sizes[-1])}")
     m = pipeline.micro_batches
     schedule = ("one batch, no micro-batches" if m == 1 else
                 f"{m} micro-batches, GPipe's schedule: the first through every stage, then one per "

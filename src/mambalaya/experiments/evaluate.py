@@ -8,6 +8,8 @@ latency and energy results are made)."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -240,7 +242,7 @@ def pipeline_totals(pipeline: PipelineCost, stage_dram: tuple[DramUse, ...]) -> 
     links have one) energy of the transfers between them, and the fullest device's memory."""
     out: dict[str, Any] = {"devices": pipeline.devices, "parallel": "pipeline", "layers_latency_s": pipeline.layers_s,
                            "interconnect_s": pipeline.interconnect_s, "interconnect_share": pipeline.interconnect_share,
-                           "boundary_bytes": pipeline.boundary_bytes[0] if pipeline.boundary_bytes else 0.0,
+                           "boundary_bytes": list(pipeline.boundary_bytes),
                            "devices_busy_share": pipeline.busy_share, "interconnect_energy_j": pipeline.interconnect_j,
                            "micro_batches": pipeline.micro_batches}
     if stage_dram:
@@ -310,6 +312,7 @@ def evaluate(
     policy = resolve_policy(spec, precision)
     n_devices = resolve_devices(spec, devices)
     if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:
+        resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel="pipeline")  # (else left out silently)
         return fastest_strategy(lambda strategy: evaluate(
             spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
             precision=policy, objective=objective, devices=n_devices, parallel=strategy,
@@ -537,6 +540,7 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
     if spec.cores is None and options.get("devices") in (None, 1):
         require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)  # once, not per form
     best, errors = None, []
+    strategies: dict[str, float] = {}  # --parallel best: each strategy at its faster form
     for scan in ("chunked", "recurrent"):
         try:
             ev = evaluate(spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
@@ -544,10 +548,14 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
         except MambalayaError as err:
             errors.append(f"{scan}: {err}")
             continue
+        for strategy, seconds in ev.strategies_s:
+            strategies[strategy] = min(seconds, strategies.get(strategy, math.inf))
         if best is None or ev.model_latency_s < best.model_latency_s:
             best = ev
     if best is None:
         raise MambalayaError(f"{model_name} prefill L={seq_len} on {spec.name}: no scan form maps ({'; '.join(errors)})")
+    if best.strategies_s:  # (each form listed the strategies it could take, at its own latency)
+        best = replace(best, strategies_s=tuple(strategies.items()))
     return replace(best, other_scan_refused="; ".join(errors)) if errors else best
 
 

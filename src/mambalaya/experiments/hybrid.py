@@ -242,6 +242,7 @@ def evaluate_hybrid(
         raise ValueError(f"over_capacity is 'refuse' or 'report', not {over_capacity!r}")
     n_devices = resolve_devices(spec, devices)
     if resolve_parallel(parallel, n_devices) == "best" and n_devices > 1:
+        resolve_micro_batches(micro_batches, batch=batch, devices=n_devices, parallel="pipeline")  # (else left out silently)
         return fastest_strategy(lambda strategy: evaluate_hybrid(
             spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=scan,
             softmax=softmax, precision=policy, over_capacity=over_capacity, reuse=reuse, devices=n_devices,
@@ -269,7 +270,8 @@ def evaluate_hybrid(
         dram, stage_dram = dram_use(spec, config, batch=batch, seq_len=seq_len, precision=policy), ()
     layers: dict[str, Evaluation] = {}
     routing = getattr(config, "routing", "uniform")  # the MoE blocks' token-per-expert assumption
-    if sequence:  # a layer type that cannot split (attention) refuses the model before any search
+    if requested == "sequence":  # a layer type that cannot split (attention) refuses the model before any search
+        # (on one device too, where the split splits nothing: as every strategy the model cannot take)
         for layer_type in config.layer_counts():
             built = cached_layer(config, precision=policy, phase=phase, seq_len=seq_len, batch=batch,
                                  bits=spec.bits_per_element, scan=scan if layer_type in scanned_layer_types(config)

@@ -204,3 +204,28 @@ def test_arch_show_table() -> None:
     r = runner.invoke(app, ["arch", "show", "marca-original", "-f", "csv"])
     assert r.exit_code == 0, r.output
     assert "memory.offchip_bandwidth_bytes_per_s" in r.stdout and "256" in r.stdout
+
+
+def test_reproduce_refuses_study_lengths_it_would_replace_or_ignore(tmp_path) -> None:
+    """--sensitivity-seq-lens outside --seq-lens was replaced by the grid's first length, and
+    beside --sensitivity none it was ignored; both without a word."""
+    r = runner.invoke(app, ["reproduce", "--models", "mamba-130m", "--seq-lens", "2048", "--no-figures",
+                            "--sensitivity-seq-lens", "4096", "--out", str(tmp_path / "a")])
+    assert r.exit_code == 1 and "--sensitivity-seq-lens 4096: not in --seq-lens (2048)" in " ".join(r.stderr.split())
+    r = runner.invoke(app, ["reproduce", "--models", "mamba-130m", "--seq-lens", "2048", "--no-figures",
+                            "--sensitivity", "none", "--sensitivity-seq-lens", "2048", "--out", str(tmp_path / "b")])
+    assert r.exit_code == 1 and "--sensitivity none does not run" in " ".join(r.stderr.split())
+
+
+def test_a_reproduce_report_names_the_models_policy_and_files_of_its_run(tmp_path) -> None:
+    """The Setup called any --models the paper's 48- and 64-layer models, the architecture table
+    showed each design's own policy under --precision uniform, and the headline section pointed to
+    the sensitivity files a --sensitivity none run does not write."""
+    out = tmp_path / "r"
+    r = runner.invoke(app, ["reproduce", "--models", "mamba-130m", "--seq-lens", "2048", "--batch", "4", "--no-figures",
+                            "--sensitivity", "none", "--precision", "uniform", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    report = (out / "report.md").read_text()
+    assert "mamba-130m (24 layers) — chosen with --models; the paper's are mamba-1.4b and mamba2-2.7b" in report
+    assert "| precision | uniform (--precision) |" in report
+    assert "no sensitivity study in this run" in report and not (out / "sensitivity.csv").exists()

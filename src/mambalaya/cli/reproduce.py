@@ -107,6 +107,15 @@ def reproduce_cmd(
             raise MambalayaError(f"{m} is a hybrid model: the paper's evaluation is of Mamba models; use "
                                  f"`mambalaya reproduce --suite hybrid --models {m}`")
     lens = given_lens or ReproduceConfig.seq_lens
+    if given_sens_lens is not None:  # (replaced or ignored without a word, once)
+        if sensitivity == "none":
+            raise MambalayaError("--sensitivity-seq-lens sets the sensitivity study's lengths, which --sensitivity none "
+                                 "does not run; drop one of them")
+        outside = [L for L in given_sens_lens if L not in lens]
+        if outside:
+            raise MambalayaError(f"--sensitivity-seq-lens {', '.join(map(str, outside))}: not in --seq-lens "
+                                 f"({', '.join(map(str, lens))}); the study recomputes the headline ratios at lengths "
+                                 "of the main grid, so give them there too")
     detail = 2048 if 2048 in lens else lens[0]
     sens_lens = given_sens_lens or tuple(L for L in ReproduceConfig.sensitivity_seq_lens if L in lens) or lens[:1]
     config = ReproduceConfig(models=names, batch=batch, seq_lens=lens, generated_tokens=generated,

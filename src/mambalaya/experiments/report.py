@@ -81,13 +81,15 @@ def _headline_section(result, details) -> str:
                      "gap": _gap(r.ours, r.published), "why": why})
     ours = next((k for k in (rows[0] if rows else {}) if k.startswith("ours (")), "ours")
     rows.extend(_equal_area_rows(t.get("geens_equal_area"), ours))
+    study = ("; the sensitivity study says what each assumption does to each ratio (`sensitivity.csv`, "
+             "`what_would_it_take.csv`)." if cfg.sensitivity else " (no sensitivity study in this run: "
+             "--sensitivity none).")
     return f"""## Headline ratios: ours beside the published ones
 
 {_md_table(pd.DataFrame(rows))}
 
 Each model's section below has the table under both precision policies with how ours is measured,
-the mapping each design ran and *why the gaps* in full (`headlines.csv`); the sensitivity study says
-what each assumption does to each ratio (`sensitivity.csv`, `what_would_it_take.csv`).
+the mapping each design ran and *why the gaps* in full (`headlines.csv`){study}
 """
 
 def _equal_area_rows(rows: pd.DataFrame | None, ours: str) -> list[dict]:
@@ -680,6 +682,19 @@ weight bytes the same groups and tiles read with every tensor streamed, and as s
 """
 
 
+#: The models the paper evaluates, as we read it (its 48-layer Mamba-1 and 64-layer Mamba-2).
+PAPER_MODELS = ("mamba-1.4b", "mamba2-2.7b")
+
+
+def _workloads_note(models: tuple[str, ...]) -> str:
+    """What the workloads are beside the paper's: the paper's models where they are, else said."""
+    if tuple(models) == PAPER_MODELS:
+        return (" — the paper's 48-layer Mamba-1 and 64-layer Mamba-2 models (the sizes are our reading: the largest "
+                "published models with those depths)")
+    return (" — chosen with --models; the paper's are " + " and ".join(PAPER_MODELS) + " (our reading of its 48-layer "
+            "Mamba-1 and 64-layer Mamba-2), so the published ratios beside ours are of other models")
+
+
 def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs: dict) -> Path:
     cfg = result.config
     t = result.tables
@@ -690,6 +705,8 @@ def write_report(result, details: dict[tuple[str, str, str], Evaluation], specs:
     ar = t["architectures"]
     ar = ar[ar.design.isin(t["latency"].arch.unique())]  # the compared designs (the CSV has every spec the report uses)
     arch_table = ar[ar.field.isin(arch_keys)].pivot_table(index="field", columns="design", values="value", aggfunc="first").reset_index()
+    if cfg.precision:  # --precision overrides every design's own policy: the table shows what ran
+        arch_table.loc[arch_table.field == "precision", arch_table.columns[1:]] = f"{cfg.precision} (--precision)"
     src = ar[(ar.design == "mambalaya") & ar.field.isin(arch_keys)][["field", "unit", "source"]]
     sections = "\n".join(_model_section(result, details, m) for m in cfg.models)
     e2e_fig = _fig(cfg, "end_to_end", "end-to-end speedup per model, mean over L")
@@ -703,8 +720,7 @@ mappings each design ran at L = {cfg.detail_seq_len} (its groups, tiles and resi
 {_headline_section(result, details)}
 ## Setup
 
-- **Workloads**: {', '.join(f"{m} ({PRESETS[m].n_layers} layers)" for m in cfg.models)} — the paper's 48-layer Mamba-1 and
-  64-layer Mamba-2 models (the sizes are our reading: the largest published models with those depths), batch
+- **Workloads**: {', '.join(f"{m} ({PRESETS[m].n_layers} layers)" for m in cfg.models)}{_workloads_note(cfg.models)}, batch
   {cfg.batch}, prefill at L = {', '.join(str(x) for x in cfg.seq_lens)}, generation with I = 1.
 - **Designs** on the same H100-like budget, each with its own mapping built for its buffer and minimising its
   latency: `marca-ideal` unfused (algorithmic-minimum traffic); `geens-ideal` fusion of the SSM region only;

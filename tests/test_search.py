@@ -270,3 +270,31 @@ def test_geens_ideal_runs_the_chunked_mamba2_form(batch, buffer) -> None:
     ssd = next(g for g in ev.mapping.groups if "CB" in g.einsums)
     assert set(ssd.einsums) >= {"XDT", "CB", "YDG", "HC", "YO"} and ssd.loops
     assert ev.result.latency_s > 0
+
+
+def test_a_group_whose_best_tilings_break_a_size_free_rule_is_not_dropped() -> None:
+    """A multi-query attention layer's group (QR, KR, SC, KNA) may tile I by its ranks, but SC reads
+    KR at every key, so every I tiling breaks the alignment rule: they were the best nine, the
+    search re-checked eight and dropped the group as illegal, and `optimal` printed 5,012 B as the
+    least traffic where a legal mapping moves 4,744 B (found by a brute force over the space).
+    The candidates are now judged by the size-free rules and the order taken again."""
+    from mambalaya.cost.traffic import mapping_traffic
+    from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, check_mapping
+    from mambalaya.search.group_choice import best_group
+    from mambalaya.search.mappings import named_mapping
+    from mambalaya.workloads.blocks.attention import AttentionConfig, attention_layer
+
+    def layer():
+        return attention_layer(AttentionConfig(d_model=16, n_heads=2, n_kv_heads=1), batch=2, seq_len=4)
+
+    found = best_group(layer(), ["QR", "KR", "SC", "KNA"], 256)
+    assert found is not None and [lp.rank for lp in found.group.loops] == ["B"]
+    c = layer()
+    alternative = check_mapping(c, Mapping("alt", (
+        FusionGroup("G1", ("SS", "RS"), (Loop("B", 1), Loop("I", 2))),
+        FusionGroup("G2", ("XN", "QA", "KA", "V")),
+        FusionGroup("G3", ("QR", "KR", "SC", "KNA"), (Loop("B", 1),), resident=("SIN",)),
+        FusionGroup("G4", ("MX", "EX", "SM", "PR", "AO", "VN"), (Loop("B", 1),)),
+        FusionGroup("G5", ("O", "XO"))), 256, ""))
+    c2 = layer()
+    assert mapping_traffic(c2, named_mapping("optimal", c2, 256)).offchip_bytes <= mapping_traffic(c, alternative).offchip_bytes

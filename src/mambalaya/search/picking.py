@@ -137,27 +137,52 @@ def pick_least(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", fl
     ok = np.ones(len(traffic), dtype=bool) if buffer_bytes is None else fp <= buffer_bytes
     if not ok.any():
         return "buffer"
-    latency = None
+    latency, order = _pick_order(cascade, model, flat, traffic, fp, steps, tiling, einsums, ok, arch, objective)
+    found = _first_legal(cascade, model, flat, traffic, fp, latency, ok, itertools.islice(order, _RECHECKS),
+                         buffer_bytes, subset, closed)
+    if found != "illegal" or subset:
+        return found
+    # the best few break a rule that does not depend on tile sizes (a tiled rank some member reads
+    # at other positions, whatever its tile): the search was exact only if the group was not
+    # dropped, so every candidate is judged by those rules (memoised per option and tiled ranks)
+    # and the objective's order taken again over the legal ones
+    legal = ok & np.fromiter((bool(ok[i]) and legal_pick(cascade, model, int(flat[i])) for i in range(len(flat))),
+                             dtype=bool, count=len(flat))
+    if not legal.any():
+        return "illegal"
+    latency, order = _pick_order(cascade, model, flat, traffic, fp, steps, tiling, einsums, legal, arch, objective)
+    return _first_legal(cascade, model, flat, traffic, fp, latency, legal, order, buffer_bytes, subset, closed)
+
+
+def _pick_order(cascade: Cascade, model: "GroupCostModel", flat: np.ndarray, traffic: np.ndarray, fp: np.ndarray,
+                steps: np.ndarray, tiling: np.ndarray, einsums: list[str], ok: np.ndarray, arch: Any,
+                objective: str) -> tuple[Any, Any]:
+    """(each candidate's latency or None without an architecture, the candidates in the
+    objective's order among those ``ok``: :func:`pick_least`'s order)."""
     if arch is None:
-        order = np.lexsort((fp, steps, np.where(ok, traffic, np.inf)))
-    else:
-        onchip_bw = arch.memory.buffer_bandwidth_bytes_per_cycle
-        need_buffer = objective != "latency" or onchip_bw is not None
-        onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
-        comp = np.maximum(model.cycles(arch.compute)[tiling] / compute_hz(arch),
-                          scan_floor_s(arch, cascade, tuple(einsums)))
-        mem = traffic / offchip_bytes_per_s(arch)
-        latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip if onchip_bw else 0.0 * traffic, traffic),
-                             steps, len(einsums))
-        if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
-            best = np.min(np.where(ok, latency, np.inf))
-            tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
-            order = _tied_first(tied, traffic, steps, latency, fp)
-        else:
-            energy = _energy_of(arch, cascade, einsums, traffic, onchip)
-            value = energy if objective == "energy" else energy * latency
-            order = np.lexsort((fp, steps, traffic, np.where(ok, value, np.inf)))
-    for pick in itertools.islice(order, _RECHECKS):  # the closed forms bound the footprint from above: the first legal pick
+        return None, np.lexsort((fp, steps, np.where(ok, traffic, np.inf)))
+    onchip_bw = arch.memory.buffer_bandwidth_bytes_per_cycle
+    need_buffer = objective != "latency" or onchip_bw is not None
+    onchip = model.onchip_bytes(flat, traffic) if need_buffer else None
+    comp = np.maximum(model.cycles(arch.compute)[tiling] / compute_hz(arch),
+                      scan_floor_s(arch, cascade, tuple(einsums)))
+    mem = traffic / offchip_bytes_per_s(arch)
+    latency, _ = combine(arch, comp, mem, onchip_seconds(arch, onchip if onchip_bw else 0.0 * traffic, traffic),
+                         steps, len(einsums))
+    if objective == "latency":  # latencies within LATENCY_TIE_TOLERANCE of the best tie; then the least traffic wins
+        best = np.min(np.where(ok, latency, np.inf))
+        tied = ok & (latency <= best * (1 + LATENCY_TIE_TOLERANCE))
+        return latency, _tied_first(tied, traffic, steps, latency, fp)
+    energy = _energy_of(arch, cascade, einsums, traffic, onchip)
+    value = energy if objective == "energy" else energy * latency
+    return latency, np.lexsort((fp, steps, traffic, np.where(ok, value, np.inf)))
+
+
+def _first_legal(cascade: Cascade, model: "GroupCostModel", flat: np.ndarray, traffic: np.ndarray, fp: np.ndarray,
+                 latency: Any, ok: np.ndarray, order: Any, buffer_bytes: int | None, subset: bool, closed: bool) -> Any:
+    """The first candidate of ``order`` that keeps every rule (:func:`pick_least`), ``"illegal"``
+    if none of them does (or :data:`FELL_THROUGH` for a ``subset`` whose first does not)."""
+    for pick in order:  # the closed forms bound the footprint from above: the first legal pick
         if not ok[pick]:
             break
         candidate = model.group_at(int(flat[pick]))

@@ -338,7 +338,6 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         energy = hv.energy
         if energy is not None:
             t = hv.totals()
-            tp = hv.layer_split
             parts = ", ".join(f"{k} {v:.4g} J" for k, v in energy.by_component_j().items())
             layers = "; ".join(f"{lt} layer {t[f'{lt}_layer_energy_j'] * 1e3:.4g} mJ x {ev.result.n_layers}"
                                for lt, ev in hv.layers.items())

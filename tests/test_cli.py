@@ -229,7 +229,7 @@ def test_set_changes_a_field_of_the_design_on_every_arch_command(tmp_path) -> No
 
 @pytest.mark.parametrize("setting, needle", [
     ("memory.onchip_buffer=16MiB", "--set: architecture field 'memory.onchip_buffer' does not exist (fields here: "),
-    ("kernels.compute_fraction=0.5", "this spec has no 'kernels' section"),
+    ("kernels.compute_fraction=0.5", "has no 'kernels' section"),
     ("memory.onchip_buffer_bytes", "expected FIELD=VALUE"),
     ("memory.onchip_buffer_bytes=-3", "memory.onchip_buffer_bytes: must be > 0 (got -3)"),
 ])

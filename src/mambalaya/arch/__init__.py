@@ -198,7 +198,7 @@ def _set_field(data: dict[str, Any], key: Any, value: Any, what: str) -> None:
         p = _table_key(node, p)
         if not isinstance(node.get(p), dict):
             why = (f"{p!r} is one value here ({node[p]!r}), not a section or table" if node.get(p) is not None
-                   else f"this spec has no {p!r} section" if p in node or p in ArchSpec.model_fields
+                   else f"{data.get('name', 'this spec')} has no {p!r} section" if p in node or p in ArchSpec.model_fields
                    else f"{p!r} is not a section here (fields here: {', '.join(sorted(map(str, node)))})")
             raise SpecError(f"{what} {key!r} does not exist: {why}")
         node = node[p]

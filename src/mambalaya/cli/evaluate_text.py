@@ -131,7 +131,8 @@ def scan_floor_text(arch: Any, cascade: Any) -> str:
                 + ", ".join(name for name, _ in steps) + ") run at the lanes' peak, far faster than measured scan "
                 "kernels (the shipped GPU specs carry the fitted 0.585 SM-cycles per element-step)")
     return (f"scan kernels (kernels.scan_sm_cycles_per_step {k.scan_sm_cycles_per_step:g} SM-cycles per element-step, "
-            f"fitted; {k.sm_count} SMs at {arch.clock_hz / 1e9:g} GHz): its group computes no faster than "
+            f"the shipped specs' value fitted by validate being 0.585; {k.sm_count} SMs at {arch.clock_hz / 1e9:g} GHz): "
+            "its group computes no faster than "
             + "; ".join(f"{name} {whole(n)} element-steps, {milliseconds(n * per_step)} ms" for name, n in steps))
 
 
@@ -323,6 +324,17 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
                  f"{ev.mapping.description}. Latencies in s, traffic in bytes.")
         tables.append(rows_table(rows[t], title))
     with tables_and_lines(tables, output):
+        for t, ev in hv.layers.items():  # what sets a GPU's scans and levels, per layer type, as for a Mamba model
+            scans = scan_floor_text(ev.arch, ev.cascade)
+            if scans:
+                out_console.print(f"{t} layers: {scans}", highlight=False)
+            if ev.arch.memory.levels:
+                from mambalaya.cost.latency import layer_level_seconds
+
+                level_s = layer_level_seconds(ev.arch, ev.result)
+                out_console.print(f"{t} layers: on-chip levels, each alone (DRAM "
+                                  f"{milliseconds(ev.result.offchip_bytes / ev.result.bandwidth)} ms): "
+                                  + "; ".join(f"{n} {milliseconds(v)} ms" for n, v in level_s.items()), highlight=False)
         parts = "; ".join(f"{t} layer {milliseconds(ev.result.latency_s)} ms x {ev.result.n_layers} "
                           f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
         rate = "tokens/s" if run.phase == PhaseOption.decode else "tokens/s prefill throughput"

@@ -31,8 +31,8 @@ elementwise recurrences' element-steps at that rate (:func:`scan_floor_s`: a blo
 scan kernel waits on each step, far below the lanes' peak); its memory time is the group's
 traffic (:mod:`mambalaya.cost.traffic`) over the bandwidth. With ``overlap_compute_and_memory``
 the group takes the largest of compute, memory and on-chip time (its ``bound``) plus a **wind-up**: one step's share of the smaller of compute
-and memory, which the first step cannot hide (0 for a one-step group, so an unfused layer is
-exactly ``sum max(comp, mem, onchip)``), plus ``pipeline_wind_up_cycles`` per Einsum to fill
+and memory, which the first step cannot hide (0 for a one-step group, so an unfused layer
+whose Einsums each fit the buffer in one step is ``sum max(comp, mem, onchip)``), plus ``pipeline_wind_up_cycles`` per Einsum to fill
 the tile pipeline of a group that runs in more than one step. Without overlap it is compute
 plus memory (at least the on-chip time). A one-step group (an unfused Einsum, ``ideal``) pays
 no wind-up: ``ideal`` is the speed of light.

@@ -314,3 +314,24 @@ def test_a_hybrid_layer_run_in_its_only_mapping_scan_form_says_why() -> None:
     said = " ".join(out.output.split())
     assert "mamba layers (29 of 32), prefill (recurrent scan, the only form that runs here (chunked scan: the chunked " \
            "scan pads L = 96" in said
+
+
+def test_the_hybrid_report_says_when_a_scan_ran_its_only_form_and_when_activations_pass_the_memory(tmp_path) -> None:
+    """At L 1000 every design's Mamba layers run the recurrent form (the chunked pads), which the
+    Method's "the faster form" hid (speedups 3.6x those around it); activations beyond what the
+    memory leaves were reported by evaluate and the paper suite's report, not the hybrid one."""
+    from mambalaya.arch import load_arch
+    from mambalaya.experiments.hybrid_suite import _activation_lines
+
+    out = runner.invoke(app, ["reproduce", "--suite", "hybrid", "--models", "bamba-9b", "--seq-lens", "1000", "--batch",
+                              "1", "--workers", "1", "--no-figures", "--out", str(tmp_path)])
+    assert out.exit_code == 0, out.output
+    report = (tmp_path / "hybrid" / "report.md").read_text()
+    assert "**Scan forms.** At bamba-9b prefill L = 1,000 the chunked scan pads L" in report
+    assert "mambalaya `reference-kernels`" in report and "An attention share is '-'" in report
+    rows = pd.DataFrame([{"model": "m", "phase": "prefill", "seq_len": 4096, "arch": "mambalaya", "devices_needed": 1,
+                          "dram_need_bytes": 60e9, "activation_peak_bytes": 30e9},
+                         {"model": "m", "phase": "prefill", "seq_len": 2048, "arch": "mambalaya", "devices_needed": 1,
+                          "dram_need_bytes": 60e9, "activation_peak_bytes": 10e9}])
+    (line, _) = _activation_lines(rows, {"mambalaya": load_arch("mambalaya")})
+    assert line.startswith("**Activations.** 1 of the 2 evaluations that fit one device") and "m prefill from L = 4,096" in line

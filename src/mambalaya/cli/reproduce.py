@@ -54,7 +54,7 @@ from mambalaya.cli.common import (
 def reproduce_cmd(
     ctx: typer.Context,
     out: ReproduceOutDirOpt = Path("results"),
-    suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/; --models, --seq-lens, --batch, --figures and --precision apply to it, the other options to the paper suite only.")] = Suite.paper,
+    suite: Annotated[Suite, typer.Option("--suite", help="paper: the paper's evaluation (Mamba-1 and Mamba-2). hybrid: how much of the speedup survives in a hybrid model (Mamba + attention + MLP layers), prefill and decode, written to OUT/hybrid/; --models, --seq-lens, --batch, --figures, --precision, --workers and --softmax apply to it, the other options to the paper suite only.")] = Suite.paper,
     models: Annotated[Optional[str], typer.Option("--models", help="Comma-separated model presets (default: mamba-1.4b,mamba2-2.7b; with --suite hybrid: bamba-9b,nemotron-h-8b,olmo-hybrid-7b,falcon-h1-7b,zamba2-2.7b,jamba-v0.1,granite-4.0-h-tiny).")] = None,
     seq_lens: ReproduceSeqLensOpt = None,
     batch: BatchOpt = DEFAULT_DESIGN_BATCH,

@@ -84,7 +84,10 @@ def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
             # how much it needs and on how many such devices it would fit (1: it fits)
             "dram_need_bytes": ev.dram.used_bytes if ev.dram else float("nan"),
             "activation_peak_bytes": ev.dram.activations.bytes if ev.dram and ev.dram.activations else float("nan"),
-            "devices_needed": ev.dram.devices_needed if ev.dram and ev.dram.devices_needed else 1}
+            "devices_needed": ev.dram.devices_needed if ev.dram and ev.dram.devices_needed else 1,
+            # a layer type whose scan ran in the only form that maps (the chunked refused at an L the chunk
+            # does not divide): the report says so beside its Method's "the faster form"
+            "only_scan_form": " ".join(t for t, e in ev.layers.items() if e.other_scan_refused)}
 
 
 def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
@@ -259,6 +262,36 @@ def _energy_cell(row: Any, column: str, scale: float) -> str:
     return _fmt(value * scale) + (" (over budget)" if column == "average_power_w" and row.get("over_power_budget") else "")
 
 
+def _activation_lines(latency: pd.DataFrame, specs: dict) -> list[str]:
+    """The points that fit one device but whose layer's activations, as mapped, exceed what the
+    memory leaves beside the model (as ``evaluate`` and the paper suite's report say)."""
+    fits = latency[latency["devices_needed"] <= 1]
+    capacity = fits["arch"].map(lambda a: specs[a].memory.offchip_capacity_bytes or float("inf"))
+    over = fits[fits["dram_need_bytes"] + fits["activation_peak_bytes"] > capacity]
+    if over.empty:
+        return []
+    first = over.groupby(["model", "phase"], sort=False)["seq_len"].min()
+    where = "; ".join(f"{model} {phase} from L = {L:,}" for (model, phase), L in first.items())
+    return [f"**Activations.** {len(over)} of the {len(fits)} evaluations that fit one device have a layer's "
+            f"activations, as mapped, beyond what its memory leaves beside the model ({where}; "
+            "`activation_peak_bytes` in the CSV, `mambalaya evaluate` says by how much): their numbers assume the "
+            "activations stream through DRAM, as a design running the layer in pieces would, without re-reading the "
+            "weights per piece (not modelled).", ""]
+
+
+def _scan_form_lines(latency: pd.DataFrame) -> list[str]:
+    """The points whose Mamba layers ran the only scan form that maps, not the faster one."""
+    only = latency[latency["only_scan_form"].fillna("") != ""]
+    if only.empty:
+        return []
+    where = "; ".join(f"{m} {p} L = {L:,}" for (m, p, L) in
+                      dict.fromkeys(zip(only["model"], only["phase"], only["seq_len"])))
+    return [f"**Scan forms.** At {where} the chunked scan pads L to whole chunks, which the rest of a hybrid layer "
+            "would count, so it is refused there and every design runs the recurrent form (the only one that "
+            "maps, not the faster: the baselines' speedups at such a length are not those at the lengths around it).",
+            ""]
+
+
 def _capacity_lines(latency: pd.DataFrame) -> list[str]:
     """The report's paragraph on the points whose weights, states and KV cache exceed one
     device's off-chip memory (``devices_needed`` > 1): how many, and from which length on."""
@@ -271,8 +304,10 @@ def _capacity_lines(latency: pd.DataFrame) -> list[str]:
     return [f"**Memory.** {len(over)} of {len(latency)} evaluations need more off-chip memory than one device has "
             f"(weights, recurrent and conv states, KV cache at batch and L): {where}. Their latencies (marked † with "
             "the devices whose joined memory would hold the model) are those of one device with enough memory. "
-            "`mambalaya evaluate` refuses such a point on one device, naming the devices a pipeline needs, and runs "
-            "it pipeline parallel with `--devices N` on a design whose spec joins its devices (`system`).", ""]
+            "`mambalaya evaluate` refuses such a point on one device, naming the devices a pipeline needs; "
+            "`--set memory.offchip_capacity_bytes=...` gives the one device of enough memory these rows are, and "
+            "`--devices N` runs it pipeline parallel on a design whose spec joins its devices (`system`, up to its "
+            "`max_devices`).", ""]
 
 
 def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: dict) -> Path:
@@ -284,7 +319,8 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         f"context lengths {', '.join(str(L) for L in config.seq_lens)}; phases {', '.join(config.phases)} (a decode "
         "step's L is the context already in the KV cache). Tensor widths: "
         + (f"the `{config.precision}` precision policy on every design."
-           if config.precision else "each design's own precision policy (its spec's `precision`), under the `bamba` "
+           if config.precision else "each design's own precision policy (its spec's `precision`: "
+           + ", ".join(f"{d} `{specs[d].precision}`" for d in config.designs) + "), under the `bamba` "
            "family's entries, except OLMo-Hybrid's delta-rule layers (`gated_deltanet`'s). A tensor the family's "
            "entries do not name (a router's, for instance) takes the design width."),
         "",
@@ -306,6 +342,11 @@ def _write_report(config: HybridSuiteConfig, result: HybridSuiteResult, specs: d
         + "; ".join(_design_text(d, specs[d]) for d in config.designs) + ".",
         "",
         *_capacity_lines(latency),
+        *_activation_lines(latency, specs),
+        *_scan_form_lines(latency),
+        "An attention share is '-' where attention sits inside another layer type and has no time of its own "
+        "(Falcon-H1's parallel layers, Zamba2's hybrid blocks).",
+        "",
     ]
     for model in config.models:
         cfg = resolve_model(model)

@@ -504,7 +504,7 @@ def test_a_text_where_a_number_is_is_one_error_when_the_spec_is_read(tmp_path) -
     ("grid:\n  compute.unary_cost_cycles: [5]", "'compute.unary_cost_cycles' is a table"),
     ("grid:\n  sources.clock_hz: [x]", "'sources.clock_hz' cannot be set"),
     ("grid:\n  memory.onchip_buffer: [8MiB]", "'memory.onchip_buffer' does not exist"),
-    ("grid:\n  arch: [gpu-h100]\n  energy.dram_pj_per_bit: [3]", "this spec has no 'energy' section (on gpu-h100)"),
+    ("grid:\n  arch: [gpu-h100]\n  energy.dram_pj_per_bit: [3]", "gpu-h100 has no 'energy' section (on gpu-h100)"),
     ("grid:\n  phase: [warmup]", "grid.phase: 'warmup' is not a phase: one of prefill, decode"),
     ("grid:\n  mapping: [fastest]", "grid.mapping: 'fastest' is not a mapping: one of default, unfused"),
     ("grid:\n  arch: [5]", "grid.arch: 5 is not the name of an arch"),

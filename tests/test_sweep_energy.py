@@ -7,6 +7,8 @@ import math
 
 import pytest
 
+from mambalaya.errors import MambalayaError
+
 from mambalaya.arch import arch_from_dict, arch_to_dict, load_arch, with_settings
 from mambalaya.experiments.store import OUTPUT_COLUMNS, TEXT_OUTPUT_COLUMNS, ResultStore
 from mambalaya.experiments.sweep import evaluate_point, run_sweep, load_sweep_spec
@@ -112,7 +114,7 @@ def test_the_speedup_map_matches_points_on_their_inputs_only() -> None:
 
     from mambalaya.report.sweep_figures import speedup_table
 
-    rows = [{"status": "ok", "arch": arch, "model": "m", "seq_len": L, "buffer": b, "latency_s": t,
+    rows = [{"status": "ok", "arch": arch, "model": "m", "seq_len": L, "buffer": b, "latency_s": t, "model_latency_s": 24 * t,
              "attention_share": share, "mapping_used": used, "layer_energy_j": t * 3}
             for arch, scale, share, used in (("base", 2.0, 0.5, "unfused"), ("mine", 1.0, 0.25, "optimal"))
             for L in (1, 2) for b in (8, 16) for t in (scale * L * b,)]
@@ -151,3 +153,24 @@ def test_a_mamba2_prefill_point_runs_the_faster_scan_form_as_every_command_does(
         assert out["scan_used"] == scan_form(ev.cascade), (arch, seq_len)
         assert out["latency_s"] == ev.result.latency_s and out["offchip_bytes"] == ev.result.offchip_bytes
     assert out["scan_used"] == "recurrent"  # L 1000: the chunked form pads, so the recurrent runs
+
+
+def test_the_speedup_map_reads_what_compare_reads_and_orders_its_axes_by_value() -> None:
+    """The map took one device's layer latency (11.1x where the model's, links included, is 2.97x
+    on two devices), refused two designs given as files (their hashes never matched), dropped
+    points leaving the axis at the design's own value, sorted 10 TB/s before 900 GB/s, and took a
+    design over itself."""
+    import pandas as pd
+
+    from mambalaya.report.sweep_figures import DESIGNS_OWN, speedup_table
+
+    rows = [{"status": "ok", "arch": arch, "model": "m", "bw": bw, "devices": n, "precision": prec,
+             "files_sha256": f"{arch}-hash", "latency_s": 1.0, "model_latency_s": (4.0 if arch == "base" else 1.0) * n}
+            for arch in ("base", "mine") for bw in ("900 GB/s", "10 TB/s", "2 TB/s") for n in (1, 2)
+            for prec in (None, "uniform")]
+    table = speedup_table(pd.DataFrame(rows), x="bw", y="precision", baseline="base", design="mine",
+                          inputs=["arch", "model", "bw", "devices", "precision", "files_sha256"])
+    assert list(table.columns) == ["900 GB/s", "2 TB/s", "10 TB/s"] and set(table.index) == {DESIGNS_OWN, "uniform"}
+    assert (abs(table - 4.0) < 1e-12).all().all()
+    with pytest.raises(MambalayaError, match="--design and --baseline both name 'base'"):
+        speedup_table(pd.DataFrame(rows), x="bw", y="devices", baseline="base", design="base", inputs=["arch", "bw", "devices"])

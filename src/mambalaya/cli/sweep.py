@@ -223,7 +223,10 @@ def _sweep_plot(store_path: Path, output: Path | None, x: str, y: str, baseline:
     out = output or default_plot_folder(store_path)
     pareto = pareto_figure(df, title=f"{store_path.name}: on-chip buffer vs layer latency")
     table = speedup_table(df, x=x, y=y, baseline=baseline, design=design, inputs=inputs)
-    heatmap = speedup_heatmap_figure(table, x=x, y=y, title=f"{design} over {baseline}\n(geometric mean over the other axes)")
+    what = f"{design} over {baseline}: speedup of the model's latency"
+    heatmap = speedup_heatmap_figure(table, x=x, y=y, title=f"{what}\n(geometric mean over the other axes' points both ran)")
     paths = save_figure(pareto, out / "pareto") + save_figure(heatmap, out / "speedup_heatmap")
-    write_text_output(out / "speedup_heatmap.csv", table.to_csv())
+    write_text_output(out / "speedup_heatmap.csv",
+                      table.to_csv(index_label=f"{y} (rows) / {x} (columns); {what}, geometric mean over the other "
+                                               "axes' points both ran"))
     err_console.print(f"wrote {', '.join(str(p) for p in paths)}, {out / 'speedup_heatmap.csv'}", highlight=False)

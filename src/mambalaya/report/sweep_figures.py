@@ -71,20 +71,28 @@ def pareto_figure(df: pd.DataFrame, *, x: str = "buffer_bytes", y: str = "latenc
 
 
 def _order(values) -> list:
-    """Sort axis values numerically when they are numbers or byte sizes, else as text."""
-    from mambalaya.fusion.mapping_file import parse_bytes
+    """Sort axis values numerically when they are numbers or quantities a sweep reads (byte
+    sizes, bandwidths, frequencies: ``10 TB/s`` after ``900 GB/s``, which text order reversed),
+    else as text."""
+    from mambalaya.arch.quantities import BANDWIDTH_UNITS, BYTE_UNITS, HZ_UNITS, parse_float_quantity
 
     def key(v):
         try:
             return (0, float(v))
         except (TypeError, ValueError):
             pass
-        try:
-            return (0, float(parse_bytes(v)))
-        except Exception:  # noqa: BLE001 - not a size: sort as text
-            return (1, str(v))
+        for units in (BYTE_UNITS, BANDWIDTH_UNITS, HZ_UNITS):
+            try:
+                return (0, float(parse_float_quantity(v, units, "a quantity")))
+            except Exception:  # noqa: BLE001 - not this kind of quantity
+                continue
+        return (1, str(v))
 
     return sorted(values, key=key)
+
+
+#: What a heat map's axis shows for a point that leaves the field at the design's own value.
+DESIGNS_OWN = "(each design's own)"
 
 
 def check_plot_axes(x: str, y: str, *, inputs: list[str] | None = None, by: str = "arch") -> None:
@@ -107,10 +115,18 @@ def check_plot_axes(x: str, y: str, *, inputs: list[str] | None = None, by: str 
 
 def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: str, inputs: list[str],
                   by: str = "arch") -> pd.DataFrame:
-    """Geometric-mean speedup of ``design`` over ``baseline`` per (x, y), over every other axis;
-    ``inputs`` names the columns that are the points' inputs (a point is matched with the
-    baseline's point of equal other inputs); ``x`` and ``y`` two of them (:func:`check_plot_axes`)."""
+    """Geometric-mean speedup of ``design``'s whole-model latency over ``baseline``'s per (x, y),
+    over every other axis and the points both ran (``compare``'s speedup: over several devices,
+    the transfers included); ``inputs`` names the columns that are the points' inputs (a point is
+    matched with the baseline's point of equal other inputs, but for the hash of the files it
+    names, which two designs' files never share); ``x`` and ``y`` two of them
+    (:func:`check_plot_axes`). A point leaving an axis field at the design's own value is shown as
+    :data:`DESIGNS_OWN` (such rows were dropped)."""
+    from mambalaya.experiments.sweep_spec import FILES_KEY
+
     check_plot_axes(x, y, inputs=inputs, by=by)
+    if design == baseline:
+        raise MambalayaError(f"--design and --baseline both name {design!r}: the speedup of a design over itself is 1")
     ok = df[df.status == "ok"] if "status" in df else df
     for col in (x, y):
         if col not in ok:
@@ -119,9 +135,10 @@ def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: st
     for d in (baseline, design):
         if d not in designs:
             raise MambalayaError(f"no successful points for {by}={d!r} (have: {', '.join(sorted(map(str, designs)))})")
-    inputs = [c for c in inputs if c in ok.columns and c != by]
-    base = ok[ok[by] == baseline].set_index(inputs)["latency_s"]
-    mine = ok[ok[by] == design].set_index(inputs)["latency_s"]
+    inputs = [c for c in inputs if c in ok.columns and c not in (by, FILES_KEY)]
+    ok = ok.assign(**{c: ok[c].astype(object).where(ok[c].notna(), DESIGNS_OWN) for c in (x, y)})
+    base = ok[ok[by] == baseline].set_index(inputs)["model_latency_s"]
+    mine = ok[ok[by] == design].set_index(inputs)["model_latency_s"]
     joined = pd.concat([base.rename("base"), mine.rename("mine")], axis=1, join="inner").dropna().reset_index()
     if joined.empty:
         raise MambalayaError(f"{design!r} and {baseline!r} share no points with equal other inputs")

@@ -170,11 +170,20 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
     traffic counts them.
     :mod:`mambalaya.execute.tiled` counts the same accesses by moving data.
     """
+    traffic = traffic or group_traffic(cascade, group)
+    reads, writes = _einsum_buffer_bytes(cascade, group)
+    # the fill and drain are the traffic given (a multi-core chip's core: its share of each tensor,
+    # where a memo of the whole tensors' once answered for it)
+    return BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
+
+
+def _einsum_buffer_bytes(cascade: Cascade, group: FusionGroup) -> tuple[dict[str, float], dict[str, float]]:
+    """Each member's buffer reads and writes (:func:`group_buffer_accesses`), which depend on the
+    group alone: memoised on the cascade."""
     memo = cascade.__dict__.setdefault("_group_buffer_memo", {})
     key = (group.einsums, group.loops, group.halo, group.resident)
     if key in memo:
         return memo[key]
-    traffic = traffic or group_traffic(cascade, group)
     lanes = register_resident(cascade, group)
     reads: dict[str, float] = {}
     writes: dict[str, float] = {}
@@ -188,6 +197,5 @@ def group_buffer_accesses(cascade: Cascade, group: FusionGroup, traffic: GroupTr
         out_ranks = {rank_of_variable(v) for v in e.output_variables}
         repeat = math.prod(lp.trips(cascade.size(lp.rank)) for lp in loops if lp.rank not in out_ranks)
         writes[e.name] = buffer_written_bytes(cascade, group.einsums, e.name, repeat)
-    found = BufferAccesses(reads, writes, sum(traffic.read_bytes.values()), sum(traffic.write_bytes.values()))
-    memo[key] = found
-    return found
+    memo[key] = (reads, writes)
+    return reads, writes

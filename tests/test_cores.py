@@ -202,3 +202,20 @@ def test_a_cores_buffer_fills_and_drains_are_its_share_of_the_traffic_whatever_w
     share = {t: 1 / 32 for t in c.tensors}
     part = group_buffer_accesses(c, g, shared_traffic(group_traffic(c, g), share))
     assert part.fill_bytes == pytest.approx(whole.fill_bytes / 32) and part.einsum_read_bytes == whole.einsum_read_bytes
+
+
+def test_under_sequence_placement_what_the_split_adds_is_each_cores_own() -> None:
+    """A core's incoming state (HC_IN), halos and product start lack the position rank but are its
+    own: they were read at a 1/cores share and multicast as if every core held them (4.72 MB a
+    layer per core low on mamba2-130m, L 1024, batch 8, four cores)."""
+    from mambalaya.cost.sequence_parallel import sequence_device_cascade
+    from mambalaya.experiments.evaluate import core_share
+    from mambalaya.workloads import PRESETS, build_layer
+
+    spec = core_design(load_arch("marca-multicore"))  # a core: its system joins the chip's cores
+    whole = build_layer(PRESETS["mamba2-130m"], phase="prefill", seq_len=1024, batch=8, scan="chunked")
+    part = sequence_device_cascade(whole, 4)
+    share = core_share(spec, whole, part, "sequence", 4)
+    added = [t for t in part.tensors if t not in whole.tensors]
+    assert added and not set(added) & set(share)
+    assert share and all(t in whole.tensors and "I" not in whole.tensors[t].ranks for t in share)

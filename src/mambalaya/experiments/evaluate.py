@@ -162,9 +162,12 @@ def core_share(spec: ArchSpec, whole: Cascade, part: Cascade, strategy: str, dev
     from mambalaya.cost.sequence_parallel import sequence_ranks
     from mambalaya.cost.tensor_parallel import split_parts
 
-    split = (split_parts(whole, tensor_parallel_ranks(whole), devices) if strategy == "tensor"
-             else sequence_ranks(whole))
-    return core_dram_share(part, split, devices)
+    if strategy == "tensor":
+        return core_dram_share(part, split_parts(whole, tensor_parallel_ranks(whole), devices), devices)
+    share = core_dram_share(part, sequence_ranks(whole), devices)
+    # what the split adds (the state a core receives, its halos, its product's start) is the core's
+    # own, not a tensor every core holds (it was read at a 1/cores share and multicast)
+    return {t: v for t, v in share.items() if t in whole.tensors}
 
 
 def multicast_of(spec: ArchSpec, result: LayerLatency, dram_share: dict[str, float] | None, kind: str | None,

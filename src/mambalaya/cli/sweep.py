@@ -215,11 +215,14 @@ def _sweep_plot(store_path: Path, output: Path | None, x: str, y: str, baseline:
     from mambalaya.report.figures import save_figure
     from mambalaya.report.sweep_figures import check_plot_axes, pareto_figure, speedup_heatmap_figure, speedup_table
 
+    from mambalaya.experiments.sweep_spec import FILES_KEY
+
     with ResultStore(store_path, create=False) as st:
         df, inputs = st.dataframe(), st.input_columns()
     if df.empty:
         raise MambalayaError(f"{store_path} holds no points yet")
     check_plot_axes(x, y, inputs=inputs)
+    inputs = [c for c in inputs if c != FILES_KEY]  # two designs' files never share their hash: match the rest
     out = output or default_plot_folder(store_path)
     pareto = pareto_figure(df, title=f"{store_path.name}: on-chip buffer vs layer latency")
     table = speedup_table(df, x=x, y=y, baseline=baseline, design=design, inputs=inputs)

@@ -118,12 +118,10 @@ def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: st
     """Geometric-mean speedup of ``design``'s whole-model latency over ``baseline``'s per (x, y),
     over every other axis and the points both ran (``compare``'s speedup: over several devices,
     the transfers included); ``inputs`` names the columns that are the points' inputs (a point is
-    matched with the baseline's point of equal other inputs, but for the hash of the files it
-    names, which two designs' files never share); ``x`` and ``y`` two of them
+    matched with the baseline's point of equal other inputs: the caller leaves out the hash of the
+    files a point names, which two designs' files never share); ``x`` and ``y`` two of them
     (:func:`check_plot_axes`). A point leaving an axis field at the design's own value is shown as
     :data:`DESIGNS_OWN` (such rows were dropped)."""
-    from mambalaya.experiments.sweep_spec import FILES_KEY
-
     check_plot_axes(x, y, inputs=inputs, by=by)
     if design == baseline:
         raise MambalayaError(f"--design and --baseline both name {design!r}: the speedup of a design over itself is 1")
@@ -135,7 +133,7 @@ def speedup_table(df: pd.DataFrame, *, x: str, y: str, baseline: str, design: st
     for d in (baseline, design):
         if d not in designs:
             raise MambalayaError(f"no successful points for {by}={d!r} (have: {', '.join(sorted(map(str, designs)))})")
-    inputs = [c for c in inputs if c in ok.columns and c not in (by, FILES_KEY)]
+    inputs = [c for c in inputs if c in ok.columns and c != by]
     ok = ok.assign(**{c: ok[c].astype(object).where(ok[c].notna(), DESIGNS_OWN) for c in (x, y)})
     base = ok[ok[by] == baseline].set_index(inputs)["model_latency_s"]
     mine = ok[ok[by] == design].set_index(inputs)["model_latency_s"]

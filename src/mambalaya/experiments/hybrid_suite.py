@@ -262,6 +262,12 @@ def _energy_cell(row: Any, column: str, scale: float) -> str:
     return _fmt(value * scale) + (" (over budget)" if column == "average_power_w" and row.get("over_power_budget") else "")
 
 
+def _from_lengths(rows: pd.DataFrame) -> str:
+    """Per model and phase of ``rows``, the least length among them: "bamba-9b prefill from L = 8,192"."""
+    first = rows.groupby(["model", "phase"], sort=False)["seq_len"].min()
+    return "; ".join(f"{model} {phase} from L = {L:,}" for (model, phase), L in first.items())
+
+
 def _activation_lines(latency: pd.DataFrame, specs: dict) -> list[str]:
     """The points that fit one device but whose layer's activations, as mapped, exceed what the
     memory leaves beside the model (as ``evaluate`` and the paper suite's report say)."""
@@ -270,8 +276,7 @@ def _activation_lines(latency: pd.DataFrame, specs: dict) -> list[str]:
     over = fits[fits["dram_need_bytes"] + fits["activation_peak_bytes"] > capacity]
     if over.empty:
         return []
-    first = over.groupby(["model", "phase"], sort=False)["seq_len"].min()
-    where = "; ".join(f"{model} {phase} from L = {L:,}" for (model, phase), L in first.items())
+    where = _from_lengths(over)
     return [f"**Activations.** {len(over)} of the {len(fits)} evaluations that fit one device have a layer's "
             f"activations, as mapped, beyond what its memory leaves beside the model ({where}; "
             "`activation_peak_bytes` in the CSV, `mambalaya evaluate` says by how much): their numbers assume the "
@@ -299,8 +304,7 @@ def _capacity_lines(latency: pd.DataFrame) -> list[str]:
     if over.empty:
         return ["**Memory.** Every point fits its design's off-chip memory (weights, recurrent and conv states, KV "
                 "cache at the batch and length).", ""]
-    first = over.groupby(["model", "phase"], sort=False)["seq_len"].min()
-    where = "; ".join(f"{model} {phase} from L = {L:,}" for (model, phase), L in first.items())
+    where = _from_lengths(over)
     return [f"**Memory.** {len(over)} of {len(latency)} evaluations need more off-chip memory than one device has "
             f"(weights, recurrent and conv states, KV cache at batch and L): {where}. Their latencies (marked † with "
             "the devices whose joined memory would hold the model) are those of one device with enough memory. "

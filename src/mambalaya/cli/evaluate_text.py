@@ -97,19 +97,25 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             chip = "" if ev.cores == 1 else f"; {ev.cores} cores of {t['area_mm2'] / ev.cores:.4g} mm^2"
             out_console.print(f"area {t['area_mm2']:.4g} mm^2 of components at the design's node{chip} (`mambalaya arch "
                               f"show {ev.arch.name.removesuffix('-core')}` has them one by one)", highlight=False)
-        scans = scan_floor_text(ev.arch, ev.cascade)
-        if scans:
-            out_console.print(scans, highlight=False)
-        if ev.arch.memory.levels:
-            from mambalaya.cost.latency import layer_level_seconds
-
-            level_s = layer_level_seconds(ev.arch, ev.result)
-            out_console.print("on-chip levels, each alone (DRAM " + f"{milliseconds(t['offchip_bytes'] / ev.result.bandwidth)} ms): "
-                              + "; ".join(f"{n} {milliseconds(v)} ms" for n, v in level_s.items()), highlight=False)
+        for line in kernel_lines(ev):
+            out_console.print(line, highlight=False)
         if ev.arch.memory.buffer_bandwidth_bytes_per_cycle is None:
             out_console.print("note: the on-chip buffer's bandwidth is unbounded (the spec gives neither "
                               "memory.onchip_banks with memory.onchip_bank_port_bytes nor "
                               "memory.onchip_bandwidth_bytes_per_cycle), so no group is bound by it", highlight=False)
+
+
+def kernel_lines(ev: Any) -> list[str]:
+    """What sets an evaluated layer's time beside its groups, on a spec that has them: its scans'
+    floor (:func:`scan_floor_text`) and each on-chip level's time alone beside the DRAM's."""
+    lines = [text] if (text := scan_floor_text(ev.arch, ev.cascade)) else []
+    if ev.arch.memory.levels:
+        from mambalaya.cost.latency import layer_level_seconds
+
+        level_s = layer_level_seconds(ev.arch, ev.result)
+        lines.append(f"on-chip levels, each alone (DRAM {milliseconds(ev.result.offchip_bytes / ev.result.bandwidth)} "
+                     "ms): " + "; ".join(f"{n} {milliseconds(v)} ms" for n, v in level_s.items()))
+    return lines
 
 
 def scan_floor_text(arch: Any, cascade: Any) -> str:
@@ -325,16 +331,8 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         tables.append(rows_table(rows[t], title))
     with tables_and_lines(tables, output):
         for t, ev in hv.layers.items():  # what sets a GPU's scans and levels, per layer type, as for a Mamba model
-            scans = scan_floor_text(ev.arch, ev.cascade)
-            if scans:
-                out_console.print(f"{t} layers: {scans}", highlight=False)
-            if ev.arch.memory.levels:
-                from mambalaya.cost.latency import layer_level_seconds
-
-                level_s = layer_level_seconds(ev.arch, ev.result)
-                out_console.print(f"{t} layers: on-chip levels, each alone (DRAM "
-                                  f"{milliseconds(ev.result.offchip_bytes / ev.result.bandwidth)} ms): "
-                                  + "; ".join(f"{n} {milliseconds(v)} ms" for n, v in level_s.items()), highlight=False)
+            for line in kernel_lines(ev):
+                out_console.print(f"{t} layers: {line}", highlight=False)
         parts = "; ".join(f"{t} layer {milliseconds(ev.result.latency_s)} ms x {ev.result.n_layers} "
                           f"({hv.share_of_time(t):.1%} of the time, mapping {ev.mapping.name})" for t, ev in hv.layers.items())
         rate = "tokens/s" if run.phase == PhaseOption.decode else "tokens/s prefill throughput"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass, field, replace
+from collections.abc import Callable
 from typing import Any
 
 from mambalaya.arch import ArchSpec, load_arch
@@ -528,6 +529,23 @@ def scan_form(cascade: Cascade) -> str:
     return "chunked" if "LM" in cascade.tensors else "recurrent"
 
 
+#: The scan forms a Mamba-2 prefill may run, in the order a tie keeps (the chunked SSD first).
+SCAN_FORMS = ("chunked", "recurrent")
+
+
+def run_scan_forms(run: Callable[[str], Any]) -> tuple[list[Any], list[str]]:
+    """``run(form)`` of each of :data:`SCAN_FORMS` that maps (in their order, so that ``min`` over
+    them keeps the chunked form on a tie), and the others' refusals, "form: reason": the one
+    loop behind every command's "the faster form" (:func:`evaluate_best_scan`, a sweep's point)."""
+    found, errors = [], []
+    for form in SCAN_FORMS:
+        try:
+            found.append(run(form))
+        except MambalayaError as err:
+            errors.append(f"{form}: {err}")
+    return found, errors
+
+
 def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfig, *, phase: str, seq_len: int,
                        batch: int, mapping: str | None = None, precision: str | PrecisionPolicy | None = None,
                        scan: str | None = None, **options: Any) -> Evaluation:
@@ -542,21 +560,16 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
     spec = load_arch(arch) if isinstance(arch, str) else arch
     if spec.cores is None and options.get("devices") in (None, 1):
         require_fits(spec, model_name, config, batch=batch, seq_len=seq_len, precision=precision)  # once, not per form
-    best, errors = None, []
+    found, errors = run_scan_forms(lambda form: evaluate(
+        spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping, scan=form,
+        precision=precision, **options))
+    if not found:
+        raise MambalayaError(f"{model_name} prefill L={seq_len} on {spec.name}: no scan form maps ({'; '.join(errors)})")
+    best = min(found, key=lambda ev: ev.model_latency_s)
     strategies: dict[str, float] = {}  # --parallel best: each strategy at its faster form
-    for scan in ("chunked", "recurrent"):
-        try:
-            ev = evaluate(spec, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
-                          scan=scan, precision=precision, **options)
-        except MambalayaError as err:
-            errors.append(f"{scan}: {err}")
-            continue
+    for ev in found:
         for strategy, seconds in ev.strategies_s:
             strategies[strategy] = min(seconds, strategies.get(strategy, math.inf))
-        if best is None or ev.model_latency_s < best.model_latency_s:
-            best = ev
-    if best is None:
-        raise MambalayaError(f"{model_name} prefill L={seq_len} on {spec.name}: no scan form maps ({'; '.join(errors)})")
     if best.strategies_s:  # (each form listed the strategies it could take, at its own latency)
         best = replace(best, strategies_s=tuple(strategies.items()))
     return replace(best, other_scan_refused="; ".join(errors)) if errors else best

@@ -115,7 +115,7 @@ def point_sizes(point: dict[str, Any]) -> tuple[int, int]:
 
 def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     """Every output figure of one point (raises on an impossible configuration)."""
-    from mambalaya.experiments.evaluate import require_fits
+    from mambalaya.experiments.evaluate import require_fits, run_scan_forms
     from mambalaya.workloads import resolve_model
 
     seq_len, batch = point_sizes(point)
@@ -136,18 +136,11 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     require_fits(arch, str(point["model"]), config, batch=batch, seq_len=seq_len)  # over the DRAM: a failed point
     if getattr(config, "family", "mamba1") != "mamba2" or point["phase"] != "prefill":
         return _one_device_outputs(arch, point, config, seq_len=seq_len, batch=batch, scan=None)
-    best, errors = None, []
-    for scan in ("chunked", "recurrent"):  # the faster form, as every command runs a Mamba-2 prefill (evaluate_best_scan)
-        try:
-            outputs = _one_device_outputs(arch, point, config, seq_len=seq_len, batch=batch, scan=scan)
-        except MambalayaError as err:
-            errors.append(f"{scan}: {err}")
-            continue
-        if best is None or outputs["model_latency_s"] < best["model_latency_s"]:
-            best = outputs
-    if best is None:
+    found, errors = run_scan_forms(lambda form: _one_device_outputs(arch, point, config, seq_len=seq_len, batch=batch,
+                                                                    scan=form))  # the faster, as every command runs
+    if not found:
         raise MambalayaError(f"no scan form maps ({'; '.join(errors)})")
-    return best
+    return min(found, key=lambda outputs: outputs["model_latency_s"])
 
 
 def _one_device_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: int, batch: int,

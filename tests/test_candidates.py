@@ -267,6 +267,12 @@ def test_candidates_of_one_rule_key_share_their_verdict(layer: str) -> None:
             facts = (frozenset(group.fused_ranks), group.resident, [lp.rank for lp in group.loops])
             key = m.rule_key(flat)
             assert verdicts.setdefault(key, (legal, facts)) == (legal, facts), (m.probe.einsums, flat)
+            # the key is the option and a bit per tiled rank (the first rank the highest bit)
+            n = len(m.ranks)
+            assert key >> n == flat // m.n_tilings
+            assert {r for i, r in enumerate(m.ranks) if key >> (n - 1 - i) & 1} == set(group.fused_ranks)
+        flats = rng.choice(m.size, size=min(m.size, 200), replace=False)
+        assert m.rule_keys(flats).tolist() == [m.rule_key(int(f)) for f in flats]
 
 
 @pytest.mark.parametrize("seed", range(40))

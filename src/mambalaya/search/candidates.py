@@ -265,14 +265,25 @@ class GroupCostModel:
         self._groups[flat] = FusionGroup("G", self.probe.einsums, loops, resident=resident)
         return self._groups[flat]
 
-    def rule_key(self, flat: int) -> tuple[int, tuple[bool, ...]]:
+    def rule_key(self, flat: int) -> int:
         """What decides whether candidate ``flat``'s group keeps the rules that do not depend
         on tile sizes (:func:`~mambalaya.fusion.mapping.check_group_rules`: its Einsums, the
         ranks it tiles, its halo policy and resident tensors): its option (loop order and
-        residency prefix) and which ranks its tiling tiles (:meth:`group_at`)."""
-        option, k = divmod(flat, self.n_tilings)
-        size = self.cascade.size
-        return option, tuple(t < size(r) for t, r in zip(self._tiles_of(k), self.ranks))
+        residency prefix) and which ranks its tiling tiles (:meth:`group_at`), as one integer
+        (:meth:`rule_keys`)."""
+        return int(self.rule_keys(np.array([flat], dtype=np.int64))[0])
+
+    def rule_keys(self, flat: np.ndarray) -> np.ndarray:
+        """:meth:`rule_key` of every candidate at ``flat``: its option times 2^ranks plus a bit
+        per rank its tiling tiles (a tile below the rank's size; the first rank the highest
+        bit), the tiling's digits taken in the mixed radix of the ranks' tile options, as
+        :meth:`_tiles_of` does."""
+        option, k = np.divmod(np.asarray(flat, dtype=np.int64), self.n_tilings)
+        tiled = np.zeros(len(k), dtype=np.int64)
+        for bit, (opts, rank) in enumerate(zip(reversed(self._tile_options), reversed(self.ranks))):
+            k, digit = np.divmod(k, len(opts))
+            tiled |= (np.asarray(opts)[digit] < self.cascade.size(rank)).astype(np.int64) << bit
+        return (option << len(self.ranks)) | tiled
 
     def _tiles_of(self, k: int) -> list[int]:
         """Tiling ``k``'s tile of each rank: its digits in the mixed radix of the options."""

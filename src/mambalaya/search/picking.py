@@ -114,6 +114,21 @@ def legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
     return hit
 
 
+def legal_picks(cascade: Cascade, model: GroupCostModel, flat: np.ndarray) -> np.ndarray:
+    """:func:`legal_pick` of every candidate at ``flat``: one verdict per distinct
+    :meth:`~mambalaya.search.candidates.GroupCostModel.rule_keys` among them (the same memo),
+    spread back over the candidates."""
+    verdicts = model.__dict__.setdefault("_rule_verdicts_memo", {})
+    keys, first, inverse = np.unique(model.rule_keys(flat), return_index=True, return_inverse=True)
+    judged = np.empty(len(keys), dtype=bool)
+    for i, (key, at) in enumerate(zip(keys.tolist(), first.tolist())):
+        hit = verdicts.get(key)
+        if hit is None:
+            hit = verdicts[key] = legal_rules(cascade, model.group_at(int(flat[at])))
+        judged[i] = hit
+    return judged[inverse.reshape(-1)]
+
+
 def pick_least(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", flat: np.ndarray, traffic: np.ndarray,
           fp: np.ndarray, einsums: list[str], ranks: list[str], buffer_bytes: int | None, arch: Any, objective: str,
           subset: bool, closed: bool = False, tiling: np.ndarray | None = None) -> Any:
@@ -146,8 +161,8 @@ def pick_least(cascade: Cascade, model: "GroupCostModel", cand: "Candidates", fl
     # at other positions, whatever its tile): the search was exact only if the group was not
     # dropped, so every candidate is judged by those rules (memoised per option and tiled ranks)
     # and the objective's order taken again over the legal ones
-    legal = ok & np.fromiter((bool(ok[i]) and legal_pick(cascade, model, int(flat[i])) for i in range(len(flat))),
-                             dtype=bool, count=len(flat))
+    legal = ok.copy()
+    legal[ok] = legal_picks(cascade, model, flat[ok])
     if not legal.any():
         return "illegal"
     latency, order = _pick_order(cascade, model, flat, traffic, fp, steps, tiling, einsums, legal, arch, objective)

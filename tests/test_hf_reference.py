@@ -299,6 +299,8 @@ def test_config_loader(tmp_path):
     ss = {"d_model": 768, "n_layer": 24, "vocab_size": 50277, "ssm_cfg": {}, "rms_norm": True,
           "residual_in_fp32": True, "fused_add_norm": True, "pad_vocab_size_multiple": 8}
     assert load_mamba1_config(ss) == want
+    # without the field, mamba_ssm's MambaConfig default of 8 pads it (once left at 50277)
+    assert load_mamba1_config({k: v for k, v in ss.items() if k != "pad_vocab_size_multiple"}) == want
     assert load_mamba1_config({**hf, "time_step_rank": "auto"})["dt_rank"] == math.ceil(768 / 16)
     with pytest.raises(WeightLoadError, match="Mamba2"):
         load_mamba1_config({**ss, "ssm_cfg": {"layer": "Mamba2"}})

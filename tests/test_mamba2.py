@@ -276,6 +276,8 @@ def test_loader_prefixes_files_and_config_beside(tmp_path) -> None:
     assert cfg == dict(d_model=16, n_layers=2, d_state=4, headdim=4, ngroups=2, expand=2, d_conv=4,
                        chunk_size=256, vocab_size=8, norm_eps=1e-5, tie_embeddings=True)
     Mamba2Config(**cfg)
+    unpadded = {"d_model": 16, "n_layer": 2, "vocab_size": 5, "ssm_cfg": {"layer": "Mamba2", "d_state": 4, "headdim": 4}}
+    assert load_mamba2_config(unpadded)["vocab_size"] == 8  # mamba_ssm's default multiple of 8
 
 
 def test_published_state_spaces_config_gives_the_preset() -> None:

@@ -165,7 +165,9 @@ def test_saved_moe_config_reads_back(tmp_path) -> None:
         == (12, 4, 40, 56, 24, 3, 2, False, 1.5)
     assert model.d_ssm == 96 and model.expand == 1.5 and model.n_experts == 12
     both = {**hf.to_dict(), "model_type": "nemotron_h", "n_routed_experts": 5, "num_local_experts": 12}
-    assert nemotron_h_config_from_hf(both).moe_experts == 12  # given both, the alias wins (as in transformers)
+    with pytest.raises(SpecError, match="num_local_experts = 12 and n_routed_experts = 5"):
+        nemotron_h_config_from_hf(both)  # (transformers takes the alias's; a file saying two things is refused)
+    assert nemotron_h_config_from_hf({**both, "n_routed_experts": 12}).moe_experts == 12
 
 
 def _moe_base(**fields) -> dict:

@@ -189,7 +189,7 @@ def test_zamba2_config_json_dispatch_and_refusals(tmp_path) -> None:
     assert zamba2_config_from_hf({**base, "attention_head_dim": 6}).head_dim == 6
     assert zamba2_config_from_hf({**base, "head_dim": 6}).head_dim == 6  # the alias
     assert zamba2_config_from_hf({**base, "attention_head_dim": 8, "kv_channels": 99}).head_dim == 8  # read nowhere
-    for field, change in {"attention_head_dim": {"attention_head_dim": 6, "head_dim": 4},
+    for field, change in {"head_dim": {"attention_head_dim": 6, "head_dim": 4},
                           "attention_hidden_size": {"attention_hidden_size": 24},
                           "mamba_headdim": {"mamba_headdim": 4},
                           "hybrid_layer_ids": {"hybrid_layer_ids": [2]}}.items():

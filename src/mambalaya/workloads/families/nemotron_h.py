@@ -149,6 +149,10 @@ class NemotronHModel(FamilyModel):
 
     @model_validator(mode="after")
     def _blocks_fit(self) -> "NemotronHModel":
+        if self.tie_embeddings:
+            raise ValueError("tie_embeddings is true, but a Nemotron-H model's LM head is never tied to its "
+                             "embeddings (transformers 5.25's NemotronHForCausalLM ties no weights, whatever "
+                             "tie_word_embeddings says)")
         self.attention_config()
         self.mamba2()
         if "moe" in self.layer_types:
@@ -279,9 +283,8 @@ DEFAULTS: dict[str, Any] = {
 ALIASES = {"mamba_n_groups": "n_groups", "mamba_d_conv": "conv_kernel", "mamba_chunk_size": "chunk_size",
            "mamba_conv_bias": "use_conv_bias", "mamba_dt_limit": "time_step_limit", "mamba_expand": "expand",
            "mamba_dt_min": "time_step_min", "mamba_dt_max": "time_step_max", "mamba_dt_init_floor": "time_step_floor"}
-#: NemotronHConfig's attribute_map alias of ``n_routed_experts``: set after the fields, so it wins
-#: when both are given, and set without a type check (a dense config may give it any value).
-EXPERTS_ALIAS = "num_local_experts"
+#: NemotronHConfig's ``attribute_map`` (alias -> field), transformers 5.25.
+ATTRIBUTE_MAP = {"layer_types": "layers_block_type", "num_local_experts": "n_routed_experts"}
 #: Fields with one value mambalaya models (the value it must have, and why).
 MODELLED = {
     "use_conv_bias": (True, "the Mamba-2 block's depthwise conv has a bias"),
@@ -320,12 +323,12 @@ READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "hybrid_override_pat
 
 
 def nemotron_layer_types(cfg: ConfigFile) -> tuple[str, ...]:
-    """The layer pattern as NemotronHConfig 5.25 builds it: ``layers_block_type`` (or its alias
-    ``layer_types``; the older names ``mamba`` and ``attention`` renamed), else
-    ``hybrid_override_pattern``, else its default ``M E * -``."""
-    key = "layers_block_type" if cfg.has("layers_block_type") else "layer_types" if cfg.has("layer_types") else None
-    if key is not None and cfg.given(key):
-        return cfg.layer_types(key, {**HF_LAYER_TYPES, **LEGACY_LAYER_TYPES}, "Nemotron-H")  # type: ignore[return-value]
+    """The layer pattern as NemotronHConfig 5.25 builds it: ``layers_block_type`` (its alias
+    ``layer_types`` read as it, :meth:`ConfigFile.with_aliases`; the older names ``mamba`` and
+    ``attention`` renamed), else ``hybrid_override_pattern``, else its default ``M E * -``."""
+    if cfg.given("layers_block_type"):
+        return cfg.layer_types("layers_block_type", {**HF_LAYER_TYPES, **LEGACY_LAYER_TYPES},  # type: ignore[return-value]
+                               "Nemotron-H")
     if cfg.has("hybrid_override_pattern"):
         pattern = cfg.value("hybrid_override_pattern")
         if not isinstance(pattern, str) or not pattern or len(pattern) > MAX_LAYERS:
@@ -368,17 +371,15 @@ def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> Nem
     cfg = ConfigFile.of(data, source, defaults=DEFAULTS, what="Nemotron-H")
     if cfg.value("model_type") != "nemotron_h":
         raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; this reader takes 'nemotron_h'")
-    renamed = dict(cfg.data)
-    for old, new in ALIASES.items():
-        if old in renamed:
-            renamed[new] = renamed.pop(old)
-    types = nemotron_layer_types(ConfigFile(renamed, source, DEFAULTS))
+    experts_alias = {"num_local_experts": ATTRIBUTE_MAP["num_local_experts"]}
+    cfg = cfg.with_aliases({**ALIASES, **{a: f for a, f in ATTRIBUTE_MAP.items() if a not in experts_alias}},
+                           "NemotronHConfig")
+    types = nemotron_layer_types(cfg)
     has_moe = "moe" in types
-    if EXPERTS_ALIAS in renamed:
-        alias = renamed.pop(EXPERTS_ALIAS)
-        if has_moe:
-            renamed["n_routed_experts"] = alias
-    cfg = ConfigFile(renamed, source, DEFAULTS)
+    if has_moe:
+        cfg = cfg.with_aliases(experts_alias, "NemotronHConfig")
+    else:  # transformers sets the alias without a type check, and no dense layer reads it
+        cfg = ConfigFile({k: v for k, v in cfg.data.items() if k not in experts_alias}, source, DEFAULTS)
     check_known_fields(cfg, "NemotronHConfig", READ, INERT if has_moe else INERT | MOE_FIELDS, MODELLED)
     for key, value in (("mlp_hidden_act", "relu2"), ("mamba_hidden_act", "silu")):
         cfg.require(key, value, "the only activation modelled there")
@@ -399,7 +400,10 @@ def nemotron_h_config_from_hf(data: dict, *, source: str = "config.json") -> Nem
         "mamba_d_state": cfg.integer("ssm_state_size"), "mamba_ngroups": groups,
         "mamba_d_conv": cfg.integer("conv_kernel"), "mamba_chunk_size": cfg.integer("chunk_size"),
         "norm_eps": cfg.positive_number("layer_norm_epsilon"), "vocab_size": cfg.integer("vocab_size"),
-        "tie_embeddings": cfg.boolean("tie_word_embeddings"), **(_moe_fields(cfg) if has_moe else {}),
+        # NemotronHForCausalLM ties nothing (transformers 5.25: its _tied_weights_keys is {}), so the LM
+        # head is its own weight whatever tie_word_embeddings says (once read: a true left the head out
+        # of the parameter count); the field is still read by type
+        "tie_embeddings": cfg.boolean("tie_word_embeddings") and False, **(_moe_fields(cfg) if has_moe else {}),
     }
     return validated_config(NemotronHModel, fields, what="Nemotron-H", source=source)
 

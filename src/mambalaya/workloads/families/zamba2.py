@@ -165,11 +165,22 @@ class Zamba2Model(FamilyModel):
     def hybrid_layer_ids(self) -> tuple[int, ...]:
         return tuple(k for k, t in enumerate(self.layer_types) if t == "hybrid")
 
+    @property
+    def shared_block_count(self) -> int:
+        """The shared blocks' weight sets: transformers builds ``min(num_mem_blocks, hybrid
+        layers)`` blocks and ties each block's uses together (``Zamba2Model._tied_weights_keys``),
+        but ties nothing when ``tie_word_embeddings`` is false (5.25's
+        ``PreTrainedModel.get_expanded_tied_weights_keys`` returns no ties then), so each hybrid
+        layer then holds its own copy (once counted as shared: 20,872 parameters for 31,976)."""
+        hybrids = len(self.hybrid_layer_ids)
+        return min(self.num_mem_blocks, hybrids) if self.tie_embeddings else hybrids
+
     def shared_block_of(self, layer: int) -> tuple[int, int]:
         """(shared block, use) of hybrid layer ``layer``: its use ``j`` is its rank among the hybrid
-        layers, its block ``j mod num_mem_blocks``."""
+        layers, its block ``j mod num_mem_blocks`` (``j``: its own copy, untied,
+        :attr:`shared_block_count`)."""
         j = self.hybrid_layer_ids.index(layer)
-        return j % self.num_mem_blocks, j
+        return (j % self.num_mem_blocks if self.tie_embeddings else j), j
 
     def mamba2(self) -> Mamba2Config:
         return Mamba2Config(d_model=self.d_model, n_layers=self.n_layers, d_state=self.mamba_d_state,
@@ -207,8 +218,17 @@ class Zamba2Model(FamilyModel):
         return mamba + self.d_model * self.d_model + self.adapter_parameters()
 
     def extra_parameters(self) -> int:
-        """The shared blocks, each once (transformers builds min(num_mem_blocks, hybrid layers))."""
-        return min(self.num_mem_blocks, len(self.hybrid_layer_ids)) * self.shared_block_parameters()
+        """The shared blocks' weights beyond each hybrid layer's own use's adapters
+        (:meth:`layer_parameters`). Tied, each block once (:attr:`shared_block_count`). Untied,
+        each hybrid layer's copy of its block (``j mod num_mem_blocks``) whole: the block and the
+        adapter slots of every use of that block (transformers gives a block the slots ``i`` with
+        ``i mod num_mem_blocks`` its id), of which the layer reads one."""
+        if self.tie_embeddings:
+            return self.shared_block_count * self.shared_block_parameters()
+        hybrids, blocks = len(self.hybrid_layer_ids), self.num_mem_blocks
+        uses = [len(range(b, hybrids, blocks)) for b in range(blocks)]
+        return sum(self.shared_block_parameters() + (uses[j % blocks] - 1) * self.adapter_parameters()
+                   for j in range(hybrids))
 
     def shared_parameters(self, layer_types: set[str]) -> int:
         """A device running hybrid layers holds the shared blocks (all of them: an assumption, a
@@ -216,7 +236,9 @@ class Zamba2Model(FamilyModel):
         return self.extra_parameters() if "hybrid" in layer_types else 0
 
     def shape_text(self) -> str:
-        return (f"{super().shape_text()}; {min(self.num_mem_blocks, len(self.hybrid_layer_ids))} shared blocks "
+        blocks = f"{self.shared_block_count} shared blocks" if self.tie_embeddings else \
+            f"{self.shared_block_count} untied copies of the shared blocks"
+        return (f"{super().shape_text()}; {blocks} "
                 f"(attention heads={self.n_heads} kv={self.n_kv_heads} head_dim={self.head_dim}"
                 f"{', rotary' if self.mem_rope else ''}; gelu mlp={self.d_ff}; LoRA rank {self.adapter_rank} on "
                 f"{'q/k/v and ' if self.attention_adapter else ''}gate_up); mamba heads={self.mamba_heads} "
@@ -346,6 +368,8 @@ INERT = {"model_type", "architectures", "transformers_version", "torch_dtype", "
          "tokenizer_class",
          # set by Zamba2Config.__post_init__, and read nowhere by the model (a file's value changes nothing)
          "kv_channels", "num_query_groups"}
+#: Zamba2Config's ``attribute_map`` (alias -> field), transformers 5.25.
+ATTRIBUTE_MAP = {"layer_types": "layers_block_type", "head_dim": "attention_head_dim"}
 READ = set(DEFAULTS) | {"layers_block_type", "layer_types", "rope_parameters", "rope_theta", "attention_head_dim",
                         "head_dim", "attention_hidden_size", "mamba_headdim", "hybrid_layer_ids"}
 #: transformers' layer type names (and the legacy 'mamba') -> mambalaya's.
@@ -356,8 +380,7 @@ def zamba2_layer_types(data: dict | ConfigFile, source: str = "config.json") -> 
     """The layer pattern as Zamba2Config builds it: ``layers_block_type`` (alias ``layer_types``),
     else its default (54 layers, hybrid at 6, 12, ..., 42, 47, 51)."""
     cfg = data if isinstance(data, ConfigFile) else ConfigFile.of(data, source, what="Zamba2")
-    key = "layers_block_type" if cfg.given("layers_block_type") else "layer_types"
-    listed = cfg.layer_types(key, HF_LAYER_TYPES, "Zamba2")
+    listed = cfg.with_aliases(ATTRIBUTE_MAP, "Zamba2Config").layer_types("layers_block_type", HF_LAYER_TYPES, "Zamba2")
     if listed is None:
         listed = tuple(HF_LAYER_TYPES[name] for name in (
             ["linear_attention"] + (["linear_attention"] * 5 + ["hybrid"]) * 7 + ["linear_attention"] * 4
@@ -373,6 +396,7 @@ def zamba2_config_from_hf(data: dict, *, source: str = "config.json") -> Zamba2M
     cfg = ConfigFile.of(data, source, defaults=DEFAULTS, what="Zamba2")
     if cfg.value("model_type") != "zamba2":
         raise cfg.error(f"field model_type is {shown(cfg.value('model_type'))}; this reader takes 'zamba2'")
+    cfg = cfg.with_aliases(ATTRIBUTE_MAP, "Zamba2Config")
     check_known_fields(cfg, "Zamba2Config", READ, INERT, MODELLED)
     types = zamba2_layer_types(cfg)
     if cfg.has("num_hidden_layers") and cfg.layer_count("num_hidden_layers") != len(types):
@@ -402,18 +426,14 @@ def zamba2_config_from_hf(data: dict, *, source: str = "config.json") -> Zamba2M
 
 
 def _attention_head_dim(cfg: ConfigFile) -> int | None:
-    """The head width a config.json gives (``attention_head_dim``, or its alias ``head_dim``;
-    both given must agree): transformers 5.25's ``Zamba2Config`` computes ``2*hidden/heads`` and
-    then sets the file's value over it, and ``Zamba2Attention`` reads it (projections of
-    ``heads*head_dim``, the ``(head_dim/2)^-1/2`` scale, the rotary width). Once ignored: the
-    attention was built at the computed width without a word."""
-    given = [k for k in ("attention_head_dim", "head_dim") if cfg.has(k)]
-    if len(given) == 2 and cfg.integer("attention_head_dim") != cfg.integer("head_dim"):
-        raise cfg.error(f"fields attention_head_dim ({cfg.integer('attention_head_dim')}) and head_dim "
-                        f"({cfg.integer('head_dim')}) name one value (head_dim is its alias) and differ")
-    if not given:
+    """The head width a config.json gives (``attention_head_dim``, or its alias ``head_dim``, read
+    as it): transformers 5.25's ``Zamba2Config`` computes ``2*hidden/heads`` and then sets the
+    file's value over it, and ``Zamba2Attention`` reads it (projections of ``heads*head_dim``, the
+    ``(head_dim/2)^-1/2`` scale, the rotary width). Once ignored: the attention was built at the
+    computed width without a word."""
+    if not cfg.has("attention_head_dim"):
         return None
-    value, hidden, heads = cfg.integer(given[0]), cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
+    value, hidden, heads = cfg.integer("attention_head_dim"), cfg.integer("hidden_size"), cfg.integer("num_attention_heads")
     return None if value * heads == 2 * hidden else value  # save_pretrained writes the computed width: the default
 
 

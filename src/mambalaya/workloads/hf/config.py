@@ -246,6 +246,27 @@ class ConfigFile:
             raise self.error(f"field {self.name(key)} is {shown(value)}, not one of {', '.join(map(repr, choices))}")
         return value
 
+    def with_aliases(self, aliases: Mapping[str, str], config_class: str) -> "ConfigFile":
+        """This config with each alias of ``aliases`` (alias -> field: a transformers config
+        class's ``attribute_map``, or the older names its ``__post_init__`` renames) read as its
+        field: an alias alone gives the field its value; an alias and its field given the same
+        value are one field; given different values, the file says two things of one field and
+        is refused naming both (transformers 5.25 takes the alias's, whatever the keys' order in
+        the file; mambalaya once took the field's, silently). ``save_pretrained`` writes only the
+        field."""
+        data = dict(self.data)
+        for alias, target in aliases.items():
+            if alias not in data:
+                continue
+            value = data.pop(alias)
+            if target in data and not same_value(data[target], value):
+                raise self.error(
+                    f"fields {self.name(alias)} = {shown(value)} and {self.name(target)} = {shown(data[target])} "
+                    f"name one value ({alias} is {config_class}'s alias of {target}; transformers "
+                    f"{TRANSFORMERS_VERSION} would take {alias}'s) and differ: give one of them")
+            data[target] = value
+        return ConfigFile(data, self.source, self.defaults, self.prefix, self.loader)
+
     def section(self, key: str) -> "ConfigFile":
         """A mapping field (null or absent: empty) as a reader of its own fields."""
         value = self.value(key)
@@ -435,12 +456,17 @@ def read_config_fields(cfg: Mapping[str, Any], ssm: Mapping[str, Any], where: st
     return {ours: (f"ssm_cfg.{key}" if key in in_ssm else key, values[key]) for ours, key in reading.keys.items()}
 
 
+#: mamba_ssm's ``MambaConfig.pad_vocab_size_multiple`` default (state-spaces/mamba,
+#: ``mamba_ssm/models/config_mamba.py``): a state-spaces config.json without the field is padded to it.
+STATE_SPACES_PAD_VOCAB_MULTIPLE = 8
+
+
 def padded_vocab(cfg: Mapping[str, Any], vocab_size: int, where: str) -> int:
     """A state-spaces ``vocab_size`` padded up to ``pad_vocab_size_multiple`` (the embedding's
-    rows), as mamba_ssm and the transformers conversion do."""
-    if "pad_vocab_size_multiple" not in cfg:
-        return vocab_size
-    mult = positive_int(cfg["pad_vocab_size_multiple"], "pad_vocab_size_multiple", where)
+    rows; absent, mamba_ssm's default :data:`STATE_SPACES_PAD_VOCAB_MULTIPLE`: once left unpadded),
+    as mamba_ssm's ``MambaLMHeadModel`` and the transformers conversion do."""
+    mult = positive_int(cfg.get("pad_vocab_size_multiple", STATE_SPACES_PAD_VOCAB_MULTIPLE),
+                        "pad_vocab_size_multiple", where)
     return -(-vocab_size // mult) * mult
 
 

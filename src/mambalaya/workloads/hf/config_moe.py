@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from mambalaya.workloads.hf.config import ConfigFile, check_known_fields, default_rope_theta, same_value, shown
+from mambalaya.workloads.hf.config import ConfigFile, check_known_fields, default_rope_theta, shown
 from mambalaya.workloads.hf.fields import TRANSFORMERS_COMMON_INERT, TRANSFORMERS_VERSION
 from mambalaya.workloads.families.jamba_granite import MoEHybridConfig, parse_moe_hybrid_config
 
@@ -31,6 +31,9 @@ GRANITE_DEFAULTS: dict[str, Any] = {
     "mamba_d_state": 256, "mamba_d_head": "auto", "mamba_d_conv": 4, "mamba_expand": 2, "mamba_chunk_size": 256,
     "mamba_conv_bias": True, "mamba_proj_bias": False, "time_step_limit": [0.0, math.inf], "rope_parameters": None,
 }
+#: Per family, its config class's ``attribute_map`` (alias -> field), transformers 5.25.
+ATTRIBUTE_MAPS: dict[str, dict[str, str]] = {"jamba": {"num_local_experts": "num_experts"},
+                                             "granitemoehybrid": {"layers_block_type": "layer_types"}}
 _REFUSED: dict[str, dict[str, Any]] = {  # field -> the one value mambalaya models
     "jamba": {"hidden_act": "silu", "mamba_conv_bias": True, "mamba_proj_bias": False, "sliding_window": None},
     "granitemoehybrid": {"hidden_act": "silu", "mamba_conv_bias": True, "mamba_proj_bias": False,
@@ -91,11 +94,7 @@ def _attention_heads(cfg: ConfigFile) -> dict[str, Any]:
 
 def _jamba(cfg: ConfigFile) -> dict[str, Any]:
     n = cfg.layer_count("num_hidden_layers")
-    key = "num_local_experts" if cfg.has("num_local_experts") else "num_experts"
-    if cfg.has("num_experts") and cfg.has("num_local_experts") and \
-            not same_value(cfg.value("num_experts"), cfg.value("num_local_experts")):
-        raise cfg.error("fields num_experts and num_local_experts (its alias) disagree")
-    experts = cfg.integer(key)
+    experts = cfg.integer("num_experts")  # (num_local_experts read as it: ATTRIBUTE_MAPS)
     periods = {}
     for kind in ("attn", "expert"):
         period = cfg.integer(f"{kind}_layer_period")
@@ -128,7 +127,7 @@ def _jamba(cfg: ConfigFile) -> dict[str, Any]:
 
 def _granite(cfg: ConfigFile) -> dict[str, Any]:
     n = cfg.layer_count("num_hidden_layers")
-    said = _listed_types(cfg, "layer_types", n) or _listed_types(cfg, "layers_block_type", n)
+    said = _listed_types(cfg, "layer_types", n)  # (layers_block_type read as it: ATTRIBUTE_MAPS)
     mixers = said or ("mamba",) * n  # GraniteMoeHybridConfig: every layer linear_attention when absent
     experts = cfg.integer("num_local_experts", minimum=0)
     top_k = cfg.integer("num_experts_per_tok", minimum=0)
@@ -178,7 +177,8 @@ def moe_config_from_hf(data: dict, *, source: str = "config.json") -> MoEHybridC
     if family not in ("jamba", "granitemoehybrid"):
         raise cfg.error(f"field model_type is {shown(family)}; the MoE hybrid families modelled are 'jamba' and "
                         "'granitemoehybrid'")
-    cfg = ConfigFile(cfg.data, source, JAMBA_DEFAULTS if family == "jamba" else GRANITE_DEFAULTS)
+    cfg = ConfigFile(cfg.data, source, JAMBA_DEFAULTS if family == "jamba" else GRANITE_DEFAULTS).with_aliases(
+        ATTRIBUTE_MAPS[family], CONFIG_CLASSES[family])
     refused = f"the one value in the {family} layers it models"
     check_known_fields(cfg, CONFIG_CLASSES[family], _READ[family], set(INERT_FIELDS[family]) | set(TRANSFORMERS_COMMON_INERT),
                        {key: (value, refused) for key, value in _REFUSED[family].items()})
@@ -186,4 +186,4 @@ def moe_config_from_hf(data: dict, *, source: str = "config.json") -> MoEHybridC
     return parse_moe_hybrid_config(fields, source=source)
 
 
-__all__ = ["CONFIG_CLASSES", "GRANITE_DEFAULTS", "INERT_FIELDS", "JAMBA_DEFAULTS", "moe_config_from_hf"]
+__all__ = ["ATTRIBUTE_MAPS", "CONFIG_CLASSES", "GRANITE_DEFAULTS", "INERT_FIELDS", "JAMBA_DEFAULTS", "moe_config_from_hf"]

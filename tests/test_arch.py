@@ -23,6 +23,7 @@ from mambalaya.arch import (
     load_arch,
     loads_arch,
     shipped_archs,
+    with_settings,
 )
 from mambalaya.errors import SpecError
 
@@ -625,3 +626,48 @@ def test_a_policy_file_a_spec_names_is_read_beside_the_spec(tmp_path: Path, monk
         monkeypatch.chdir(cwd)
         assert load_arch(folder / "arch.yaml").precision == str((folder / "pol.yaml").resolve())
     assert load_arch("mambalaya").precision == "reference-kernels"  # a shipped name stays a name
+
+
+# --- a bandwidth is one figure or the banks it comes from, never both --------------------------
+
+
+@pytest.mark.parametrize("settings_, needle", [
+    (["memory.levels.l2.banks=10", "memory.levels.l2.bank_port_bytes=4", "memory.levels.l2.bandwidth_bytes_per_cycle=40"],
+     "bandwidth_bytes_per_cycle"),
+    (["memory.onchip_bandwidth_bytes_per_cycle=100", "memory.onchip_banks=8"], "onchip_bandwidth_bytes_per_cycle"),
+])
+def test_a_bandwidth_given_both_ways_is_refused(settings_, needle) -> None:
+    """A spec (here through --set, which writes every field it names) giving a bandwidth both as a
+    figure and as banks x port bytes is refused: the figure once won and the banks were unread."""
+    with pytest.raises(SpecError, match=needle):
+        with_settings(load_arch("gpu-h100"), settings_)
+
+
+def test_setting_one_form_of_a_bandwidth_replaces_the_other() -> None:
+    """--set of banks on a level given by its figure (gpu-h100's L2: 5120 B/cycle) is what the
+    numbers read (40 B/cycle; it once changed nothing), and a figure set on a banked buffer
+    replaces its banks; a sensitivity end sets it the same way; nulling one form leaves the other."""
+    from mambalaya.experiments.sensitivity import Assumption, with_setting
+
+    h100 = load_arch("gpu-h100")
+    banked = with_settings(h100, ["memory.levels.l2.banks=10", "memory.levels.l2.bank_port_bytes=4"])
+    assert banked.memory.levels["l2"].bytes_per_cycle == 40 and banked.memory.levels["l2"].bandwidth_bytes_per_cycle is None
+    figure = with_settings(h100, ["memory.onchip_bandwidth_bytes_per_cycle=100"])
+    assert figure.memory.buffer_bandwidth_bytes_per_cycle == 100 and figure.memory.onchip_banks is None
+    end = Assumption(key="memory.onchip_bandwidth_bytes_per_cycle", low=4096, high=65536, reason="test")
+    assert with_setting(load_arch("mambalaya"), end, 4096).memory.buffer_bandwidth_bytes_per_cycle == 4096
+    unbounded = with_settings(load_arch("mambalaya"), ["memory.onchip_banks=null", "memory.onchip_bank_port_bytes=null"])
+    assert unbounded.memory.buffer_bandwidth_bytes_per_cycle is None
+    with pytest.raises(SpecError, match="bank_port_bytes"):  # half an organisation is not a bandwidth
+        with_settings(h100, ["memory.levels.l2.banks=10"])
+
+
+@pytest.mark.parametrize("word", ["yes", "no", "on", "off", "y", "n", "Yes", "OFF"])
+def test_yaml_1_1_booleans_are_text_where_a_boolean_is_due(word: str) -> None:
+    """`one_d_mode: no` was read as false (YAML 1.1); a boolean is `true` or `false` only."""
+    text = arch_to_yaml(load_arch("mambalaya"))
+    assert "overlap_compute_and_memory: true" in text
+    with pytest.raises(SpecError, match="overlap_compute_and_memory"):
+        loads_arch(text.replace("overlap_compute_and_memory: true", f"overlap_compute_and_memory: {word}"))
+    assert loads_arch(text.replace("overlap_compute_and_memory: true", "overlap_compute_and_memory: FALSE")
+                      ).memory.overlap_compute_and_memory is False

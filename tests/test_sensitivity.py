@@ -57,6 +57,13 @@ def test_with_setting_changes_one_field_on_a_copy() -> None:
      "compute.mfu_units"),
     ("name: x\ndesigns: [mambalaya]\nassumptions:\n - {key: compute.mfu_units, low: 1, high: 2}\n", "reason"),
     ("name: x\ndesigns: [mambalaya]\nassumptions: [\n", "YAML"),
+    # each assumption once (its tornado rows printed twice), each design once
+    ("name: x\ndesigns: [mambalaya]\nassumptions:\n - {key: compute.mfu_units, low: 1, high: 2, reason: r}\n"
+     " - {key: compute.mfu_units, low: 1, high: 2, reason: r, label: again}\n", "assumptions.1"),
+    ("name: x\ndesigns: [mambalaya]\nassumptions:\n - {key: compute.mfu_units, low: 1, high: 2, reason: r}\n"
+     " - {key: compute.mfu_units, low: 1, high: 4, reason: r}\n", "row name"),
+    ("name: x\ndesigns: [mambalaya, mambalaya]\nassumptions:\n - {key: compute.mfu_units, low: 1, high: 2, reason: r}\n",
+     "designs"),
 ])
 def test_bad_specs_name_the_field(tmp_path, text: str, field: str) -> None:
     path = tmp_path / "s.yaml"

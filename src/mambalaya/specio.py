@@ -134,11 +134,18 @@ _STRICT_FLOAT = re.compile(r"^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+"
                            r"|[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?"
                            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$")
 
+_BOOL_TAG = "tag:yaml.org,2002:bool"
+#: Booleans as YAML 1.2 spells them: YAML 1.1's ``yes``, ``no``, ``on``, ``off``, ``y`` and ``n``
+#: are text, refused where a boolean is due (they were read as true and false, where the docs
+#: promise ``true`` or ``false`` only).
+_STRICT_BOOL = re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$")
+
 _StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+    first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG, _BOOL_TAG)]
     for first, resolvers in _BASE_LOADER.yaml_implicit_resolvers.items()}
 _StrictLoader.add_implicit_resolver(_INT_TAG, _STRICT_INT, list("-+0123456789"))
 _StrictLoader.add_implicit_resolver(_FLOAT_TAG, _STRICT_FLOAT, list("-+0123456789."))
+_StrictLoader.add_implicit_resolver(_BOOL_TAG, _STRICT_BOOL, list("tTfF"))
 
 
 def _tagged_number(pattern: re.Pattern[str], kind: str, construct: Callable[..., Any]) -> Callable[..., Any]:

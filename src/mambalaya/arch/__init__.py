@@ -178,7 +178,45 @@ def set_fields(data: dict[str, Any], values: dict[str, Any], *, what: str = "arc
     (:func:`arch_from_dict`)."""
     for key, value in values.items():
         _set_field(data, key, value, what)
+    for key, value in values.items():
+        for other in alternative_forms(key) if value is not None else ():
+            if other not in values:
+                _null_field(data, other)
     return data
+
+
+def alternative_forms(key: str) -> list[str]:
+    """The fields giving ``key``'s quantity in its other form: a bandwidth is a figure
+    (``memory.onchip_bandwidth_bytes_per_cycle``, a level's ``bandwidth_bytes_per_cycle``) or the
+    organisation it comes from (banks and their port bytes), never both (a spec giving both is
+    refused: one would be unread). Setting one form (``--set``, a sweep axis, a sensitivity end)
+    nulls the other, so the setting is what the numbers read: a figure set on a banked buffer
+    replaces its banks, banks set on a level given by its figure replace the figure (which once
+    silently won: ``--set memory.levels.l2.banks=10`` changed nothing on ``gpu-h100``)."""
+    parts = key.split(".")
+    onchip = {"memory.onchip_bandwidth_bytes_per_cycle": ["memory.onchip_banks", "memory.onchip_bank_port_bytes"],
+              "memory.onchip_banks": ["memory.onchip_bandwidth_bytes_per_cycle"],
+              "memory.onchip_bank_port_bytes": ["memory.onchip_bandwidth_bytes_per_cycle"]}
+    if key in onchip:
+        return onchip[key]
+    if len(parts) == 4 and parts[:2] == ["memory", "levels"]:
+        level = ".".join(parts[:3])
+        if parts[3] == "bandwidth_bytes_per_cycle":
+            return [f"{level}.banks", f"{level}.bank_port_bytes"]
+        if parts[3] in ("banks", "bank_port_bytes"):
+            return [f"{level}.bandwidth_bytes_per_cycle"]
+    return []
+
+
+def _null_field(data: dict[str, Any], key: str) -> None:
+    """``key`` (a field :func:`_set_field` has checked the parents of) set to null where the
+    spec holds it."""
+    *parents, leaf = key.split(".")
+    node: Any = data
+    for p in parents:
+        node = node.get(p) if isinstance(node, dict) else None
+    if isinstance(node, dict) and node.get(leaf) is not None:
+        node[leaf] = None
 
 
 def _set_field(data: dict[str, Any], key: Any, value: Any, what: str) -> None:

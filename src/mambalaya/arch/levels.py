@@ -46,8 +46,8 @@ class StagingLevel(BaseModel):
     )
     bank_port_bytes: PositiveInt | None = Field(None, description="Bytes one bank moves per cycle toward the inner level.")
     bandwidth_bytes_per_cycle: Annotated[float, Field(gt=0), BYTES_PER_CYCLE_RANGE.validator()] | None = Field(
-        None, description="Bytes per cycle across the level's inner port; overrides banks x bank_port_bytes. "
-                          + BYTES_PER_CYCLE_RANGE.note
+        None, description="Bytes per cycle across the level's inner port; or banks and bank_port_bytes, never "
+                          "both (one would be silently unread). " + BYTES_PER_CYCLE_RANGE.note
     )
 
     @field_validator("capacity_bytes", mode="before")
@@ -61,6 +61,12 @@ class StagingLevel(BaseModel):
             missing = "bank_port_bytes" if self.bank_port_bytes is None else "banks"
             raise FieldProblem(missing, "is missing: a level's bandwidth is banks x port bytes per cycle, so give both "
                                         "(or bandwidth_bytes_per_cycle)")
+        if self.bandwidth_bytes_per_cycle is not None and self.banks is not None:
+            raise FieldProblem("bandwidth_bytes_per_cycle",
+                               f"= {self.bandwidth_bytes_per_cycle:g} is given beside banks = {self.banks} and "
+                               f"bank_port_bytes = {self.bank_port_bytes} ({self.banks * self.bank_port_bytes:,} B/cycle): "
+                               "a level's bandwidth is one or the other, and the figure would leave the banks unread "
+                               "(a --set or sweep of them would change nothing); give one (null the other)")
         if self.bandwidth_bytes_per_cycle is None and self.banks is None:
             raise FieldProblem("bandwidth_bytes_per_cycle",
                                "is missing, and so are banks and bank_port_bytes: no level is unbounded, give its "
@@ -69,7 +75,7 @@ class StagingLevel(BaseModel):
 
     @property
     def bytes_per_cycle(self) -> float:
-        """The level's bandwidth: the given figure, else banks x port bytes."""
+        """The level's bandwidth: the given figure, or banks x port bytes."""
         if self.bandwidth_bytes_per_cycle is not None:
             return self.bandwidth_bytes_per_cycle
         assert self.banks is not None and self.bank_port_bytes is not None

@@ -325,8 +325,9 @@ class MemorySpec(BaseModel):
         None,
         description=(
             "Banks of the on-chip buffer. With onchip_bank_port_bytes it sets the buffer's bandwidth "
-            "(banks x port bytes per cycle, every bank accessed once per cycle), unless "
-            "onchip_bandwidth_bytes_per_cycle gives the figure itself (a sweep or --set moving it)."
+            "(banks x port bytes per cycle, every bank accessed once per cycle); or "
+            "onchip_bandwidth_bytes_per_cycle gives the figure itself, never both (a --set, sweep or "
+            "sensitivity end of one form nulls the other)."
         ),
     )
     onchip_bank_port_bytes: PositiveInt | None = Field(
@@ -379,13 +380,19 @@ class MemorySpec(BaseModel):
             missing, given = ("onchip_bank_port_bytes", "onchip_banks") if banked[0] else ("onchip_banks", "onchip_bank_port_bytes")
             raise FieldProblem(missing, f"is missing while {given} is given: the buffer's bandwidth is banks x port bytes "
                                         "per cycle, so give both (or neither, and onchip_bandwidth_bytes_per_cycle)")
+        if banked[0] and self.onchip_bandwidth_bytes_per_cycle is not None:
+            raise FieldProblem("onchip_bandwidth_bytes_per_cycle",
+                               f"= {self.onchip_bandwidth_bytes_per_cycle:g} is given beside onchip_banks = "
+                               f"{self.onchip_banks} and onchip_bank_port_bytes = {self.onchip_bank_port_bytes}: the "
+                               "buffer's bandwidth is one or the other, and the figure would leave the banks unread "
+                               "(a --set or sweep of them would change nothing); give one (null the other)")
         check_level_names(self.levels)
         check_capacities(self.levels, self.onchip_buffer_bytes, self.offchip_capacity_bytes)
         return self
 
     @property
     def buffer_bandwidth_bytes_per_cycle(self) -> float | None:
-        """The on-chip buffer's bandwidth: the given figure, else banks x port bytes; None: unbounded."""
+        """The on-chip buffer's bandwidth: the given figure, or banks x port bytes; None: unbounded."""
         if self.onchip_bandwidth_bytes_per_cycle is not None:
             return self.onchip_bandwidth_bytes_per_cycle
         if self.onchip_banks is not None and self.onchip_bank_port_bytes is not None:

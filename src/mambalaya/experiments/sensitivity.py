@@ -37,7 +37,7 @@ from typing import Any, Callable, Union
 import pandas as pd
 from pydantic import BaseModel, Field, model_validator
 
-from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch
+from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch, set_fields
 from mambalaya.arch.keys import NOT_LATENCY_FIELDS
 from mambalaya.search.memos import forget_architecture_results
 from mambalaya.arch.quantities import BYTE_UNITS, parse_float_quantity  # byte sizes such as "24MiB" in a spec
@@ -99,6 +99,26 @@ class SensitivitySpec(BaseModel):
     description: str = ""
     designs: list[str] = Field(min_length=1)
     assumptions: list[Assumption] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _each_once(self) -> "SensitivitySpec":
+        """A design, an assumption's row name, and an assumption's setting (key, ends, factor) each
+        once: a repeat ran the same settings again and printed their rows twice."""
+        if len(set(self.designs)) != len(self.designs):
+            again = next(d for i, d in enumerate(self.designs) if d in self.designs[:i])
+            raise FieldProblem("designs", f"name {again!r} twice; give each design once")
+        names: dict[str, int] = {}
+        settings: dict[str, int] = {}
+        for i, a in enumerate(self.assumptions):
+            setting = repr((a.key, a.factor, a.low, a.high))
+            for seen, value, what in ((settings, setting, f"the setting of {a.key} from {show(a.low)} to {show(a.high)}"),
+                                      (names, a.name, f"the row name {a.name!r} (a label tells two settings of one "
+                                                      "key apart)")):
+                if value in seen:
+                    raise FieldProblem(f"assumptions.{i}", f"repeats {what} of assumptions.{seen[value]}: its tornado "
+                                                           "rows would print twice; give each assumption once")
+                seen[value] = i
+        return self
 
 
 def _is_number(value: Any) -> bool:
@@ -169,8 +189,8 @@ def with_setting(spec: ArchSpec, assumption: Assumption, value: Value) -> ArchSp
             raise SpecError(f"{assumption.key} is a single value on {spec.name}, not a cost table: 'factor: true' "
                             "multiplies every entry of a table; give the value itself")
         node[leaf] = {k: v * float(value) for k, v in node[leaf].items()}
-    else:
-        node[leaf] = value
+    else:  # as --set and a sweep set it (the other form of a bandwidth nulled: alternative_forms)
+        set_fields(data, {assumption.key: value}, what="sensitivity assumption")
     return arch_from_dict(data, source=f"{spec.name} with {assumption.key} = {value!r}")
 
 

@@ -180,7 +180,7 @@ def load_policy(name_or_path: str | os.PathLike[str] | PrecisionPolicy) -> Preci
     if not isinstance(name_or_path, os.PathLike) and text in shipped_policies():
         return _load_shipped(text)
     path = Path(name_or_path)
-    if not path_is(path, "file"):
+    if not path_is(path, "any"):  # (a directory or a device is read_spec_file's to name)
         raise SpecError(
             f"unknown precision policy {text!r}: use a shipped one ({', '.join(shipped_policies())}) "
             "or the path of a policy YAML file"

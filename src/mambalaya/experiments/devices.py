@@ -407,6 +407,27 @@ def pipeline_of(spec: ArchSpec, config: Any, devices: int, layer_s: dict[str | N
                          [layer_cascades.get(t, fallback) for t in order], devices, micro_batches)
 
 
+def throttled_model_latency_s(spec: ArchSpec, config: Any, energies: dict[str | None, Any],
+                              cascades: dict[str | None, Cascade], *, layer_split: Any = None,
+                              pipeline: PipelineCost | None = None) -> float:
+    """The model held to the power budget, each layer type (``energies[type]``, a
+    :class:`~mambalaya.cost.energy.LayerEnergy` over its layers) throttled on its own: on several
+    devices with the collectives' and transfers' time as it is (they were left out once, so the
+    throttled model could be faster than the unthrottled one), a pipeline's schedule run again at
+    the throttled layer times. One rule for a Mamba model and a hybrid one (a Mamba model's
+    comparison once printed its layer's throttled time beside the model's latency)."""
+    from mambalaya.cost.energy import ModelEnergy
+
+    model = ModelEnergy(tuple(energies.values()))
+    if layer_split is not None:
+        return layer_split.latency_s + model.throttled_model_latency_s - model.model_latency_s
+    if pipeline is not None:
+        throttled = {t: e.throttled_latency_s for t, e in energies.items()}
+        return pipeline_of(spec, config, pipeline.devices, throttled, cascades,
+                           micro_batches=pipeline.micro_batches).latency_s
+    return model.throttled_model_latency_s
+
+
 def stage_energies_j(config: Any, pipeline: PipelineCost, layer_j: dict[str | None, float]) -> tuple[float, ...]:
     """Each stage's energy for one micro-batch: its layers', each ``layer_j[type]`` (0 for a type
     the evaluation does not cost, as :func:`pipeline_of` takes its seconds)."""
@@ -416,6 +437,6 @@ def stage_energies_j(config: Any, pipeline: PipelineCost, layer_j: dict[str | No
 
 __all__ = ["on_cores", "run_on_cores", "strategies_on", "LAYER_SPLIT_NEEDS", "PARALLEL_STRATEGIES", "check_expert_parallel", "check_sequence_parallel",
            "sequence_parallel_need", "expert_parallel_need", "model_experts", "costed_layer_type", "fastest_strategy", "fewest_pipeline_devices", "layer_order", "layer_weight_parameters",
-           "pipeline_of", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
+           "pipeline_of", "throttled_model_latency_s", "require_fits_on", "require_fits_layer_split", "resolve_devices", "resolve_micro_batches",
            "resolve_parallel",
            "stage_energies_j", "stage_needs", "tensor_parallel_need"]

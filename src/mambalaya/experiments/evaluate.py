@@ -24,7 +24,7 @@ from mambalaya.cost.sequence_parallel import SequenceParallelCost, sequence_devi
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
 from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, costed_layer_type,
-                                           fastest_strategy, fewest_pipeline_devices, pipeline_of,
+                                           fastest_strategy, fewest_pipeline_devices, pipeline_of, throttled_model_latency_s,
                                            require_fits_layer_split, require_fits_on, resolve_devices,
                                            resolve_micro_batches, resolve_parallel, run_on_cores,
                                            stage_energies_j, stage_needs, strategies_on)
@@ -115,6 +115,9 @@ class Evaluation:
             "layer_power_w": energy.average_power_w,
             "over_power_budget": over_budget(energy.average_power_w, self.arch.power_budget_w),
             "leakage_w": energy.leakage_w, "throttled_latency_s": energy.throttled_latency_s,
+            "throttled_model_latency_s": throttled_model_latency_s(
+                self.arch, self.config, {costed_layer_type(self.config): energy}, {costed_layer_type(self.config): self.cascade},
+                layer_split=self.layer_split, pipeline=self.pipeline),
         }
         if self.arch.area is not None:
             from mambalaya.cost.area import total_area_mm2
@@ -680,7 +683,7 @@ def compare_rows(
 
 #: A comparison row's energy columns, on a design with an energy section (:meth:`Evaluation.totals`).
 COMPARED_ENERGY = ("model_energy_j", "energy_per_token_j", "average_power_w", "power_budget_w", "over_power_budget",
-                   "throttled_latency_s")
+                   "throttled_model_latency_s")
 
 #: A comparison row's device columns for a design run on one device (or one core).
 ONE_DEVICE_COLUMNS = {"devices": 1, "parallel": "none", "interconnect_s": 0.0, "interconnect_share": 0.0}

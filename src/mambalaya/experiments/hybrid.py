@@ -30,7 +30,7 @@ from mambalaya.cost.sequence_parallel import (SequenceParallelCost, check_sequen
 from mambalaya.cost.tensor_parallel import (TensorParallelCost, device_cascade, tensor_parallel_layers,
                                             tensor_parallel_ranks)
 from mambalaya.experiments.devices import (check_expert_parallel, check_sequence_parallel, fastest_strategy,
-                                           pipeline_of, require_fits_layer_split, resolve_devices, resolve_micro_batches,
+                                           pipeline_of, throttled_model_latency_s, require_fits_layer_split, resolve_devices, resolve_micro_batches,
                                            resolve_parallel, run_on_cores, stage_energies_j, strategies_on)
 from mambalaya.experiments.evaluate import (CostedLayers, Evaluation, cached_layer, chip_cores, core_share, dram_use,
                                             evaluate_cascade, multicast_of, with_devices_columns,
@@ -128,7 +128,7 @@ class HybridEvaluation:
                # the budget holds at every moment: the most a layer type draws while it runs
                "layer_power_w": max(p.average_power_w for p in energy.parts),
                "over_power_budget": energy.over_power_budget, "leakage_w": energy.leakage_w,
-               "throttled_model_latency_s": self.throttled_model_latency_s(energy)}
+               "throttled_model_latency_s": self.throttled_model_latency_s()}
         if self.layer_split is not None:  # the devices' energy together, one device's power
             tp = layer_split_totals(self.layer_split, energy.model_j, self.tokens, energy.leakage_w)
             out.update({k: tp[k] for k in ("model_energy_j", "energy_per_token_j", "edp_js", "average_power_w",
@@ -139,19 +139,11 @@ class HybridEvaluation:
             out.update(pipeline_energy(self.pipeline, stage_j, self.tokens, energy.leakage_w))
         return out
 
-    def throttled_model_latency_s(self, energy: ModelEnergy) -> float:
-        """The model held to the power budget, each layer type throttled on its own: on several
-        devices, with the collectives' and transfers' time as it is (they were left out, so the
-        throttled model could be faster than the unthrottled one) and a pipeline's schedule run
-        again at the throttled layer times."""
-        if self.layer_split is not None:
-            return self.layer_split.latency_s + energy.throttled_model_latency_s - energy.model_latency_s
-        if self.pipeline is not None:
-            throttled = {t: ev.energy.throttled_latency_s for t, ev in self.layers.items()}  # type: ignore[union-attr]
-            return pipeline_of(self.arch, self.config, self.pipeline.devices, throttled,
-                               {t: ev.cascade for t, ev in self.layers.items()},
-                               micro_batches=self.pipeline.micro_batches).latency_s
-        return energy.throttled_model_latency_s
+    def throttled_model_latency_s(self) -> float:
+        """The model held to the power budget (:func:`~mambalaya.experiments.devices.throttled_model_latency_s`)."""
+        return throttled_model_latency_s(self.arch, self.config, {t: ev.energy for t, ev in self.layers.items()},
+                                         {t: ev.cascade for t, ev in self.layers.items()},
+                                         layer_split=self.layer_split, pipeline=self.pipeline)
 
     def totals(self) -> dict[str, Any]:
         out: dict[str, Any] = {

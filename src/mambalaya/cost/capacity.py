@@ -61,10 +61,15 @@ class MemoryNeed:
     kv_cache_bytes: float  # every attention layer's cache, at the batch and the context
     batch: int
     seq_len: int
+    #: the bits the layers' weights hold beyond ``parameters x weight_bits``: the weights the
+    #: precision policy holds at another width (:func:`other_width_weight_bits`), named in
+    #: ``other_width_weights``
+    other_width_bits: float = 0.0
+    other_width_weights: tuple[str, ...] = ()
 
     @property
     def weight_bytes(self) -> float:
-        return self.parameters * self.weight_bits / 8
+        return (self.parameters * self.weight_bits + self.other_width_bits) / 8
 
     @property
     def total_bytes(self) -> float:
@@ -73,7 +78,11 @@ class MemoryNeed:
     def parts_text(self) -> str:
         """``weights 2.744 GB = 1,372,178,432 parameters x 16 bits; recurrent and conv states ...;
         KV cache ...; at batch 64 and 2,048 positions``."""
-        return (f"weights {byte_size(self.weight_bytes)} = {self.parameters:,} parameters x {self.weight_bits} bits; "
+        other = (f" ({', '.join(self.other_width_weights)} at the width the precision policy gives them: "
+                 f"{'+' if self.other_width_bits >= 0 else '-'}{byte_size(abs(self.other_width_bits) / 8)})"
+                 if self.other_width_weights else "")
+        return (f"weights {byte_size(self.weight_bytes)} = {self.parameters:,} parameters x {self.weight_bits} bits"
+                f"{other}; "
                 f"recurrent and conv states {byte_size(self.state_bytes)}; KV cache {byte_size(self.kv_cache_bytes)}; "
                 f"at batch {self.batch:,} and {self.seq_len:,} positions")
 
@@ -230,15 +239,34 @@ def state_bytes(decode_step: Cascade) -> tuple[float, float]:
     return recurrent, kv
 
 
+def other_width_weight_bits(cascade: Cascade, weight_bits: int) -> tuple[float, tuple[str, ...]]:
+    """(the bits ``cascade``'s weights hold beyond their elements at ``weight_bits``, the weights
+    held at another width): a precision policy may hold some weights wider or narrower than the
+    rest (``reference-kernels``: Mamba's ``A`` and ``D`` at 32 bits, as the traffic reads them;
+    the memory check once counted them at 16)."""
+    extra, names = 0.0, []
+    for name, spec in cascade.tensors.items():
+        if spec.role == Role.WEIGHT and spec.bits != weight_bits:
+            extra += math.prod(cascade.shape(name)) * (spec.bits - weight_bits)
+            names.append(name)
+    return extra, tuple(names)
+
+
 def memory_need(parameters: int, weight_bits: int, layer_states: Iterable[tuple[int, tuple[float, float]]], *,
-                batch: int, seq_len: int) -> MemoryNeed:
+                batch: int, seq_len: int, other_width: Iterable[tuple[int, tuple[float, tuple[str, ...]]]] = ()
+                ) -> MemoryNeed:
     """A model's :class:`MemoryNeed` from its parameter count, the width of its weights and, per
-    layer type, (layers of that type, :func:`state_bytes` of one)."""
+    layer type, (layers of that type, :func:`state_bytes` of one) and (layers of that type,
+    :func:`other_width_weight_bits` of one)."""
     recurrent = kv = 0.0
     for count, (layer_recurrent, layer_kv) in layer_states:
         recurrent += count * layer_recurrent
         kv += count * layer_kv
-    return MemoryNeed(parameters, weight_bits, recurrent, kv, batch, seq_len)
+    extra, names = 0.0, []
+    for count, (layer_extra, layer_names) in other_width:
+        extra += count * layer_extra
+        names += [n for n in layer_names if n not in names]
+    return MemoryNeed(parameters, weight_bits, recurrent, kv, batch, seq_len, extra, tuple(names))
 
 
 def devices_to_hold(need_bytes: float, capacity_bytes: int) -> int:
@@ -265,4 +293,4 @@ def check_fits(need: MemoryNeed, capacity_bytes: int | None, *, model: str, arch
 
 
 __all__ = ["ActivationPeak", "CACHED_POSITIONS_RANK", "CapacityError", "DramUse", "MemoryNeed", "activation_peak",
-           "byte_size", "check_fits", "devices_to_hold", "is_kv_cache", "memory_need", "state_bytes"]
+           "byte_size", "check_fits", "devices_to_hold", "is_kv_cache", "memory_need", "other_width_weight_bits", "state_bytes"]

@@ -30,7 +30,8 @@ from typing import Any
 
 from mambalaya.arch import ArchSpec
 from mambalaya.arch.system import MAX_DEVICES
-from mambalaya.cost.capacity import CapacityError, DramUse, MemoryNeed, byte_size, memory_need, state_bytes
+from mambalaya.cost.capacity import (CapacityError, DramUse, MemoryNeed, byte_size, memory_need,
+                                     other_width_weight_bits, state_bytes)
 from mambalaya.cost.pipeline import PipelineCost, pipeline_cost, stage_layers
 from mambalaya.cost.expert_parallel import check_expert_devices, expert_weights
 from mambalaya.cost.tensor_parallel import device_cascade, tensor_parallel_ranks
@@ -249,7 +250,8 @@ def _every_layer_need(held: "_ModelHoldings") -> MemoryNeed:
     counts = {t: held.order.count(t) for t in dict.fromkeys(held.order)}
     own = sum(held.params[t] * n for t, n in counts.items()) + held.shared(set(held.order))
     return memory_need(own + held.outside, held.weight_bits, [(n, held.states[t]) for t, n in counts.items()],
-                       batch=held.batch, seq_len=held.seq_len)
+                       batch=held.batch, seq_len=held.seq_len,
+                       other_width=[(n, held.other_width[t]) for t, n in counts.items()])
 
 
 #: Each strategy that splits every layer between the devices, with its need per device.
@@ -275,11 +277,14 @@ def require_fits_layer_split(spec: ArchSpec, model_name: str, config: Any, devic
 
 
 def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: int, bits: int,
-                  policy: PrecisionPolicy, tensor_devices: int = 1, expert_devices: int = 1) -> tuple[float, float, float]:
-    """(recurrent and conv state bytes, KV cache bytes, the share of its weights held) of one
-    layer of ``layer_type`` on one of ``tensor_devices`` tensor-parallel devices, or of
-    ``expert_devices`` expert-parallel ones (``batch`` then being one device's sequences; one:
-    the whole layer): the incoming states of its (split) decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
+                  policy: PrecisionPolicy, tensor_devices: int = 1,
+                  expert_devices: int = 1) -> tuple[float, float, float, tuple[float, tuple[str, ...]]]:
+    """(recurrent and conv state bytes, KV cache bytes, the share of its weights held, the
+    weights held at another width than the policy's weights' and their extra bits,
+    :func:`~mambalaya.cost.capacity.other_width_weight_bits`) of one layer of ``layer_type`` on
+    one of ``tensor_devices`` tensor-parallel devices, or of ``expert_devices`` expert-parallel
+    ones (``batch`` then being one device's sequences; one: the whole layer): the incoming states
+    of its (split) decode step. A Gated DeltaNet model (the ``olmo-hybrid`` preset) builds
     its delta-rule layers only, yet runs its ``full_attention`` layers too: each holds a key and a
     value cache of ``n_kv_heads x head_dim`` per position, at the width the policy gives a hybrid
     attention layer's value cache."""
@@ -290,17 +295,23 @@ def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: i
                             f"divide {config.n_kv_heads}")
         head_dim = config.head_dim or config.d_model // config.n_heads
         width = policy.bits("bamba", "VC0", Role.STATE, bits)
-        return 0.0, 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8 / tensor_devices, 1 / tensor_devices
+        return (0.0, 2 * config.n_kv_heads * head_dim * batch * seq_len * width / 8 / tensor_devices, 1 / tensor_devices,
+                (0.0, ()))
     chosen = {"layer_type": layer_type} if is_hybrid(config) else {}
     step = build_layer(config, phase="decode", seq_len=max(seq_len, 1), batch=batch, bits=bits, precision=policy,
                        **chosen)
+    weight_bits = policy.bits("", "", Role.WEIGHT, bits)
     if expert_devices > 1:  # its own sequences' states, all weights but the other devices' experts
-        experts = sum(math.prod(step.shape(t)) for t in expert_weights(step))
-        return (*state_bytes(step), 1 - experts * (expert_devices - 1) / expert_devices / _weight_elements(step))
+        experts = set(expert_weights(step))
+        kept = 1 - sum(math.prod(step.shape(t)) for t in experts) * (expert_devices - 1) / expert_devices \
+            / _weight_elements(step)
+        extra, names = other_width_weight_bits(step, weight_bits)
+        expert_extra = sum(math.prod(step.shape(t)) * (step.tensors[t].bits - weight_bits) for t in experts)
+        return (*state_bytes(step), kept, (extra - expert_extra * (expert_devices - 1) / expert_devices, names))
     if tensor_devices == 1:
-        return (*state_bytes(step), 1.0)
+        return (*state_bytes(step), 1.0, other_width_weight_bits(step, weight_bits))
     part = device_cascade(step, tensor_parallel_ranks(step), tensor_devices)
-    return (*state_bytes(part), _weight_elements(part) / _weight_elements(step))
+    return (*state_bytes(part), _weight_elements(part) / _weight_elements(step), other_width_weight_bits(part, weight_bits))
 
 
 def _weight_elements(cascade: Cascade) -> int:
@@ -328,8 +339,9 @@ class _ModelHoldings:
         whole = {t: layer_weight_parameters(config, t) for t in kinds}
         held = {t: _layer_states(config, t, batch=batch, seq_len=seq_len, bits=bits, policy=policy,
                                  tensor_devices=tensor_devices, expert_devices=expert_devices) for t in kinds}
-        self.states = {t: (recurrent, kv) for t, (recurrent, kv, _share) in held.items()}
+        self.states = {t: (recurrent, kv) for t, (recurrent, kv, _share, _other) in held.items()}
         self.params = {t: round(whole[t] * held[t][2]) for t in kinds}  # the share of the weights a device keeps
+        self.other_width = {t: held[t][3] for t in kinds}
         self.shared = getattr(config, "shared_parameters", lambda types: 0)
         self.outside = config.model_parameters() - sum(whole[t] for t in self.order) - self.shared(set(self.order))
 
@@ -342,7 +354,7 @@ def _split_needs(held: _ModelHoldings, devices: int) -> tuple[MemoryNeed, ...]:
         own = sum(held.params[t] * n for t, n in counts.items()) + held.shared(set(types))
         needs.append(memory_need(own + (held.outside if d == 0 else 0), held.weight_bits,
                                  [(n, held.states[t]) for t, n in counts.items()], batch=held.batch,
-                                 seq_len=held.seq_len))
+                                 seq_len=held.seq_len, other_width=[(n, held.other_width[t]) for t, n in counts.items()]))
     return tuple(needs)
 
 

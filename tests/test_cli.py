@@ -260,7 +260,7 @@ def test_a_gpu_kernel_held_at_its_floor_reports_a_launch_bound() -> None:
     out = runner.invoke(app, ["evaluate", "--arch", "gpu-h100", "--model", "mamba-130m", "--phase", "decode", "-B", "1",
                               "--format", "csv"])
     rows = list(csv.DictReader(io.StringIO(out.output)))
-    assert {"launch"} <= {r["bound"] for r in rows}
+    assert {"launch"} <= {r["group_bound"] for r in rows}
 
 
 def test_evaluate_reports_average_power_against_the_design_budget() -> None:

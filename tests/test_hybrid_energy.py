@@ -44,6 +44,10 @@ def test_a_hybrid_models_energy_is_the_sum_over_its_layer_types(model: str) -> N
     design = {"buffer_bytes": 1, "pes": 1, "bandwidth_bytes_per_s": 1.0}  # the sweep adds the design's own
     check_point_outputs({**outputs, **design})  # the store takes the point whole
     assert math.isclose(outputs["layer_energy_j"] * hv.config.n_layers, energy.model_j, rel_tol=1e-12)
+    # groups per layer, a mean over the costed layers as every per-layer figure (it was the types' sum)
+    counted = sum(ev.result.n_layers for ev in hv.layers.values())
+    assert math.isclose(outputs["groups"] * counted, sum(ev.result.n_layers * len(ev.result.groups)
+                                                         for ev in hv.layers.values()), rel_tol=1e-12)
 
 
 def test_the_budget_throttles_each_layer_type_on_its_own() -> None:

@@ -68,15 +68,19 @@ def test_table_columns_and_total_row() -> None:
     ev = evaluate("mambalaya", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=4)
     rows = latency_rows(ev.result)
     assert list(rows[0]) == ["einsum", "fusion_group", "total_traffic", "final_latency", "mem_latency",
-                             "comp_latency", "compute_util", "mem_util", "spatial_mapping", "spatial_util",
-                             "buffer_read_write_bytes", "onchip_latency", "bound"]
+                             "comp_latency", "group_compute_util", "group_mem_util", "spatial_mapping", "spatial_util",
+                             "buffer_read_write_bytes", "onchip_latency", "group_bound"]
     total = rows[-1]
     assert total["einsum"] == "total"
     assert total["final_latency"] == pytest.approx(sum(r["final_latency"] for r in rows[:-1]))
     assert total["total_traffic"] == pytest.approx(sum(r["total_traffic"] for r in rows[:-1]))
     assert total["total_traffic"] == pytest.approx(mapping_traffic(ev.cascade, ev.mapping).offchip_bytes)
     for r in rows:
-        assert 0 <= r["compute_util"] <= 1 + 1e-9 and 0 <= r["mem_util"] <= 1 + 1e-9
+        assert 0 <= r["group_compute_util"] <= 1 + 1e-9 and 0 <= r["group_mem_util"] <= 1 + 1e-9
+    # the group_ columns are the group's: one value per group, whatever each Einsum's own demand
+    for g in {r["fusion_group"] for r in rows[:-1]}:
+        members = [r for r in rows[:-1] if r["fusion_group"] == g]
+        assert len({(r["group_compute_util"], r["group_mem_util"], r["group_bound"].split(" (")[0]) for r in members}) == 1
 
 
 @pytest.mark.parametrize("arch", shipped_archs())

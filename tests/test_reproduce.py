@@ -67,7 +67,7 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     # MARCA on 32 cores beside one array: the chip moves each tensor once, within 1% of one array's bytes
     multicore = pd.read_csv(out / "multicore.csv")
     assert set(multicore.mapping) == {"unfused", "ssm-ri"} and set(multicore.cores) == {32}
-    traffic = multicore.multicore_chip_offchip_bytes / multicore.one_array_offchip_bytes
+    traffic = multicore.multicore_chip_layer_offchip_bytes / multicore.one_array_layer_offchip_bytes
     assert traffic.between(0.99, 1.01).all(), traffic.tolist()
     assert "**MARCA on 32 cores**" in report
     # the report opens with the headline table (ours, published, gap, why), every claim of every model
@@ -97,7 +97,7 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     tl = pd.read_csv(out / "timeline.csv")
     assert tl.spatial_util.between(0, 1).all()
     ein = pd.read_csv(out / "einsums.csv")
-    assert {"spatial_mapping", "spatial_util", "bound", "buffer_read_write_bytes"} <= set(ein.columns)
+    assert {"spatial_mapping", "spatial_util", "group_bound", "buffer_read_write_bytes"} <= set(ein.columns)
     # both precision policies, the main one with a source
     heads = pd.read_csv(out / "headlines.csv")
     assert set(heads.precision) == {"reference-kernels"} and set(heads.alt_precision) == {"uniform"}

@@ -271,6 +271,25 @@ def sequence_parallel_text(arch: Any, sp: Any) -> str:
             f"{sp.devices - 1} times in turn")
 
 
+#: A layer type's totals in a hybrid model's JSON that cover only that type's layers, renamed to
+#: say so (they were named as the model's: ``model_latency_s`` of 36 of 40 layers beside the
+#: model's own), and those that only the whole model has (its tokens per second, energy per token
+#: and EDP: the model's ``totals`` carry them), left out.
+LAYER_TYPE_TOTALS = {"model_latency_s": "layers_latency_s", "model_energy_j": "layers_energy_j",
+                     "throttled_model_latency_s": "layers_throttled_latency_s", "tokens_per_s": None,
+                     "energy_per_token_j": None, "edp_js": None}
+
+
+def layer_type_totals(ev: Any) -> dict[str, Any]:
+    """One layer type's :meth:`Evaluation.totals` in a hybrid model's JSON (:data:`LAYER_TYPE_TOTALS`)."""
+    out = {}
+    for key, value in ev.totals().items():
+        name = LAYER_TYPE_TOTALS.get(key, key)
+        if name is not None:
+            out[name] = value
+    return out
+
+
 def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: str, cores: int = 1) -> str:
     """The average-power line: against the design's budget, at its node, and (over the budget)
     the time ``what`` takes held to it (``totals[throttled_key]``). On a chip of ``cores`` cores
@@ -313,7 +332,7 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
         if dram is not None:
             totals.update(dram_totals(dram))
         doc = {"provenance": prov, "arch": arch_to_dict(hv.arch), "totals": totals,
-               "layers": {t: {"cascade": ev.cascade.name, "layers": ev.result.n_layers, "totals": ev.totals(),
+               "layers": {t: {"cascade": ev.cascade.name, "layers": ev.result.n_layers, "totals": layer_type_totals(ev),
                               "mapping": mapping_to_dict(ev.mapping), "einsums": rows[t][:-1]}
                           for t, ev in hv.layers.items()}}
         emit(json.dumps(doc, indent=2), output)

@@ -605,8 +605,12 @@ def layer_latency(arch: Any, cascade: Cascade, mapping: Mapping, *, n_layers: in
 
 def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
     """The per-Einsum table: einsum, fusion_group, total_traffic, final_latency, mem_latency,
-    comp_latency, compute_util, mem_util, spatial_mapping, spatial_util,
-    buffer_read_write_bytes, onchip_latency, bound, plus a ``total`` row. An Einsum alone in its group that is
+    comp_latency, group_compute_util, group_mem_util, spatial_mapping, spatial_util,
+    buffer_read_write_bytes, onchip_latency, group_bound, plus a ``total`` row (the layer's, all
+    groups'). The ``group_`` columns are the Einsum's fused group's (its Einsums run as one
+    pipeline; they were named as if the Einsum's own, where an Einsum's ``comp_latency``, its own
+    demand, may exceed its ``final_latency``, its share of the group's time: the group runs its
+    MFU work beside its array work). An Einsum alone in its group that is
     compute-bound although its unit runs it in one pass (every point on a lane at once, each
     doing its few operations; at most one cycle on the array or the MFUs) is marked ``compute
     (one pass)``: a tiny Einsum whose bytes move in less than a pass, an artefact of whole
@@ -629,13 +633,13 @@ def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
             "final_latency": r.final_latency,
             "mem_latency": r.mem_latency,
             "comp_latency": r.comp_latency,
-            "compute_util": r.compute_util,
-            "mem_util": r.mem_util,
+            "group_compute_util": r.compute_util,
+            "group_mem_util": r.mem_util,
             "spatial_mapping": r.spatial_mapping,
             "spatial_util": r.spatial_util,
             "buffer_read_write_bytes": r.buffer_read_write_bytes,
             "onchip_latency": r.onchip_latency,
-            "bound": bound(r),
+            "group_bound": bound(r),
         }
         for r in result.einsums
     ]
@@ -647,13 +651,13 @@ def latency_rows(result: LayerLatency) -> list[dict[str, Any]]:
             "final_latency": result.latency_s,
             "mem_latency": result.offchip_bytes / result.bandwidth,
             "comp_latency": result.comp_s,
-            "compute_util": result.compute_util,
-            "mem_util": result.mem_util,
+            "group_compute_util": result.compute_util,
+            "group_mem_util": result.mem_util,
             "spatial_mapping": "",
             "spatial_util": result.spatial_util,
             "buffer_read_write_bytes": result.buffer_read_write_bytes,
             "onchip_latency": result.onchip_s,
-            "bound": result.bound,
+            "group_bound": result.bound,
         }
     )
     return rows

@@ -361,7 +361,9 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
         "compute_util": weighted("compute_util"),
         "mem_util": weighted("mem_util"),
         "tokens_per_s": hv.tokens_per_s,
-        "groups": sum(len(ev.result.groups) for ev in layers),
+        # a mean over the costed layers, as the other per-layer figures (it was the layer types' sum)
+        "groups": sum(ev.result.n_layers * len(ev.result.groups) for ev in layers) / sum(ev.result.n_layers
+                                                                                         for ev in layers),
         "peak_footprint_bytes": max(g.traffic.footprint_bytes for ev in layers for g in ev.result.groups),
         "mapping_used": " ".join(f"{t}:{ev.mapping.name}" for t, ev in hv.layers.items()),
     }

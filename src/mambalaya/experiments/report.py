@@ -14,6 +14,7 @@ from pathlib import Path
 import pandas as pd
 
 from mambalaya import __version__
+from mambalaya.cost.capacity import byte_size
 from mambalaya.formatting import whole
 from mambalaya.experiments.evaluate import Evaluation
 from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, PUBLISHED as P
@@ -421,7 +422,7 @@ def _multicore_paragraph(rows: pd.DataFrame | None) -> str:
     if rows is None or rows.empty:
         return ""
     ratio = rows.multicore_over_one_array
-    traffic = rows.multicore_chip_offchip_bytes / rows.one_array_offchip_bytes
+    traffic = rows.multicore_chip_layer_offchip_bytes / rows.one_array_layer_offchip_bytes
     by = rows.set_index(["seq_len", "mapping"])
     fused = {col: [by.loc[(L, "unfused"), col] / by.loc[(L, "ssm-ri"), col] for L in sorted(set(rows.seq_len))]
              for col in ("multicore_ms_per_token", "one_array_ms_per_token")}
@@ -569,7 +570,7 @@ def _activations_section(result) -> str:
         first = over[over.phase == "prefill"].seq_len.min() if not over.empty else None
         rows.append({"design": design, "results": len(part), "activations over the capacity": len(over),
                      "from prefill L": "" if first is None or first != first else f"{int(first):,}",
-                     "largest peak (GB)": f"{part.activation_peak_bytes.max() / 1e9:,.1f}"})
+                     "largest peak": byte_size(part.activation_peak_bytes.max())})  # (22 MB once read "0.0 GB")
     return f"""## Activations and the device's memory
 
 Each result's model (weights and states) fits its design's off-chip memory. A layer's **activations** as its
@@ -592,7 +593,7 @@ def _energy_section(result) -> str:
         return "## Energy\n\nNo design of this run has an `energy` section, so no energy is reported.\n"
     shown = en[["model", "phase", "design", "layer_energy_j", "energy_per_token_j", "average_power_w", "power_budget_w",
                 "over_power_budget", "layer_latency_s", "throttled_latency_s", "dram_j", "buffer_j", "mac_j",
-                "register_j", "leakage_j", "energy_gain_vs_marca"]]
+                "register_j", "elementwise_j", "mfu_j", "leakage_j", "energy_gain_vs_marca"]]  # every part of the layer's
     over = en[en.over_power_budget.astype(bool)]
     budget_note = ("Every result is within its design's power budget (`power_budget_w`, the reference part's TDP)."
                    if over.empty else

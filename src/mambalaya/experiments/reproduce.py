@@ -492,8 +492,8 @@ def multicore_rows() -> pd.DataFrame:
                          "one_array_ms_per_token": one.model_latency_s / L * 1e3,
                          "multicore_ms_per_token": many.model_latency_s / L * 1e3,
                          "multicore_over_one_array": many.model_latency_s / one.model_latency_s,
-                         "one_array_offchip_bytes": one.result.offchip_bytes,
-                         "multicore_chip_offchip_bytes": many.result.offchip_bytes * split.devices,
+                         "one_array_layer_offchip_bytes": one.result.offchip_bytes,
+                         "multicore_chip_layer_offchip_bytes": many.result.offchip_bytes * split.devices,
                          "multicore_interconnect_share": split.interconnect_share})
     return pd.DataFrame(rows)
 

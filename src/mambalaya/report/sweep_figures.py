@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, NullFormatter
+from matplotlib.ticker import FuncFormatter, NullFormatter, NullLocator
 
 from mambalaya.errors import MambalayaError
 
@@ -31,6 +31,16 @@ def pareto_points(df: pd.DataFrame, x: str, y: str = "latency_s") -> pd.DataFram
 
 
 WORKLOAD = ("model", "phase", "seq_len", "batch")
+
+
+def axis_label(column: str) -> str:
+    """A store column as an axis label, its unit once: ``latency_s`` -> ``latency (s)``,
+    ``buffer_bytes`` -> ``buffer (MiB)`` (the ticks' unit; it read ``latency s (s)`` and
+    ``buffer bytes (bytes)`` beside ticks in MiB)."""
+    for suffix, unit in (("_bytes", "MiB"), ("_s", "s"), ("_j", "J"), ("_w", "W")):
+        if column.endswith(suffix):
+            return f"{column[:-len(suffix)].replace('_', ' ')} ({unit})"
+    return column.replace("_", " ")
 
 
 def pareto_figure(df: pd.DataFrame, *, x: str = "buffer_bytes", y: str = "latency_s", by: str = "arch", title: str,
@@ -57,11 +67,15 @@ def pareto_figure(df: pd.DataFrame, *, x: str = "buffer_bytes", y: str = "latenc
             ax.scatter(front[x], front[y], s=24, color=c, edgecolors="black", linewidths=0.5, zorder=3)
         ax.set_xscale("log")
         ax.set_yscale("log")
+        values = sorted(float(v) for v in w[x].unique())
+        if len(values) <= 12:  # a tick at each value swept (a range inside one decade had none)
+            ax.set_xticks(values)
+            ax.xaxis.set_minor_locator(NullLocator())
         if x.endswith("_bytes"):
-            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 2**20:g} MiB"))
+            ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v / 2**20:g}"))
             ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(x.replace("_", " ") + (" (bytes)" if x.endswith("_bytes") else ""))
-        ax.set_ylabel(y.replace("_", " ") + (" (s)" if y.endswith("_s") else ""))
+        ax.set_xlabel(axis_label(x))
+        ax.set_ylabel(axis_label(y))
         ax.set_title(f"{wl[0]} {wl[1]} L={wl[2]} B={wl[3]}", fontsize=9)
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="best", title="frontier per design", title_fontsize=7)

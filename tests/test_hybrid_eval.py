@@ -112,6 +112,8 @@ def test_cli_evaluate_compare_and_cascade_commands_take_a_hybrid_model(tmp_path)
     assert all("model_latency_s" not in t and "tokens_per_s" not in t for t in per_type)
     assert sum(t["layers_latency_s"] for t in per_type) == pytest.approx(doc["totals"]["model_latency_s"])
     assert sum(t["layers_energy_j"] for t in per_type) == pytest.approx(doc["totals"]["model_energy_j"])
+    assert sum(doc["model_energy_by_component_j"].values()) == pytest.approx(doc["totals"]["model_energy_j"])
+    assert all("energy_pj" in row for t in ("mamba", "attention") for row in doc["layers"][t]["einsums"])
     out = runner.invoke(app, ["evaluate", "--model", str(config), "--phase", "decode", "-L", "1024", "--batch", "1"])
     assert out.exit_code == 0 and "model (4 layers)" in out.output and "of the time, mapping optimal" in out.output
     out = runner.invoke(app, ["compare", "--archs", "mambalaya,marca-ideal", "--model", str(config), "--seq-lens",

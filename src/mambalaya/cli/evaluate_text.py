@@ -24,15 +24,10 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
     """One layer and the whole model on a design (:func:`mambalaya.experiments.evaluate.evaluate`)."""
     from mambalaya.arch import arch_to_dict
     from mambalaya.fusion.mapping_file import mapping_to_dict
-    from mambalaya.cost.energy import energy_rows
     from mambalaya.cost.latency import latency_rows
 
-    rows = latency_rows(ev.result)
     energy = ev.energy
-    if energy is not None:
-        by_einsum = {r["einsum"]: r["total_pj"] for r in energy_rows(energy)}
-        for r in rows:
-            r["energy_pj"] = by_einsum[r["einsum"]]
+    rows = with_energy_column(latency_rows(ev.result), energy)
     prov = provenance_record(run.model, config, ev.cascade, phase=run.phase.value, seq_len=seq_len, batch=run.batch,
                        mapping=ev.mapping.name, mapping_description=ev.mapping.description,
                        bits=ev.arch.bits_per_element, precision=ev.precision.name,
@@ -50,6 +45,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
                 for g in ev.result.groups
             ],
             "totals": ev.totals(),
+            # the layer's energy by action, as the text's energy line gives it
+            **({"layer_energy_by_component_j": energy.by_component_j()} if energy is not None else {}),
         }
         emit(json.dumps(doc, indent=2), output)
         return
@@ -271,6 +268,18 @@ def sequence_parallel_text(arch: Any, sp: Any) -> str:
             f"{sp.devices - 1} times in turn")
 
 
+def with_energy_column(rows: list[dict[str, Any]], energy: Any) -> list[dict[str, Any]]:
+    """The per-Einsum rows with each Einsum's energy (``energy_pj``, the total row's the layer's),
+    on a design with energy (``energy`` None: the rows as they are); a hybrid model's layer types
+    carry it too (they once had none)."""
+    if energy is None:
+        return rows
+    from mambalaya.cost.energy import energy_rows
+
+    by_einsum = {r["einsum"]: r["total_pj"] for r in energy_rows(energy)}
+    return [{**r, "energy_pj": by_einsum[r["einsum"]]} for r in rows]
+
+
 #: A layer type's totals in a hybrid model's JSON that cover only that type's layers, renamed to
 #: say so (they were named as the model's: ``model_latency_s`` of 36 of 40 layers beside the
 #: model's own), and those that only the whole model has (its tokens per second, energy per token
@@ -326,12 +335,14 @@ def emit_hybrid(hv: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Format
             "bits": hv.arch.bits_per_element, "mambalaya": __version__,
             "mappings": {t: ev.mapping.name for t, ev in hv.layers.items()},
             "precision": next(iter(hv.layers.values())).precision.name}
-    rows = {t: latency_rows(ev.result) for t, ev in hv.layers.items()}
+    rows = {t: with_energy_column(latency_rows(ev.result), ev.energy) for t, ev in hv.layers.items()}
     if fmt == Format.json:
         totals = hv.totals()
         if dram is not None:
             totals.update(dram_totals(dram))
+        energy = hv.energy
         doc = {"provenance": prov, "arch": arch_to_dict(hv.arch), "totals": totals,
+               **({"model_energy_by_component_j": energy.by_component_j()} if energy is not None else {}),
                "layers": {t: {"cascade": ev.cascade.name, "layers": ev.result.n_layers, "totals": layer_type_totals(ev),
                               "mapping": mapping_to_dict(ev.mapping), "einsums": rows[t][:-1]}
                           for t, ev in hv.layers.items()}}

@@ -446,6 +446,12 @@ def test_a_setting_no_evaluation_reads_is_refused() -> None:
         assert r.exit_code == 1 and words in r.output, setting
     assert run(app, ["compare", "--archs", "gpu-h100,mambalaya", "--set", "power_budget_w=300", "--seq-lens", "64",
                      *base]).exit_code == 0
+    # a link setting on one device (no link crossed), in evaluate and compare; read over two
+    link = "system.link_bandwidth_bytes_per_s=1GB/s"
+    for command in (["evaluate", "-a", "gpu-h100", "-L", "64"], ["compare", "--archs", "gpu-h100", "--baseline", "gpu-h100", "--seq-lens", "64"]):
+        r = run(app, [*command, "--set", link, *base])
+        assert r.exit_code == 1 and "the run has one device" in r.output, command
+        assert run(app, [*command, "--set", link, "--devices", "2", *base]).exit_code == 0, command
     with pytest.raises(SpecError, match="mma.sync"):
         check_sweep_fields({"kernels.sync_mma_fraction": [0.5, 0.6]}, {"model": "mamba-130m", "arch": "gpu-h100"})
     with pytest.raises(SpecError, match="no energy section"):

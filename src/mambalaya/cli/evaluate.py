@@ -59,7 +59,7 @@ def evaluate_cmd(
     check_output_path(output, kind="file", option="--output",
                       inputs={**run.input_paths(), "--arch": arch, "--mapping": mapping})
 
-    config, design = run.config(), run.design(arch)
+    config, design = run.config(), run.design(arch, devices)
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
                   precision=run.precision, devices=devices, parallel=parallel.value if parallel else None, micro_batches=micro_batches)

@@ -589,11 +589,13 @@ NOT_READ_BY_EVALUATIONS = {
 
 
 def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str | None = None,
-                        option: str = "--set") -> None:
+                        option: str = "--set", devices: int | None = 0) -> None:
     """Refuse a setting of ``fields`` (:func:`~mambalaya.arch.setting_fields` of ``--set``, or a
     sweep's fields) that no evaluation on any of ``specs`` reads (:data:`NOT_READ_BY_EVALUATIONS`;
-    a power budget where no spec has an energy section, so no power is computed to hold to it): it
-    was accepted and left every number as it was."""
+    a power budget where no spec has an energy section, so no power is computed to hold to it; a
+    ``system`` field where the run has one device, ``devices`` None or 1, on designs that are not
+    multi-core chips, so no link is crossed; 0: the device count is not known here): it was
+    accepted and left every number as it was."""
     if precision is not None and "precision" in fields:  # (--precision won, the --set was dropped without a word)
         raise SpecError(f"--set precision and --precision {precision} both set the precision policy; give one")
     labels = set(fields) & {"technology.node_nm", "technology.reference_node_nm"}
@@ -606,6 +608,9 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
         if unread is not None:
             raise SpecError(f"{option} {name}: {NOT_READ_BY_EVALUATIONS[unread]}; an evaluation would not read it, so "
                             "every value gives the same numbers")
+        if name.startswith("system.") and devices in (None, 1) and all(spec.cores is None for spec in specs):
+            raise SpecError(f"{option} {name}: the run has one device, so no link between devices is crossed and "
+                            "every value gives the same numbers; give --devices N to run over several")
         if name == "power_budget_w" and specs and all(spec.energy is None for spec in specs):
             raise SpecError(f"{option} power_budget_w: {', '.join(spec.name for spec in specs)} "
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
@@ -613,13 +618,13 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
 
 
 def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = (),
-                 precision: str | None = None) -> dict[str, ArchSpec]:
+                 precision: str | None = None, devices: int | None = 0) -> dict[str, ArchSpec]:
     """Each named design loaded, with ``--set FIELD=VALUE`` settings applied (checked as
-    :func:`check_settings_read` says)."""
+    :func:`check_settings_read` says, for a run over ``devices``)."""
     from mambalaya.arch import load_arch, setting_fields, with_settings
 
     specs = {a: with_settings(load_arch(a), list(settings)) for a in names}
-    check_settings_read(list(specs.values()), setting_fields(settings), precision)
+    check_settings_read(list(specs.values()), setting_fields(settings), precision, devices=devices)
     return specs
 
 
@@ -650,7 +655,7 @@ def compare_rows(
     model and, for a Mamba-2 prefill, why the other scan form did not run where it did not."""
     if baseline not in archs:
         archs = [baseline] + archs
-    specs = designs_with(archs, settings, precision if isinstance(precision, str) else None)
+    specs = designs_with(archs, settings, precision if isinstance(precision, str) else None, devices=devices)
     rows = []
     for L in seq_lens:
         evals = {a: evaluate_best_scan(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,

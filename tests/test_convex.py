@@ -460,3 +460,43 @@ def test_the_lazy_contiguous_search_runs_beyond_63_einsums_as_costing_every_segm
         found[lazy] = (optimal(c, arch.memory.onchip_buffer_bytes, stats, arch=arch), stats.groups_costed)
     assert found[True][0].groups == found[False][0].groups and found[True][0].description == found[False][0].description
     assert found[True][1] < found[False][1]
+
+
+def test_a_group_holding_one_over_the_buffer_may_still_fit_and_is_costed() -> None:
+    """Adding an Einsum can shrink a group's footprint: ``HN = H[b,L-1]`` reads one position of a
+    tensor, and holds that slice whole when it comes from off chip but only the tile holding the
+    position when its producer is in the group (zamba2's chunked Mamba layer with its final
+    state: HN .. YD needs 266 kB at least, the segment from HC to YD 58 kB). The searches once
+    left every group holding an over-the-buffer one out with it: the lazy search costed the
+    fitting superset infinite whenever a subset was costed in the same round (zamba2-2.7b's
+    evaluate then chose a grouping 11 GB heavier and slower), and the exhaustive one stopped
+    growing a segment at the first that did not fit. Each group's cost must be its own,
+    whatever is costed beside it."""
+    import numpy as np
+
+    from mambalaya.search.candidates import cost_model, tileable_ranks
+    from mambalaya.search.convex import contiguous_space
+    from mambalaya.search.convex_search import _Costed
+
+    arch = load_arch("mambalaya")
+    layer = lambda: build_layer(PRESETS["zamba2-2.7b"], phase="prefill", seq_len=2048, batch=2, scan="chunked",  # noqa: E731
+                                layer_type="mamba")
+    cascade = layer()
+    space = contiguous_space(cascade)
+    names = list(space.names)
+    small, large = names.index("HN"), names.index("YD") + 1
+    index = {int(m): i for i, m in enumerate(space.masks)}
+    mask = lambda a, b: sum(1 << k for k in range(a, b))  # noqa: E731
+    inner, outer = index[mask(small, large)], index[mask(names.index("HC"), large)]
+    footprint = {g: cost_model(cascade, space.einsums(int(space.masks[g])),
+                               tileable_ranks(cascade, space.einsums(int(space.masks[g])))).least_footprint()
+                 for g in (inner, outer)}
+    assert footprint[outer] < footprint[inner]
+    buffer = int((footprint[outer] + footprint[inner]) / 2)
+    together = _Costed(cascade, space, buffer, None, arch, "latency")
+    together.add(np.array([inner, outer]))
+    assert together.cost[inner] == np.inf and np.isfinite(together.cost[outer])
+    fresh = layer()
+    alone = _Costed(fresh, contiguous_space(fresh), buffer, None, arch, "latency")
+    alone.add(np.array([outer]))
+    assert alone.cost[outer] == together.cost[outer]

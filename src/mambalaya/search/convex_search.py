@@ -26,8 +26,10 @@ own dynamic programmes over the costed segments.
 
 Costing a group is :func:`~mambalaya.search.mappings.best_group`'s tile search, the groups of a
 round picked together where their closed forms are exact (:mod:`mambalaya.search.picks`). A
-group whose least footprint exceeds the buffer costs infinity, and so does every group holding
-it (adding an Einsum only adds on-chip data). The energy objective runs the same lazy search on
+group whose least footprint exceeds the buffer costs infinity (a group holding it may not: an
+Einsum that reads one position of a tensor, the final state ``HN = H[b,L-1]``, holds that slice
+whole when the tensor comes from off chip, and only the tile holding the position when it is made
+in the group, so adding its producer can shrink the footprint). The energy objective runs the same lazy search on
 energy's bounds (:func:`~mambalaya.search.convex_bounds.energy_lower_bounds`; no tie rule: the
 least energy, as without an architecture the least traffic). The energy-delay product, the
 product of two sums, has no bound per group: it costs every group, up to
@@ -85,7 +87,9 @@ class _Costed:
                 einsums = self.space.einsums(m)
                 model = models[i] = cost_model(self.cascade, einsums, tileable_ranks(self.cascade, einsums))
             if self.buffer_bytes is not None and model.least_footprint() > self.buffer_bytes:
-                self.cost[masks & m == m] = math.inf  # it and every group holding it
+                # (only it: a group holding it may need less, its reads of a position of a tensor now
+                # made inside it, as HN of H; every such group was once left out with it)
+                self.cost[i] = math.inf
                 continue
             fitting.append((i, model))
         if not fitting:

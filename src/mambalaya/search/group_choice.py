@@ -52,9 +52,12 @@ def best_group(
 ) -> GroupChoice | None:
     """The least-traffic tiling of ``einsums`` as one group that fits the buffer, or None.
 
-    When None, ``why`` receives ``"buffer"`` if no tiling fits (then no superset of the group
-    fits either: adding an Einsum adds intermediates and state and removes tileable ranks, so
-    the smallest footprint only grows) or ``"illegal"`` if the best tiling breaks a rule.
+    When None, ``why`` receives ``"buffer"`` if no tiling fits or ``"illegal"`` if the best
+    tiling breaks a rule. A group holding this one may still fit: adding an Einsum mostly adds
+    intermediates and state and removes tileable ranks, but adding the producer of a tensor a
+    member reads at one position (``HN = H[b,L-1]``) turns a whole slice read from off chip into
+    the tile holding that position (zamba2-2.7b's chunked Mamba layer: ``HN .. O`` needs 63 MB,
+    ``XDT .. XO`` 28 MB; every group holding the first was once left out).
 
     Memoised on the cascade per (group, buffer, architecture value, objective); the candidate
     table (:meth:`GroupCostModel.candidates`) and the compute cycles behind it are shared by

@@ -314,9 +314,7 @@ def optimal(
                 if stats is not None:
                     stats.evaluations += candidate_count(cascade, names[a:b])
                     stats.groups_costed += 1
-            if choice is None:
-                if why == ["buffer"]:
-                    break  # growing the segment upwards only adds on-chip data (see best_group)
+            if choice is None:  # (a longer segment may still fit: see best_group)
                 continue
             segments[(a, b)] = choice
             total = best[a] + choice.cost()

@@ -295,3 +295,55 @@ def test_the_lanes_carry_what_is_read_in_place_in_registers() -> None:
     assert run.buffer_write_bytes[("T", "G")] == 0 and run.buffer_write_bytes[("T", "YD")] == 0
     assert run.buffer_write_bytes[("S", "AD")] == 0 and run.buffer_write_bytes[("S", "BX")] == 0
     assert run.buffer_write_bytes[("S", "DELTA")] > 0 and run.buffer_write_bytes[("S", "H")] > 0
+
+
+@pytest.mark.parametrize("scan,state", [("recurrent", "H"), ("chunked", "HC")])
+def test_a_recurrence_reading_its_whole_earlier_state_cannot_be_tiled_there(scan: str, state: str) -> None:
+    """The delta rule's state update reads its previous state across all of N
+    (``H[b,i-1,g,r,p,m]`` for ``H[b,i,g,r,p,n]``; the chunked form's ``HC`` likewise): a group
+    tiling N was accepted, costed at one tile's footprint, and run by the tiled executor into a
+    numpy shape error (tile 2) or wrong outputs (tile 1). Refused by the mapping's alignment rule;
+    along its recurrence rank it still reads its earlier step, carried between tiles."""
+    from mambalaya.workloads import build_layer
+    from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig
+
+    gdn = GatedDeltaNetConfig(d_model=12, layer_types=("linear_attention",) * 2 + ("full_attention",), num_k_heads=2,
+                              num_v_heads=4, k_head_dim=4, v_head_dim=3, chunk_size=4, d_ff=8, n_heads=2, n_kv_heads=2,
+                              vocab_size=8)
+    c = build_layer(gdn, phase="prefill", seq_len=8, batch=1, scan=scan, state_io=True)
+    rank = c.recurrence(c.einsum(state))[0]
+    for loops, legal in (((Loop("N", 1),), False), (((Loop(rank, 1),), True))):
+        groups = tuple(FusionGroup(e.name, (e.name,), loops if e.name == state else ()) for e in c.einsums)
+        if legal:
+            check_mapping(c, Mapping("m", groups))
+        else:
+            with pytest.raises(MappingError, match=f"{state} reads its earlier value .* on rank N"):
+                check_mapping(c, Mapping("m", groups))
+
+
+def test_the_tiled_executor_refuses_a_routed_moe_layer_and_counts_it_with_every_expert_routed() -> None:
+    """A mixture-of-experts layer: the executor runs the dense form (every expert on every token),
+    the model counts the routed share (top_k of n_experts pairs, the experts reached of the
+    weights): its counts were the dense form's beside the model's, without a word (Nemotron-H's
+    decode step: 2,468 B against 1,732 B). Refused by name; with every expert routed the two
+    count the same bytes, group by group."""
+    import dataclasses
+
+    from mambalaya.errors import ExecutionError
+    from mambalaya.workloads import build_layer
+    from mambalaya.workloads.families.nemotron_h import NemotronHModel
+
+    nemo = NemotronHModel(d_model=16, layer_types=("mamba", "moe"), vocab_size=32, d_ff=8, n_heads=2, n_kv_heads=1,
+                          head_dim=8, mamba_heads=4, mamba_headdim=4, mamba_d_state=2, mamba_ngroups=1,
+                          mamba_chunk_size=4, moe_experts=4, moe_top_k=2, moe_d_ff=4, moe_shared_d_ff=4)
+    c = build_layer(nemo, phase="decode", seq_len=4, batch=1, layer_type="moe")
+    rng = np.random.default_rng(0)
+    arrays = {t: rng.normal(0, 0.5, c.shape(t)) for t in c.external_tensors()}
+    mapping = named_mapping("unfused", c, 256)
+    with pytest.raises(ExecutionError, match="routed share of their experts"):
+        run_tiled(c, mapping, arrays)
+    n = int(c.params["moe_experts"])
+    dense = dataclasses.replace(c, params={**c.params, "moe_top_k": n, "moe_experts_read": n})
+    run = run_tiled(dense, named_mapping("unfused", dense, 256), arrays)
+    for g in mapping_traffic(dense, named_mapping("unfused", dense, 256)).groups:
+        assert (run.group_read_bytes(g.group), run.group_write_bytes(g.group)) == (g.read_bytes, g.write_bytes)

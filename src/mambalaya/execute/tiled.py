@@ -597,6 +597,26 @@ def check_runnable(cascade: Cascade, group: FusionGroup) -> None:
                                  f"whole along {rec[0]} only (the model costs it: its numbers are not checked here)")
 
 
+def check_counts_comparable(cascade: Cascade) -> None:
+    """An :class:`ExecutionError` for a cascade whose bytes this executor would count otherwise
+    than the model: a mixture-of-experts layer whose routing runs a share of its experts
+    (:func:`~mambalaya.einsum.routing.routed_scale` below 1). The executor runs the dense form,
+    every expert on every token (the routing weight zeroes the unpicked ones), so it moves every
+    expert's weights and pairs, where the model counts the routed share (``top_k/n_experts`` of
+    the pairs, the experts a pass reaches of the weights): its counts were the dense form's,
+    beside the model's routed ones, without a word. With routing that runs every expert
+    (``top_k = n_experts``) the two count the same bytes."""
+    from mambalaya.einsum.routing import routed_einsums, routed_scale
+
+    routed = sorted(n for n in routed_einsums(cascade) if routed_scale(cascade, n) != 1)
+    if routed:
+        raise ExecutionError(f"cascade {cascade.name}: Einsums {', '.join(routed[:4])}{' ...' if len(routed) > 4 else ''} "
+                             "run a routed share of their experts (a mixture-of-experts layer); the tiled executor runs "
+                             "every expert on every token and would count the dense form's bytes, not the routed ones the "
+                             "model counts; run the layer with every expert routed (top_k = n_experts) to compare them, or "
+                             "the untiled executor (mambalaya.execute.execute) for its values")
+
+
 def run_tiled(
     cascade: Cascade,
     mapping: Mapping,
@@ -610,6 +630,7 @@ def run_tiled(
     re-checked (buffer capacity ignored) to get an executable group order.
     """
     dt = resolve_dtype(dtype)
+    check_counts_comparable(cascade)
     ordered = check_mapping(cascade, mapping, ignore_buffer=True)
     for g in ordered.groups:
         check_runnable(cascade, g)

@@ -529,13 +529,32 @@ def _einsum_rule_problem(cascade: Cascade, e: Einsum, inside: tuple[str, ...], f
         problem = (f"Einsum {e.name} reduces rank {r}, which the group tiles: the reduction would not complete inside a tile",
                    "reduction", e.name)
     for acc in e.inputs if problem is None else ():
-        if acc.tensor not in inside or acc.tensor == e.name:
-            continue
-        problem = _access_rule_problem(cascade, e, acc, fused - select, halo)
+        if acc.tensor == e.name:
+            problem = _self_read_problem(cascade, e, acc, fused - select)
+        elif acc.tensor in inside:
+            problem = _access_rule_problem(cascade, e, acc, fused - select, halo)
         if problem is not None:
             break
     memo[key] = problem
     return problem
+
+
+def _self_read_problem(cascade: Cascade, e: Einsum, acc: Access, fused: frozenset[str]) -> tuple[str, str, str] | None:
+    """The alignment rule a recurrence's read of its own earlier value breaks, or None: along its
+    recurrence rank it reads an earlier step (carried between tiles), but along any other rank the
+    group tiles it must read the current tile's position. The delta rule's state update reads its
+    previous state across all of N (``H[b,i-1,g,r,p,m]`` for ``H[b,i,g,r,p,n]``): a tile of N
+    needs the whole previous state (accepted once, the footprint costed at one tile's, and the
+    tiled executor gave wrong outputs or a numpy shape error)."""
+    rec = cascade.recurrence(e)
+    for idx, rank in zip(acc.indices, cascade.tensors[e.name].ranks):
+        if rank not in fused or (rec is not None and rank == rec[0]):
+            continue
+        if dict(idx.terms).get(rank.lower()) != 1:
+            message = (f"{e.name} reads its earlier value {acc} with index {idx} on rank {rank}, which the group tiles: "
+                       f"a tile of {rank} would need every position of the earlier step")
+            return message, "alignment", f"{e.name}->{e.name}"
+    return None
 
 
 def _access_rule_problem(cascade: Cascade, e: Einsum, acc: Access, fused: frozenset[str],

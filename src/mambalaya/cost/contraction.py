@@ -114,10 +114,18 @@ def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
     second array dimension, or a recurrence that makes one row of the product per step (a
     forward substitution, whose generational rank is an output rank of one side only, each row
     waiting for the rows before it); those run on the lanes (``tests/test_units.py`` walks every
-    shipped cascade)."""
+    shipped cascade). Ranks of size 1 are not dimensions of the product: a decode step's
+    attention without grouped query heads (one query position, one query head per key head) is
+    a vector times a matrix per head, on the lanes as the readouts are (it was on the array,
+    its rank names alone deciding)."""
+    # a rank of size 1 is no dimension: a decode step's one query position, a head's one query
+    # head per key head (a product over them is a vector times a matrix, as Mamba-1's readout)
+    ones = frozenset(r for r in (*map(rank_of_variable, einsum.output_variables),
+                                 *map(rank_of_variable, einsum.reduced_variables)) if cascade.size(r) == 1)
     memo = cascade.structure_memo.setdefault("contractions", {})
-    if einsum.name in memo:
-        return memo[einsum.name]
+    key = (einsum.name, ones)
+    if key in memo:
+        return memo[key]
 
     def is_weight(side: Any) -> bool:
         return any(cascade.tensors[a.tensor].role == Role.WEIGHT for a in accesses(side))
@@ -145,12 +153,12 @@ def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
             + tuple(r for r in out_ranks if r not in a_ranks and r not in b_ranks),
             "S": tuple(r for r in out_ranks if r in a_ranks and r in b_ranks),
         }
-        matrix_product = _is_matrix_product(a_ranks, b_ranks, set(out_ranks), reduced)
+        matrix_product = _is_matrix_product(a_ranks - ones, b_ranks - ones, set(out_ranks) - ones, reduced - ones)
         whole_steps = generational is None or generational in roles["S"]
         on_array = kind == "gemm" or (kind in ("reduction", "recurrent") and matrix_product and whole_steps)
         found.append(Contraction(roles, names(a_sides), names(b_sides), has_weight, on_array))
-    memo[einsum.name] = tuple(found)
-    return memo[einsum.name]
+    memo[key] = tuple(found)
+    return memo[key]
 
 
 def contraction(cascade: Cascade, einsum: Einsum) -> Contraction | None:

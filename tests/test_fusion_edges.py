@@ -62,3 +62,22 @@ def test_fusion_classes_cli_json() -> None:
             assert key in edge
     classes = {edge["fusion_class"] for edge in edges}
     assert classes == {"RI", "RSb", "RSp", "RD"}
+
+
+def test_a_tensor_read_in_one_additive_term_is_swept_only_by_that_term() -> None:
+    """Each additive term is reduced over the variables it has, so a rank only another term
+    sweeps is not the read tensor's P_V: the chunked delta rule's ``ST`` in ``HC = CD*HC[c-1] + ST
+    - KW*HC[c-1,..,m]`` is RSb (it printed RD, M in P_V); the blocked softmax's running output
+    ``OR = OR[tb-1]*CF + PE*V`` reads itself in a term without TQ (it printed RD with a pass
+    boundary on TQ); the rotary's other half is a reflection, not a select."""
+    from mambalaya.workloads import PRESETS as ALL, build_layer
+
+    gdn = build_layer(ALL["olmo-hybrid"], phase="prefill", seq_len=256, batch=1, scan="chunked")
+    st = next(e for e in classify_edges(gdn) if (e.producer, e.consumer, e.tensor) == ("ST", "HC", "ST"))
+    assert (st.fusion_class, st.consumer_only) == ("RSb", ())
+    blocked = build_layer(ALL["bamba-9b"], phase="prefill", seq_len=256, batch=1, layer_type="attention",
+                          softmax="blocked")
+    edges = {(e.producer, e.consumer, e.tensor): e for e in classify_edges(blocked)}
+    running = edges[("OR", "OR", "OR")]
+    assert (running.fusion_class, running.pass_boundary) == ("RSb", ())
+    assert edges[("QA", "QR", "QA")].dependencies == ("reflect(U)",)

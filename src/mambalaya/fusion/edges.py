@@ -3,9 +3,13 @@
 For an edge U -> V through tensor T, with S = ranks(T):
 
 * ``P_U`` = ranks the producer iterates beyond S (it reduces them);
-* ``P_V`` = ranks the consumer iterates that none of its indices into T mention (it sweeps
-  them while T's element stays fixed). A window variable (``k`` in ``i+k-3``) indexes T and so
-  is not in ``P_V``: the window is a dependency along ``I``, not an extra rank.
+* ``P_V`` = ranks the consumer iterates, in the additive terms that read T, that none of its
+  indices into T mention (it sweeps them while T's element stays fixed). A window variable
+  (``k`` in ``i+k-3``) indexes T and so is not in ``P_V``: the window is a dependency along
+  ``I``, not an extra rank. Each additive term is reduced over the variables it has: a term
+  lacking a reduced variable reads T once per output point, so a rank only another term sweeps
+  is not T's (the chunked delta rule's ``HC = CD*HC[c-1] + ST - KW*HC[c-1,..,m]`` reads ``ST``
+  without sweeping ``M``; it once printed RD with ``M`` in ``P_V``).
 
 =====  ====================  ===========================================================
 class  condition             fusion needs
@@ -20,15 +24,19 @@ Dependency kinds, per dimension of T: ``aligned`` (``i`` <-> ``i``), ``recurrent
 reading its own output at ``i-c``; ``recurrent(N, contracted)`` where it reads its previous
 state whole along a rank, ``recurrent(Q, history)`` where it reads every earlier row, see
 :mod:`mambalaya.einsum.cascade`), ``window`` (``i+k-3``: a halo of 3 rows), ``shifted``
-(``i-1`` into another Einsum: a halo of 1), ``select`` (a constant or another rank's variable
-indexes the dimension), ``reshape`` (mixed-radix digits re-index it, such as positions split
+(``i-1`` into another Einsum: a halo of 1), ``reflect`` (``-u+1``: the rotary embedding's other
+half, each position reading its mirror, a halo of the whole rank), ``select`` (a constant or
+another rank's variable indexes the dimension), ``reshape`` (mixed-radix digits re-index it, such as positions split
 into chunks ``4*c+q``), and ``reduce-then-reuse``: V reads T again after another reader of T
 fully reduced one of T's ranks on V's path (``X`` around RMSNorm, ``U`` around x_proj).
 An edge forces a **pass boundary** on a rank that is reduced and then reused along it: the
 ranks in both ``P_U`` and ``P_V``, and the reduce-then-reuse ranks.
 
-Edges from layer inputs and incoming state (``producer = None``) are listed too, since the
-reduce-then-reuse of the input ``X`` happens there; weights are not.
+Edges from layer inputs and incoming state read as a tensor of its own (``producer = None``:
+a decode step's ``H0``, its KV caches) are listed too, since the reduce-then-reuse of the
+input ``X`` happens there; weights are not, nor a state read only as a recurrence's or a
+window's initial value (``initial``: ``H`` below position 0 reads ``H0``), which is part of the
+edge of the tensor it starts.
 """
 
 from __future__ import annotations
@@ -36,10 +44,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.einsum.ir import Access, Einsum, Role, rank_of_variable
+from mambalaya.einsum.ir import Access, Einsum, Role, accesses, additive_terms, expr_variables, rank_of_variable
 
 FUSION_CLASSES = ("RI", "RSb", "RSp", "RD")
-_PRIORITY = ("recurrent", "window", "shifted", "reduce-then-reuse", "select", "reshape", "aligned")
+_PRIORITY = ("recurrent", "window", "shifted", "reflect", "reduce-then-reuse", "select", "reshape", "aligned")
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,8 @@ def _dimension_dependency(cascade: Cascade, acc: Access, dim: int, consumer: Ein
     if acc.tensor == consumer.name and idx.plain_variable not in (None, own):  # a wider self-read
         rec = cascade.recurrence(consumer)
         return f"recurrent({rank}, {'history' if rec and rec[0] == rank else 'contracted'})"
+    if coeffs == {own: -1}:  # the rotary's other half, QA[.., -u+1, w]: every other position of the rank
+        return f"reflect({rank})"
     if coeffs.get(own) != 1:
         split = _reshape_ranks(cascade, idx)
         if split:
@@ -151,13 +161,23 @@ def reduce_then_reuse(cascade: Cascade, tensor: str, consumer: Einsum,
     return found
 
 
+def swept_variables(consumer: Einsum, tensor: str) -> set[str]:
+    """The variables ``consumer`` iterates where it reads ``tensor``: its output variables and
+    those of the additive terms that read it (each term is reduced over the variables it has)."""
+    swept = set(consumer.output_variables)
+    for _, term in additive_terms(consumer.expr):
+        if any(a.tensor == tensor for a in accesses(term)):
+            swept |= set(expr_variables(term))
+    return swept
+
+
 def classify_edge(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str, set[str]] | None = None) -> Edge:
     anc = anc if anc is not None else einsum_ancestors(cascade)
     producer = cascade.producer(tensor)
     accs = [a for a in consumer.inputs if a.tensor == tensor]
     p_u = {rank_of_variable(v) for v in producer.reduced_variables} if producer is not None else set()
     mentioned = {v for a in accs for idx in a.indices for v in idx.variables}
-    p_v = {rank_of_variable(v) for v in consumer.iteration_variables if v not in mentioned}
+    p_v = {rank_of_variable(v) for v in swept_variables(consumer, tensor) if v not in mentioned}
     deps: list[str] = []
     for a in accs:
         for dim in range(len(a.indices)):

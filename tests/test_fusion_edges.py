@@ -81,3 +81,19 @@ def test_a_tensor_read_in_one_additive_term_is_swept_only_by_that_term() -> None
     running = edges[("OR", "OR", "OR")]
     assert (running.fusion_class, running.pass_boundary) == ("RSb", ())
     assert edges[("QA", "QR", "QA")].dependencies == ("reflect(U)",)
+
+
+def test_the_layer_commands_take_the_softmax_form() -> None:
+    """``cascade show`` and ``fusion classes`` build an attention layer's online and blocked forms
+    too (they were reachable from Python only), and refuse ``--softmax`` on a layer without
+    attention, naming the option."""
+    run = CliRunner().invoke
+    base = ["--model", "bamba-9b", "-L", "256", "--format", "csv"]
+    online = run(app, ["fusion", "classes", *base, "--layer-type", "attention", "--softmax", "online"])
+    three = run(app, ["fusion", "classes", *base, "--layer-type", "attention"])
+    assert online.exit_code == three.exit_code == 0
+    assert "OR,OR,OR" in online.output and "OR,OR,OR" not in three.output
+    blocked = run(app, ["cascade", "show", *base, "--layer-type", "attention", "--softmax", "blocked"])
+    assert blocked.exit_code == 0 and ",OR,recurrent," in blocked.output and ",KBX," in blocked.output
+    refused = run(app, ["fusion", "classes", *base, "--layer-type", "mamba", "--softmax", "online"])
+    assert refused.exit_code == 1 and "--softmax online" in refused.output

@@ -32,7 +32,7 @@ from mambalaya.cli.options import (
 )
 from mambalaya.cli.readers import empty_text_problem
 from mambalaya.formatting import whole
-from mambalaya.errors import MambalayaError, one_line
+from mambalaya.errors import MambalayaError, SpecError, one_line
 from mambalaya.outputs import write_text_output
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import unroll_recurrences
@@ -111,15 +111,21 @@ def print_error(message: str) -> None:
 
 def model_layer(model: str, phase: PhaseOption, seq_len: int, batch: int, bits: int, state_io: bool | None,
                  scan: str | None = None, unroll: bool = False, precision: str | None = None,
-                 layer_type: str | None = None) -> tuple[ModelConfig, Cascade]:
+                 layer_type: str | None = None, softmax: str | None = None) -> tuple[ModelConfig, Cascade]:
     config = resolve_model(model)
     if scan is not None and scan not in SCANS:
         raise MambalayaError(f"--scan must be one of {', '.join(SCANS)}, not {scan!r}")
     name = f"{Path(model).stem if model not in PRESETS else model}-{phase.value}"
     if layer_type is not None:
         name = name.replace(f"-{phase.value}", f"-{layer_type}-{phase.value}")
-    cascade = build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
-                          name=name, scan=scan, precision=precision, layer_type=layer_type)
+    try:
+        cascade = build_layer(config, phase=phase.value, seq_len=seq_len, batch=batch, bits=bits, state_io=state_io,
+                              name=name, scan=scan, precision=precision, layer_type=layer_type,
+                              **({} if softmax is None else {"softmax": softmax}))
+    except SpecError as err:
+        if softmax is None:
+            raise
+        raise SpecError(f"--softmax {softmax}: {getattr(err, 'message', err)}") from None
     return config, (unroll_recurrences(cascade) if unroll else cascade)
 
 

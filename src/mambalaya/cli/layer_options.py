@@ -1,7 +1,7 @@
 """Option sets declared once, each a dataclass a command receives as one parameter.
 
 * ``@layer_options()`` gives a command the options that name a model layer (``--model --phase
-  --seq-len --batch --bits --precision --state-io --scan --layer-type --unroll``) as one
+  --seq-len --batch --bits --precision --state-io --scan --layer-type --unroll --softmax``) as one
   :class:`LayerArgs`, its ``layer`` parameter (the cascade and fusion commands).
 * ``@design_options()`` gives a command the options that set up a workload on designs
   (``--model --phase --batch --scan --precision --set --routing --softmax``) as one :class:`DesignArgs`,
@@ -41,11 +41,12 @@ class LayerArgs:
     scan: str | None = None
     layer_type: str | None = None
     unroll: bool = False
+    softmax: SoftmaxOption | None = None
 
     def run_fields(self) -> dict[str, Any]:
         """The run's fields for a provenance record (``phase``, ``seq_len``, ``batch``, ``bits``, ``precision``)."""
         return {"phase": self.phase.value, "seq_len": self.seq_len, "batch": self.batch, "bits": self.bits,
-                "precision": self.precision or "uniform"}
+                "precision": self.precision or "uniform", **({} if self.softmax is None else {"softmax": self.softmax.value})}
 
     def title(self, cascade: Any) -> str:
         """``model: phase, I=..., batch=...``: how a table's title names the layer."""
@@ -60,12 +61,13 @@ class LayerArgs:
         from mambalaya.cli.common import model_layer
 
         return model_layer(self.model, self.phase, self.seq_len, self.batch, self.bits, self.state_io, self.scan,
-                            self.unroll, self.precision, self.layer_type)
+                            self.unroll, self.precision, self.layer_type,
+                            None if self.softmax is None else self.softmax.value)
 
 
 _LAYER_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "seq_len": SeqLenOpt, "batch": BatchOpt, "bits": BitsOpt,
                       "precision": PrecisionOpt, "state_io": StateIoOpt, "scan": ScanOpt, "layer_type": LayerTypeOpt,
-                      "unroll": UnrollFlag}
+                      "unroll": UnrollFlag, "softmax": SoftmaxOpt}
 
 
 def layer_options(*, state_io: bool = True, unroll: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:

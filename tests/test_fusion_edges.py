@@ -97,3 +97,19 @@ def test_the_layer_commands_take_the_softmax_form() -> None:
     assert blocked.exit_code == 0 and ",OR,recurrent," in blocked.output and ",KBX," in blocked.output
     refused = run(app, ["fusion", "classes", *base, "--layer-type", "mamba", "--softmax", "online"])
     assert refused.exit_code == 1 and "--softmax online" in refused.output
+
+
+def test_a_state_read_as_an_initial_value_has_its_own_edge() -> None:
+    """A decode step reads its states as the values below position 0 of what it computes (the
+    scan's H0, the conv's window over CS0, the scores over the KV cache): each has an edge from
+    no producer, ``initial(I)``; they were not listed though the docs said incoming state was. A
+    read that never reaches below 0 (the readout H[b,i,..]) has none."""
+    e = edges_by_key("decode")
+    assert e[(None, "H", "H0")].dependencies == ("initial(I)",)
+    assert e[(None, "XC", "CS0")].dependencies == ("initial(I)",)
+    assert (None, "YS", "H0") not in e
+    from mambalaya.workloads import PRESETS as ALL, build_layer
+
+    attention = build_layer(ALL["bamba-9b"], phase="decode", seq_len=64, batch=1, layer_type="attention")
+    cached = {(x.consumer, x.tensor) for x in classify_edges(attention) if x.dependency == "initial"}
+    assert {("SC", "KC0A"), ("SC", "KC0B"), ("AO", "VC0")} <= cached

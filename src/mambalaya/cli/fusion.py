@@ -61,7 +61,7 @@ def resolve_mapping(name: str, cascade: Cascade, buffer: str | None, stats=None)
 @layer_options()
 def classes_cmd(
     layer: LayerArgs,
-    inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state read as a tensor of its own (a state read only as a recurrence's or a window's initial value is part of that tensor's edge).")] = True,
+    inputs: Annotated[bool, typer.Option("--inputs/--no-inputs", help="Include edges from layer inputs and incoming state (a state read as an initial value too: dependency initial(RANK)).")] = True,
     fmt: FormatOpt = Format.table,
     output: OutOpt = None,
 ) -> None:

@@ -32,11 +32,10 @@ fully reduced one of T's ranks on V's path (``X`` around RMSNorm, ``U`` around x
 An edge forces a **pass boundary** on a rank that is reduced and then reused along it: the
 ranks in both ``P_U`` and ``P_V``, and the reduce-then-reuse ranks.
 
-Edges from layer inputs and incoming state read as a tensor of its own (``producer = None``:
-a decode step's ``H0``, its KV caches) are listed too, since the reduce-then-reuse of the
-input ``X`` happens there; weights are not, nor a state read only as a recurrence's or a
-window's initial value (``initial``: ``H`` below position 0 reads ``H0``), which is part of the
-edge of the tensor it starts.
+Edges from layer inputs and incoming state (``producer = None``) are listed too, since the
+reduce-then-reuse of the input ``X`` happens there, a state read as an initial value among them
+(``initial(I)``: ``H`` below position 0 reads ``H0``, the conv's window reads the conv state, a
+decode step's scores read the KV cache; :func:`initial_edges`); weights are not.
 """
 
 from __future__ import annotations
@@ -47,7 +46,8 @@ from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import Access, Einsum, Role, accesses, additive_terms, expr_variables, rank_of_variable
 
 FUSION_CLASSES = ("RI", "RSb", "RSp", "RD")
-_PRIORITY = ("recurrent", "window", "shifted", "reflect", "reduce-then-reuse", "select", "reshape", "aligned")
+_PRIORITY = ("recurrent", "window", "shifted", "reflect", "reduce-then-reuse", "select", "reshape", "initial",
+             "aligned")
 
 
 @dataclass(frozen=True)
@@ -202,8 +202,32 @@ def classify_edge(cascade: Cascade, tensor: str, consumer: Einsum, anc: dict[str
     )
 
 
+def initial_edges(cascade: Cascade, consumer: Einsum, anc: dict[str, set[str]] | None = None) -> list[Edge]:
+    """The edges from the states ``consumer`` reads as initial values (``H0``, read as ``H``
+    below position 0 by the scan; the conv state, by the conv's window; a decode step's KV
+    caches, by its scores): each as the edge of the tensor it starts, from no producer, its
+    dependency ``initial(RANK)``. Only reads that reach below 0 along the initial rank (the
+    readout ``H[b,i,..]`` never reads ``H0``)."""
+    out = []
+    for t in dict.fromkeys(a.tensor for a in consumer.inputs):
+        state, axis = cascade.tensors[t].initial, cascade.initial_axis(t)
+        if state is None or axis is None:
+            continue
+        sizes = cascade.variable_sizes
+        if not any(a.indices[axis[0]].bounds(sizes)[0] < 0 for a in consumer.inputs if a.tensor == t):
+            continue
+        edge = classify_edge(cascade, t, consumer, anc)
+        rank = cascade.tensors[t].ranks[axis[0]]
+        out.append(Edge(producer=None, consumer=consumer.name, tensor=state,
+                        fusion_class=fusion_class(set(), set(edge.consumer_only)), producer_only=(),
+                        consumer_only=edge.consumer_only, dependencies=(f"initial({rank})",), pass_boundary=()))
+    return out
+
+
 def classify_edges(cascade: Cascade, *, include_inputs: bool = True) -> list[Edge]:
-    """Every edge of the cascade, in consumer order (recurrences as self-edges)."""
+    """Every edge of the cascade, in consumer order (recurrences as self-edges; with
+    ``include_inputs``, the layer's inputs and incoming states too, a state read as an initial
+    value among them, :func:`initial_edges`)."""
     anc = einsum_ancestors(cascade)
     edges = []
     for e in cascade.einsums:
@@ -212,6 +236,8 @@ def classify_edges(cascade: Cascade, *, include_inputs: bool = True) -> list[Edg
             if cascade.producer(t) is None and (not include_inputs or spec.role == Role.WEIGHT):
                 continue
             edges.append(classify_edge(cascade, t, e, anc))
+        if include_inputs:
+            edges += initial_edges(cascade, e, anc)
     return edges
 
 

@@ -239,14 +239,16 @@ def state_bytes(decode_step: Cascade) -> tuple[float, float]:
     return recurrent, kv
 
 
-def other_width_weight_bits(cascade: Cascade, weight_bits: int) -> tuple[float, tuple[str, ...]]:
-    """(the bits ``cascade``'s weights hold beyond their elements at ``weight_bits``, the weights
-    held at another width): a precision policy may hold some weights wider or narrower than the
-    rest (``reference-kernels``: Mamba's ``A`` and ``D`` at 32 bits, as the traffic reads them;
-    the memory check once counted them at 16)."""
+def other_width_weight_bits(cascade: Cascade, weight_bits: int,
+                            among: Iterable[str] | None = None) -> tuple[float, tuple[str, ...]]:
+    """(the bits ``cascade``'s weights (those ``among``, when given) hold beyond their elements
+    at ``weight_bits``, the weights held at another width): a precision policy may hold some
+    weights wider or narrower than the rest (``reference-kernels``: Mamba's ``A`` and ``D`` at
+    32 bits, as the traffic reads them; the memory check once counted them at 16)."""
+    chosen = None if among is None else set(among)
     extra, names = 0.0, []
     for name, spec in cascade.tensors.items():
-        if spec.role == Role.WEIGHT and spec.bits != weight_bits:
+        if spec.role == Role.WEIGHT and spec.bits != weight_bits and (chosen is None or name in chosen):
             extra += math.prod(cascade.shape(name)) * (spec.bits - weight_bits)
             names.append(name)
     return extra, tuple(names)

@@ -306,7 +306,7 @@ def _layer_states(config: Any, layer_type: str | None, *, batch: int, seq_len: i
         kept = 1 - sum(math.prod(step.shape(t)) for t in experts) * (expert_devices - 1) / expert_devices \
             / _weight_elements(step)
         extra, names = other_width_weight_bits(step, weight_bits)
-        expert_extra = sum(math.prod(step.shape(t)) * (step.tensors[t].bits - weight_bits) for t in experts)
+        expert_extra, _ = other_width_weight_bits(step, weight_bits, experts)
         return (*state_bytes(step), kept, (extra - expert_extra * (expert_devices - 1) / expert_devices, names))
     if tensor_devices == 1:
         return (*state_bytes(step), 1.0, other_width_weight_bits(step, weight_bits))

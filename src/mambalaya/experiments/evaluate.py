@@ -103,6 +103,14 @@ class Evaluation:
             return None
         return layer_energy(self.arch, self.cascade, self.result)
 
+    def throttled_model_latency_s(self, energy: LayerEnergy) -> float:
+        """The model held to the power budget
+        (:func:`~mambalaya.experiments.devices.throttled_model_latency_s`, with this layer's
+        ``energy``)."""
+        kind = costed_layer_type(self.config)
+        return throttled_model_latency_s(self.arch, self.config, {kind: energy}, {kind: self.cascade},
+                                         layer_split=self.layer_split, pipeline=self.pipeline)
+
     def totals(self) -> dict[str, Any]:
         r = self.result
         energy = self.energy
@@ -115,9 +123,7 @@ class Evaluation:
             "layer_power_w": energy.average_power_w,
             "over_power_budget": over_budget(energy.average_power_w, self.arch.power_budget_w),
             "leakage_w": energy.leakage_w, "throttled_latency_s": energy.throttled_latency_s,
-            "throttled_model_latency_s": throttled_model_latency_s(
-                self.arch, self.config, {costed_layer_type(self.config): energy}, {costed_layer_type(self.config): self.cascade},
-                layer_split=self.layer_split, pipeline=self.pipeline),
+            "throttled_model_latency_s": self.throttled_model_latency_s(energy),
         }
         if self.arch.area is not None:
             from mambalaya.cost.area import total_area_mm2

@@ -30,8 +30,9 @@ group whose least footprint exceeds the buffer costs infinity (a group holding i
 Einsum that reads one position of a tensor, the final state ``HN = H[b,L-1]``, holds that slice
 whole when the tensor comes from off chip, and only the tile holding the position when it is
 made in the group, so adding its producer can shrink the footprint). The energy objective runs
-the same lazy search on energy's bounds (:func:`~mambalaya.search.convex_bounds.energy_lower_bounds`; no tie rule: the
-least energy, as without an architecture the least traffic). The energy-delay product, the
+the same lazy search on energy's bounds
+(:func:`~mambalaya.search.convex_bounds.energy_lower_bounds`; no tie rule: the least energy, as
+without an architecture the least traffic). The energy-delay product, the
 product of two sums, has no bound per group: it costs every group, up to
 :data:`EXHAUSTIVE_GROUP_LIMIT` groups.
 """

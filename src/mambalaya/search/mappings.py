@@ -301,16 +301,15 @@ def optimal(
         for a in range(b - 1, -1, -1):
             if best[a] == math.inf:
                 continue
-            why: list[str] = []
             choice: GroupChoice | Pick | None
             if lazy is not None:  # a segment left uncosted is in no grouping the DP could choose
                 choice = lazy.get((a, b))
                 if choice is None:
                     continue
             elif (hit := batched.get((a, b))) is None:
-                choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, why=why, arch=arch, objective=objective)
+                choice = best_group(cascade, names[a:b], buffer_bytes, stats=stats, arch=arch, objective=objective)
             else:
-                choice, why = (None, [hit]) if isinstance(hit, str) else (hit, why)
+                choice = None if isinstance(hit, str) else hit
                 if stats is not None:
                     stats.evaluations += candidate_count(cascade, names[a:b])
                     stats.groups_costed += 1

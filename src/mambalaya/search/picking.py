@@ -100,17 +100,12 @@ def legal_pick(cascade: Cascade, model: GroupCostModel, flat: int) -> bool:
     sizes (:func:`legal_rules`); memoised per segment (on its cost model, one per Einsums
     and tiled ranks of the cascade) and candidate, as a segment picks the same candidate at
     many points of a sweep, and the verdict per
-    :meth:`~mambalaya.search.candidates.GroupCostModel.rule_key` (the candidates of one option
-    that tile the same ranks share it)."""
+    :meth:`~mambalaya.search.candidates.GroupCostModel.rule_key` (:func:`legal_picks`: the
+    candidates of one option that tile the same ranks share it)."""
     memo = model.__dict__.setdefault("_legal_picks_memo", {})
     hit = memo.get(flat)
     if hit is None:
-        verdicts = model.__dict__.setdefault("_rule_verdicts_memo", {})  # per GroupCostModel.rule_key
-        key = model.rule_key(flat)
-        hit = verdicts.get(key)
-        if hit is None:
-            hit = verdicts[key] = legal_rules(cascade, model.group_at(flat))
-        memo[flat] = hit
+        hit = memo[flat] = bool(legal_picks(cascade, model, np.array([flat], dtype=np.int64))[0])
     return hit
 
 

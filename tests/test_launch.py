@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from mambalaya.arch import load_arch, loads_arch, arch_to_yaml
+from mambalaya.arch import load_arch, loads_arch, arch_to_yaml, with_settings
 from mambalaya.arch.kernels import array_share, compute_hz, grid_shares, offchip_bytes_per_s, speed_of_light
-from mambalaya.cost.latency import combine, group_cycles, group_totals
-from mambalaya.cost.launch import Launch, launched_group_seconds
+from mambalaya.cost.latency import combine, group_cycles, group_totals, onchip_seconds
+from mambalaya.cost.launch import Launch, block_reread_bytes, block_rereads, launched_group_seconds
 from mambalaya.errors import SpecError
 from mambalaya.experiments.validate import case_cascade, load_cases
 from mambalaya.fusion.mapping import FusionGroup
@@ -54,6 +54,15 @@ def test_a_grid_that_fills_the_gpu_costs_what_the_group_costs(delta_rule) -> Non
     assert launched_group_seconds(gpu, part, group, Launch((("C", 1), ("G", 1)))) == pytest.approx(full)
 
 
+def _launched_onchip_s(gpu, part, group, launch) -> float:
+    """The on-chip seconds of a launched group: its staging levels carry its off-chip bytes and
+    every re-read of its blocks, from DRAM or from the L2 (cost.launch's module doc)."""
+    t = group_totals(gpu, part, group)
+    again = block_rereads(gpu, part, group, launch)
+    buffer_bytes = t.buffer.total_bytes if t.buffer is not None else 0.0
+    return float(onchip_seconds(gpu, buffer_bytes, t.traffic.total_bytes + again.total_bytes))
+
+
 def test_an_underfilled_grid_slows_its_compute_by_the_idle_share(delta_rule) -> None:
     """32 blocks (4 of 32 value channels x 8 heads) on 132 SMs: the compute and on-chip seconds
     over 32/132, the off-chip ones as before (32 SMs keep more than the HBM's bandwidth flowing)."""
@@ -61,10 +70,46 @@ def test_an_underfilled_grid_slows_its_compute_by_the_idle_share(delta_rule) -> 
     gpu = load_arch("gpu-h100")
     t = group_totals(gpu, part, group)
     share = 32 / 132
-    expected, _ = combine(gpu, t.comp_latency / share, t.mem_latency, t.onchip_latency / share, t.steps,
-                          len(group.einsums))
-    got = launched_group_seconds(gpu, part, group, Launch((("P", 32), ("G", 1))))
+    grid = Launch((("P", 32), ("G", 1)))
+    expected, _ = combine(gpu, t.comp_latency / share, t.mem_latency, _launched_onchip_s(gpu, part, group, grid) / share,
+                          t.steps, len(group.einsums))
+    got = launched_group_seconds(gpu, part, group, grid)
     assert got == pytest.approx(expected) and got > t.latency
+
+
+def test_every_reread_crosses_the_l2s_port(chunk_scan, monkeypatch) -> None:
+    """TileLang's chunk-scan grid launches a chunk's heads first: they run together, so their
+    re-reads of the chunk's C·B scores and C (one group, every head reads them) come from the L2,
+    not DRAM, but each still crosses the L2's SM-facing port: the staging level's seconds count
+    the group's off-chip bytes plus every re-read, and at the H100's 5120 B/clk they bind the
+    kernel (it was memory-bound at its DRAM bytes alone). Where the L2 holds nothing and one SM
+    runs at a time, the re-reads come from DRAM (but along the fastest rank, whose blocks follow
+    each other with none between); the total is the same."""
+    from mambalaya.cost import launch as launch_module
+    from mambalaya.cost.traffic import untiled_traffic
+
+    part, group = chunk_scan
+    gpu = load_arch("gpu-h100")
+    tilelang = Launch((("R", 1), ("G", 1), ("P", 64), ("Q", 64), ("B", 1), ("C", 1)))
+    again = block_rereads(gpu, part, group, tilelang)
+    reads, _ = untiled_traffic(part, group.einsums)
+    heads = part.size("R") * part.size("G")
+    shared = reads["CB"] + reads["CM"]
+    assert again.cache_bytes >= shared * (heads - 1) and again.dram_bytes == block_reread_bytes(gpu, part, group, tilelang)
+    t = group_totals(gpu, part, group)
+    l2_bytes_per_s = gpu.memory.levels["l2"].bytes_per_cycle * gpu.clock_hz
+    staged = (t.traffic.total_bytes + again.total_bytes) / l2_bytes_per_s
+    assert staged > t.mem_latency  # the port binds, not the DRAM
+    got = launched_group_seconds(gpu, part, group, tilelang)
+    assert got >= staged and got == pytest.approx(max(staged, t.comp_latency, t.mem_latency
+                                                      + again.dram_bytes / offchip_bytes_per_s(gpu)), rel=0.05)
+    wider = with_settings(gpu, ["memory.levels.l2.bandwidth_bytes_per_cycle=10240"], option="test")
+    assert launched_group_seconds(wider, part, group, tilelang) < got
+    assert launched_group_seconds(gpu, part, group, None) == t.latency  # no grid: each input read once
+    monkeypatch.setattr(launch_module, "cache_bytes", lambda arch: 0)
+    one_sm = gpu.model_copy(update={"kernels": gpu.kernels.model_copy(update={"sm_count": 1})})
+    cold = block_rereads(one_sm, part, group, tilelang)
+    assert cold.total_bytes == pytest.approx(again.total_bytes) and cold.dram_bytes > 10 * again.dram_bytes
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +147,9 @@ def test_a_kernel_issuing_the_synchronous_mma_runs_its_contractions_at_the_specs
     assert launched_group_seconds(peak, part, group, None, sync_mma=True) == group_totals(peak, part, group).latency
     grid = Launch((("G", 1),))  # one block per head: 16 blocks on 132 SMs, slowed by both
     busy, drawn = grid_shares(gpu, grid.thread_blocks(part))
-    expected, _ = combine(gpu, cycles.array_2d / share / compute_hz(gpu) / busy, t.mem_latency / drawn,
-                          t.onchip_latency / busy, t.steps, len(group.einsums))
+    expected, _ = combine(gpu, cycles.array_2d / share / compute_hz(gpu) / busy,
+                          (t.mem_latency + block_reread_bytes(gpu, part, group, grid) / offchip_bytes_per_s(gpu)) / drawn,
+                          _launched_onchip_s(gpu, part, group, grid) / busy, t.steps, len(group.einsums))
     assert launched_group_seconds(gpu, part, group, grid, sync_mma=True) == pytest.approx(float(expected))
 
 

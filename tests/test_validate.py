@@ -39,6 +39,43 @@ def test_every_shipped_speed_of_light_is_at_or_below_its_measurement(shipped) ->
     assert not shipped.violations and shipped.summary()["violations"] == 0
 
 
+def test_no_speed_of_light_is_bound_by_the_l2s_bandwidth(shipped) -> None:
+    """Each case's speed of light is computed once, at its spec's values: it takes no kernels field
+    and reads each input once (no grid, no re-read), so the L2 at the high end of its assumed
+    range (twice the A100's per-clock figure) leaves every one unchanged, and the sensitivity
+    table's claim holds."""
+    from mambalaya.arch import load_arch, with_settings
+    from mambalaya.arch.kernels import speed_of_light
+    from mambalaya.einsum.dead_work import with_mask_tiles
+    from mambalaya.experiments.validate import case_cascade, speed_of_light_part
+
+    cases, name = load_cases()
+    for r in shipped.results:
+        spec = with_settings(load_arch(r.case.arch), ["memory.levels.l2.bandwidth_bytes_per_cycle=10240"],
+                             option="test")
+        least = with_mask_tiles(speed_of_light_part(r.case, case_cascade(r.case, name), name))
+        wide = layer_latency(speed_of_light(spec), least, ideal(least), per_einsum=False).latency_s
+        assert wide == pytest.approx(r.speed_of_light_s, rel=1e-12), r.case.id
+
+
+def test_a_fused_kernel_writes_what_it_reads_back_but_its_speed_of_light_does_not(shipped) -> None:
+    """vLLM's fused SSD stores the decay's cumulative sum, the C·B scores and every chunk's state,
+    and reads them back (its code, the case's writes_source): its part writes them; its speed of
+    light writes only what must leave the part, the same as the case without the writes."""
+    from mambalaya.einsum.ir import Role
+    from mambalaya.experiments.validate import case_cascade, speed_of_light_part, validate_case
+
+    cases, name = load_cases()
+    case = next(c for c in cases.cases if c.id == "ssd-fused-vllm-L256k")
+    part = case_cascade(case, name)
+    assert {t for t, spec in part.tensors.items() if spec.role == Role.OUTPUT} == {"YD", "HC", "ACS", "CB"}
+    least = speed_of_light_part(case, part, name)
+    assert {t for t, spec in least.tensors.items() if spec.role == Role.OUTPUT} == {"YD"}
+    plain = case.model_copy(update={"writes": None, "writes_source": ""})
+    result = next(r for r in shipped.results if r.case.id == case.id)
+    assert validate_case(plain, "", name).speed_of_light_s == pytest.approx(result.speed_of_light_s, rel=1e-12)
+
+
 def test_the_fused_h100_ssd_is_bounded_because_its_contractions_use_the_tensor_cores(shipped) -> None:
     # before the unit per Einsum, the SSD's contractions ran on the CUDA cores and this speed of
     # light was 1.02-1.16x the measured kernel from 4K up
@@ -294,8 +331,11 @@ def test_every_kernels_assumption_is_moved_over_its_range(shipped) -> None:
     moved = {(r["arch"], r["assumption"], r["end"]) for r in shipped.sensitivity}
     for arch in ("gpu-h100", "gpu-a100-pcie"):
         for key in ("kernels.min_kernel_s", "kernels.compute_fraction", "kernels.offchip_fraction",
-                    "kernels.scan_sm_cycles_per_step"):
+                    "kernels.scan_sm_cycles_per_step", "memory.levels.l2.bandwidth_bytes_per_cycle"):
             assert {(arch, key, "low"), (arch, key, "high")} <= moved
+    wide_l2 = next(r for r in shipped.sensitivity if r["arch"] == "gpu-h100"
+                   and r["assumption"] == "memory.levels.l2.bandwidth_bytes_per_cycle" and r["end"] == "high")
+    assert wide_l2["median_ratio"] < wide_l2["base_median_ratio"]  # re-reads the L2 serves cross its port faster
     low_compute = next(r for r in shipped.sensitivity if r["arch"] == "gpu-h100"
                        and r["assumption"] == "kernels.compute_fraction" and r["end"] == "low")
     assert low_compute["median_ratio"] > low_compute["base_median_ratio"]  # slower kernels, longer predictions

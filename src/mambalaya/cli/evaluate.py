@@ -152,8 +152,9 @@ def validate_cmd(
         for fit in result.fits:
             out_console.print(fit.text())
         if result.sensitivity:
-            out_console.print(rows_table(list(result.sensitivity), "predicted / measured median with each kernels "
-                                          "assumption at the ends of its range (the speed of light does not depend on them)"))
+            out_console.print(rows_table(list(result.sensitivity), "predicted / measured median with each kernel-model "
+                                          "assumption at the ends of its range (the speed of light takes no kernels field, "
+                                          "and none is bound by the L2's bandwidth)"))
         keep = ("case", "collective", "devices", "bytes", "nccl_algorithm", "model_algorithm", "measured_us",
                 "predicted_us", "ratio", "speed_of_light_us")
         out_console.print(rows_table([{**{k: r[k] for k in keep}, "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}

@@ -17,6 +17,13 @@ blocks of the grid's ranks launched faster, in launch order) are no more than th
 (one per SM at least: they read it together) or read no more than the L2 holds; else from DRAM. The grid's ranks are listed in launch order, the fastest-varying block index
 first (CUDA's ``blockIdx.x`` before ``y`` before ``z``, and within one axis the index its code
 takes modulo the others first).
+
+**Every read crosses the L2's port** (:func:`block_rereads`): a re-read the L2 serves costs no
+DRAM time, but it passes the L2's SM-facing port as every DRAM byte does, so a staging level's
+seconds count the group's off-chip bytes and all its blocks' re-reads, from DRAM or from the L2,
+at the level's bandwidth (``memory.levels``). A tile re-read by blocks on other SMs is taken to
+come from the L2, not from an SM's L1 (an upper bound on the L2's bytes where two blocks that
+read one tile share an SM).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from mambalaya.arch.kernels import array_share, grid_shares, offchip_bytes_per_s
-from mambalaya.cost.latency import combine, group_compute_s, group_totals
+from mambalaya.cost.latency import combine, group_compute_s, group_totals, onchip_seconds
 from mambalaya.cost.traffic import untiled_traffic
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.ir import rank_of_variable
@@ -62,12 +69,26 @@ def cache_bytes(arch) -> int:
     return levels[0].capacity_bytes if levels else 0
 
 
-def block_reread_bytes(arch, cascade: Cascade, group: FusionGroup, launch: Launch) -> float:
-    """Off-chip bytes the blocks of ``launch`` read beyond the group's own reads (see the module
-    doc): per tensor the group reads from off chip, its bytes times, for each grid rank its
-    accesses in the group do not mention, that rank's blocks, where the blocks launched between
-    two reads of one of its tiles are more than the GPU's SMs (``kernels.sm_count``; they do not
-    run together) and read more than :func:`cache_bytes`; less the bytes read once."""
+@dataclass(frozen=True)
+class BlockRereads:
+    """The bytes a launch's blocks read beyond the group's own reads (:func:`block_rereads`):
+    those that come again from DRAM, and those the L2 serves."""
+
+    dram_bytes: float
+    cache_bytes: float
+
+    @property
+    def total_bytes(self) -> float:
+        return self.dram_bytes + self.cache_bytes
+
+
+def block_rereads(arch, cascade: Cascade, group: FusionGroup, launch: Launch) -> BlockRereads:
+    """Bytes the blocks of ``launch`` read beyond the group's own reads (see the module doc):
+    per tensor the group reads from off chip, its bytes times, for each grid rank its accesses in
+    the group do not mention, that rank's blocks, less the bytes read once. A re-read comes from
+    DRAM where the blocks launched between two reads of one of its tiles are more than the GPU's
+    SMs (``kernels.sm_count``; they do not run together) and read more than :func:`cache_bytes`;
+    else the L2 serves it."""
     reads, _ = untiled_traffic(cascade, group.einsums)
     trips = launch.trips(cascade)
     mentioned = {t: _mentioned(cascade, group, t) for t in reads}
@@ -77,12 +98,17 @@ def block_reread_bytes(arch, cascade: Cascade, group: FusionGroup, launch: Launc
     kernels = getattr(arch, "kernels", None)
     together = kernels.sm_count if kernels is not None and kernels.sm_count is not None else 1
     missed = [math.prod(trips[:k]) > together and math.prod(trips[:k]) * per_block > held for k in range(len(trips))]
-    extra = 0.0
+    dram = every = 0.0
     for t, b in reads.items():
-        again = math.prod(n for k, ((r, _), n) in enumerate(zip(launch.tiles, trips))
-                          if r not in mentioned[t] and missed[k])
-        extra += b * (again - 1)
-    return extra
+        unmentioned = [k for k, ((r, _), _) in enumerate(zip(launch.tiles, trips)) if r not in mentioned[t]]
+        dram += b * (math.prod(trips[k] for k in unmentioned if missed[k]) - 1)
+        every += b * (math.prod(trips[k] for k in unmentioned) - 1)
+    return BlockRereads(dram, every - dram)
+
+
+def block_reread_bytes(arch, cascade: Cascade, group: FusionGroup, launch: Launch) -> float:
+    """Off-chip bytes the blocks of ``launch`` read again from DRAM (:func:`block_rereads`)."""
+    return block_rereads(arch, cascade, group, launch).dram_bytes
 
 
 def _mentioned(cascade: Cascade, group: FusionGroup, tensor: str) -> frozenset[str]:
@@ -99,7 +125,8 @@ def launched_group_seconds(arch, cascade: Cascade, group: FusionGroup, launch: L
     on-chip seconds over the share of SMs the grid occupies, its off-chip seconds (its reads
     and writes and its blocks' re-reads from DRAM, :func:`block_reread_bytes`) over the share of
     bandwidth those SMs draw (:func:`~mambalaya.arch.kernels.grid_shares`); without a grid, the
-    group's latency as every evaluation costs it. With ``sync_mma`` the kernel issues the
+    group's latency as every evaluation costs it; its staging levels' seconds count every
+    re-read too, from DRAM or from the L2 (every read crosses the L2's port). With ``sync_mma`` the kernel issues the
     synchronous MMA instruction: its array contractions run at the spec's ``sync_mma_fraction``
     of the peak (:func:`~mambalaya.arch.kernels.array_share`; the same where the spec has none)."""
     totals = group_totals(arch, cascade, group)
@@ -108,14 +135,16 @@ def launched_group_seconds(arch, cascade: Cascade, group: FusionGroup, launch: L
         return totals.latency
     comp = totals.comp_latency if share == 1.0 else group_compute_s(arch, cascade, group, share)
     if launch is None:
-        compute_share, offchip_share, mem = 1.0, 1.0, totals.mem_latency
+        compute_share, offchip_share, mem, onchip = 1.0, 1.0, totals.mem_latency, totals.onchip_latency
     else:
         compute_share, offchip_share = grid_shares(arch, launch.thread_blocks(cascade))
-        reread = block_reread_bytes(arch, cascade, group, launch)
-        mem = totals.mem_latency + reread / offchip_bytes_per_s(arch) if reread else totals.mem_latency
+        again = block_rereads(arch, cascade, group, launch)
+        mem = totals.mem_latency + again.dram_bytes / offchip_bytes_per_s(arch)
+        buffer_bytes = totals.buffer.total_bytes if totals.buffer is not None else 0.0
+        onchip = float(onchip_seconds(arch, buffer_bytes, totals.traffic.total_bytes + again.total_bytes))
     latency, _ = combine(arch, comp / compute_share, mem / offchip_share,
-                         totals.onchip_latency / compute_share, totals.steps, len(group.einsums))
+                         onchip / compute_share, totals.steps, len(group.einsums))
     return float(latency)
 
 
-__all__ = ["Launch", "block_reread_bytes", "cache_bytes", "launched_group_seconds"]
+__all__ = ["BlockRereads", "Launch", "block_reread_bytes", "block_rereads", "cache_bytes", "launched_group_seconds"]

@@ -36,6 +36,7 @@ from pydantic import BaseModel, BeforeValidator, Field, ValidationError, model_v
 from mambalaya.arch import load_arch
 from mambalaya.arch.kernels import speed_of_light
 from mambalaya.einsum.dead_work import with_mask_tiles
+from mambalaya.einsum.ir import Role
 from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
 from mambalaya.fusion.mapping import FusionGroup, Mapping, check_mapping
@@ -161,10 +162,11 @@ class Case(BaseModel):
     mask_tiles: MaskTiles | None = Field(None, description="The tiles the kernel computes masked work by; absent: "
                                                            "per key, the least work.")
     writes: Annotated[tuple[str, ...], _AS_TUPLE] | None = Field(
-        None, min_length=1, description="The tensors the case's kernels write to memory, where they write fewer than "
-                                        "the part would (a tensor another kernel reads is written by default: a "
-                                        "kernel that recomputes it from its inputs writes it not); every other "
-                                        "tensor its Einsums make stays on chip.")
+        None, min_length=1, description="The tensors the case's kernels write to memory, where they differ from what "
+                                        "the part would write (a tensor another kernel reads is written by default: "
+                                        "a kernel that recomputes it from its inputs writes it not; a fused kernel "
+                                        "that stores an intermediate and reads it back writes it too, though its "
+                                        "speed of light does not); every other tensor its Einsums make stays on chip.")
     writes_source: str = Field("", description="Where the kernel's code shows what it writes.")
 
     @model_validator(mode="after")
@@ -184,11 +186,13 @@ class Case(BaseModel):
 
 
 class Assumption(BaseModel):
-    """A kernels assumption of one GPU spec and its range from the spec's sources."""
+    """An assumption of one GPU spec's kernel model and its range from the spec's sources: a
+    ``kernels`` field, or a staging level's bandwidth (which a launched kernel's re-reads the L2
+    serves cross, :mod:`mambalaya.cost.launch`)."""
 
     model_config = _STRICT
 
-    key: str = Field(pattern=r"^kernels\.")
+    key: str = Field(pattern=r"^(kernels\.[a-z_]+|memory\.levels\.[A-Za-z0-9_]+\.bandwidth_bytes_per_cycle)$")
     arch: str
     low: float
     high: float
@@ -494,12 +498,19 @@ def speed_of_light_part(case: Case, part, name: str, precision: str = KERNEL_PRE
     kernel whose key block does not divide the sequence, whose padded keys are work no kernel
     needs. That one runs at the largest key block dividing the sequence and not above the case's,
     the same work per key and no padding: at a key block of 2047 on 2048 keys the padded block
-    doubled a non-causal speed of light."""
+    doubled a non-causal speed of light. And it writes only what must leave the part (of the case's
+    ``writes``, those the part writes without them): a fused kernel that stores an intermediate and
+    reads it back (vLLM's fused SSD, its chunk states) does more than the least work."""
+    update = {}
+    if case.writes is not None:
+        default = case_cascade(case.model_copy(update={"writes": None, "writes_source": ""}), name, precision)
+        needed = tuple(t for t in case.writes if default.tensors[t].role == Role.OUTPUT)
+        if needed != case.writes:
+            update["writes"] = needed
     block = case.key_block or KEY_BLOCK
-    if case.family != "attention" or case.seq_len % block == 0:
-        return part
-    dividing = max(d for d in range(1, block + 1) if case.seq_len % d == 0)
-    return case_cascade(case.model_copy(update={"key_block": dividing, "mask_tiles": None}), name, precision)
+    if case.family == "attention" and case.seq_len % block:
+        update.update(key_block=max(d for d in range(1, block + 1) if case.seq_len % d == 0), mask_tiles=None)
+    return case_cascade(case.model_copy(update=update), name, precision) if update else part
 
 
 def case_kernels(case: Case, part, name: str) -> tuple[Kernel, ...]:
@@ -570,9 +581,10 @@ def validate_case(case: Case, source_text: str, name: str, spec=None, part=None,
 
 def validate(path: str | Path | None = None) -> Validation:
     """Every case of the file (default the shipped measurements), predicted and bounded, and
-    the predicted / measured median of each GPU's cases with each kernels assumption at the
-    ends of its range (the speed of light does not depend on them: each case's is computed
-    once, and its cascade built once)."""
+    the predicted / measured median of each GPU's cases with each kernel-model assumption at the
+    ends of its range (each case's speed of light is computed once, at the spec's values, and its
+    cascade built once: a speed of light takes no kernels field, and no shipped case's is bound by
+    the L2's bandwidth, tests/test_validate.py)."""
     from mambalaya.arch import with_settings
 
     cases, name = load_cases(path)

@@ -81,36 +81,138 @@ def analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
     return hit
 
 
+@dataclass(frozen=True)
+class _MemberFacts:
+    """What :func:`_analyse` asks of one Einsum that does not depend on the group around it
+    (memoised per cascade, :func:`_member_facts`): a group's analysis is then set operations on
+    these and on the per-pair facts of :func:`_pair_facts`."""
+
+    inputs: tuple[str, ...]  # the tensors it reads, in access order
+    consumers: frozenset[str]  # the Einsums that read its tensor, itself left out
+    handed_back: bool  # its tensor is one the cascade hands back
+    outs: frozenset[str]  # the ranks it writes
+    reduced: frozenset[str]  # the ranks it reduces (a recurrence's contracted state ranks too)
+    one_lane: bool  # each element made by one lane: it reduces nothing and contracts no state
+    #: where a select-runner of it reads its one position along each rank it could run once
+    #: along (:func:`select_positions` where the group conditions hold), by rank
+    select_where: dict[str, tuple[int, int]]
+    recurrence_rank: str | None
+
+
+@dataclass(frozen=True)
+class _PairFacts:
+    """What :func:`_analyse` asks of a producer ``e`` and one reader ``c`` of its tensor that
+    does not depend on the group (memoised per cascade)."""
+
+    in_place: bool  # c reads e's tensor in place (:func:`_reads_in_place`)
+    one_step: bool  # c's reads of e, a recurrence, are one step of it (the shape of :func:`_selects_one_step`)
+    reducers: frozenset[str]  # the other readers of e that reduce a rank before c reads it (reduce-then-reuse)
+    #: where c reads e at constant positions of e's recurrence rank (reader, access, dimension;
+    #: at or above 0), or None if one of c's reads indexes that rank with a variable
+    kept_where: frozenset[tuple[str, int, int]] | None
+
+
+def _member_facts(cascade: Cascade) -> dict[str, _MemberFacts]:
+    memo = cascade.__dict__.get("_group_member_facts")
+    if memo is None:
+        handed_back = set(cascade.output_tensors())
+        memo = cascade.__dict__["_group_member_facts"] = {}
+        for e in cascade.einsums:
+            along = cascade.recurrence(e)
+            contracted = cascade.contracted_state_ranks(e)
+            ranks = _select_ranks(cascade, e)
+            memo[e.name] = _MemberFacts(
+                tuple(e.input_tensors), frozenset(c.name for c in cascade.consumers(e.name) if c.name != e.name),
+                e.name in handed_back, frozenset(rank_of_variable(v) for v in e.output_variables),
+                frozenset(rank_of_variable(v) for v in e.reduced_variables) | frozenset(contracted),
+                not e.reduced_variables and not contracted, {r: _where_read(cascade, e, r) for r in ranks},
+                None if along is None else along[0])
+    return memo
+
+
+def _pair_facts(cascade: Cascade, producer: str, reader: str) -> _PairFacts:
+    memo = cascade.__dict__.setdefault("_group_pair_facts", {})
+    hit = memo.get((producer, reader))
+    if hit is None:
+        e, c = cascade.einsum(producer), cascade.einsum(reader)
+        hit = memo[(producer, reader)] = _PairFacts(
+            _reads_in_place(c, producer), _reads_one_step(cascade, c, producer),
+            frozenset(who for _, who in reduce_then_reuse(cascade, producer, c)), _kept_reads(cascade, e, c))
+    return hit
+
+
 def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
-    inside = set(einsums)
-    members = [cascade.einsum(n) for n in einsums]
+    """The analysis of the group of ``einsums`` from the per-Einsum and per-pair facts (each
+    field as its docstring in :class:`GroupAnalysis` defines it)."""
+    inside = frozenset(einsums)
+    facts = _member_facts(cascade)
+    members = [facts[n] for n in einsums]
     reads: dict[str, None] = {}
-    for e in members:
-        for t in e.input_tensors:
+    for f in members:
+        for t in f.inputs:
             if t not in inside:
                 reads.setdefault(t)
-    handed_back = set(cascade.output_tensors())
-    writes = tuple(e.name for e in members
-                   if e.name in handed_back or {c.name for c in cascade.consumers(e.name)} - inside)
-    inter = tuple(e.name for e in members
-                  if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name)))
-    lanes = frozenset(e.name for e in members if _carried_in_lanes(cascade, e, inside, set(writes)))
-    selects = {e.name: {r: _where_read(cascade, e, r) for r in found}
-               for e in members if (found := select_positions(cascade, e, inside))}
+    writes = tuple(n for n, f in zip(einsums, members) if f.handed_back or not f.consumers <= inside)
+    inter = tuple(n for n, f in zip(einsums, members) if not f.consumers.isdisjoint(inside))
+    # a select-runner: each input made in the group (it reads nothing off chip, nor itself) and
+    # no other member reads it (select_positions)
+    runners = {n for n, f in zip(einsums, members)
+               if f.select_where and inside.issuperset(f.inputs) and f.consumers.isdisjoint(inside)}
+    leaving = set(writes)
+    lanes = frozenset(n for n, f in zip(einsums, members) if _in_lanes(cascade, n, f, inside, leaving, runners))
+    selects = {n: dict(facts[n].select_where) for n in einsums if n in runners}
     common: set[str] | None = None
     written: set[str] = set()
     reduced: set[str] = set()
-    for e in members:
-        outs = {rank_of_variable(v) for v in e.output_variables}
-        runs_on = outs | set(selects.get(e.name, ()))
-        common = runs_on if common is None else common & runs_on
-        written |= outs
-        reduced |= {rank_of_variable(v) for v in e.reduced_variables} | set(cascade.contracted_state_ranks(e))
-    kept = {e.name: found for e in members
-            if e.name not in lanes and e.name not in writes and (found := kept_positions(cascade, e, inside))}
+    for n, f in zip(einsums, members):
+        runs_on = f.outs | set(selects.get(n, ()))
+        common = set(runs_on) if common is None else common & runs_on
+        written |= f.outs
+        reduced |= f.reduced
+    kept = {n: found for n, f in zip(einsums, members)
+            if n not in lanes and n not in leaving and (found := _kept(cascade, n, f, inside)) is not None}
     return GroupAnalysis(einsums, tuple(reads), writes, inter, lanes,
                          _generational_last(cascade, (common or set()) - reduced),
                          _generational_last(cascade, written - reduced), selects, kept)
+
+
+def _in_lanes(cascade: Cascade, name: str, f: _MemberFacts, inside: frozenset[str], leaving: set[str],
+              runners: set[str]) -> bool:
+    """Whether the lanes carry member ``name``'s result from where it is made to where it is
+    read, one word per lane, so it never reaches the buffer: it leaves neither the group nor the
+    chip; each element is made by one lane (it reduces nothing and contracts no state: a pointwise
+    Einsum or an elementwise recurrence such as the selective scan's ``H``); every reader in the
+    group reads it in place (:func:`_reads_in_place`) or, of a recurrence, is a select-runner of
+    the group (``runners``) taking one step of it from the lane that makes it
+    (:func:`_reads_one_step`: the final state); and no reader's edge from it is a
+    reduce-then-reuse with the reducer in the group (:func:`~mambalaya.fusion.edges.reduce_then_reuse`:
+    the softmax's scores read by the row max and then by the exponential must be held for the
+    whole row, which one word per lane does not do)."""
+    if name in leaving or not f.one_lane:
+        return False
+    readers = [c for c in f.consumers if c in inside]
+    if not readers:
+        return False
+    pairs = [_pair_facts(cascade, name, c) for c in readers]
+    if not all(p.in_place or (c in runners and p.one_step) for c, p in zip(readers, pairs)):
+        return False
+    return all(p.reducers.isdisjoint(inside) for p in pairs)
+
+
+def _kept(cascade: Cascade, name: str, f: _MemberFacts, inside: frozenset[str]):
+    """:func:`kept_positions` of member ``name`` in the group of ``inside``, from its facts."""
+    if f.recurrence_rank is None:
+        return None
+    readers = [c for c in f.consumers if c in inside]
+    if not readers:
+        return None
+    where: set[tuple[str, int, int]] = set()
+    for c in readers:
+        found = _pair_facts(cascade, name, c).kept_where
+        if found is None:
+            return None
+        where |= found
+    return f.recurrence_rank, frozenset(where)
 
 
 def _where_read(cascade: Cascade, e: Einsum, rank: str) -> tuple[int, int]:
@@ -132,20 +234,34 @@ def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, 
     output and sum at the last key block only. Where those reads are is returned (reader, input
     access, dimension), of the positions at or above 0: :meth:`GroupAnalysis.kept_at` reads the
     positions and applies the rank's size."""
+    if cascade.recurrence(e) is None:
+        return None
+    readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
+    where: set[tuple[str, int, int]] = set()
+    for c in readers:
+        found = _kept_reads(cascade, e, c)
+        if found is None:
+            return None
+        where |= found
+    return (cascade.recurrence(e)[0], frozenset(where)) if readers else None
+
+
+def _kept_reads(cascade: Cascade, e: Einsum, c: Einsum) -> frozenset[tuple[str, int, int]] | None:
+    """Where ``c`` reads ``e``, a recurrence, at constant positions (at or above 0) of its
+    recurrence rank (reader, input access, dimension), or None if one of its reads indexes that
+    rank with a variable (empty for an Einsum that is no recurrence)."""
     along = cascade.recurrence(e)
     if along is None:
-        return None
+        return frozenset()
     dims = [d for d, rank in enumerate(cascade.tensors[e.name].ranks) if rank == along[0]]
     where: set[tuple[str, int, int]] = set()
-    readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
-    for c in readers:
-        for i, a in enumerate(c.inputs):
-            if a.tensor != e.name:
-                continue
-            if any(a.indices[d].terms for d in dims):
-                return None
-            where.update((c.name, i, d) for d in dims if a.indices[d].const >= 0)
-    return (along[0], frozenset(where)) if readers else None
+    for i, a in enumerate(c.inputs):
+        if a.tensor != e.name:
+            continue
+        if any(a.indices[d].terms for d in dims):
+            return None
+        where.update((c.name, i, d) for d in dims if a.indices[d].const >= 0)
+    return frozenset(where)
 
 
 def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str, int]:
@@ -160,11 +276,19 @@ def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str,
     Einsum of the group reads its output (it leaves the group, written once along ``R``).
     ``HN[b,e,n] = H[b,1023,e,n]`` beside the scan ``H`` runs once along ``I``, in the tile
     holding position 1023."""
-    if cascade.recurrence(e) is not None or not e.inputs:
-        return {}
-    if any(a.tensor not in inside or a.tensor == e.name for a in e.inputs):
+    if any(a.tensor not in inside for a in e.inputs):
         return {}
     if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name)):
+        return {}
+    return _select_candidates(cascade, e)
+
+
+def _select_candidates(cascade: Cascade, e: Einsum) -> dict[str, int]:
+    """:func:`select_positions` of ``e`` in a group holding every tensor it reads and none of its
+    readers (the conditions on the group aside): the ranks its reads fix at one position each,
+    the same in all of them, that it neither writes nor reduces; none for a recurrence, an
+    Einsum without inputs or one reading itself."""
+    if cascade.recurrence(e) is not None or not e.inputs or any(a.tensor == e.name for a in e.inputs):
         return {}
     excluded = {rank_of_variable(v) for v in (*e.output_variables, *e.reduced_variables)}
     found: dict[str, int] | None = None
@@ -178,30 +302,14 @@ def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str,
     return found or {}
 
 
+def _select_ranks(cascade: Cascade, e: Einsum) -> tuple[str, ...]:
+    return tuple(_select_candidates(cascade, e))
+
+
 def _generational_last(cascade: Cascade, ranks: set[str]) -> tuple[str, ...]:
     gen = set(cascade.generational_ranks)
     ordered = [r for r in cascade.ranks if r in ranks]
     return tuple([r for r in ordered if r not in gen] + [r for r in ordered if r in gen])
-
-
-def _carried_in_lanes(cascade: Cascade, e: Einsum, inside: set[str], leaving: set[str]) -> bool:
-    """Whether the lanes carry ``e``'s result from where it is made to where it is read, one
-    word per lane, so it never reaches the buffer: it leaves neither the group nor the chip;
-    each element is made by one lane (``e`` reduces nothing and contracts no state: a pointwise
-    Einsum or an elementwise recurrence such as the selective scan's ``H``); every reader in the
-    group reads it in place (:func:`_reads_in_place`) or, of a recurrence, takes one step of it
-    from the lane that makes it (:func:`_selects_one_step`: the final state); and no reader's
-    edge from it is a reduce-then-reuse with the reducer in the group
-    (:func:`~mambalaya.fusion.edges.reduce_then_reuse`: the softmax's scores read by the row
-    max and then by the exponential must be held for the whole row, which one word per lane
-    does not do)."""
-    if e.name in leaving or e.reduced_variables or cascade.contracted_state_ranks(e):
-        return False
-    readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
-    if not readers or not all(_reads_in_place(c, e.name) or _selects_one_step(cascade, c, e.name, inside)
-                              for c in readers):
-        return False
-    return not any(who in inside for c in readers for _, who in reduce_then_reuse(cascade, e.name, c))
 
 
 def _plain_names(indices) -> list[str] | None:
@@ -225,15 +333,15 @@ def _reads_in_place(reader: Einsum, tensor: str) -> bool:
     return True
 
 
-def _selects_one_step(cascade: Cascade, reader: Einsum, tensor: str, inside: set[str]) -> bool:
-    """Whether ``reader`` takes one position of ``tensor``, a recurrence, from the lane that holds
-    it when it is made: ``reader`` is a select-runner of the group (:func:`select_positions`: it
-    runs once, in the step that makes that position) reading every dimension of the recurrence's
-    rank at a constant and each other dimension with a plain variable, together its iteration
-    variables (the final state ``HN[b,e,n] = H[b,L-1,e,n]``; not the attention output
-    ``AO[b,i,g,r,e] = OR[..] / LR[b,i,TB-1,g,r]``, which reuses ``LR`` across ``e``)."""
+def _reads_one_step(cascade: Cascade, reader: Einsum, tensor: str) -> bool:
+    """Whether ``reader`` reads one position of ``tensor``, a recurrence: every dimension of the
+    recurrence's rank at a constant and each other dimension with a plain variable, together its
+    iteration variables (the final state ``HN[b,e,n] = H[b,L-1,e,n]``; not the attention output
+    ``AO[b,i,g,r,e] = OR[..] / LR[b,i,TB-1,g,r]``, which reuses ``LR`` across ``e``). A
+    select-runner of the group that reads so takes that step from the lane that holds it when it
+    is made (it runs once, in the step that makes that position)."""
     along = cascade.recurrence(cascade.einsum(tensor))
-    if along is None or not select_positions(cascade, reader, inside):
+    if along is None:
         return False
     wanted = set(reader.iteration_variables)
     ranks = cascade.tensors[tensor].ranks

@@ -5,6 +5,7 @@ its reads are aligned, which tensors may stay resident and what holding them cos
 
 from __future__ import annotations
 
+import functools
 import itertools
 from typing import Any, NamedTuple
 
@@ -97,10 +98,12 @@ def held_bytes(cascade: Cascade, base: float, whole: tuple[str, ...]) -> float:
     return base
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def keepable_under(order: tuple[int, ...], seen: frozenset[int]) -> bool:
     """Whether a tensor indexed by the ranks ``seen`` may stay resident under ``order`` (rank
     indices, outermost first): a loop that does not index it runs inside the outermost loop
-    that does."""
+    that does. Memoised (a search asks it per group shape, loop order and tensor: a few
+    thousand distinct questions among some 10^5)."""
     pos = {i: n for n, i in enumerate(order)}
     first = min((pos[i] for i in seen), default=-1)
     return any(i not in seen and pos[i] > first for i in order)

@@ -109,3 +109,29 @@ def test_a_hybrid_models_energy_line_adds_up_to_its_total(parallel, micro_batche
     assert int(count) == (2 if parallel == "tensor" else micro_batches)
     assert float(part) * int(count) + sum(extras) == pytest.approx(float(total), rel=1e-3)
     assert float(total) == pytest.approx(t["model_energy_j"], rel=1e-3)
+
+
+def test_over_the_budget_the_printed_figures_say_they_are_unthrottled() -> None:
+    """Over its power budget a run's latency, throughput, energy and EDP were printed as if the
+    budget held, without a word; the power line now says they are unthrottled and gives the
+    model's latency and throughput held to the budget."""
+    import re
+
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    out = CliRunner().invoke(app, ["evaluate", "-m", "mamba-130m", "-L", "512", "-B", "1", "--set",
+                                   "power_budget_w=5"])
+    assert out.exit_code == 0, out.output
+    line = next(x for x in out.output.splitlines() if x.startswith("average power"))
+    assert "OVER" in line and "(the latency, throughput, energy and EDP above are unthrottled)" in line
+    from mambalaya.arch import with_settings
+
+    tight = with_settings(load_arch("mambalaya"), ["power_budget_w=5"], option="test")
+    ev = evaluate(tight, "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=512, batch=1)
+    t = ev.totals()
+    held = t["throttled_model_latency_s"]
+    assert held > ev.model_latency_s
+    shown = int(re.search(r"the model [0-9.]+ ms, ([0-9,]+) tokens/s", line).group(1).replace(",", ""))
+    assert shown == pytest.approx(t["tokens_per_s"] * ev.model_latency_s / held, abs=1)

@@ -677,3 +677,50 @@ def test_a_sweep_axis_repeating_a_point_or_reading_nothing_is_refused(tmp_path, 
     designs without an overhead on it moves only the area, which no point stores."""
     with pytest.raises(SpecError, match=re.escape(needle)):
         load_sweep_spec(write_spec(tmp_path, text + "fixed: {batch: 2}\n"))
+
+
+PER_LAYER_SWEEP = """
+name: per-layer
+chunk_size: 4
+grid:
+  model: [mamba-130m, bamba-9b]
+  devices: [1, 2]
+fixed:
+  arch: linked.yaml
+  parallel: tensor
+  phase: prefill
+  seq_len: 256
+  batch: 2
+"""
+
+
+def test_a_points_per_layer_figures_mean_one_thing_for_every_family(tmp_path) -> None:
+    """Over several devices, a Mamba point's per-layer latency, energy and throttled latency are
+    the model's over its layers (collectives, every device's energy and links), as a hybrid
+    point's are; they were one device's part of a layer for Mamba and the model's mean for a
+    hybrid, two meanings in one column. Every point carries layer_power_w, what its
+    over_power_budget judges."""
+    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.workloads import PRESETS
+
+    from importlib import resources
+
+    shipped = resources.files("mambalaya.arch.specs").joinpath("mambalaya.yaml").read_text()
+    linked = shipped + "\nsystem:\n  link_bandwidth_bytes_per_s: 450 GB/s\n  link_latency_s: 3.0e-6\n"
+    (tmp_path / "linked.yaml").write_text(linked)
+    spec = load_sweep_spec(write_spec(tmp_path, PER_LAYER_SWEEP))
+    results = {(r.point["model"], r.point["devices"]): r for r in evaluate_chunk(spec.points())}
+    assert not [k for k, r in results.items() if r.error], [r.error for r in results.values()]
+    for (model, devices), r in results.items():
+        out, n = r.outputs, PRESETS[model].n_layers
+        assert out["latency_s"] * n == pytest.approx(out["model_latency_s"], rel=1e-12), (model, devices)
+        assert out["over_power_budget"] == (out["layer_power_w"] > out["power_budget_w"])
+    from mambalaya.arch import load_arch
+
+    ev = evaluate(load_arch(str(tmp_path / "linked.yaml")), "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=256, batch=2, devices=2,
+                  parallel="tensor")
+    t = ev.totals()
+    two = results[("mamba-130m", 2)].outputs
+    assert two["layer_energy_j"] * 24 == pytest.approx(t["model_energy_j"], rel=1e-12)
+    assert two["throttled_latency_s"] * 24 == pytest.approx(t["throttled_model_latency_s"], rel=1e-12)
+    assert two["layer_energy_j"] > t["layer_energy_j"]  # every device's, not one device's part

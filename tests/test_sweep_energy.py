@@ -25,6 +25,7 @@ def _staged_with_energy():
     donor = arch_to_dict(load_arch("mambalaya"))
     for section in ("energy", "technology", "area"):
         data[section] = donor.get(section)
+    data["memory"]["pe_local_bytes"] = donor["memory"]["pe_local_bytes"]  # the registers its energy charges
     return arch_from_dict(data, source="test: staged design with energy")
 
 

@@ -557,6 +557,12 @@ class ArchSpec(BaseModel):
                 f"({mem.pe_local_bytes} bytes per PE) is not smaller than the on-chip buffer that feeds it "
                 f"(memory.onchip_buffer_bytes, {mem.onchip_buffer_bytes}): a level must be larger than the one inside it",
             )
+        if mem.pe_local_bytes is None and self.energy is not None:  # (null was accepted: no register area
+            raise FieldProblem(                                         # or leakage, their energy still charged)
+                "memory.pe_local_bytes",
+                "is not given, but the energy section charges every operation's two operands and result to the PE "
+                "registers (energy.register_pj_per_bit): give their size, which their area and leakage need",
+            )
         need = 3 * self.bits_per_element / 8
         if mem.pe_local_bytes is not None and mem.pe_local_bytes < need:  # (1 byte was once accepted: a smaller area)
             raise FieldProblem(

@@ -57,7 +57,8 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
     form = ""
     if getattr(config, "family", "") == "mamba2" and run.phase.value == "prefill":
         why = (f", the only form that runs here ({ev.other_scan_refused})" if ev.other_scan_refused
-               else ", the faster form on this design")
+               else ", the faster form on this design" if ev.objective == "latency"
+               else f", the form of least {'energy' if ev.objective == 'energy' else 'EDP'} on this design")
         form = f" ({scan_form(ev.cascade)} scan{why if run.scan is None else ''})"
     title = (f"{run.model} {run.phase.value}{form} I={ev.cascade.size('I')} batch={run.batch} on {ev.arch.name} "
              f"({width_text(ev.arch.bits_per_element, ev.precision.name)}, {ev.arch.clock_hz / 1e9:g} GHz, "
@@ -70,7 +71,9 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
             ("" if ev.layer_split is None else f"each {ev.arch.system.unit}'s part: ")
             + ("" if ev.pipeline is None or ev.pipeline.micro_batches == 1
                else f"each micro-batch's (batch {ev.batch // ev.pipeline.micro_batches}): ")
-            + f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers) {milliseconds(t['model_latency_s'])} ms; "
+            + f"layer {milliseconds(t['latency_s'])} ms; model ({t['n_layers']} layers"
+            + (f"; without {t['model_leaves_out']}" if "model_leaves_out" in t else "")
+            + f") {milliseconds(t['model_latency_s'])} ms; "
             f"{rate}; off-chip {whole(t['offchip_bytes'])} B; compute util {t['compute_util']:.1%}, memory util {t['mem_util']:.1%}; "
             f"2D spatial util {t['spatial_util']:.1%}; bound: {t['bound']}",
             highlight=False,
@@ -317,8 +320,14 @@ def power_text(arch: Any, totals: dict[str, Any], *, throttled_key: str, what: s
             f"energies at {arch.technology.node_nm:g} nm, no leakage (no area section: the technology's leakage "
             "densities are per mm^2 and per MiB of it)" if arch.area is None else
             f"energies at {arch.technology.node_nm:g} nm, leakage {totals['leakage_w']:.3g} W included")
-    throttled = (f"; held to the budget {what} takes {milliseconds(totals[throttled_key])} ms"
-                 if totals["over_power_budget"] else "")
+    throttled = ""
+    if totals["over_power_budget"]:  # (the figures above were printed as if the budget held, unlabelled)
+        model_s, held_s = totals.get("model_latency_s"), totals.get("throttled_model_latency_s")
+        whole = (f", the model {milliseconds(held_s)} ms, {totals['tokens_per_s'] * model_s / held_s:,.0f} tokens/s"
+                 if throttled_key != "throttled_model_latency_s" and model_s and held_s and "tokens_per_s" in totals
+                 else "")
+        throttled = (f"; held to the budget {what} takes {milliseconds(totals[throttled_key])} ms{whole} (the "
+                     "latency, throughput, energy and EDP above are unthrottled)")
     whose = "" if cores == 1 else f" of the busiest of the chip's {cores} cores"
     return f"average power{whose} {totals['average_power_w']:.4g} W: {verdict} ({node}){throttled}"
 

@@ -373,6 +373,7 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
     if e:  # per-layer figures are means over the model's layers, as latency_s is
         out.update({"layer_energy_j": e["model_energy_j"] / hv.config.n_layers,
                     "energy_per_token_j": e["energy_per_token_j"], "average_power_w": e["average_power_w"],
+                    "layer_power_w": e["layer_power_w"],  # what over_power_budget judges
                     "power_budget_w": e["power_budget_w"], "over_power_budget": e["over_power_budget"],
                     "throttled_latency_s": e["throttled_model_latency_s"] / hv.config.n_layers})
     split = hv.layer_split or hv.pipeline

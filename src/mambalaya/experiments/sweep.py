@@ -189,21 +189,26 @@ def _one_device_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_le
 def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: int, batch: int, devices: int,
                      parallel: str | None) -> dict[str, Any]:
     """A point over several devices (``devices``, ``parallel``), or on a multi-core chip: the
-    whole evaluation (:func:`~mambalaya.experiments.evaluate.evaluate`), its per-layer figures
-    one device's (core's) part or one micro-batch's, its model latency and energy the devices'
-    together, its off-chip bytes a chip's."""
+    whole evaluation (:func:`~mambalaya.experiments.evaluate.evaluate`). Its latency, energy and
+    throttled latency per layer are the model's over its layers (the collectives and every
+    device's energy and links included), as a hybrid model's are (:func:`~mambalaya.experiments.hybrid.point_outputs`;
+    they were one device's part of a layer here, the model's mean there: one column, two
+    meanings in one store); its utilisations one device's (core's), its off-chip bytes a chip's."""
     from mambalaya.experiments.evaluate import evaluate_best_scan, scan_form
 
     ev = evaluate_best_scan(arch, str(point["model"]), config, phase=str(point["phase"]), seq_len=seq_len, batch=batch,
                             mapping=None if point["mapping"] == "default" else point["mapping"], devices=devices,
                             parallel=parallel)
     t = ev.totals()
+    n = config.n_layers
     energy = {} if arch.energy is None else {
-        "layer_energy_j": t["layer_energy_j"], "energy_per_token_j": t["energy_per_token_j"],
-        "average_power_w": t["average_power_w"], "power_budget_w": t["power_budget_w"],
-        "over_power_budget": t["over_power_budget"], "throttled_latency_s": t["throttled_latency_s"]}
-    return {**energy, **{k: t[k] for k in ("latency_s", "model_latency_s", "compute_util", "mem_util", "tokens_per_s",
-                                           "groups")}, "offchip_bytes": t["offchip_bytes"] * ev.layer_parts,
+        "layer_energy_j": t["model_energy_j"] / n, "energy_per_token_j": t["energy_per_token_j"],
+        "average_power_w": t["average_power_w"], "layer_power_w": t["layer_power_w"],
+        "power_budget_w": t["power_budget_w"], "over_power_budget": t["over_power_budget"],
+        "throttled_latency_s": t["throttled_model_latency_s"] / n}
+    return {**energy, "latency_s": t["model_latency_s"] / n,
+            **{k: t[k] for k in ("model_latency_s", "compute_util", "mem_util", "tokens_per_s", "groups")},
+            "offchip_bytes": t["offchip_bytes"] * ev.layer_parts,
             "peak_footprint_bytes": max(g.traffic.footprint_bytes for g in ev.result.groups),
             "buffer_bytes": arch.memory.onchip_buffer_bytes, "pes": arch.compute.array_rows * arch.compute.array_cols,
             "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s, "mapping_used": ev.mapping.name,
@@ -222,7 +227,8 @@ def _power_outputs(arch: Any, cascade: Any, mapping: Any, result: Any) -> dict[s
 
     energy = layer_energy_totals(arch, cascade, mapping, result)
     return {"layer_energy_j": energy.layer_j, "energy_per_token_j": energy.per_token_j,
-            "average_power_w": energy.average_power_w, "power_budget_w": arch.power_budget_w,
+            "average_power_w": energy.average_power_w, "layer_power_w": energy.average_power_w,
+            "power_budget_w": arch.power_budget_w,
             "over_power_budget": over_budget(energy.average_power_w, arch.power_budget_w),
             "throttled_latency_s": energy.throttled_latency_s}
 

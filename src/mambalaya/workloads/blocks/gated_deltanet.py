@@ -149,6 +149,13 @@ class GatedDeltaNetConfig(BaseModel):
     def layer_counts(self) -> dict[str, int]:
         return {t: self.layer_types.count(t) for t in (LINEAR, FULL) if t in self.layer_types}
 
+    def not_built(self) -> str:
+        """What of the model its built layers (the linear-attention mixers) leave out, for every
+        figure called the model's: its full-attention layers and every layer's MLP (the
+        ``olmo_hybrid`` family builds them all)."""
+        full = self.layer_types.count(FULL)
+        return (f"its {full} {FULL} layers and " if full else "") + "every layer's MLP"
+
     @property
     def heads_per_group(self) -> int:
         return self.num_v_heads // self.num_k_heads

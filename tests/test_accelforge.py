@@ -255,6 +255,10 @@ def test_the_export_takes_the_designs_widths_unless_told_otherwise(tmp_path):
     assert default == 16 and 32 in per_tensor  # reference-kernels: the float32 state and statistics
     assert widths("--arch", "marca-original", "--bits", "8", "--precision", "uniform") == (8, set())
     assert widths("--set", "bits_per_element=8")[0] == 8
+    # the help says so (it printed the crosscheck's defaults, uniform at 16 bits, which the export never used)
+    helped = " ".join(CliRunner().invoke(app, ["export", "accelforge", "--help"]).output.replace("│", " ").split())
+    assert "Default: the design's bits_per_element" in helped and "Default: the design's own policy" in helped
+    assert "[default: 16]" not in helped
     # settings the export carries nowhere, or that an option also sets, changed no file
     run = CliRunner().invoke
     for extra, words in ((["--set", "compute.mfu_units=16"], "carries only"),

@@ -212,8 +212,10 @@ def test_defaults_and_units():
     d["compute"] = {"array_rows": 4, "array_cols": 8, "one_d_mode": False, "vector_lanes": 10, "mfu_units": 1}
     spec = arch_from_dict(d)
     assert spec.peak_elementwise_ops_per_s == 10 * 1.5e9
-    d["compute"] = {"array_rows": 4, "array_cols": 8, "one_d_lanes": 16, "one_d_ops_per_lane_per_cycle": 2, "vector_lanes": 3, "mfu_units": 1}
-    assert arch_from_dict(d).compute.elementwise_ops_per_cycle == 16 * 2 + 3
+    d["compute"] = {"array_rows": 4, "array_cols": 8, "one_d_lanes": 16, "one_d_ops_per_lane_per_cycle": 2, "mfu_units": 1}
+    assert arch_from_dict(d).compute.elementwise_ops_per_cycle == 16 * 2  # the 1D mode runs it; no vector unit beside it
+    d["compute"]["vector_lanes"] = 3
+    rejects(d, "compute.vector_lanes", "one_d_mode is true")
 
 
 def test_sources_name_fields():

@@ -456,6 +456,34 @@ def test_a_setting_no_evaluation_reads_is_refused() -> None:
         check_sweep_fields({"kernels.sync_mma_fraction": [0.5, 0.6]}, {"model": "mamba-130m", "arch": "gpu-h100"})
     with pytest.raises(SpecError, match="no energy section"):
         check_sweep_fields({"power_budget_w": [100, 700]}, {"model": "mamba-130m", "arch": "gpu-h100"})
+    # fields the design's dataflow never reads: a switch on one dataflow, a stationary operand's
+    # buffering on a roofline, the 1D rate without a 1D mode; read where another design has them
+    for setting, words in (("compute.dataflow_switch_cycles=500", "one dataflow"),
+                           ("compute.stationary_double_buffered=false", "roofline design"),
+                           ("compute.one_d_ops_per_lane_per_cycle=0.5", "no 1D mode")):
+        r = run(app, ["evaluate", "-a", "gpu-h100", "--set", setting, "-L", "64", *base])
+        assert r.exit_code == 1 and words in r.output, setting
+    assert run(app, ["evaluate", "-a", "geens-ideal", "--set", "compute.dataflow_switch_cycles=500", "-L", "64",
+                     *base]).exit_code == 1
+    assert run(app, ["compare", "--archs", "marca-ideal,gpu-h100", "--baseline", "gpu-h100", "--set",
+                     "compute.dataflow_switch_cycles=500", "--seq-lens", "64", *base]).exit_code == 0  # MARCA switches
+    with pytest.raises(SpecError, match="one dataflow"):
+        check_sweep_fields({"compute.dataflow_switch_cycles": [0, 500]}, {"model": "mamba-130m", "arch": "geens-ideal"})
+    # options the chosen mapping or command has nothing to do with: an objective with a fixed mapping,
+    # a buffer with the ideal (unbounded) one, widths where no fusion class depends on one
+    for args, words in ((["evaluate", "--mapping", "ideal", "--objective", "energy", "-L", "64"], "--mapping ideal fixes both"),
+                        (["fusion", "map", "--mapping", "ideal", "--buffer", "64KiB", "-L", "64"], "unbounded"),
+                        (["cascade", "diagram", "--mapping", "ideal", "--buffer", "64KiB", "-L", "64", "-o",
+                          "/tmp/never-written.svg"], "unbounded"),
+                        (["fusion", "classes", "--bits", "8", "-L", "64"], "no fusion class depends on a width"),
+                        (["fusion", "classes", "--precision", "reference-kernels", "-L", "64"], "no fusion class")):
+        r = run(app, [*args, "-m", "mamba-130m"])
+        assert r.exit_code == 1 and words in " ".join(r.output.split()), args
+    # the PE registers' ports: checked against one operation's operands, never read by the cost model
+    r = run(app, ["evaluate", "--set", "memory.pe_local_bytes_per_cycle=64", "-L", "64", *base])
+    assert r.exit_code == 1 and "registers' ports" in r.output
+    with pytest.raises(SpecError, match="registers' ports"):
+        check_sweep_fields({"memory.pe_local_bytes_per_cycle": [16, 64]}, {"model": "mamba-130m"})
     with pytest.raises(SpecError, match="buffer is unbounded"):
         check_sweep_fields({"memory.onchip_buffer_bytes": ["1MiB", "32MiB"]}, {"model": "mamba-130m", "mapping": "ideal"})
     r = run(app, ["cascade", "diagram", "-L", "64", "--buffer", "1KiB", "-o", "/tmp/never-written.svg"])

@@ -141,10 +141,13 @@ MAMBA2_CONTRADICTIONS: dict[str, Any] = {"num_heads": 5}
 BAMBA_REFUSED: dict[str, Any] = {"hidden_act": "gelu", "mamba_conv_bias": False, "mamba_proj_bias": True,
                                  "attention_bias": True, "mlp_bias": True, "time_step_limit": [0.001, 0.1]}
 # layer_types: any value (even every layer 'linear_attention'), as transformers 5.25 fails to load it
+# residual_in_fp32 false: the reference-kernels policy keeps the residual stream in float32 because
+# of this flag; a false one was inert (and the residual costed at 32 bits, silently)
 MAMBA1_REFUSED: dict[str, Any] = {"use_bias": True, "use_conv_bias": False, "hidden_act": "gelu",
-                                  "layer_types": ["linear_attention"]}
+                                  "layer_types": ["linear_attention"], "residual_in_fp32": False}
 MAMBA2_REFUSED: dict[str, Any] = {"use_bias": True, "use_conv_bias": False, "hidden_act": "relu",
-                                  "time_step_limit": [0.0, 0.1], "layer_types": ["linear_attention"]}
+                                  "time_step_limit": [0.0, 0.1], "layer_types": ["linear_attention"],
+                                  "residual_in_fp32": False}
 
 CASES = {
     "bamba": (BAMBA_FIELDS, BAMBA_BASE, _bamba_built, BAMBA_READ_CHANGES, BAMBA_CONTRADICTIONS, BAMBA_REFUSED),

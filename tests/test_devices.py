@@ -284,11 +284,20 @@ def test_a_strategy_the_model_cannot_take_is_refused_on_one_device_too() -> None
     without experts, or sequence parallelism of a decode step, was run as if it applied (and
     refused only with --devices 2)."""
     base = ["evaluate", "-a", "gpu-h100", "-m", "mamba-130m", "-B", "2", "-L", "64"]
-    r = runner.invoke(app, [*base, "--parallel", "expert"])
+    # on one device any --parallel is refused (it changed no number); over two, by the strategy's own rule
+    for args in (["--parallel", "expert"], ["--phase", "decode", "--parallel", "sequence"], ["--parallel", "tensor"]):
+        r = runner.invoke(app, [*base, *args])
+        assert r.exit_code == 1 and "give --devices N (N > 1)" in " ".join(r.stderr.split()), args
+    r = runner.invoke(app, [*base, "--parallel", "expert", "--devices", "2"])
     assert r.exit_code == 1 and "no mixture-of-experts layers" in " ".join(r.stderr.split())
-    r = runner.invoke(app, [*base, "--phase", "decode", "--parallel", "sequence"])
+    r = runner.invoke(app, [*base, "--phase", "decode", "--parallel", "sequence", "--devices", "2"])
     assert r.exit_code == 1 and "a decode step has one position" in " ".join(r.stderr.split())
-    assert runner.invoke(app, [*base, "--parallel", "tensor"]).exit_code == 0
+    from mambalaya.experiments.evaluate import evaluate
+    from mambalaya.workloads import PRESETS
+
+    with pytest.raises(MambalayaError, match="no mixture-of-experts layers"):  # the API keeps the rule on one device
+        evaluate("gpu-h100", "mamba-130m", PRESETS["mamba-130m"], phase="prefill", seq_len=64, batch=2,
+                 parallel="expert")
 
 
 def test_parallel_best_lists_every_strategy_at_its_faster_scan_form_and_checks_its_micro_batches() -> None:
@@ -321,3 +330,33 @@ def test_sequence_parallel_on_one_device_refuses_a_model_it_cannot_split() -> No
     with pytest.raises(MambalayaError, match="attention layers cannot run sequence parallel"):
         evaluate_hybrid(load_arch("gpu-h100"), "bamba-9b", PRESETS["bamba-9b"], phase="prefill", seq_len=512, batch=1,
                         devices=1, parallel="sequence")
+
+
+def test_a_parallel_strategy_on_one_device_is_refused_naming_the_option(tmp_path) -> None:
+    """--parallel on a run of one device (of a design that is not a multi-core chip) changed no
+    number and said nothing: every strategy is the one-device evaluation there. evaluate and
+    compare refuse it, as a sweep whose every point runs one device refuses a parallel axis; a
+    multi-core design (its cores as devices) and --devices N take it."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+    from mambalaya.errors import SpecError
+    from mambalaya.experiments.sweep_spec import load_sweep_spec
+
+    runner = CliRunner()
+    for args in (["evaluate", "-a", "gpu-h100"], ["compare", "--archs", "gpu-h100", "--baseline", "gpu-h100",
+                                                  "--seq-lens", "2048"]):
+        out = runner.invoke(app, [*args, "-m", "mamba-130m", "-L", "2048", "-B", "8", "--parallel", "tensor"]
+                            if args[0] == "evaluate" else [*args, "-m", "mamba-130m", "-B", "8", "--parallel", "tensor"])
+        assert out.exit_code != 0 and "--parallel tensor" in out.output and "--devices N" in out.output, out.output
+    ok = runner.invoke(app, ["evaluate", "-a", "gpu-h100", "-m", "mamba-130m", "-L", "2048", "-B", "8",
+                             "--parallel", "tensor", "--devices", "2"])
+    assert ok.exit_code == 0 and "tensor parallel over 2 devices" in ok.output
+    cores = runner.invoke(app, ["evaluate", "-a", "marca-multicore", "-m", "mamba-130m", "-L", "512", "-B", "8",
+                                "--parallel", "tensor"])
+    assert cores.exit_code == 0, cores.output
+    spec = tmp_path / "s.yaml"
+    spec.write_text("name: p\ngrid:\n  parallel: [tensor, pipeline]\nfixed:\n  arch: gpu-h100\n  model: mamba-130m\n"
+                    "  phase: prefill\n  seq_len: 512\n  batch: 2\n")
+    with pytest.raises(SpecError, match="grid.parallel: every point runs one device"):
+        load_sweep_spec(spec)

@@ -53,6 +53,8 @@ def test_the_buffer_bandwidth_is_banks_times_port_width_unless_given() -> None:
     ("memory", {"pe_local_bytes": 1}, "cannot hold one operation's two operands"),
     # null dropped the registers' area and leakage while their energy was still charged
     ("memory", {"pe_local_bytes": None}, "charges every operation's two operands and result to the PE registers"),
+    # a vector unit beside a 1D mode added area and leakage and no speed (elementwise work runs on one unit)
+    ("compute", {"vector_lanes": 65536}, "one_d_mode is true"),
     ("area", {"sram_um2_per_bit": -0.03}, "area.sram_um2_per_bit"),
     ("area", {"mac_um2": {16: -1.0}}, "area.mac_um2"),
     ("technology", {"energy_scale": 0}, "technology.energy_scale"),

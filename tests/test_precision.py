@@ -233,9 +233,11 @@ def test_unknown_policy_and_arch_field() -> None:
 
 def test_every_model_command_takes_precision(tmp_path) -> None:
     args = ["--model", "mamba2-130m", "--seq-len", "256", "--batch", "1", "--precision", "reference-kernels"]
-    for cmd in (["cascade", "show"], ["fusion", "classes"], ["fusion", "map", "--mapping", "unfused"]):
+    for cmd in (["cascade", "show"], ["fusion", "map", "--mapping", "unfused"]):
         r = runner.invoke(app, cmd + args)
         assert r.exit_code == 0, (cmd, r.output)
+    r = runner.invoke(app, ["fusion", "classes"] + args)  # no fusion class depends on a width: refused, not ignored
+    assert r.exit_code == 1 and "no fusion class depends on a width" in " ".join(r.output.split())
     r = runner.invoke(app, ["cascade", "show", "--model", "mamba-130m", "--seq-len", "64", "--precision",
                             "reference-kernels", "--format", "json"])
     assert r.exit_code == 0

@@ -162,6 +162,10 @@ def test_sensitivity_cli_writes_tornado_and_csv(tmp_path) -> None:
     assert (tmp_path / "what_would_it_take.csv").exists()
     bad = runner.invoke(app, ["sensitivity", "--design", "mambalaya", "--baseline", "mambalaya"])
     assert bad.exit_code == 1 and "same design" in bad.stderr
+    # --published with the CSV on stdout alone: accepted, and the CSV was the same without it
+    lost = runner.invoke(app, ["sensitivity", "--model", "mamba-130m", "--seq-lens", "512", "--batch", "4",
+                               "--published", "4.9", "--format", "csv"])
+    assert lost.exit_code == 1 and "what_would_it_take.csv" in lost.stderr
 
 
 def test_what_would_it_take_in_two_processes_matches_one() -> None:

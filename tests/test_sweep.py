@@ -724,3 +724,17 @@ def test_a_points_per_layer_figures_mean_one_thing_for_every_family(tmp_path) ->
     assert two["layer_energy_j"] * 24 == pytest.approx(t["model_energy_j"], rel=1e-12)
     assert two["throttled_latency_s"] * 24 == pytest.approx(t["throttled_model_latency_s"], rel=1e-12)
     assert two["layer_energy_j"] > t["layer_energy_j"]  # every device's, not one device's part
+
+
+def test_an_option_of_another_sweep_mode_is_refused(tmp_path) -> None:
+    """sweep ran a spec with -o and --format and wrote nothing; sweep export STORE --store OTHER read
+    the first store: an option is refused in a mode that does not take it, naming its mode."""
+    spec = write_spec(tmp_path, PER_LAYER_SWEEP)
+    ran = runner.invoke(app, ["sweep", str(spec), "-o", str(tmp_path / "out.csv"), "--format", "parquet"])
+    assert ran.exit_code == 1 and "--format (for export)" in ran.output and "--output (for export and plot)" in ran.output
+    assert not (tmp_path / "out.csv").exists()
+    exported = runner.invoke(app, ["sweep", "export", str(tmp_path / "a.sqlite"), "-o", str(tmp_path / "e.csv"),
+                                   "--store", str(tmp_path / "b.sqlite")])
+    assert exported.exit_code == 1 and "does not take --store (for run)" in exported.output
+    plotted = runner.invoke(app, ["sweep", "plot", str(tmp_path / "a.sqlite"), "--workers", "2"])
+    assert plotted.exit_code == 1 and "--workers (for run)" in plotted.output

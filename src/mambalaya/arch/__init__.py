@@ -558,7 +558,7 @@ def arch_rows(spec: ArchSpec) -> list[dict[str, Any]]:
          + (" of each core" if n > 1 else "")),
         ("derived.peak_macs_per_s", n * spec.peak_macs_per_s, "MAC/s", f"{chip}array_rows * array_cols * clock_hz{each}"),
         ("derived.peak_elementwise_ops_per_s", n * spec.peak_elementwise_ops_per_s, "ops/s",
-         f"{chip}(1D lanes * ops/lane/cycle + vector_lanes) * clock_hz"),
+         f"{chip}(1D lanes * ops/lane/cycle, or vector_lanes without a 1D mode) * clock_hz"),
         ("derived.peak_bandwidth", spec.peak_bandwidth, "B/s", "memory.offchip_bandwidth_bytes_per_s"),
         ("derived.onchip_bandwidth_bytes_per_cycle",
          spec.memory.buffer_bandwidth_bytes_per_cycle if spec.memory.buffer_bandwidth_bytes_per_cycle is not None else "unbounded",

@@ -114,9 +114,9 @@ class ComputeSpec(BaseModel):
     vector_lanes: NonNegativeInt = Field(
         0,
         description=(
-            "Elementwise operations per cycle of a separate vector unit (e.g. a GPU's CUDA cores). It "
-            "runs elementwise work when one_d_mode is false and adds to the 1D mode's throughput when "
-            "both exist (peak elementwise rate = 1D lanes * ops/lane + vector lanes). 0: no vector unit."
+            "Elementwise operations per cycle of a separate vector unit (e.g. a GPU's CUDA cores), which "
+            "runs the elementwise work of a design without a 1D mode (one_d_mode false). The model runs "
+            "elementwise work on one unit, so a design with a 1D mode has none (0)."
         ),
     )
     mfu_units: NonNegativeInt = Field(
@@ -249,6 +249,13 @@ class ComputeSpec(BaseModel):
                     f"must be <= array_rows * array_cols = {self.array_rows} * {self.array_cols} = {pes} "
                     f"(got {self.one_d_lanes})",
                 )
+        if self.one_d_mode and self.vector_lanes:  # (accepted once: area and leakage, and no speed)
+            raise FieldProblem(
+                "vector_lanes",
+                f"is {self.vector_lanes} but one_d_mode is true: the model runs elementwise work in the array's 1D "
+                "mode alone (a vector unit beside it is not modelled, so it would add area and leakage and no "
+                "speed); set it to 0, or one_d_mode to false to run elementwise work on the vector unit",
+            )
         if not self.one_d_mode and self.vector_lanes == 0:
             raise FieldProblem(
                 "vector_lanes",
@@ -293,8 +300,9 @@ class ComputeSpec(BaseModel):
 
     @property
     def elementwise_ops_per_cycle(self) -> float:
-        """Elementwise operations per cycle: the 1D mode plus the vector unit."""
-        return self.one_d_ops_per_cycle + float(self.vector_lanes)
+        """Elementwise operations per cycle of the unit that runs them: the 1D mode, or the vector
+        unit on a design without one (they never both exist)."""
+        return self.one_d_ops_per_cycle if self.one_d_mode else float(self.vector_lanes)
 
 
 class MemorySpec(BaseModel):

@@ -183,6 +183,9 @@ def diagram_cmd(
         title = layer.title(cascade)
     if buffer is not None and mapping is None:  # (once accepted and ignored: it sizes a mapping's groups)
         raise MambalayaError("--buffer sizes the groups of --mapping; without a mapping the diagram has none")
+    if buffer is not None and mapping == "ideal":
+        raise MambalayaError("--buffer sizes a mapping's groups; the ideal mapping's buffer is unbounded (every "
+                             "intermediate on chip), so the option would change nothing")
     widths = [o for o, moved in (("--bits", layer.bits != LayerArgs().bits), ("--precision", layer.precision is not None))
               if moved]
     if widths and mapping is None and cascade_file is None:  # (once accepted and ignored: the drawing has no widths)

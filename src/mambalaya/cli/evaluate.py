@@ -16,7 +16,9 @@ from mambalaya.cli.layer_options import DesignArgs, design_options
 from mambalaya.cli.options import (DEFAULT_BASELINE, DEFAULT_DESIGN, DEFAULT_SEQ_LEN, ArchOpt, CompareBaselineOpt,
                                    CompareSeqLensOpt, DesignMappingOpt, Format, FormatOpt, OutOpt, SeqLenOpt)
 from mambalaya.cli.readers import read_int_list, read_list
-from mambalaya.errors import MambalayaError
+from mambalaya.arch import load_arch
+from mambalaya.arch.spec import MAPPING_NAMES
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.outputs import check_output_path, write_text_output
 from mambalaya.workloads.families.base import is_hybrid
 
@@ -34,6 +36,16 @@ class Parallel(str, Enum):
 
 MicroBatchesOpt = Annotated[Optional[int], typer.Option("--micro-batches", min=1, help="Split the batch into this many micro-batches between a pipeline's stages (GPipe's schedule; with --devices N and --parallel pipeline). Default: 1.")]
 ParallelOpt = Annotated[Optional[Parallel], typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them), expert (a MoE model's experts, the batch's sequences elsewhere; two all-to-alls per MoE block), sequence (a prefill's positions, the scans' states passed along the devices) or best (the fastest the model takes). Default: pipeline; on a multi-core design, its cores.placement.")]
+
+
+def check_parallel_has_devices(parallel: Parallel | None, devices: int | None, specs: list) -> None:
+    """Refuse ``--parallel`` on a run of one device (``--devices`` absent or 1) on designs that are
+    not multi-core chips: every strategy is then the one-device evaluation, so it changed no number
+    and said nothing (as ``--micro-batches`` is refused there)."""
+    if parallel is not None and devices in (None, 1) and all(spec.cores is None for spec in specs):
+        raise SpecError(f"--parallel {parallel.value} says how --devices N splits the model over several devices; "
+                        f"this run has one ({'--devices 1' if devices else 'no --devices'}), where every strategy is "
+                        "the one-device evaluation and changes no number: give --devices N (N > 1)")
 
 
 @app.command("evaluate")
@@ -59,7 +71,12 @@ def evaluate_cmd(
     check_output_path(output, kind="file", option="--output",
                       inputs={**run.input_paths(), "--arch": arch, "--mapping": mapping})
 
+    if objective != Objective.latency and mapping is not None and (mapping == "ideal" or mapping not in MAPPING_NAMES):
+        fixed = "every intermediate on chip" if mapping == "ideal" else "its groups and tiles as written"
+        raise SpecError(f"--objective {objective.value} chooses a searched mapping's groups or a fixed grouping's "
+                        f"tiles; --mapping {mapping} fixes both ({fixed}), so the objective would change nothing")
     config, design = run.config(), run.design(arch, devices)
+    check_parallel_has_devices(parallel, devices, [design])
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
                   precision=run.precision, devices=devices, parallel=parallel.value if parallel else None, micro_batches=micro_batches)
@@ -99,6 +116,7 @@ def compare_cmd(
                       inputs={**run.input_paths(), "--archs": names, "--baseline": baseline})
 
     config = run.config()
+    check_parallel_has_devices(parallel, devices, [load_arch(name) for name in names])
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_lens=lens, batch=run.batch, baseline=baseline, scan=run.scan,
                   precision=run.precision, settings=tuple(run.settings or ()), devices=devices,
@@ -118,7 +136,7 @@ def validate_cmd(
     cases: Annotated[Optional[Path], typer.Option("--cases", help="A YAML file of measured cases (default: the shipped published measurements).")] = None,
     collectives: Annotated[Optional[Path], typer.Option("--collectives", help="A YAML file of measured all-reduces and all-to-alls (default: the shipped NCCL measurements on H100 nodes).")] = None,
     out: Annotated[Optional[Path], typer.Option("--out", help="Write validation.csv and the predicted-vs-measured figure here.")] = None,
-    fmt: FormatOpt = Format.table,
+    fmt: Annotated[Format, typer.Option("--format", "-f", help="Output format: table, csv (every kernel case and collective, one row each, kind naming which; the fits and the assumptions' table are in table and json) or json.")] = Format.table,
     strict: Annotated[bool, typer.Option("--strict", help="Also exit 1 when a prediction is outside [0.5, 2] of its measurement.")] = False,
 ) -> None:
     """The model against published GPU kernel timings: each case predicted with the kernel's
@@ -137,8 +155,10 @@ def validate_cmd(
     if fmt == Format.json:
         emit(json.dumps({"cases": rows, "summary": result.summary(), "sensitivity": list(result.sensitivity),
                          "fits": [f.row() for f in result.fits], "collectives": reduce_rows}, indent=2), None)
-    elif fmt == Format.csv:
-        emit(rows_csv(rows), None)
+    elif fmt == Format.csv:  # the kernel cases and the collectives, one row each (the collectives were left out)
+        both = [{"kind": "kernel", **r} for r in rows] + [{"kind": "collective", **r} for r in reduce_rows]
+        columns = list(dict.fromkeys(k for r in both for k in r))
+        emit(rows_csv([{k: r.get(k) for k in columns} for r in both]), None)
     else:
         shown = [{**{k: r[k] for k in ("case", "arch", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms")},
                   "sol_at_or_below": "yes" if r["sol_ok"] else "NO"}

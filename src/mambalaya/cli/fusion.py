@@ -69,6 +69,11 @@ def classes_cmd(
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
     check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
+    widths = [o for o, moved in (("--bits", layer.bits != LayerArgs().bits), ("--precision", layer.precision is not None))
+              if moved]
+    if widths:  # (accepted, and every class the same: the table only echoed the width)
+        raise MambalayaError(f"{' and '.join(widths)} set the tensors' widths, and no fusion class depends on a width "
+                             "(what each edge needs to fuse is in its accesses); the option would change nothing")
     _, cascade = layer_cascade(layer)
     edges = classify_edges(cascade, include_inputs=inputs)
     if fmt == Format.json:
@@ -76,8 +81,8 @@ def classes_cmd(
     elif fmt == Format.csv:
         emit(rows_csv(edge_rows(edges)), output)
     else:
-        title = (f"{layer.title(cascade)}, {width_text(layer.bits, layer.precision)}: edges (producer '-' = layer "
-                 "input or incoming state; the classes do not depend on widths)")
+        title = (f"{layer.title(cascade)}: edges (producer '-' = layer input or incoming state; the classes do not "
+                 "depend on widths)")
         print_table(rows_table(edge_rows(edges), title), output)
 
 
@@ -102,6 +107,9 @@ def map_cmd(
     check_outputs_differ({"--save": save, "--output": output})
     check_output_path(output, kind="file", option="--output", inputs=inputs)
     check_output_path(save, kind="file", option="--save", inputs=inputs)
+    if buffer is not None and mapping == "ideal":  # (accepted, and the buffer left unbounded without a word)
+        raise MambalayaError("--buffer sizes a mapping's groups; the ideal mapping's buffer is unbounded (every "
+                             "intermediate on chip), so the option would change nothing")
     config, cascade = layer_cascade(layer)
     stats = SearchStats()
     m = resolve_mapping(mapping, cascade, buffer, stats)

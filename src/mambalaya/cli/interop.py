@@ -26,6 +26,7 @@ from mambalaya.cli.options import (
     PrecisionOpt,
     UnrollScanOpt,
 )
+from mambalaya.cli.readers import size_parser
 from mambalaya.formatting import whole
 from mambalaya.arch import setting_fields
 from mambalaya.errors import MambalayaError, SpecError
@@ -39,7 +40,6 @@ from mambalaya.cli.common import (
     design_with_settings,
     emit,
     model_layer,
-    option_given,
     print_table,
     rows_csv,
     rows_table,
@@ -83,17 +83,26 @@ EXPORTED_FIELDS = ("memory.offchip_bandwidth_bytes_per_s", "memory.onchip_buffer
 ACCELFORGE_FILES = ("workload.yaml", "arch.yaml", "mapping_unfused.yaml")
 
 
+#: The export's own --bits and --precision: without them it writes the design's widths, as
+#: evaluate runs it (their help once printed the crosscheck's defaults, uniform at 16 bits, which
+#: the export never used: marca-original is 32 bits, the H100-like designs reference-kernels).
+ExportBitsOpt = Annotated[Optional[int], typer.Option(
+    "--bits", parser=size_parser, help="The workload's bits per element. Default: the design's bits_per_element.")]
+ExportPrecisionOpt = Annotated[Optional[str], typer.Option(
+    "--precision", help="Precision policy of the workload's tensors: uniform (every tensor at the width), "
+                        "reference-kernels, or a policy YAML file. Default: the design's own policy (its precision).")]
+
+
 @export_app.command("accelforge")
 @user_errors
 def export_accelforge_cmd(
-    ctx: typer.Context,
     output: AccelForgeOutOpt,
     model: ModelOpt = DEFAULT_CASCADE_MODEL,
     phase: PhaseOpt = PhaseOption.decode,
     unroll_scan: UnrollScanOpt = None,
     batch: BatchOpt = DEFAULT_CASCADE_BATCH,
-    bits: BitsOpt = DEFAULT_BITS,
-    precision: PrecisionOpt = None,
+    bits: ExportBitsOpt = None,
+    precision: ExportPrecisionOpt = None,
     arch: ArchOpt = DEFAULT_DESIGN,
     settings: SetOpt = None,
 ) -> None:
@@ -102,7 +111,7 @@ def export_accelforge_cmd(
 
     check_output_path(output, kind="directory", option="--output", writes=ACCELFORGE_FILES,
                       inputs={"--model": model, "--arch": arch, "--precision": precision})
-    fields, given_bits = setting_fields(settings or []), option_given(ctx, "bits")
+    fields, given_bits = setting_fields(settings or []), bits is not None
     unread = [f for f in fields if f not in EXPORTED_FIELDS]
     if unread:  # (once accepted, and the files written as without them)
         raise MambalayaError(f"--set {', '.join(unread)}: the AccelForge export carries only "

@@ -73,7 +73,7 @@ BatchOpt = Annotated[int, typer.Option("--batch", "-B", parser=size_parser, help
 BitsOpt = Annotated[int, typer.Option("--bits", parser=size_parser, help="The design's bits per element (every tensor's width under the uniform precision policy).")]
 StateIoOpt = Annotated[Optional[bool], typer.Option("--state-io/--no-state-io", help="Read and write the SSM and conv states (default: only in decode).")]
 SoftmaxOpt = Annotated[Optional[SoftmaxOption], typer.Option("--softmax", help="A hybrid model's attention: three-pass (eager, every query-key pair; the default), online (one pass, a recurrence per key) or blocked (FlashAttention's: key blocks of 64, masked blocks skipped).")]
-LayerTypeOpt = Annotated[Optional[str], typer.Option("--layer-type", help="A hybrid model's layer type to build: mamba or attention (each with its MLP).")]
+LayerTypeOpt = Annotated[Optional[str], typer.Option("--layer-type", help="A hybrid model's layer type to build, as its family names them (mamba, attention, mlp, mamba-moe, attention-moe, parallel for Falcon-H1, hybrid for Zamba2, gdn for OLMo-Hybrid; `mambalaya models` shows each model's).")]
 ScanOpt = Annotated[Optional[str], typer.Option("--scan", help="Mamba-2 scan form: chunked (the SSD algorithm) or recurrent (the only decode form). Default: evaluate and compare run a prefill in the faster form on each design; the cascade commands build the chunked form (at a length the chunk size divides: elsewhere it is refused, its padded rows counted after the scan).")]
 UnrollFlag = Annotated[bool, typer.Option("--unroll", help="Unroll every recurrence into one Einsum per step (the graph a tool without recurrences, e.g. AccelForge, costs).")]
 UnrollScanOpt = Annotated[Optional[int], typer.Option("--unroll-scan", parser=size_parser, help="Prefill of T positions with the scan unrolled into T Einsums (AccelForge has no recurrences).")]
@@ -96,7 +96,7 @@ ReproducePrecisionOpt = Annotated[Optional[str], typer.Option("--precision", hel
 # Designs, mappings and buffers
 # --------------------------------------------------------------------------------------------
 
-ArchOpt = Annotated[str, typer.Option("--arch", "-a", help="Shipped design (mambalaya, marca-ideal, geens-ideal, marca-original, gpu-h100, gpu-a100, gpu-a100-pcie) or an arch YAML file.")]
+ArchOpt = Annotated[str, typer.Option("--arch", "-a", help="Shipped design (mambalaya, marca-ideal, geens-ideal, marca-original, marca-multicore, gpu-h100, gpu-a100, gpu-a100-pcie; `mambalaya arch list`) or an arch YAML file.")]
 SetOpt = Annotated[Optional[list[str]], typer.Option("--set", help="Change one field of the design(s): FIELD=VALUE with the sweep's dotted names and units, e.g. --set memory.onchip_buffer_bytes=16MiB; repeatable.")]
 CompareBaselineOpt = Annotated[str, typer.Option("--baseline", help="Design the speedups are relative to.")]
 SensitivityBaselineOpt = Annotated[str, typer.Option("--baseline", help="The design it is compared with.")]

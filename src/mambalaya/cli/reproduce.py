@@ -234,6 +234,9 @@ def sensitivity_cmd(
         raise MambalayaError(f"{model} is a hybrid model: the sensitivity study covers Mamba models; for a hybrid "
                              "model use `mambalaya compare` or `mambalaya reproduce --suite hybrid`")
     lens = tuple(read_int_list(seq_lens, "--seq-lens")) if phase == PhaseOption.prefill else (1,)
+    if published is not None and fmt == Format.csv and out is None:  # (accepted, and the CSV was the same without it)
+        raise MambalayaError("--published adds what would reach the value, which the CSV of the assumptions' rows does "
+                             "not hold: use --format table or json, or --out DIR (what_would_it_take.csv)")
     run = RunSetup(models=(model,), configs={model: config}, seq_lens=lens, batch=batch, precision=precision,
                    phases=("prefill",) if phase == PhaseOption.prefill else ("generation",))
     if not applicable(study, run):  # (once an empty table and exit 0)

@@ -24,6 +24,7 @@ from mambalaya.cli.common import (
     emit,
     app,
     err_console,
+    option_given,
     user_errors,
 )
 
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 @app.command("sweep", context_settings={"help_option_names": ["-h", "--help"]})
 @user_errors
 def sweep_cmd(
+    ctx: typer.Context,
     target: Annotated[str, typer.Argument(help="A sweep spec YAML to run, or 'plot' / 'export' followed by a store.")],
     store_arg: Annotated[Optional[Path], typer.Argument(metavar="[STORE]", help="The store, for plot and export.")] = None,
     scheduler: Annotated[Optional[str], typer.Option("--scheduler", help="Run on an existing Dask cluster: tcp://HOST:PORT.")] = None,
@@ -54,6 +56,12 @@ def sweep_cmd(
     mambalaya sweep plot STORE [-o DIR] [--x FIELD --y FIELD --baseline D --design D]
     mambalaya sweep export STORE --format csv|parquet -o FILE
     """
+    mode = target if target in ("plot", "export") else "run"
+    misplaced = [name for name, (_, modes) in SWEEP_MODE_OPTIONS.items() if mode not in modes and option_given(ctx, name)]
+    if misplaced:  # (accepted, and dropped: a run's -o wrote nothing, an export's --store read the first store)
+        raise MambalayaError(f"sweep {'SPEC' if mode == 'run' else mode} does not take "
+                             + "; ".join(f"{SWEEP_MODE_OPTIONS[n][0]} (for {' and '.join(SWEEP_MODE_OPTIONS[n][1])})"
+                                         for n in misplaced))
     if target in ("plot", "export"):
         if store_arg is None:
             raise MambalayaError(f"mambalaya sweep {target} needs the path of a store")
@@ -69,6 +77,13 @@ def sweep_cmd(
             _sweep_plot(store_arg, output, x, y, baseline, design)
         return
     _sweep_run(Path(target), scheduler, workers, store)
+
+
+#: Each option of ``sweep`` and the modes it applies to (run a SPEC, plot or export a store).
+SWEEP_MODE_OPTIONS = {"scheduler": ("--scheduler", ("run",)), "workers": ("--workers", ("run",)),
+                      "store": ("--store", ("run",)), "fmt": ("--format", ("export",)),
+                      "output": ("--output", ("export", "plot")), "x": ("--x", ("plot",)), "y": ("--y", ("plot",)),
+                      "baseline": ("--baseline", ("plot",)), "design": ("--design", ("plot",))}
 
 
 def _sweep_run(spec_path: Path, scheduler: str | None, workers: int | None, store: Path | None) -> None:

@@ -597,13 +597,15 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
     return replace(best, other_scan_refused="; ".join(errors)) if errors else best
 
 
-#: Architecture fields no evaluation of a layer reads, with why: only ``validate``'s kernels, which
-#: name their launch grids and MMA instructions, read them. ``--set`` and sweeps refuse them, as
-#: every value would give the same numbers.
+#: Architecture fields no evaluation of a layer reads, with why (the kernels fields: only
+#: ``validate``'s kernels, which name their launch grids and MMA instructions, read them).
+#: ``--set`` and sweeps refuse them, as every value would give the same numbers.
 NOT_READ_BY_EVALUATIONS = {
     "kernels.sm_offchip_bytes_per_s": "an SM's bandwidth matters only to a kernel with a launch grid (validate's cases)",
     "kernels.sync_mma_fraction": "only a kernel that issues mma.sync runs at it (validate's FlashAttention-2 cases); "
                                  "an evaluation's groups issue the full-rate instruction",
+    "memory.pe_local_bytes_per_cycle": "the model does not slow a PE by its registers' ports (a spec's value is only "
+                                       "checked to deliver one operation's operands and result per cycle)",
 }
 
 
@@ -634,6 +636,29 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
             raise SpecError(f"{option} power_budget_w: {', '.join(spec.name for spec in specs)} "
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
                             "hold to a budget; every value gives the same numbers")
+        why = unread_by_dataflow(specs, name, fields)
+        if why:
+            raise SpecError(f"{option} {name}: {why}; every value gives the same numbers")
+
+
+def unread_by_dataflow(specs: list[ArchSpec], name: str, fields: list[str]) -> str:
+    """Why no evaluation on ``specs`` reads the compute field ``name`` (a dataflow switch on
+    designs of one dataflow, the stationary operand's buffering on roofline designs, which hold
+    none, the 1D mode's rate on designs without one; unless ``fields`` set what would read it too),
+    or "": each was accepted and changed nothing."""
+    if not specs:
+        return ""
+    dataflows_set, mode_set = "compute.dataflows" in fields, "compute.one_d_mode" in fields
+    if name == "compute.dataflow_switch_cycles" and not dataflows_set and all(
+            len(spec.compute.dataflows) == 1 for spec in specs):
+        return "the design has one dataflow (compute.dataflows), so the array never switches"
+    if name == "compute.stationary_double_buffered" and not dataflows_set and all(
+            spec.compute.dataflows == ("roofline",) for spec in specs):
+        return "a roofline design (compute.dataflows: [roofline]) holds no stationary operand to buffer"
+    if name == "compute.one_d_ops_per_lane_per_cycle" and not mode_set and all(
+            not spec.compute.one_d_mode for spec in specs):
+        return "the design has no 1D mode (compute.one_d_mode false): its vector lanes run elementwise work"
+    return ""
 
 
 def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = (),

@@ -300,6 +300,11 @@ def check_sweep_fields(grid: dict[str, list[Any]], fixed: dict[str, Any], *, sou
                         "designs (their SRAM leaks per MiB, technology.sram_leakage_w_per_mib, and area.overhead_fraction "
                         "is 0), which a sweep point does not store, so every value would give the same numbers",
                         source=source)
+    devices = settings.get("devices", ("", [1]))[1]
+    if "parallel" in settings and all(d == 1 for d in devices) and all(spec.cores is None for spec in specs.values()):
+        raise SpecError(f"{settings['parallel'][0]}: every point runs one device of a design that is not a multi-core "
+                        "chip, where every strategy is the one-device evaluation, so every value would give the same "
+                        "numbers; give devices (a count above 1, or an axis)", source=source)
     mappings = settings.get("mapping", ("", [DEFAULTS["mapping"]]))[1]
     if "memory.onchip_buffer_bytes" in settings and all(m == "ideal" for m in mappings):  # an unbounded buffer
         raise SpecError(f"{settings['memory.onchip_buffer_bytes'][0]}: the ideal mapping's buffer is unbounded, so "

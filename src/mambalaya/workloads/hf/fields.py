@@ -216,8 +216,14 @@ def _transformers(name: str, read: dict[str, str], refused: dict[str, Supported]
 
 
 _SILU = equals("silu")
-_RESIDUAL_FP32 = ("adds the residual in float32 under a lower-precision dtype; mambalaya executes in float32 "
-                  "or float64, where it changes nothing")
+#: A Mamba model's residual stream in float32 (the configs' default): the ``reference-kernels``
+#: precision policy keeps the residual (X, XO) at 32 bits because of it, so a model without it is
+#: refused rather than costed at the flag's widths (it was inert: 21% more off-chip bytes, silently).
+RESIDUAL_IN_FP32 = Supported(
+    "true: the reference-kernels precision policy keeps the residual stream (X, XO) in float32 as this flag does "
+    "(under --precision uniform or a policy file it changes nothing); for a model that keeps it at the model "
+    "dtype, drop the field and give those widths in a precision policy file",
+    lambda v: v is True or v is None)
 
 # --------------------------------------------------------------------------------------------
 # BambaConfig (models/bamba/configuration_bamba.py, modeling_bamba.py)
@@ -287,7 +293,6 @@ ROPE_KEYS = ("rope_type", "type", "rope_theta", "partial_rotary_factor")
 # --------------------------------------------------------------------------------------------
 
 _MAMBA1_INERT = {
-    "residual_in_fp32": _RESIDUAL_FP32,
     "time_step_scale": _INIT, "time_step_min": _INIT, "time_step_max": _INIT, "time_step_init_scheme": _INIT,
     "time_step_floor": _INIT, "rescale_prenorm_residual": _INIT,
     "use_mambapy": "picks a training fallback implementation computing the same values",
@@ -309,7 +314,7 @@ MAMBA1_FIELDS = _transformers(
         "tie_word_embeddings": "tie_embeddings (the parameter count)",
     },
     refused={"use_bias": equals(False), "use_conv_bias": equals(True), "hidden_act": _SILU,
-             "layer_types": NOT_LOADABLE},
+             "layer_types": NOT_LOADABLE, "residual_in_fp32": RESIDUAL_IN_FP32},
     inert=_MAMBA1_INERT,
 )
 
@@ -319,7 +324,6 @@ MAMBA1_DEFAULTS: dict[str, Any] = {
 }
 
 _STATE_SPACES_INERT = {
-    "residual_in_fp32": _RESIDUAL_FP32,
     "fused_add_norm": "picks a fused kernel computing the same add and norm",
     "attn_cfg": "configures attention layers, which attn_layer_idx (refused unless empty) would place",
     "architectures": TRANSFORMERS_COMMON_INERT["architectures"],
@@ -343,6 +347,7 @@ MAMBA1_STATE_SPACES_FIELDS = ConfigFields(
         "rms_norm": equals(True),
         "d_intermediate": Supported("0 (no MLP block)", lambda v: v is None or (type(v) is int and v == 0)),
         "attn_layer_idx": Supported("[] (no attention layers)", lambda v: v is None or v == []),
+        "residual_in_fp32": RESIDUAL_IN_FP32,
     },
     inert=_STATE_SPACES_INERT,
 )
@@ -390,9 +395,8 @@ MAMBA2_FIELDS = _transformers(
         "tie_word_embeddings": "tie_embeddings (the parameter count)",
     },
     refused={"use_bias": equals(False), "use_conv_bias": equals(True), "hidden_act": _SILU,
-             "time_step_limit": NO_CLAMP, "layer_types": NOT_LOADABLE},
+             "time_step_limit": NO_CLAMP, "layer_types": NOT_LOADABLE, "residual_in_fp32": RESIDUAL_IN_FP32},
     inert={
-        "residual_in_fp32": _RESIDUAL_FP32,
         "time_step_rank": "Mamba-2 has no low-rank dt projection: transformers stores it and never reads it",
         "time_step_min": _INIT, "time_step_max": _INIT, "time_step_floor": _INIT, "rescale_prenorm_residual": _INIT,
     },

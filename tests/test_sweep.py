@@ -684,8 +684,8 @@ name: per-layer
 chunk_size: 4
 grid:
   model: [mamba-130m, bamba-9b]
-  devices: [1, 2]
 fixed:
+  devices: 2
   arch: linked.yaml
   parallel: tensor
   phase: prefill

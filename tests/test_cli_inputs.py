@@ -479,6 +479,13 @@ def test_a_setting_no_evaluation_reads_is_refused() -> None:
                         (["fusion", "classes", "--precision", "reference-kernels", "-L", "64"], "no fusion class")):
         r = run(app, [*args, "-m", "mamba-130m"])
         assert r.exit_code == 1 and words in " ".join(r.output.split()), args
+    # a collective's fields where the run is a pipeline (no collective runs); read under tensor parallelism
+    for command in (["evaluate", "-a", "gpu-h100", "-L", "64"], ["compare", "--archs", "gpu-h100", "--baseline", "gpu-h100",
+                                                                "--seq-lens", "64"]):
+        for setting in ("system.collective_latency_s=1e-5", "system.in_network_reduction=false"):
+            r = run(app, [*command, "--devices", "2", "--set", setting, *base])
+            assert r.exit_code == 1 and "a pipeline runs no collective" in " ".join(r.output.split()), (command, setting)
+            assert run(app, [*command, "--devices", "2", "--parallel", "tensor", "--set", setting, *base]).exit_code == 0
     # the PE registers' ports: checked against one operation's operands, never read by the cost model
     r = run(app, ["evaluate", "--set", "memory.pe_local_bytes_per_cycle=64", "-L", "64", *base])
     assert r.exit_code == 1 and "registers' ports" in r.output

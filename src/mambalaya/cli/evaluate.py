@@ -75,7 +75,7 @@ def evaluate_cmd(
         fixed = "every intermediate on chip" if mapping == "ideal" else "its groups and tiles as written"
         raise SpecError(f"--objective {objective.value} chooses a searched mapping's groups or a fixed grouping's "
                         f"tiles; --mapping {mapping} fixes both ({fixed}), so the objective would change nothing")
-    config, design = run.config(), run.design(arch, devices)
+    config, design = run.config(), run.design(arch, devices, parallel.value if parallel else None)
     check_parallel_has_devices(parallel, devices, [design])
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,

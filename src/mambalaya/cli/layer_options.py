@@ -113,15 +113,16 @@ class DesignArgs:
 
         return with_routing(resolve_model(self.model), self.routing, self.model)
 
-    def design(self, name: str, devices: int | None = 0) -> Any:
-        """The design ``name`` with the ``--set`` changes (checked for a run over ``devices``,
-        :func:`~mambalaya.experiments.evaluate.check_settings_read`)."""
+    def design(self, name: str, devices: int | None = 0, parallel: str | None = "") -> Any:
+        """The design ``name`` with the ``--set`` changes (checked for a run over ``devices`` split as
+        ``parallel`` says, :func:`~mambalaya.experiments.evaluate.check_settings_read`)."""
         from mambalaya.arch import setting_fields
         from mambalaya.cli.common import design_with_settings
         from mambalaya.experiments.evaluate import check_settings_read
 
         spec = design_with_settings(name, self.settings)
-        check_settings_read([spec], setting_fields(self.settings or []), self.precision, devices=devices)
+        check_settings_read([spec], setting_fields(self.settings or []), self.precision, devices=devices,
+                            parallel=parallel)
         return spec
 
 

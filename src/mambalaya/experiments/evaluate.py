@@ -610,13 +610,14 @@ NOT_READ_BY_EVALUATIONS = {
 
 
 def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str | None = None,
-                        option: str = "--set", devices: int | None = 0) -> None:
+                        option: str = "--set", devices: int | None = 0, parallel: str | None = "") -> None:
     """Refuse a setting of ``fields`` (:func:`~mambalaya.arch.setting_fields` of ``--set``, or a
     sweep's fields) that no evaluation on any of ``specs`` reads (:data:`NOT_READ_BY_EVALUATIONS`;
     a power budget where no spec has an energy section, so no power is computed to hold to it; a
     ``system`` field where the run has one device, ``devices`` None or 1, on designs that are not
-    multi-core chips, so no link is crossed; 0: the device count is not known here): it was
-    accepted and left every number as it was."""
+    multi-core chips, so no link is crossed; 0: the device count is not known here); a collective's
+    field where the run is a pipeline over several devices (``parallel`` None or pipeline; "": not
+    known here): it was accepted and left every number as it was."""
     if precision is not None and "precision" in fields:  # (--precision won, the --set was dropped without a word)
         raise SpecError(f"--set precision and --precision {precision} both set the precision policy; give one")
     labels = set(fields) & {"technology.node_nm", "technology.reference_node_nm"}
@@ -639,6 +640,11 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
         why = unread_by_dataflow(specs, name, fields)
         if why:
             raise SpecError(f"{option} {name}: {why}; every value gives the same numbers")
+        if (name in ("system.collective_latency_s", "system.in_network_reduction") and parallel in (None, "pipeline")
+                and isinstance(devices, int) and devices > 1 and all(spec.cores is None for spec in specs)):
+            raise SpecError(f"{option} {name}: a pipeline runs no collective (its stages hand their activations on "
+                            "over the links, system.link_*), so every value gives the same numbers; it is read by "
+                            "--parallel tensor, expert, sequence or best")
 
 
 def unread_by_dataflow(specs: list[ArchSpec], name: str, fields: list[str]) -> str:
@@ -662,13 +668,13 @@ def unread_by_dataflow(specs: list[ArchSpec], name: str, fields: list[str]) -> s
 
 
 def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = (),
-                 precision: str | None = None, devices: int | None = 0) -> dict[str, ArchSpec]:
+                 precision: str | None = None, devices: int | None = 0, parallel: str | None = "") -> dict[str, ArchSpec]:
     """Each named design loaded, with ``--set FIELD=VALUE`` settings applied (checked as
     :func:`check_settings_read` says, for a run over ``devices``)."""
     from mambalaya.arch import load_arch, setting_fields, with_settings
 
     specs = {a: with_settings(load_arch(a), list(settings)) for a in names}
-    check_settings_read(list(specs.values()), setting_fields(settings), precision, devices=devices)
+    check_settings_read(list(specs.values()), setting_fields(settings), precision, devices=devices, parallel=parallel)
     return specs
 
 
@@ -699,7 +705,8 @@ def compare_rows(
     model and, for a Mamba-2 prefill, why the other scan form did not run where it did not."""
     if baseline not in archs:
         archs = [baseline] + archs
-    specs = designs_with(archs, settings, precision if isinstance(precision, str) else None, devices=devices)
+    specs = designs_with(archs, settings, precision if isinstance(precision, str) else None, devices=devices,
+                         parallel=parallel)
     rows = []
     for L in seq_lens:
         evals = {a: evaluate_best_scan(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch,

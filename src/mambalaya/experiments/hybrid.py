@@ -397,7 +397,8 @@ def hybrid_compare_rows(archs: list[str], model_name: str, config: HybridConfig,
 
     if baseline not in archs:
         archs = [baseline] + archs
-    specs = designs_with(archs, settings, precision if isinstance(precision, str) else None, devices=devices)
+    specs = designs_with(archs, settings, precision if isinstance(precision, str) else None, devices=devices,
+                         parallel=parallel)
     rows = []
     for L in seq_lens:
         evals = {a: evaluate_hybrid(specs[a], model_name, config, phase=phase, seq_len=L, batch=batch, scan=scan,

@@ -135,4 +135,4 @@ def test_a_pointwise_chain_s_register_carried_tiles_take_no_buffer_space() -> No
     tile = {t: 2 * 32 * c.size("E") * c.tensors[t].bits / 8 for t in ("Z", "YG")}
     assert footprint_bytes(c, group) == sum(tile.values())
     model = cost_model(c, list(group.einsums), ["I"])  # the closed form the search bounds footprints with
-    assert _footprint_at(model, [32], [c.size("I")]) == pytest.approx(footprint_bytes(c, group), rel=1e-12)
+    assert _footprint_at(model.fp_terms, [32], [c.size("I")]) == pytest.approx(footprint_bytes(c, group), rel=1e-12)

@@ -26,7 +26,7 @@ from mambalaya.cost.spatial import einsum_unit_cycles, step_shapes
 from mambalaya.einsum.ir import rank_of_variable
 from mambalaya.fusion.group_analysis import analyse
 from mambalaya.fusion.mapping import (FusionGroup, Loop, window_halos)
-from mambalaya.search.group_shape import shape_of_group, held_layout, held_bytes, keepable_under
+from mambalaya.search.group_shape import shape_of_group, held_layout, held_layouts, held_bytes, keepable_under
 from mambalaya.cost.buffer import buffer_read_bytes_over_tilings, buffer_written_bytes
 from mambalaya.search.irregular_reads import irregular_read_bytes, times_trips
 from mambalaya.cost.traffic import read_steps, untiled_traffic, written_bytes
@@ -146,12 +146,7 @@ class GroupCostModel:
         self.keepable = self.keepable_for(self.orders[0])
         # footprint: sum of products of extents
         # (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the term)
-        self.fp_terms: list[tuple[float, list[int], int | None]] = [
-            (held_bytes(cascade, base, whole), tiled, None) for base, whole, tiled in shape.held]
-        if full.halo == "retain":  # a halo is kept only while its rank is actually tiled
-            for (t, rank), rows in window_halos(cascade, full).items():
-                base, whole, tiled = held_layout(cascade, t, rank, rows, tuple(ranks))
-                self.fp_terms.append((held_bytes(cascade, base, whole), tiled, ranks.index(rank)))
+        self.fp_terms = footprint_terms(cascade, full, ranks, shape.held)
 
     def _irregular_factors(self) -> dict[str, np.ndarray] | None:
         """Per irregular read, its bytes in one pass at every tiling; None if one cannot be
@@ -503,6 +498,40 @@ def _sharing_tilings(models: Iterable[GroupCostModel]) -> list[list[GroupCostMod
     return list(classes.values())
 
 
+def footprint_terms(cascade: Cascade, group: FusionGroup, ranks: list[str],
+                    held: list[tuple[float, tuple[str, ...], list[int]]]) -> list[tuple[float, list[int], int | None]]:
+    """The footprint's terms of ``group`` tiling ``ranks`` (its :func:`~mambalaya.search.group_shape.held_layouts`
+    ``held``): (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the
+    term: a retained halo's, kept only while its rank is tiled)."""
+    terms: list[tuple[float, list[int], int | None]] = [(held_bytes(cascade, base, whole), tiled, None)
+                                                        for base, whole, tiled in held]
+    if group.halo == "retain":
+        for (t, rank), rows in window_halos(cascade, group).items():
+            base, whole, tiled = held_layout(cascade, t, rank, rows, tuple(ranks))
+            terms.append((held_bytes(cascade, base, whole), tiled, ranks.index(rank)))
+    return terms
+
+
+def least_footprint_bound(cascade: Cascade, einsums: list[str], ranks: list[str]) -> float:
+    """:meth:`GroupCostModel.least_footprint` of the group of ``einsums`` tiling ``ranks``, to the
+    bit, from its held layouts alone, without the model's traffic terms or group shape: most
+    groups a search meets hold more than the buffer at every tiling, and were each built whole
+    to learn it."""
+    full = FusionGroup("probe", tuple(einsums), tuple(Loop(r, cascade.size(r)) for r in ranks))
+    terms = footprint_terms(cascade, full, ranks, held_layouts(cascade, full.einsums, tuple(ranks)))
+    return _least_of_terms(terms, [cascade.size(r) for r in ranks])
+
+
+def _least_of_terms(fp_terms: list[tuple[float, list[int], int | None]], sizes: list[int]) -> float:
+    """The least of the footprint's corners (see :func:`least_footprints`)."""
+    halo_ranks = sorted({when for _, _, when in fp_terms if when is not None})
+    least = math.inf
+    for corner in itertools.product((False, True), repeat=len(halo_ranks)):
+        untiled = {i for i, whole in zip(halo_ranks, corner) if whole}
+        least = min(least, _footprint_at(fp_terms, [sizes[i] if i in untiled else 1 for i in range(len(sizes))], sizes))
+    return least
+
+
 def least_footprints(models: list[GroupCostModel]) -> None:
     """Find the least footprint bound of every model not known yet
     (:meth:`GroupCostModel.least_footprint`).
@@ -514,18 +543,11 @@ def least_footprints(models: list[GroupCostModel]) -> None:
     operations in the same order as the table's (:func:`_footprint_together`), so the least is
     the table's, to the bit."""
     for m in models:
-        if m._least_fp is not None:
-            continue
-        sizes = [m.cascade.size(r) for r in m.ranks]
-        halo_ranks = sorted({when for _, _, when in m.fp_terms if when is not None})
-        least = math.inf
-        for corner in itertools.product((False, True), repeat=len(halo_ranks)):
-            untiled = {i for i, whole in zip(halo_ranks, corner) if whole}
-            least = min(least, _footprint_at(m, [sizes[i] if i in untiled else 1 for i in range(len(sizes))], sizes))
-        m._least_fp = least
+        if m._least_fp is None:
+            m._least_fp = _least_of_terms(m.fp_terms, [m.cascade.size(r) for r in m.ranks])
 
 
-def _footprint_at(m: GroupCostModel, tiles: list[int], sizes: list[int]) -> float:
+def _footprint_at(fp_terms: list[tuple[float, list[int], int | None]], tiles: list[int], sizes: list[int]) -> float:
     """The footprint bound of ``m`` with everything streamed at one tiling, in Python floats:
     :func:`_footprint_together`'s operations for that tiling (its factors, the tiled extents
     and then the "rank is tiled" flags, multiplied in their order; the terms summed in
@@ -533,7 +555,7 @@ def _footprint_at(m: GroupCostModel, tiles: list[int], sizes: list[int]) -> floa
     ranks = len(sizes)
     factors = [min(t, size) for t, size in zip(tiles, sizes)] + [t < size for t, size in zip(tiles, sizes)]
     total = 0.0
-    for fixed, idxs, when in m.fp_terms:
+    for fixed, idxs, when in fp_terms:
         f = fixed
         for i in sorted(set(idxs) | ({ranks + when} if when is not None else set())):
             f = f * factors[i]
@@ -890,5 +912,5 @@ def _grid_step_shapes(cascade: Cascade, ranks: list[str], tiles: list[np.ndarray
 KEPT_SHAPES_TILINGS = 1 << 16
 
 
-__all__ = ["add_residency", "sum_of_products", "Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprints", "least_traffic_fitting", "prepare_full_tables",
+__all__ = ["add_residency", "sum_of_products", "Candidates", "GroupCostModel", "build_candidates", "cost_model", "cycles_together", "einsum_grid_cycles", "kept_candidates", "least_footprint_bound", "least_footprints", "least_traffic_fitting", "prepare_full_tables",
            "tile_options", "tileable_ranks", "widened_ranks"]

@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.search.candidates import build_candidates, cost_model, cycles_together, tileable_ranks
+from mambalaya.search.candidates import build_candidates, cost_model, cycles_together, least_footprint_bound, tileable_ranks
 from mambalaya.errors import SpecError
 from mambalaya.search.convex import ConvexSpace, contiguous_space
 from mambalaya.search.convex_bounds import (cycles_lower_bounds, energy_lower_bounds, latency_lower_bounds,
@@ -86,7 +86,11 @@ class _Costed:
             model = models[i]
             if model is None:
                 einsums = self.space.einsums(m)
-                model = models[i] = cost_model(self.cascade, einsums, tileable_ranks(self.cascade, einsums))
+                ranks = tileable_ranks(self.cascade, einsums)
+                if self.buffer_bytes is not None and least_footprint_bound(self.cascade, einsums, ranks) > self.buffer_bytes:
+                    self.cost[i] = math.inf  # (its model's least footprint, to the bit, without building the model:
+                    continue                 # most groups a search meets hold more than the buffer)
+                model = models[i] = cost_model(self.cascade, einsums, ranks)
             if self.buffer_bytes is not None and model.least_footprint() > self.buffer_bytes:
                 # (only it: a group holding it may need less, its reads of a position of a tensor now
                 # made inside it, as HN of H; every such group was once left out with it)

@@ -26,7 +26,7 @@ class _GroupShape(NamedTuple):
     readable: frozenset[str]  # the tensors it reads off-chip (residency candidates)
     unwritten: dict[str, list[int]]  # per tensor it writes: the tiled ranks its output does not index and its producer does not select
     orders: list[tuple[int, ...]]  # loop orders (rank indices, outermost first), the fixed one first
-    held: list[tuple[float, tuple[str, ...], list[int]]]  # footprint parts: :func:`held_layout`
+    held: list[tuple[float, tuple[str, ...], tuple[int, ...]]]  # footprint parts: :func:`held_layout`
     keep_under: dict[tuple[int, ...], frozenset[str]]  # per loop order, the tensors residency may keep (filled on use)
 
 
@@ -58,16 +58,7 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
     free = [i for i, r in enumerate(ranks) if r not in gen]
     tail = [i for i, r in enumerate(ranks) if r in gen]
     orders = [tuple(p) + tuple(tail) for p in itertools.permutations(free)] if len(free) <= 3 else [tuple(range(len(ranks)))]
-    lanes = register_resident(cascade, probe)  # no buffer space (fusion.mapping.footprint_bytes)
-    held = [held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe) if t not in lanes]
-    for name in einsums:
-        e = cascade.einsum(name)
-        rec = cascade.recurrence(e)
-        if rec and cascade.is_history_recurrence(e):  # every earlier row: its rank whole, by size at use
-            base, whole, tiled = held_layout(cascade, name, rec[0], 1, ranks)
-            held.append((base, (rec[0], *whole), tiled))
-        elif rec:
-            held.append(held_layout(cascade, name, rec[0], rec[1], ranks))
+    held = held_layouts(cascade, einsums, ranks)
     return _GroupShape(
         unmentioned={t: [i for i in range(len(ranks)) if i not in m] for t, m in mentioned.items()},
         mentioned=mentioned,
@@ -80,15 +71,42 @@ def _make_group_shape(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[s
     )
 
 
+def held_layouts(cascade: Cascade, einsums: tuple[str, ...], ranks: tuple[str, ...]
+                 ) -> list[tuple[float, tuple[str, ...], tuple[int, ...]]]:
+    """The footprint parts of a group of ``einsums`` tiling ``ranks`` (:func:`held_layout` each):
+    every intermediate the buffer holds (not one the lanes carry, which takes no buffer space,
+    :func:`~mambalaya.fusion.mapping.register_resident`) and every recurrence's carried rows (a
+    history recurrence's every earlier row: its rank whole). What the least footprint needs
+    alone (:func:`~mambalaya.search.candidates.least_footprint_bound`)."""
+    probe = FusionGroup("probe", einsums, ())
+    lanes = register_resident(cascade, probe)  # no buffer space (fusion.mapping.footprint_bytes)
+    held = [held_layout(cascade, t, None, 1, ranks) for t in intermediates(cascade, probe) if t not in lanes]
+    for name in einsums:
+        e = cascade.einsum(name)
+        rec = cascade.recurrence(e)
+        if rec and cascade.is_history_recurrence(e):  # every earlier row: its rank whole, by size at use
+            base, whole, tiled = held_layout(cascade, name, rec[0], 1, ranks)
+            held.append((base, (rec[0], *whole), tiled))
+        elif rec:
+            held.append(held_layout(cascade, name, rec[0], rec[1], ranks))
+    return held
+
+
 def held_layout(cascade: Cascade, tensor: str, skip_rank: str | None, rows: int, ranks: tuple[str, ...]
-                 ) -> tuple[float, tuple[str, ...], list[int]]:
+                 ) -> tuple[float, tuple[str, ...], tuple[int, ...]]:
     """How a group tiling ``ranks`` holds ``rows`` of ``tensor`` (all but its rank
     ``skip_rank``): (bytes per element times ``rows``, the ranks it holds whole, the indices
-    of the tiled ones). :func:`held_bytes` makes the footprint term's fixed bytes."""
-    spec = cascade.tensors[tensor]
-    whole = tuple(r for r in spec.ranks if r != skip_rank and r not in ranks)
-    tiled = [ranks.index(r) for r in spec.ranks if r != skip_rank and r in ranks]
-    return rows * spec.bits / 8, whole, tiled
+    of the tiled ones). :func:`held_bytes` makes the footprint term's fixed bytes. Memoised on
+    the cascade (a search asks it for every intermediate of every group it meets)."""
+    memo = cascade.__dict__.setdefault("_held_layout_memo", {})
+    key = (tensor, skip_rank, rows, ranks)
+    hit = memo.get(key)
+    if hit is None:
+        spec = cascade.tensors[tensor]
+        whole = tuple(r for r in spec.ranks if r != skip_rank and r not in ranks)
+        tiled = tuple(ranks.index(r) for r in spec.ranks if r != skip_rank and r in ranks)
+        hit = memo[key] = (rows * spec.bits / 8, whole, tiled)
+    return hit
 
 
 def held_bytes(cascade: Cascade, base: float, whole: tuple[str, ...]) -> float:

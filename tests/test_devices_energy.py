@@ -135,3 +135,18 @@ def test_over_the_budget_the_printed_figures_say_they_are_unthrottled() -> None:
     assert held > ev.model_latency_s
     shown = int(re.search(r"the model [0-9.]+ ms, ([0-9,]+) tokens/s", line).group(1).replace(",", ""))
     assert shown == pytest.approx(t["tokens_per_s"] * ev.model_latency_s / held, abs=1)
+
+
+def test_an_energy_search_over_the_best_strategy_lists_the_strategies_of_the_form_it_kept() -> None:
+    """--objective energy --parallel best on a Mamba-2 prefill: the form is chosen by energy, each
+    form's strategy by latency; the strategies listed were each the fastest over both forms, so a
+    strategy was listed faster than the kept form ran it (and the text's lookup of the kept one
+    failed with a traceback). The list is now the kept form's own."""
+    from mambalaya.experiments.evaluate import evaluate_best_scan
+
+    ev = evaluate_best_scan(_design(), "mamba2-130m", PRESETS["mamba2-130m"], phase="prefill", seq_len=256, batch=1,
+                            devices=2, parallel="best", objective="energy")
+    listed = dict(ev.strategies_s)
+    kept = ev.layer_split.strategy if ev.layer_split is not None else "pipeline"
+    assert listed[kept] == pytest.approx(ev.model_latency_s, rel=1e-12)
+    assert min(listed.values()) == pytest.approx(ev.model_latency_s, rel=1e-12)

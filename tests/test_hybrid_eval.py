@@ -334,7 +334,8 @@ def test_the_hybrid_report_says_when_a_scan_ran_its_only_form_and_when_activatio
                               "1", "--workers", "1", "--no-figures", "--out", str(tmp_path)])
     assert out.exit_code == 0, out.output
     report = (tmp_path / "hybrid" / "report.md").read_text()
-    assert "**Scan forms.** At bamba-9b prefill L = 1,000 the chunked scan pads L" in report
+    assert ("**Scan forms.** At bamba-9b prefill L = 1,000 every design runs its Mamba layers' only scan form that "
+            "maps, not the faster of two (chunked scan: the chunked scan pads L = 1000") in report  # its own reason
     assert "mambalaya `reference-kernels`" in report and "An attention share is '-'" in report
     rows = pd.DataFrame([{"model": "m", "phase": "prefill", "seq_len": 4096, "arch": "mambalaya", "devices_needed": 1,
                           "dram_need_bytes": 60e9, "activation_peak_bytes": 30e9},
@@ -342,3 +343,47 @@ def test_the_hybrid_report_says_when_a_scan_ran_its_only_form_and_when_activatio
                           "dram_need_bytes": 60e9, "activation_peak_bytes": 10e9}])
     (line, _) = _activation_lines(rows, {"mambalaya": load_arch("mambalaya")})
     assert line.startswith("**Activations.** 1 of the 2 evaluations that fit one device") and "m prefill from L = 4,096" in line
+
+
+def test_a_hybrid_points_figures_mean_what_a_mamba_points_do() -> None:
+    """A hybrid sweep point stored one core's off-chip bytes on a multi-core chip (a Mamba point the
+    chip's), its utilisations over the model's time with the collectives in it (a Mamba point's over
+    its layers' own), and with micro-batches its layer types' shares counted one micro-batch's
+    layers against the whole batch's time (with the interconnect, 0.4 of the time, not 1)."""
+    from mambalaya.experiments.evaluate import chip_cores
+    from mambalaya.experiments.hybrid import evaluate_hybrid, point_outputs
+    from mambalaya.workloads import resolve_model
+
+    cfg = resolve_model("bamba-9b")
+    split = evaluate_hybrid("gpu-h100", "bamba-9b", cfg, phase="decode", seq_len=256, batch=4, devices=2,
+                            parallel="tensor")
+    out = point_outputs(split)
+    busy = sum(ev.result.model_latency_s for ev in split.layers.values())
+    assert busy < split.model_latency_s  # the all-reduces are outside the layers' own time
+    expected = sum(ev.result.compute_util * ev.result.model_latency_s for ev in split.layers.values()) / busy
+    assert out["compute_util"] == pytest.approx(expected, rel=1e-12)
+    piped = evaluate_hybrid("gpu-h100", "bamba-9b", cfg, phase="decode", seq_len=256, batch=16, devices=2,
+                            micro_batches=4)
+    shares = sum(piped.share_of_time(t) for t in piped.layers)
+    assert shares + piped.pipeline.interconnect_share == pytest.approx(1.0, rel=1e-12)
+    chip = evaluate_hybrid("marca-multicore", "bamba-9b", cfg, phase="decode", seq_len=256, batch=1)
+    cores = chip_cores(chip.arch, chip.layer_split)
+    assert cores > 1 and point_outputs(chip)["offchip_bytes"] == pytest.approx(
+        chip.offchip_bytes / cfg.n_layers * cores, rel=1e-12)
+
+
+def test_the_hybrid_reports_scan_form_paragraph_gives_each_rows_own_reason() -> None:
+    """The hybrid report said the chunked scan 'pads L to whole chunks' for every row that ran its
+    only scan form, Jamba's too, whose Mamba layers are Mamba-1 (no chunked form at any length):
+    each row now carries why (scan_form_refused), and the paragraph quotes it."""
+    from mambalaya.arch import load_arch, with_settings
+    from mambalaya.experiments import hybrid_suite
+    from mambalaya.experiments.hybrid import evaluate_hybrid
+    from mambalaya.workloads import resolve_model
+
+    roomy = with_settings(load_arch("gpu-h100"), ["memory.offchip_capacity_bytes=200GB"], option="test")
+    hv = evaluate_hybrid(roomy, "jamba-v0.1", resolve_model("jamba-v0.1"), phase="prefill", seq_len=256, batch=1)
+    row = hybrid_suite._row("jamba-v0.1", hv)
+    assert "Mamba-1, which has only the recurrent scan" in row["scan_form_refused"]
+    text = " ".join(hybrid_suite._scan_form_lines(pd.DataFrame([row])))
+    assert "Mamba-1, which has only the recurrent scan" in text and "pads L" not in text

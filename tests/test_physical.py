@@ -186,6 +186,21 @@ def test_the_marca_point_of_the_split_is_marca() -> None:
     assert quarter.compute.pe_count == pytest.approx(math.ceil(0.25 * 40960 * 0.5), rel=0.05)
 
 
+def test_every_split_takes_the_artifacts_pe_count() -> None:
+    """Each split's PEs are Geens et al.'s artifact's, ceil(area x 40960 x (1 - m)) with 40960 =
+    8192 / 0.2 exactly (scripts/util.py NB_PE_FULL_AREA): the full area was 8192 / (1 - 0.8) =
+    40960.00000000001 PEs here, one PE more at ten of the nineteen splits, and other arrays
+    (the 5% split 119 x 327 where the artifact builds 152 x 256)."""
+    from mambalaya.experiments.equal_area import MEMORY_SHARES
+
+    base = load_arch("marca-original")
+    for m in MEMORY_SHARES:
+        rows, cols = array_shape(math.ceil(1.0 * (8192 / 0.2) * (1 - m)))
+        design = split_design(base, m)
+        assert (design.compute.array_rows, design.compute.array_cols) == (rows, cols), m
+    assert (split_design(base, 0.05).compute.array_rows, split_design(base, 0.05).compute.array_cols) == (152, 256)
+
+
 def test_specs_that_differ_only_in_energy_node_or_area_share_their_searches() -> None:
     """The latency model never reads energy, technology, area or the budget: a spec moved in those
     has the same latency key, the same mapping and the same latency, and a different energy."""

@@ -133,6 +133,8 @@ def test_reproduce_reduced_grid(tmp_path) -> None:
     assert "How the chunked (SSD) form changes the fusion picture" in report
     mappings = json.loads((out / "mappings.json").read_text())
     assert any(k.endswith("/prefill/mambalaya") for k in mappings)
+    # energy.csv's energy-objective rows are traceable: their scan form and their mappings
+    assert {"chunked", "recurrent"} >= set(en.scan) and any(k.endswith("/mambalaya (energy objective)") for k in mappings)
 
 
 def test_evaluate_json_totals() -> None:

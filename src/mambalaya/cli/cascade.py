@@ -199,7 +199,7 @@ def diagram_cmd(
         from mambalaya.cli.fusion import resolve_mapping
 
         m = resolve_mapping(mapping, cascade, buffer)
-        groups = {e: n for n, g in enumerate(m.groups) for e in g.einsums}
+        groups = {e: g.name for g in m.groups for e in g.einsums}  # named as fusion map names them
         sized = f"buffer {m.buffer_bytes:,} B" if m.buffer_bytes else "buffer unbounded"
         if cascade_file is None:  # the widths and the buffer the groups were sized for
             sized = f"{layer.bits}-bit design, precision {layer.precision or 'uniform'}, {sized}"

@@ -34,8 +34,12 @@ from mambalaya.arch.spec import ArchSpec
 
 #: MARCA's area in Geens et al.'s artifact (scripts/util.py, generate_accelerator's docstring).
 MARCA_AREA_MM2 = 222.0
-#: MARCA's split: 80% of the area SRAM (24 MiB), 20% PEs (8192): util.py lines 21-26.
+#: MARCA's split: 80% of the area SRAM (24 MiB), 20% PEs (8192): util.py lines 21-26. The PE share
+#: is its own constant, as there (``NB_PE / 0.2``): ``1 - 0.8`` is 0.19999999999999996 in floating
+#: point, which made the full area 40960.00000000001 PEs and ten of the nineteen splits' arrays one
+#: PE larger than the artifact's (their 5% split 119 x 327 for its 152 x 256).
 MARCA_MEMORY_SHARE = 0.8
+MARCA_PE_SHARE = 0.2
 MARCA_SRAM_BYTES = 24 * 2**20
 MARCA_PES = 8192
 #: The memory shares their sweep covers (sweep_contour.py: 1/20 to 19/20).
@@ -70,7 +74,7 @@ def split_design(base: ArchSpec, memory_share: float, area_fraction: float = 1.0
     if area_fraction <= 0:
         raise ValueError(f"area_fraction must be positive (got {area_fraction})")
     full_sram = MARCA_SRAM_BYTES / MARCA_MEMORY_SHARE
-    full_pes = MARCA_PES / (1 - MARCA_MEMORY_SHARE)
+    full_pes = MARCA_PES / MARCA_PE_SHARE  # 40960.0 exactly, as util.py's NB_PE_FULL_AREA
     sram = int(area_fraction * full_sram * memory_share)
     rows, cols = array_shape(math.ceil(area_fraction * full_pes * (1 - memory_share)))
     dram = base.memory.offchip_bandwidth_bytes_per_s * math.sqrt(area_fraction)

@@ -588,12 +588,14 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
     if not found:
         raise MambalayaError(f"{model_name} prefill L={seq_len} on {spec.name}: no scan form maps ({'; '.join(errors)})")
     best = min(found, key=objective_value)  # (by latency alone, an energy search kept the faster form's energy)
-    strategies: dict[str, float] = {}  # --parallel best: each strategy at its faster form
-    for ev in found:
-        for strategy, seconds in ev.strategies_s:
-            strategies[strategy] = min(seconds, strategies.get(strategy, math.inf))
-    if best.strategies_s:  # (each form listed the strategies it could take, at its own latency)
+    if best.strategies_s and best.objective == "latency":  # --parallel best: each strategy at its faster form
+        strategies: dict[str, float] = {}                  # (each form listed those it could take, at its latency)
+        for ev in found:
+            for strategy, seconds in ev.strategies_s:
+                strategies[strategy] = min(seconds, strategies.get(strategy, math.inf))
         best = replace(best, strategies_s=tuple(strategies.items()))
+    # (for energy or EDP the kept form's own list: the other form's faster strategies are not what it ran,
+    # and a list beside it faster than the kept strategy broke the text's lookup)
     return replace(best, other_scan_refused="; ".join(errors)) if errors else best
 
 

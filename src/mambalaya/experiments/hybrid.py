@@ -80,9 +80,18 @@ class HybridEvaluation:
         return sum(ev.result.model_latency_s for ev in self.layers.values())
 
     def share_of_time(self, layer_type: str) -> float:
-        """Share of the whole model's time spent in layers of ``layer_type``."""
+        """Share of the whole model's time spent in layers of ``layer_type``: their time over the
+        model's. With micro-batches (a pipeline's, each layer costed for one micro-batch and its
+        stages overlapping) the layers' share of the time, 1 - the interconnect's, split between
+        the types by the time each takes over the batch (one micro-batch's layers over the
+        whole batch's time once left 60% of it to no type)."""
         ev = self.layers.get(layer_type)
-        return ev.result.model_latency_s / self.model_latency_s if ev and self.model_latency_s else 0.0
+        if not ev or not self.model_latency_s:
+            return 0.0
+        if self.pipeline is None or self.pipeline.micro_batches == 1:
+            return ev.result.model_latency_s / self.model_latency_s
+        work = sum(e.result.model_latency_s for e in self.layers.values())
+        return ev.result.model_latency_s / work * (1.0 - self.pipeline.interconnect_share)
 
     @property
     def offchip_bytes(self) -> float:
@@ -353,11 +362,15 @@ def point_outputs(hv: HybridEvaluation) -> dict[str, Any]:
     layer type (Falcon-H1's parallel layers, Zamba2's hybrid blocks) and has no share of its own."""
     layers = hv.layers.values()
     total = hv.model_latency_s
-    weighted = lambda attr: sum(getattr(ev.result, attr) * ev.result.model_latency_s for ev in layers) / total  # noqa: E731
+    # utilisations: one device's (core's), over its layers' own time as a Mamba point's are (they
+    # were over the model's, collectives included: a hybrid row's lower by the interconnect's share)
+    busy = sum(ev.result.model_latency_s for ev in layers)
+    weighted = lambda attr: sum(getattr(ev.result, attr) * ev.result.model_latency_s for ev in layers) / busy  # noqa: E731
     out = {
         "latency_s": total / hv.config.n_layers,
         "model_latency_s": total,
-        "offchip_bytes": hv.offchip_bytes / hv.config.n_layers,
+        # a chip's: every core's part (one core's was stored for a hybrid model, the chip's for Mamba)
+        "offchip_bytes": hv.offchip_bytes / hv.config.n_layers * chip_cores(hv.arch, hv.layer_split),
         "compute_util": weighted("compute_util"),
         "mem_util": weighted("mem_util"),
         "tokens_per_s": hv.tokens_per_s,

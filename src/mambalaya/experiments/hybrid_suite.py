@@ -85,9 +85,12 @@ def _row(model: str, ev: HybridEvaluation) -> dict[str, Any]:
             "dram_need_bytes": ev.dram.used_bytes if ev.dram else float("nan"),
             "activation_peak_bytes": ev.dram.activations.bytes if ev.dram and ev.dram.activations else float("nan"),
             "devices_needed": ev.dram.devices_needed if ev.dram and ev.dram.devices_needed else 1,
-            # a layer type whose scan ran in the only form that maps (the chunked refused at an L the chunk
-            # does not divide): the report says so beside its Method's "the faster form"
-            "only_scan_form": " ".join(t for t, e in ev.layers.items() if e.other_scan_refused)}
+            # a layer type whose scan ran in the only form that maps, and why the other did not (the
+            # report says so beside its Method's "the faster form", with that reason: it once gave one
+            # reason, a padded length, for every model, Jamba's Mamba-1 layers included)
+            "only_scan_form": " ".join(t for t, e in ev.layers.items() if e.other_scan_refused),
+            "scan_form_refused": "; ".join(dict.fromkeys(e.other_scan_refused for e in ev.layers.values()
+                                                         if e.other_scan_refused))}
 
 
 def speedup_rows(latency: pd.DataFrame, studied: str = STUDIED) -> pd.DataFrame:
@@ -289,12 +292,15 @@ def _scan_form_lines(latency: pd.DataFrame) -> list[str]:
     only = latency[latency["only_scan_form"].fillna("") != ""]
     if only.empty:
         return []
-    where = "; ".join(f"{m} {p} L = {L:,}" for (m, p, L) in
-                      dict.fromkeys(zip(only["model"], only["phase"], only["seq_len"])))
-    return [f"**Scan forms.** At {where} the chunked scan pads L to whole chunks, which the rest of a hybrid layer "
-            "would count, so it is refused there and every design runs the recurrent form (the only one that "
-            "maps, not the faster: the baselines' speedups at such a length are not those at the lengths around it).",
-            ""]
+    lines = []
+    reasons = only["scan_form_refused"] if "scan_form_refused" in only else pd.Series([""] * len(only), index=only.index)
+    for reason, rows in only.groupby(reasons.fillna(""), sort=False):
+        where = "; ".join(f"{m} {p} L = {L:,}" for (m, p, L) in
+                          dict.fromkeys(zip(rows["model"], rows["phase"], rows["seq_len"])))
+        lines += [f"**Scan forms.** At {where} every design runs its Mamba layers' only scan form that maps, not the "
+                  f"faster of two ({reason or 'the other form was refused'})."
+                  " The Method's \"the faster form\" does not apply to these rows.", ""]
+    return lines
 
 
 def _capacity_lines(latency: pd.DataFrame) -> list[str]:

@@ -67,7 +67,7 @@ def _headline_section(result, details) -> str:
         if r.key.startswith("prefill vs marca"):
             ideal = pre["mambalaya/ideal"]
             why = (f"{ideal.bound}-bound: with every intermediate on chip no mapping beats "
-                   f"{pre['marca-ideal'].latency_s / ideal.latency_s:.2f}× at L = {cfg.detail_seq_len}")
+                   f"{_beside_ref(pre['marca-ideal'].latency_s / ideal.latency_s, r.published)}× at L = {cfg.detail_seq_len}")
         elif r.key.startswith("generation"):
             ideal = gen["mambalaya/ideal"]
             why = f"{ideal.bound}-bound: the speed of light is {gen['marca-ideal'].latency_s / ideal.latency_s:.2f}×"
@@ -78,10 +78,10 @@ def _headline_section(result, details) -> str:
         far = verdicts.get(f"{r.model}: {r.key}")
         if far:  # (its ratios are at the sensitivity study's lengths, not this table's: said so)
             why += f"; at the study's L = {', '.join(str(x) for x in cfg.study_seq_lens)}, {far}"
-        rows.append({"model": r.model, "claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{r.ours:.2f}×",
-                     "gap": _gap(r.ours, r.published), "why": why})
-    ours = next((k for k in (rows[0] if rows else {}) if k.startswith("ours (")), "ours")
-    rows.extend(_equal_area_rows(t.get("geens_equal_area"), ours))
+        rows.append({"model": r.model, "claim": r.claim, "published": f"{r.published:g}×", "ours": f"{_beside_ref(r.ours, r.published)}×",
+                     "precision": r.precision, "gap": _gap(r.ours, r.published), "why": why})
+    # (one "ours (<policy>)" column once held the equal-area rows too, run on marca-original at 32 bits)
+    rows.extend(_equal_area_rows(t.get("geens_equal_area")))
     study = ("; the sensitivity study says what each assumption does to each ratio (`sensitivity.csv`, "
              "`what_would_it_take.csv`)." if cfg.sensitivity else " (no sensitivity study in this run: "
              "--sensitivity none).")
@@ -93,7 +93,7 @@ Each model's section below has the table under both precision policies with how 
 the mapping each design ran and *why the gaps* in full (`headlines.csv`){study}
 """
 
-def _equal_area_rows(rows: pd.DataFrame | None, ours: str) -> list[dict]:
+def _equal_area_rows(rows: pd.DataFrame | None) -> list[dict]:
     """Geens et al.'s equal-area ratio at the length where it is largest, under each variant
     of the SRAM's bandwidth (the report's Geens section has every split); at 32 bits, their setup."""
     from mambalaya.experiments.claims import PUBLISHED
@@ -108,7 +108,8 @@ def _equal_area_rows(rows: pd.DataFrame | None, ours: str) -> list[dict]:
         at = rows[(rows.variant == variant) & (rows.seq_len == top.seq_len)].set_index("memory_share").bound
         out.append({"model": "Geens et al.'s Mamba1-2.7B (32 bits)",
                     "claim": f"Geens et al. over MARCA at equal area ({variant})",
-                    "published": f"{published:g}×", ours: f"{top.speedup:.2f}×", "gap": _gap(float(top.speedup), published),
+                    "published": f"{published:g}×", "ours": f"{top.speedup:.2f}×",
+                    "precision": "uniform, 32 bits (marca-original: their setup)", "gap": _gap(float(top.speedup), published),
                     "why": (f"L = {top.seq_len}: the best split has {top.best_memory_share:.0%} SRAM ({at[top.best_memory_share]}-bound) "
                             f"against MARCA's {MARCA_MEMORY_SHARE:.0%} ({at[MARCA_MEMORY_SHARE]}-bound)")})
     return out
@@ -205,8 +206,9 @@ def _gap_text(cfg, model: str, details) -> str:
         f"(compute utilisation {r['mambalaya/ideal'].compute_util:.0%}) against MARCA's {r['marca-ideal'].latency_s * 1e3:.2f} ms "
         f"(compute utilisation {r['marca-ideal'].compute_util:.0%}): no mapping can beat **{_beside_ref(bound_pre, P['prefill vs marca-ideal'])}×** on this budget, "
         f"{verdict} the published {P['prefill vs marca-ideal']:g}×. Mambalaya's stitching (the search) reaches "
-        f"{r['marca-ideal'].latency_s / r['mambalaya'].latency_s:.2f}×, the greedy pass alone "
-        f"{r['marca-ideal'].latency_s / r['mambalaya-greedy'].latency_s:.2f}×."
+        f"{_beside_ref(r['marca-ideal'].latency_s / r['mambalaya'].latency_s, bound_pre, P['prefill vs marca-ideal'])}×, "
+        f"the greedy pass alone "
+        f"{_beside_ref(r['marca-ideal'].latency_s / r['mambalaya-greedy'].latency_s, bound_pre, P['prefill vs marca-ideal'])}×."
         + (
             " The published figure therefore needs a compute model in which the unfused MARCA pays more time per "
             "operation than ours, or mambalaya less: our per-operation costs (`compute.unary_cost_cycles`, "
@@ -241,7 +243,7 @@ def _claims(cfg, t, model: str) -> pd.DataFrame:
     h = t["headlines"][t["headlines"].model == model]
     rows = []
     for r in h.itertuples():
-        row = {"claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{r.ours:.2f}×",
+        row = {"claim": r.claim, "published": f"{r.published:g}×", f"ours ({r.precision})": f"{_beside_ref(r.ours, r.published)}×",
                "gap": _gap(r.ours, r.published)}
         if "alt_ours" in h.columns and pd.notna(getattr(r, "alt_ours", None)):
             row[f"ours ({r.alt_precision})"] = f"{r.alt_ours:.2f}×"
@@ -458,12 +460,13 @@ def _marca_area_line(areas: pd.DataFrame | None) -> str:
             "not an 80/20 split, so the swept designs are their model's, not re-derived from ours.")
 
 
-def _beside_ref(value: float, published: float) -> str:
-    """``value`` to two decimals, or to as many more as it takes not to print as ``published``
-    when it is below or above it (4.898 was printed 4.90, "below the published 4.9")."""
+def _beside_ref(value: float, *references: float) -> str:
+    """``value`` to two decimals, or to as many more as it takes not to print as any of
+    ``references`` (a published ratio, a bound beside it) when it differs from it (4.898 was
+    printed 4.90, "below the published 4.9"; a search's 4.8954 printed 4.90 beside its bound's 4.898)."""
     for digits in (2, 3, 4, 6):
         text = f"{value:.{digits}f}"
-        if value == published or float(text) != published:
+        if all(value == ref or float(text) != float(f"{ref:.{digits}f}") for ref in references):
             return text
     return f"{value:.6g}"
 
@@ -565,10 +568,10 @@ def _activations_section(result) -> str:
     if "activations_fit_dram" not in lat or lat.activations_fit_dram.isna().all():
         return ""
     rows = []
-    for design, part in lat.groupby("arch", sort=False):
+    for (design, model), part in lat.groupby(["arch", "model"], sort=False):  # (per model: one L once read for two)
         over = part[part.activations_fit_dram == False]  # noqa: E712 (None: not known)
         first = over[over.phase == "prefill"].seq_len.min() if not over.empty else None
-        rows.append({"design": design, "results": len(part), "activations over the capacity": len(over),
+        rows.append({"design": design, "model": model, "results": len(part), "activations over the capacity": len(over),
                      "from prefill L": "" if first is None or first != first else f"{int(first):,}",
                      "largest peak": byte_size(part.activation_peak_bytes.max())})  # (22 MB once read "0.0 GB")
     return f"""## Activations and the device's memory
@@ -591,9 +594,10 @@ def _energy_section(result) -> str:
     en = result.tables.get("energy")
     if en is None or en.empty:
         return "## Energy\n\nNo design of this run has an `energy` section, so no energy is reported.\n"
-    shown = en[["model", "phase", "design", "layer_energy_j", "energy_per_token_j", "average_power_w", "power_budget_w",
-                "over_power_budget", "layer_latency_s", "throttled_latency_s", "dram_j", "buffer_j", "mac_j",
-                "register_j", "elementwise_j", "mfu_j", "leakage_j", "energy_gain_vs_marca"]]  # every part of the layer's
+    shown = en[["model", "phase", "design", "scan", "layer_energy_j", "energy_per_token_j", "average_power_w",
+                "power_budget_w", "over_power_budget", "layer_latency_s", "throttled_latency_s", "dram_j", "buffer_j",
+                "mac_j", "register_j", "elementwise_j", "mfu_j", "leakage_j", "energy_gain_vs_marca"]  # every part of the layer's
+               ].rename(columns={"energy_per_token_j": "model_energy_per_token_j"})  # (the whole model's, beside per-layer ones)
     over = en[en.over_power_budget.astype(bool)]
     budget_note = ("Every result is within its design's power budget (`power_budget_w`, the reference part's TDP)."
                    if over.empty else
@@ -659,7 +663,9 @@ Component areas at each design's node (`area` and `technology` sections; `areas.
 the MFUs from Horowitz's 45 nm areas scaled by Stillmaker and Baas (0.059 to 7 nm), the registers and the buffer from
 CACTI-class SRAM densities. Control, interconnect and I/O are not modelled (`area.overhead_fraction` 0), so these
 are the components' areas, not a die's (the H100's is 814 mm²). {area_text} At equal power each design is held to
-its budget: a layer over it spreads its dynamic energy over the budget less its leakage.
+its budget: a layer over it spreads its dynamic energy over the budget less its leakage. The ratios below are one
+layer's at L = {result.config.detail_seq_len} (prefill) and one generation step's (`energy.csv`), not the headline
+table's means or maxima over every L.
 
 {_md_table(pd.DataFrame(lines)) if lines else ""}
 

@@ -138,7 +138,7 @@ def _model_figures(result, details, specs, model: str, out: Path) -> list[Path]:
     paths += F.save_figure(fig, out / f"latency_breakdown_{model}")
     ev = details[(model, "prefill", "mambalaya")]
     labels = {e.key: e.fusion_class for e in classify_edges(ev.cascade) if e.producer != e.consumer}
-    groups = {e: n for n, g in enumerate(ev.mapping.groups) for e in g.einsums}
+    groups = {e: g.name for g in ev.mapping.groups for e in g.einsums}  # the tables' names (G1, G2); once 0, 1
     png, svg = out / f"cascade_{model}.png", out / f"cascade_{model}.svg"
     fig = draw_cascade(ev.cascade, png, edge_labels=labels, groups=groups,
                        title=f"{model} prefill: fusion classes and mambalaya's groups")

@@ -345,11 +345,12 @@ def _run(config: ReproduceConfig, result: ReproduceResult, specs: dict, tick, ba
 
     for name, df in result.tables.items():
         df.to_csv(out / f"{name}.csv", index=False)
-    mappings = {f"{m}/{p}/{d}": mapping_to_dict(ev.mapping) for (m, p, d), ev in details.items()}
+    # every evaluation's mapping, the energy-objective rows' too (energy.csv names them: they were missing)
+    mappings = {f"{m}/{p}/{d}": mapping_to_dict(ev.mapping) for (m, p, d), ev in {**details, **energy_details}.items()}
     (out / "mappings.json").write_text(json.dumps(mappings, indent=1), encoding="utf-8")
 
 
-ENERGY_COLUMNS = ["model", "phase", "design", "mapping", "layer_latency_s", "layer_energy_j", "energy_per_token_j",
+ENERGY_COLUMNS = ["model", "phase", "design", "mapping", "scan", "layer_latency_s", "layer_energy_j", "energy_per_token_j",
                   "edp_js", "average_power_w", "power_budget_w", "over_power_budget", "throttled_latency_s", "leakage_w",
                   "area_mm2", "dram_j", "buffer_j", "register_j", "mac_j", "elementwise_j", "mfu_j", "leakage_j",
                   "energy_gain_vs_marca"]
@@ -365,6 +366,7 @@ def _energy_rows(details: dict) -> pd.DataFrame:
             continue
         parts = energy.by_component_j()
         rows.append({"model": model, "phase": phase, "design": label, "mapping": ev.mapping.name,
+                     "scan": scan_form(ev.cascade),  # (the energy objective's may differ from the latency's)
                      "layer_latency_s": ev.result.latency_s, "layer_energy_j": energy.layer_j,
                      "energy_per_token_j": energy.per_token_j, "edp_js": energy.edp_js,
                      "average_power_w": energy.average_power_w, "power_budget_w": ev.arch.power_budget_w,

@@ -176,7 +176,7 @@ def _legend_handles(cascade: Cascade, layout: Layout, group_of: Mapping[str, Has
             )
         )
     for g, colour in _group_colours(group_of).items():
-        handles.append(Patch(facecolor=colour, alpha=0.3, edgecolor=colour, label=f"fusion group {g}"))
+        handles.append(Patch(facecolor=colour, alpha=0.3, edgecolor=colour, label=f"fusion group {g}"))  # (its name)
     return handles
 
 

@@ -442,6 +442,7 @@ def test_the_lazy_contiguous_search_minimises_energy_as_costing_every_segment(mo
     assert found[True][1] < found[False][1]
 
 
+@pytest.mark.slow  # long: started first (conftest), not the run's tail
 def test_the_lazy_contiguous_search_runs_beyond_63_einsums_as_costing_every_segment(monkeypatch) -> None:
     """Zamba2's hybrid layer (the shared attention block and a Mamba-2 mixer, 65 Einsums in its
     chunked prefill) is wider than a 63-bit mask: its contiguous space holds its masks as Python

@@ -314,6 +314,7 @@ def test_olmo_hybrid_refusals() -> None:
 # the hybrid suite and the command line
 # --------------------------------------------------------------------------------------------
 
+@pytest.mark.slow  # long: started first (conftest), not the run's tail
 def test_hybrid_suite_runs_every_dense_family(tmp_path) -> None:
     """`reproduce --suite hybrid` includes every family by default; Nemotron-H and OLMo-Hybrid
     evaluate on every design, each layer type under its mapping (MLP layers unfused on the

@@ -240,6 +240,7 @@ def test_a_layer_costed_again_under_the_same_inputs_is_reused_with_the_same_numb
     assert reuse.hits == 1 and len(reuse.entries) == 5
 
 
+@pytest.mark.slow  # long: started first (conftest), not the run's tail
 def test_hybrid_suite_on_worker_processes_writes_the_same_tables(tmp_path) -> None:
     """The suite's tasks (each model's decode, then its prefill one length each) on two spawned
     worker processes give the tables the suite computes in one process, row for row."""

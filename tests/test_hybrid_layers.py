@@ -303,6 +303,7 @@ def test_tiled_executor_equals_the_model_on_named_mappings(key: str, name: str, 
     _check_tiled(key, named_mapping(name, c, buffer))
 
 
+@pytest.mark.slow  # long: started first (conftest), not the run's tail
 def test_tiled_executor_equals_the_model_on_random_legal_mappings() -> None:
     """Hypothesis draws groupings and fused loops (any rank, any tile, both halo policies) of
     the attention, MLP and whole hybrid-layer cascades; every legal one moves the bytes the

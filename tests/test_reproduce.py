@@ -228,6 +228,7 @@ def test_reproduce_refuses_study_lengths_it_would_replace_or_ignore(tmp_path) ->
     assert r.exit_code == 1 and "--sensitivity none does not run" in " ".join(r.stderr.split())
 
 
+@pytest.mark.slow  # long: started first (conftest), not the run's tail
 def test_a_reproduce_report_names_the_models_policy_and_files_of_its_run(tmp_path) -> None:
     """The Setup called any --models the paper's 48- and 64-layer models, the architecture table
     showed each design's own policy under --precision uniform, and the headline section pointed to

@@ -568,6 +568,7 @@ fixed:
 """
 
 
+@pytest.mark.slow  # long: started first (conftest), not the run's tail
 def test_devices_and_the_parallel_strategy_are_sweep_axes(tmp_path) -> None:
     """A point over several devices is the evaluation over them (its latency includes the
     collectives, its strategy and interconnect time are outputs); the system's links are read

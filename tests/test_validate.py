@@ -415,6 +415,7 @@ def test_a_bad_collective_file_names_the_case_and_the_field(tmp_path, changes, n
     assert needle in str(info.value)
 
 
+@pytest.mark.slow  # long: started first (conftest), not the run's tail
 def test_the_one_fitted_quantity_is_fitted_on_its_declared_subset_only(shipped, tmp_path) -> None:
     """kernels.scan_sm_cycles_per_step: the geometric mean of Figure 8's six selective-scan
     cases (each case's own value: its measured time over its element-steps in SM-cycles), the

@@ -22,7 +22,7 @@ from mambalaya.specio import MAX_SPEC_BYTES
 from mambalaya.workloads import HYBRID_FAMILIES, PRESETS
 from mambalaya.workloads.families.base import is_hybrid
 
-from mambalaya.cli.layer_options import LayerArgs, layer_cascade, layer_options
+from mambalaya.cli.layer_options import LayerArgs, check_buffer_is_read, layer_cascade, layer_options
 from mambalaya.cli.readers import size_parser
 from mambalaya.outputs import atomic_output, check_output_path, write_text_output
 from mambalaya.cli.common import (
@@ -183,11 +183,8 @@ def diagram_cmd(
         title = layer.title(cascade)
     if buffer is not None and mapping is None:  # (once accepted and ignored: it sizes a mapping's groups)
         raise MambalayaError("--buffer sizes the groups of --mapping; without a mapping the diagram has none")
-    if buffer is not None and mapping == "ideal":
-        raise MambalayaError("--buffer sizes a mapping's groups; the ideal mapping's buffer is unbounded (every "
-                             "intermediate on chip), so the option would change nothing")
-    widths = [o for o, moved in (("--bits", layer.bits != LayerArgs().bits), ("--precision", layer.precision is not None))
-              if moved]
+    check_buffer_is_read(buffer, mapping)
+    widths = layer.width_options()
     if widths and mapping is None and cascade_file is None:  # (once accepted and ignored: the drawing has no widths)
         raise MambalayaError(f"{' and '.join(widths)} set the tensors' widths, which only the groups of --mapping "
                              "depend on; without a mapping the diagram draws none")

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Iterable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 
@@ -38,10 +39,11 @@ MicroBatchesOpt = Annotated[Optional[int], typer.Option("--micro-batches", min=1
 ParallelOpt = Annotated[Optional[Parallel], typer.Option("--parallel", help="How --devices split the model: pipeline (its layers in order), tensor (every layer's heads and channels, an all-reduce where an Einsum sums over them), expert (a MoE model's experts, the batch's sequences elsewhere; two all-to-alls per MoE block), sequence (a prefill's positions, the scans' states passed along the devices) or best (the fastest the model takes). Default: pipeline; on a multi-core design, its cores.placement.")]
 
 
-def check_parallel_has_devices(parallel: Parallel | None, devices: int | None, specs: list) -> None:
+def check_parallel_has_devices(parallel: Parallel | None, devices: int | None, specs: Iterable[Any]) -> None:
     """Refuse ``--parallel`` on a run of one device (``--devices`` absent or 1) on designs that are
     not multi-core chips: every strategy is then the one-device evaluation, so it changed no number
-    and said nothing (as ``--micro-batches`` is refused there)."""
+    and said nothing (as ``--micro-batches`` is refused there). ``specs`` is read only then (a
+    generator loads no design otherwise)."""
     if parallel is not None and devices in (None, 1) and all(spec.cores is None for spec in specs):
         raise SpecError(f"--parallel {parallel.value} says how --devices N splits the model over several devices; "
                         f"this run has one ({'--devices 1' if devices else 'no --devices'}), where every strategy is "
@@ -116,7 +118,7 @@ def compare_cmd(
                       inputs={**run.input_paths(), "--archs": names, "--baseline": baseline})
 
     config = run.config()
-    check_parallel_has_devices(parallel, devices, [load_arch(name) for name in names])
+    check_parallel_has_devices(parallel, devices, (load_arch(name) for name in names))
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_lens=lens, batch=run.batch, baseline=baseline, scan=run.scan,
                   precision=run.precision, settings=tuple(run.settings or ()), devices=devices,

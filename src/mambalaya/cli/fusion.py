@@ -20,7 +20,7 @@ from mambalaya.errors import MambalayaError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.fusion.mapping_file import parse_bytes
 
-from mambalaya.cli.layer_options import LayerArgs, layer_cascade, layer_options
+from mambalaya.cli.layer_options import LayerArgs, check_buffer_is_read, layer_cascade, layer_options
 from mambalaya.outputs import check_output_path, check_outputs_differ, write_text_output
 from mambalaya.cli.common import (
     width_text,
@@ -69,8 +69,7 @@ def classes_cmd(
     from mambalaya.fusion.edges import classify_edges, edge_rows, edges_json
 
     check_output_path(output, kind="file", option="--output", inputs=layer.input_paths())
-    widths = [o for o, moved in (("--bits", layer.bits != LayerArgs().bits), ("--precision", layer.precision is not None))
-              if moved]
+    widths = layer.width_options()
     if widths:  # (accepted, and every class the same: the table only echoed the width)
         raise MambalayaError(f"{' and '.join(widths)} set the tensors' widths, and no fusion class depends on a width "
                              "(what each edge needs to fuse is in its accesses); the option would change nothing")
@@ -107,9 +106,7 @@ def map_cmd(
     check_outputs_differ({"--save": save, "--output": output})
     check_output_path(output, kind="file", option="--output", inputs=inputs)
     check_output_path(save, kind="file", option="--save", inputs=inputs)
-    if buffer is not None and mapping == "ideal":  # (accepted, and the buffer left unbounded without a word)
-        raise MambalayaError("--buffer sizes a mapping's groups; the ideal mapping's buffer is unbounded (every "
-                             "intermediate on chip), so the option would change nothing")
+    check_buffer_is_read(buffer, mapping)
     config, cascade = layer_cascade(layer)
     stats = SearchStats()
     m = resolve_mapping(mapping, cascade, buffer, stats)

@@ -20,7 +20,7 @@ from typing import Any, Callable
 from pathlib import Path
 
 from mambalaya.einsum.unroll import unroll_recurrences
-from mambalaya.errors import SpecError
+from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.cli.options import (DEFAULT_BITS, DEFAULT_CASCADE_BATCH, DEFAULT_CASCADE_MODEL, DEFAULT_DESIGN_BATCH,
                                    DEFAULT_DESIGN_MODEL, DEFAULT_SEQ_LEN, ArchPrecisionOpt, BatchOpt, BitsOpt,
                                    LayerTypeOpt, ModelOpt, PhaseOpt, PhaseOption, PrecisionOpt, RoutingOpt, ScanOpt,
@@ -55,6 +55,12 @@ class LayerArgs:
     def input_paths(self) -> dict[str, Any]:
         """The options that may name an input file, by option (for :func:`~mambalaya.outputs.check_output_path`)."""
         return {"--model": self.model, "--precision": self.precision}
+
+    def width_options(self) -> list[str]:
+        """The options given that set the tensors' widths (``--bits`` off its default, ``--precision``):
+        for a command to refuse where nothing it prints depends on a width."""
+        return [o for o, moved in (("--bits", self.bits != LayerArgs().bits), ("--precision", self.precision is not None))
+                if moved]
 
     def build(self) -> tuple[Any, Any]:
         """(model config, cascade) of the layer (:func:`mambalaya.cli.common.model_layer`)."""
@@ -124,6 +130,14 @@ class DesignArgs:
         check_settings_read([spec], setting_fields(self.settings or []), self.precision, devices=devices,
                             parallel=parallel)
         return spec
+
+
+def check_buffer_is_read(buffer: Any, mapping: str | None) -> None:
+    """Refuse ``--buffer`` beside ``--mapping ideal``, whose buffer is unbounded (every intermediate
+    on chip): it was accepted and changed nothing (``fusion map``, ``cascade diagram``)."""
+    if buffer is not None and mapping == "ideal":
+        raise MambalayaError("--buffer sizes a mapping's groups; the ideal mapping's buffer is unbounded (every "
+                             "intermediate on chip), so the option would change nothing")
 
 
 _DESIGN_ANNOTATIONS = {"model": ModelOpt, "phase": PhaseOpt, "batch": BatchOpt, "scan": ScanOpt,

@@ -293,8 +293,7 @@ def _scan_form_lines(latency: pd.DataFrame) -> list[str]:
     if only.empty:
         return []
     lines = []
-    reasons = only["scan_form_refused"] if "scan_form_refused" in only else pd.Series([""] * len(only), index=only.index)
-    for reason, rows in only.groupby(reasons.fillna(""), sort=False):
+    for reason, rows in only.groupby(only["scan_form_refused"].fillna(""), sort=False):
         where = "; ".join(f"{m} {p} L = {L:,}" for (m, p, L) in
                           dict.fromkeys(zip(rows["model"], rows["phase"], rows["seq_len"])))
         lines += [f"**Scan forms.** At {where} every design runs its Mamba layers' only scan form that maps, not the "

@@ -39,7 +39,7 @@ class GroupAnalysis:
     #: may tile when a member lacks a rank (it then re-runs per tile)
     widened: tuple[str, ...]
     #: per member that would run once along a rank the group tiles (a *select-runner*,
-    #: :func:`select_positions`), those ranks and where it reads the one position along each (an
+    #: :func:`_select_candidates`), those ranks and where it reads the one position along each (an
     #: input access and a dimension of it: the position is the cascade's own,
     #: :meth:`select_positions_at`, so layers at other lengths share the analysis); members that
     #: would not are absent (read-only)
@@ -49,7 +49,7 @@ class GroupAnalysis:
     #: read at the last key by ``AO``): that rank and where those reads are (reader, input
     #: access, dimension: the positions are the cascade's own, :meth:`kept_at`). Its carried
     #: value lives in the lanes that run the recurrence; the buffer receives those positions
-    #: only (:func:`kept_positions`)
+    #: only (:func:`_kept`)
     kept: dict[str, tuple[str, frozenset[tuple[str, int, int]]]] = field(default_factory=dict)
 
     def select_positions_at(self, cascade: Cascade, name: str) -> dict[str, int]:
@@ -94,7 +94,7 @@ class _MemberFacts:
     reduced: frozenset[str]  # the ranks it reduces (a recurrence's contracted state ranks too)
     one_lane: bool  # each element made by one lane: it reduces nothing and contracts no state
     #: where a select-runner of it reads its one position along each rank it could run once
-    #: along (:func:`select_positions` where the group conditions hold), by rank
+    #: along (:func:`_select_candidates`, where :func:`_is_runner` holds), by rank
     select_where: dict[str, tuple[int, int]]
     recurrence_rank: str | None
 
@@ -105,7 +105,7 @@ class _PairFacts:
     does not depend on the group (memoised per cascade)."""
 
     in_place: bool  # c reads e's tensor in place (:func:`_reads_in_place`)
-    one_step: bool  # c's reads of e, a recurrence, are one step of it (the shape of :func:`_selects_one_step`)
+    one_step: bool  # c's reads of e, a recurrence, are one step of it (:func:`_reads_one_step`)
     reducers: frozenset[str]  # the other readers of e that reduce a rank before c reads it (reduce-then-reuse)
     #: where c reads e at constant positions of e's recurrence rank (reader, access, dimension;
     #: at or above 0), or None if one of c's reads indexes that rank with a variable
@@ -120,7 +120,7 @@ def _member_facts(cascade: Cascade) -> dict[str, _MemberFacts]:
         for e in cascade.einsums:
             along = cascade.recurrence(e)
             contracted = cascade.contracted_state_ranks(e)
-            ranks = _select_ranks(cascade, e)
+            ranks = tuple(_select_candidates(cascade, e))
             memo[e.name] = _MemberFacts(
                 tuple(e.input_tensors), frozenset(c.name for c in cascade.consumers(e.name) if c.name != e.name),
                 e.name in handed_back, frozenset(rank_of_variable(v) for v in e.output_variables),
@@ -154,10 +154,7 @@ def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
                 reads.setdefault(t)
     writes = tuple(n for n, f in zip(einsums, members) if f.handed_back or not f.consumers <= inside)
     inter = tuple(n for n, f in zip(einsums, members) if not f.consumers.isdisjoint(inside))
-    # a select-runner: each input made in the group (it reads nothing off chip, nor itself) and
-    # no other member reads it (select_positions)
-    runners = {n for n, f in zip(einsums, members)
-               if f.select_where and inside.issuperset(f.inputs) and f.consumers.isdisjoint(inside)}
+    runners = {n for n, f in zip(einsums, members) if _is_runner(f, inside)}
     leaving = set(writes)
     lanes = frozenset(n for n, f in zip(einsums, members) if _in_lanes(cascade, n, f, inside, leaving, runners))
     selects = {n: dict(facts[n].select_where) for n in einsums if n in runners}
@@ -174,6 +171,13 @@ def _analyse(cascade: Cascade, einsums: tuple[str, ...]) -> GroupAnalysis:
     return GroupAnalysis(einsums, tuple(reads), writes, inter, lanes,
                          _generational_last(cascade, (common or set()) - reduced),
                          _generational_last(cascade, written - reduced), selects, kept)
+
+
+def _is_runner(f: _MemberFacts, inside: frozenset[str]) -> bool:
+    """Whether a member of the group ``inside`` is a select-runner: it has select ranks
+    (:func:`_select_candidates`), every tensor it reads is made in the group (it reads nothing
+    off chip) and no other member reads its output (it leaves the group, written once along them)."""
+    return bool(f.select_where) and inside.issuperset(f.inputs) and f.consumers.isdisjoint(inside)
 
 
 def _in_lanes(cascade: Cascade, name: str, f: _MemberFacts, inside: frozenset[str], leaving: set[str],
@@ -200,7 +204,13 @@ def _in_lanes(cascade: Cascade, name: str, f: _MemberFacts, inside: frozenset[st
 
 
 def _kept(cascade: Cascade, name: str, f: _MemberFacts, inside: frozenset[str]):
-    """:func:`kept_positions` of member ``name`` in the group of ``inside``, from its facts."""
+    """For member ``name``, a recurrence, in the group of ``inside``: its recurrence rank and the
+    positions along it that the group's other members read, if every one of their reads indexes
+    that rank with a constant (none reads a position per step); None otherwise, or if no other
+    member reads it. ``AO[b,i,g,r,e] = OR[b,i,TB-1,g,r,e] / LR[b,i,TB-1,g,r]`` reads the running
+    output and sum at the last key block only. Where those reads are is returned (reader, input
+    access, dimension), of the positions at or above 0: :meth:`GroupAnalysis.kept_at` reads the
+    positions and applies the rank's size."""
     if f.recurrence_rank is None:
         return None
     readers = [c for c in f.consumers if c in inside]
@@ -226,26 +236,6 @@ def _where_read(cascade: Cascade, e: Einsum, rank: str) -> tuple[int, int]:
     raise AssertionError(f"{e.name} reads no constant position of {rank}")  # pragma: no cover
 
 
-def kept_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> tuple[str, frozenset[tuple[str, int, int]]] | None:
-    """For a recurrence ``e`` in a group of the Einsums ``inside``: its recurrence rank and the
-    positions along it that the group's other members read, if every one of their reads indexes
-    that rank with a constant (none reads a position per step); None otherwise, or if no other
-    member reads it. ``AO[b,i,g,r,e] = OR[b,i,TB-1,g,r,e] / LR[b,i,TB-1,g,r]`` reads the running
-    output and sum at the last key block only. Where those reads are is returned (reader, input
-    access, dimension), of the positions at or above 0: :meth:`GroupAnalysis.kept_at` reads the
-    positions and applies the rank's size."""
-    if cascade.recurrence(e) is None:
-        return None
-    readers = [c for c in cascade.consumers(e.name) if c.name in inside and c.name != e.name]
-    where: set[tuple[str, int, int]] = set()
-    for c in readers:
-        found = _kept_reads(cascade, e, c)
-        if found is None:
-            return None
-        where |= found
-    return (cascade.recurrence(e)[0], frozenset(where)) if readers else None
-
-
 def _kept_reads(cascade: Cascade, e: Einsum, c: Einsum) -> frozenset[tuple[str, int, int]] | None:
     """Where ``c`` reads ``e``, a recurrence, at constant positions (at or above 0) of its
     recurrence rank (reader, input access, dimension), or None if one of its reads indexes that
@@ -264,30 +254,17 @@ def _kept_reads(cascade: Cascade, e: Einsum, c: Einsum) -> frozenset[tuple[str, 
     return frozenset(where)
 
 
-def select_positions(cascade: Cascade, e: Einsum, inside: set[str]) -> dict[str, int]:
-    """The ranks along which ``e``, in a group of the Einsums ``inside``, runs once if the
-    group tiles them, each with the one position it reads along it (the *select ranks* of
-    :mod:`mambalaya.fusion.mapping`, before they are narrowed to the ranks the group tiles).
+def _select_candidates(cascade: Cascade, e: Einsum) -> dict[str, int]:
+    """The ranks along which ``e`` runs once if a group tiles them, each with the one position it
+    reads along it (the *select ranks* of :mod:`mambalaya.fusion.mapping`, before they are
+    narrowed to the ranks the group tiles), where the group makes ``e`` a select-runner
+    (:func:`_is_runner`).
 
     A rank ``R`` qualifies when ``e`` is no recurrence, its output lacks ``R`` and it does not
-    reduce ``R``; every tensor it reads is made in the group (it reads nothing off chip) and
-    every one of its reads indexes each dimension of rank ``R`` of that tensor with one
-    constant position, at or above 0, the same in all of them (at least one read); and no other
-    Einsum of the group reads its output (it leaves the group, written once along ``R``).
+    reduce ``R``, and every one of its reads indexes each dimension of rank ``R`` of that tensor
+    with one constant position, at or above 0, the same in all of them (at least one read).
     ``HN[b,e,n] = H[b,1023,e,n]`` beside the scan ``H`` runs once along ``I``, in the tile
-    holding position 1023."""
-    if any(a.tensor not in inside for a in e.inputs):
-        return {}
-    if any(c.name in inside and c.name != e.name for c in cascade.consumers(e.name)):
-        return {}
-    return _select_candidates(cascade, e)
-
-
-def _select_candidates(cascade: Cascade, e: Einsum) -> dict[str, int]:
-    """:func:`select_positions` of ``e`` in a group holding every tensor it reads and none of its
-    readers (the conditions on the group aside): the ranks its reads fix at one position each,
-    the same in all of them, that it neither writes nor reduces; none for a recurrence, an
-    Einsum without inputs or one reading itself."""
+    holding position 1023. None for a recurrence, an Einsum without inputs or one reading itself."""
     if cascade.recurrence(e) is not None or not e.inputs or any(a.tensor == e.name for a in e.inputs):
         return {}
     excluded = {rank_of_variable(v) for v in (*e.output_variables, *e.reduced_variables)}
@@ -300,10 +277,6 @@ def _select_candidates(cascade: Cascade, e: Einsum) -> dict[str, int]:
         here = {r: p for r, p in positions.items() if p is not None and r not in excluded}
         found = here if found is None else {r: p for r, p in found.items() if here.get(r) == p}
     return found or {}
-
-
-def _select_ranks(cascade: Cascade, e: Einsum) -> tuple[str, ...]:
-    return tuple(_select_candidates(cascade, e))
 
 
 def _generational_last(cascade: Cascade, ranks: set[str]) -> tuple[str, ...]:

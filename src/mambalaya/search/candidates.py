@@ -499,11 +499,11 @@ def _sharing_tilings(models: Iterable[GroupCostModel]) -> list[list[GroupCostMod
 
 
 def footprint_terms(cascade: Cascade, group: FusionGroup, ranks: list[str],
-                    held: list[tuple[float, tuple[str, ...], list[int]]]) -> list[tuple[float, list[int], int | None]]:
+                    held: list[tuple[float, tuple[str, ...], tuple[int, ...]]]) -> list[tuple[float, tuple[int, ...], int | None]]:
     """The footprint's terms of ``group`` tiling ``ranks`` (its :func:`~mambalaya.search.group_shape.held_layouts`
     ``held``): (bytes per element x fixed extents, tiled rank indices, rank whose tiling creates the
     term: a retained halo's, kept only while its rank is tiled)."""
-    terms: list[tuple[float, list[int], int | None]] = [(held_bytes(cascade, base, whole), tiled, None)
+    terms: list[tuple[float, tuple[int, ...], int | None]] = [(held_bytes(cascade, base, whole), tiled, None)
                                                         for base, whole, tiled in held]
     if group.halo == "retain":
         for (t, rank), rows in window_halos(cascade, group).items():
@@ -522,7 +522,7 @@ def least_footprint_bound(cascade: Cascade, einsums: list[str], ranks: list[str]
     return _least_of_terms(terms, [cascade.size(r) for r in ranks])
 
 
-def _least_of_terms(fp_terms: list[tuple[float, list[int], int | None]], sizes: list[int]) -> float:
+def _least_of_terms(fp_terms: list[tuple[float, tuple[int, ...], int | None]], sizes: list[int]) -> float:
     """The least of the footprint's corners (see :func:`least_footprints`)."""
     halo_ranks = sorted({when for _, _, when in fp_terms if when is not None})
     least = math.inf
@@ -547,7 +547,7 @@ def least_footprints(models: list[GroupCostModel]) -> None:
             m._least_fp = _least_of_terms(m.fp_terms, [m.cascade.size(r) for r in m.ranks])
 
 
-def _footprint_at(fp_terms: list[tuple[float, list[int], int | None]], tiles: list[int], sizes: list[int]) -> float:
+def _footprint_at(fp_terms: list[tuple[float, tuple[int, ...], int | None]], tiles: list[int], sizes: list[int]) -> float:
     """The footprint bound of ``m`` with everything streamed at one tiling, in Python floats:
     :func:`_footprint_together`'s operations for that tiling (its factors, the tiled extents
     and then the "rank is tiled" flags, multiplied in their order; the terms summed in

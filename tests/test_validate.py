@@ -561,3 +561,12 @@ def test_validate_as_csv_has_every_kernel_case_and_collective(tmp_path) -> None:
     kinds = {k: sum(r["kind"] == k for r in rows) for k in ("kernel", "collective")}
     assert kinds["kernel"] == 1 and kinds["collective"] == len(load_collectives()[0].cases)
     assert len(rows) == sum(kinds.values())
+
+
+def test_an_assumption_on_a_field_the_spec_lacks_names_the_file(tmp_path) -> None:
+    """A staging level's bandwidth is a validate assumption now: one naming a level its GPU spec
+    does not have is one error naming the case file and the assumption (it named the field alone)."""
+    path = case_file(tmp_path, assumptions=[{"key": "memory.levels.l9.bandwidth_bytes_per_cycle", "arch": "gpu-a100-pcie",
+                                             "low": 1, "high": 2}])
+    r = runner.invoke(app, ["validate", "--cases", str(path)])
+    assert r.exit_code == 1 and "cases.yaml" in r.output and "memory.levels.l9.bandwidth_bytes_per_cycle" in r.output

@@ -597,7 +597,10 @@ def validate(path: str | Path | None = None) -> Validation:
             raise SpecError(f"assumption {a.key} names arch {a.arch!r}, which no case uses", source=name)
         base = statistics.median(r.ratio for r in mine)
         for end, value in (("low", a.low), ("high", a.high)):
-            spec = with_settings(load_arch(a.arch), [f"{a.key}={value}"], option="assumption")
+            try:  # (the message named the field, not the file that gave it)
+                spec = with_settings(load_arch(a.arch), [f"{a.key}={value}"], option="assumption")
+            except SpecError as err:
+                raise SpecError(f"assumption {a.key} on {a.arch}: {getattr(err, 'message', err)}", source=name) from None
             ratios = [predicted_s(parts[r.case.id], r.kernels, spec) / r.measured_s for r in mine]
             sensitivity.append({"arch": a.arch, "assumption": a.key, "end": end, "value": value,
                                 "median_ratio": statistics.median(ratios), "base_median_ratio": base})

@@ -15,7 +15,8 @@ from mambalaya.arch.kernels import speed_of_light
 from mambalaya.cli import app
 from mambalaya.einsum.select import sub_cascade
 from mambalaya.errors import SpecError
-from mambalaya.experiments.validate import load_cases, load_collectives, validate, validate_collectives
+from mambalaya.experiments.validate import (case_cascade, load_cases, load_collectives, predicted_s, validate,
+                                          validate_collectives)
 from mambalaya.fusion.mapping import unfused_mapping
 from mambalaya.cost.latency import layer_latency
 from mambalaya.search.mappings import ideal
@@ -335,7 +336,13 @@ def test_every_kernels_assumption_is_moved_over_its_range(shipped) -> None:
             assert {(arch, key, "low"), (arch, key, "high")} <= moved
     wide_l2 = next(r for r in shipped.sensitivity if r["arch"] == "gpu-h100"
                    and r["assumption"] == "memory.levels.l2.bandwidth_bytes_per_cycle" and r["end"] == "high")
-    assert wide_l2["median_ratio"] < wide_l2["base_median_ratio"]  # re-reads the L2 serves cross its port faster
+    assert wide_l2["median_ratio"] <= wide_l2["base_median_ratio"]  # re-reads the L2 serves cross its port faster:
+    from mambalaya.arch import load_arch, with_settings  # (the median sits on a case without them)
+
+    tilelang = next(r for r in shipped.results if r.case.id == "chunk-scan-tilelang-L4k")
+    part = case_cascade(tilelang.case, "shipped")
+    wide = with_settings(load_arch("gpu-h100"), ["memory.levels.l2.bandwidth_bytes_per_cycle=10240"], option="test")
+    assert predicted_s(part, tilelang.kernels, wide) < tilelang.predicted_s
     low_compute = next(r for r in shipped.sensitivity if r["arch"] == "gpu-h100"
                        and r["assumption"] == "kernels.compute_fraction" and r["end"] == "low")
     assert low_compute["median_ratio"] > low_compute["base_median_ratio"]  # slower kernels, longer predictions
@@ -495,7 +502,9 @@ def test_a_kernels_mask_tiles_raise_its_prediction_and_leave_its_speed_of_light(
     result = validate(path)
     per_key, per_chunk = result.results
     assert per_chunk.speed_of_light_s == per_key.speed_of_light_s
-    assert per_chunk.predicted_s > per_key.predicted_s
+    # (no higher: the five kernels are bound by their bytes, and a mask moves none, TensorSpec.stored_bytes_per_element;
+    # the delta rule's below is bound by its work)
+    assert per_chunk.predicted_s >= per_key.predicted_s
     assert [r["mask_tiles"] for r in result.rows()] == [" | ".join(["-"] * 5), " | ".join(["256x256"] * 5)]
     gdn = next(c for c in cases.cases if c.id == "gdn-fla-h8-L16k").model_dump(mode="json", exclude_none=True)
     untiled = {**gdn, "id": "untiled", "kernels": [{k: v for k, v in kernel.items() if k != "mask_tiles"}

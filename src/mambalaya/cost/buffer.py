@@ -56,7 +56,7 @@ def buffer_written_bytes(cascade: Cascade, einsums: tuple[str, ...], name: str, 
     kept = facts.kept_at(cascade, name)
     if kept is not None:
         rank, positions = kept
-        return cascade.elements(name) // cascade.size(rank) * len(positions) * repeat * cascade.tensors[name].bits / 8
+        return cascade.elements(name) // cascade.size(rank) * len(positions) * repeat * cascade.tensors[name].stored_bytes_per_element
     return written if written is not None else written_bytes(cascade, name, repeat)
 
 
@@ -66,9 +66,9 @@ def buffer_read_elements(cascade: Cascade, group: FusionGroup, tensor: str, acce
     state tensor's width."""
     rereading = FusionGroup(group.name, group.einsums, group.loops, "recompute")  # every step reads its whole box
     own, init = read_elements(cascade, rereading, tensor, accesses, self_only=False)
-    total = own * cascade.tensors[tensor].bits / 8
+    total = own * cascade.tensors[tensor].stored_bytes_per_element
     if init:
-        total += init * cascade.tensors[cascade.tensors[tensor].initial].bits / 8  # type: ignore[index]
+        total += init * cascade.tensors[cascade.tensors[tensor].initial].stored_bytes_per_element  # type: ignore[index]
     return total
 
 
@@ -95,12 +95,12 @@ def buffer_read_bytes_over_tilings(cascade: Cascade, probe: FusionGroup, tensor:
     for i, r in enumerate(ranks):
         if r not in plan.mentioned:
             repeat = repeat * trips[i]
-    total = own * repeat * cascade.tensors[tensor].bits / 8
+    total = own * repeat * cascade.tensors[tensor].stored_bytes_per_element
     initial = cascade.tensors[tensor].initial
     if initial is not None:  # an uncountable tiling (own infinite) stays infinite, never inf - inf = NaN
         uncounted = np.isinf(own)
         incoming = np.where(uncounted, 0.0, every - np.where(uncounted, 0.0, own))
-        total = total + incoming * repeat * cascade.tensors[initial].bits / 8
+        total = total + incoming * repeat * cascade.tensors[initial].stored_bytes_per_element
     return total
 
 

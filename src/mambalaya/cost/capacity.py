@@ -117,7 +117,7 @@ def activation_peak(cascade: Cascade, groups: Iterable[Any]) -> ActivationPeak:
             for t, b in table.items():
                 if cascade.tensors[t].role in (Role.WEIGHT, Role.STATE):
                     continue
-                whole = cascade.elements(t) * cascade.tensors[t].bits / 8
+                whole = cascade.elements(t) * cascade.tensors[t].stored_bytes_per_element
                 if t not in held:
                     held[t], span[t] = (min(whole, b) if writes else whole), [k if writes else 0, k]
                 elif writes:
@@ -231,7 +231,7 @@ def state_bytes(decode_step: Cascade) -> tuple[float, float]:
         spec = decode_step.tensors[name]
         if spec.role != Role.STATE:
             continue
-        size = math.prod(decode_step.shape(name)) * spec.bits / 8
+        size = math.prod(decode_step.shape(name)) * spec.stored_bytes_per_element
         if is_kv_cache(decode_step, name):
             kv += size
         else:

@@ -101,7 +101,7 @@ def all_to_alls(cascade: Cascade) -> tuple[AllToAll, ...]:
 
     def row(name: str) -> float:
         spec = cascade.tensors[name]
-        return math.prod(cascade.size(r) for r in spec.ranks if r not in tokens and r != EXPERT_RANK) * spec.bits / 8
+        return math.prod(cascade.size(r) for r in spec.ranks if r not in tokens and r != EXPERT_RANK) * spec.stored_bytes_per_element
 
     sent: dict[str, AllToAll] = {}
     for name in side:

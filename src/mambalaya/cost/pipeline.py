@@ -59,7 +59,7 @@ def boundary_bytes(*downstream: Cascade) -> float:
     for cascade in downstream:
         for name, spec in cascade.tensors.items():
             if spec.role == Role.INPUT and MODEL_WIDTH_RANK in spec.ranks:
-                sent.setdefault(name, math.prod(cascade.shape(name)) * spec.bits / 8)
+                sent.setdefault(name, math.prod(cascade.shape(name)) * spec.stored_bytes_per_element)
     return float(sum(sent.values()))
 
 

@@ -195,7 +195,7 @@ def halos(cascade: Cascade, split: Iterable[str]) -> tuple[Halo, ...]:
     for (tensor, rank), depth in deepest.items():
         spec = cascade.tensors[tensor]
         row = math.prod(cascade.size(r) for r in spec.ranks if r != rank)
-        out.append(Halo(tensor, rank, depth, depth * row * spec.bits / 8))
+        out.append(Halo(tensor, rank, depth, depth * row * spec.stored_bytes_per_element))
     return tuple(out)
 
 
@@ -207,7 +207,7 @@ def crossings(cascade: Cascade) -> tuple[Crossing, ...]:
 def state_bytes(cascade: Cascade, crossing: Crossing) -> float:
     """Bytes of one crossing state: the recurrence's tensor at one position."""
     spec = cascade.tensors[crossing.einsum]
-    return math.prod(cascade.size(r) for r in spec.ranks if r != crossing.rank) * spec.bits / 8
+    return math.prod(cascade.size(r) for r in spec.ranks if r != crossing.rank) * spec.stored_bytes_per_element
 
 
 def sequence_device_cascade(cascade: Cascade, devices: int) -> Cascade:

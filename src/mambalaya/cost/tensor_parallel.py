@@ -151,7 +151,7 @@ def all_reduces(cascade: Cascade, split: Iterable[str], devices: int | None = No
     check_split(cascade, ranks)
     _, reduced = partial_tensors(cascade, ranks)
     return tuple(AllReduce(name, cascade.einsum(name).reduce_op,
-                           math.prod(cascade.shape(name)) * cascade.tensors[name].bits / 8)
+                           math.prod(cascade.shape(name)) * cascade.tensors[name].stored_bytes_per_element)
                  for name in (e.name for e in cascade.einsums) if name in reduced)
 
 
@@ -198,7 +198,7 @@ def _reduces_split(einsum, split: frozenset[str]) -> bool:
 
 
 def _bytes(cascade: Cascade, name: str) -> float:
-    return math.prod(cascade.shape(name)) * cascade.tensors[name].bits / 8
+    return math.prod(cascade.shape(name)) * cascade.tensors[name].stored_bytes_per_element
 
 
 def _leaves_layer(cascade: Cascade, name: str) -> bool:

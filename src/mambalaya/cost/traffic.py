@@ -15,7 +15,8 @@ ranks it lacks (a recomputed RSp producer writes again), but for its producer's 
 along which it runs, and so writes, once (:func:`~mambalaya.fusion.mapping.select_ranks`). A **resident** tensor is read again
 only when a loop that indexes it (of more than one trip) moves: the trips of the loops it does
 not mention count only when they run outside the innermost loop it does. Bytes are
-elements x bits / 8.
+elements x bits / 8, and none for a declared mask, which kernels make from the indices
+(:attr:`~mambalaya.einsum.ir.TensorSpec.stored_bytes_per_element`).
 
 The on-chip buffer's reads and writes (:func:`group_buffer_accesses`) use the same box sums
 with every step reading its whole box: each Einsum reads its operands' boxes and writes its
@@ -561,7 +562,7 @@ def apply_read_steps(cascade: Cascade, steps: list[ReadStep], read: Any) -> dict
 
     def add_read(t: str, elements: int, accs) -> None:
         if elements:  # a MoE block's expert weights and tensors, a masked tensor's live cells (einsum.routing)
-            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].bits / 8 * _read_scale(cascade, t, accs)
+            reads[t] = reads.get(t, 0.0) + elements * cascade.tensors[t].stored_bytes_per_element * _read_scale(cascade, t, accs)
 
     for t, accs, self_only, key, own_to, init_to in steps:
         own, init = read(t, accs, self_only, key)
@@ -588,7 +589,7 @@ def _group_writes(cascade: Cascade, group: FusionGroup) -> dict[str, float]:
 
 def written_bytes(cascade: Cascade, tensor: str, repeat: int) -> float:
     """Bytes of ``tensor`` written ``repeat`` times over."""
-    return cascade.elements(tensor) * repeat * cascade.tensors[tensor].bits / 8 * _scale(cascade, tensor)
+    return cascade.elements(tensor) * repeat * cascade.tensors[tensor].stored_bytes_per_element * _scale(cascade, tensor)
 
 
 def untiled_traffic(cascade: Cascade, einsums: tuple[str, ...]) -> tuple[dict[str, float], dict[str, float]]:

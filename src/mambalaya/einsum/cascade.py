@@ -168,7 +168,7 @@ class Cascade:
         return n
 
     def nbytes(self, tensor: str) -> float:
-        return self.elements(tensor) * self.tensors[tensor].bits / 8
+        return self.elements(tensor) * self.tensors[tensor].stored_bytes_per_element
 
     def param_value(self, name: str) -> float:
         if name in self.params:

@@ -420,3 +420,13 @@ class TensorSpec:
     updates: str | None = None
     description: str = field(default="", compare=False)
     mask: "Mask | None" = None
+
+    @property
+    def stored_bytes_per_element(self) -> float:
+        """Bytes an element takes wherever it is stored or moved: ``bits / 8``, and 0 for a
+        declared mask. A mask is a band of the indices (:class:`Mask`), which every kernel makes
+        where it is used (FlashAttention's causal flag; mamba_ssm's chunk scan and FLA's chunked
+        kernels compare the positions, ``tl.where``): no kernel reads one from memory, holds it in
+        a buffer or counts it against the device's capacity. Its width (``bits``) stays the
+        values' (the executors and the arithmetic's width read it)."""
+        return 0.0 if self.mask is not None else self.bits / 8

@@ -230,7 +230,7 @@ class CascadeStats:
 
 def einsum_stats(cascade: Cascade, einsum: Einsum) -> EinsumStats:
     reads = einsum_reads(cascade, einsum)
-    bits = {t: cascade.tensors[t].bits for t in reads}
+    width = {t: cascade.tensors[t].stored_bytes_per_element for t in reads}
     out_elems = int(round(cascade.elements(einsum.name) * tensor_scale(cascade, einsum.name)))
     return EinsumStats(
         number=cascade.position(einsum.name),
@@ -241,9 +241,9 @@ def einsum_stats(cascade: Cascade, einsum: Einsum) -> EinsumStats:
         iteration_ranks=cascade.iteration_ranks(einsum),
         ops=einsum_ops(cascade, einsum),
         read_elements=reads,
-        read_bytes_by_tensor={t: n * bits[t] / 8 for t, n in reads.items()},
+        read_bytes_by_tensor={t: n * width[t] for t, n in reads.items()},
         write_elements=out_elems,
-        write_bytes=out_elems * cascade.tensors[einsum.name].bits / 8,
+        write_bytes=out_elems * cascade.tensors[einsum.name].stored_bytes_per_element,
         runs=work_text(cascade, einsum.name),
     )
 

@@ -8,7 +8,8 @@ tested against.
 * :class:`OffChipStore` is DRAM: the full arrays of the given inputs, weights and incoming
   state, and of every tensor a group writes off-chip. Every transfer goes through
   :meth:`OffChipStore.read` / :meth:`OffChipStore.write`, which count, per ``(group, tensor)``,
-  the elements moved times the tensor's declared ``bits / 8`` (not numpy's itemsize). Rows read
+  the elements moved times the tensor's declared ``bits / 8`` (not numpy's itemsize; 0 for a
+  declared mask, which kernels make from the indices: ``TensorSpec.stored_bytes_per_element``). Rows read
   below index 0 along the axis of a tensor's ``initial`` value are read from (and counted
   against) that state tensor. A store tensor is freed after the last group that reads it
   unless it is a cascade output.
@@ -121,7 +122,7 @@ class OffChipStore:
         return tensor in self.arrays
 
     def _bytes(self, tensor: str, elements: int) -> float:
-        return elements * self.cascade.tensors[tensor].bits / 8
+        return elements * self.cascade.tensors[tensor].stored_bytes_per_element
 
     def _check(self, tensor: str, box: Box) -> None:
         shape = self.cascade.shape(tensor)
@@ -250,7 +251,7 @@ class _GroupRun:
 
     # -- facts --------------------------------------------------------------------------
     def _bits(self, tensor: str) -> float:
-        return self.c.tensors[tensor].bits / 8
+        return self.c.tensors[tensor].stored_bytes_per_element
 
     def _valid(self, tensor: str) -> Box:
         """Indices holding data: the tensor, plus its incoming-state rows below 0."""

@@ -300,7 +300,7 @@ def _footprint_bytes(cascade: Cascade, group: FusionGroup) -> float:
         n = 1
         for r in spec.ranks:
             n *= _extent(cascade, group, r)
-        total += n * spec.bits / 8
+        total += n * spec.stored_bytes_per_element
     for e in group_einsums(cascade, group):
         rec = cascade.recurrence(e)
         if rec is None:
@@ -342,7 +342,7 @@ def resident_bytes(cascade: Cascade, group: FusionGroup, tensor: str) -> float:
             lo = a_lo if lo is None else min(lo, a_lo)
             hi = a_hi if hi is None else max(hi, a_hi)
         n *= min(valid, hi - lo + 1)  # type: ignore[operator]
-    return n * cascade.tensors[tensor].bits / 8
+    return n * cascade.tensors[tensor].stored_bytes_per_element
 
 
 def index_span(idx, ranges: dict[str, tuple[int, int]]) -> tuple[int, int]:
@@ -382,7 +382,7 @@ def _held_bytes(cascade: Cascade, group: FusionGroup, tensor: str, rank: str, ro
         for lp in group.loops[fused.index(rank) + 1 :]:
             if lp.rank not in spec.ranks:
                 n *= lp.trips(cascade.size(lp.rank))
-    return n * spec.bits / 8
+    return n * spec.stored_bytes_per_element
 
 
 # ------------------------------------------------------------------------------------------

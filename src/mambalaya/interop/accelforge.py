@@ -84,7 +84,9 @@ def _rows_vs(ours_bytes: dict[str, tuple[float, float]], theirs: dict[str, float
              live_shares: dict[str, float] | None = None) -> list[dict]:
     """Per tensor, our bits beside AccelForge's. AccelForge moves a tensor whole; ours moves a
     masked tensor's live share (:func:`~mambalaya.einsum.routing.tensor_scale`, the row's
-    ``live_share``), so ``rel_diff`` compares ours with AccelForge's bits times that share."""
+    ``live_share``) and none of a declared mask (share 0: kernels make it from the indices,
+    :attr:`~mambalaya.einsum.ir.TensorSpec.stored_bytes_per_element`), so ``rel_diff`` compares
+    ours with AccelForge's bits times that share."""
     rows = []
     for t in sorted(set(ours_bytes) | set(theirs)):
         o = 8 * sum(ours_bytes.get(t, (0.0, 0.0)))
@@ -203,13 +205,21 @@ def run_traffic(inputs: dict) -> dict:
     return {"bits": _dram_bits(result), "latency_s": None if math.isnan(latency) else latency, "seconds": seconds}
 
 
+def moved_shares(cascade: Cascade) -> dict[str, float]:
+    """Per tensor our model moves a share of (the others move whole): a masked tensor's live
+    share (:func:`~mambalaya.einsum.routing.tensor_scale`), a declared mask's 0."""
+    from mambalaya.einsum.routing import tensor_scale
+
+    shares = {t: 0.0 if spec.mask is not None else float(tensor_scale(cascade, t)) for t, spec in cascade.tensors.items()}
+    return {t: s for t, s in shares.items() if s != 1}
+
+
 def compare_traffic(cascade: Cascade, inputs: dict, theirs: dict, *, unroll_scan: int | None = None) -> dict:
     """Our side of a traffic cross-check beside AccelForge's (``theirs``: :func:`run_traffic`'s
     answer to ``inputs``), costed by this interpreter's mambalaya on the cascade AccelForge read:
     ``{"rows": [{tensor, ours_bits, accelforge_bits, live_share, rel_diff}], "accelforge_seconds",
     "ours_seconds", "accelforge_latency_s", "ours_groups", "ours_recurrent_bits"}``."""
     from mambalaya.cost.traffic import mapping_traffic
-    from mambalaya.einsum.routing import tensor_scale
     from mambalaya.search.mappings import named_mapping, optimal
 
     recurrent, cascade = cascade, translate(cascade, unroll_scan)[0]
@@ -222,8 +232,7 @@ def compare_traffic(cascade: Cascade, inputs: dict, theirs: dict, *, unroll_scan
     ours_seconds = time.perf_counter() - t0
     ours_recurrent = ours if recurrent is cascade else cost(recurrent)
     return {
-        "rows": _rows_vs(ours.by_tensor, theirs["bits"],
-                         {t: float(tensor_scale(cascade, t)) for t in cascade.tensors if tensor_scale(cascade, t) != 1}),
+        "rows": _rows_vs(ours.by_tensor, theirs["bits"], moved_shares(cascade)),
         "accelforge_seconds": theirs["seconds"],
         "ours_seconds": ours_seconds,
         "accelforge_latency_s": theirs["latency_s"],

@@ -40,6 +40,8 @@ def group_rows(traffic: MappingTraffic) -> list[dict[str, Any]]:
 def tensor_rows(cascade: Cascade, traffic: MappingTraffic) -> list[dict[str, Any]]:
     rows = []
     for t, (r, w) in traffic.by_tensor.items():
+        if not cascade.nbytes(t):  # a declared mask: made from the indices, it moves and holds nothing
+            continue
         rows.append(
             {
                 "tensor": t,

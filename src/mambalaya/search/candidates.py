@@ -404,7 +404,7 @@ class GroupCostModel:
                 if a.tensor == tensor and a.tensor != e.name]
         sizes = cascade.variable_sizes
         init = cascade.initial_axis(tensor)
-        total = np.full(len(tiles[0]), cascade.tensors[tensor].bits / 8)
+        total = np.full(len(tiles[0]), cascade.tensors[tensor].stored_bytes_per_element)
         for p, size in enumerate(cascade.shape(tensor)):
             valid = size + (init[1] if init is not None and init[0] == p else 0)
             dim_ranks = {rank_of_variable(v) for a in accs for v in a.indices[p].variables} & set(self.ranks)

@@ -105,7 +105,7 @@ def held_layout(cascade: Cascade, tensor: str, skip_rank: str | None, rows: int,
         spec = cascade.tensors[tensor]
         whole = tuple(r for r in spec.ranks if r != skip_rank and r not in ranks)
         tiled = tuple(ranks.index(r) for r in spec.ranks if r != skip_rank and r in ranks)
-        hit = memo[key] = (rows * spec.bits / 8, whole, tiled)
+        hit = memo[key] = (rows * spec.stored_bytes_per_element, whole, tiled)
     return hit
 
 

@@ -233,3 +233,21 @@ def test_a_sensitivity_spec_that_cannot_move_its_ratio_is_refused_before_any_run
     r = run(app, ["reproduce", "--models", "mamba-130m", "--seq-lens", "256", "-B", "1", "--sensitivity", str(two),
                   "--out", str(tmp_path / "r")])
     assert r.exit_code == 1 and "lack geens-ideal" in r.output
+
+
+def test_a_specs_designs_and_policy_files_are_read_beside_it(tmp_path, monkeypatch) -> None:
+    """A sensitivity spec's design files and a precision end given as a file are its neighbours,
+    whichever folder the command runs in (one spec gave two tornadoes from two folders)."""
+    import yaml
+    from importlib import resources
+
+    shipped = resources.files("mambalaya").joinpath("arch/specs/mambalaya.yaml").read_text(encoding="utf-8")
+    (tmp_path / "mine.yaml").write_text(shipped, encoding="utf-8")
+    (tmp_path / "pol.yaml").write_text(yaml.safe_dump({"name": "pol", "default": 32, "sources": {"default": "test"}}))
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "name": "t", "designs": ["mine.yaml", "marca-ideal"],
+        "assumptions": [{"key": "precision", "low": "uniform", "high": "pol.yaml", "reason": "test"}]}))
+    monkeypatch.chdir(tmp_path.parent)
+    spec = S.load_sensitivity_spec(tmp_path / "spec.yaml")
+    assert spec.designs[0] == str(tmp_path / "mine.yaml") and spec.designs[1] == "marca-ideal"
+    assert spec.assumptions[0].high == str(tmp_path / "pol.yaml") and spec.assumptions[0].low == "uniform"

@@ -5,6 +5,7 @@ cascade of their own; bad case files fail naming the case and the field."""
 from __future__ import annotations
 
 import math
+from importlib import resources
 
 import pytest
 import yaml
@@ -579,3 +580,51 @@ def test_an_assumption_on_a_field_the_spec_lacks_names_the_file(tmp_path) -> Non
                                              "low": 1, "high": 2}])
     r = runner.invoke(app, ["validate", "--cases", str(path)])
     assert r.exit_code == 1 and "cases.yaml" in r.output and "memory.levels.l9.bandwidth_bytes_per_cycle" in r.output
+
+
+def test_a_case_files_speed_of_light_takes_its_precision_with_writes_too(tmp_path, monkeypatch) -> None:
+    """A case that names what its kernels write (vLLM's fused SSD) rebuilds its speed of light's
+    part: at the file's precision, not the shipped one (a 32-bit policy's bound was the 16-bit one)."""
+    cases, _ = load_cases()
+    fused = next(c for c in cases.cases if c.id == "ssd-fused-vllm-L4k").model_dump(mode="json", exclude_none=True)
+    data = cases.model_dump(mode="json", exclude_none=True)
+    data.update(cases=[fused], assumptions=[], fits=[])
+    (tmp_path / "all32.yaml").write_text(yaml.safe_dump({"name": "all32", "default": 32, "sources": {"default": "test"}}))
+    bounds = []
+    for precision in (None, "all32.yaml"):
+        path = tmp_path / f"cases-{precision}.yaml"
+        path.write_text(yaml.safe_dump({**data, **({"precision": precision} if precision else {})}), encoding="utf-8")
+        (result,) = validate(path).results
+        bounds.append(result.speed_of_light_s)
+    assert bounds[1] > 1.5 * bounds[0]
+
+
+def test_a_collectives_files_design_and_a_fits_designs_are_read_beside_it(tmp_path, monkeypatch) -> None:
+    """A collectives file's ``arch`` and a fit's ``archs`` name files beside the case file, as a
+    case's ``arch`` does: run from another folder holding a file of the same name, the numbers stay."""
+    shipped = resources.files("mambalaya").joinpath("arch/specs/gpu-h100.yaml").read_text(encoding="utf-8")
+    (tmp_path / "gpu.yaml").write_text(shipped, encoding="utf-8")
+    slow = yaml.safe_load(shipped)
+    slow["system"]["link_bandwidth_bytes_per_s"] = "45 GB/s"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "gpu.yaml").write_text(yaml.safe_dump(slow), encoding="utf-8")
+    collectives, _ = load_collectives()
+    data = collectives.model_dump(mode="json", exclude_none=True)
+    data.update(arch="gpu.yaml", cases=[c for c in data["cases"] if c["id"] == "ar8-nvls-1G"])
+    path = tmp_path / "collectives.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    (here,) = validate_collectives(path)
+    monkeypatch.chdir(elsewhere)
+    (there,) = validate_collectives(path)
+    assert here.predicted_s == there.predicted_s
+    cases, _ = load_cases()
+    data = cases.model_dump(mode="json", exclude_none=True)
+    data["fits"] = [{**fit, "archs": [*fit["archs"], "gpu.yaml"]} for fit in data["fits"]]
+    data["assumptions"] = []
+    case_path = tmp_path / "cases.yaml"
+    case_path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    (elsewhere / "gpu.yaml").write_text(shipped.replace("scan_sm_cycles_per_step: 0.585", "scan_sm_cycles_per_step: 0.3"))
+    (fit,) = validate(case_path).fits  # (read from elsewhere, its gpu.yaml would carry another fit: stale)
+    assert fit.stale == {}

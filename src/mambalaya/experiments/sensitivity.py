@@ -131,7 +131,7 @@ def load_sensitivity_spec(name_or_path: str | Path = "h100-like") -> Sensitivity
     if isinstance(name_or_path, str) and f"{name_or_path}.yaml" in {entry.name for entry in shipped.iterdir()}:
         return _load_shipped(name_or_path)
     source = str(name_or_path)
-    return _validated(read_spec_file(source, "sensitivity spec (shipped: h100-like)"), source)
+    return _validated(read_spec_file(source, "sensitivity spec (shipped: h100-like)"), source, Path(source).parent)
 
 
 @lru_cache(maxsize=8)
@@ -140,11 +140,26 @@ def _load_shipped(name: str) -> SensitivitySpec:
     return _validated(text, f"{name}.yaml (shipped sensitivity spec)")
 
 
-def _validated(text: str, source: str) -> SensitivitySpec:
+def _validated(text: str, source: str, folder: Path | None = None) -> SensitivitySpec:
     spec = load_spec_text(text, SensitivitySpec, what="sensitivity spec", fields="name, designs, assumptions",
                           source=source)
+    if folder is not None:
+        spec = _files_beside(spec, folder)
     check_on_designs(spec, source)
     return spec
+
+
+def _files_beside(spec: SensitivitySpec, folder: Path) -> SensitivitySpec:
+    """``spec`` with the files it names (a design, a precision policy at an assumption's end) read
+    beside its own file, as every spec's paths are: one file gave two tornadoes from two folders."""
+    from mambalaya.arch import path_beside, shipped_archs
+    from mambalaya.workloads.precision import shipped_policies
+
+    designs = [path_beside(d, folder, shipped_archs()) for d in spec.designs]
+    assumptions = [a.model_copy(update={"low": path_beside(a.low, folder, shipped_policies()),
+                                        "high": path_beside(a.high, folder, shipped_policies())})
+                   if a.key == "precision" else a for a in spec.assumptions]
+    return spec.model_copy(update={"designs": designs, "assumptions": assumptions})
 
 
 def check_on_designs(spec: SensitivitySpec, source: str) -> None:

@@ -414,8 +414,9 @@ def read_case_file(path: str | Path | None, shipped: str, model: type, what: str
 
 def _files_read_beside(data, folder: Path):
     """A case file's data with the relative paths of the files it names (each case's, assumption's
-    or collective's ``arch``, the file's ``precision``) read beside it: one file gave two numbers
-    run from two folders. Shipped designs and policies stay names."""
+    or collective's ``arch``, a collectives file's own ``arch``, each fit's ``archs``, the file's
+    ``precision``) read beside it: one file gave two numbers run from two folders. Shipped
+    designs and policies stay names."""
     from mambalaya.arch import path_beside, shipped_archs
     from mambalaya.workloads.precision import shipped_policies
 
@@ -424,6 +425,11 @@ def _files_read_beside(data, folder: Path):
     out = dict(data)
     if "precision" in out:
         out["precision"] = path_beside(out["precision"], folder, shipped_policies())
+    if "arch" in out:  # (a collectives file's design)
+        out["arch"] = path_beside(out["arch"], folder, shipped_archs())
+    if isinstance(out.get("fits"), list):
+        out["fits"] = [{**fit, "archs": [path_beside(a, folder, shipped_archs()) for a in fit["archs"]]}
+                       if isinstance(fit, dict) and isinstance(fit.get("archs"), list) else fit for fit in out["fits"]]
     for key in ("cases", "assumptions"):
         if isinstance(out.get(key), list):
             out[key] = [{**entry, "arch": path_beside(entry["arch"], folder, shipped_archs())}
@@ -589,7 +595,8 @@ def validate(path: str | Path | None = None) -> Validation:
 
     cases, name = load_cases(path)
     parts = {c.id: case_cascade(c, name, cases.precision) for c in cases.cases}
-    results = tuple(validate_case(c, cases.sources[c.source], name, part=parts[c.id]) for c in cases.cases)
+    results = tuple(validate_case(c, cases.sources[c.source], name, part=parts[c.id], precision=cases.precision)
+                    for c in cases.cases)
     sensitivity = []
     for a in cases.assumptions:
         mine = [r for r in results if r.case.arch == a.arch]

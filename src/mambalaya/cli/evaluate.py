@@ -82,7 +82,7 @@ def evaluate_cmd(
     softmax = run.softmax_form(config)
     common = dict(phase=run.phase.value, seq_len=seq_len, batch=run.batch, mapping=mapping, scan=run.scan,
                   precision=run.precision, devices=devices, parallel=parallel.value if parallel else None, micro_batches=micro_batches)
-    if not is_hybrid(config):  # (without --scan, a Mamba-2 prefill in its faster form, as every command)
+    if not is_hybrid(config):  # (without --scan, a Mamba-2 or delta-rule prefill in its faster form, as every command)
         ev = evaluate_best_scan(design, run.model, config, objective=objective.value, **common)
         emit_evaluation(ev, run, config, seq_len, fmt, output)
     elif objective != Objective.latency:

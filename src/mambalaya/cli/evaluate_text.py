@@ -17,6 +17,7 @@ from mambalaya.experiments.evaluate import chip_cores, dram_totals, scan_form
 from mambalaya.search.mappings import NAMED_MAPPINGS
 from mambalaya.formatting import milliseconds, whole
 from mambalaya.formatting import rate as rate_text
+from mambalaya.workloads import has_scan_forms
 from mambalaya.workloads.families.base import is_hybrid
 
 
@@ -31,7 +32,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
     prov = provenance_record(run.model, config, ev.cascade, phase=run.phase.value, seq_len=seq_len, batch=run.batch,
                        mapping=ev.mapping.name, mapping_description=ev.mapping.description,
                        bits=ev.arch.bits_per_element, precision=ev.precision.name,
-                       **({"scan": scan_form(ev.cascade)} if getattr(config, "family", "") == "mamba2" else {}))
+                       **({"scan": scan_form(ev.cascade)} if has_scan_forms(config) else {}))
     if fmt == Format.json:
         doc = {
             "provenance": prov,
@@ -55,7 +56,7 @@ def emit_evaluation(ev: Any, run: DesignArgs, config: Any, seq_len: int, fmt: Fo
         return
     t = ev.totals()
     form = ""
-    if getattr(config, "family", "") == "mamba2" and run.phase.value == "prefill":
+    if has_scan_forms(config) and run.phase.value == "prefill":
         why = (f", the only form that runs here ({ev.other_scan_refused})" if ev.other_scan_refused
                else ", the faster form on this design" if ev.objective == "latency"
                else f", the form of least {'energy' if ev.objective == 'energy' else 'EDP'} on this design")

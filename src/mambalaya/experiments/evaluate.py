@@ -33,7 +33,7 @@ from mambalaya.cost.energy import LayerEnergy, layer_energy
 from mambalaya.fusion.mapping_file import check_mapping_file
 from mambalaya.search.mappings import NAMED_MAPPINGS, SearchStats, load_mapping_file, named_mapping
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.workloads import ModelConfig, build_layer
+from mambalaya.workloads import ModelConfig, build_layer, has_scan_forms
 from mambalaya.workloads.precision import PrecisionPolicy, load_policy
 
 
@@ -576,7 +576,7 @@ def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfi
     those), so no design is judged on a form that suits it badly. The one default of every command: ``evaluate`` and
     ``compare`` without ``--scan`` once ran the chunked form while ``reproduce`` and
     ``sensitivity`` ran the faster, so one design pair printed 2.31x in one and 2.18x in the other."""
-    if scan is not None or getattr(config, "family", "mamba1") != "mamba2" or phase != "prefill":
+    if scan is not None or not has_scan_forms(config) or phase != "prefill":
         return evaluate(arch, model_name, config, phase=phase, seq_len=seq_len, batch=batch, mapping=mapping,
                         precision=precision, scan=scan, **options)
     spec = load_arch(arch) if isinstance(arch, str) else arch
@@ -723,7 +723,7 @@ def compare_rows(
                     "arch": a,
                     "mapping": ev.mapping.name,
                     **({"scan": scan_form(ev.cascade), "other_scan_refused": ev.other_scan_refused}
-                       if getattr(config, "family", "") == "mamba2" else {}),
+                       if has_scan_forms(config) else {}),
                     "precision": ev.precision.name,
                     "layer_latency_s": r.latency_s,
                     "model_latency_s": ev.model_latency_s,

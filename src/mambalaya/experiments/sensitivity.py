@@ -45,7 +45,7 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
 from mambalaya.einsum.parse import MAX_SIZE
 from mambalaya.specio import SPEC_MODEL_CONFIG, FieldProblem, load_spec_text, read_spec_file, show, strict_int
-from mambalaya.workloads import ModelConfig
+from mambalaya.workloads import ModelConfig, has_scan_forms
 from mambalaya.workloads.precision import load_policy
 
 RUN_FIELDS = ("precision", "batch", "scan")
@@ -300,7 +300,7 @@ def evaluate_setting(specs: dict[str, ArchSpec], run: RunSetup, assumption: Assu
 
 def _evaluate(spec: ArchSpec, model: str, cfg: ModelConfig, phase: str, L: int, batch: int,
               precision: str | None, scan: str | None) -> Evaluation:
-    if scan is not None and getattr(cfg, "family", "mamba1") == "mamba2" and phase == "prefill":
+    if scan is not None and has_scan_forms(cfg) and phase == "prefill":
         return evaluate(spec, model, cfg, phase=phase, seq_len=L, batch=batch, scan=scan, precision=precision)
     return evaluate_best_scan(spec, model, cfg, phase=phase, seq_len=L, batch=batch, precision=precision)
 
@@ -392,9 +392,10 @@ def run_sensitivity(
 
 
 def applicable(spec: SensitivitySpec, run: RunSetup) -> list[Assumption]:
-    """The spec's assumptions that apply to the run (the scan form only to Mamba-2 models)."""
-    mamba2 = any(getattr(run.configs[m], "family", "") == "mamba2" for m in run.models)
-    return [a for a in spec.assumptions if a.key != "scan" or mamba2]
+    """The spec's assumptions that apply to the run (the scan form only to models with two forms,
+    :func:`~mambalaya.workloads.has_scan_forms`)."""
+    forms = any(has_scan_forms(run.configs[m]) for m in run.models)
+    return [a for a in spec.assumptions if a.key != "scan" or forms]
 
 
 def setting_task(designs: list[str], run: RunSetup, assumption: Assumption | None,

@@ -56,6 +56,7 @@ from mambalaya.experiments.evaluate import CostedLayers
 from mambalaya.experiments.sweep_spec import FILES_KEY, NON_ARCH_KEYS, SweepSpec, load_sweep_spec, point_value_problem
 from mambalaya.experiments.store import PointResult, ResultStore, check_point_outputs, model_fingerprint, point_id
 from mambalaya.experiments.sweep_workers import Costliest, run_tuned, usable_cores
+from mambalaya.workloads import has_scan_forms
 from mambalaya.workloads.families.base import is_hybrid
 
 # ----------------------------------------------------------------------------------------------
@@ -134,7 +135,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
     if devices > 1 or parallel is not None or arch.cores is not None:  # (a multi-core chip: its cores)
         return _devices_outputs(arch, point, config, seq_len=seq_len, batch=batch, devices=devices, parallel=parallel)
     require_fits(arch, str(point["model"]), config, batch=batch, seq_len=seq_len)  # over the DRAM: a failed point
-    if getattr(config, "family", "mamba1") != "mamba2" or point["phase"] != "prefill":
+    if not has_scan_forms(config) or point["phase"] != "prefill":
         return _one_device_outputs(arch, point, config, seq_len=seq_len, batch=batch, scan=None)
     found, errors = run_scan_forms(lambda form: _one_device_outputs(arch, point, config, seq_len=seq_len, batch=batch,
                                                                     scan=form))  # the faster, as every command runs
@@ -214,7 +215,7 @@ def _devices_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: 
             "bandwidth_bytes_per_s": arch.memory.offchip_bandwidth_bytes_per_s, "mapping_used": ev.mapping.name,
             "devices": t.get("devices", 1), "parallel_used": t.get("parallel", "pipeline"),
             "interconnect_s": t.get("interconnect_s", 0.0),
-            **({"scan_used": scan_form(ev.cascade)} if getattr(config, "family", "mamba1") == "mamba2"
+            **({"scan_used": scan_form(ev.cascade)} if has_scan_forms(config)
                and point["phase"] == "prefill" else {})}
 
 

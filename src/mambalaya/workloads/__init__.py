@@ -17,7 +17,8 @@ from mambalaya.workloads.families.bamba import HybridConfig, parse_hybrid_config
 from mambalaya.workloads.families.jamba_granite import MOE_FAMILIES, MoEHybridConfig
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
 from mambalaya.workloads.families.dense import family_config_from_hf, hybrid_config_from_hf
-from mambalaya.workloads.layers import HYBRID_FAMILIES, PRESETS, SCANS, ModelConfig, layer_cascade, precision_family
+from mambalaya.workloads.layers import (HYBRID_FAMILIES, PRESETS, SCAN_FORM_FAMILIES, SCANS, ModelConfig, has_scan_forms,
+                                       layer_cascade, precision_family)
 
 
 def load_model_config(path: str | Path) -> ModelConfig:
@@ -112,5 +113,5 @@ def build_layer(model: ModelConfig, *, phase: str, seq_len: int, batch: int, bit
     return apply_policy(cascade, precision, bits, family=precision_family(model, layer_type))
 
 
-__all__ = ["HYBRID_FAMILIES", "PRESETS", "SCANS", "MoEHybridConfig", "GatedDeltaNetConfig", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
-           "hybrid_config_from_hf", "load_model_config", "resolve_model"]
+__all__ = ["HYBRID_FAMILIES", "PRESETS", "SCANS", "SCAN_FORM_FAMILIES", "MoEHybridConfig", "GatedDeltaNetConfig", "HybridConfig", "Mamba1Config", "Mamba2Config", "ModelConfig", "build_layer",
+           "has_scan_forms", "hybrid_config_from_hf", "load_model_config", "resolve_model"]

@@ -33,6 +33,17 @@ PRESETS: dict[str, ModelConfig] = {**MAMBA1_PRESETS, **MAMBA2_PRESETS, **HYBRID_
                                    **FAMILY_PRESETS}
 
 SCANS = ("recurrent", "chunked")
+#: The (non-hybrid) families whose prefill runs in either scan form (:data:`SCANS`): Mamba-2's SSD or
+#: recurrent scan, the gated delta rule's chunked or recurrent form. A hybrid model's layer types
+#: choose their own (:func:`~mambalaya.workloads.families.base.scanned_layer_types`).
+SCAN_FORM_FAMILIES = ("mamba2", "gated_deltanet")
+
+
+def has_scan_forms(model: Any) -> bool:
+    """Whether ``model``'s prefill has two scan forms to choose between (:data:`SCAN_FORM_FAMILIES`):
+    the one rule behind every command's "the faster form" (a gated delta rule's model once ran
+    its chunked form whichever was faster, a Mamba-2 model the faster)."""
+    return getattr(model, "family", "mamba1") in SCAN_FORM_FAMILIES
 
 
 def precision_family(model: Any, layer_type: str | None = None) -> str:

@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from mambalaya.cost.pipeline import LayerSplitCost
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.ir import Role
-from mambalaya.einsum.routing import EXPERT_RANK, LOAD_PARAM, experts_reached, routed_einsums
+from mambalaya.einsum.routing import LOAD_PARAM, expert_rank, experts_reached, routed_einsums
 from mambalaya.errors import SpecError
 
 #: The directions of a MoE block's all-to-alls: tokens to their experts, results back.
@@ -54,9 +54,9 @@ DISPATCH, COMBINE = "dispatch", "combine"
 def expert_side(cascade: Cascade) -> tuple[str, ...]:
     """The Einsums of the experts region whose output has the expert rank (they run on the
     device that holds the expert), in cascade order."""
-    routed = routed_einsums(cascade)
+    routed, experts = routed_einsums(cascade), expert_rank(cascade)
     return tuple(e.name for e in cascade.einsums
-                 if e.name in routed and EXPERT_RANK in cascade.tensors[e.name].ranks)
+                 if e.name in routed and experts is not None and experts in cascade.tensors[e.name].ranks)
 
 
 def is_moe(cascade: Cascade) -> bool:
@@ -69,7 +69,7 @@ def expert_weights(cascade: Cascade) -> tuple[str, ...]:
     ones a device holds ``1/N`` of; the router's weight, read outside it, is not among them."""
     side = expert_side(cascade)
     return tuple(dict.fromkeys(t for name in side for t in cascade.einsum(name).input_tensors
-                               if cascade.tensors[t].role == Role.WEIGHT and EXPERT_RANK in cascade.tensors[t].ranks))
+                               if cascade.tensors[t].role == Role.WEIGHT and expert_rank(cascade) in cascade.tensors[t].ranks))
 
 
 def token_ranks(cascade: Cascade) -> tuple[str, ...]:
@@ -78,7 +78,7 @@ def token_ranks(cascade: Cascade) -> tuple[str, ...]:
     side = expert_side(cascade)
     common = set.intersection(*(set(cascade.tensors[n].ranks) for n in side))
     weight_ranks = {r for t in expert_weights(cascade) for r in cascade.tensors[t].ranks}
-    return tuple(r for r in cascade.ranks if r in common and r not in weight_ranks and r != EXPERT_RANK)
+    return tuple(r for r in cascade.ranks if r in common and r not in weight_ranks and r != expert_rank(cascade))
 
 
 @dataclass(frozen=True)
@@ -97,17 +97,17 @@ def all_to_alls(cascade: Cascade) -> tuple[AllToAll, ...]:
     side = expert_side(cascade)
     if not side:
         return ()
-    inside, tokens = set(side), set(token_ranks(cascade))
+    inside, tokens, experts = set(side), set(token_ranks(cascade)), expert_rank(cascade)
 
     def row(name: str) -> float:
         spec = cascade.tensors[name]
-        return math.prod(cascade.size(r) for r in spec.ranks if r not in tokens and r != EXPERT_RANK) * spec.stored_bytes_per_element
+        return math.prod(cascade.size(r) for r in spec.ranks if r not in tokens and r != experts) * spec.stored_bytes_per_element
 
     sent: dict[str, AllToAll] = {}
     for name in side:
         for t in cascade.einsum(name).input_tensors:
             spec = cascade.tensors[t]
-            if (t not in inside and spec.role != Role.WEIGHT and EXPERT_RANK not in spec.ranks
+            if (t not in inside and spec.role != Role.WEIGHT and experts not in spec.ranks
                     and tokens <= set(spec.ranks)):
                 sent.setdefault(t, AllToAll(t, DISPATCH, row(t)))
     for e in cascade.einsums:

@@ -147,6 +147,9 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
             ranks.append(Rank(k.value, raw))
         else:
             expr = str(raw)
+            if _LEADING_ZERO.search(expr):  # (0100 was read as 100 here, while params refuse it as text)
+                raise r.error(v, f"ranks.{k.value} = {expr!r}: a number with a leading zero is text in a cascade "
+                                 "file (YAML reads 0100 as octal or text, never as 100); write it without the zero")
             size = evaluate_size(expr, env, where=r.text_position(v))
             ranks.append(Rank(k.value, size, expr))
         env[k.value] = ranks[-1].size
@@ -299,6 +302,23 @@ def _quoted_text(value: str) -> str:
     return text.strip().removesuffix("...").strip()
 
 
+#: A number written with a leading zero (``0100``, not ``0`` or ``0.5``) inside a size expression.
+_LEADING_ZERO = re.compile(r"(?<![\w.])0\d")
+
+
+def _rank_size_text(rank, env: dict[str, float]) -> str:
+    """A rank's size as a dumped file writes it: its expression where the file's params and the
+    ranks before it give it its size, else the number (a chained layer's ranks may name a block's
+    own parameter, ``num_experts``, that the layer's params do not carry)."""
+    if rank.size_expr:
+        try:
+            if evaluate_size(rank.size_expr, env) == rank.size:
+                return _scalar_text(rank.size_expr)
+        except SpecError:
+            pass
+    return str(rank.size)
+
+
 def dump_cascade(c: Cascade) -> str:
     """The cascade as a YAML cascade file that loads back to an equal cascade."""
     out = [f"name: {_scalar_text(c.name)}"]
@@ -308,8 +328,10 @@ def dump_cascade(c: Cascade) -> str:
         out.append("params:")
         out += [f"  {k}: {_scalar_text(v)}" for k, v in c.params.items()]
     out.append("ranks:")
+    env: dict[str, float] = dict(c.params)
     for rk in c.ranks.values():
-        out.append(f"  {rk.name}: {_scalar_text(rk.size_expr) if rk.size_expr else rk.size}")
+        out.append(f"  {rk.name}: {_rank_size_text(rk, env)}")
+        env[rk.name] = rk.size
     out.append("tensors:")
     for t in c.tensors.values():
         fields = [f"ranks: [{', '.join(t.ranks)}]", f"role: {t.role.value}", f"bits: {t.bits}"]

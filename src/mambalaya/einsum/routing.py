@@ -35,7 +35,10 @@ from fractions import Fraction
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.dead_work import dead_work, frame_dims, masked_variables, reads_aligned
 from mambalaya.einsum.ir import Role
+from mambalaya.errors import SpecError
 
+#: The expert rank's name in the shipped MoE builders (:mod:`mambalaya.workloads.blocks.moe`);
+#: the cost model finds a cascade's expert rank by its role, :func:`expert_rank`, never by name.
 EXPERT_RANK = "X"
 #: The parameter of a device's part of an expert-parallel layer
 #: (:mod:`mambalaya.cost.expert_parallel`): the token-expert pairs its experts compute, over the
@@ -48,6 +51,33 @@ def routed_einsums(cascade: Cascade) -> frozenset[str]:
     chained into a layer): those that run for ``top_k`` of the experts per token."""
     return frozenset(name for key, members in cascade.regions.items()
                      if key == "experts" or key.endswith("_experts") for name in members)
+
+
+def expert_rank(cascade: Cascade) -> str | None:
+    """The rank that indexes a MoE block's experts: the one rank of ``moe_experts`` positions that
+    every Einsum of the experts region (:func:`routed_einsums`) iterates over and their weights
+    have (a token rank of as many positions has no weight; None without an experts region or
+    that parameter). Found by its role, not its name: a cascade file that called
+    it ``Z`` once read every expert's weights whole while its operations were routed (2.4x the
+    latency of a Granite 4 decode step). A region where no rank or several ranks qualify is refused."""
+    memo = cascade.__dict__.get("_expert_rank", False)
+    if memo is not False:
+        return memo
+    routed = routed_einsums(cascade)
+    found = None
+    if routed and "moe_experts" in cascade.params:
+        n = int(cascade.params["moe_experts"])
+        every = set.intersection(*(set(cascade.iteration_ranks(cascade.einsum(e))) for e in routed))
+        weights = {r for e in routed for t in cascade.einsum(e).input_tensors if cascade.tensors[t].role == Role.WEIGHT
+                   for r in cascade.tensors[t].ranks}  # (each expert's own weights: no token rank has them)
+        candidates = [r for r in cascade.ranks if r in every and r in weights and cascade.size(r) == n]
+        if len(candidates) != 1:
+            raise SpecError(f"cascade {cascade.name}: its experts region ({', '.join(sorted(routed))}) needs one rank "
+                            f"of moe_experts = {n} positions that every one of its Einsums iterates over (the expert "
+                            f"rank); found {', '.join(candidates) or 'none'}")
+        found = candidates[0]
+    cascade.__dict__["_expert_rank"] = found
+    return found
 
 
 def _plan(cascade: Cascade) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
@@ -63,14 +93,15 @@ def _plan(cascade: Cascade) -> tuple[dict[str, Fraction], dict[str, Fraction]]:
         n = int(params["moe_experts"])
         pairs = Fraction(int(params["moe_top_k"]), n) * Fraction(params.get(LOAD_PARAM, 1))
         weights = Fraction(int(params["moe_experts_read"]), n)
+        experts = expert_rank(cascade)
         for name in routed_einsums(cascade):
             einsums[name] = pairs
             einsum = cascade.einsum(name)
-            if EXPERT_RANK in cascade.tensors[name].ranks:
+            if experts in cascade.tensors[name].ranks:
                 scales[name] = pairs
             for t in einsum.input_tensors:
                 spec = cascade.tensors[t]
-                if spec.role == Role.WEIGHT and EXPERT_RANK in spec.ranks:
+                if spec.role == Role.WEIGHT and experts in spec.ranks:
                     scales[t] = weights
     plan = (einsums, scales)
     cascade.__dict__["_routing_plan"] = plan
@@ -175,6 +206,6 @@ def experts_reached(fractions: Sequence[float], tokens: int, top_k: int) -> int:
     return max(1, min(upper, max(lower, round(expected))))
 
 
-__all__ = ["experts_reached", "EXPERT_RANK", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",
+__all__ = ["experts_reached", "EXPERT_RANK", "expert_rank", "LOAD_PARAM", "computed_key_blocks", "einsum_scale", "operand_scale", "read_scale", "routed_einsums",
            "routed_scale", "work_text",
            "scaled_ops", "tensor_scale"]

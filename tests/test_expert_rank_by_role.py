@@ -1,0 +1,67 @@
+"""The expert rank of a MoE block is found by its role (the one rank of ``moe_experts`` positions
+every Einsum of the experts region runs over), never by its name: a cascade file that called it
+``Z`` read every expert's weights whole while its operations were routed (a Granite 4 decode step
+at 2.4x its latency, 2.4x its bytes). And ``cascade dump`` writes a file ``cascade check`` reads back,
+for every shipped layer (a chained layer's ranks named a block's own parameters, which it dropped)."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from mambalaya.arch import load_arch
+from mambalaya.cost.latency import layer_latency
+from mambalaya.einsum.cascade_file import dump_cascade, loads_cascade
+from mambalaya.errors import SpecError
+from mambalaya.einsum.routing import expert_rank
+from mambalaya.search.mappings import ideal
+from mambalaya.workloads import PRESETS, build_layer
+from mambalaya.workloads.shipped import shipped_layers
+
+
+def _renamed(text: str, old: str, new: str) -> str:
+    return re.sub(rf"\b{old.lower()}\b", new.lower(), re.sub(rf"\b{old}\b", new, text))
+
+
+def test_a_renamed_expert_rank_costs_the_same() -> None:
+    arch = load_arch("mambalaya")
+    layer = build_layer(PRESETS["granite-4.0-h-tiny"], phase="decode", seq_len=256, batch=4, layer_type="attention-moe")
+    text = dump_cascade(layer)
+    assert "\n  Z:" not in text and "\n  X:" in text
+    costs = []
+    for c in (loads_cascade(text), loads_cascade(_renamed(text, "X", "Z"))):
+        result = layer_latency(arch, c, ideal(c))
+        costs.append((result.latency_s, result.offchip_bytes))
+    assert expert_rank(loads_cascade(_renamed(text, "X", "Z"))) == "Z"
+    assert costs[0] == pytest.approx(costs[1], rel=1e-12)
+
+
+def test_an_experts_region_without_one_expert_rank_is_refused() -> None:
+    layer = build_layer(PRESETS["granite-4.0-h-tiny"], phase="decode", seq_len=256, batch=4, layer_type="attention-moe")
+    text = dump_cascade(layer).replace("  moe_experts: 64", "  moe_experts: 63")
+    with pytest.raises(SpecError, match="expert rank"):
+        layer_latency(load_arch("mambalaya"), (c := loads_cascade(text)), ideal(c))
+
+
+@pytest.mark.slow
+def test_every_shipped_layer_dumps_to_a_file_that_reads_back_equal() -> None:
+    checked = 0
+    for layer in shipped_layers(seq_len=64, batch=2):
+        c = layer.cascade
+        back = loads_cascade(dump_cascade(c))
+        assert [e.name for e in back.einsums] == [e.name for e in c.einsums], c.name
+        assert {r: back.size(r) for r in back.ranks} == {r: c.size(r) for r in c.ranks}, c.name
+        assert back.params == c.params, c.name
+        checked += 1
+    assert checked > 40
+
+
+def test_a_size_with_a_leading_zero_is_refused_as_a_param_is() -> None:
+    layer = build_layer(PRESETS["mamba-130m"], phase="prefill", seq_len=64, batch=1)
+    text = dump_cascade(layer)
+    assert "\n  I: L\n" in text
+    assert loads_cascade(text.replace("\n  I: L\n", "\n  I: 1*64\n")).size("I") == 64
+    for size in ("064", "1*064"):
+        with pytest.raises(SpecError, match="leading zero"):
+            loads_cascade(text.replace("\n  I: L\n", f"\n  I: {size}\n"))

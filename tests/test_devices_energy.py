@@ -150,3 +150,23 @@ def test_an_energy_search_over_the_best_strategy_lists_the_strategies_of_the_for
     kept = ev.layer_split.strategy if ev.layer_split is not None else "pipeline"
     assert listed[kept] == pytest.approx(ev.model_latency_s, rel=1e-12)
     assert min(listed.values()) == pytest.approx(ev.model_latency_s, rel=1e-12)
+
+
+def test_a_leakage_setting_on_a_design_without_an_area_is_refused(tmp_path) -> None:
+    """Its leakage densities are over the area model's components: without an area section every
+    value printed the same numbers, and --set took them without a word."""
+    from typer.testing import CliRunner
+
+    from mambalaya.arch import arch_to_yaml
+    from mambalaya.cli import app
+
+    data = arch_to_dict(load_arch("mambalaya"))
+    data.pop("area")
+    data["sources"] = {k: v for k, v in data["sources"].items() if not k.startswith("area")}
+    f = tmp_path / "no-area.yaml"
+    f.write_text(arch_to_yaml(arch_from_dict(data)))
+    for field in ("technology.logic_leakage_w_per_mm2=5", "technology.sram_leakage_w_per_mib=1", "technology.area_scale=0.5"):
+        r = CliRunner().invoke(app, ["evaluate", "--arch", str(f), "-m", "mamba-130m", "-L", "64", "-B", "1", "--set", field])
+        assert r.exit_code != 0 and "no area section" in " ".join(r.output.split()), (field, r.output)
+    r = CliRunner().invoke(app, ["evaluate", "-m", "mamba-130m", "-L", "64", "-B", "1", "--set", "technology.area_scale=0.5"])
+    assert r.exit_code == 0, r.output  # (the shipped design has an area section)

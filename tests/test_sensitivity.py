@@ -251,3 +251,16 @@ def test_a_specs_designs_and_policy_files_are_read_beside_it(tmp_path, monkeypat
     spec = S.load_sensitivity_spec(tmp_path / "spec.yaml")
     assert spec.designs[0] == str(tmp_path / "mine.yaml") and spec.designs[1] == "marca-ideal"
     assert spec.assumptions[0].high == str(tmp_path / "pol.yaml") and spec.assumptions[0].low == "uniform"
+
+
+def test_an_assumption_no_evaluation_reads_is_refused(tmp_path) -> None:
+    """A sensitivity row for a field no evaluation reads drew a zero-width bar, read as "no
+    sensitivity"; --set refused the same field."""
+    import yaml
+
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "name": "t", "designs": ["mambalaya", "marca-ideal"],
+        "assumptions": [{"key": "memory.pe_local_bytes_per_cycle", "low": 12, "high": 48, "reason": "test"}]}))
+    with pytest.raises(SpecError, match="pe_local_bytes_per_cycle") as info:
+        S.load_sensitivity_spec(tmp_path / "spec.yaml")
+    assert "same numbers" in str(info.value) and "spec.yaml" in str(info.value)

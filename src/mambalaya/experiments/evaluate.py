@@ -639,7 +639,7 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
             raise SpecError(f"{option} power_budget_w: {', '.join(spec.name for spec in specs)} "
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
                             "hold to a budget; every value gives the same numbers")
-        why = unread_by_dataflow(specs, name, fields)
+        why = unread_by_dataflow(specs, name, fields) or unread_without_area(specs, name, fields)
         if why:
             raise SpecError(f"{option} {name}: {why}; every value gives the same numbers")
         if (name in ("system.collective_latency_s", "system.in_network_reduction") and parallel in (None, "pipeline")
@@ -647,6 +647,23 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
             raise SpecError(f"{option} {name}: a pipeline runs no collective (its stages hand their activations on "
                             "over the links, system.link_*), so every value gives the same numbers; it is read by "
                             "--parallel tensor, expert, sequence or best")
+
+
+#: The technology fields only the area model reads (the leakages are per mm² of its logic and per
+#: MiB of its SRAM; area_scale scales its logic areas).
+AREA_READ_TECHNOLOGY = ("technology.logic_leakage_w_per_mm2", "technology.sram_leakage_w_per_mib",
+                        "technology.area_scale")
+
+
+def unread_without_area(specs: list[ArchSpec], name: str, fields: list[str]) -> str:
+    """Why no evaluation on ``specs`` reads ``name``: a technology field of the area model
+    (:data:`AREA_READ_TECHNOLOGY`) where no design has an area section (its power line says "no
+    leakage"), unless ``fields`` give one; or ""."""
+    if name in AREA_READ_TECHNOLOGY and specs and all(spec.area is None for spec in specs) and not any(
+            f == "area" or f.startswith("area.") for f in fields):
+        return ("the design has no area section, so it computes no leakage and no area for the technology to scale "
+                "(its power line says so)")
+    return ""
 
 
 def unread_by_dataflow(specs: list[ArchSpec], name: str, fields: list[str]) -> str:

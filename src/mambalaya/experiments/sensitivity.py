@@ -42,7 +42,7 @@ from mambalaya.arch.keys import NOT_LATENCY_FIELDS
 from mambalaya.search.memos import forget_architecture_results
 from mambalaya.arch.quantities import BYTE_UNITS, parse_float_quantity  # byte sizes such as "24MiB" in a spec
 from mambalaya.errors import MambalayaError, SpecError
-from mambalaya.experiments.evaluate import Evaluation, evaluate, evaluate_best_scan
+from mambalaya.experiments.evaluate import Evaluation, check_settings_read, evaluate, evaluate_best_scan
 from mambalaya.einsum.parse import MAX_SIZE
 from mambalaya.specio import SPEC_MODEL_CONFIG, FieldProblem, load_spec_text, read_spec_file, show, strict_int
 from mambalaya.workloads import ModelConfig, has_scan_forms
@@ -172,6 +172,16 @@ def check_on_designs(spec: SensitivitySpec, source: str) -> None:
                             source=source)
         if a.numeric and a.key != "memory.onchip_buffer_bytes" and a.low > a.high:
             raise SpecError(f"assumptions[{n}] ({a.key}): low {a.low!r} is above high {a.high!r}", source=source)
+    try:
+        designs = [load_arch(d) for d in spec.designs]
+    except SpecError as err:
+        raise SpecError(f"designs: {getattr(err, 'message', err)}", source=source) from None
+    for n, a in enumerate(spec.assumptions):  # an architecture field no evaluation reads moves nothing
+        if a.key not in RUN_FIELDS and not a.factor:  # (memory.pe_local_bytes_per_cycle drew a zero-width row)
+            try:
+                check_settings_read(designs, [a.key], option=f"assumptions[{n}] ({a.key}):")
+            except SpecError as err:
+                raise SpecError(str(getattr(err, "message", err)), source=source) from None
     for n, a in enumerate(spec.assumptions):  # the values must make valid designs
         for end in ("low", "high"):
             try:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mambalaya.einsum.cascade import Cascade
+from mambalaya.einsum.products import is_matrix_product, product_sides, ranks_of
 from mambalaya.einsum.ir import (Binary, Einsum, Expr, Role, accesses, additive_terms, expr_variables, peel_scales,
                                  rank_of_variable)
 
@@ -56,46 +57,6 @@ def _mac_terms(einsum: Einsum) -> tuple[Binary, ...]:
     return tuple(out)
 
 
-def _factors(term: Expr) -> list[Expr]:
-    """The multiplicands of a product, its tree flattened (``(a*b)*c`` -> ``[a, b, c]``); a
-    unary function, a quotient or a sum is one factor."""
-    if isinstance(term, Binary) and term.op == "*":
-        return _factors(term.lhs) + _factors(term.rhs)
-    return [term]
-
-
-def _ranks_of(side: Any) -> set[str]:
-    return {rank_of_variable(v) for v in expr_variables(side)}
-
-
-def _is_matrix_product(a_ranks: set[str], b_ranks: set[str], out_ranks: set[str], reduced: set[str]) -> bool:
-    """Each side has an output rank the other lacks, and both sides hold every reduced rank
-    (each operand is reused across the other's ranks)."""
-    return bool(reduced and (a_ranks - b_ranks) & out_ranks and (b_ranks - a_ranks) & out_ranks
-                and reduced <= a_ranks & b_ranks)
-
-
-def _two_sides(term: Binary, out_ranks: set[str], reduced: set[str], is_weight: Any) -> tuple[list[Expr], list[Expr]]:
-    """The two sides of a reduced product: its top multiply's operands when they make a matrix
-    product (or when no split does), else the first split of its factors that does, in the
-    order of the factors. Factors that hold no reduced rank multiply the sum once per output
-    point (:mod:`mambalaya.einsum.stats` pulls them out), so they are not part of it: ``W =
-    TI[q,s]*BETA[s]*KN[s,n]*DO[s]`` is ``TI`` times ``BETA*KN*DO``, a matrix product whose tree
-    split (``TI*BETA*KN`` times ``DO``) is not."""
-    tree = ([term.lhs], [term.rhs])
-    if _is_matrix_product(_ranks_of(term.lhs), _ranks_of(term.rhs), out_ranks, reduced):
-        return tree
-    factors = [f for f in _factors(term) if _ranks_of(f) & reduced]
-    for split in range(1, 2 ** (len(factors) - 1) if len(factors) > 1 else 1):
-        a = [f for k, f in enumerate(factors) if split >> k & 1]
-        b = [f for k, f in enumerate(factors) if not split >> k & 1]
-        a_ranks = set().union(*(_ranks_of(f) for f in a))
-        b_ranks = set().union(*(_ranks_of(f) for f in b))
-        if _is_matrix_product(a_ranks, b_ranks, out_ranks, reduced):
-            return (a, b) if not any(is_weight(f) for f in a) else (b, a)
-    return tree
-
-
 def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
     """One :class:`Contraction` per product the Einsum reduces (empty without MACs): its sides,
     rank roles (``K`` the reduced ranks of that product) and whether the 2D array can run it.
@@ -103,7 +64,7 @@ def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
     The unit is decided by the algebra, wherever the product sits in the expression (the
     Einsum's whole expression, an additive term beside others, a term of a recurrence): the
     array runs a GEMM with a weight, and a reduced product of activations that is a matrix
-    product (:func:`_two_sides`: each side has an output rank the other lacks, and both hold
+    product (:func:`~mambalaya.einsum.products.product_sides`: each side has an output rank the other lacks, and both hold
     the reduced ranks, so each operand is reused across the other's ranks): the SSD's CB, YDG,
     ST and YO, attention's scores and value product, Gated DeltaNet's W, U and chunk-state
     products. In a recurrence it does so when each step is a whole matrix product, the
@@ -140,12 +101,12 @@ def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
     found = []
     for term in _mac_terms(einsum):
         reduced = {rank_of_variable(v) for v in set(expr_variables(term)) & reduced_all}
-        a_sides, b_sides = _two_sides(term, set(out_ranks), reduced, is_weight)
+        a_sides, b_sides = product_sides(term, set(out_ranks), reduced, is_weight, cascade.size)
         if any(is_weight(f) for f in a_sides) and not any(is_weight(f) for f in b_sides):
             a_sides, b_sides = b_sides, a_sides
         has_weight = any(is_weight(f) for f in b_sides)
-        a_ranks = set().union(*(_ranks_of(f) for f in a_sides))
-        b_ranks = set().union(*(_ranks_of(f) for f in b_sides))
+        a_ranks = set().union(*(ranks_of(f) for f in a_sides))
+        b_ranks = set().union(*(ranks_of(f) for f in b_sides))
         roles = {
             "K": tuple(r for r in cascade.ranks if r in reduced),
             "N": tuple(r for r in out_ranks if r in b_ranks and r not in a_ranks),
@@ -153,7 +114,7 @@ def contractions(cascade: Cascade, einsum: Einsum) -> tuple[Contraction, ...]:
             + tuple(r for r in out_ranks if r not in a_ranks and r not in b_ranks),
             "S": tuple(r for r in out_ranks if r in a_ranks and r in b_ranks),
         }
-        matrix_product = _is_matrix_product(a_ranks - ones, b_ranks - ones, set(out_ranks) - ones, reduced - ones)
+        matrix_product = is_matrix_product(a_ranks - ones, b_ranks - ones, set(out_ranks) - ones, reduced - ones)
         whole_steps = generational is None or generational in roles["S"]
         on_array = kind == "gemm" or (kind in ("reduction", "recurrent") and matrix_product and whole_steps)
         found.append(Contraction(roles, names(a_sides), names(b_sides), has_weight, on_array))

@@ -38,9 +38,10 @@ from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.dead_work import masked_variables
+from mambalaya.einsum.products import chain_multiplies, factors as flat_factors, product_sides
 from mambalaya.einsum.routing import read_scale, scaled_ops, tensor_scale, work_text
 from mambalaya.einsum.ir import (Access, Binary, Einsum, Expr, Role, Unary, additive_nodes, additive_terms,
-                                 expr_variables, peel_scales)
+                                 expr_variables, peel_scales, rank_of_variable)
 
 OP_KINDS: tuple[str, ...] = ("mac", "add", "mul", "div", "max")
 
@@ -106,21 +107,17 @@ def _einsum_ops(cascade: Cascade, einsum: Einsum) -> dict[str, int]:
     return {k: int(round(v)) for k, v in ops.items() if v}
 
 
-def _factors(node: Expr) -> list[Expr]:
-    if isinstance(node, Binary) and node.op == "*":
-        return _factors(node.lhs) + _factors(node.rhs)
-    return [node]
-
-
 def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str], term_vars: set[str],
                            ops: Counter, masked=None) -> None:
     """A reduced product: its factors that do not depend on the reduced variables multiply the
     sum once per output point (``sum_m a[n] h[m] k[m] = a[n] sum_m h[m] k[m]``, the delta rule's
-    ``k beta (S^T k)``); the rest is the contraction, its top multiply a MAC per point."""
-    factors = _factors(product)
+    ``k beta (S^T k)``); the rest is the contraction, each of its two sides' factors multiplied
+    over that side's points and one MAC per point of the product, whatever order it is written in
+    (:func:`~mambalaya.einsum.products.product_sides`)."""
+    factors = flat_factors(product)
     inner = [f for f in factors if set(expr_variables(f)) & reduced]
     outer = [f for f in factors if not set(expr_variables(f)) & reduced]
-    if not outer or not inner:
+    if not inner:
         _count(cascade, product, ops, top_is_mac=True, masked=masked)
         return
     for f in outer:
@@ -130,10 +127,26 @@ def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str],
         ops["add"] += _points(cascade, expr_variables(inner[0]), masked)
         _count(cascade, inner[0], ops, masked=masked)
         return
-    node = inner[0]
-    for f in inner[1:]:
+    # the contraction's two sides (einsum.products, the split the array runs): each side's own
+    # factors multiplied over its points, then one MAC per point of the whole product
+    node = _chain(inner)
+    sides = product_sides(node, {rank_of_variable(v) for v in term_vars - reduced},
+                          {rank_of_variable(v) for v in reduced & term_vars}, size=cascade.size)
+    ops["mac"] += _points(cascade, expr_variables(node), masked)
+    for side in sides:
+        parts = [f for element in side for f in flat_factors(element)]
+        for f in parts:  # (each factor's own operations, then the multiplies that join them)
+            _count(cascade, f, ops, masked=masked)
+        ops["mul"] += chain_multiplies([frozenset(expr_variables(f)) for f in parts],
+                                       lambda variables: _points(cascade, variables, masked))
+
+
+def _chain(factors: list[Expr]) -> Expr:
+    """The product of ``factors`` in their order."""
+    node = factors[0]
+    for f in factors[1:]:
         node = Binary("*", node, f)
-    _count(cascade, node, ops, top_is_mac=True, masked=masked)
+    return node
 
 
 def _span(cascade: Cascade, accesses: list[Access], p: int, lowest: int) -> tuple[int, int]:

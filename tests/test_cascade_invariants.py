@@ -1,8 +1,10 @@
-"""The expert rank of a MoE block is found by its role (the one rank of ``moe_experts`` positions
-every Einsum of the experts region runs over), never by its name: a cascade file that called it
-``Z`` read every expert's weights whole while its operations were routed (a Granite 4 decode step
-at 2.4x its latency, 2.4x its bytes). And ``cascade dump`` writes a file ``cascade check`` reads back,
-for every shipped layer (a chained layer's ranks named a block's own parameters, which it dropped)."""
+"""Numbers that must not depend on how a cascade is written. The expert rank of a MoE block is
+found by its role (the one rank of ``moe_experts`` positions every Einsum of the experts region
+runs over and their weights have), never by its name: a cascade file that called it ``Z`` read
+every expert's weights whole while its operations were routed (a Granite 4 decode step at 2.4x its
+latency and bytes). A product's operation count does not depend on the order of its factors. And
+``cascade dump`` writes a file ``cascade check`` reads back, for every shipped layer (a chained
+layer's ranks named a block's own parameters, which it dropped)."""
 
 from __future__ import annotations
 
@@ -65,3 +67,38 @@ def test_a_size_with_a_leading_zero_is_refused_as_a_param_is() -> None:
     for size in ("064", "1*064"):
         with pytest.raises(SpecError, match="leading zero"):
             loads_cascade(text.replace("\n  I: L\n", f"\n  I: {size}\n"))
+
+
+def _reversed_products(text: str) -> tuple[str, list[str]]:
+    """``text`` with every Einsum that is a product of three or more tensors written backwards."""
+    names, lines = [], []
+    for line in text.splitlines():
+        m = re.fullmatch(r"(  - )(\w+)(\[[^\]]*\]) = ((?:\w+\[[^\]]*\]\*){2,}\w+\[[^\]]*\])", line)
+        if m:
+            factors = re.findall(r"\w+\[[^\]]*\]", m.group(4))
+            line = f"{m.group(1)}{m.group(2)}{m.group(3)} = {'*'.join(reversed(factors))}"
+            names.append(m.group(2))
+        lines.append(line)
+    return "\n".join(lines) + "\n", names
+
+
+@pytest.mark.slow
+def test_a_products_operation_count_does_not_depend_on_the_order_it_is_written_in() -> None:
+    """The multiplies of a reduced product are those of the split the array runs
+    (einsum.products.product_sides): the chunked delta rule's W = TI*BETA*KN*DO counted 32x the
+    multiplies written TI*BETA*KN*DO as written TI*(BETA*KN*DO)."""
+    from mambalaya.einsum.stats import einsum_ops
+
+    checked = 0
+    for layer in shipped_layers(seq_len=64, batch=2):
+        text, names = _reversed_products(dump_cascade(layer.cascade))
+        if not names:
+            continue
+        back = loads_cascade(text)
+        for name in names:
+            c = layer.cascade
+            ops = einsum_ops(c, c.einsum(name))
+            if "mac" in ops:
+                assert einsum_ops(back, back.einsum(name)) == ops, (c.name, name)
+                checked += 1
+    assert checked >= 12  # (15 products of three or more tensors with MACs over the shipped layers)

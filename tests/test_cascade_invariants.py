@@ -8,6 +8,7 @@ layer's ranks named a block's own parameters, which it dropped)."""
 
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -102,3 +103,29 @@ def test_a_products_operation_count_does_not_depend_on_the_order_it_is_written_i
                 assert einsum_ops(back, back.einsum(name)) == ops, (c.name, name)
                 checked += 1
     assert checked >= 12  # (15 products of three or more tensors with MACs over the shipped layers)
+
+
+@pytest.mark.parametrize("product", ["A[m]*B[m]*C[n,m]", "C[n,m]*A[m]*B[m]", "C[n,m]*(A[m]*B[m])",
+                                     "(C[n,m]*A[m])*B[m]"])
+def test_a_product_without_a_matrix_split_is_counted_in_its_fewest_multiplies(product: str) -> None:
+    """A matrix-vector product scaled per key joins the per-key factors first however it is
+    written (the parentheses were once dropped, and the written order kept)."""
+    from mambalaya.einsum.stats import einsum_ops
+
+    text = ("name: t\nranks: {N: 256, M: 4}\ntensors:\n  A: {ranks: [M], role: input}\n"
+            "  B: {ranks: [M], role: input}\n  C: {ranks: [N, M], role: input}\n  O: {ranks: [N], role: output}\n"
+            f"einsums:\n  - O[n] = {product}\n")
+    c = loads_cascade(text)
+    assert einsum_ops(c, c.einsum("O")) == {"mac": 256 * 4, "mul": 4}
+
+
+def test_chain_multiplies_is_the_least_over_every_order() -> None:
+    from itertools import permutations
+
+    from mambalaya.einsum.products import chain_multiplies
+
+    sizes = {"a": 2, "b": 3, "c": 2, "d": 4, "e": 3}
+    parts = [frozenset("b"), frozenset("abe"), frozenset("de"), frozenset("ce")]
+    points = lambda ranks: math.prod(sizes[r] for r in ranks)  # noqa: E731
+    counts = {chain_multiplies(list(order), points) for order in permutations(parts)}
+    assert len(counts) == 1

@@ -13,6 +13,7 @@ import pytest
 
 from mambalaya.arch import load_arch
 from mambalaya.cost.capacity import activation_peak
+from mambalaya.cost.energy import layer_energy
 from mambalaya.cost.latency import layer_latency
 from mambalaya.cost.launch import Launch, block_rereads
 from mambalaya.cost.traffic import mapping_traffic
@@ -33,11 +34,13 @@ def _wider_masks(c):
 ARCH = load_arch("mambalaya")
 
 
-def _bytes(c, mapping) -> tuple[float, float, float, float]:
-    """Off-chip, buffer, activation-peak bytes and energy of ``mapping`` on the mambalaya design."""
+def _bytes(c, mapping) -> tuple[float, float, float, float, float]:
+    """Off-chip, buffer, activation-peak bytes, latency and energy of ``mapping`` on the mambalaya
+    design (a mask's width once set the width its Einsum's arithmetic and registers were charged at)."""
     result = layer_latency(ARCH, c, mapping)
     buffer = sum(g.buffer.read_bytes + g.buffer.write_bytes for g in result.groups if g.buffer is not None)
-    return result.offchip_bytes, buffer, activation_peak(c, result.groups).bytes, result.latency_s
+    energy = layer_energy(ARCH, c, result).total_pj
+    return result.offchip_bytes, buffer, activation_peak(c, result.groups).bytes, result.latency_s, energy
 
 
 @pytest.mark.slow

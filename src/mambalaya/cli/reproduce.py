@@ -241,7 +241,7 @@ def sensitivity_cmd(
                    phases=("prefill",) if phase == PhaseOption.prefill else ("generation",))
     if not applicable(study, run):  # (once an empty table and exit 0)
         raise MambalayaError(f"no assumption of {study.name} applies to {model} {phase.value} (the scan form moves "
-                             "Mamba-2 models only)")
+                             "only models with two scan forms, Mamba-2 and the gated delta rule)")
     label = pair_label(model, run.phases[0], design, baseline)
     result = run_sensitivity(study, run, pair_ratio(design, baseline),
                              published=None if published is None else {label: published}, far=0.0,

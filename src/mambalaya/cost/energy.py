@@ -183,9 +183,11 @@ class LayerEnergy(LayerEnergyTotals):
 
 
 def einsum_width_bits(cascade: Cascade, name: str) -> int:
-    """The width the Einsum computes at: the widest of its operands and result."""
+    """The width the Einsum computes at: the widest of its operands and result (a declared mask
+    is no operand: kernels make it from the indices, :attr:`~mambalaya.einsum.ir.TensorSpec.stored_bytes_per_element`)."""
     e = cascade.einsum(name)
-    return max([cascade.tensors[name].bits] + [cascade.tensors[t].bits for t in e.input_tensors])
+    return max([cascade.tensors[name].bits] + [cascade.tensors[t].bits for t in e.input_tensors
+                                               if cascade.tensors[t].mask is None])
 
 
 def _arithmetic(arch: Any, ops: dict[str, int], runs: float) -> tuple[float, float, dict[str, float]]:

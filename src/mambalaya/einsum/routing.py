@@ -37,8 +37,9 @@ from mambalaya.einsum.dead_work import dead_work, frame_dims, masked_variables, 
 from mambalaya.einsum.ir import Role
 from mambalaya.errors import SpecError
 
-#: The expert rank's name in the shipped MoE builders (:mod:`mambalaya.workloads.blocks.moe`);
-#: the cost model finds a cascade's expert rank by its role, :func:`expert_rank`, never by name.
+#: The expert rank's name in the shipped MoE block (:mod:`mambalaya.workloads.blocks.moe` writes it
+#: into its Einsums' text; tests index its arrays by it); the cost model finds a cascade's expert
+#: rank by its role, :func:`expert_rank`, never by name.
 EXPERT_RANK = "X"
 #: The parameter of a device's part of an expert-parallel layer
 #: (:mod:`mambalaya.cost.expert_parallel`): the token-expert pairs its experts compute, over the

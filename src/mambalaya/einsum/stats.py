@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.dead_work import masked_variables
-from mambalaya.einsum.products import chain_multiplies, factors as flat_factors, product_sides
+from mambalaya.einsum.products import chain_multiplies, factors as flat_factors, matrix_split
 from mambalaya.einsum.routing import read_scale, scaled_ops, tensor_scale, work_text
 from mambalaya.einsum.ir import (Access, Binary, Einsum, Expr, Role, Unary, additive_nodes, additive_terms,
                                  expr_variables, peel_scales, rank_of_variable)
@@ -112,8 +112,8 @@ def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str],
     """A reduced product: its factors that do not depend on the reduced variables multiply the
     sum once per output point (``sum_m a[n] h[m] k[m] = a[n] sum_m h[m] k[m]``, the delta rule's
     ``k beta (S^T k)``); the rest is the contraction, each of its two sides' factors multiplied
-    over that side's points and one MAC per point of the product, whatever order it is written in
-    (:func:`~mambalaya.einsum.products.product_sides`)."""
+    in the fewest multiplies and one MAC per point of the product, whatever order it is written in
+    (:func:`~mambalaya.einsum.products.matrix_split`)."""
     factors = flat_factors(product)
     inner = [f for f in factors if set(expr_variables(f)) & reduced]
     outer = [f for f in factors if not set(expr_variables(f)) & reduced]
@@ -128,17 +128,22 @@ def _count_reduced_product(cascade: Cascade, product: Binary, reduced: set[str],
         _count(cascade, inner[0], ops, masked=masked)
         return
     # the contraction's two sides (einsum.products, the split the array runs): each side's own
-    # factors multiplied over its points, then one MAC per point of the whole product
+    # factors joined in the fewest multiplies, then one MAC per point of the whole product; with
+    # no split that makes a matrix product, every factor joined so, the last join the MAC
     node = _chain(inner)
-    sides = product_sides(node, {rank_of_variable(v) for v in term_vars - reduced},
-                          {rank_of_variable(v) for v in reduced & term_vars}, size=cascade.size)
-    ops["mac"] += _points(cascade, expr_variables(node), masked)
+    split = matrix_split(node, {rank_of_variable(v) for v in term_vars - reduced},
+                         {rank_of_variable(v) for v in reduced & term_vars}, size=cascade.size)
+    sides = split if split is not None else ([node],)
+    whole = _points(cascade, expr_variables(node), masked)
+    ops["mac"] += whole
     for side in sides:
         parts = [f for element in side for f in flat_factors(element)]
         for f in parts:  # (each factor's own operations, then the multiplies that join them)
             _count(cascade, f, ops, masked=masked)
         ops["mul"] += chain_multiplies([frozenset(expr_variables(f)) for f in parts],
                                        lambda variables: _points(cascade, variables, masked))
+    if split is None:
+        ops["mul"] -= whole  # (the last join is the MAC)
 
 
 def _chain(factors: list[Expr]) -> Expr:

@@ -67,7 +67,7 @@ class Evaluation:
     #: pass, every device's and micro-batch's together. None: the costed layer's own (a hybrid
     #: layer type's micro-batch, whose figures are that micro-batch's).
     whole_tokens: int | None = None
-    #: A Mamba-2 prefill run in its faster form (:func:`evaluate_best_scan`): why the other form did
+    #: A prefill with two scan forms (Mamba-2, the delta rule) run in its faster form (:func:`evaluate_best_scan`): why the other form did
     #: not run, where it did not ("" where both ran, or the form was asked for).
     other_scan_refused: str = ""
 
@@ -537,11 +537,13 @@ def resolve_policy(spec: ArchSpec, precision: str | PrecisionPolicy | None) -> P
 
 
 def scan_form(cascade: Cascade) -> str:
-    """A Mamba-2 layer's scan form: ``chunked`` where its in-chunk mask ``LM`` is, else ``recurrent``."""
+    """A Mamba-2 or gated delta rule layer's scan form: ``chunked`` where its in-chunk mask ``LM``
+    is (both chunked forms read it), else ``recurrent``."""
     return "chunked" if "LM" in cascade.tensors else "recurrent"
 
 
-#: The scan forms a Mamba-2 prefill may run, in the order a tie keeps (the chunked SSD first).
+#: The scan forms a prefill with two may run (:func:`~mambalaya.workloads.has_scan_forms`), in the
+#: order a tie keeps (the chunked form first).
 SCAN_FORMS = ("chunked", "recurrent")
 
 
@@ -570,7 +572,8 @@ def objective_value(ev: Evaluation) -> float:
 def evaluate_best_scan(arch: ArchSpec | str, model_name: str, config: ModelConfig, *, phase: str, seq_len: int,
                        batch: int, mapping: str | None = None, precision: str | PrecisionPolicy | None = None,
                        scan: str | None = None, **options: Any) -> Evaluation:
-    """:func:`evaluate` (``options``: its other keywords); a Mamba-2 prefill without a ``scan``
+    """:func:`evaluate` (``options``: its other keywords); a prefill with two scan forms
+    (:func:`~mambalaya.workloads.has_scan_forms`: Mamba-2, the gated delta rule) without a ``scan``
     runs whichever form (chunked SSD or the recurrent scan) is better on the design by the
     objective (:func:`objective_value`: the faster for latency, the one of least energy or EDP for
     those), so no design is judged on a form that suits it badly. The one default of every command: ``evaluate`` and
@@ -721,7 +724,7 @@ def compare_rows(
     sweep's carry them); ``settings`` (``FIELD=VALUE``) change every design alike; ``devices`` runs each design's model over
     that many devices, ``parallel`` saying how (the layer's latency is one device's part under
     tensor parallelism). Each row says whether the layer's activations fit the DRAM beside the
-    model and, for a Mamba-2 prefill, why the other scan form did not run where it did not."""
+    model and, for a prefill with two scan forms, why the other scan form did not run where it did not."""
     if baseline not in archs:
         archs = [baseline] + archs
     specs = designs_with(archs, settings, precision if isinstance(precision, str) else None, devices=devices,

@@ -16,7 +16,7 @@ import pandas as pd
 from mambalaya import __version__
 from mambalaya.cost.capacity import byte_size
 from mambalaya.formatting import whole
-from mambalaya.experiments.evaluate import Evaluation
+from mambalaya.experiments.evaluate import Evaluation, scan_form
 from mambalaya.experiments.claims import CLAIM_SETUPS, GEENS_AREA_SETUP, GEENS_FUSION_SETUP, PUBLISHED as P
 from mambalaya.experiments.equal_area import UNBOUNDED_VARIANT, best_splits
 from mambalaya.workloads import PRESETS
@@ -161,7 +161,7 @@ def _units_section(result, details) -> str:
             flows: dict[str, list[str]] = {}
             for r in on_array:
                 flows.setdefault(r.spatial.dataflow, []).append(r.einsum)
-            scan = "chunked" if any(e.name == "CB" for e in ev.cascade.einsums) else "recurrent"
+            scan = scan_form(ev.cascade)
             rows.append({"model": model, "design": d, "scan": scan if ev.config.family != "mamba1" else "-",
                          "products of activations on the array": ", ".join(moved) or "-",
                          **{f: ", ".join(flows.get(f, [])) or "-" for f in ("weight-stationary", "input-stationary", "output-stationary")}})

@@ -156,6 +156,9 @@ def _files_beside(spec: SensitivitySpec, folder: Path) -> SensitivitySpec:
     from mambalaya.workloads.precision import shipped_policies
 
     designs = [path_beside(d, folder, shipped_archs()) for d in spec.designs]
+    again = next((d for i, d in enumerate(designs) if d in designs[:i]), None)
+    if again is not None:  # (mine.yaml and ./mine.yaml were one design, run twice)
+        raise SpecError(f"designs: {again} is given twice; give each design once")
     assumptions = [a.model_copy(update={"low": path_beside(a.low, folder, shipped_policies()),
                                         "high": path_beside(a.high, folder, shipped_policies())})
                    if a.key == "precision" else a for a in spec.assumptions]

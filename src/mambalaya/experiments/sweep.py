@@ -146,7 +146,7 @@ def evaluate_point(point: dict[str, Any]) -> dict[str, Any]:
 
 def _one_device_outputs(arch: Any, point: dict[str, Any], config: Any, *, seq_len: int, batch: int,
                         scan: str | None) -> dict[str, Any]:
-    """A one-device point's outputs in one scan form (``scan``: a Mamba-2 prefill's, else None),
+    """A one-device point's outputs in one scan form (``scan``: a prefill's with two scan forms, else None),
     its layer built once per model, phase, sizes, width, policy and form and searched per design."""
     from mambalaya.experiments.evaluate import resolve_policy
     from mambalaya.search.memos import forget_results

@@ -62,8 +62,9 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
         raise MambalayaError("AccelForge cannot express the scan's recurrence over I: export the decode step "
                              "(--phase decode) or a prefill with the scan unrolled (--unroll-scan T)")
     family = resolve_model(model).family
-    if is_hybrid(resolve_model(model)):
-        raise MambalayaError(f"{model} is a hybrid model: the AccelForge export covers Mamba-1 and Mamba-2 layers")
+    if is_hybrid(resolve_model(model)) or family not in ("mamba1", "mamba2"):  # (a delta rule's model met a
+        raise MambalayaError(f"{model} is a {family} model: the AccelForge export covers "   # padding error)
+                             "Mamba-1 and Mamba-2 layers")
     _, cascade = model_layer(model, phase, unroll or 1, batch, bits, None,
                               "recurrent" if family == "mamba2" else None, precision=precision)
     if unroll is not None:  # refused here, before anything is written or sent to AccelForge

@@ -264,3 +264,19 @@ def test_an_assumption_no_evaluation_reads_is_refused(tmp_path) -> None:
     with pytest.raises(SpecError, match="pe_local_bytes_per_cycle") as info:
         S.load_sensitivity_spec(tmp_path / "spec.yaml")
     assert "same numbers" in str(info.value) and "spec.yaml" in str(info.value)
+
+
+def test_one_design_file_named_two_ways_is_refused(tmp_path) -> None:
+    """``mine.yaml`` and ``./mine.yaml`` are one design once read beside the spec: the spec's own
+    rule (each design once) holds on the paths it names (it ran the design twice)."""
+    import yaml
+    from importlib import resources
+
+    shipped = resources.files("mambalaya").joinpath("arch/specs/mambalaya.yaml").read_text(encoding="utf-8")
+    (tmp_path / "mine.yaml").write_text(shipped, encoding="utf-8")
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump({
+        "name": "t", "designs": ["mine.yaml", "./mine.yaml", "marca-ideal"],
+        "assumptions": [{"key": "batch", "low": 1, "high": 8, "reason": "test"}]}))
+    with pytest.raises(SpecError, match="twice") as info:
+        S.load_sensitivity_spec(tmp_path / "spec.yaml")
+    assert "spec.yaml" in str(info.value) and "designs" in str(info.value)

@@ -33,7 +33,6 @@ from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.einsum.cascade import Cascade
 from mambalaya.einsum.unroll import check_unroll_size
 from mambalaya.workloads import resolve_model
-from mambalaya.workloads.families.base import is_hybrid
 
 from mambalaya.outputs import check_output_path
 from mambalaya.cli.common import (
@@ -62,9 +61,8 @@ def _accelforge_cascade(model: str, phase: PhaseOption, unroll: int | None, batc
         raise MambalayaError("AccelForge cannot express the scan's recurrence over I: export the decode step "
                              "(--phase decode) or a prefill with the scan unrolled (--unroll-scan T)")
     family = resolve_model(model).family
-    if is_hybrid(resolve_model(model)) or family not in ("mamba1", "mamba2"):  # (a delta rule's model met a
-        raise MambalayaError(f"{model} is a {family} model: the AccelForge export covers "   # padding error)
-                             "Mamba-1 and Mamba-2 layers")
+    if family not in ("mamba1", "mamba2"):  # (a hybrid's or a delta rule's; the latter met a padding error)
+        raise MambalayaError(f"{model} is a {family} model: the AccelForge export covers Mamba-1 and Mamba-2 layers")
     _, cascade = model_layer(model, phase, unroll or 1, batch, bits, None,
                               "recurrent" if family == "mamba2" else None, precision=precision)
     if unroll is not None:  # refused here, before anything is written or sent to AccelForge

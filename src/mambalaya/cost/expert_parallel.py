@@ -67,9 +67,9 @@ def is_moe(cascade: Cascade) -> bool:
 def expert_weights(cascade: Cascade) -> tuple[str, ...]:
     """The weights the expert side reads that have the expert rank (each expert's own), the
     ones a device holds ``1/N`` of; the router's weight, read outside it, is not among them."""
-    side = expert_side(cascade)
+    side, experts = expert_side(cascade), expert_rank(cascade)
     return tuple(dict.fromkeys(t for name in side for t in cascade.einsum(name).input_tensors
-                               if cascade.tensors[t].role == Role.WEIGHT and expert_rank(cascade) in cascade.tensors[t].ranks))
+                               if cascade.tensors[t].role == Role.WEIGHT and experts in cascade.tensors[t].ranks))
 
 
 def token_ranks(cascade: Cascade) -> tuple[str, ...]:
@@ -77,8 +77,8 @@ def token_ranks(cascade: Cascade) -> tuple[str, ...]:
     but the expert rank and the ranks of the experts' weights."""
     side = expert_side(cascade)
     common = set.intersection(*(set(cascade.tensors[n].ranks) for n in side))
-    weight_ranks = {r for t in expert_weights(cascade) for r in cascade.tensors[t].ranks}
-    return tuple(r for r in cascade.ranks if r in common and r not in weight_ranks and r != expert_rank(cascade))
+    weight_ranks, experts = {r for t in expert_weights(cascade) for r in cascade.tensors[t].ranks}, expert_rank(cascade)
+    return tuple(r for r in cascade.ranks if r in common and r not in weight_ranks and r != experts)
 
 
 @dataclass(frozen=True)

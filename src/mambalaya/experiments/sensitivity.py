@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Callable, Union
 
 import pandas as pd
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, ValidationError, model_validator
 
 from mambalaya.arch import ArchSpec, arch_from_dict, arch_to_dict, field_paths, load_arch, set_fields
 from mambalaya.arch.keys import NOT_LATENCY_FIELDS
@@ -44,7 +44,8 @@ from mambalaya.arch.quantities import BYTE_UNITS, parse_float_quantity  # byte s
 from mambalaya.errors import MambalayaError, SpecError
 from mambalaya.experiments.evaluate import Evaluation, check_settings_read, evaluate, evaluate_best_scan
 from mambalaya.einsum.parse import MAX_SIZE
-from mambalaya.specio import SPEC_MODEL_CONFIG, FieldProblem, load_spec_text, read_spec_file, show, strict_int
+from mambalaya.specio import (SPEC_MODEL_CONFIG, FieldProblem, describe_validation_error, load_spec_text, read_spec_file,
+                              show, strict_int)
 from mambalaya.workloads import ModelConfig, has_scan_forms
 from mambalaya.workloads.precision import load_policy
 
@@ -144,25 +145,27 @@ def _validated(text: str, source: str, folder: Path | None = None) -> Sensitivit
     spec = load_spec_text(text, SensitivitySpec, what="sensitivity spec", fields="name, designs, assumptions",
                           source=source)
     if folder is not None:
-        spec = _files_beside(spec, folder)
+        spec = _files_beside(spec, folder, source)
     check_on_designs(spec, source)
     return spec
 
 
-def _files_beside(spec: SensitivitySpec, folder: Path) -> SensitivitySpec:
+def _files_beside(spec: SensitivitySpec, folder: Path, source: str) -> SensitivitySpec:
     """``spec`` with the files it names (a design, a precision policy at an assumption's end) read
-    beside its own file, as every spec's paths are: one file gave two tornadoes from two folders."""
+    beside its own file, as every spec's paths are: one file gave two tornadoes from two folders.
+    Validated again, so that the spec's rules hold on the paths it names (``mine.yaml`` and
+    ``./mine.yaml`` were one design, run twice)."""
     from mambalaya.arch import path_beside, shipped_archs
     from mambalaya.workloads.precision import shipped_policies
 
     designs = [path_beside(d, folder, shipped_archs()) for d in spec.designs]
-    again = next((d for i, d in enumerate(designs) if d in designs[:i]), None)
-    if again is not None:  # (mine.yaml and ./mine.yaml were one design, run twice)
-        raise SpecError(f"designs: {again} is given twice; give each design once")
-    assumptions = [a.model_copy(update={"low": path_beside(a.low, folder, shipped_policies()),
-                                        "high": path_beside(a.high, folder, shipped_policies())})
-                   if a.key == "precision" else a for a in spec.assumptions]
-    return spec.model_copy(update={"designs": designs, "assumptions": assumptions})
+    assumptions = [{**a.model_dump(), "low": path_beside(a.low, folder, shipped_policies()),
+                    "high": path_beside(a.high, folder, shipped_policies())} if a.key == "precision" else a.model_dump()
+                   for a in spec.assumptions]
+    try:
+        return SensitivitySpec.model_validate({**spec.model_dump(), "designs": designs, "assumptions": assumptions})
+    except ValidationError as err:
+        raise SpecError(describe_validation_error(err, "invalid sensitivity spec"), source=source) from None
 
 
 def check_on_designs(spec: SensitivitySpec, source: str) -> None:
@@ -188,8 +191,8 @@ def check_on_designs(spec: SensitivitySpec, source: str) -> None:
     for n, a in enumerate(spec.assumptions):  # the values must make valid designs
         for end in ("low", "high"):
             try:
-                for d in spec.designs:
-                    with_setting(load_arch(d), a, getattr(a, end))
+                for design in designs:
+                    with_setting(design, a, getattr(a, end))
                 if a.key == "precision":
                     load_policy(str(getattr(a, end)))
             except SpecError as err:

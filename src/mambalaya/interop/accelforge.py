@@ -210,7 +210,8 @@ def moved_shares(cascade: Cascade) -> dict[str, float]:
     share (:func:`~mambalaya.einsum.routing.tensor_scale`), a declared mask's 0."""
     from mambalaya.einsum.routing import tensor_scale
 
-    shares = {t: 0.0 if spec.mask is not None else float(tensor_scale(cascade, t)) for t, spec in cascade.tensors.items()}
+    shares = {t: spec.stored_bytes_per_element * 8 / spec.bits * float(tensor_scale(cascade, t))
+              for t, spec in cascade.tensors.items()}  # (TensorSpec.stored_bytes_per_element: 0 for a mask)
     return {t: s for t, s in shares.items() if s != 1}
 
 

@@ -36,6 +36,7 @@ from mambalaya.errors import SpecError
 from mambalaya.specio import compose_yaml_text, dump_yaml, read_spec_file
 from mambalaya.einsum.cascade import Cascade, build_cascade
 from mambalaya.einsum.dead_work import check_history_reads
+from mambalaya.einsum.routing import expert_rank
 from mambalaya.einsum.ir import MASK_DEAD_VALUES, Einsum, Mask, Rank, Role, TensorSpec
 from mambalaya.einsum.parse import Where, evaluate_size, parse_einsum
 
@@ -202,6 +203,10 @@ def loads_cascade(text: str, *, source: str = "<string>") -> Cascade:
     except SpecError as err:
         raise SpecError(getattr(err, "message", str(err)), source=source, line=lines.get(err.einsum or ""),
                         einsum=err.einsum) from None
+    try:  # an experts region needs its expert rank: refused here, naming the file (cascade check said "valid")
+        expert_rank(cascade)
+    except SpecError as err:
+        raise SpecError(getattr(err, "message", str(err)), source=source) from None
     return cascade
 
 

@@ -188,6 +188,22 @@ def test_unknown_model_type_is_refused(tmp_path) -> None:
         load_model_config(path)
 
 
+@pytest.mark.parametrize("family", ["nemotron_h", "falcon_h1", "zamba2", "olmo_hybrid", "mamba3", 7])
+def test_a_model_file_naming_a_family_without_own_fields_is_refused_by_name(tmp_path, family) -> None:
+    """A mambalaya model file naming a dense hybrid family (read from its config.json alone) or
+    no family at all was read as a Mamba-1 file and refused for its family field ("must be
+    'mamba1'") and a missing n_layers: now its family is named, with what is read instead."""
+    path = tmp_path / "model.yaml"
+    path.write_text(f"family: {family}\nd_model: 512\nn_layers: 2\n")
+    with pytest.raises(SpecError) as err:
+        load_model_config(path)
+    text = str(err.value)
+    assert str(path) in text and f"field family is {family!r}" in text and "Mamba-1" not in text
+    assert "gated_deltanet" in text and ("config.json" in text)
+    if family in ("nemotron_h", "falcon_h1", "zamba2", "olmo_hybrid"):  # its preset named
+        assert any(name in text for name, m in PRESETS.items() if getattr(m, "family", None) == family)
+
+
 def test_nemotron_h_preset_builds_and_evaluates_every_layer_type() -> None:
     cfg = resolve_model("nemotron-h-8b")
     for t in ("mamba", "attention", "mlp"):

@@ -30,7 +30,7 @@ def load_model_config(path: str | Path) -> ModelConfig:
     data = parse_document_text(text, source=str(path), json_document=path.suffix == ".json")
     if not isinstance(data, dict):
         raise SpecError("a model config is a mapping of fields to values", source=str(path))
-    own = _own_fields_reader(data)
+    own = _own_fields_reader(data, str(path))
     if own is not None:  # mambalaya's own fields, naming their family
         return own(data, source=str(path))
     hybrid = family_config_from_hf(data, source=str(path))  # a hybrid family's config.json, by model_type
@@ -50,11 +50,19 @@ def load_model_config(path: str | Path) -> ModelConfig:
     return parse_config(data, source=str(path))
 
 
-def _own_fields_reader(data: dict):
+#: The families a model file in mambalaya's own fields may name (``family``); the other hybrid
+#: families are read from their transformers config.json alone.
+OWN_FIELD_FAMILIES: tuple[str, ...] = ("mamba1", "mamba2", "bamba", *MOE_FAMILIES, "gated_deltanet")
+
+
+def _own_fields_reader(data: dict, source: str):
     """The parser of a config in mambalaya's own fields for the hybrid and Gated DeltaNet
-    families, by its ``family`` (None for another config). A config that names both a
-    ``family`` and a transformers ``model_type`` is read by its family's parser, which refuses
-    ``model_type`` as a field it does not have."""
+    families, by its ``family`` (None for a Mamba-1 or Mamba-2 config, or one without
+    ``family``). A config that names both a ``family`` and a transformers ``model_type`` is read
+    by its family's parser, which refuses ``model_type`` as a field it does not have. A
+    ``family`` with no own fields (Nemotron-H, Falcon-H1, Zamba2, OLMo-Hybrid: their config.json
+    only) or none mambalaya knows is refused by name: either was read as a Mamba-1 file and
+    refused for a field it never had."""
     family = data.get("family")
     if family == "bamba":
         return parse_hybrid_config
@@ -62,7 +70,21 @@ def _own_fields_reader(data: dict):
         from mambalaya.workloads.families.jamba_granite import parse_moe_hybrid_config
 
         return parse_moe_hybrid_config
-    return parse_gdn_config if family == "gated_deltanet" else None
+    if family == "gated_deltanet":
+        return parse_gdn_config
+    if family is None or family in ("mamba1", "mamba2"):
+        return None
+    from mambalaya.workloads.families.dense import READERS
+
+    if isinstance(family, str) and family in READERS:
+        presets = ", ".join(n for n, m in PRESETS.items() if getattr(m, "family", None) == family)
+        raise SpecError(f"field family is {family!r}, a family mambalaya reads from its transformers config.json "
+                        f"(model_type: {family}, with transformers' field names), not from its own fields "
+                        f"({', '.join(OWN_FIELD_FAMILIES)}); give that config.json or a preset ({presets})",
+                        source=source)
+    raise SpecError(f"field family is {family!r}, not a family mambalaya reads: its own fields name one of "
+                    f"{', '.join(OWN_FIELD_FAMILIES)}, and a transformers config.json names its model_type "
+                    f"({', '.join(sorted(READERS))} are read that way alone)", source=source)
 
 
 def _converted(loader, data: dict, path: Path) -> dict:

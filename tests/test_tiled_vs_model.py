@@ -193,7 +193,7 @@ def test_select_runners_run_once_in_the_tile_holding_their_position(key) -> None
 
 
 @pytest.mark.slow
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow])
 @given(random_mappings())
 def test_random_legal_mappings(case) -> None:
     key, mapping = case

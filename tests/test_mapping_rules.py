@@ -93,6 +93,26 @@ def test_future_and_halo_rules() -> None:
     check_mapping(c, with_group(c, FusionGroup("F1", ("XI", "XC"), (Loop("I", 4),))))
 
 
+def test_a_mapping_files_recompute_that_no_window_reads_is_refused(tmp_path) -> None:
+    """halo: recompute on a group whose fused ranks cross no window read no halo: retain gives the
+    same numbers, so a file asking for it was evaluated as if it had not. Refused, naming the
+    file and the group; on XC read from off chip with I tiled (a window of 3 rows) it is read."""
+    from mambalaya.fusion.mapping_file import check_mapping_file
+
+    c = cascade()
+    for group, read in ((FusionGroup("F1", ("U",), (Loop("B", 1),), halo="recompute"), False),
+                        (FusionGroup("F1", ("XC",), (Loop("I", 4),), halo="recompute"), True)):
+        path = tmp_path / "m.yaml"
+        path.write_text(dump_mapping(with_group(c, group)))
+        if read:
+            checked = check_mapping_file(c, load_mapping(path), str(path))
+            assert {g.name: g.halo for g in checked.groups}["F1"] == "recompute"
+            continue
+        with pytest.raises(SpecError) as err:
+            check_mapping_file(c, load_mapping(path), str(path))
+        assert str(path) in str(err.value) and "group F1: halo: recompute" in str(err.value)
+
+
 def test_loops_rule() -> None:
     c = cascade()
     rejected(c, with_group(c, FusionGroup("F1", ("U",), (Loop("Q", 2),))), "loops", group="F1")

@@ -10,7 +10,7 @@ from pathlib import Path
 from mambalaya.arch.quantities import parse_byte_count
 from mambalaya.errors import SpecError
 from mambalaya.einsum.cascade import Cascade
-from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, check_mapping
+from mambalaya.fusion.mapping import FusionGroup, Loop, Mapping, check_mapping, window_halos
 from mambalaya.specio import dump_yaml, parse_yaml_text, read_spec_file
 
 
@@ -114,11 +114,22 @@ def mapping_from_dict(data: object, *, source: str = "<mapping>") -> Mapping:
 
 def check_mapping_file(cascade: Cascade, mapping: Mapping, source: str) -> Mapping:
     """:func:`~mambalaya.fusion.mapping.check_mapping` of a mapping read from the file ``source``:
-    a rule it breaks is an error naming the file, not only the group."""
+    a rule it breaks is an error naming the file, not only the group. A group asking for
+    ``halo: recompute`` whose fused loops cross no window (no
+    :func:`~mambalaya.fusion.mapping.window_halos`) is refused: no halo is read, so both
+    policies give the same numbers, and the file's choice would be ignored without a word."""
     try:
-        return check_mapping(cascade, mapping)
+        checked = check_mapping(cascade, mapping)
     except SpecError as err:
         raise (err.at_source(source) if err.source is None else err) from None
+    for g in checked.groups:
+        if g.halo == "recompute" and not window_halos(cascade, g):
+            fused = ", ".join(g.fused_ranks) or "none"
+            raise SpecError(f"group {g.name}: halo: recompute, but its fused ranks ({fused}) cross no window of a tensor "
+                            "it reads (a convolution's reach over a tiled rank), so no halo is read or recomputed and "
+                            "retain and recompute give the same numbers; drop halo, or tile the windowed rank",
+                            source=source)
+    return checked
 
 
 def load_mapping(path: str | Path) -> Mapping:

@@ -428,6 +428,38 @@ def test_a_file_of_several_tables_is_written_once(args, tmp_path) -> None:
     assert text.count("┏") >= 2, "every table is in the file"
 
 
+def test_a_functions_cost_on_the_pes_is_refused_where_it_is_never_asked() -> None:
+    """compute.unary_cost_pe_ops is what a function costs on the elementwise units of a design
+    without MFUs: on a design with MFUs (every shipped one but marca-original), or for a function
+    whose cycle cost is 0, it was accepted and moved nothing. Refused, naming why; on
+    marca-original (no MFUs) exp's entry is read and moves the prefill's latency."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from mambalaya.arch import load_arch, with_settings
+    from mambalaya.cli import app
+    from mambalaya.errors import SpecError
+    from mambalaya.experiments.evaluate import check_settings_read
+
+    run = CliRunner().invoke
+    base = ["evaluate", "-m", "mamba-130m", "-B", "1", "-L", "64", "-f", "json"]
+    r = run(app, [*base, "-a", "mambalaya", "--set", "compute.unary_cost_pe_ops.exp=5"])
+    assert r.exit_code == 1 and "the design has MFUs" in r.output
+    check_settings_read([load_arch("mambalaya")], ["compute.unary_cost_pe_ops.exp", "compute.mfu_units"])  # MFUs gone
+    latency = {}
+    for exp in (4, 400):
+        r = run(app, ["evaluate", "-m", "mamba-130m", "-B", "8", "-L", "2048", "-f", "json", "-a", "marca-original",
+                      "--mapping", "unfused", "--set", f"compute.unary_cost_pe_ops.exp={exp}"])  # compute-bound enough
+        assert r.exit_code == 0, r.output
+        latency[exp] = json.loads(r.stdout)["totals"]["latency_s"]
+    assert latency[400] > latency[4]
+    spec = with_settings(load_arch("marca-original"), ["compute.unary_cost_pe_ops.neg=3"])
+    with pytest.raises(SpecError, match="unary_cost_cycles.neg is 0"):
+        check_settings_read([spec], ["compute.unary_cost_pe_ops.neg"])
+    check_settings_read([spec], ["compute.unary_cost_pe_ops.neg", "compute.unary_cost_cycles.neg"])
+
+
 def test_a_setting_no_evaluation_reads_is_refused() -> None:
     """--set of a field only validate's kernels read (an SM's bandwidth, the mma.sync share), or of
     a power budget on designs without an energy section, left every number as it was; refused,

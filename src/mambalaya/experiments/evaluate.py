@@ -642,7 +642,8 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
             raise SpecError(f"{option} power_budget_w: {', '.join(spec.name for spec in specs)} "
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
                             "hold to a budget; every value gives the same numbers")
-        why = unread_by_dataflow(specs, name, fields) or unread_without_area(specs, name, fields)
+        why = (unread_by_dataflow(specs, name, fields) or unread_without_area(specs, name, fields)
+               or unread_unary_pe_ops(specs, name, fields))
         if why:
             raise SpecError(f"{option} {name}: {why}; every value gives the same numbers")
         if (name in ("system.collective_latency_s", "system.in_network_reduction") and parallel in (None, "pipeline")
@@ -666,6 +667,26 @@ def unread_without_area(specs: list[ArchSpec], name: str, fields: list[str]) -> 
             f == "area" or f.startswith("area.") for f in fields):
         return ("the design has no area section, so it computes no leakage and no area for the technology to scale "
                 "(its power line says so)")
+    return ""
+
+
+def unread_unary_pe_ops(specs: list[ArchSpec], name: str, fields: list[str]) -> str:
+    """Why no evaluation on ``specs`` reads ``compute.unary_cost_pe_ops`` (or one entry of it), the
+    cost of a function on the elementwise units of a design without MFUs (cost/spatial.py,
+    cost/energy.py): every design has MFUs (``compute.mfu_units``), which run each function with a
+    cycle cost; or, for an entry, the function's ``compute.unary_cost_cycles`` is 0 on every
+    design, so it is one elementwise operation. Unless ``fields`` set what would read it; or ""."""
+    table = "compute.unary_cost_pe_ops"
+    if not specs or not (name == table or name.startswith(table + ".")):
+        return ""
+    if "compute.mfu_units" not in fields and all(spec.compute.mfu_units for spec in specs):
+        return ("the design has MFUs (compute.mfu_units), which run every function with a cycle cost "
+                "(compute.unary_cost_cycles); unary_cost_pe_ops is what a function costs on a design without MFUs")
+    fn = name[len(table) + 1:]
+    cycles_set = any(f in ("compute", "compute.unary_cost_cycles", f"compute.unary_cost_cycles.{fn}") for f in fields)
+    if fn and not cycles_set and all(not spec.compute.unary_cost_cycles.get(fn, 0.0) for spec in specs):
+        return (f"compute.unary_cost_cycles.{fn} is 0, so {fn} is one elementwise operation and its cost in "
+                "elementwise operations is never asked")
     return ""
 
 

@@ -126,6 +126,14 @@ def test_the_cli_names_cores_not_devices():
     assert "32 cores of" in shown.output
     listed = runner.invoke(app, ["arch", "show", "marca-multicore"])
     assert listed.exit_code == 0 and "one of its 32 cores" in listed.output
+    # a refusal points to what a chip takes: micro-batches with --parallel pipeline (it pointed to
+    # --devices, which a multi-core chip refuses), a pipeline of more cores than layers to cores.count
+    base = ["evaluate", "--arch", "marca-multicore", "--model", "mamba-130m", "-L", "256", "-B", "4"]
+    r = runner.invoke(app, [*base, "--micro-batches", "2"])
+    assert r.exit_code == 1 and "use it with --parallel pipeline (its 32 cores as the stages)" in " ".join(r.stderr.split())
+    r = runner.invoke(app, [*base, "--parallel", "pipeline"])
+    assert r.exit_code == 1 and "at most 24 cores: --set cores.count" in " ".join(r.stderr.split())
+    assert runner.invoke(app, [*base, "--parallel", "pipeline", "--micro-batches", "2", "--set", "cores.count=24"]).exit_code == 0
 
 
 def test_a_finite_network_pays_for_bringing_every_core_the_tensors_all_read():

@@ -29,7 +29,7 @@ def test_stages_are_contiguous_runs_as_equal_as_the_layers_allow() -> None:
     assert stage_layers(5, 2) == (range(0, 3), range(3, 5))
     assert stage_layers(4, 4) == tuple(range(i, i + 1) for i in range(4))
     assert stage_layers(24, 1) == (range(0, 24),)
-    with pytest.raises(SpecError, match="leave a device without a layer"):
+    with pytest.raises(SpecError, match="leave a stage without a layer"):
         stage_layers(3, 4)
     with pytest.raises(SpecError, match="at least one device"):
         stage_layers(3, 0)

@@ -38,8 +38,9 @@ def stage_layers(n_layers: int, devices: int) -> tuple[range, ...]:
     if devices < 1:
         raise SpecError(f"a pipeline needs at least one device, not {devices}")
     if devices > n_layers:
-        raise SpecError(f"a pipeline of {devices} devices over {n_layers} layers would leave a device without a "
-                        f"layer; use at most {n_layers} devices")
+        raise SpecError(f"a pipeline of {devices} stages over {n_layers} layers would leave a stage without a "
+                        f"layer; use at most {n_layers} devices (on a multi-core chip, whose cores are its stages, "
+                        f"at most {n_layers} cores: --set cores.count)")
     base, extra = divmod(n_layers, devices)
     stages, start = [], 0
     for d in range(devices):

@@ -95,6 +95,10 @@ def run_on_cores(spec: ArchSpec, devices: int | None, parallel: str | None, micr
     from mambalaya.cost.cores import streaming_cores
 
     placement = on_cores(spec, devices, parallel)
+    if micro_batches not in (None, 1) and placement not in ("pipeline", "best"):  # (it pointed to --devices, refused here)
+        raise SpecError(f"--micro-batches {micro_batches} splits a batch between the stages of a pipeline: on "
+                        f"{spec.name}, a multi-core design, use it with --parallel pipeline (its {spec.cores.count} "
+                        "cores as the stages)")
     if placement == "best":  # each placement on the chip again, itself
         return fastest_strategy(lambda strategy: run(spec, parallel=strategy,
                                                      micro_batches=micro_batches if strategy == "pipeline" else None),

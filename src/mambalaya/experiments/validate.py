@@ -46,9 +46,10 @@ from mambalaya.search.mappings import ideal
 from mambalaya.specio import SPEC_MODEL_CONFIG, describe_validation_error, list_as_tuple, parse_yaml_text, read_spec_file
 from mambalaya.workloads import build_layer
 from mambalaya.workloads.blocks.attention import ATTENTION_REGION, KEY_BLOCK, AttentionConfig, attention_layer
-from mambalaya.workloads.blocks.gated_deltanet import CHUNK_REGION, parse_gdn_config
+from mambalaya.workloads.blocks.gated_deltanet import CHUNK_REGION, DELTA_REGION, parse_gdn_config
 from mambalaya.workloads.blocks.mamba1 import SSM_REGION, parse_config
 from mambalaya.workloads.blocks.mamba2 import SSD_REGION, parse_mamba2_config
+from mambalaya.workloads.blocks.mamba2 import SSM_REGION as MAMBA2_STEP_REGION
 from mambalaya.workloads.precision import apply_policy, load_policy
 
 _STRICT = SPEC_MODEL_CONFIG
@@ -147,7 +148,9 @@ class Case(BaseModel):
     model: dict = Field(description="The layer's sizes, in mambalaya's model-config fields (an attention "
                                     "kernel's: AttentionConfig's).")
     batch: int = Field(gt=0)
-    seq_len: int = Field(gt=0)
+    seq_len: int = Field(gt=0, description="The positions of a prefill; of a decode step, the context length.")
+    phase: Literal["prefill", "decode"] = Field("prefill", description="A prefill over seq_len positions, or one "
+                                                "decode step (a recurrent state read and written once per call).")
     #: A measured kernel time: from 1 us (a kernel launch alone takes a few) to 10^7 ms (hours), so
     #: every ratio to it is finite.
     measured_ms: float = Field(ge=1e-3, le=1e7)
@@ -171,6 +174,9 @@ class Case(BaseModel):
 
     @model_validator(mode="after")
     def _attention_fields(self) -> "Case":
+        if self.phase == "decode" and self.family == "attention":
+            raise ValueError("phase decode: an attention decode step (a KV cache read) is not a case validate models; "
+                             "decode cases are Mamba-1, Mamba-2 and Gated DeltaNet steps")
         if self.family != "attention":
             given = [f for f in ("causal", "key_block") if getattr(self, f) is not None]
             if given:
@@ -351,7 +357,7 @@ class Validation:
 
     def rows(self) -> list[dict]:
         return [{
-            "case": r.case.id, "arch": r.case.arch, "batch": r.case.batch, "seq_len": r.case.seq_len,
+            "case": r.case.id, "arch": r.case.arch, "phase": r.case.phase, "batch": r.case.batch, "seq_len": r.case.seq_len,
             "precision": self.precision,
             "mask_tiles": " | ".join(_tiles_text(k.mask_tiles or r.case.mask_tiles) for k in r.kernels),
             "kernels": " | ".join(",".join(k.einsums) + (f" on grid {_grid_text(k)}" if k.grid else "")
@@ -468,18 +474,22 @@ def case_cascade(case: Case, name: str, precision: str = KERNEL_PRECISION):
         layer = _attention_layer(case, name)
     elif case.family == "gated_deltanet":
         model = parse_gdn_config({**GDN_OUTSIDE_THE_KERNEL, **case.model}, source=f"{name}, case {case.id}")
-        layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan="chunked")
+        layer = build_layer(model, phase=case.phase, seq_len=case.seq_len, batch=case.batch,
+                            scan="chunked" if case.phase == "prefill" else None)
     else:
         model = (parse_config if case.family == "mamba1" else parse_mamba2_config)(
             {"n_layers": 1, **case.model, "family": case.family}, source=f"{name}, case {case.id}")
-        scan = "chunked" if case.family == "mamba2" else None
-        layer = build_layer(model, phase="prefill", seq_len=case.seq_len, batch=case.batch, scan=scan)
+        scan = "chunked" if case.family == "mamba2" and case.phase == "prefill" else None
+        layer = build_layer(model, phase=case.phase, seq_len=case.seq_len, batch=case.batch, scan=scan)
     # by default the scan kernel's Einsums: Mamba-2's SSD with its output Y (intra- plus
     # inter-chunk terms and the D skip, as mamba_chunk_scan_combined writes it), Mamba-1's
     # discretisation, scan and readout; an attention kernel's scores through its per-head output;
-    # the chunked delta rule's, from the decay's cumulative sum to its output before the gated norm
+    # the chunked delta rule's, from the decay's cumulative sum to its output before the gated norm;
+    # a decode step's state update and readout (Mamba's AD, BX, H, YS; the delta rule's AD, KB, H, YD)
     default = {"mamba2": (*SSD_REGION, "YD"), "mamba1": SSM_REGION, "attention": ATTENTION_REGION["blocked"],
                "gated_deltanet": CHUNK_REGION}
+    if case.phase == "decode":
+        default = {"mamba1": SSM_REGION, "mamba2": MAMBA2_STEP_REGION, "gated_deltanet": DELTA_REGION}
     einsums = case.einsums or default[case.family]
     layer = apply_policy(layer, precision, KERNEL_DESIGN_BITS)
     try:

@@ -458,6 +458,14 @@ def test_a_functions_cost_on_the_pes_is_refused_where_it_is_never_asked() -> Non
     with pytest.raises(SpecError, match="unary_cost_cycles.neg is 0"):
         check_settings_read([spec], ["compute.unary_cost_pe_ops.neg"])
     check_settings_read([spec], ["compute.unary_cost_pe_ops.neg", "compute.unary_cost_cycles.neg"])
+    # without MFUs a non-zero cycle cost only marks a function as one of pe_ops operations: exp at 2
+    # cycles instead of 1 moved nothing there; refused, while 0 (one operation) and MFU designs read it
+    r = run(app, [*base, "-a", "marca-original", "--set", "compute.unary_cost_cycles.exp=2"])
+    assert r.exit_code == 1 and "marca-original has no MFUs" in " ".join(r.stderr.split())
+    for design, value in (("marca-original", 0), ("mambalaya", 2)):
+        assert run(app, [*base, "-a", design, "--set", f"compute.unary_cost_cycles.exp={value}"]).exit_code == 0
+    assert run(app, ["compare", "--archs", "marca-original,mambalaya", "--baseline", "mambalaya", "-m", "mamba-130m",
+                     "--seq-lens", "64", "-B", "1", "--set", "compute.unary_cost_cycles.exp=2"]).exit_code == 0
 
 
 def test_a_setting_no_evaluation_reads_is_refused() -> None:

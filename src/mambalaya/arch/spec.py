@@ -276,6 +276,19 @@ class ComputeSpec(BaseModel):
         return self
 
     # derived ------------------------------------------------------------------------------
+    def unary_cost(self, fn: str) -> tuple[str, float]:
+        """Where one result of the function ``fn`` runs and what it costs there: ``("mfu",
+        cycles)`` on the MFUs, for a function with a cycle cost (``unary_cost_cycles``) on a design
+        with MFUs; ``("elementwise", ops)`` otherwise, ``unary_cost_pe_ops`` operations for such a
+        function on a design without MFUs, one for a function of no cycle cost (neg, square, abs,
+        relu, or a function the table does not list). The one rule the latency and the energy read."""
+        cycles = self.unary_cost_cycles.get(fn, 0.0)
+        if cycles and self.mfu_units:
+            return "mfu", cycles
+        if not cycles:
+            return "elementwise", 1.0
+        return "elementwise", self.unary_cost_pe_ops.get(fn, 1.0)
+
     @property
     def pe_count(self) -> int:
         """PEs in the 2D array."""

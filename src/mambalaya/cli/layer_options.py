@@ -124,11 +124,12 @@ class DesignArgs:
         ``parallel`` says, :func:`~mambalaya.experiments.evaluate.check_settings_read`)."""
         from mambalaya.arch import setting_fields
         from mambalaya.cli.common import design_with_settings
-        from mambalaya.experiments.evaluate import check_settings_read
+        from mambalaya.experiments.evaluate import check_settings_read, check_unary_costs_move
 
         spec = design_with_settings(name, self.settings)
         check_settings_read([spec], setting_fields(self.settings or []), self.precision, devices=devices,
                             parallel=parallel)
+        check_unary_costs_move([name], list(self.settings or []))
         return spec
 
 

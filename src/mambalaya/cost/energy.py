@@ -199,13 +199,11 @@ def _arithmetic(arch: Any, ops: dict[str, int], runs: float) -> tuple[float, flo
     for fn, n in ops.items():
         if fn == "mac" or fn in ELEMENTWISE_OPS:
             continue
-        cost = compute.unary_cost_cycles.get(fn, 0.0)
-        if cost and compute.mfu_units:
+        unit, cost = compute.unary_cost(fn)  # the latency's rule (mambalaya.arch.spec.ComputeSpec.unary_cost)
+        if unit == "mfu":
             mfu[fn] = n * runs
-        elif not cost:
-            elementwise += n
         else:
-            elementwise += n * compute.unary_cost_pe_ops.get(fn, 1.0)
+            elementwise += n * cost
     return macs, elementwise * runs, mfu
 
 

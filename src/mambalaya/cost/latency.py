@@ -78,10 +78,10 @@ class ComputeLike(Protocol):  # the fields of mambalaya.arch.spec.ComputeSpec us
     one_d_ops_per_lane_per_cycle: float
     vector_lanes: int
     mfu_units: int
-    unary_cost_cycles: dict[str, float]
-    unary_cost_pe_ops: dict[str, float]
     overlap_compute_units: bool
     pipeline_wind_up_cycles: float
+
+    def unary_cost(self, fn: str) -> tuple[str, float]: ...  # where a function's result runs, at what cost
 
 
 @dataclass(frozen=True)

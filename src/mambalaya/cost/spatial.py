@@ -301,13 +301,11 @@ def _split_ops(compute: Any, ops: dict[str, int]) -> tuple[float, float, float]:
     for fn, n in ops.items():
         if fn == "mac" or fn in ELEMENTWISE_OPS:
             continue
-        cost = compute.unary_cost_cycles.get(fn, 0.0)
-        if cost and compute.mfu_units:
+        unit, cost = compute.unary_cost(fn)  # (mambalaya.arch.spec.ComputeSpec.unary_cost)
+        if unit == "mfu":
             mfu += n * cost / compute.mfu_units
-        elif not cost:  # neg, square, abs, relu: one elementwise operation
-            elementwise += n
-        else:  # no MFU: the function costs this many elementwise operations
-            elementwise += n * compute.unary_cost_pe_ops.get(fn, 1.0)
+        else:
+            elementwise += n * cost
     return macs, elementwise, mfu
 
 

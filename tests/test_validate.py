@@ -116,13 +116,26 @@ def test_the_chunked_delta_rule_is_bounded_by_flas_kernels(shipped) -> None:
     speed of light below the measured time; the chunk-state kernel's grid (V/BV x heads blocks)
     leaves most SMs idle at 8 heads, which slows its prediction there; within [0.5, 2] from 16
     heads on and at 8 heads from 16K tokens."""
-    gdn = [r for r in shipped.results if r.case.family == "gated_deltanet" and r.case.phase == "prefill"]
+    gdn = [r for r in shipped.results if r.case.source == "flashinfer-3788"]
     assert len(gdn) == 9 and all(len(r.kernels) == 4 and all(k.grid for k in r.kernels) for r in gdn)
     assert not any(r.violates for r in gdn)
     heads = lambda r: r.case.model["num_v_heads"]  # noqa: E731
     assert all(r.in_band for r in gdn if heads(r) >= 16 or r.case.seq_len >= 16384), [(r.case.id, r.ratio) for r in gdn]
     by_heads = {h: max(r.ratio for r in gdn if heads(r) == h) for h in (8, 16, 64)}
     assert by_heads[8] < by_heads[16] < by_heads[64]
+
+
+def test_sglangs_chunked_delta_rule_runs_its_seven_kernels_under_its_bound(shipped) -> None:
+    """SGLang 0.5.14's chunk_gated_delta_rule on the H100 (aiconfigurator's data), run as its seven
+    Triton kernels (the q and k L2 norms, the cumulative decay, K K^T with the solve, W and U, the
+    state over chunks, the output), each on its launch grid: every speed of light below the
+    measured time; the predictions 0.42-0.53 of it (docs/architectures.md: the model is as
+    optimistic there as on FLA's 8-head cases), so a change that moves them says so."""
+    sgl = [r for r in shipped.results if r.case.id.startswith("gdn-sgl-")]
+    assert len(sgl) == 7 and all(len(r.kernels) == 7 and all(k.grid for k in r.kernels) for r in sgl)
+    assert all(r.case.model["num_v_heads"] == 2 * r.case.model["num_k_heads"] for r in sgl)  # Qwen3.5's grouped heads
+    assert not any(r.violates for r in sgl)
+    assert all(0.42 <= r.ratio <= 0.53 for r in sgl), [(r.case.id, r.ratio) for r in sgl]
 
 
 def test_a_decode_step_of_the_delta_rule_reads_and_writes_its_state_once(shipped, tmp_path) -> None:

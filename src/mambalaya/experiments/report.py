@@ -118,7 +118,7 @@ def _validation_section(result) -> str:
     v = result.tables.get("validation")
     if v is None or v.empty:
         return ""
-    shown = v[["case", "arch", "batch", "seq_len", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms", "sol_ok"]]
+    shown = v[["case", "arch", "phase", "batch", "seq_len", "measured_ms", "read", "predicted_ms", "ratio", "speed_of_light_ms", "sol_ok"]]
     sources = "\n".join(f"- {s}" for s in dict.fromkeys(v["source"]))
     bad = v[~v["sol_ok"]]
     verdict = ("Every speed of light is at or below its measurement." if bad.empty else

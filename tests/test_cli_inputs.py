@@ -468,6 +468,30 @@ def test_a_functions_cost_on_the_pes_is_refused_where_it_is_never_asked() -> Non
                      "--seq-lens", "64", "-B", "1", "--set", "compute.unary_cost_cycles.exp=2"]).exit_code == 0
 
 
+def test_an_mfus_energy_and_a_levels_capacity_are_refused_where_no_evaluation_asks_them() -> None:
+    """An MFU's energy per result on a design without MFUs, and a staging level's capacity on a
+    GPU spec (no energy or area section: the capacity sets neither; every off-chip byte is DRAM's),
+    were accepted and moved no number; refused naming why, in --set and sweeps alike, and read
+    where the design has what reads them (mambalaya's MFUs; an energy section)."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+    from mambalaya.errors import SpecError
+    from mambalaya.experiments.sweep_spec import check_sweep_fields
+
+    run = CliRunner().invoke
+    base = ["evaluate", "-m", "mamba-130m", "-B", "1", "-L", "64"]
+    for design, setting, words in (("marca-original", "energy.mfu_pj.exp=3", "has no MFUs"),
+                                   ("gpu-h100", "memory.levels.l2.capacity_bytes=40MiB", "no energy or area section")):
+        r = run(app, [*base, "-a", design, "--set", setting])
+        assert r.exit_code == 1 and words in " ".join(r.stderr.split()), (design, r.output)
+        with pytest.raises(SpecError, match=words):
+            key, value = setting.split("=")
+            check_sweep_fields({key: [value, value + "0" if key.startswith("energy") else "30MiB"]},
+                               {"model": "mamba-130m", "arch": design})
+    assert run(app, [*base, "-a", "mambalaya", "--set", "energy.mfu_pj.exp=3"]).exit_code == 0
+
+
 def test_a_setting_no_evaluation_reads_is_refused() -> None:
     """--set of a field only validate's kernels read (an SM's bandwidth, the mma.sync share), or of
     a power budget on designs without an energy section, left every number as it was; refused,

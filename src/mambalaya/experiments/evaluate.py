@@ -9,6 +9,7 @@ latency and energy results are made)."""
 from __future__ import annotations
 
 import math
+import re
 
 from dataclasses import dataclass, field, replace
 from collections.abc import Callable
@@ -643,7 +644,8 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
                             f"{'has' if len(specs) == 1 else 'have'} no energy section, so no power is computed to "
                             "hold to a budget; every value gives the same numbers")
         why = (unread_by_dataflow(specs, name, fields) or unread_without_area(specs, name, fields)
-               or unread_unary_pe_ops(specs, name, fields))
+               or unread_unary_pe_ops(specs, name, fields) or unread_mfu_energy(specs, name, fields)
+               or unread_level_capacity(specs, name, fields))
         if why:
             raise SpecError(f"{option} {name}: {why}; every value gives the same numbers")
         if (name in ("system.collective_latency_s", "system.in_network_reduction") and parallel in (None, "pipeline")
@@ -688,6 +690,39 @@ def unread_unary_pe_ops(specs: list[ArchSpec], name: str, fields: list[str]) -> 
         return (f"compute.unary_cost_cycles.{fn} is 0, so {fn} is one elementwise operation and its cost in "
                 "elementwise operations is never asked")
     return ""
+
+
+def unread_mfu_energy(specs: list[ArchSpec], name: str, fields: list[str]) -> str:
+    """Why no evaluation on ``specs`` reads ``energy.mfu_pj`` (or an entry): no design has MFUs
+    (``compute.mfu_units`` 0), so every function runs on the elementwise units, at their energy
+    (cost/energy.py reads an MFU's energy per result only for what the MFUs run); unless
+    ``fields`` set the MFUs or the compute section; or ""."""
+    if not specs or not (name == "energy.mfu_pj" or name.startswith("energy.mfu_pj.")):
+        return ""
+    if any(f in ("compute", "compute.mfu_units") for f in fields) or any(spec.compute.mfu_units for spec in specs):
+        return ""
+    return ("the design has no MFUs (compute.mfu_units 0): every function runs on the elementwise units, at "
+            "energy.elementwise_pj, so an MFU's energy per result is never asked")
+
+
+#: A staging level's capacity: read by the energy model (its energy per byte, scaled to its size)
+#: and the area model (its SRAM), and by validate's launched kernels (whether the L2 holds a
+#: re-read tile), which no evaluation launches.
+_LEVEL_CAPACITY = re.compile(r"memory\.levels\.[A-Za-z0-9_]+\.capacity_bytes")
+
+
+def unread_level_capacity(specs: list[ArchSpec], name: str, fields: list[str]) -> str:
+    """Why no evaluation on ``specs`` reads a staging level's ``capacity_bytes``: no design has an
+    energy or an area section (or ``fields`` give one), and an evaluation's groups are costed
+    with every off-chip byte from DRAM (mambalaya.arch.levels); or ""."""
+    if not specs or not _LEVEL_CAPACITY.fullmatch(name):
+        return ""
+    if any(spec.energy is not None or spec.area is not None for spec in specs) or any(
+            f.split(".")[0] in ("energy", "area") for f in fields):
+        return ""
+    return ("a staging level's capacity sets its energy per byte and its area, and the design has no energy or area "
+            "section; an evaluation takes every off-chip byte from DRAM (only validate's launched kernels ask "
+            "whether the L2 holds a re-read tile)")
 
 
 def unread_by_dataflow(specs: list[ArchSpec], name: str, fields: list[str]) -> str:

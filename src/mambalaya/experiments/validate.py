@@ -415,6 +415,12 @@ def read_case_file(path: str | Path | None, shipped: str, model: type, what: str
         if c.source not in cases.sources:
             raise SpecError(f"invalid {what}: case {c.id}: source {c.source!r} is not one of sources "
                             f"({', '.join(cases.sources)})", source=name)
+    for fit in getattr(cases, "fits", ()):  # refused when read, not after every case ran
+        if fit.subset not in cases.sources:
+            raise SpecError(f"fit {fit.key}: subset {fit.subset!r} is not one of sources ({', '.join(cases.sources)})",
+                            source=name)
+        if not any(c.source == fit.subset for c in cases.cases):
+            raise SpecError(f"fit {fit.key}: subset {fit.subset!r} has no case to fit on", source=name)
     return cases, name
 
 
@@ -605,6 +611,7 @@ def validate(path: str | Path | None = None) -> Validation:
 
     cases, name = load_cases(path)
     parts = {c.id: case_cascade(c, name, cases.precision) for c in cases.cases}
+    fitted = [checked_fit(f, cases, name, parts) for f in cases.fits]  # (a subset the rate does not bound: refused first)
     results = tuple(validate_case(c, cases.sources[c.source], name, part=parts[c.id], precision=cases.precision)
                     for c in cases.cases)
     sensitivity = []
@@ -621,7 +628,7 @@ def validate(path: str | Path | None = None) -> Validation:
             ratios = [predicted_s(parts[r.case.id], r.kernels, spec) / r.measured_s for r in mine]
             sensitivity.append({"arch": a.arch, "assumption": a.key, "end": end, "value": value,
                                 "median_ratio": statistics.median(ratios), "base_median_ratio": base})
-    fits = tuple(_fit_result(f, cases, name, parts, results) for f in cases.fits)
+    fits = tuple(_fit_result(f, value, results, parts) for f, value in zip(cases.fits, fitted))
     return Validation(name, results, tuple(sensitivity), fits, cases.precision)
 
 
@@ -642,15 +649,13 @@ def fit_scan_cycles(cases: list[Case], parts: dict, name: str) -> tuple[float, d
     return math.exp(statistics.fmean(math.log(v) for v in own.values())), own
 
 
-def _fit_result(fit: Fit, cases: CaseFile, name: str, parts: dict, results: tuple[Result, ...]) -> FitResult:
+def checked_fit(fit: Fit, cases: CaseFile, name: str, parts: dict) -> tuple[float, dict[str, float]]:
+    """The value of ``fit`` on its subset (:func:`fit_scan_cycles`) and each subset case's own,
+    refused (naming the case) where a subset case is not bound by its scans at that value: from
+    the subset's parts alone, before the other cases run."""
     from mambalaya.arch import with_settings
 
-    if fit.subset not in cases.sources:
-        raise SpecError(f"fit {fit.key}: subset {fit.subset!r} is not one of sources ({', '.join(cases.sources)})",
-                        source=name)
     chosen = [c for c in cases.cases if c.source == fit.subset]
-    if not chosen:
-        raise SpecError(f"fit {fit.key}: subset {fit.subset!r} has no case to fit on", source=name)
     value, own = fit_scan_cycles(chosen, parts, name)
     for c in chosen:  # the measured time over the element-steps is the value only where the scans bound the case
         fitted = with_settings(load_arch(c.arch), [f"{fit.key}={value!r}"], option="fit")
@@ -661,6 +666,14 @@ def _fit_result(fit: Fit, cases: CaseFile, name: str, parts: dict, results: tupl
             raise SpecError(f"fit {fit.key}: case {c.id} of subset {fit.subset!r} is not bound by its scans at the "
                             f"fitted {value:.3g} (predicted {predicted * 1e3:.4g} ms, its scans {scans * 1e3:.4g} ms): a "
                             "subset must be cases the scan rate sets", source=name)
+    return value, own
+
+
+def _fit_result(fit: Fit, fitted: tuple[float, dict[str, float]], results: tuple[Result, ...],
+                parts: dict) -> FitResult:
+    from mambalaya.arch import with_settings
+
+    value, own = fitted
     specs = {a: load_arch(a) for a in fit.archs}
     without = {a: with_settings(spec, [f"{fit.key}=null"], option="fit") for a, spec in specs.items()}
     rest = [r for r in results if r.case.source != fit.subset and r.case.arch in without

@@ -492,6 +492,29 @@ def test_an_mfus_energy_and_a_levels_capacity_are_refused_where_no_evaluation_as
     assert run(app, [*base, "-a", "mambalaya", "--set", "energy.mfu_pj.exp=3"]).exit_code == 0
 
 
+def test_a_collective_field_is_refused_under_a_strategy_that_runs_no_such_collective() -> None:
+    """Sequence parallelism hands states on over the links (no collective), expert parallelism's
+    all-to-all has no in-network reduction, and --parallel places a multi-core chip's cores over
+    cores.placement: each setting was accepted and moved nothing there. Refused, naming the
+    strategies that read it; tensor parallelism reads both."""
+    from typer.testing import CliRunner
+
+    from mambalaya.cli import app
+
+    run = CliRunner().invoke
+    base = ["evaluate", "-a", "gpu-h100", "-m", "jamba-v0.1", "-L", "256", "-B", "4", "--devices", "2"]
+    for strategy, setting in (("sequence", "system.collective_latency_s=1e-5"), ("sequence", "system.in_network_reduction=false"),
+                              ("expert", "system.in_network_reduction=false")):
+        r = run(app, [*base, "--parallel", strategy, "--set", setting])
+        assert r.exit_code == 1 and f"--parallel {strategy} does not read it" in " ".join(r.stderr.split()), (strategy, setting)
+    for setting in ("system.collective_latency_s=1e-5", "system.in_network_reduction=false"):
+        assert run(app, [*base, "--parallel", "tensor", "--set", setting]).exit_code == 0, setting
+    assert run(app, [*base, "--parallel", "expert", "--set", "system.collective_latency_s=1e-5"]).exit_code == 0
+    r = run(app, ["evaluate", "-a", "marca-multicore", "-m", "mamba-370m", "-L", "256", "-B", "4", "--parallel", "pipeline",
+                  "--set", "cores.placement=sequence"])
+    assert r.exit_code == 1 and "--parallel pipeline places the cores" in " ".join(r.stderr.split())
+
+
 def test_a_setting_no_evaluation_reads_is_refused() -> None:
     """--set of a field only validate's kernels read (an SM's bandwidth, the mma.sync share), or of
     a power budget on designs without an energy section, left every number as it was; refused,

@@ -648,11 +648,28 @@ def check_settings_read(specs: list[ArchSpec], fields: list[str], precision: str
                or unread_level_capacity(specs, name, fields))
         if why:
             raise SpecError(f"{option} {name}: {why}; every value gives the same numbers")
-        if (name in ("system.collective_latency_s", "system.in_network_reduction") and parallel in (None, "pipeline")
-                and isinstance(devices, int) and devices > 1 and all(spec.cores is None for spec in specs)):
-            raise SpecError(f"{option} {name}: a pipeline runs no collective (its stages hand their activations on "
-                            "over the links, system.link_*), so every value gives the same numbers; it is read by "
-                            "--parallel tensor, expert, sequence or best")
+        strategy = "pipeline" if parallel is None else parallel
+        readers = COLLECTIVE_FIELD_READERS.get(name)
+        if (readers and strategy not in ("", *readers) and isinstance(devices, int) and devices > 1
+                and all(spec.cores is None for spec in specs)):
+            what = ("a pipeline runs no collective (its stages hand their activations on over the links, "
+                    "system.link_*)" if strategy == "pipeline" else
+                    f"--parallel {strategy} does not read it ({COLLECTIVE_FIELD_UNREAD_BY[strategy]})")
+            raise SpecError(f"{option} {name}: {what}, so every value gives the same numbers; it is read by "
+                            f"--parallel {', '.join(readers)}")
+        if name == "cores.placement" and parallel and any(spec.cores is not None for spec in specs):
+            raise SpecError(f"{option} cores.placement: --parallel {parallel} places the cores of this run, over the "
+                            "spec's placement, so every value gives the same numbers; give one of them")
+
+
+#: The strategies that read each collective field of a system (cost/tensor_parallel.py: the
+#: all-reduce's fixed cost and its in-network option; cost/expert_parallel.py: the all-to-all's fixed
+#: cost, taken to be an all-reduce's; cost/sequence_parallel.py hands its states on over the links).
+COLLECTIVE_FIELD_READERS = {"system.collective_latency_s": ("tensor", "expert", "best"),
+                            "system.in_network_reduction": ("tensor", "best")}
+#: Why a strategy does not read a collective field.
+COLLECTIVE_FIELD_UNREAD_BY = {"sequence": "its devices hand their states on over the links, system.link_*",
+                              "expert": "its all-to-all sends each device's tokens; no switch reduces them"}
 
 
 #: The technology fields only the area model reads (the leakages are per mm² of its logic and per

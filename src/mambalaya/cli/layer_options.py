@@ -122,15 +122,9 @@ class DesignArgs:
     def design(self, name: str, devices: int | None = 0, parallel: str | None = "") -> Any:
         """The design ``name`` with the ``--set`` changes (checked for a run over ``devices`` split as
         ``parallel`` says, :func:`~mambalaya.experiments.evaluate.check_settings_read`)."""
-        from mambalaya.arch import setting_fields
-        from mambalaya.cli.common import design_with_settings
-        from mambalaya.experiments.evaluate import check_settings_read, check_unary_costs_move
+        from mambalaya.experiments.evaluate import designs_with
 
-        spec = design_with_settings(name, self.settings)
-        check_settings_read([spec], setting_fields(self.settings or []), self.precision, devices=devices,
-                            parallel=parallel)
-        check_unary_costs_move([name], list(self.settings or []))
-        return spec
+        return designs_with([name], self.settings or (), self.precision, devices=devices, parallel=parallel)[name]
 
 
 def check_buffer_is_read(buffer: Any, mapping: str | None) -> None:

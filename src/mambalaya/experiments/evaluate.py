@@ -768,29 +768,29 @@ def designs_with(names: list[str], settings: tuple[str, ...] | list[str] = (),
     :func:`check_settings_read` says, for a run over ``devices``)."""
     from mambalaya.arch import load_arch, setting_fields, with_settings
 
-    specs = {a: with_settings(load_arch(a), list(settings)) for a in names}
+    bases = {a: load_arch(a) for a in names}
+    specs = {a: with_settings(spec, list(settings)) for a, spec in bases.items()}
     check_settings_read(list(specs.values()), setting_fields(settings), precision, devices=devices, parallel=parallel)
-    check_unary_costs_move(list(names), list(settings))
+    check_unary_costs_move(list(bases.values()), list(settings))
     return specs
 
 
-def check_unary_costs_move(names: list[str], settings: list[str]) -> None:
+def check_unary_costs_move(designs: list[ArchSpec], settings: list[str]) -> None:
     """Refuse a ``--set`` of a function's cycle cost (``compute.unary_cost_cycles``, the table or
     an entry) that, set alone, leaves every function's cost
     (:meth:`~mambalaya.arch.spec.ComputeSpec.unary_cost`, the one rule the latency and the
-    energy read) as it was on designs ``names`` that have no MFUs: there a non-zero cycle cost
+    energy read) as it was on ``designs`` (before the settings) that have no MFUs: there a non-zero cycle cost
     only marks a function as one that costs ``unary_cost_pe_ops`` elementwise operations, so
     ``exp`` at 1 or 2 cycles gave one number (with ``compute.mfu_units`` or the whole ``compute``
     section set too, it is read with them). A setting that cannot stand alone is left to the
     others."""
-    from mambalaya.arch import UNARY_FUNCTIONS, load_arch, setting_fields, with_settings
+    from mambalaya.arch import UNARY_FUNCTIONS, setting_fields, with_settings
 
     fields = setting_fields(settings)
     if any(f in ("compute", "compute.mfu_units") for f in fields):
         return
     cycle_settings = [text for f, text in zip(fields, settings)
                       if f == "compute.unary_cost_cycles" or f.startswith("compute.unary_cost_cycles.")]
-    designs = [load_arch(design) for design in names] if cycle_settings else []
     if any(spec.compute.mfu_units for spec in designs):
         return  # a cycle cost is an MFU's time there
     for text in cycle_settings:
@@ -800,7 +800,8 @@ def check_unary_costs_move(names: list[str], settings: list[str]) -> None:
             continue  # read only with the other settings
         functions = set(UNARY_FUNCTIONS).union(*(set(s.compute.unary_cost_cycles) for s in designs + changed))
         if all(a.compute.unary_cost(fn) == b.compute.unary_cost(fn) for a, b in zip(designs, changed) for fn in functions):
-            raise SpecError(f"--set {text}: {', '.join(names)} {'has' if len(names) == 1 else 'have'} no MFUs "
+            raise SpecError(f"--set {text}: {', '.join(spec.name for spec in designs)} "
+                            f"{'has' if len(designs) == 1 else 'have'} no MFUs "
                             "(compute.mfu_units 0), so a function's non-zero cycle cost only marks it as one that costs "
                             "compute.unary_cost_pe_ops elementwise operations: every non-zero value gives the same "
                             "numbers (0 makes the function one elementwise operation)")

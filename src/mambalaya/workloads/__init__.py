@@ -16,6 +16,7 @@ from mambalaya.workloads.blocks.gated_deltanet import GatedDeltaNetConfig, parse
 from mambalaya.workloads.families.bamba import HybridConfig, parse_hybrid_config
 from mambalaya.workloads.families.jamba_granite import MOE_FAMILIES, MoEHybridConfig
 from mambalaya.workloads.precision import PrecisionPolicy, apply_policy
+from mambalaya.workloads.families.dense import READERS as CONFIG_JSON_ONLY_READERS
 from mambalaya.workloads.families.dense import family_config_from_hf, hybrid_config_from_hf
 from mambalaya.workloads.layers import (HYBRID_FAMILIES, PRESETS, SCAN_FORM_FAMILIES, SCANS, ModelConfig, has_scan_forms,
                                        layer_cascade, precision_family)
@@ -74,9 +75,7 @@ def _own_fields_reader(data: dict, source: str):
         return parse_gdn_config
     if family is None or family in ("mamba1", "mamba2"):
         return None
-    from mambalaya.workloads.families.dense import READERS
-
-    if isinstance(family, str) and family in READERS:
+    if isinstance(family, str) and family in CONFIG_JSON_ONLY_READERS:
         presets = ", ".join(n for n, m in PRESETS.items() if getattr(m, "family", None) == family)
         raise SpecError(f"field family is {family!r}, a family mambalaya reads from its transformers config.json "
                         f"(model_type: {family}, with transformers' field names), not from its own fields "
@@ -84,7 +83,7 @@ def _own_fields_reader(data: dict, source: str):
                         source=source)
     raise SpecError(f"field family is {family!r}, not a family mambalaya reads: its own fields name one of "
                     f"{', '.join(OWN_FIELD_FAMILIES)}, and a transformers config.json names its model_type "
-                    f"({', '.join(sorted(READERS))} are read that way alone)", source=source)
+                    f"({', '.join(sorted(CONFIG_JSON_ONLY_READERS))} are read that way alone)", source=source)
 
 
 def _converted(loader, data: dict, path: Path) -> dict:
